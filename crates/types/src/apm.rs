@@ -1,0 +1,399 @@
+//! The attested policy manifest: `(p, C, R, stop) ↦ APM = (T, Γ)`.
+//!
+//! The APM says, for one prompt, which tool calls each agent is expected to make (the
+//! trajectory `T`, with optional parameter constraints) and what the guards permit
+//! (`Γ`: the stop policy, the authorization `Auth` for the system-call guard, the
+//! regulations). It is hashed canonically and signed; every decision in the AEG is
+//! recomputable from it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::action::hash_call;
+use crate::canon;
+use crate::digest::{Digest, tag};
+
+/// Version of the APM layout.
+pub const APM_VERSION: u32 = 1;
+
+/// The attested policy manifest.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Apm {
+    /// [`APM_VERSION`].
+    pub version: u32,
+    /// Hashes of the inputs the APM was derived from.
+    pub inputs: ApmInputs,
+    /// Tasks and sub-agents.
+    pub topology: Topology,
+    /// The tasks of the prompt.
+    pub tasks: Vec<TaskPlan>,
+    /// One plan per executing agent.
+    pub agents: Vec<AgentPlan>,
+    /// What each guard permits.
+    pub guards: Guards,
+}
+
+impl Apm {
+    /// `H("knox/apm", canonical(apm))`.
+    pub fn hash(&self) -> Result<Digest, canon::CanonError> {
+        Digest::of_json(tag::APM, self)
+    }
+
+    /// The plan of agent `id`.
+    pub fn agent(&self, id: &str) -> Option<&AgentPlan> {
+        self.agents.iter().find(|a| a.id == id)
+    }
+}
+
+/// Hashes of `(p, C, R, stop)`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApmInputs {
+    /// `H("knox/prompt", canonical(prompt))`.
+    pub prompt: Digest,
+    /// `H("knox/manifest", canonical(toolkit manifest))`.
+    pub manifest: Digest,
+    /// `H("knox/regulations", canonical(regulations))`.
+    pub regulations: Digest,
+    /// `H("knox/stop", canonical(stop condition))`.
+    pub stop: Digest,
+}
+
+/// Workload shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TopologyKind {
+    /// One task, one agent.
+    StSa,
+    /// Several tasks, one agent, one after the other.
+    MtSaSeq,
+    /// Several tasks, one agent, tool calls interleaved.
+    MtSaInt,
+    /// Several tasks over several concurrent sub-agents.
+    MtMa,
+}
+
+/// `(kind, t, m)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    /// Shape.
+    pub kind: TopologyKind,
+    /// Number of tasks `t`.
+    pub tasks: u32,
+    /// Number of executor sub-agents `m`.
+    pub agents: u32,
+}
+
+/// One task of the prompt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskPlan {
+    /// Index of the task in the prompt.
+    pub id: u32,
+    /// The user's instruction for this task.
+    pub instruction: String,
+}
+
+/// The trajectory one agent must follow.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentPlan {
+    /// Agent id (`agent-0`, …).
+    pub id: String,
+    /// Tasks assigned to it.
+    pub tasks: Vec<u32>,
+    /// Expected calls `e_1 … e_n` in order.
+    pub trajectory: Vec<ExpectedCall>,
+}
+
+/// One expected call `e_j`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectedCall {
+    /// The task it belongs to.
+    pub task: u32,
+    /// Full tool name.
+    pub tool: String,
+    /// Expected parameters (for exact matching, and the planner's example values).
+    pub params: Map<String, Value>,
+    /// When present, parameters are matched by these constraints instead of exactly;
+    /// every expected parameter has one and no other parameter is accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraints: Option<BTreeMap<String, ParamConstraint>>,
+    /// `H(e_j)`: the action hash for exact calls, `H("knox/expected", …)` otherwise.
+    pub hash: Digest,
+}
+
+impl ExpectedCall {
+    /// Builds an exact expected call (matched by `H(α) = H(e_j)`).
+    pub fn exact(task: u32, tool: impl Into<String>, params: Map<String, Value>) -> Self {
+        let tool = tool.into();
+        let hash = hash_call(&tool, &params);
+        Self { task, tool, params, constraints: None, hash }
+    }
+
+    /// Builds an expected call matched by declared parameter constraints.
+    pub fn constrained(
+        task: u32,
+        tool: impl Into<String>,
+        params: Map<String, Value>,
+        constraints: BTreeMap<String, ParamConstraint>,
+    ) -> Self {
+        let tool = tool.into();
+        let mut call = Self { task, tool, params, constraints: Some(constraints), hash: Digest::default() };
+        call.hash = call.compute_hash();
+        call
+    }
+
+    /// Recomputes `H(e_j)` from the call's content.
+    pub fn compute_hash(&self) -> Digest {
+        match &self.constraints {
+            None => hash_call(&self.tool, &self.params),
+            Some(c) => {
+                let body = serde_json::json!({"tool": self.tool, "params": self.params, "constraints": c});
+                Digest::tagged(tag::EXPECTED, &[&canon::canonical(&body)])
+            }
+        }
+    }
+}
+
+/// A declared constraint on one parameter of an expected call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ParamConstraint {
+    /// Equal to this value (canonically).
+    Exact {
+        /// The value.
+        value: Value,
+    },
+    /// Equal to one of these values.
+    OneOf {
+        /// The accepted values.
+        values: Vec<Value>,
+    },
+    /// A string fully matching this regular expression (RE2 syntax, linear time).
+    Pattern {
+        /// The expression; it is anchored at both ends when checked.
+        regex: String,
+    },
+    /// A string whose length in characters lies within the bounds (free text).
+    Length {
+        /// Minimum length.
+        min: u32,
+        /// Maximum length.
+        max: u32,
+    },
+    /// A value taken from the output of an earlier expected call `e_k` of the same
+    /// agent: equal to the value at `pointer` (RFC 6901) when given, otherwise equal
+    /// to some scalar found in that output.
+    FromOutput {
+        /// Trajectory position `k` (0-based) of the call whose output it comes from.
+        call: u32,
+        /// JSON pointer into that output.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pointer: Option<String>,
+    },
+}
+
+impl ParamConstraint {
+    /// The constraint's kind name.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Exact { .. } => "exact",
+            Self::OneOf { .. } => "one_of",
+            Self::Pattern { .. } => "pattern",
+            Self::Length { .. } => "length",
+            Self::FromOutput { .. } => "from_output",
+        }
+    }
+}
+
+/// `Γ`: what each guard permits.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Guards {
+    /// `Γ_int`.
+    pub stop: StopPolicy,
+    /// `Γ_sys`: the authorization.
+    pub syscall: Authorization,
+    /// `Γ_reg`.
+    pub regulation: RegulationSpec,
+}
+
+/// The stop guard's static predicate over the run state.
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StopPolicy {
+    /// Wall-clock limit for the run, from its start.
+    pub timeout_ms: Option<u64>,
+    /// Most actions one agent may propose.
+    pub max_actions: Option<u32>,
+    /// Most cost units one agent may spend (each tool's cost comes from the manifest).
+    pub budget: Option<u64>,
+    /// Whether an external stop signal (file, Unix signal, channel) is watched.
+    pub external: bool,
+}
+
+/// Why a stop guard fired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopCause {
+    /// `timeout_ms` elapsed.
+    Timeout,
+    /// `max_actions` reached.
+    ActionCap,
+    /// `budget` would be exceeded.
+    Budget,
+    /// An external stop signal arrived.
+    Signal,
+}
+
+/// File-system access rights, as Landlock distinguishes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    /// Read files, list directories.
+    Read,
+    /// Write existing files.
+    Write,
+    /// Create files and directories.
+    Create,
+    /// Remove files and directories.
+    Remove,
+    /// Execute files.
+    Execute,
+}
+
+/// Access to a path and everything beneath it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PathGrant {
+    /// Absolute, normalized path.
+    pub path: String,
+    /// Rights granted.
+    pub access: BTreeSet<Access>,
+}
+
+/// A network endpoint.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Endpoint {
+    /// Host name or address.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+}
+
+/// Resource limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Processes and threads (cgroup `pids.max`).
+    pub max_processes: u32,
+    /// Largest file a process may write (`RLIMIT_FSIZE`).
+    pub max_file_bytes: u64,
+    /// Memory (cgroup memory limit, `RLIMIT_AS`).
+    pub max_memory_bytes: u64,
+    /// CPU time (`RLIMIT_CPU`).
+    pub cpu_seconds: u32,
+    /// Open descriptors (`RLIMIT_NOFILE`).
+    pub max_open_files: u32,
+}
+
+impl Limits {
+    /// Whether every limit of `self` is within `other`.
+    pub fn within(&self, other: &Self) -> bool {
+        self.max_processes <= other.max_processes
+            && self.max_file_bytes <= other.max_file_bytes
+            && self.max_memory_bytes <= other.max_memory_bytes
+            && self.cpu_seconds <= other.cpu_seconds
+            && self.max_open_files <= other.max_open_files
+    }
+
+    /// The element-wise maximum.
+    pub fn max(&self, other: &Self) -> Self {
+        Self {
+            max_processes: self.max_processes.max(other.max_processes),
+            max_file_bytes: self.max_file_bytes.max(other.max_file_bytes),
+            max_memory_bytes: self.max_memory_bytes.max(other.max_memory_bytes),
+            cpu_seconds: self.cpu_seconds.max(other.cpu_seconds),
+            max_open_files: self.max_open_files.max(other.max_open_files),
+        }
+    }
+}
+
+/// `Auth`: the system calls, paths, endpoints and limits a prompt authorizes — the
+/// union of the needs of the toolkits its trajectory uses plus the runtime's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Authorization {
+    /// Toolkits the trajectory uses.
+    pub toolkits: BTreeSet<String>,
+    /// System call names.
+    pub syscalls: BTreeSet<String>,
+    /// Path grants.
+    pub paths: Vec<PathGrant>,
+    /// Network endpoints.
+    pub endpoints: BTreeSet<Endpoint>,
+    /// Resource limits.
+    pub limits: Limits,
+}
+
+/// What a tool needs to run: its toolkit's needs plus the runtime's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolNeeds {
+    /// The toolkit.
+    pub toolkit: String,
+    /// System call names.
+    pub syscalls: BTreeSet<String>,
+    /// Path grants.
+    pub paths: Vec<PathGrant>,
+    /// Network endpoints.
+    pub endpoints: BTreeSet<Endpoint>,
+    /// Resource limits.
+    pub limits: Limits,
+    /// Cost units per call.
+    pub cost: u64,
+}
+
+/// The regulation guard's ground truth: which regulations apply and which policy set
+/// decides them.
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegulationSpec {
+    /// Regulations in force (`GDPR`, `HIPAA`).
+    pub regulations: Vec<String>,
+    /// Hash of the policy set that decides them, when one is configured.
+    pub policy_hash: Option<Digest>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn exact_expected_hash_equals_action_hash() {
+        let params = json!({"a": 1}).as_object().cloned().unwrap_or_default();
+        let e = ExpectedCall::exact(0, "T", params.clone());
+        let a = crate::Action { tool: "T".into(), params };
+        assert_eq!(e.hash, a.hash());
+        assert_eq!(e.compute_hash(), e.hash);
+    }
+
+    #[test]
+    fn constrained_hash_differs_and_covers_constraints() {
+        let params = json!({"a": "x"}).as_object().cloned().unwrap_or_default();
+        let mut c = BTreeMap::new();
+        c.insert("a".to_string(), ParamConstraint::Length { min: 1, max: 10 });
+        let e = ExpectedCall::constrained(0, "T", params.clone(), c.clone());
+        assert_ne!(e.hash, ExpectedCall::exact(0, "T", params.clone()).hash);
+        c.insert("a".to_string(), ParamConstraint::Length { min: 1, max: 11 });
+        assert_ne!(e.hash, ExpectedCall::constrained(0, "T", params, c).hash);
+    }
+}

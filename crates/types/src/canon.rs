@@ -1,0 +1,190 @@
+//! RFC 8785 JSON Canonicalization Scheme (JCS) over `serde_json::Value`.
+//!
+//! Objects are written with members sorted by the UTF-16 code units of their names,
+//! no insignificant whitespace, strings with the minimal JSON escapes, and numbers in
+//! the ECMAScript `Number.prototype.toString` form (integers that fit exactly are
+//! written as integers). Everything Knox hashes or signs goes through here.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// Errors while producing canonical JSON.
+#[derive(Debug, thiserror::Error)]
+pub enum CanonError {
+    /// The value could not be turned into JSON.
+    #[error("cannot serialize value to json: {0}")]
+    Serialize(#[from] serde_json::Error),
+}
+
+/// Canonical bytes of any serializable value.
+pub fn to_canonical<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CanonError> {
+    let v = serde_json::to_value(value)?;
+    Ok(canonical(&v))
+}
+
+/// Canonical bytes of a JSON value.
+pub fn canonical(value: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    write_value(value, &mut out);
+    out
+}
+
+/// Appends the canonical form of `value` to `out`.
+pub fn write_value(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(n) => write_number(n, out),
+        Value::String(s) => write_string(s, out),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_value(item, out);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => write_object(map, out),
+    }
+}
+
+/// Appends the canonical form of a JSON object.
+pub fn write_object(map: &serde_json::Map<String, Value>, out: &mut Vec<u8>) {
+    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+    // Byte order equals UTF-16 order for ASCII names; only sort by UTF-16 code units
+    // when a name needs it. Sorting is needed either way: with serde_json's
+    // `preserve_order` feature a map keeps insertion order.
+    if entries.iter().any(|(k, _)| !k.is_ascii()) {
+        entries.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+    } else {
+        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    }
+    out.push(b'{');
+    for (i, (key, value)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_string(key, out);
+        out.push(b':');
+        write_value(value, out);
+    }
+    out.push(b'}');
+}
+
+/// Numbers: integers up to 2^53 exactly, everything else as the IEEE double ECMAScript
+/// would print (integers beyond 2^53 lose precision, as they do in every JCS
+/// implementation; Knox's own records never carry such integers).
+fn write_number(n: &serde_json::Number, out: &mut Vec<u8>) {
+    if let Some(i) = n.as_i64() {
+        if i.unsigned_abs() <= (1u64 << 53) {
+            out.extend_from_slice(i.to_string().as_bytes());
+            return;
+        }
+    }
+    if let Some(u) = n.as_u64() {
+        if u <= (1u64 << 53) {
+            out.extend_from_slice(u.to_string().as_bytes());
+            return;
+        }
+    }
+    // serde_json (without arbitrary_precision) never holds a non-finite number.
+    let f = n.as_f64().unwrap_or(0.0);
+    if f == 0.0 || !f.is_finite() {
+        out.push(b'0');
+        return;
+    }
+    let mut buf = ryu_js::Buffer::new();
+    out.extend_from_slice(buf.format_finite(f).as_bytes());
+}
+
+
+/// Appends a canonical JSON string.
+pub fn write_string(s: &str, out: &mut Vec<u8>) {
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let esc: Option<&[u8]> = match b {
+            b'"' => Some(b"\\\""),
+            b'\\' => Some(b"\\\\"),
+            0x08 => Some(b"\\b"),
+            0x09 => Some(b"\\t"),
+            0x0a => Some(b"\\n"),
+            0x0c => Some(b"\\f"),
+            0x0d => Some(b"\\r"),
+            0x00..=0x1f => None,
+            _ => continue,
+        };
+        out.extend_from_slice(bytes.get(start..i).unwrap_or_default());
+        match esc {
+            Some(e) => out.extend_from_slice(e),
+            None => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[usize::from(b >> 4)]);
+                out.push(HEX[usize::from(b & 0x0f)]);
+            }
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(bytes.get(start..).unwrap_or_default());
+    out.push(b'"');
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn c(v: Value) -> String {
+        String::from_utf8(canonical(&v)).unwrap()
+    }
+
+    #[test]
+    fn rfc8785_primitive_example() {
+        // RFC 8785 section 3.2.2 example input (numbers and strings).
+        let input = r#"{"numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],
+            "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
+            "literals": [null, true, false]}"#;
+        let v: Value = serde_json::from_str(input).unwrap();
+        assert_eq!(
+            c(v),
+            r#"{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}"#
+        );
+    }
+
+    #[test]
+    fn rfc8785_sorting_by_utf16() {
+        // RFC 8785 section 3.2.3: property sorting uses UTF-16 code units.
+        let input = "{\"\\u20ac\": \"Euro Sign\", \"\\r\": \"Carriage Return\", \"\\ufb33\": \"Hebrew Letter Dalet With Dagesh\", \"1\": \"One\", \"\\ud83d\\ude00\": \"Emoji: Grinning Face\", \"\\u0080\": \"Control\", \"\\u00f6\": \"Latin Small Letter O With Diaeresis\"}";
+        let v: Value = serde_json::from_str(input).unwrap();
+        let out = c(v);
+        let order: Vec<&str> = [
+            "Carriage Return",
+            "One",
+            "Control",
+            "Latin Small",
+            "Euro Sign",
+            "Emoji",
+            "Hebrew",
+        ]
+        .to_vec();
+        let mut last = 0;
+        for o in order {
+            let pos = out.find(o).unwrap();
+            assert!(pos > last, "{o} out of order in {out}");
+            last = pos;
+        }
+    }
+
+    #[test]
+    fn integers_and_nested() {
+        assert_eq!(c(json!({"b": [1, -2, 0], "a": {"y": 1, "x": 0.5}})), r#"{"a":{"x":0.5,"y":1},"b":[1,-2,0]}"#);
+        assert_eq!(c(json!(-0.0)), "0");
+        assert_eq!(c(json!(1.0)), "1");
+    }
+}

@@ -1,0 +1,14 @@
+#![doc = include_str!("../README.md")]
+
+pub mod action;
+pub mod aeg;
+pub mod apm;
+pub mod bytes;
+pub mod bundle;
+pub mod canon;
+pub mod digest;
+pub mod merkle;
+pub mod payload;
+
+pub use action::Action;
+pub use digest::Digest;

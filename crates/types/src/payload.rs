@@ -1,0 +1,225 @@
+//! Typed payloads of AEG nodes, one per node kind.
+//!
+//! A node stores its payload as JSON; the monitor builds it from these types and the
+//! verifier parses it back with `deny_unknown_fields`, so an altered or extended
+//! payload is caught before any check reads it.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::action::Action;
+use crate::apm::{ExpectedCall, StopCause, ToolNeeds, Topology};
+use crate::digest::Digest;
+
+/// Longest raw proposal text kept in a `tool_call` node (its hash covers all of it).
+pub const MAX_RECORDED_PROPOSAL: usize = 4096;
+
+/// `root`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RootPayload {
+    /// Run identifier.
+    pub run_id: String,
+    /// Hash of the APM the run is mediated against.
+    pub apm_hash: Digest,
+    /// Workload shape.
+    pub topology: Topology,
+}
+
+/// One sub-agent's share of the tasks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Assignment {
+    /// Sub-agent id.
+    pub agent: String,
+    /// Task ids.
+    pub tasks: Vec<u32>,
+}
+
+/// `agent_step`: the planner's decomposition into sub-agents.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentStepPayload {
+    /// One entry per dispatched sub-agent.
+    pub decomposition: Vec<Assignment>,
+}
+
+/// `agent_branch`: the start of one sub-agent's subgraph.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentBranchPayload {
+    /// Sub-agent id.
+    pub agent: String,
+    /// Its tasks.
+    pub tasks: Vec<u32>,
+}
+
+/// `tool_call`: a proposal and what it was compared with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCallPayload {
+    /// Ordinal of the proposal among the agent's proposals (0-based).
+    pub ordinal: u32,
+    /// Trajectory pointer `j` when the proposal arrived.
+    pub position: u32,
+    /// `e_j`, when the trajectory has one at `j`.
+    pub expected: Option<ExpectedCall>,
+    /// The parsed action, when the proposal was well formed.
+    pub actual: Option<Action>,
+    /// `H(α)` for a parsed action, `H("knox/proposal", raw bytes)` otherwise.
+    pub actual_hash: Digest,
+    /// The raw proposal (truncated to [`MAX_RECORDED_PROPOSAL`] bytes) when it could not
+    /// be parsed.
+    pub raw: Option<String>,
+    /// Size in bytes of the raw proposal.
+    pub raw_len: u64,
+}
+
+/// The guards, in the order the monitor applies them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardKind {
+    /// `Γ_int`: timeout, action cap, budget, external signal.
+    Stop,
+    /// Well-formedness of the proposal against the toolkit manifest.
+    Input,
+    /// `Γ_traj`.
+    Trajectory,
+    /// `Γ_sys`, mediated: the tool's declared needs within `Auth`.
+    Syscall,
+    /// `Γ_reg`.
+    Regulation,
+}
+
+impl GuardKind {
+    /// Order of evaluation.
+    pub const ORDER: [Self; 5] = [Self::Stop, Self::Input, Self::Trajectory, Self::Syscall, Self::Regulation];
+
+    /// The JSON name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::Input => "input",
+            Self::Trajectory => "trajectory",
+            Self::Syscall => "syscall",
+            Self::Regulation => "regulation",
+        }
+    }
+}
+
+/// `check`: one guard's evaluation of its parent `tool_call`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckPayload {
+    /// The guard.
+    pub guard: GuardKind,
+    /// Whether it passed.
+    pub passed: bool,
+    /// What it looked at.
+    pub detail: CheckDetail,
+}
+
+/// Guard-specific facts recorded with a check, enough to recompute it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "guard", rename_all = "snake_case", deny_unknown_fields)]
+pub enum CheckDetail {
+    /// Run state `σ` as the stop guard saw it.
+    Stop {
+        /// Proposals by this agent before this one.
+        actions: u32,
+        /// Cost units this agent spent before this proposal.
+        spent: u64,
+        /// Milliseconds since the run started.
+        elapsed_ms: u64,
+        /// Whether an external stop signal was present.
+        signal: bool,
+        /// What fired, when something did.
+        cause: Option<StopCause>,
+    },
+    /// Parsing and schema validation.
+    Input {
+        /// Why the proposal was malformed.
+        error: Option<String>,
+    },
+    /// Trajectory comparison.
+    Trajectory {
+        /// `exact`, `constraints`, or `none` when no call was expected at `j`.
+        mode: String,
+        /// Per-parameter results (constraint mode only).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        params: Vec<ParamCheck>,
+        /// Why it did not match.
+        reason: Option<String>,
+    },
+    /// Mediated system-call check.
+    Syscall {
+        /// The tool's declared needs.
+        needs: ToolNeeds,
+        /// Needs not covered by `Auth`.
+        missing: BTreeSet<String>,
+    },
+    /// Regulation guard.
+    Regulation {
+        /// `compliant`, `non_compliant` or `not_applicable`.
+        verdict: String,
+        /// Ids of the deciding policies.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        policies: Vec<String>,
+        /// Free-form facts (the information flow, a note).
+        note: Option<String>,
+    },
+}
+
+/// One parameter's constraint result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParamCheck {
+    /// Parameter name.
+    pub name: String,
+    /// Constraint kind.
+    pub constraint: String,
+    /// Whether it held.
+    pub ok: bool,
+}
+
+/// `tool_output`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolOutputPayload {
+    /// What the tool returned.
+    pub output: Value,
+    /// Cost units charged.
+    pub cost: u64,
+}
+
+/// `blocked`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BlockedPayload {
+    /// The guard that blocked.
+    pub guard: GuardKind,
+}
+
+/// `interrupt`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterruptPayload {
+    /// What fired.
+    pub cause: StopCause,
+}
+
+/// `proof_of_inference`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProofOfInferencePayload {
+    /// `planner`, `executor` or `judge`.
+    pub role: String,
+    /// Model name.
+    pub model: String,
+    /// SHA-256 of the weights file, when measured or declared.
+    pub weights_hash: Option<Digest>,
+    /// True when the hash was declared by a remote endpoint, not measured here.
+    pub declared: bool,
+}
