@@ -1,0 +1,9 @@
+#![doc = include_str!("../README.md")]
+
+pub mod binding;
+pub mod key;
+pub mod platform;
+pub mod simulated;
+
+pub use key::{SignatureError, TeeKey, verify_signature};
+pub use platform::{PlatformBackend, PlatformError};

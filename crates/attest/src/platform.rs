@@ -1,0 +1,95 @@
+//! The platform-evidence trait that hardware backends implement, and appraisal of
+//! the evidence a bundle carries.
+
+use knox_types::bundle::{PlatformEvidence, PublicKey};
+
+use crate::binding;
+
+/// Why platform evidence could not be produced or was not accepted.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PlatformError {
+    /// The backend's interface is not present on this machine.
+    #[error("{backend}: not available on this machine: {why}")]
+    Unavailable {
+        /// Backend.
+        backend: &'static str,
+        /// What is missing.
+        why: String,
+    },
+    /// The backend failed.
+    #[error("{backend}: {why}")]
+    Failed {
+        /// Backend.
+        backend: &'static str,
+        /// What went wrong.
+        why: String,
+    },
+    /// `report_data` does not commit to the bundle's key and nonce.
+    #[error("key binding mismatch: report_data does not commit to the bundle's signing key")]
+    BindingMismatch,
+    /// Evidence of a mode this verifier does not know.
+    #[error("unknown platform evidence mode `{0}`")]
+    UnknownMode(String),
+    /// Simulated evidence without the explicit, insecure permission to accept it.
+    #[error("simulated platform evidence is not hardware-backed; refused (accept only with --allow-simulated, insecure)")]
+    SimulatedRefused,
+    /// The evidence is malformed.
+    #[error("malformed platform evidence: {0}")]
+    Malformed(String),
+}
+
+/// What is being bound: the in-TEE public key and the epoch nonce.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyBinding {
+    /// The in-TEE public key.
+    pub public_key: [u8; 32],
+    /// Epoch/campaign nonce (may be empty).
+    pub nonce: Vec<u8>,
+}
+
+/// A source of platform evidence.
+pub trait PlatformBackend: Send + Sync {
+    /// The mode name written into bundles.
+    fn mode(&self) -> &'static str;
+    /// Produces evidence whose report_data commits to `binding`.
+    fn collect(&self, binding: &KeyBinding) -> Result<PlatformEvidence, PlatformError>;
+}
+
+/// What the verifier is willing to accept.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AppraisalOptions {
+    /// Accept simulated evidence. Insecure: simulated evidence has no root of trust.
+    pub dangerous_allow_simulated: bool,
+}
+
+/// The result of appraising platform evidence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Appraisal {
+    /// The evidence mode.
+    pub mode: String,
+    /// Whether hardware vouches for the key.
+    pub hardware_backed: bool,
+}
+
+/// Checks that `evidence` binds `key` and is acceptable under `opts`.
+pub fn appraise(evidence: &PlatformEvidence, key: &PublicKey, opts: AppraisalOptions) -> Result<Appraisal, PlatformError> {
+    let pk: [u8; 32] = key
+        .public_key
+        .0
+        .as_slice()
+        .try_into()
+        .map_err(|_| PlatformError::Malformed("public key is not 32 bytes".into()))?;
+    if evidence.nonce.0.len() > binding::MAX_NONCE {
+        return Err(PlatformError::Malformed(format!("nonce longer than {} bytes", binding::MAX_NONCE)));
+    }
+    match evidence.mode.as_str() {
+        crate::simulated::MODE => {
+            crate::simulated::check(evidence, &pk)?;
+            if !opts.dangerous_allow_simulated {
+                return Err(PlatformError::SimulatedRefused);
+            }
+            Ok(Appraisal { mode: evidence.mode.clone(), hardware_backed: false })
+        }
+        other => Err(PlatformError::UnknownMode(other.to_string())),
+    }
+}

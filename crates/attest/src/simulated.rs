@@ -1,0 +1,85 @@
+//! The `simulated` backend: a development stand-in with no root of trust.
+//!
+//! It computes the same `report_data` a hardware report would carry and says, in its
+//! own media type and in its evidence, that nothing vouches for it. It never imitates
+//! a vendor structure.
+
+use knox_types::bundle::PlatformEvidence;
+use knox_types::bytes::HexBytes;
+use serde_json::json;
+
+use crate::binding;
+use crate::platform::{KeyBinding, PlatformBackend, PlatformError};
+
+/// Mode name.
+pub const MODE: &str = "simulated";
+
+/// Media type of simulated evidence.
+pub const MEDIA_TYPE: &str = "application/vnd.knox.simulated-evidence.v1+json";
+
+/// The note every simulated evidence and report carries.
+pub const NOTE: &str = "not hardware-backed: simulated platform evidence, no root of trust";
+
+/// The simulated backend.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Simulated;
+
+impl PlatformBackend for Simulated {
+    fn mode(&self) -> &'static str {
+        MODE
+    }
+
+    fn collect(&self, b: &KeyBinding) -> Result<PlatformEvidence, PlatformError> {
+        if b.nonce.len() > binding::MAX_NONCE {
+            return Err(PlatformError::Failed { backend: MODE, why: "nonce too long".into() });
+        }
+        Ok(PlatformEvidence {
+            mode: MODE.into(),
+            media_type: MEDIA_TYPE.into(),
+            report_data: HexBytes(binding::report_data(&b.public_key, &b.nonce, None).to_vec()),
+            nonce: HexBytes(b.nonce.clone()),
+            evidence: json!({"note": NOTE, "layout": "knox/report-data/v1"}),
+        })
+    }
+}
+
+/// Checks simulated evidence's shape and key binding (not its trustworthiness: it has
+/// none).
+pub fn check(e: &PlatformEvidence, public_key: &[u8; 32]) -> Result<(), PlatformError> {
+    if e.media_type != MEDIA_TYPE {
+        return Err(PlatformError::Malformed(format!("media type `{}` is not `{MEDIA_TYPE}`", e.media_type)));
+    }
+    let expected = binding::report_data(public_key, &e.nonce.0, None);
+    if e.report_data.0 != expected {
+        return Err(PlatformError::BindingMismatch);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+    use crate::TeeKey;
+    use crate::platform::{AppraisalOptions, appraise};
+
+    #[test]
+    fn refused_unless_dangerously_allowed_and_binding_checked() {
+        let k = TeeKey::generate().unwrap();
+        let ev = Simulated.collect(&KeyBinding { public_key: k.public_bytes(), nonce: b"epoch-1".to_vec() }).unwrap();
+        assert_eq!(appraise(&ev, &k.public_key(), AppraisalOptions::default()), Err(PlatformError::SimulatedRefused));
+        let ok = appraise(&ev, &k.public_key(), AppraisalOptions { dangerous_allow_simulated: true }).unwrap();
+        assert!(!ok.hardware_backed);
+        let other = TeeKey::generate().unwrap();
+        assert_eq!(
+            appraise(&ev, &other.public_key(), AppraisalOptions { dangerous_allow_simulated: true }),
+            Err(PlatformError::BindingMismatch)
+        );
+        let mut swapped_nonce = ev.clone();
+        swapped_nonce.nonce = HexBytes(b"epoch-2".to_vec());
+        assert_eq!(
+            appraise(&swapped_nonce, &k.public_key(), AppraisalOptions { dangerous_allow_simulated: true }),
+            Err(PlatformError::BindingMismatch)
+        );
+    }
+}

@@ -1,0 +1,10 @@
+#![doc = include_str!("../README.md")]
+
+pub mod auth;
+pub mod manifest;
+pub mod schema;
+pub mod spec;
+pub mod stop;
+pub mod trajectory;
+
+pub use manifest::{ManifestError, ToolEntry, ToolkitManifest};

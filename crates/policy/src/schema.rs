@@ -1,0 +1,81 @@
+//! Checking a proposal's parameters against the tool's schema.
+
+use serde_json::{Map, Value};
+
+use knox_types::action::json_type;
+
+use crate::manifest::ToolEntry;
+
+/// Why parameters do not fit a tool's schema.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    /// A required parameter is absent.
+    #[error("missing required parameter `{0}`")]
+    Missing(String),
+    /// A parameter the tool does not declare.
+    #[error("unknown parameter `{0}`")]
+    Unknown(String),
+    /// A parameter of the wrong JSON type.
+    #[error("parameter `{name}`: expected {expected}, got {got}")]
+    Type {
+        /// Parameter.
+        name: String,
+        /// Declared type.
+        expected: String,
+        /// Actual type.
+        got: &'static str,
+    },
+}
+
+/// Checks `params` against the tool's declared parameters: required ones present,
+/// no undeclared ones, JSON types as declared (`number` accepts integers; `null` is
+/// accepted only for optional parameters).
+pub fn validate(tool: &ToolEntry, params: &Map<String, Value>) -> Result<(), SchemaError> {
+    for p in &tool.spec.parameters {
+        let required = p.required.unwrap_or(false);
+        match params.get(&p.name) {
+            None if required => return Err(SchemaError::Missing(p.name.clone())),
+            None => {}
+            Some(Value::Null) if !required => {}
+            Some(v) => {
+                let got = json_type(v);
+                let ok = got == p.ty || (p.ty == "number" && got == "integer");
+                if !ok {
+                    return Err(SchemaError::Type { name: p.name.clone(), expected: p.ty.clone(), got });
+                }
+            }
+        }
+    }
+    if let Some(extra) = params.keys().find(|k| !tool.spec.parameters.iter().any(|p| &p.name == *k)) {
+        return Err(SchemaError::Unknown(extra.clone()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+    use crate::manifest::tests::manifest;
+    use serde_json::json;
+
+    fn p(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn accepts_valid_and_names_each_fault() {
+        let m = manifest();
+        let read = m.tool("MailRead").unwrap();
+        assert_eq!(validate(read, &p(json!({"id": "e1"}))), Ok(()));
+        assert_eq!(validate(read, &p(json!({"id": "e1", "limit": 3}))), Ok(()));
+        assert_eq!(validate(read, &p(json!({"id": "e1", "limit": null}))), Ok(()));
+        assert_eq!(validate(read, &p(json!({}))), Err(SchemaError::Missing("id".into())));
+        assert_eq!(validate(read, &p(json!({"id": "e1", "x": 1}))), Err(SchemaError::Unknown("x".into())));
+        assert_eq!(
+            validate(read, &p(json!({"id": "e1", "limit": 2.5}))),
+            Err(SchemaError::Type { name: "limit".into(), expected: "integer".into(), got: "number" })
+        );
+        assert!(validate(read, &p(json!({"id": null}))).is_err());
+    }
+}

@@ -1,0 +1,51 @@
+//! The stop guard `Γ_int`: a static predicate over the run state `σ`.
+
+use knox_types::apm::{StopCause, StopPolicy};
+
+/// The run state the stop guard tests, as seen by one agent before a proposal.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunState {
+    /// Proposals this agent made before.
+    pub actions: u32,
+    /// Cost units this agent spent on executed actions.
+    pub spent: u64,
+    /// Milliseconds since the run started.
+    pub elapsed_ms: u64,
+    /// Whether an external stop signal is present.
+    pub signal: bool,
+}
+
+/// What fires, in priority order: external signal, timeout, action cap, budget.
+pub fn evaluate(policy: &StopPolicy, s: &RunState) -> Option<StopCause> {
+    if policy.external && s.signal {
+        return Some(StopCause::Signal);
+    }
+    if policy.timeout_ms.is_some_and(|t| s.elapsed_ms >= t) {
+        return Some(StopCause::Timeout);
+    }
+    if policy.max_actions.is_some_and(|m| s.actions >= m) {
+        return Some(StopCause::ActionCap);
+    }
+    if policy.budget.is_some_and(|b| s.spent >= b) {
+        return Some(StopCause::Budget);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn priorities_and_thresholds() {
+        let p = StopPolicy { timeout_ms: Some(100), max_actions: Some(3), budget: Some(10), external: true };
+        let s = RunState::default();
+        assert_eq!(evaluate(&p, &s), None);
+        assert_eq!(evaluate(&p, &RunState { actions: 3, ..s }), Some(StopCause::ActionCap));
+        assert_eq!(evaluate(&p, &RunState { spent: 10, ..s }), Some(StopCause::Budget));
+        assert_eq!(evaluate(&p, &RunState { elapsed_ms: 100, actions: 9, ..s }), Some(StopCause::Timeout));
+        assert_eq!(evaluate(&p, &RunState { signal: true, elapsed_ms: 100, ..s }), Some(StopCause::Signal));
+        let no_ext = StopPolicy { external: false, ..p };
+        assert_eq!(evaluate(&no_ext, &RunState { signal: true, ..s }), None);
+    }
+}
