@@ -19,7 +19,11 @@ pub const GPU_NONCE_V1: &[u8] = b"knox/gpu-nonce/v1\0";
 pub const MAX_NONCE: usize = 64;
 
 /// The 64-byte `report_data` binding `public_key`, `nonce` and optional GPU evidence.
-pub fn report_data(public_key: &[u8; 32], nonce: &[u8], gpu_evidence_sha256: Option<&[u8; 32]>) -> [u8; 64] {
+pub fn report_data(
+    public_key: &[u8; 32],
+    nonce: &[u8],
+    gpu_evidence_sha256: Option<&[u8; 32]>,
+) -> [u8; 64] {
     let mut h = Sha512::new();
     h.update(REPORT_DATA_V1);
     field(&mut h, 1, public_key);
@@ -55,7 +59,10 @@ mod tests {
         assert_ne!(base, report_data(&pk, b"epoch2", None));
         assert_ne!(base, report_data(&pk, b"epoch", Some(&[0u8; 32])));
         // Length prefixes keep fields from sliding into each other.
-        assert_ne!(report_data(&pk, b"", Some(&[1u8; 32])), report_data(&pk, &[1u8; 32], None));
+        assert_ne!(
+            report_data(&pk, b"", Some(&[1u8; 32])),
+            report_data(&pk, &[1u8; 32], None)
+        );
         assert_ne!(gpu_nonce(&pk, b"a"), gpu_nonce(&pk, b"b"));
     }
 }

@@ -55,7 +55,9 @@ impl TeeKey {
 
     /// A key from a 32-byte seed (for regulator keys stored on disk, and tests).
     pub fn from_seed(seed: [u8; 32]) -> Self {
-        Self { signing: SigningKey::from_bytes(&seed) }
+        Self {
+            signing: SigningKey::from_bytes(&seed),
+        }
     }
 
     /// The seed, for storing a regulator's key.
@@ -70,7 +72,10 @@ impl TeeKey {
 
     /// The public key as bundles carry it.
     pub fn public_key(&self) -> PublicKey {
-        PublicKey { alg: ALG.into(), public_key: HexBytes(self.public_bytes().to_vec()) }
+        PublicKey {
+            alg: ALG.into(),
+            public_key: HexBytes(self.public_bytes().to_vec()),
+        }
     }
 
     /// `H("knox/key", public key)`.
@@ -94,19 +99,37 @@ pub fn key_id(public: &[u8]) -> Digest {
 
 /// Verifies an Ed25519 signature over `context ‖ message` (strict verification: no
 /// small-order keys, canonical `S`).
-pub fn verify_signature(key: &PublicKey, context: &[u8], message: &[u8], sig: &HexBytes) -> Result<(), SignatureError> {
-    let bad_key = || SignatureError::Key { alg: key.alg.clone(), len: key.public_key.0.len() };
+pub fn verify_signature(
+    key: &PublicKey,
+    context: &[u8],
+    message: &[u8],
+    sig: &HexBytes,
+) -> Result<(), SignatureError> {
+    let bad_key = || SignatureError::Key {
+        alg: key.alg.clone(),
+        len: key.public_key.0.len(),
+    };
     if key.alg != ALG {
         return Err(bad_key());
     }
-    let bytes: [u8; 32] = key.public_key.0.as_slice().try_into().map_err(|_| bad_key())?;
+    let bytes: [u8; 32] = key
+        .public_key
+        .0
+        .as_slice()
+        .try_into()
+        .map_err(|_| bad_key())?;
     let vk = VerifyingKey::from_bytes(&bytes).map_err(|_| bad_key())?;
-    let sig_bytes: [u8; 64] = sig.0.as_slice().try_into().map_err(|_| SignatureError::Length(sig.0.len()))?;
+    let sig_bytes: [u8; 64] = sig
+        .0
+        .as_slice()
+        .try_into()
+        .map_err(|_| SignatureError::Length(sig.0.len()))?;
     let sig = ed25519_dalek::Signature::from_bytes(&sig_bytes);
     let mut m = Vec::with_capacity(context.len() + message.len());
     m.extend_from_slice(context);
     m.extend_from_slice(message);
-    vk.verify_strict(&m, &sig).map_err(|_| SignatureError::Invalid)
+    vk.verify_strict(&m, &sig)
+        .map_err(|_| SignatureError::Invalid)
 }
 
 #[cfg(test)]
@@ -117,9 +140,16 @@ mod tests {
     #[test]
     fn rfc8032_test_vector_1() {
         // RFC 8032 section 7.1, TEST 1 (empty message).
-        let seed: [u8; 32] = hex::decode("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60").unwrap().try_into().unwrap();
+        let seed: [u8; 32] =
+            hex::decode("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
+                .unwrap()
+                .try_into()
+                .unwrap();
         let k = TeeKey::from_seed(seed);
-        assert_eq!(hex::encode(k.public_bytes()), "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a");
+        assert_eq!(
+            hex::encode(k.public_bytes()),
+            "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"
+        );
         let sig = k.sign(b"", b"");
         assert_eq!(
             hex::encode(&sig.0),
@@ -133,11 +163,23 @@ mod tests {
         let b = TeeKey::generate().unwrap();
         let sig = a.sign(b"ctx\0", b"m");
         assert!(verify_signature(&a.public_key(), b"ctx\0", b"m", &sig).is_ok());
-        assert_eq!(verify_signature(&b.public_key(), b"ctx\0", b"m", &sig), Err(SignatureError::Invalid));
-        assert_eq!(verify_signature(&a.public_key(), b"ctx2\0", b"m", &sig), Err(SignatureError::Invalid));
-        assert_eq!(verify_signature(&a.public_key(), b"ctx\0", b"m", &HexBytes(vec![0; 3])), Err(SignatureError::Length(3)));
+        assert_eq!(
+            verify_signature(&b.public_key(), b"ctx\0", b"m", &sig),
+            Err(SignatureError::Invalid)
+        );
+        assert_eq!(
+            verify_signature(&a.public_key(), b"ctx2\0", b"m", &sig),
+            Err(SignatureError::Invalid)
+        );
+        assert_eq!(
+            verify_signature(&a.public_key(), b"ctx\0", b"m", &HexBytes(vec![0; 3])),
+            Err(SignatureError::Length(3))
+        );
         let mut pk = a.public_key();
         pk.alg = "rsa".into();
-        assert!(matches!(verify_signature(&pk, b"ctx\0", b"m", &sig), Err(SignatureError::Key { .. })));
+        assert!(matches!(
+            verify_signature(&pk, b"ctx\0", b"m", &sig),
+            Err(SignatureError::Key { .. })
+        ));
     }
 }

@@ -31,7 +31,9 @@ pub enum PlatformError {
     #[error("unknown platform evidence mode `{0}`")]
     UnknownMode(String),
     /// Simulated evidence without the explicit, insecure permission to accept it.
-    #[error("simulated platform evidence is not hardware-backed; refused (accept only with --allow-simulated, insecure)")]
+    #[error(
+        "simulated platform evidence is not hardware-backed; refused (accept only with --allow-simulated, insecure)"
+    )]
     SimulatedRefused,
     /// The evidence is malformed.
     #[error("malformed platform evidence: {0}")]
@@ -72,7 +74,11 @@ pub struct Appraisal {
 }
 
 /// Checks that `evidence` binds `key` and is acceptable under `opts`.
-pub fn appraise(evidence: &PlatformEvidence, key: &PublicKey, opts: AppraisalOptions) -> Result<Appraisal, PlatformError> {
+pub fn appraise(
+    evidence: &PlatformEvidence,
+    key: &PublicKey,
+    opts: AppraisalOptions,
+) -> Result<Appraisal, PlatformError> {
     let pk: [u8; 32] = key
         .public_key
         .0
@@ -80,7 +86,10 @@ pub fn appraise(evidence: &PlatformEvidence, key: &PublicKey, opts: AppraisalOpt
         .try_into()
         .map_err(|_| PlatformError::Malformed("public key is not 32 bytes".into()))?;
     if evidence.nonce.0.len() > binding::MAX_NONCE {
-        return Err(PlatformError::Malformed(format!("nonce longer than {} bytes", binding::MAX_NONCE)));
+        return Err(PlatformError::Malformed(format!(
+            "nonce longer than {} bytes",
+            binding::MAX_NONCE
+        )));
     }
     match evidence.mode.as_str() {
         crate::simulated::MODE => {
@@ -88,7 +97,10 @@ pub fn appraise(evidence: &PlatformEvidence, key: &PublicKey, opts: AppraisalOpt
             if !opts.dangerous_allow_simulated {
                 return Err(PlatformError::SimulatedRefused);
             }
-            Ok(Appraisal { mode: evidence.mode.clone(), hardware_backed: false })
+            Ok(Appraisal {
+                mode: evidence.mode.clone(),
+                hardware_backed: false,
+            })
         }
         other => Err(PlatformError::UnknownMode(other.to_string())),
     }

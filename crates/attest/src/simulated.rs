@@ -31,7 +31,10 @@ impl PlatformBackend for Simulated {
 
     fn collect(&self, b: &KeyBinding) -> Result<PlatformEvidence, PlatformError> {
         if b.nonce.len() > binding::MAX_NONCE {
-            return Err(PlatformError::Failed { backend: MODE, why: "nonce too long".into() });
+            return Err(PlatformError::Failed {
+                backend: MODE,
+                why: "nonce too long".into(),
+            });
         }
         Ok(PlatformEvidence {
             mode: MODE.into(),
@@ -47,7 +50,10 @@ impl PlatformBackend for Simulated {
 /// none).
 pub fn check(e: &PlatformEvidence, public_key: &[u8; 32]) -> Result<(), PlatformError> {
     if e.media_type != MEDIA_TYPE {
-        return Err(PlatformError::Malformed(format!("media type `{}` is not `{MEDIA_TYPE}`", e.media_type)));
+        return Err(PlatformError::Malformed(format!(
+            "media type `{}` is not `{MEDIA_TYPE}`",
+            e.media_type
+        )));
     }
     let expected = binding::report_data(public_key, &e.nonce.0, None);
     if e.report_data.0 != expected {
@@ -66,19 +72,46 @@ mod tests {
     #[test]
     fn refused_unless_dangerously_allowed_and_binding_checked() {
         let k = TeeKey::generate().unwrap();
-        let ev = Simulated.collect(&KeyBinding { public_key: k.public_bytes(), nonce: b"epoch-1".to_vec() }).unwrap();
-        assert_eq!(appraise(&ev, &k.public_key(), AppraisalOptions::default()), Err(PlatformError::SimulatedRefused));
-        let ok = appraise(&ev, &k.public_key(), AppraisalOptions { dangerous_allow_simulated: true }).unwrap();
+        let ev = Simulated
+            .collect(&KeyBinding {
+                public_key: k.public_bytes(),
+                nonce: b"epoch-1".to_vec(),
+            })
+            .unwrap();
+        assert_eq!(
+            appraise(&ev, &k.public_key(), AppraisalOptions::default()),
+            Err(PlatformError::SimulatedRefused)
+        );
+        let ok = appraise(
+            &ev,
+            &k.public_key(),
+            AppraisalOptions {
+                dangerous_allow_simulated: true,
+            },
+        )
+        .unwrap();
         assert!(!ok.hardware_backed);
         let other = TeeKey::generate().unwrap();
         assert_eq!(
-            appraise(&ev, &other.public_key(), AppraisalOptions { dangerous_allow_simulated: true }),
+            appraise(
+                &ev,
+                &other.public_key(),
+                AppraisalOptions {
+                    dangerous_allow_simulated: true
+                }
+            ),
             Err(PlatformError::BindingMismatch)
         );
         let mut swapped_nonce = ev.clone();
         swapped_nonce.nonce = HexBytes(b"epoch-2".to_vec());
         assert_eq!(
-            appraise(&swapped_nonce, &k.public_key(), AppraisalOptions { dangerous_allow_simulated: true }),
+            appraise(
+                &swapped_nonce,
+                &k.public_key(),
+                AppraisalOptions {
+                    dangerous_allow_simulated: true
+                }
+            ),
             Err(PlatformError::BindingMismatch)
         );
     }

@@ -9,7 +9,10 @@ use crate::manifest::{ToolkitManifest, merge_paths};
 
 /// `Auth` for a trajectory using `toolkits`: the union of those toolkits' needs and the
 /// runtime baseline. Unknown toolkit names are ignored (the planner validates tools).
-pub fn authorization<'a>(manifest: &ToolkitManifest, toolkits: impl IntoIterator<Item = &'a str>) -> Authorization {
+pub fn authorization<'a>(
+    manifest: &ToolkitManifest,
+    toolkits: impl IntoIterator<Item = &'a str>,
+) -> Authorization {
     let needs = manifest.needs();
     let mut auth = Authorization {
         toolkits: BTreeSet::new(),
@@ -19,7 +22,9 @@ pub fn authorization<'a>(manifest: &ToolkitManifest, toolkits: impl IntoIterator
         limits: needs.runtime.limits,
     };
     for name in toolkits {
-        let Some(kit) = needs.toolkits.get(name) else { continue };
+        let Some(kit) = needs.toolkits.get(name) else {
+            continue;
+        };
         auth.toolkits.insert(name.to_string());
         auth.syscalls.extend(kit.syscalls.iter().cloned());
         auth.paths.extend(kit.paths.iter().cloned());
@@ -70,12 +75,18 @@ pub fn missing(needs: &ToolNeeds, auth: &Authorization) -> BTreeSet<String> {
 
 /// Whether some grant on `path` or one of its ancestors gives `access`.
 pub fn covers(grants: &[PathGrant], path: &str, access: Access) -> bool {
-    grants.iter().any(|g| g.access.contains(&access) && is_within(path, &g.path))
+    grants
+        .iter()
+        .any(|g| g.access.contains(&access) && is_within(path, &g.path))
 }
 
 /// Whether `path` is `base` or lies beneath it (both normalized absolute paths).
 pub fn is_within(path: &str, base: &str) -> bool {
-    base == "/" || path == base || path.strip_prefix(base).is_some_and(|rest| rest.starts_with('/'))
+    base == "/"
+        || path == base
+        || path
+            .strip_prefix(base)
+            .is_some_and(|rest| rest.starts_with('/'))
 }
 
 fn access_name(a: Access) -> &'static str {
@@ -102,8 +113,14 @@ mod tests {
         assert!(!auth.syscalls.contains("execve"));
         assert!(missing(&m.tool("MailSend").unwrap().needs, &auth).is_empty());
         let term = missing(&m.tool("TerminalExecute").unwrap().needs, &auth);
-        assert!(term.contains("syscall:execve") && term.contains("path:/usr/bin:execute"), "{term:?}");
-        assert!(term.contains("toolkit:Terminal") && term.contains("limit:max_processes"), "{term:?}");
+        assert!(
+            term.contains("syscall:execve") && term.contains("path:/usr/bin:execute"),
+            "{term:?}"
+        );
+        assert!(
+            term.contains("toolkit:Terminal") && term.contains("limit:max_processes"),
+            "{term:?}"
+        );
         let both = authorization(&m, ["Mail", "Terminal"]);
         assert!(missing(&m.tool("TerminalExecute").unwrap().needs, &both).is_empty());
     }

@@ -2,6 +2,7 @@
 
 pub mod auth;
 pub mod manifest;
+pub mod proposal;
 pub mod schema;
 pub mod spec;
 pub mod stop;

@@ -272,7 +272,10 @@ impl ToolkitManifest {
     /// Validates parsed parts.
     pub fn from_parts(toolkits: Vec<ToolkitSpec>, needs: NeedsFile) -> Result<Self, ManifestError> {
         if needs.version != NEEDS_VERSION {
-            return Err(ManifestError::Version { got: needs.version, expected: NEEDS_VERSION });
+            return Err(ManifestError::Version {
+                got: needs.version,
+                expected: NEEDS_VERSION,
+            });
         }
         validate_needs(&needs.runtime.syscalls, &needs.runtime.paths)?;
         let known: BTreeSet<&str> = toolkits.iter().map(|t| t.toolkit.as_str()).collect();
@@ -281,15 +284,26 @@ impl ToolkitManifest {
         }
         let mut tools = HashMap::new();
         for kit in &toolkits {
-            let kn = needs.toolkits.get(&kit.toolkit).ok_or_else(|| ManifestError::MissingToolkit(kit.toolkit.clone()))?;
+            let kn = needs
+                .toolkits
+                .get(&kit.toolkit)
+                .ok_or_else(|| ManifestError::MissingToolkit(kit.toolkit.clone()))?;
             validate_needs(&kn.syscalls, &kn.paths)?;
-            if let Some(extra) = kn.tools.keys().find(|t| !kit.tools.iter().any(|s| &s.name == *t)) {
-                return Err(ManifestError::UnknownTool { toolkit: kit.toolkit.clone(), tool: extra.clone() });
+            if let Some(extra) = kn
+                .tools
+                .keys()
+                .find(|t| !kit.tools.iter().any(|s| &s.name == *t))
+            {
+                return Err(ManifestError::UnknownTool {
+                    toolkit: kit.toolkit.clone(),
+                    tool: extra.clone(),
+                });
             }
             let base = tool_needs(&kit.toolkit, &needs.runtime, kn);
             for spec in &kit.tools {
                 let name = format!("{}{}", kit.toolkit, spec.name);
-                knox_types::action::check_tool_name(&name).map_err(|_| ManifestError::ToolName(name.clone()))?;
+                knox_types::action::check_tool_name(&name)
+                    .map_err(|_| ManifestError::ToolName(name.clone()))?;
                 validate_spec(&name, spec)?;
                 let annotations = kn.tools.get(&spec.name).cloned().unwrap_or_default();
                 validate_annotations(&name, spec, &annotations)?;
@@ -307,7 +321,12 @@ impl ToolkitManifest {
         }
         let body = serde_json::json!({"tools": toolkits, "needs": needs});
         let hash = Digest::tagged(tag::MANIFEST, &[&knox_types::canon::canonical(&body)]);
-        Ok(Self { toolkits, needs, tools, hash })
+        Ok(Self {
+            toolkits,
+            needs,
+            tools,
+            hash,
+        })
     }
 
     /// `H("knox/manifest", canonical({"needs": …, "tools": …}))`.
@@ -354,14 +373,26 @@ fn tool_needs(toolkit: &str, runtime: &RuntimeNeeds, kn: &ToolkitNeeds) -> ToolN
 pub fn merge_paths<'a>(grants: impl IntoIterator<Item = &'a PathGrant>) -> Vec<PathGrant> {
     let mut by_path: BTreeMap<&str, BTreeSet<Access>> = BTreeMap::new();
     for g in grants {
-        by_path.entry(g.path.as_str()).or_default().extend(g.access.iter().copied());
+        by_path
+            .entry(g.path.as_str())
+            .or_default()
+            .extend(g.access.iter().copied());
     }
-    by_path.into_iter().map(|(path, access)| PathGrant { path: path.to_string(), access }).collect()
+    by_path
+        .into_iter()
+        .map(|(path, access)| PathGrant {
+            path: path.to_string(),
+            access,
+        })
+        .collect()
 }
 
 fn validate_needs(syscalls: &BTreeSet<String>, paths: &[PathGrant]) -> Result<(), ManifestError> {
     for s in syscalls {
-        let ok = !s.is_empty() && s.len() <= 32 && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        let ok = !s.is_empty()
+            && s.len() <= 32
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
         if !ok {
             return Err(ManifestError::Syscall(s.clone()));
         }
@@ -379,14 +410,22 @@ pub fn is_normalized_absolute(p: &str) -> bool {
     if p == "/" {
         return true;
     }
-    p.starts_with('/') && !p.ends_with('/') && p.split('/').skip(1).all(|c| !c.is_empty() && c != "." && c != "..")
+    p.starts_with('/')
+        && !p.ends_with('/')
+        && p.split('/')
+            .skip(1)
+            .all(|c| !c.is_empty() && c != "." && c != "..")
 }
 
 fn validate_spec(name: &str, spec: &ToolSpec) -> Result<(), ManifestError> {
     let mut seen = BTreeSet::new();
     for p in &spec.parameters {
         if !PARAM_TYPES.contains(&p.ty.as_str()) {
-            return Err(ManifestError::BadType { tool: name.to_string(), param: p.name.clone(), ty: p.ty.clone() });
+            return Err(ManifestError::BadType {
+                tool: name.to_string(),
+                param: p.name.clone(),
+                ty: p.ty.clone(),
+            });
         }
         if !seen.insert(p.name.as_str()) {
             return Err(ManifestError::Duplicate(format!("{name}.{}", p.name)));
@@ -395,14 +434,21 @@ fn validate_spec(name: &str, spec: &ToolSpec) -> Result<(), ManifestError> {
     Ok(())
 }
 
-fn validate_annotations(name: &str, spec: &ToolSpec, a: &ToolAnnotations) -> Result<(), ManifestError> {
+fn validate_annotations(
+    name: &str,
+    spec: &ToolSpec,
+    a: &ToolAnnotations,
+) -> Result<(), ManifestError> {
     let mut named: Vec<&String> = a.sinks.iter().collect();
     if let Some(d) = &a.discloses {
         named.extend(d.recipient.iter().chain(&d.content));
     }
     for param in named {
         if !spec.parameters.iter().any(|p| &p.name == param) {
-            return Err(ManifestError::UnknownParam { tool: name.to_string(), param: param.clone() });
+            return Err(ManifestError::UnknownParam {
+                tool: name.to_string(),
+                param: param.clone(),
+            });
         }
     }
     Ok(())
@@ -466,38 +512,76 @@ limits = { max_processes = 64, max_file_bytes = 1048576, max_memory_bytes = 2684
         let send = m.tool("MailSend").unwrap();
         assert!(send.needs.syscalls.contains("read") && send.needs.syscalls.contains("connect"));
         assert_eq!(send.needs.cost, 2);
-        assert_eq!(m.tool("TerminalExecute").unwrap().needs.limits.max_processes, 64);
+        assert_eq!(
+            m.tool("TerminalExecute")
+                .unwrap()
+                .needs
+                .limits
+                .max_processes,
+            64
+        );
         assert!(m.tool("MailDelete").is_none());
     }
 
     #[test]
     fn rejects_bad_files_with_clear_errors() {
         let cases = [
-            (NEEDS.replace("[toolkits.Mail.tools.Read]", "[toolkits.Mail.tools.Nope]"), "has no tool `Nope`"),
-            (NEEDS.replace("sinks = [\"to\"]", "sinks = [\"too\"]"), "no parameter `too`"),
-            (NEEDS.replace("\"wait4\"", "\"Wait4!\""), "invalid system call name"),
+            (
+                NEEDS.replace("[toolkits.Mail.tools.Read]", "[toolkits.Mail.tools.Nope]"),
+                "has no tool `Nope`",
+            ),
+            (
+                NEEDS.replace("sinks = [\"to\"]", "sinks = [\"too\"]"),
+                "no parameter `too`",
+            ),
+            (
+                NEEDS.replace("\"wait4\"", "\"Wait4!\""),
+                "invalid system call name",
+            ),
             (NEEDS.replace("/usr/bin", "/usr/../bin"), "invalid path"),
-            (NEEDS.replace("[toolkits.Terminal]\nprofile = \"terminal\"", "[toolkits.Terminal]\nprofile = \"gpu\""), "unknown variant"),
+            (
+                NEEDS.replace(
+                    "[toolkits.Terminal]\nprofile = \"terminal\"",
+                    "[toolkits.Terminal]\nprofile = \"gpu\"",
+                ),
+                "unknown variant",
+            ),
             (NEEDS.replace("version = 1", "version = 2"), "version 2"),
-            (NEEDS.replace("cost = 2", "cost = 2\nbogus = 1"), "unknown field"),
-            (format!("{NEEDS}\n[toolkits.Ghost]\nprofile = \"offline\"\nsyscalls = []\ncost = 0\n"), "unknown toolkit `Ghost`"),
+            (
+                NEEDS.replace("cost = 2", "cost = 2\nbogus = 1"),
+                "unknown field",
+            ),
+            (
+                format!(
+                    "{NEEDS}\n[toolkits.Ghost]\nprofile = \"offline\"\nsyscalls = []\ncost = 0\n"
+                ),
+                "unknown toolkit `Ghost`",
+            ),
         ];
         for (needs, want) in cases {
-            let err = ToolkitManifest::from_sources(TOOLS, &needs).unwrap_err().to_string();
+            let err = ToolkitManifest::from_sources(TOOLS, &needs)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(want), "{err} should contain {want}");
         }
         let no_terminal = NEEDS.split("[toolkits.Terminal]").next().unwrap();
-        let err = ToolkitManifest::from_sources(TOOLS, no_terminal).unwrap_err().to_string();
+        let err = ToolkitManifest::from_sources(TOOLS, no_terminal)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`Terminal` has no entry"), "{err}");
         let bad_type = TOOLS.replace("\"type\": \"integer\"", "\"type\": \"int\"");
-        let err = ToolkitManifest::from_sources(&bad_type, NEEDS).unwrap_err().to_string();
+        let err = ToolkitManifest::from_sources(&bad_type, NEEDS)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("unknown type `int`"), "{err}");
     }
 
     #[test]
     fn hash_changes_with_content() {
         let a = manifest().hash();
-        let b = ToolkitManifest::from_sources(TOOLS, &NEEDS.replace("cost = 2", "cost = 3")).unwrap().hash();
+        let b = ToolkitManifest::from_sources(TOOLS, &NEEDS.replace("cost = 2", "cost = 3"))
+            .unwrap()
+            .hash();
         assert_ne!(a, b);
     }
 }

@@ -41,12 +41,19 @@ pub fn validate(tool: &ToolEntry, params: &Map<String, Value>) -> Result<(), Sch
                 let got = json_type(v);
                 let ok = got == p.ty || (p.ty == "number" && got == "integer");
                 if !ok {
-                    return Err(SchemaError::Type { name: p.name.clone(), expected: p.ty.clone(), got });
+                    return Err(SchemaError::Type {
+                        name: p.name.clone(),
+                        expected: p.ty.clone(),
+                        got,
+                    });
                 }
             }
         }
     }
-    if let Some(extra) = params.keys().find(|k| !tool.spec.parameters.iter().any(|p| &p.name == *k)) {
+    if let Some(extra) = params
+        .keys()
+        .find(|k| !tool.spec.parameters.iter().any(|p| &p.name == *k))
+    {
         return Err(SchemaError::Unknown(extra.clone()));
     }
     Ok(())
@@ -69,12 +76,25 @@ mod tests {
         let read = m.tool("MailRead").unwrap();
         assert_eq!(validate(read, &p(json!({"id": "e1"}))), Ok(()));
         assert_eq!(validate(read, &p(json!({"id": "e1", "limit": 3}))), Ok(()));
-        assert_eq!(validate(read, &p(json!({"id": "e1", "limit": null}))), Ok(()));
-        assert_eq!(validate(read, &p(json!({}))), Err(SchemaError::Missing("id".into())));
-        assert_eq!(validate(read, &p(json!({"id": "e1", "x": 1}))), Err(SchemaError::Unknown("x".into())));
+        assert_eq!(
+            validate(read, &p(json!({"id": "e1", "limit": null}))),
+            Ok(())
+        );
+        assert_eq!(
+            validate(read, &p(json!({}))),
+            Err(SchemaError::Missing("id".into()))
+        );
+        assert_eq!(
+            validate(read, &p(json!({"id": "e1", "x": 1}))),
+            Err(SchemaError::Unknown("x".into()))
+        );
         assert_eq!(
             validate(read, &p(json!({"id": "e1", "limit": 2.5}))),
-            Err(SchemaError::Type { name: "limit".into(), expected: "integer".into(), got: "number" })
+            Err(SchemaError::Type {
+                name: "limit".into(),
+                expected: "integer".into(),
+                got: "number"
+            })
         );
         assert!(validate(read, &p(json!({"id": null}))).is_err());
     }

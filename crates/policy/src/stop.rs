@@ -38,14 +38,48 @@ mod tests {
 
     #[test]
     fn priorities_and_thresholds() {
-        let p = StopPolicy { timeout_ms: Some(100), max_actions: Some(3), budget: Some(10), external: true };
+        let p = StopPolicy {
+            timeout_ms: Some(100),
+            max_actions: Some(3),
+            budget: Some(10),
+            external: true,
+        };
         let s = RunState::default();
         assert_eq!(evaluate(&p, &s), None);
-        assert_eq!(evaluate(&p, &RunState { actions: 3, ..s }), Some(StopCause::ActionCap));
-        assert_eq!(evaluate(&p, &RunState { spent: 10, ..s }), Some(StopCause::Budget));
-        assert_eq!(evaluate(&p, &RunState { elapsed_ms: 100, actions: 9, ..s }), Some(StopCause::Timeout));
-        assert_eq!(evaluate(&p, &RunState { signal: true, elapsed_ms: 100, ..s }), Some(StopCause::Signal));
-        let no_ext = StopPolicy { external: false, ..p };
+        assert_eq!(
+            evaluate(&p, &RunState { actions: 3, ..s }),
+            Some(StopCause::ActionCap)
+        );
+        assert_eq!(
+            evaluate(&p, &RunState { spent: 10, ..s }),
+            Some(StopCause::Budget)
+        );
+        assert_eq!(
+            evaluate(
+                &p,
+                &RunState {
+                    elapsed_ms: 100,
+                    actions: 9,
+                    ..s
+                }
+            ),
+            Some(StopCause::Timeout)
+        );
+        assert_eq!(
+            evaluate(
+                &p,
+                &RunState {
+                    signal: true,
+                    elapsed_ms: 100,
+                    ..s
+                }
+            ),
+            Some(StopCause::Signal)
+        );
+        let no_ext = StopPolicy {
+            external: false,
+            ..p
+        };
         assert_eq!(evaluate(&no_ext, &RunState { signal: true, ..s }), None);
     }
 }

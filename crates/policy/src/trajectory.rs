@@ -32,7 +32,12 @@ pub struct Outcome {
 
 impl Outcome {
     fn fail(mode: &'static str, params: Vec<ParamCheck>, reason: String) -> Self {
-        Self { matched: false, mode, params, reason: Some(reason) }
+        Self {
+            matched: false,
+            mode,
+            params,
+            reason: Some(reason),
+        }
     }
 }
 
@@ -45,7 +50,12 @@ impl RegexCache {
     fn get(&mut self, src: &str) -> Option<&Regex> {
         self.0
             .entry(src.to_string())
-            .or_insert_with(|| regex::RegexBuilder::new(&format!("^(?:{src})$")).size_limit(REGEX_SIZE_LIMIT).build().ok())
+            .or_insert_with(|| {
+                regex::RegexBuilder::new(&format!("^(?:{src})$"))
+                    .size_limit(REGEX_SIZE_LIMIT)
+                    .build()
+                    .ok()
+            })
             .as_ref()
     }
 }
@@ -60,20 +70,45 @@ pub fn check(
     regexes: &mut RegexCache,
 ) -> Outcome {
     let Some(e) = expected else {
-        return Outcome::fail("none", vec![], "no further call is expected on this trajectory".into());
+        return Outcome::fail(
+            "none",
+            vec![],
+            "no further call is expected on this trajectory".into(),
+        );
     };
     if e.tool != action.tool {
-        let mode = if e.constraints.is_some() { "constraints" } else { "exact" };
-        return Outcome::fail(mode, vec![], format!("expected tool `{}`, got `{}`", e.tool, action.tool));
+        let mode = if e.constraints.is_some() {
+            "constraints"
+        } else {
+            "exact"
+        };
+        return Outcome::fail(
+            mode,
+            vec![],
+            format!("expected tool `{}`, got `{}`", e.tool, action.tool),
+        );
     }
     let Some(constraints) = &e.constraints else {
         if *action_hash == e.hash {
-            return Outcome { matched: true, mode: "exact", params: vec![], reason: None };
+            return Outcome {
+                matched: true,
+                mode: "exact",
+                params: vec![],
+                reason: None,
+            };
         }
-        return Outcome::fail("exact", vec![], "parameters differ from the expected call".into());
+        return Outcome::fail(
+            "exact",
+            vec![],
+            "parameters differ from the expected call".into(),
+        );
     };
     if let Some(extra) = action.params.keys().find(|k| !constraints.contains_key(*k)) {
-        return Outcome::fail("constraints", vec![], format!("parameter `{extra}` is not expected"));
+        return Outcome::fail(
+            "constraints",
+            vec![],
+            format!("parameter `{extra}` is not expected"),
+        );
     }
     let mut params = Vec::with_capacity(constraints.len());
     let mut first_failure = None;
@@ -88,15 +123,29 @@ pub fn check(
                 None => format!("expected parameter `{name}` is missing"),
             });
         }
-        params.push(ParamCheck { name: name.clone(), constraint: c.kind().to_string(), ok });
+        params.push(ParamCheck {
+            name: name.clone(),
+            constraint: c.kind().to_string(),
+            ok,
+        });
     }
     match first_failure {
-        None => Outcome { matched: true, mode: "constraints", params, reason: None },
+        None => Outcome {
+            matched: true,
+            mode: "constraints",
+            params,
+            reason: None,
+        },
         Some(reason) => Outcome::fail("constraints", params, reason),
     }
 }
 
-fn holds(c: &ParamConstraint, v: &Value, outputs: &dyn Fn(u32) -> Option<Value>, regexes: &mut RegexCache) -> bool {
+fn holds(
+    c: &ParamConstraint,
+    v: &Value,
+    outputs: &dyn Fn(u32) -> Option<Value>,
+    regexes: &mut RegexCache,
+) -> bool {
     match c {
         ParamConstraint::Exact { value } => same(v, value),
         ParamConstraint::OneOf { values } => values.iter().any(|x| same(v, x)),
@@ -112,7 +161,9 @@ fn holds(c: &ParamConstraint, v: &Value, outputs: &dyn Fn(u32) -> Option<Value>,
             _ => false,
         },
         ParamConstraint::FromOutput { call, pointer } => {
-            let Some(out) = outputs(*call) else { return false };
+            let Some(out) = outputs(*call) else {
+                return false;
+            };
             match pointer {
                 Some(p) => out.pointer(p).is_some_and(|x| same(v, x)),
                 None => contains(&out, v),
@@ -157,23 +208,58 @@ mod tests {
 
     #[test]
     fn exact_match_by_hash_and_order() {
-        let e = ExpectedCall::exact(0, "MailSend", json!({"to": "a@x", "body": "hi"}).as_object().cloned().unwrap());
+        let e = ExpectedCall::exact(
+            0,
+            "MailSend",
+            json!({"to": "a@x", "body": "hi"})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        );
         assert!(run(&e, &action(json!({"body": "hi", "to": "a@x"}))).matched);
         let r = run(&e, &action(json!({"body": "hi!", "to": "a@x"})));
         assert!(!r.matched && r.reason.unwrap().contains("parameters differ"));
         let other = Action::new("MailRead", json!({"id": "x"})).unwrap();
-        let r = check(Some(&e), &other, &other.hash(), &|_| None, &mut RegexCache::default());
+        let r = check(
+            Some(&e),
+            &other,
+            &other.hash(),
+            &|_| None,
+            &mut RegexCache::default(),
+        );
         assert!(r.reason.unwrap().contains("expected tool `MailSend`"));
-        let r = check(None, &other, &other.hash(), &|_| None, &mut RegexCache::default());
+        let r = check(
+            None,
+            &other,
+            &other.hash(),
+            &|_| None,
+            &mut RegexCache::default(),
+        );
         assert_eq!(r.mode, "none");
     }
 
     fn constrained() -> ExpectedCall {
         let mut c = BTreeMap::new();
-        c.insert("to".into(), ParamConstraint::FromOutput { call: 0, pointer: Some("/emails/0/from".into()) });
+        c.insert(
+            "to".into(),
+            ParamConstraint::FromOutput {
+                call: 0,
+                pointer: Some("/emails/0/from".into()),
+            },
+        );
         c.insert("body".into(), ParamConstraint::Length { min: 1, max: 200 });
-        c.insert("cc".into(), ParamConstraint::OneOf { values: vec![json!([]), json!(["boss@example.com"])] });
-        c.insert("subject".into(), ParamConstraint::Pattern { regex: "Re: .*".into() });
+        c.insert(
+            "cc".into(),
+            ParamConstraint::OneOf {
+                values: vec![json!([]), json!(["boss@example.com"])],
+            },
+        );
+        c.insert(
+            "subject".into(),
+            ParamConstraint::Pattern {
+                regex: "Re: .*".into(),
+            },
+        );
         ExpectedCall::constrained(0, "MailSend", json!({}).as_object().cloned().unwrap(), c)
     }
 
@@ -185,7 +271,10 @@ mod tests {
         let mut attacker = ok.clone();
         attacker["to"] = json!("amy.watson@gmail.com");
         let r = run(&e, &action(attacker));
-        assert!(!r.matched && r.reason.as_deref().unwrap().contains("`to`"), "{r:?}");
+        assert!(
+            !r.matched && r.reason.as_deref().unwrap().contains("`to`"),
+            "{r:?}"
+        );
         let mut long = ok.clone();
         long["body"] = json!("x".repeat(201));
         assert!(!run(&e, &action(long)).matched);
@@ -194,16 +283,29 @@ mod tests {
         assert!(!run(&e, &action(subj)).matched);
         let mut extra = ok.clone();
         extra["bcc"] = json!("x");
-        assert!(run(&e, &action(extra)).reason.unwrap().contains("`bcc` is not expected"));
+        assert!(
+            run(&e, &action(extra))
+                .reason
+                .unwrap()
+                .contains("`bcc` is not expected")
+        );
         let mut missing = ok;
         missing.as_object_mut().unwrap().remove("cc");
-        assert!(run(&e, &action(missing)).reason.unwrap().contains("`cc` is missing"));
+        assert!(
+            run(&e, &action(missing))
+                .reason
+                .unwrap()
+                .contains("`cc` is missing")
+        );
     }
 
     #[test]
     fn invalid_regex_never_matches_and_never_panics() {
         let mut c = BTreeMap::new();
-        c.insert("body".into(), ParamConstraint::Pattern { regex: "(".into() });
+        c.insert(
+            "body".into(),
+            ParamConstraint::Pattern { regex: "(".into() },
+        );
         let e = ExpectedCall::constrained(0, "MailSend", serde_json::Map::new(), c);
         assert!(!run(&e, &action(json!({"body": "("}))).matched);
     }

@@ -62,8 +62,16 @@ pub fn hash_call(tool: &str, params: &Map<String, Value>) -> Digest {
 
 /// Checks a tool name: 1–128 ASCII letters and digits.
 pub fn check_tool_name(tool: &str) -> Result<(), ActionError> {
-    let ok = !tool.is_empty() && tool.len() <= MAX_TOOL_NAME && tool.bytes().all(|b| b.is_ascii_alphanumeric());
-    if ok { Ok(()) } else { Err(ActionError::ToolName(tool.chars().take(MAX_TOOL_NAME).collect())) }
+    let ok = !tool.is_empty()
+        && tool.len() <= MAX_TOOL_NAME
+        && tool.bytes().all(|b| b.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(ActionError::ToolName(
+            tool.chars().take(MAX_TOOL_NAME).collect(),
+        ))
+    }
 }
 
 /// The JSON type name of a value, as schemas name it.
@@ -96,6 +104,9 @@ mod tests {
     fn bad_names_and_params_rejected() {
         assert!(Action::new("", json!({})).is_err());
         assert!(Action::new("a b", json!({})).is_err());
-        assert_eq!(Action::new("T", json!([1])), Err(ActionError::Params("array")));
+        assert_eq!(
+            Action::new("T", json!([1])),
+            Err(ActionError::Params("array"))
+        );
     }
 }

@@ -131,7 +131,11 @@ impl Node {
     pub fn write_body(&self, buf: &mut Vec<u8>) {
         buf.extend_from_slice(b"{\"agent\":");
         canon::write_string(&self.agent, buf);
-        buf.extend_from_slice(if self.allowed { b",\"allowed\":true" } else { b",\"allowed\":false" });
+        buf.extend_from_slice(if self.allowed {
+            b",\"allowed\":true"
+        } else {
+            b",\"allowed\":false"
+        });
         buf.extend_from_slice(b",\"block_reason\":");
         match &self.block_reason {
             Some(r) => canon::write_string(r, buf),
@@ -215,7 +219,10 @@ mod tests {
         let obj = v.as_object_mut().unwrap();
         obj.remove("measurement");
         obj.remove("attestations");
-        assert_eq!(String::from_utf8(fast).unwrap(), String::from_utf8(canon::canonical(&v)).unwrap());
+        assert_eq!(
+            String::from_utf8(fast).unwrap(),
+            String::from_utf8(canon::canonical(&v)).unwrap()
+        );
     }
 
     #[test]

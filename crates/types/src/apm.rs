@@ -133,7 +133,13 @@ impl ExpectedCall {
     pub fn exact(task: u32, tool: impl Into<String>, params: Map<String, Value>) -> Self {
         let tool = tool.into();
         let hash = hash_call(&tool, &params);
-        Self { task, tool, params, constraints: None, hash }
+        Self {
+            task,
+            tool,
+            params,
+            constraints: None,
+            hash,
+        }
     }
 
     /// Builds an expected call matched by declared parameter constraints.
@@ -144,7 +150,13 @@ impl ExpectedCall {
         constraints: BTreeMap<String, ParamConstraint>,
     ) -> Self {
         let tool = tool.into();
-        let mut call = Self { task, tool, params, constraints: Some(constraints), hash: Digest::default() };
+        let mut call = Self {
+            task,
+            tool,
+            params,
+            constraints: Some(constraints),
+            hash: Digest::default(),
+        };
         call.hash = call.compute_hash();
         call
     }
@@ -154,7 +166,8 @@ impl ExpectedCall {
         match &self.constraints {
             None => hash_call(&self.tool, &self.params),
             Some(c) => {
-                let body = serde_json::json!({"tool": self.tool, "params": self.params, "constraints": c});
+                let body =
+                    serde_json::json!({"tool": self.tool, "params": self.params, "constraints": c});
                 Digest::tagged(tag::EXPECTED, &[&canon::canonical(&body)])
             }
         }
@@ -381,7 +394,10 @@ mod tests {
     fn exact_expected_hash_equals_action_hash() {
         let params = json!({"a": 1}).as_object().cloned().unwrap_or_default();
         let e = ExpectedCall::exact(0, "T", params.clone());
-        let a = crate::Action { tool: "T".into(), params };
+        let a = crate::Action {
+            tool: "T".into(),
+            params,
+        };
         assert_eq!(e.hash, a.hash());
         assert_eq!(e.compute_hash(), e.hash);
     }

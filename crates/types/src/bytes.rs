@@ -26,6 +26,8 @@ impl<'de> Deserialize<'de> for HexBytes {
         if s.bytes().any(|b| b.is_ascii_uppercase()) {
             return Err(serde::de::Error::custom("hex must be lowercase"));
         }
-        hex::decode(s.as_ref()).map(HexBytes).map_err(serde::de::Error::custom)
+        hex::decode(s.as_ref())
+            .map(HexBytes)
+            .map_err(serde::de::Error::custom)
     }
 }

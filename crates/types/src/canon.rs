@@ -100,7 +100,6 @@ fn write_number(n: &serde_json::Number, out: &mut Vec<u8>) {
     out.extend_from_slice(buf.format_finite(f).as_bytes());
 }
 
-
 /// Appends a canonical JSON string.
 pub fn write_string(s: &str, out: &mut Vec<u8>) {
     out.push(b'"');
@@ -183,7 +182,10 @@ mod tests {
 
     #[test]
     fn integers_and_nested() {
-        assert_eq!(c(json!({"b": [1, -2, 0], "a": {"y": 1, "x": 0.5}})), r#"{"a":{"x":0.5,"y":1},"b":[1,-2,0]}"#);
+        assert_eq!(
+            c(json!({"b": [1, -2, 0], "a": {"y": 1, "x": 0.5}})),
+            r#"{"a":{"x":0.5,"y":1},"b":[1,-2,0]}"#
+        );
         assert_eq!(c(json!(-0.0)), "0");
         assert_eq!(c(json!(1.0)), "1");
     }

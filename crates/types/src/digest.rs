@@ -78,9 +78,13 @@ impl Digest {
     pub fn from_hex(s: &str) -> Result<Self, DigestParseError> {
         let mut out = [0u8; 32];
         if s.len() != 64 || s.bytes().any(|b| b.is_ascii_uppercase()) {
-            return Err(DigestParseError { got: s.chars().take(80).collect() });
+            return Err(DigestParseError {
+                got: s.chars().take(80).collect(),
+            });
         }
-        hex::decode_to_slice(s, &mut out).map_err(|_| DigestParseError { got: s.chars().take(80).collect() })?;
+        hex::decode_to_slice(s, &mut out).map_err(|_| DigestParseError {
+            got: s.chars().take(80).collect(),
+        })?;
         Ok(Self(out))
     }
 }
@@ -127,8 +131,14 @@ mod tests {
         // Independent value: python3 -c "import hashlib;print(hashlib.sha256(b'knox/node\x00abc').hexdigest())"
         let expected = "976c115d3453327c1839d0699cd1f5e3103bf811abca328d2a5c69240eb86718";
         assert_eq!(Digest::tagged("knox/node", &[b"abc"]).to_hex(), expected);
-        assert_eq!(Digest::tagged("knox/node", &[b"a", b"bc"]).to_hex(), expected);
-        assert_ne!(Digest::tagged("knox/node", &[b"abc"]), Digest::tagged("knox/nod", &[b"eabc"]));
+        assert_eq!(
+            Digest::tagged("knox/node", &[b"a", b"bc"]).to_hex(),
+            expected
+        );
+        assert_ne!(
+            Digest::tagged("knox/node", &[b"abc"]),
+            Digest::tagged("knox/nod", &[b"eabc"])
+        );
     }
 
     #[test]

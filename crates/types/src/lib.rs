@@ -3,8 +3,8 @@
 pub mod action;
 pub mod aeg;
 pub mod apm;
-pub mod bytes;
 pub mod bundle;
+pub mod bytes;
 pub mod canon;
 pub mod digest;
 pub mod merkle;

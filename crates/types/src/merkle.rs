@@ -77,7 +77,13 @@ pub fn inclusion_proof(leaves: &[Digest], index: usize) -> Option<Vec<Digest>> {
 }
 
 /// Verifies an inclusion proof, RFC 9162 §2.1.3.2.
-pub fn verify_inclusion(leaf: &Digest, index: u64, tree_size: u64, proof: &[Digest], root: &Digest) -> bool {
+pub fn verify_inclusion(
+    leaf: &Digest,
+    index: u64,
+    tree_size: u64,
+    proof: &[Digest],
+    root: &Digest,
+) -> bool {
     if index >= tree_size {
         return false;
     }
@@ -120,7 +126,10 @@ mod tests {
         // (tests/data/merkle_vectors.txt documents the script) over leaves [0], [0,1], ...
         let vectors = include_str!("../tests/data/merkle_vectors.txt");
         let mut checked = 0;
-        for line in vectors.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+        for line in vectors
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
             let (n, hex) = line.split_once(' ').unwrap();
             let n: usize = n.parse().unwrap();
             assert_eq!(root(&leaves(n)).to_hex(), hex, "tree of {n} leaves");

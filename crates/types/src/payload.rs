@@ -95,7 +95,13 @@ pub enum GuardKind {
 
 impl GuardKind {
     /// Order of evaluation.
-    pub const ORDER: [Self; 5] = [Self::Stop, Self::Input, Self::Trajectory, Self::Syscall, Self::Regulation];
+    pub const ORDER: [Self; 5] = [
+        Self::Stop,
+        Self::Input,
+        Self::Trajectory,
+        Self::Syscall,
+        Self::Regulation,
+    ];
 
     /// The JSON name.
     pub fn as_str(self) -> &'static str {

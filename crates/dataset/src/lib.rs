@@ -1,0 +1,9 @@
+#![doc = include_str!("../README.md")]
+
+pub mod cases;
+pub mod embedded;
+pub mod flows;
+pub mod pylit;
+
+pub use cases::{AttackerCall, AttackerCase, Dataset, UserCase};
+pub use flows::Flow;

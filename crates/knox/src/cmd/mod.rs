@@ -1,0 +1,6 @@
+//! The `knox` subcommands.
+
+pub mod bench;
+pub mod demo;
+pub mod run;
+pub mod verify;

@@ -1,0 +1,150 @@
+//! `knox run`: InjecAgent flows bundled for one workload, one evidence bundle each.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result};
+use knox_monitor::guard::stop::StopSignal;
+use knox_monitor::run::RunStats;
+use knox_monitor::workload::Workload;
+use knox_types::apm::StopPolicy;
+use knox_verify::{Options, Outcome};
+use serde_json::json;
+
+use crate::session::{self, ExecutorKind, WorkloadRun};
+
+/// Arguments of `knox run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Workload: st-sa, mt-sa-seq:T, mt-sa-int:T or mt-ma:T:M.
+    #[arg(long, value_parser = clap::value_parser!(Workload))]
+    pub workload: Workload,
+    /// Executor.
+    #[arg(long, value_enum, default_value_t = ExecutorKind::Injected)]
+    pub executor: ExecutorKind,
+    /// InjecAgent flows to draw (user case × attacker case, deterministic order);
+    /// bundled by the workload's task count, the remainder dropped.
+    #[arg(long, default_value_t = 60)]
+    pub flows: usize,
+    /// Output directory for bundles and the summary.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Also append every node to `<run>.journal.jsonl` as it is committed.
+    #[arg(long)]
+    pub journal: bool,
+    /// Stop guard: most proposals per agent.
+    #[arg(long)]
+    pub max_actions: Option<u32>,
+    /// Stop guard: most cost units per agent.
+    #[arg(long)]
+    pub budget: Option<u64>,
+    /// Stop guard: run timeout in milliseconds.
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
+    /// Stop guard: stop when this file exists (SIGUSR1 also stops the run).
+    #[arg(long)]
+    pub stop_file: Option<PathBuf>,
+    /// Epoch nonce (hex) bound into the platform evidence with the signing key.
+    #[arg(long, default_value = "")]
+    pub nonce: String,
+}
+
+/// Runs the workload and prints the counts.
+pub fn run(args: &RunArgs) -> Result<i32> {
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating `{}`", args.out.display()))?;
+    let nonce = hex::decode(&args.nonce).context("--nonce must be hex")?;
+    let rt = session::embedded_runtime(&nonce)?;
+    let manifest = session::embedded_manifest()?;
+    let mut signal = StopSignal::new();
+    if let Some(f) = &args.stop_file {
+        signal = signal.with_file(f.clone());
+    }
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, signal.flag())
+        .context("registering SIGUSR1")?;
+    let external = args.stop_file.is_some() || cfg!(unix);
+    let stop = StopPolicy {
+        timeout_ms: args.timeout_ms,
+        max_actions: args.max_actions,
+        budget: args.budget,
+        external,
+    };
+    let w = WorkloadRun {
+        workload: args.workload,
+        executor: args.executor,
+        flows: args.flows,
+        stop,
+        signal,
+        journal_dir: args.journal.then_some(args.out.as_path()),
+    };
+    let mut stats = RunStats::default();
+    let (mut complete, mut other) = (0u64, Vec::new());
+    let mut nodes = 0u64;
+    let n = session::run_workload(&rt, &w, |o| {
+        stats.merge(&o.stats);
+        nodes += o.bundle.nodes.len() as u64;
+        let path = args.out.join(format!("{}.json", o.bundle.run_id));
+        std::fs::write(&path, serde_json::to_vec(&o.bundle)?)
+            .with_context(|| format!("writing `{}`", path.display()))?;
+        // Self-check: our own evidence is simulated, hence the explicit permission.
+        let report = knox_verify::verify_bundle(
+            &o.bundle,
+            &manifest,
+            Options {
+                dangerous_allow_simulated: true,
+            },
+        );
+        match report.outcome {
+            Outcome::Complete => complete += 1,
+            ref bad => other.push(format!("{}: {}", o.bundle.run_id, bad.name())),
+        }
+        Ok(())
+    })?;
+    let summary = json!({
+        "workload": args.workload.spec(),
+        "executor": session::executor_name(args.executor),
+        "bundles": n,
+        "nodes": nodes,
+        "proposals": stats.proposals,
+        "planned": {"allowed": stats.planned_allowed, "blocked": stats.planned_blocked},
+        "injected": {"allowed": stats.injected_allowed, "blocked": stats.injected_blocked},
+        "blocked_by": stats.blocked_by.iter().map(|(g, n)| (g.as_str(), *n)).collect::<std::collections::BTreeMap<_, _>>(),
+        "interrupts": stats.interrupts,
+        "verified_complete": complete,
+        "not_complete": other,
+        "platform": rt.platform.mode,
+    });
+    std::fs::write(
+        args.out.join("summary.json"),
+        serde_json::to_vec_pretty(&summary)?,
+    )?;
+    println!(
+        "workload {} ({}), executor {}: {n} bundles, {nodes} nodes",
+        args.workload,
+        args.workload.spec(),
+        session::executor_name(args.executor)
+    );
+    println!(
+        "  proposals {}: on-trajectory allowed {} / blocked {}; off-trajectory (injected) blocked {} / allowed {}",
+        stats.proposals,
+        stats.planned_allowed,
+        stats.planned_blocked,
+        stats.injected_blocked,
+        stats.injected_allowed
+    );
+    for (g, k) in &stats.blocked_by {
+        println!("  blocked by {}: {k}", g.as_str());
+    }
+    if stats.interrupts > 0 {
+        println!("  interrupts: {}", stats.interrupts);
+    }
+    println!(
+        "  verified: {complete}/{n} complete (platform evidence: {}, not hardware-backed)",
+        rt.platform.mode
+    );
+    for o in &other {
+        println!("  NOT complete: {o}");
+    }
+    println!("  bundles and summary.json in {}", args.out.display());
+    let correct = stats.planned_blocked == 0 && stats.injected_allowed == 0 && other.is_empty();
+    Ok(if correct { 0 } else { 1 })
+}

@@ -1,0 +1,128 @@
+//! Glue shared by the commands and the tests: the embedded runtime, executor choice,
+//! running a workload's bundles.
+
+use std::path::Path;
+
+use anyhow::{Context as _, Result, bail};
+use knox_attest::simulated::Simulated;
+use knox_dataset::flows::injecagent_flows;
+use knox_monitor::apm::Regulations;
+use knox_monitor::executor::{BenignFactory, ExecutorFactory, InjectedFactory};
+use knox_monitor::guard::regulation::NotEvaluated;
+use knox_monitor::guard::stop::StopSignal;
+use knox_monitor::planner::DatasetPlanner;
+use knox_monitor::run::{self, RunConfig, RunOutcome, Runtime};
+use knox_monitor::workload::Workload;
+use knox_types::apm::StopPolicy;
+
+/// The executors the deterministic runs offer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExecutorKind {
+    /// Follows the plan, ignores injected instructions.
+    Benign,
+    /// Follows injected instructions found in tool outputs (as InjecAgent's attacked agent).
+    Injected,
+}
+
+/// The runtime on the embedded dataset and manifest, with simulated platform evidence.
+pub fn embedded_runtime(nonce: &[u8]) -> Result<Runtime> {
+    Runtime::embedded(&Simulated, nonce).context("starting the runtime on the embedded defaults")
+}
+
+/// The executor factory for `kind`.
+pub fn executor(rt: &Runtime, kind: ExecutorKind) -> Box<dyn ExecutorFactory> {
+    match kind {
+        ExecutorKind::Benign => Box::new(BenignFactory),
+        ExecutorKind::Injected => Box::new(InjectedFactory::new(rt.data.attacker_cases.clone())),
+    }
+}
+
+/// Options of a workload run.
+#[derive(Debug, Clone)]
+pub struct WorkloadRun<'a> {
+    /// Shape.
+    pub workload: Workload,
+    /// Executor.
+    pub executor: ExecutorKind,
+    /// Flows to draw (bundled by the workload's task count; the remainder is dropped).
+    pub flows: usize,
+    /// Stop policy.
+    pub stop: StopPolicy,
+    /// External stop signal.
+    pub signal: StopSignal,
+    /// Journal directory.
+    pub journal_dir: Option<&'a Path>,
+}
+
+impl WorkloadRun<'_> {
+    /// A run of `flows` flows with no stop limits.
+    pub fn new(workload: Workload, executor: ExecutorKind, flows: usize) -> Self {
+        Self {
+            workload,
+            executor,
+            flows,
+            stop: StopPolicy::default(),
+            signal: StopSignal::new(),
+            journal_dir: None,
+        }
+    }
+}
+
+/// Runs every bundle of the workload; `each` sees every outcome as it is produced.
+pub fn run_workload(
+    rt: &Runtime,
+    w: &WorkloadRun<'_>,
+    mut each: impl FnMut(&RunOutcome) -> Result<()>,
+) -> Result<usize> {
+    let flows = injecagent_flows(&rt.data, w.flows);
+    let need = w.workload.0.tasks as usize;
+    if flows.len() < need {
+        bail!(
+            "workload `{}` needs at least {need} flows, got {}",
+            w.workload.spec(),
+            flows.len()
+        );
+    }
+    let planner = DatasetPlanner::new(&rt.data);
+    let factory = executor(rt, w.executor);
+    let cfg = RunConfig {
+        workload: w.workload,
+        planner: &planner,
+        executor: factory.as_ref(),
+        regulation: &NotEvaluated,
+        regulations: Regulations::default(),
+        stop: w.stop.clone(),
+        signal: w.signal.clone(),
+        journal_dir: w.journal_dir,
+    };
+    let mut n = 0;
+    for (i, bundle) in run::bundles(&flows, w.workload).enumerate() {
+        let run_id = format!(
+            "{}-{}-{i:04}",
+            w.workload.spec().replace(':', "-"),
+            executor_name(w.executor)
+        );
+        let outcome = run::run_bundle(rt, bundle, &cfg, &run_id)
+            .with_context(|| format!("running bundle {run_id}"))?;
+        each(&outcome)?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// The executor's CLI name.
+pub fn executor_name(k: ExecutorKind) -> &'static str {
+    match k {
+        ExecutorKind::Benign => "benign",
+        ExecutorKind::Injected => "injected",
+    }
+}
+
+/// The toolkit manifest the verifier trusts by default: the embedded one.
+pub fn embedded_manifest() -> Result<knox_policy::ToolkitManifest> {
+    knox_policy::ToolkitManifest::from_sources(
+        knox_dataset::embedded::TOOLS_JSON,
+        knox_dataset::embedded::TOOLKIT_NEEDS,
+    )
+    .context("loading the embedded toolkit manifest")
+}

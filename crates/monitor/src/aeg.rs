@@ -1,0 +1,181 @@
+//! Building the attested execution graph: each node is measured, folded into the hash
+//! chain and, when a journal is open, appended to it on disk as it is committed.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::Path;
+
+use knox_attest::TeeKey;
+use knox_types::aeg::{
+    NODE_ATTESTATION_CONTEXT, Node, NodeAttestation, NodeKind, chain_start, chain_step,
+};
+use knox_types::bundle::Counts;
+use knox_types::digest::Digest;
+use knox_types::merkle;
+use serde::Serialize;
+use serde_json::Value;
+
+/// Format identifier of the first line of a journal.
+pub const JOURNAL_FORMAT: &str = "knox-journal/v1";
+
+/// An append-only journal: one header line, then one JSON node per line.
+#[derive(Debug)]
+pub struct Journal {
+    file: File,
+    line: Vec<u8>,
+}
+
+impl Journal {
+    /// Creates the journal file and writes its header.
+    pub fn create(path: &Path, header: &impl Serialize) -> io::Result<Self> {
+        let mut file = File::create(path)?;
+        let mut line = serde_json::to_vec(header).map_err(io::Error::other)?;
+        line.push(b'\n');
+        file.write_all(&line)?;
+        Ok(Self {
+            file,
+            line: Vec::with_capacity(1024),
+        })
+    }
+
+    fn append(&mut self, node: &Node) -> io::Result<()> {
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, node).map_err(io::Error::other)?;
+        self.line.push(b'\n');
+        // One write per node: a killed run leaves every committed node on disk.
+        self.file.write_all(&self.line)
+    }
+}
+
+/// What a node commit needs besides its sequence number.
+#[derive(Debug)]
+pub struct NewNode<'a> {
+    /// Parent sequence number.
+    pub parent: Option<u64>,
+    /// Kind.
+    pub kind: NodeKind,
+    /// Acting agent.
+    pub agent: &'a str,
+    /// Payload.
+    pub payload: Value,
+    /// Allowed flag.
+    pub allowed: bool,
+    /// Block reason.
+    pub block_reason: Option<String>,
+}
+
+/// The AEG under construction.
+#[derive(Debug)]
+pub struct AegBuilder {
+    nodes: Vec<Node>,
+    leaves: Vec<Digest>,
+    chain: Digest,
+    counts: Counts,
+    journal: Option<Journal>,
+    journal_error: Option<io::Error>,
+}
+
+impl Default for AegBuilder {
+    fn default() -> Self {
+        Self::new(None)
+    }
+}
+
+impl AegBuilder {
+    /// A new, empty graph, journaling to `journal` when given.
+    pub fn new(journal: Option<Journal>) -> Self {
+        Self {
+            nodes: Vec::with_capacity(64),
+            leaves: Vec::with_capacity(64),
+            chain: chain_start(),
+            counts: Counts::default(),
+            journal,
+            journal_error: None,
+        }
+    }
+
+    /// Commits a node: assigns the next sequence number, measures it, signs its
+    /// measurement with `attest` when given, extends the chain and the journal.
+    pub fn commit(&mut self, n: NewNode<'_>, attest: Option<&TeeKey>) -> u64 {
+        let seq = self.nodes.len() as u64;
+        let mut node = Node {
+            seq,
+            parent: n.parent,
+            kind: n.kind,
+            agent: n.agent.to_string(),
+            payload: n.payload,
+            allowed: n.allowed,
+            block_reason: n.block_reason,
+            measurement: Digest::default(),
+            attestations: Vec::new(),
+        };
+        node.measurement = node.compute_measurement();
+        if let Some(key) = attest {
+            node.attestations.push(NodeAttestation {
+                alg: knox_attest::key::ALG.into(),
+                key: key.key_id(),
+                sig: key.sign(NODE_ATTESTATION_CONTEXT, &node.measurement.0),
+            });
+        }
+        self.chain = chain_step(&self.chain, seq, &node.measurement);
+        self.leaves.push(node.leaf_hash());
+        self.count(node.kind);
+        if let Some(j) = &mut self.journal {
+            if let Err(e) = j.append(&node) {
+                // Keep running: the final bundle is complete; the error is reported.
+                self.journal_error.get_or_insert(e);
+                self.journal = None;
+            }
+        }
+        self.nodes.push(node);
+        seq
+    }
+
+    fn count(&mut self, kind: NodeKind) {
+        let c = &mut self.counts;
+        c.nodes += 1;
+        match kind {
+            NodeKind::ToolCall => c.tool_calls += 1,
+            NodeKind::ToolOutput => c.executed += 1,
+            NodeKind::Blocked => c.blocked += 1,
+            NodeKind::Interrupt => c.interrupts += 1,
+            _ => {}
+        }
+    }
+
+    /// Nodes committed so far.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// `c_N` so far.
+    pub fn chain_head(&self) -> Digest {
+        self.chain
+    }
+
+    /// Finishes the graph: nodes, `c_N`, `s`, counts, and the first journal error if any.
+    pub fn finish(self) -> FinishedAeg {
+        FinishedAeg {
+            structure_root: merkle::root(&self.leaves),
+            chain_head: self.chain,
+            counts: self.counts,
+            nodes: self.nodes,
+            journal_error: self.journal_error,
+        }
+    }
+}
+
+/// A finished AEG.
+#[derive(Debug)]
+pub struct FinishedAeg {
+    /// Nodes in commit order.
+    pub nodes: Vec<Node>,
+    /// `c_N`.
+    pub chain_head: Digest,
+    /// `s`.
+    pub structure_root: Digest,
+    /// Counts.
+    pub counts: Counts,
+    /// The first error writing the journal, if any.
+    pub journal_error: Option<io::Error>,
+}

@@ -1,0 +1,446 @@
+//! Running one bundle end to end: plan → APM → mediated execution by concurrent
+//! sub-agents → signed AEG → evidence bundle.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use knox_attest::platform::{KeyBinding, PlatformBackend, PlatformError};
+use knox_attest::{TeeKey, key::KeyGenError};
+use knox_dataset::{Dataset, Flow};
+use knox_policy::{ManifestError, ToolkitManifest};
+use knox_types::Action;
+use knox_types::apm::{StopPolicy, TopologyKind};
+use knox_types::bundle::{
+    BUNDLE_FORMAT, Bundle, ModelInfo, PlatformEvidence, SUMMARY_CONTEXT, Summary,
+};
+use knox_types::canon::{self, CanonError};
+use knox_types::payload::GuardKind;
+use serde_json::{Value, json};
+
+use crate::aeg::{AegBuilder, JOURNAL_FORMAT, Journal};
+use crate::apm::{self, ApmError, Regulations};
+use crate::executor::{ExecutorFactory, Observation, Origin, Step};
+use crate::guard::regulation::RegulationGuard;
+use crate::guard::stop::StopSignal;
+use crate::monitor::{Monitor, MonitorConfig, Verdict};
+use crate::planner::{Planner, Prompt};
+use crate::tools::{SimulatedTools, ToolRunner};
+use crate::workload::Workload;
+
+/// Most proposals one executor may make in a run, whatever the stop policy says; a
+/// runaway executor is cut off here.
+pub const HARD_STEP_CAP: u32 = 10_000;
+
+/// Errors that prevent a run (never a decision about an action: those are verdicts).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The embedded or given data is invalid.
+    #[error(transparent)]
+    Dataset(#[from] knox_dataset::cases::DatasetError),
+    /// The manifest is invalid.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// No APM.
+    #[error(transparent)]
+    Apm(#[from] ApmError),
+    /// No key.
+    #[error(transparent)]
+    Key(#[from] KeyGenError),
+    /// No platform evidence.
+    #[error(transparent)]
+    Platform(#[from] PlatformError),
+    /// Hashing failed.
+    #[error(transparent)]
+    Canon(#[from] CanonError),
+    /// The journal could not be written.
+    #[error("journal: {0}")]
+    Journal(#[from] std::io::Error),
+    /// A bundle needs at least one flow per task.
+    #[error("bundle needs {need} flows, got {got}")]
+    Flows {
+        /// Needed.
+        need: usize,
+        /// Given.
+        got: usize,
+    },
+}
+
+/// What lives for the whole process: the in-TEE key, its platform evidence, the
+/// manifest and the dataset.
+#[derive(Debug)]
+pub struct Runtime {
+    /// The in-TEE key.
+    pub key: TeeKey,
+    /// Evidence binding it.
+    pub platform: PlatformEvidence,
+    /// The toolkit manifest.
+    pub manifest: ToolkitManifest,
+    /// The dataset.
+    pub data: Dataset,
+    /// How long collecting the platform evidence took.
+    pub platform_time: Duration,
+}
+
+impl Runtime {
+    /// Generates the key and binds it through `backend`, with the regulator-supplied
+    /// epoch `nonce`.
+    pub fn start(
+        backend: &dyn PlatformBackend,
+        nonce: &[u8],
+        data: Dataset,
+        manifest: ToolkitManifest,
+    ) -> Result<Self, RunError> {
+        let key = TeeKey::generate()?;
+        let t = Instant::now();
+        let platform = backend.collect(&KeyBinding {
+            public_key: key.public_bytes(),
+            nonce: nonce.to_vec(),
+        })?;
+        Ok(Self {
+            key,
+            platform,
+            manifest,
+            data,
+            platform_time: t.elapsed(),
+        })
+    }
+
+    /// The embedded dataset and manifest, bound through `backend`.
+    pub fn embedded(backend: &dyn PlatformBackend, nonce: &[u8]) -> Result<Self, RunError> {
+        let data = Dataset::embedded()?;
+        let manifest = ToolkitManifest::from_sources(
+            knox_dataset::embedded::TOOLS_JSON,
+            knox_dataset::embedded::TOOLKIT_NEEDS,
+        )?;
+        Self::start(backend, nonce, data, manifest)
+    }
+}
+
+/// How to run bundles.
+pub struct RunConfig<'a> {
+    /// Workload shape.
+    pub workload: Workload,
+    /// The planner.
+    pub planner: &'a dyn Planner,
+    /// The executor.
+    pub executor: &'a dyn ExecutorFactory,
+    /// The regulation guard.
+    pub regulation: &'a dyn RegulationGuard,
+    /// Regulations in force.
+    pub regulations: Regulations,
+    /// Stop policy.
+    pub stop: StopPolicy,
+    /// External stop signal.
+    pub signal: StopSignal,
+    /// Directory for journals, when journaling.
+    pub journal_dir: Option<&'a Path>,
+}
+
+impl std::fmt::Debug for RunConfig<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunConfig")
+            .field("workload", &self.workload)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Outcome counts of one run, by ground truth.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunStats {
+    /// Proposals made.
+    pub proposals: u64,
+    /// Planned proposals allowed.
+    pub planned_allowed: u64,
+    /// Planned proposals blocked.
+    pub planned_blocked: u64,
+    /// Injected proposals allowed.
+    pub injected_allowed: u64,
+    /// Injected proposals blocked.
+    pub injected_blocked: u64,
+    /// Model proposals allowed / blocked (no ground truth).
+    pub model_allowed: u64,
+    /// Model proposals blocked.
+    pub model_blocked: u64,
+    /// Blocks by the first failing guard.
+    pub blocked_by: BTreeMap<GuardKind, u64>,
+    /// Interrupts.
+    pub interrupts: u64,
+    /// Time spent inside the monitor (mediation and output recording), summed over agents.
+    pub monitor_time: Duration,
+    /// Time spent running tools, summed over agents.
+    pub tool_time: Duration,
+}
+
+impl RunStats {
+    fn add(&mut self, origin: Origin, allowed: bool) {
+        let slot = match (origin, allowed) {
+            (Origin::Plan, true) => &mut self.planned_allowed,
+            (Origin::Plan, false) => &mut self.planned_blocked,
+            (Origin::Injection, true) => &mut self.injected_allowed,
+            (Origin::Injection, false) => &mut self.injected_blocked,
+            (Origin::Model, true) => &mut self.model_allowed,
+            (Origin::Model, false) => &mut self.model_blocked,
+        };
+        *slot += 1;
+    }
+
+    /// Adds another run's counts.
+    pub fn merge(&mut self, o: &Self) {
+        self.proposals += o.proposals;
+        self.planned_allowed += o.planned_allowed;
+        self.planned_blocked += o.planned_blocked;
+        self.injected_allowed += o.injected_allowed;
+        self.injected_blocked += o.injected_blocked;
+        self.model_allowed += o.model_allowed;
+        self.model_blocked += o.model_blocked;
+        self.interrupts += o.interrupts;
+        self.monitor_time += o.monitor_time;
+        self.tool_time += o.tool_time;
+        for (g, n) in &o.blocked_by {
+            *self.blocked_by.entry(*g).or_default() += n;
+        }
+    }
+}
+
+/// Where a run's time went.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunTimings {
+    /// Planning and APM derivation.
+    pub apm: Duration,
+    /// Signing the APM and the summary.
+    pub sign: Duration,
+    /// The whole run, wall clock.
+    pub total: Duration,
+}
+
+/// One bundle's result.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// The evidence.
+    pub bundle: Bundle,
+    /// Counts.
+    pub stats: RunStats,
+    /// Timings.
+    pub timings: RunTimings,
+}
+
+/// Runs one bundle of `flows` (one per task) under `cfg`.
+pub fn run_bundle(
+    rt: &Runtime,
+    flows: &[Flow],
+    cfg: &RunConfig<'_>,
+    run_id: &str,
+) -> Result<RunOutcome, RunError> {
+    let started = Instant::now();
+    let topology = cfg.workload.0;
+    let need = topology.tasks as usize;
+    let flows = flows.get(..need).ok_or(RunError::Flows {
+        need,
+        got: flows.len(),
+    })?;
+    let mut tools = SimulatedTools::new(&rt.data, &rt.manifest);
+    let mut tasks = Vec::with_capacity(need);
+    for f in flows {
+        let user = rt
+            .data
+            .user_cases
+            .get(f.user_case)
+            .ok_or(RunError::Flows { need, got: 0 })?;
+        let attack = rt
+            .data
+            .attacker_cases
+            .get(f.attacker_case)
+            .ok_or(RunError::Flows { need, got: 0 })?;
+        tasks.push(user.instruction.clone());
+        if let Ok(a) = Action::new(&user.tool, Value::Object(user.params.clone())) {
+            tools.respond(&a, user.response(&attack.instruction));
+        }
+    }
+    let prompt = Prompt { tasks };
+    let t = Instant::now();
+    let apm = apm::derive(
+        &prompt,
+        &rt.manifest,
+        &cfg.regulations,
+        &cfg.stop,
+        cfg.planner,
+        topology,
+    )?;
+    let apm_hash = apm.hash()?;
+    let apm_time = t.elapsed();
+    let t = Instant::now();
+    let apm_attestation = apm::attest(&apm, &rt.key)?;
+    let mut sign_time = t.elapsed();
+    let models = vec![cfg.planner.model(), cfg.executor.model()];
+    let journal = match cfg.journal_dir {
+        Some(dir) => {
+            let header = json!({
+                "format": JOURNAL_FORMAT, "run_id": run_id, "prompt": prompt, "apm": apm,
+                "apm_attestation": apm_attestation, "key": rt.key.public_key(), "platform": rt.platform, "models": models,
+            });
+            Some(Journal::create(
+                &dir.join(format!("{run_id}.journal.jsonl")),
+                &header,
+            )?)
+        }
+        None => None,
+    };
+    let t_start = Instant::now();
+    let monitor = Monitor::start(
+        MonitorConfig {
+            apm: &apm,
+            apm_hash,
+            run_id,
+            manifest: &rt.manifest,
+            key: &rt.key,
+            models: &models,
+            signal: cfg.signal.clone(),
+            aeg: AegBuilder::new(journal),
+        },
+        cfg.regulation,
+    );
+    let start_time = t_start.elapsed();
+    let mut stats = execute(&monitor, &apm, cfg.executor, &tools);
+    let t_finish = Instant::now();
+    let aeg = monitor.finish();
+    stats.monitor_time += start_time + t_finish.elapsed();
+    if let Some(e) = aeg.journal_error {
+        return Err(RunError::Journal(e));
+    }
+    let summary = Summary {
+        format: BUNDLE_FORMAT.into(),
+        run_id: run_id.into(),
+        chain_head: aeg.chain_head,
+        structure_root: aeg.structure_root,
+        apm_hash,
+        counts: aeg.counts,
+    };
+    let t = Instant::now();
+    let signature = rt
+        .key
+        .sign(SUMMARY_CONTEXT, &canon::to_canonical(&summary)?);
+    sign_time += t.elapsed();
+    let bundle = Bundle {
+        format: BUNDLE_FORMAT.into(),
+        run_id: run_id.into(),
+        prompt: Some(serde_json::to_value(&prompt).map_err(CanonError::from)?),
+        apm,
+        apm_attestation,
+        nodes: aeg.nodes,
+        summary,
+        signature,
+        key: rt.key.public_key(),
+        platform: rt.platform.clone(),
+        models,
+    };
+    let timings = RunTimings {
+        apm: apm_time,
+        sign: sign_time,
+        total: started.elapsed(),
+    };
+    Ok(RunOutcome {
+        bundle,
+        stats,
+        timings,
+    })
+}
+
+/// Runs every agent of the APM; sub-agents of a multi-agent run on their own threads.
+fn execute(
+    monitor: &Monitor<'_>,
+    apm: &knox_types::apm::Apm,
+    factory: &dyn ExecutorFactory,
+    tools: &dyn ToolRunner,
+) -> RunStats {
+    let scripts: Vec<(String, Vec<Action>)> = apm
+        .agents
+        .iter()
+        .map(|a| {
+            let plan = a
+                .trajectory
+                .iter()
+                .filter_map(|e| Action::new(&e.tool, Value::Object(e.params.clone())).ok())
+                .collect();
+            (a.id.clone(), plan)
+        })
+        .collect();
+    let mut total = RunStats::default();
+    if apm.topology.kind == TopologyKind::MtMa {
+        let results: Vec<RunStats> = std::thread::scope(|s| {
+            let handles: Vec<_> = scripts
+                .into_iter()
+                .map(|(id, plan)| s.spawn(move || agent_loop(monitor, &id, factory, plan, tools)))
+                .collect();
+            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        for r in &results {
+            total.merge(r);
+        }
+    } else {
+        for (id, plan) in scripts {
+            total.merge(&agent_loop(monitor, &id, factory, plan, tools));
+        }
+    }
+    total
+}
+
+/// One agent: propose, get a verdict, execute when allowed, observe.
+fn agent_loop(
+    monitor: &Monitor<'_>,
+    id: &str,
+    factory: &dyn ExecutorFactory,
+    plan: Vec<Action>,
+    tools: &dyn ToolRunner,
+) -> RunStats {
+    let mut exec = factory.build(plan);
+    let mut stats = RunStats::default();
+    let mut last: Option<Observation> = None;
+    for _ in 0..HARD_STEP_CAP {
+        let Step::Propose(raw, origin) = exec.next(last.as_ref()) else {
+            break;
+        };
+        stats.proposals += 1;
+        let t = Instant::now();
+        let verdict = monitor.mediate(id, &raw);
+        stats.monitor_time += t.elapsed();
+        last = Some(match verdict {
+            Verdict::Allow(ticket) => {
+                stats.add(origin, true);
+                let t = Instant::now();
+                let out = tools.run(&ticket.action);
+                let t2 = Instant::now();
+                stats.tool_time += t2 - t;
+                monitor.record_output(ticket, out.clone());
+                stats.monitor_time += t2.elapsed();
+                Observation::Output(out)
+            }
+            Verdict::Block { guard, reason } => {
+                stats.add(origin, false);
+                *stats.blocked_by.entry(guard).or_default() += 1;
+                Observation::Blocked(reason)
+            }
+            Verdict::Interrupt { .. } => {
+                stats.add(origin, false);
+                stats.interrupts += 1;
+                break;
+            }
+            Verdict::Stopped => break,
+        });
+    }
+    stats
+}
+
+/// Splits flows into bundles of `t`, dropping the trailing remainder (as Table III).
+pub fn bundles(flows: &[Flow], workload: Workload) -> impl Iterator<Item = &[Flow]> {
+    flows.chunks_exact(workload.0.tasks.max(1) as usize)
+}
+
+/// The models a bundle lists, for reports.
+pub fn model_names(models: &[ModelInfo]) -> String {
+    models
+        .iter()
+        .map(|m| format!("{}={}", m.role, m.name))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,368 @@
+#![doc = include_str!("../README.md")]
+
+pub mod journal;
+pub mod replay;
+pub mod report;
+
+use knox_attest::platform::{self, AppraisalOptions, PlatformError};
+use knox_attest::verify_signature;
+use knox_policy::ToolkitManifest;
+use knox_types::bundle::{APM_CONTEXT, BUNDLE_FORMAT, Bundle, MAX_BUNDLE_BYTES, SUMMARY_CONTEXT};
+use knox_types::canon;
+use knox_types::merkle;
+
+pub use report::{Outcome, Report, Step};
+
+use crate::replay::{Context, Fail};
+
+/// What the verifier accepts.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// Accept simulated platform evidence. Insecure: nothing vouches for the key.
+    pub dangerous_allow_simulated: bool,
+}
+
+/// Evidence that could not even be read as a bundle or journal.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// Larger than [`MAX_BUNDLE_BYTES`].
+    #[error("evidence of {0} bytes exceeds the {MAX_BUNDLE_BYTES}-byte limit")]
+    TooLarge(usize),
+    /// Not JSON of the bundle's shape.
+    #[error("not a knox evidence bundle: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A format this verifier does not read.
+    #[error("unsupported format `{0}`")]
+    Format(String),
+}
+
+/// Parses a bundle from bytes (size cap, strict fields, format check).
+pub fn parse_bundle(bytes: &[u8]) -> Result<Bundle, ReadError> {
+    if bytes.len() > MAX_BUNDLE_BYTES {
+        return Err(ReadError::TooLarge(bytes.len()));
+    }
+    let b: Bundle = serde_json::from_slice(bytes)?;
+    if b.format != BUNDLE_FORMAT {
+        return Err(ReadError::Format(b.format));
+    }
+    Ok(b)
+}
+
+/// Accumulates steps and the first failure.
+#[derive(Debug, Default)]
+pub(crate) struct Steps {
+    steps: Vec<Step>,
+    tampered: Option<Fail>,
+    refused: Option<String>,
+}
+
+impl Steps {
+    pub(crate) fn pass(&mut self, name: &'static str, detail: impl Into<String>) {
+        self.steps.push(Step {
+            name,
+            result: "pass",
+            detail: detail.into(),
+        });
+    }
+
+    pub(crate) fn fail(&mut self, name: &'static str, f: Fail) {
+        let detail = match f.0 {
+            Some(n) => format!("node {n}: {}", f.1),
+            None => f.1.clone(),
+        };
+        self.steps.push(Step {
+            name,
+            result: "fail",
+            detail,
+        });
+        self.tampered.get_or_insert(f);
+    }
+
+    pub(crate) fn refuse(&mut self, name: &'static str, why: String) {
+        self.steps.push(Step {
+            name,
+            result: "refused",
+            detail: why.clone(),
+        });
+        self.refused.get_or_insert(why);
+    }
+
+    pub(crate) fn skip(&mut self, name: &'static str, why: impl Into<String>) {
+        self.steps.push(Step {
+            name,
+            result: "skipped",
+            detail: why.into(),
+        });
+    }
+
+    pub(crate) fn outcome(&self, finished: bool) -> Outcome {
+        match (&self.tampered, &self.refused) {
+            (Some((node, reason)), _) => Outcome::Tampered {
+                node: *node,
+                reason: reason.clone(),
+            },
+            (None, Some(reason)) => Outcome::Refused {
+                reason: reason.clone(),
+            },
+            (None, None) if finished => Outcome::Complete,
+            (None, None) => Outcome::Prefix,
+        }
+    }
+}
+
+/// Verifies a bundle against the toolkit manifest the verifier trusts. Never panics;
+/// every finding is in the report.
+pub fn verify_bundle(b: &Bundle, manifest: &ToolkitManifest, opts: Options) -> Report {
+    let mut s = Steps::default();
+    let (platform, hardware_backed) = evidence_step(&mut s, b, opts);
+    let apm_hash = apm_step(&mut s, &b.apm, &b.apm_attestation, &b.key, manifest);
+    // Summary and its signature.
+    match canon::to_canonical(&b.summary) {
+        Ok(msg) => match verify_signature(&b.key, SUMMARY_CONTEXT, &msg, &b.signature) {
+            Ok(()) if Some(b.summary.apm_hash) != apm_hash => {
+                s.fail(
+                    "signature",
+                    (None, "the signed summary names another APM".into()),
+                );
+            }
+            Ok(()) if b.summary.run_id != b.run_id || b.summary.format != BUNDLE_FORMAT => {
+                s.fail(
+                    "signature",
+                    (
+                        None,
+                        "the signed summary names another run or format".into(),
+                    ),
+                );
+            }
+            Ok(()) => s.pass("signature", "summary signed by the in-TEE key"),
+            Err(e) => s.fail("signature", (None, format!("summary signature: {e}"))),
+        },
+        Err(e) => s.fail("signature", (None, e.to_string())),
+    }
+    let findings = graph_steps(&mut s, b, manifest, apm_hash, true);
+    build_report(s, b, platform, hardware_backed, findings, true)
+}
+
+/// Step 1: the platform evidence binds the key and is acceptable.
+pub(crate) fn evidence_step(s: &mut Steps, b: &Bundle, opts: Options) -> (String, bool) {
+    let appraisal = platform::appraise(
+        &b.platform,
+        &b.key,
+        AppraisalOptions {
+            dangerous_allow_simulated: opts.dangerous_allow_simulated,
+        },
+    );
+    match appraisal {
+        Ok(a) => {
+            let note = if a.hardware_backed {
+                "hardware-backed"
+            } else {
+                "NOT hardware-backed (accepted: --allow-simulated)"
+            };
+            s.pass(
+                "evidence",
+                format!("{} evidence binds the signing key; {note}", a.mode),
+            );
+            (a.mode, a.hardware_backed)
+        }
+        Err(e @ (PlatformError::SimulatedRefused | PlatformError::UnknownMode(_))) => {
+            s.refuse("evidence", e.to_string());
+            (b.platform.mode.clone(), false)
+        }
+        Err(e) => {
+            s.fail("evidence", (None, e.to_string()));
+            (b.platform.mode.clone(), false)
+        }
+    }
+}
+
+/// The APM attestation and the manifest it names; returns `H(APM)` when computable.
+pub(crate) fn apm_step(
+    s: &mut Steps,
+    apm: &knox_types::apm::Apm,
+    att: &knox_types::bundle::ApmAttestation,
+    key: &knox_types::bundle::PublicKey,
+    manifest: &ToolkitManifest,
+) -> Option<knox_types::Digest> {
+    let apm_hash = match apm.hash() {
+        Ok(h) => h,
+        Err(e) => {
+            s.fail("apm", (None, e.to_string()));
+            return None;
+        }
+    };
+    let signed = canon::to_canonical(&att.statement)
+        .map_err(|e| e.to_string())
+        .and_then(|m| {
+            verify_signature(key, APM_CONTEXT, &m, &att.signature).map_err(|e| e.to_string())
+        });
+    if let Err(e) = signed {
+        s.fail("apm", (None, format!("APM attestation: {e}")));
+    } else if att.statement.apm_hash != apm_hash || att.statement.inputs != apm.inputs {
+        s.fail(
+            "apm",
+            (
+                None,
+                "the APM differs from the one its attestation binds".into(),
+            ),
+        );
+    } else if apm.inputs.manifest != manifest.hash() {
+        s.refuse(
+            "apm",
+            format!(
+                "the APM was derived from toolkit manifest {}, this verifier trusts {}; supply that manifest to verify",
+                apm.inputs.manifest,
+                manifest.hash()
+            ),
+        );
+    } else {
+        s.pass(
+            "apm",
+            format!("APM {apm_hash} attested and bound to its inputs"),
+        );
+    }
+    Some(apm_hash)
+}
+
+/// Steps 2–5 over the nodes: chain, proof of inference, policy consistency, topology.
+pub(crate) fn graph_steps(
+    s: &mut Steps,
+    b: &Bundle,
+    manifest: &ToolkitManifest,
+    apm_hash: Option<knox_types::Digest>,
+    finished: bool,
+) -> Option<replay::Findings> {
+    let (head, leaves, counts) = match replay::chain(&b.nodes) {
+        Ok(x) => x,
+        Err(f) => {
+            s.fail("chain", f);
+            return None;
+        }
+    };
+    if finished {
+        if head != b.summary.chain_head {
+            let last = b.nodes.last().map(|n| n.seq);
+            s.fail("chain", (last, "chain head differs from the signed one: nodes were dropped or appended at the end".into()));
+        } else if counts != b.summary.counts {
+            s.fail(
+                "chain",
+                (None, "node counts differ from the signed summary".into()),
+            );
+        } else {
+            s.pass(
+                "chain",
+                format!(
+                    "{} measurements recomputed, chain head matches",
+                    b.nodes.len()
+                ),
+            );
+        }
+        if merkle::root(&leaves) == b.summary.structure_root {
+            s.pass("topology", "structure root matches");
+        } else {
+            s.fail(
+                "topology",
+                (None, "structure root differs from the signed one".into()),
+            );
+        }
+    } else {
+        s.pass(
+            "chain",
+            format!(
+                "{} measurements recomputed (unsigned prefix)",
+                b.nodes.len()
+            ),
+        );
+    }
+    let Some(apm_hash) = apm_hash else {
+        s.skip("policy", "no APM hash");
+        return None;
+    };
+    if b.apm.inputs.manifest != manifest.hash() {
+        s.skip("policy", "manifest unavailable: decisions not recomputed");
+        return None;
+    }
+    let cx = Context {
+        apm: &b.apm,
+        apm_hash,
+        manifest,
+        run_id: &b.run_id,
+        models: &b.models,
+        key: &b.key,
+    };
+    match replay::replay(&cx, &b.nodes) {
+        Ok(f) => {
+            s.pass(
+                "inference",
+                format!(
+                    "{} proof_of_inference node(s) match the declared models",
+                    b.models.len()
+                ),
+            );
+            if finished && !f.unfinished.is_empty() {
+                s.fail(
+                    "policy",
+                    (
+                        f.unfinished.first().copied(),
+                        "allowed call without its output in a finished run".into(),
+                    ),
+                );
+            } else {
+                s.pass(
+                    "policy",
+                    "every guard decision recomputed from the APM and matches",
+                );
+            }
+            Some(f)
+        }
+        Err(f) => {
+            s.fail("policy", f);
+            None
+        }
+    }
+}
+
+pub(crate) fn build_report(
+    s: Steps,
+    b: &Bundle,
+    platform: String,
+    hardware_backed: bool,
+    f: Option<replay::Findings>,
+    finished: bool,
+) -> Report {
+    let f = f.unwrap_or_default();
+    let count = |k| b.nodes.iter().filter(|n| n.kind == k).count() as u64;
+    let mut warnings = f.warnings;
+    if !hardware_backed {
+        warnings.push(knox_attest::simulated::NOTE.to_string());
+    }
+    Report {
+        outcome: s.outcome(finished),
+        run_id: b.run_id.clone(),
+        platform,
+        hardware_backed,
+        steps: s.steps,
+        nodes: b.nodes.len() as u64,
+        tool_calls: count(knox_types::aeg::NodeKind::ToolCall),
+        executed: count(knox_types::aeg::NodeKind::ToolOutput),
+        blocked: f.blocked,
+        interrupts: f.interrupts,
+        flagged_for_review: f.flagged,
+        models: b
+            .models
+            .iter()
+            .map(|m| {
+                let h = m
+                    .weights_hash
+                    .map_or_else(|| "no weights".to_string(), |h| h.to_hex());
+                format!(
+                    "{}={} ({h}{})",
+                    m.role,
+                    m.name,
+                    if m.declared { ", declared" } else { "" }
+                )
+            })
+            .collect(),
+        warnings,
+    }
+}

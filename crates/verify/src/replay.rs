@@ -1,0 +1,720 @@
+//! Replaying the AEG against the APM: chain, topology and policy consistency.
+//!
+//! The replay walks the nodes in commit order with the same per-agent state the monitor
+//! kept (trajectory pointer, proposal count, spent budget, outputs), recomputes every
+//! guard decision with `knox-policy`, and compares it with what each `check` node
+//! records. The monitor commits a `tool_call`, its checks and its `blocked` or
+//! `interrupt` node contiguously; only a `tool_output` arrives later.
+
+use std::collections::HashMap;
+
+use knox_attest::key::key_id;
+use knox_attest::verify_signature;
+use knox_policy::stop::{self, RunState};
+use knox_policy::trajectory::{self, RegexCache};
+use knox_policy::{ToolkitManifest, auth, proposal};
+use knox_types::aeg::{NODE_ATTESTATION_CONTEXT, Node, NodeKind, chain_start, chain_step};
+use knox_types::apm::{AgentPlan, Apm, StopCause, TopologyKind};
+use knox_types::bundle::{Counts, ModelInfo, PublicKey};
+use knox_types::digest::{Digest, tag};
+use knox_types::payload::{
+    AgentBranchPayload, AgentStepPayload, Assignment, BlockedPayload, CheckDetail, CheckPayload,
+    GuardKind, InterruptPayload, ProofOfInferencePayload, RootPayload, ToolCallPayload,
+    ToolOutputPayload,
+};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::report::BlockedAction;
+
+/// A failure: the first offending node, when one can be named, and why.
+pub type Fail = (Option<u64>, String);
+
+fn fail<T>(node: &Node, why: impl Into<String>) -> Result<T, Fail> {
+    Err((Some(node.seq), why.into()))
+}
+
+/// Recomputes every measurement, the sequence numbers and the chain; returns `c_N`,
+/// the leaf hashes for the structure root, and the counts.
+pub fn chain(nodes: &[Node]) -> Result<(Digest, Vec<Digest>, Counts), Fail> {
+    let mut c = chain_start();
+    let mut leaves = Vec::with_capacity(nodes.len());
+    let mut counts = Counts::default();
+    for (i, n) in nodes.iter().enumerate() {
+        if n.seq != i as u64 {
+            return fail(
+                n,
+                format!(
+                    "sequence number {} at position {i}: a node was dropped, inserted or reordered",
+                    n.seq
+                ),
+            );
+        }
+        if n.compute_measurement() != n.measurement {
+            return fail(n, "measurement does not match the node's content");
+        }
+        c = chain_step(&c, n.seq, &n.measurement);
+        leaves.push(n.leaf_hash());
+        counts.nodes += 1;
+        match n.kind {
+            NodeKind::ToolCall => counts.tool_calls += 1,
+            NodeKind::ToolOutput => counts.executed += 1,
+            NodeKind::Blocked => counts.blocked += 1,
+            NodeKind::Interrupt => counts.interrupts += 1,
+            _ => {}
+        }
+    }
+    Ok((c, leaves, counts))
+}
+
+/// What the replay found.
+#[derive(Debug, Default)]
+pub struct Findings {
+    /// Blocked actions.
+    pub blocked: Vec<BlockedAction>,
+    /// Interrupts, `agent: cause`.
+    pub interrupts: Vec<String>,
+    /// `not_applicable` regulation verdicts.
+    pub flagged: u64,
+    /// Allowed calls still waiting for their output at the end.
+    pub unfinished: Vec<u64>,
+    /// Notes that do not change the outcome.
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug)]
+struct AgentReplay<'a> {
+    plan: &'a AgentPlan,
+    pointer: u32,
+    actions: u32,
+    spent: u64,
+    cursor: u64,
+    stopped: bool,
+    last_elapsed: u64,
+    outputs: Vec<Option<Value>>,
+    awaiting: Option<(u64, u32, u64)>,
+}
+
+/// Inputs of the replay.
+#[derive(Debug)]
+pub struct Context<'a> {
+    /// The APM.
+    pub apm: &'a Apm,
+    /// `H(APM)`.
+    pub apm_hash: Digest,
+    /// The manifest the APM names.
+    pub manifest: &'a ToolkitManifest,
+    /// Run identifier.
+    pub run_id: &'a str,
+    /// Models the bundle declares.
+    pub models: &'a [ModelInfo],
+    /// The signing key.
+    pub key: &'a PublicKey,
+}
+
+/// Replays the graph. `nodes` must already have passed [`chain`].
+pub fn replay(cx: &Context<'_>, nodes: &[Node]) -> Result<Findings, Fail> {
+    let mut r = Replayer {
+        cx,
+        agents: HashMap::new(),
+        regexes: RegexCache::default(),
+        found: Findings::default(),
+    };
+    let mut i = r.header(nodes)?;
+    while let Some(n) = nodes.get(i) {
+        i = match n.kind {
+            NodeKind::ToolCall => r.tool_call(nodes, i)?,
+            NodeKind::ToolOutput => r.tool_output(n).map(|()| i + 1)?,
+            NodeKind::Check => {
+                return fail(n, "check node not attached to the tool_call before it");
+            }
+            NodeKind::Blocked | NodeKind::Interrupt => {
+                return fail(n, "blocked/interrupt node without the checks it follows");
+            }
+            other => {
+                return fail(
+                    n,
+                    format!(
+                        "unexpected `{}` node after the run's header",
+                        other.as_str()
+                    ),
+                );
+            }
+        };
+    }
+    let mut unfinished: Vec<u64> = r
+        .agents
+        .values()
+        .filter_map(|a| a.awaiting.map(|(s, _, _)| s))
+        .collect();
+    unfinished.sort_unstable();
+    r.found.unfinished = unfinished;
+    Ok(r.found)
+}
+
+struct Replayer<'a, 'c> {
+    cx: &'c Context<'a>,
+    agents: HashMap<&'a str, AgentReplay<'a>>,
+    regexes: RegexCache,
+    found: Findings,
+}
+
+fn parse<T: DeserializeOwned>(n: &Node) -> Result<T, Fail> {
+    T::deserialize(&n.payload).map_err(|e| {
+        (
+            Some(n.seq),
+            format!("`{}` payload does not parse: {e}", n.kind.as_str()),
+        )
+    })
+}
+
+fn expect_plain(n: &Node, kind: NodeKind, parent: Option<u64>, agent: &str) -> Result<(), Fail> {
+    if n.kind != kind {
+        return fail(
+            n,
+            format!(
+                "expected a `{}` node, found `{}`",
+                kind.as_str(),
+                n.kind.as_str()
+            ),
+        );
+    }
+    if n.parent != parent {
+        return fail(n, format!("parent {:?}, expected {:?}", n.parent, parent));
+    }
+    if n.agent != agent {
+        return fail(n, format!("agent `{}`, expected `{agent}`", n.agent));
+    }
+    if !n.allowed || n.block_reason.is_some() || !n.attestations.is_empty() {
+        return fail(
+            n,
+            "structural node must be allowed, without block reason or attestations",
+        );
+    }
+    Ok(())
+}
+
+impl<'a> Replayer<'a, '_> {
+    /// Root, proof-of-inference nodes, and (multi-agent) the decomposition and branches.
+    fn header(&mut self, nodes: &[Node]) -> Result<usize, Fail> {
+        let apm = self.cx.apm;
+        let Some(root) = nodes.first() else {
+            return Err((None, "the graph has no root node".into()));
+        };
+        expect_plain(root, NodeKind::Root, None, "monitor")?;
+        let rp: RootPayload = parse(root)?;
+        if rp.apm_hash != self.cx.apm_hash {
+            return fail(root, "root names another APM");
+        }
+        if rp.topology != apm.topology || rp.run_id != self.cx.run_id {
+            return fail(root, "root's run id or topology differs from the bundle's");
+        }
+        let mut i = 1;
+        for m in self.cx.models {
+            let Some(n) = nodes.get(i) else {
+                return Err((None, "proof_of_inference nodes missing".into()));
+            };
+            expect_plain(n, NodeKind::ProofOfInference, Some(0), "monitor")?;
+            let p: ProofOfInferencePayload = parse(n)?;
+            let same = p.role == m.role
+                && p.model == m.name
+                && p.weights_hash == m.weights_hash
+                && p.declared == m.declared;
+            if !same {
+                return fail(
+                    n,
+                    format!(
+                        "proof of inference for `{}` does not match the bundle's declared model",
+                        p.role
+                    ),
+                );
+            }
+            i += 1;
+        }
+        let multi = apm.topology.kind == TopologyKind::MtMa;
+        if multi {
+            let Some(step) = nodes.get(i) else {
+                return Err((None, "agent_step missing".into()));
+            };
+            expect_plain(step, NodeKind::AgentStep, Some(0), "planner")?;
+            let p: AgentStepPayload = parse(step)?;
+            let want: Vec<Assignment> = apm
+                .agents
+                .iter()
+                .map(|a| Assignment {
+                    agent: a.id.clone(),
+                    tasks: a.tasks.clone(),
+                })
+                .collect();
+            if p.decomposition != want {
+                return fail(step, "decomposition differs from the APM's sub-agents");
+            }
+            i += 1;
+        }
+        for plan in &apm.agents {
+            let cursor = if multi {
+                let Some(b) = nodes.get(i) else {
+                    return Err((None, format!("branch of `{}` missing", plan.id)));
+                };
+                expect_plain(b, NodeKind::AgentBranch, Some(0), &plan.id)?;
+                let p: AgentBranchPayload = parse(b)?;
+                if p.agent != plan.id || p.tasks != plan.tasks {
+                    return fail(b, format!("branch does not match sub-agent `{}`", plan.id));
+                }
+                i += 1;
+                b.seq
+            } else {
+                0
+            };
+            let outputs = vec![None; plan.trajectory.len()];
+            let st = AgentReplay {
+                plan,
+                pointer: 0,
+                actions: 0,
+                spent: 0,
+                cursor,
+                stopped: false,
+                last_elapsed: 0,
+                outputs,
+                awaiting: None,
+            };
+            if self.agents.insert(plan.id.as_str(), st).is_some() {
+                return Err((None, format!("APM lists agent `{}` twice", plan.id)));
+            }
+        }
+        Ok(i)
+    }
+
+    /// A `tool_call`, its checks and its `blocked`/`interrupt` node; returns the index
+    /// after the group.
+    fn tool_call(&mut self, nodes: &[Node], i: usize) -> Result<usize, Fail> {
+        let call = nodes
+            .get(i)
+            .ok_or((None, "index out of range".to_string()))?;
+        let cx = self.cx;
+        let Some(st) = self.agents.get_mut(call.agent.as_str()) else {
+            return fail(call, format!("agent `{}` is not in the APM", call.agent));
+        };
+        if st.stopped {
+            return fail(call, "tool_call after the agent was interrupted");
+        }
+        if let Some((prev, _, _)) = st.awaiting {
+            return fail(call, format!("allowed tool_call {prev} has no tool_output"));
+        }
+        if call.parent != Some(st.cursor) {
+            return fail(
+                call,
+                format!(
+                    "parent {:?} is not the agent's previous step {}",
+                    call.parent, st.cursor
+                ),
+            );
+        }
+        if !call.attestations.is_empty() {
+            return fail(call, "tool_call carries attestations");
+        }
+        let p: ToolCallPayload = parse(call)?;
+        if p.ordinal != st.actions || p.position != st.pointer {
+            return fail(
+                call,
+                format!(
+                    "ordinal/position {}/{} but replay is at {}/{}",
+                    p.ordinal, p.position, st.actions, st.pointer
+                ),
+            );
+        }
+        let expected = st.plan.trajectory.get(st.pointer as usize);
+        if p.expected.as_ref() != expected {
+            return fail(
+                call,
+                format!(
+                    "expected call differs from the APM trajectory at position {}",
+                    st.pointer
+                ),
+            );
+        }
+        if let Some(e) = expected {
+            if e.compute_hash() != e.hash {
+                return fail(call, "expected call's hash does not match its content");
+            }
+        }
+        // Gather the checks.
+        let mut j = i + 1;
+        let mut checks: Vec<(&Node, CheckPayload)> = Vec::new();
+        while let Some(n) = nodes
+            .get(j)
+            .filter(|n| n.kind == NodeKind::Check && n.parent == Some(call.seq))
+        {
+            if n.agent != call.agent || !n.attestations.is_empty() || n.block_reason.is_some() {
+                return fail(
+                    n,
+                    "check node's agent, attestations or block reason are inconsistent",
+                );
+            }
+            let c: CheckPayload = parse(n)?;
+            if n.allowed != c.passed {
+                return fail(n, "check's allowed flag differs from its result");
+            }
+            checks.push((n, c));
+            j += 1;
+        }
+        let want = self.expected_checks(call, &p, &checks)?;
+        let st = self
+            .agents
+            .get_mut(call.agent.as_str())
+            .ok_or((Some(call.seq), "agent vanished".to_string()))?;
+        if checks.len() != want.len() {
+            return fail(
+                call,
+                format!(
+                    "{} checks recorded, {} guards apply",
+                    checks.len(),
+                    want.len()
+                ),
+            );
+        }
+        for ((n, got), w) in checks.iter().zip(&want) {
+            if got != w {
+                return fail(
+                    n,
+                    format!(
+                        "recorded `{}` check differs from the recomputed decision",
+                        got.guard.as_str()
+                    ),
+                );
+            }
+        }
+        st.actions = st.actions.saturating_add(1);
+        let first_failed = checks.iter().find(|(_, c)| !c.passed);
+        let Some((failed_node, failed)) = first_failed else {
+            if !call.allowed || call.block_reason.is_some() {
+                return fail(
+                    call,
+                    "every guard passed but the call is not marked allowed",
+                );
+            }
+            let cost = p
+                .actual
+                .as_ref()
+                .and_then(|a| cx.manifest.tool(&a.tool))
+                .map_or(0, |t| t.needs.cost);
+            st.awaiting = Some((call.seq, st.pointer, cost));
+            st.pointer = st.pointer.saturating_add(1);
+            return Ok(j);
+        };
+        if call.allowed || call.block_reason.is_none() {
+            return fail(
+                call,
+                format!(
+                    "the `{}` guard failed but the call is marked allowed",
+                    failed.guard.as_str()
+                ),
+            );
+        }
+        let Some(end) = nodes.get(j) else {
+            return Err((
+                Some(call.seq),
+                "the graph ends before the blocked/interrupt node of this call".into(),
+            ));
+        };
+        if end.parent != Some(failed_node.seq)
+            || end.agent != call.agent
+            || end.allowed
+            || end.block_reason != call.block_reason
+        {
+            return fail(
+                end,
+                "blocked/interrupt node is not attached to the failing check",
+            );
+        }
+        let tool = p.actual.as_ref().map(|a| a.tool.clone());
+        let reason = call.block_reason.clone().unwrap_or_default();
+        if failed.guard == GuardKind::Stop {
+            let cause = match &failed.detail {
+                CheckDetail::Stop { cause: Some(c), .. } => *c,
+                _ => return fail(failed_node, "failed stop check without a cause"),
+            };
+            if end.kind != NodeKind::Interrupt || parse::<InterruptPayload>(end)?.cause != cause {
+                return fail(end, "stop guard fired but no matching interrupt follows");
+            }
+            check_attested(end, cx.key)?;
+            st.stopped = true;
+            st.cursor = end.seq;
+            self.found
+                .interrupts
+                .push(format!("{}: {}", call.agent, cause_name(cause)));
+        } else {
+            if end.kind != NodeKind::Blocked
+                || !end.attestations.is_empty()
+                || parse::<BlockedPayload>(end)?.guard != failed.guard
+            {
+                return fail(end, "failed guard without its blocked node");
+            }
+            st.cursor = end.seq;
+            self.found.blocked.push(BlockedAction {
+                node: call.seq,
+                agent: call.agent.clone(),
+                tool,
+                guard: failed.guard.as_str().into(),
+                reason,
+            });
+        }
+        Ok(j + 1)
+    }
+
+    /// The checks the monitor must have recorded for this call, recomputed.
+    fn expected_checks(
+        &mut self,
+        call: &Node,
+        p: &ToolCallPayload,
+        got: &[(&Node, CheckPayload)],
+    ) -> Result<Vec<CheckPayload>, Fail> {
+        let cx = self.cx;
+        let st = self
+            .agents
+            .get_mut(call.agent.as_str())
+            .ok_or((Some(call.seq), "unknown agent".to_string()))?;
+        let policy = &cx.apm.guards.stop;
+        let Some((
+            stop_node,
+            CheckPayload {
+                detail:
+                    CheckDetail::Stop {
+                        elapsed_ms, signal, ..
+                    },
+                ..
+            },
+        )) = got.first()
+        else {
+            return fail(call, "the stop guard's check is missing");
+        };
+        if *signal && !policy.external {
+            return fail(
+                stop_node,
+                "external stop signal recorded although the APM does not watch one",
+            );
+        }
+        if *elapsed_ms < st.last_elapsed {
+            return fail(stop_node, "elapsed time went backwards");
+        }
+        st.last_elapsed = *elapsed_ms;
+        let state = RunState {
+            actions: st.actions,
+            spent: st.spent,
+            elapsed_ms: *elapsed_ms,
+            signal: *signal,
+        };
+        let cause = stop::evaluate(policy, &state);
+        let detail = CheckDetail::Stop {
+            actions: st.actions,
+            spent: st.spent,
+            elapsed_ms: *elapsed_ms,
+            signal: *signal,
+            cause,
+        };
+        let mut want = vec![CheckPayload {
+            guard: GuardKind::Stop,
+            passed: cause.is_none(),
+            detail,
+        }];
+        if cause.is_some() {
+            return Ok(want);
+        }
+        // Input: re-classify what was recorded.
+        let parsed = match (&p.actual, &p.raw) {
+            (Some(a), None) => {
+                if a.hash() != p.actual_hash {
+                    return fail(call, "actual call's hash does not match its content");
+                }
+                proposal::check(a.clone(), cx.manifest)
+            }
+            (actual, Some(raw)) => {
+                let complete = raw.len() as u64 == p.raw_len;
+                if complete
+                    && actual.is_none()
+                    && Digest::tagged(tag::PROPOSAL, &[raw.as_bytes()]) != p.actual_hash
+                {
+                    return fail(call, "raw proposal's hash does not match its content");
+                }
+                if let Some(a) = actual {
+                    if a.hash() != p.actual_hash {
+                        return fail(call, "actual call's hash does not match its content");
+                    }
+                }
+                match complete.then(|| proposal::parse(raw.as_bytes(), cx.manifest)) {
+                    Some(Ok(_)) => {
+                        return fail(
+                            call,
+                            "recorded as malformed but the proposal is well formed",
+                        );
+                    }
+                    Some(Err(m)) if m.action != *actual => {
+                        return fail(call, "recorded action differs from the raw proposal");
+                    }
+                    Some(Err(m)) => Err(m),
+                    // A truncated proposal (over 4 KiB) cannot be re-parsed; its recorded
+                    // input failure can only block, never admit, an action.
+                    None => match got.get(1) {
+                        Some((
+                            _,
+                            c @ CheckPayload {
+                                detail: CheckDetail::Input { error: Some(_) },
+                                ..
+                            },
+                        )) => {
+                            want.push(c.clone());
+                            return Ok(want);
+                        }
+                        _ => return fail(call, "truncated proposal without a failed input check"),
+                    },
+                }
+            }
+            (None, None) => {
+                return fail(
+                    call,
+                    "tool_call records neither an action nor a raw proposal",
+                );
+            }
+        };
+        let (action, entry) = match parsed {
+            Ok(ok) => ok,
+            Err(m) => {
+                want.push(CheckPayload {
+                    guard: GuardKind::Input,
+                    passed: false,
+                    detail: CheckDetail::Input {
+                        error: Some(m.error),
+                    },
+                });
+                return Ok(want);
+            }
+        };
+        want.push(CheckPayload {
+            guard: GuardKind::Input,
+            passed: true,
+            detail: CheckDetail::Input { error: None },
+        });
+        let expected = st.plan.trajectory.get(st.pointer as usize);
+        let outputs = |k: u32| st.outputs.get(k as usize).cloned().flatten();
+        let t = trajectory::check(
+            expected,
+            &action,
+            &p.actual_hash,
+            &outputs,
+            &mut self.regexes,
+        );
+        want.push(CheckPayload {
+            guard: GuardKind::Trajectory,
+            passed: t.matched,
+            detail: CheckDetail::Trajectory {
+                mode: t.mode.into(),
+                params: t.params,
+                reason: t.reason,
+            },
+        });
+        let missing = auth::missing(&entry.needs, &cx.apm.guards.syscall);
+        want.push(CheckPayload {
+            guard: GuardKind::Syscall,
+            passed: missing.is_empty(),
+            detail: CheckDetail::Syscall {
+                needs: entry.needs.clone(),
+                missing,
+            },
+        });
+        if entry.annotations.discloses.is_some() && !cx.apm.guards.regulation.regulations.is_empty()
+        {
+            let Some((n, recorded)) = got.get(want.len()) else {
+                return fail(call, "regulation check missing");
+            };
+            let CheckDetail::Regulation {
+                verdict, policies, ..
+            } = &recorded.detail
+            else {
+                return fail(n, "regulation check expected");
+            };
+            if cx.apm.guards.regulation.policy_hash.is_none()
+                && (verdict != "not_applicable" || !policies.is_empty())
+            {
+                return fail(
+                    n,
+                    "regulation verdict without a policy set must be not_applicable",
+                );
+            }
+            if !matches!(
+                verdict.as_str(),
+                "compliant" | "non_compliant" | "not_applicable"
+            ) {
+                return fail(n, format!("unknown regulation verdict `{verdict}`"));
+            }
+            if verdict == "not_applicable" {
+                self.found.flagged += 1;
+            }
+            if cx.apm.guards.regulation.policy_hash.is_some() {
+                self.found.warnings.push(format!(
+                    "node {}: regulation verdict taken as recorded (policy set not recomputed)",
+                    n.seq
+                ));
+            }
+            let passed = verdict != "non_compliant";
+            if recorded.passed != passed {
+                return fail(n, "regulation check's result differs from its verdict");
+            }
+            want.push(recorded.clone());
+        }
+        Ok(want)
+    }
+
+    fn tool_output(&mut self, n: &Node) -> Result<(), Fail> {
+        let Some(st) = self.agents.get_mut(n.agent.as_str()) else {
+            return fail(n, format!("agent `{}` is not in the APM", n.agent));
+        };
+        let Some((call, position, cost)) = st.awaiting else {
+            return fail(n, "tool_output without an allowed tool_call awaiting it");
+        };
+        if n.parent != Some(call)
+            || !n.allowed
+            || n.block_reason.is_some()
+            || !n.attestations.is_empty()
+        {
+            return fail(
+                n,
+                format!("tool_output is not attached to allowed call {call}"),
+            );
+        }
+        let p: ToolOutputPayload = parse(n)?;
+        if p.cost != cost {
+            return fail(
+                n,
+                format!("cost {} differs from the tool's cost {cost}", p.cost),
+            );
+        }
+        if let Some(slot) = st.outputs.get_mut(position as usize) {
+            *slot = Some(p.output);
+        }
+        st.spent = st.spent.saturating_add(cost);
+        st.cursor = n.seq;
+        st.awaiting = None;
+        Ok(())
+    }
+}
+
+fn check_attested(n: &Node, key: &PublicKey) -> Result<(), Fail> {
+    let id = key_id(&key.public_key.0);
+    let Some(a) = n.attestations.first() else {
+        return fail(n, "interrupt is not attested");
+    };
+    if n.attestations.len() != 1 || a.key != id || a.alg != knox_attest::key::ALG {
+        return fail(n, "interrupt attestation names another key");
+    }
+    verify_signature(key, NODE_ATTESTATION_CONTEXT, &n.measurement.0, &a.sig)
+        .map_err(|e| (Some(n.seq), format!("interrupt attestation: {e}")))
+}
+
+fn cause_name(c: StopCause) -> &'static str {
+    match c {
+        StopCause::Timeout => "timeout",
+        StopCause::ActionCap => "action_cap",
+        StopCause::Budget => "budget",
+        StopCause::Signal => "signal",
+    }
+}
