@@ -165,10 +165,10 @@ fn interleave<'a>(tasks: impl Iterator<Item = &'a [ExpectedCall]> + Clone) -> Ve
         .collect()
 }
 
-/// Signs the binding of the APM hash to its inputs.
-pub fn attest(apm: &Apm, key: &TeeKey) -> Result<ApmAttestation, CanonError> {
+/// Signs the binding of the APM hash (`apm_hash = H(apm)`) to its inputs.
+pub fn attest(apm: &Apm, apm_hash: Digest, key: &TeeKey) -> Result<ApmAttestation, CanonError> {
     let statement = ApmStatement {
-        apm_hash: apm.hash()?,
+        apm_hash,
         inputs: apm.inputs.clone(),
     };
     let signature = key.sign(APM_CONTEXT, &canon::to_canonical(&statement)?);

@@ -8,7 +8,7 @@
 //! `blocked` node under the first failing check. A decision is a value: nothing here
 //! returns an error or panics on untrusted input.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -84,6 +84,8 @@ struct Inner {
     aeg: AegBuilder,
     agents: HashMap<String, AgentState>,
     regexes: RegexCache,
+    /// `needs − Auth` per tool: Auth is fixed for the run, so each tool's result is too.
+    missing: HashMap<String, BTreeSet<String>>,
 }
 
 /// The reference monitor for one run.
@@ -242,6 +244,7 @@ impl<'a> Monitor<'a> {
                 aeg,
                 agents,
                 regexes: RegexCache::default(),
+                missing: HashMap::new(),
             }),
         }
     }
@@ -261,6 +264,7 @@ impl<'a> Monitor<'a> {
             aeg,
             agents,
             regexes,
+            missing: missing_cache,
         } = &mut *guard;
         let Some(st) = agents.get_mut(agent) else {
             return Verdict::Stopped;
@@ -363,7 +367,10 @@ impl<'a> Monitor<'a> {
             },
         });
         // Mediated system calls.
-        let missing = auth::missing(&entry.needs, &self.apm.guards.syscall);
+        let missing = missing_cache
+            .entry(entry.name.clone())
+            .or_insert_with(|| auth::missing(&entry.needs, &self.apm.guards.syscall))
+            .clone();
         if !missing.is_empty() {
             let list: Vec<&str> = missing.iter().map(String::as_str).take(8).collect();
             failure.get_or_insert((
@@ -375,7 +382,8 @@ impl<'a> Monitor<'a> {
             guard: GuardKind::Syscall,
             passed: missing.is_empty(),
             detail: CheckDetail::Syscall {
-                needs: entry.needs.clone(),
+                toolkit: entry.toolkit.clone(),
+                needs: entry.needs_hash,
                 missing,
             },
         });

@@ -18,7 +18,7 @@ use knox_types::canon::{self, CanonError};
 use knox_types::payload::GuardKind;
 use serde_json::{Value, json};
 
-use crate::aeg::{AegBuilder, JOURNAL_FORMAT, Journal};
+use crate::aeg::{AegBuilder, FinishedAeg, JOURNAL_FORMAT, Journal};
 use crate::apm::{self, ApmError, Regulations};
 use crate::executor::{ExecutorFactory, Observation, Origin, Step};
 use crate::guard::regulation::RegulationGuard;
@@ -270,7 +270,7 @@ pub fn run_bundle(
     let apm_hash = apm.hash()?;
     let apm_time = t.elapsed();
     let t = Instant::now();
-    let apm_attestation = apm::attest(&apm, &rt.key)?;
+    let apm_attestation = apm::attest(&apm, apm_hash, &rt.key)?;
     let mut sign_time = t.elapsed();
     let models = vec![cfg.planner.model(), cfg.executor.model()];
     let journal = match cfg.journal_dir {
@@ -303,37 +303,14 @@ pub fn run_bundle(
     let start_time = t_start.elapsed();
     let mut stats = execute(&monitor, &apm, cfg.executor, &tools);
     let t_finish = Instant::now();
-    let aeg = monitor.finish();
+    let mut aeg = monitor.finish();
     stats.monitor_time += start_time + t_finish.elapsed();
-    if let Some(e) = aeg.journal_error {
+    if let Some(e) = aeg.journal_error.take() {
         return Err(RunError::Journal(e));
     }
-    let summary = Summary {
-        format: BUNDLE_FORMAT.into(),
-        run_id: run_id.into(),
-        chain_head: aeg.chain_head,
-        structure_root: aeg.structure_root,
-        apm_hash,
-        counts: aeg.counts,
-    };
     let t = Instant::now();
-    let signature = rt
-        .key
-        .sign(SUMMARY_CONTEXT, &canon::to_canonical(&summary)?);
+    let bundle = seal(rt, run_id, Some(&prompt), apm, apm_attestation, models, aeg)?;
     sign_time += t.elapsed();
-    let bundle = Bundle {
-        format: BUNDLE_FORMAT.into(),
-        run_id: run_id.into(),
-        prompt: Some(serde_json::to_value(&prompt).map_err(CanonError::from)?),
-        apm,
-        apm_attestation,
-        nodes: aeg.nodes,
-        summary,
-        signature,
-        key: rt.key.public_key(),
-        platform: rt.platform.clone(),
-        models,
-    };
     let timings = RunTimings {
         apm: apm_time,
         sign: sign_time,
@@ -343,6 +320,46 @@ pub fn run_bundle(
         bundle,
         stats,
         timings,
+    })
+}
+
+/// Signs a finished AEG and assembles the evidence bundle.
+pub fn seal(
+    rt: &Runtime,
+    run_id: &str,
+    prompt: Option<&Prompt>,
+    apm: knox_types::apm::Apm,
+    apm_attestation: knox_types::bundle::ApmAttestation,
+    models: Vec<ModelInfo>,
+    aeg: FinishedAeg,
+) -> Result<Bundle, RunError> {
+    let summary = Summary {
+        format: BUNDLE_FORMAT.into(),
+        run_id: run_id.into(),
+        chain_head: aeg.chain_head,
+        structure_root: aeg.structure_root,
+        apm_hash: apm_attestation.statement.apm_hash,
+        counts: aeg.counts,
+    };
+    let signature = rt
+        .key
+        .sign(SUMMARY_CONTEXT, &canon::to_canonical(&summary)?);
+    let prompt = prompt
+        .map(serde_json::to_value)
+        .transpose()
+        .map_err(CanonError::from)?;
+    Ok(Bundle {
+        format: BUNDLE_FORMAT.into(),
+        run_id: run_id.into(),
+        prompt,
+        apm,
+        apm_attestation,
+        nodes: aeg.nodes,
+        summary,
+        signature,
+        key: rt.key.public_key(),
+        platform: rt.platform.clone(),
+        models,
     })
 }
 

@@ -72,6 +72,9 @@ pub enum ManifestError {
     /// A path that is not absolute and normalized.
     #[error("invalid path `{0}`: must be absolute, without `.`, `..`, `//` or a trailing `/`")]
     Path(String),
+    /// A value could not be canonicalized.
+    #[error(transparent)]
+    Canon(#[from] knox_types::canon::CanonError),
     /// A tool name that is not 1–128 ASCII letters and digits.
     #[error("invalid tool name `{0}`")]
     ToolName(String),
@@ -250,6 +253,8 @@ pub struct ToolEntry {
     pub annotations: ToolAnnotations,
     /// Toolkit needs plus the runtime's.
     pub needs: ToolNeeds,
+    /// `H("knox/needs", canonical(needs))`, recorded in syscall checks.
+    pub needs_hash: Digest,
 }
 
 /// The toolkit manifest `C`.
@@ -300,6 +305,7 @@ impl ToolkitManifest {
                 });
             }
             let base = tool_needs(&kit.toolkit, &needs.runtime, kn);
+            let needs_hash = Digest::of_json(tag::NEEDS, &base)?;
             for spec in &kit.tools {
                 let name = format!("{}{}", kit.toolkit, spec.name);
                 knox_types::action::check_tool_name(&name)
@@ -313,6 +319,7 @@ impl ToolkitManifest {
                     spec: spec.clone(),
                     annotations,
                     needs: base.clone(),
+                    needs_hash,
                 };
                 if tools.insert(name.clone(), entry).is_some() {
                     return Err(ManifestError::Duplicate(name));

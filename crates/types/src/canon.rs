@@ -53,25 +53,37 @@ pub fn write_value(value: &Value, out: &mut Vec<u8>) {
 
 /// Appends the canonical form of a JSON object.
 pub fn write_object(map: &serde_json::Map<String, Value>, out: &mut Vec<u8>) {
-    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-    // Byte order equals UTF-16 order for ASCII names; only sort by UTF-16 code units
-    // when a name needs it. Sorting is needed either way: with serde_json's
-    // `preserve_order` feature a map keeps insertion order.
-    if entries.iter().any(|(k, _)| !k.is_ascii()) {
-        entries.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
-    } else {
-        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-    }
+    // Without serde_json's `preserve_order` the map iterates in byte order, which is
+    // UTF-16 order for ASCII names: write directly. Otherwise (insertion order, or a
+    // name where byte and UTF-16 order differ) sort first.
+    let mut prev: Option<&String> = None;
+    let direct = map.keys().all(|k| {
+        let ok = k.is_ascii() && prev.is_none_or(|p| p < k);
+        prev = Some(k);
+        ok
+    });
     out.push(b'{');
-    for (i, (key, value)) in entries.into_iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
+    if direct {
+        for (i, (key, value)) in map.iter().enumerate() {
+            write_member(i, key, value, out);
         }
-        write_string(key, out);
-        out.push(b':');
-        write_value(value, out);
+    } else {
+        let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+        entries.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+        for (i, (key, value)) in entries.into_iter().enumerate() {
+            write_member(i, key, value, out);
+        }
     }
     out.push(b'}');
+}
+
+fn write_member(i: usize, key: &str, value: &Value, out: &mut Vec<u8>) {
+    if i > 0 {
+        out.push(b',');
+    }
+    write_string(key, out);
+    out.push(b':');
+    write_value(value, out);
 }
 
 /// Numbers: integers up to 2^53 exactly, everything else as the IEEE double ECMAScript
@@ -103,33 +115,34 @@ fn write_number(n: &serde_json::Number, out: &mut Vec<u8>) {
 /// Appends a canonical JSON string.
 pub fn write_string(s: &str, out: &mut Vec<u8>) {
     out.push(b'"');
-    let bytes = s.as_bytes();
-    let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let esc: Option<&[u8]> = match b {
-            b'"' => Some(b"\\\""),
-            b'\\' => Some(b"\\\\"),
-            0x08 => Some(b"\\b"),
-            0x09 => Some(b"\\t"),
-            0x0a => Some(b"\\n"),
-            0x0c => Some(b"\\f"),
-            0x0d => Some(b"\\r"),
-            0x00..=0x1f => None,
-            _ => continue,
+    let mut rest = s.as_bytes();
+    while let Some(i) = rest
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+    {
+        let (plain, tail) = rest.split_at(i);
+        out.extend_from_slice(plain);
+        let Some((&b, tail)) = tail.split_first() else {
+            break;
         };
-        out.extend_from_slice(bytes.get(start..i).unwrap_or_default());
-        match esc {
-            Some(e) => out.extend_from_slice(e),
-            None => {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x09 => out.extend_from_slice(b"\\t"),
+            0x0a => out.extend_from_slice(b"\\n"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            0x0d => out.extend_from_slice(b"\\r"),
+            _ => {
                 const HEX: &[u8; 16] = b"0123456789abcdef";
                 out.extend_from_slice(b"\\u00");
                 out.push(HEX[usize::from(b >> 4)]);
                 out.push(HEX[usize::from(b & 0x0f)]);
             }
         }
-        start = i + 1;
+        rest = tail;
     }
-    out.extend_from_slice(bytes.get(start..).unwrap_or_default());
+    out.extend_from_slice(rest);
     out.push(b'"');
 }
 

@@ -39,6 +39,8 @@ pub mod tag {
     pub const PROPOSAL: &str = "knox/proposal";
     /// A signing key (its hash is what hardware evidence binds).
     pub const KEY: &str = "knox/key";
+    /// A tool's needs (system calls, paths, endpoints, limits, cost).
+    pub const NEEDS: &str = "knox/needs";
     /// A whole bundle file, as a receipt names it.
     pub const BUNDLE: &str = "knox/bundle";
 }

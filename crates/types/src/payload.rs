@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::action::Action;
-use crate::apm::{ExpectedCall, StopCause, ToolNeeds, Topology};
+use crate::apm::{ExpectedCall, StopCause, Topology};
 use crate::digest::Digest;
 
 /// Longest raw proposal text kept in a `tool_call` node (its hash covers all of it).
@@ -161,8 +161,11 @@ pub enum CheckDetail {
     },
     /// Mediated system-call check.
     Syscall {
-        /// The tool's declared needs.
-        needs: ToolNeeds,
+        /// The tool's toolkit.
+        toolkit: String,
+        /// `H("knox/needs", canonical(needs))` of the tool's declared needs in the
+        /// manifest the APM names (the verifier recomputes it from that manifest).
+        needs: Digest,
         /// Needs not covered by `Auth`.
         missing: BTreeSet<String>,
     },

@@ -239,24 +239,41 @@ pub(crate) fn graph_steps(
             return None;
         }
     };
+    // When the hashes recompute but the signed head does not match, a node was edited
+    // and re-measured (or nodes were cut or appended): the replay usually names the
+    // node, so its finding is reported first.
+    let mut chain_failures: Vec<Fail> = Vec::new();
     if finished {
         if head != b.summary.chain_head {
             let last = b.nodes.last().map(|n| n.seq);
-            s.fail("chain", (last, "chain head differs from the signed one: nodes were dropped or appended at the end".into()));
+            chain_failures.push((
+                last,
+                "chain head differs from the signed one: nodes were edited, dropped or appended"
+                    .into(),
+            ));
         } else if counts != b.summary.counts {
-            s.fail(
-                "chain",
-                (None, "node counts differ from the signed summary".into()),
-            );
-        } else {
-            s.pass(
-                "chain",
-                format!(
-                    "{} measurements recomputed, chain head matches",
-                    b.nodes.len()
-                ),
-            );
+            chain_failures.push((None, "node counts differ from the signed summary".into()));
         }
+    }
+    let findings = policy_step(s, b, manifest, apm_hash, finished);
+    match chain_failures.pop() {
+        Some(f) => s.fail("chain", f),
+        None if finished => s.pass(
+            "chain",
+            format!(
+                "{} measurements recomputed, chain head matches",
+                b.nodes.len()
+            ),
+        ),
+        None => s.pass(
+            "chain",
+            format!(
+                "{} measurements recomputed (unsigned prefix)",
+                b.nodes.len()
+            ),
+        ),
+    }
+    if finished {
         if merkle::root(&leaves) == b.summary.structure_root {
             s.pass("topology", "structure root matches");
         } else {
@@ -265,15 +282,18 @@ pub(crate) fn graph_steps(
                 (None, "structure root differs from the signed one".into()),
             );
         }
-    } else {
-        s.pass(
-            "chain",
-            format!(
-                "{} measurements recomputed (unsigned prefix)",
-                b.nodes.len()
-            ),
-        );
     }
+    findings
+}
+
+/// Steps 3–5: proof of inference, policy consistency and topology by replay.
+fn policy_step(
+    s: &mut Steps,
+    b: &Bundle,
+    manifest: &ToolkitManifest,
+    apm_hash: Option<knox_types::Digest>,
+    finished: bool,
+) -> Option<replay::Findings> {
     let Some(apm_hash) = apm_hash else {
         s.skip("policy", "no APM hash");
         return None;
@@ -290,7 +310,7 @@ pub(crate) fn graph_steps(
         models: &b.models,
         key: &b.key,
     };
-    match replay::replay(&cx, &b.nodes) {
+    match replay::replay(&cx, &b.nodes, finished) {
         Ok(f) => {
             s.pass(
                 "inference",
@@ -308,10 +328,7 @@ pub(crate) fn graph_steps(
                     ),
                 );
             } else {
-                s.pass(
-                    "policy",
-                    "every guard decision recomputed from the APM and matches",
-                );
+                s.pass("policy", "every guard decision recomputed from the APM and matches; topology as dispatched");
             }
             Some(f)
         }

@@ -1,0 +1,112 @@
+//! The `knox` binary, black-box.
+
+use std::process::Command;
+
+fn knox() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_knox"))
+}
+
+#[test]
+fn demo_shows_blocks_verifies_and_catches_a_tampered_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = knox()
+        .args(["demo", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("BLOCKED"), "{text}");
+    assert!(
+        text.contains("verify") && text.contains("complete"),
+        "{text}"
+    );
+    assert!(text.contains("TAMPERED"), "{text}");
+}
+
+#[test]
+fn run_then_verify_with_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = knox()
+        .args(["run", "--workload", "mt-ma:2:2", "--flows", "4", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("verified: 2/2 complete"), "{text}");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["injected"]["allowed"], 0);
+    let bundle = dir.path().join("mt-ma-2-2-injected-0000.json");
+
+    let ok = knox()
+        .arg("verify")
+        .arg(&bundle)
+        .arg("--allow-simulated")
+        .output()
+        .unwrap();
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stdout)
+    );
+    let refused = knox().arg("verify").arg(&bundle).output().unwrap();
+    assert_eq!(refused.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&refused.stdout).contains("REFUSED"));
+
+    // Change one byte inside one node: the verifier names that node.
+    let text = std::fs::read_to_string(&bundle).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let nodes = v["nodes"].as_array().unwrap();
+    let reason = nodes.iter().find(|n| n["kind"] == "blocked").unwrap()["block_reason"]
+        .as_str()
+        .unwrap();
+    // The first node carrying that text is the blocked call's tool_call.
+    let idx = nodes
+        .iter()
+        .position(|n| n["block_reason"] == reason)
+        .unwrap();
+    let pos = text.find(reason).unwrap();
+    let mut bytes = text.into_bytes();
+    bytes[pos] = bytes[pos].to_ascii_uppercase();
+    let tampered = dir.path().join("tampered.json");
+    std::fs::write(&tampered, &bytes).unwrap();
+    let bad = knox()
+        .arg("verify")
+        .arg(&tampered)
+        .args(["--allow-simulated", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&bad.stdout).unwrap();
+    assert_eq!(report["outcome"]["status"], "tampered");
+    assert_eq!(report["outcome"]["node"], idx as u64);
+
+    let garbage = dir.path().join("garbage.json");
+    std::fs::write(&garbage, b"{\"format\": 1").unwrap();
+    assert_eq!(
+        knox()
+            .arg("verify")
+            .arg(&garbage)
+            .output()
+            .unwrap()
+            .status
+            .code(),
+        Some(4)
+    );
+    assert_eq!(
+        knox()
+            .args(["run", "--workload", "mt-ma:2:9", "--out", "x"])
+            .output()
+            .unwrap()
+            .status
+            .code(),
+        Some(64)
+    );
+}

@@ -1,0 +1,158 @@
+//! Fixtures: a shared runtime and bundles of every topology.
+
+use std::sync::OnceLock;
+
+use knox::session::{self, ExecutorKind, WorkloadRun};
+use knox_monitor::run::{RunOutcome, Runtime};
+use knox_policy::ToolkitManifest;
+use knox_types::bundle::Bundle;
+use knox_verify::{Options, Outcome, Report};
+
+pub fn runtime() -> &'static Runtime {
+    static RT: OnceLock<Runtime> = OnceLock::new();
+    RT.get_or_init(|| session::embedded_runtime(b"test-epoch").unwrap())
+}
+
+pub fn manifest() -> &'static ToolkitManifest {
+    static M: OnceLock<ToolkitManifest> = OnceLock::new();
+    M.get_or_init(|| session::embedded_manifest().unwrap())
+}
+
+pub const ALLOW: Options = Options {
+    dangerous_allow_simulated: true,
+};
+
+pub fn verify(b: &Bundle) -> Report {
+    knox_verify::verify_bundle(b, manifest(), ALLOW)
+}
+
+/// Every outcome of a workload run.
+pub fn outcomes(w: &WorkloadRun<'_>) -> Vec<RunOutcome> {
+    let mut out = Vec::new();
+    session::run_workload(runtime(), w, |o| {
+        out.push(RunOutcome {
+            bundle: o.bundle.clone(),
+            stats: o.stats.clone(),
+            timings: o.timings,
+        });
+        Ok(())
+    })
+    .unwrap();
+    out
+}
+
+/// One injected-executor bundle of the workload `spec`, using flows starting at `skip`.
+pub fn bundle(spec: &str) -> Bundle {
+    let w = WorkloadRun::new(
+        spec.parse().unwrap(),
+        ExecutorKind::Injected,
+        spec_tasks(spec),
+    );
+    outcomes(&w).remove(0).bundle
+}
+
+fn spec_tasks(spec: &str) -> usize {
+    let w: knox_monitor::workload::Workload = spec.parse().unwrap();
+    w.0.tasks as usize
+}
+
+/// The topologies the tamper suite covers: one of each shape.
+pub const TOPOLOGIES: [&str; 5] = [
+    "st-sa",
+    "mt-sa-seq:2",
+    "mt-sa-int:3",
+    "mt-ma:4:2",
+    "mt-ma:3:3",
+];
+
+pub fn assert_tampered(b: &Bundle, what: &str) -> Option<u64> {
+    match verify(b).outcome {
+        Outcome::Tampered { node, .. } => node,
+        other => panic!("{what}: expected tampered, got {other:?}"),
+    }
+}
+
+use knox_monitor::aeg::{AegBuilder, FinishedAeg};
+use knox_monitor::apm::{self as apm_mod, Regulations};
+use knox_monitor::guard::regulation::NotEvaluated;
+use knox_monitor::guard::stop::StopSignal;
+use knox_monitor::monitor::{Monitor, MonitorConfig};
+use knox_monitor::planner::{Plan, Prompt};
+use knox_types::apm::{Apm, ExpectedCall, StopPolicy, Topology};
+use knox_types::bundle::{ApmAttestation, ModelInfo};
+use knox_types::digest::Digest;
+
+/// A hand-made plan under the monitor, for guard-level tests.
+pub struct Harness {
+    pub apm: Apm,
+    pub apm_hash: Digest,
+    pub att: ApmAttestation,
+    pub models: Vec<ModelInfo>,
+}
+
+pub fn harness(tasks: Vec<Vec<ExpectedCall>>, topology: Topology, stop: StopPolicy) -> Harness {
+    let prompt = Prompt {
+        tasks: (0..tasks.len()).map(|i| format!("task {i}")).collect(),
+    };
+    let apm = apm_mod::from_plan(
+        &prompt,
+        manifest(),
+        &Regulations::default(),
+        &stop,
+        Plan { tasks },
+        topology,
+    )
+    .unwrap();
+    let apm_hash = apm.hash().unwrap();
+    let att = apm_mod::attest(&apm, apm_hash, &runtime().key).unwrap();
+    let models = vec![ModelInfo {
+        role: "executor".into(),
+        name: "test-script".into(),
+        weights_hash: None,
+        declared: false,
+    }];
+    Harness {
+        apm,
+        apm_hash,
+        att,
+        models,
+    }
+}
+
+impl Harness {
+    pub fn monitor(&self, signal: StopSignal, aeg: AegBuilder) -> Monitor<'_> {
+        let rt = runtime();
+        let cfg = MonitorConfig {
+            apm: &self.apm,
+            apm_hash: self.apm_hash,
+            run_id: "test-run",
+            manifest: manifest(),
+            key: &rt.key,
+            models: &self.models,
+            signal,
+            aeg,
+        };
+        Monitor::start(cfg, &NotEvaluated)
+    }
+
+    pub fn seal(&self, aeg: FinishedAeg) -> Bundle {
+        knox_monitor::run::seal(
+            runtime(),
+            "test-run",
+            None,
+            self.apm.clone(),
+            self.att.clone(),
+            self.models.clone(),
+            aeg,
+        )
+        .unwrap()
+    }
+}
+
+pub fn params(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    v.as_object().cloned().unwrap()
+}
+
+pub fn raw(tool: &str, p: serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({"tool": tool, "params": p})).unwrap()
+}
