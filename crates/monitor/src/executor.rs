@@ -127,8 +127,8 @@ impl Executor for Injected {
                 Some(Observation::Blocked(r)) => Value::String(format!("error: {r}")),
                 None => Value::Null,
             });
-        } else if let Some(Observation::Output(v)) = last {
-            if let Some(case) = self.detect(v) {
+        } else if let Some(Observation::Output(v)) = last
+            && let Some(case) = self.detect(v) {
                 self.pending = case
                     .calls
                     .iter()
@@ -137,7 +137,6 @@ impl Executor for Injected {
                     .collect();
                 self.case_outputs.clear();
             }
-        }
         if let Some(mut a) = self.pending.pop() {
             self.in_attack = true;
             substitute_outputs(&mut a.params, &self.case_outputs);

@@ -65,11 +65,14 @@ pub trait Planner: Send + Sync {
     fn model(&self) -> ModelInfo;
 }
 
+/// A planned call: full tool name and parameters.
+pub type PlannedCall = (String, Map<String, Value>);
+
 /// Takes plans from the dataset: each InjecAgent user case names the tool call that
 /// serves its instruction.
 #[derive(Clone, Debug, Default)]
 pub struct DatasetPlanner {
-    plans: HashMap<String, Vec<(String, Map<String, Value>)>>,
+    plans: HashMap<String, Vec<PlannedCall>>,
 }
 
 impl DatasetPlanner {
@@ -86,7 +89,7 @@ impl DatasetPlanner {
     }
 
     /// Adds (or replaces) the plan for an instruction.
-    pub fn insert(&mut self, instruction: String, calls: Vec<(String, Map<String, Value>)>) {
+    pub fn insert(&mut self, instruction: String, calls: Vec<PlannedCall>) {
         self.plans.insert(instruction, calls);
     }
 }

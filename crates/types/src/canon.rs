@@ -90,17 +90,17 @@ fn write_member(i: usize, key: &str, value: &Value, out: &mut Vec<u8>) {
 /// would print (integers beyond 2^53 lose precision, as they do in every JCS
 /// implementation; Knox's own records never carry such integers).
 fn write_number(n: &serde_json::Number, out: &mut Vec<u8>) {
-    if let Some(i) = n.as_i64() {
-        if i.unsigned_abs() <= (1u64 << 53) {
-            out.extend_from_slice(i.to_string().as_bytes());
-            return;
-        }
+    if let Some(i) = n.as_i64()
+        && i.unsigned_abs() <= (1u64 << 53)
+    {
+        out.extend_from_slice(i.to_string().as_bytes());
+        return;
     }
-    if let Some(u) = n.as_u64() {
-        if u <= (1u64 << 53) {
-            out.extend_from_slice(u.to_string().as_bytes());
-            return;
-        }
+    if let Some(u) = n.as_u64()
+        && u <= (1u64 << 53)
+    {
+        out.extend_from_slice(u.to_string().as_bytes());
+        return;
     }
     // serde_json (without arbitrary_precision) never holds a non-finite number.
     let f = n.as_f64().unwrap_or(0.0);
@@ -134,10 +134,11 @@ pub fn write_string(s: &str, out: &mut Vec<u8>) {
             0x0c => out.extend_from_slice(b"\\f"),
             0x0d => out.extend_from_slice(b"\\r"),
             _ => {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
+                // Control characters: `\u00` and two lowercase hex digits.
+                let hex = |d: u8| if d < 10 { b'0' + d } else { b'a' + d - 10 };
                 out.extend_from_slice(b"\\u00");
-                out.push(HEX[usize::from(b >> 4)]);
-                out.push(HEX[usize::from(b & 0x0f)]);
+                out.push(hex(b >> 4));
+                out.push(hex(b & 0x0f));
             }
         }
         rest = tail;

@@ -14,6 +14,8 @@ use serde_json::json;
 
 use super::support::{TOPOLOGIES, assert_tampered, bundle, verify};
 
+type Edit = fn(&mut knox_types::aeg::Node);
+
 fn bundles() -> &'static Vec<Bundle> {
     static B: OnceLock<Vec<Bundle>> = OnceLock::new();
     B.get_or_init(|| TOPOLOGIES.iter().map(|t| bundle(t)).collect())
@@ -47,7 +49,7 @@ fn untouched_bundles_of_every_topology_verify_complete() {
 fn modifying_any_field_of_any_node_names_that_node() {
     for b in bundles() {
         for i in 0..b.nodes.len() {
-            let edits: [(&str, fn(&mut knox_types::aeg::Node)); 7] = [
+            let edits: [(&str, Edit); 7] = [
                 ("agent", |n| n.agent.push('x')),
                 ("parent", |n| n.parent = Some(n.parent.map_or(0, |p| p + 1))),
                 ("kind", |n| {
