@@ -122,9 +122,22 @@ pub struct Node {
 impl Node {
     /// `m_i = H("knox/node", canonical(node without measurement and attestations))`.
     pub fn compute_measurement(&self) -> Digest {
-        let mut buf = Vec::with_capacity(256);
-        self.write_body(&mut buf);
-        Digest::tagged(tag::NODE, &[&buf])
+        thread_local! {
+            static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(4096));
+        }
+        BUF.with(|b| match b.try_borrow_mut() {
+            Ok(mut buf) => {
+                buf.clear();
+                self.write_body(&mut buf);
+                Digest::tagged(tag::NODE, &[&buf])
+            }
+            // Re-entered (cannot happen: write_body does not measure): use a fresh buffer.
+            Err(_) => {
+                let mut buf = Vec::with_capacity(512);
+                self.write_body(&mut buf);
+                Digest::tagged(tag::NODE, &[&buf])
+            }
+        })
     }
 
     /// Canonical JSON of the measured fields, keys in RFC 8785 order.

@@ -119,6 +119,7 @@ pub fn replay(cx: &Context<'_>, nodes: &[Node], finished: bool) -> Result<Findin
         finished,
         agents: HashMap::new(),
         regexes: RegexCache::default(),
+        missing: HashMap::new(),
         found: Findings::default(),
     };
     let mut i = match r.header(nodes) {
@@ -163,6 +164,8 @@ struct Replayer<'a, 'c> {
     finished: bool,
     agents: HashMap<&'a str, AgentReplay<'a>>,
     regexes: RegexCache,
+    /// `needs − Auth` per tool (Auth is fixed for the run).
+    missing: HashMap<String, std::collections::BTreeSet<String>>,
     found: Findings,
 }
 
@@ -639,7 +642,11 @@ impl<'a> Replayer<'a, '_> {
                 reason: t.reason,
             },
         });
-        let missing = auth::missing(&entry.needs, &cx.apm.guards.syscall);
+        let missing = self
+            .missing
+            .entry(entry.name.clone())
+            .or_insert_with(|| auth::missing(&entry.needs, &cx.apm.guards.syscall))
+            .clone();
         want.push(CheckPayload {
             guard: GuardKind::Syscall,
             passed: missing.is_empty(),
