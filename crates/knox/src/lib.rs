@@ -1,4 +1,5 @@
 #![doc = include_str!("../README.md")]
 
 pub mod cmd;
+pub mod fuzz;
 pub mod session;

@@ -334,3 +334,37 @@ fn declared_constraints_admit_free_text_but_not_injected_values() {
         );
     }
 }
+
+#[test]
+fn a_real_unix_signal_stops_the_run() {
+    // SIGUSR2 here, so the test does not race other tests on SIGUSR1 (what `knox run`
+    // registers); the mechanism is the same flag.
+    let h = harness(
+        vec![vec![read("a"), read("b")]],
+        ST_SA,
+        StopPolicy {
+            external: true,
+            ..StopPolicy::default()
+        },
+    );
+    let signal = StopSignal::new();
+    let id = signal_hook::flag::register(signal_hook::consts::SIGUSR2, signal.flag()).unwrap();
+    let m = h.monitor(signal.clone(), AegBuilder::default());
+    allow(
+        m.mediate("agent-0", &raw("GmailReadEmail", json!({"email_id": "a"}))),
+        &m,
+    );
+    signal_hook::low_level::raise(signal_hook::consts::SIGUSR2).unwrap();
+    let v = m.mediate("agent-0", &raw("GmailReadEmail", json!({"email_id": "b"})));
+    assert!(
+        matches!(
+            v,
+            Verdict::Interrupt {
+                cause: StopCause::Signal
+            }
+        ),
+        "{v:?}"
+    );
+    signal_hook::low_level::unregister(id);
+    assert_eq!(verify(&h.seal(m.finish())).outcome, Outcome::Complete);
+}

@@ -1,6 +1,7 @@
 //! Test suites.
 
 mod cli;
+mod fuzz_corpus;
 mod guards;
 mod journal;
 mod support;

@@ -306,3 +306,35 @@ proptest! {
         prop_assert!(matches!(outcome, Outcome::Tampered { .. }), "{:?} (remeasured {}) gave {:?}", m, remeasured, outcome);
     }
 }
+
+#[test]
+fn one_node_is_proven_against_the_signed_structure_root() {
+    let b = bundles()
+        .iter()
+        .find(|b| b.run_id.starts_with("mt-ma-4-2"))
+        .unwrap();
+    assert_eq!(verify(b).outcome, Outcome::Complete);
+    let leaves: Vec<_> = b.nodes.iter().map(|n| n.leaf_hash()).collect();
+    let size = leaves.len() as u64;
+    for (i, n) in b.nodes.iter().enumerate() {
+        let proof = merkle::inclusion_proof(&leaves, i).unwrap();
+        assert!(merkle::verify_inclusion(
+            &n.leaf_hash(),
+            i as u64,
+            size,
+            &proof,
+            &b.summary.structure_root
+        ));
+        // A modified node does not verify against the same proof.
+        let mut forged = n.clone();
+        forged.allowed = !forged.allowed;
+        forged.measurement = forged.compute_measurement();
+        assert!(!merkle::verify_inclusion(
+            &forged.leaf_hash(),
+            i as u64,
+            size,
+            &proof,
+            &b.summary.structure_root
+        ));
+    }
+}
