@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod binding;
+pub mod dsse;
 pub mod key;
 pub mod platform;
 pub mod simulated;

@@ -15,8 +15,7 @@ use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
 use knox_monitor::planner::{Plan, Prompt};
 use knox_monitor::run::Runtime;
 use knox_types::apm::{ExpectedCall, StopPolicy, Topology, TopologyKind};
-use knox_types::bundle::{Bundle, SUMMARY_CONTEXT};
-use knox_types::canon;
+use knox_types::bundle::Bundle;
 use serde_json::json;
 
 const CALLS: usize = 64;
@@ -144,9 +143,9 @@ fn evidence(c: &mut Criterion, rt: &Runtime) {
     c.bench_function("measure_tool_call_node", |bn| {
         bn.iter(|| black_box(&node).compute_measurement())
     });
-    let msg = canon::to_canonical(&b.summary).unwrap();
-    c.bench_function("sign_summary", |bn| {
-        bn.iter(|| rt.key.sign(SUMMARY_CONTEXT, black_box(&msg)))
+    let statement = b.summary.to_statement().unwrap();
+    c.bench_function("sign_summary_dsse", |bn| {
+        bn.iter(|| knox_attest::dsse::sign(&rt.key, black_box(&statement)))
     });
     let manifest = session::embedded_manifest().unwrap();
     let opts = knox_verify::Options {

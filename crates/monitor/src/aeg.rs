@@ -121,11 +121,12 @@ impl AegBuilder {
         self.leaves.push(node.leaf_hash());
         self.count(node.kind);
         if let Some(j) = &mut self.journal
-            && let Err(e) = j.append(&node) {
-                // Keep running: the final bundle is complete; the error is reported.
-                self.journal_error.get_or_insert(e);
-                self.journal = None;
-            }
+            && let Err(e) = j.append(&node)
+        {
+            // Keep running: the final bundle is complete; the error is reported.
+            self.journal_error.get_or_insert(e);
+            self.journal = None;
+        }
         self.nodes.push(node);
         seq
     }

@@ -8,8 +8,8 @@ use knox_types::apm::{
     APM_VERSION, AgentPlan, Apm, ApmInputs, ExpectedCall, Guards, RegulationSpec, StopPolicy,
     TaskPlan, Topology, TopologyKind,
 };
-use knox_types::bundle::{APM_CONTEXT, ApmAttestation, ApmStatement};
-use knox_types::canon::{self, CanonError};
+use knox_types::bundle::{ApmAttestation, ApmStatement};
+use knox_types::canon::CanonError;
 use knox_types::digest::{Digest, tag};
 use serde::{Deserialize, Serialize};
 
@@ -171,9 +171,9 @@ pub fn attest(apm: &Apm, apm_hash: Digest, key: &TeeKey) -> Result<ApmAttestatio
         apm_hash,
         inputs: apm.inputs.clone(),
     };
-    let signature = key.sign(APM_CONTEXT, &canon::to_canonical(&statement)?);
+    let envelope = knox_attest::dsse::sign(key, &statement.to_statement()?)?;
     Ok(ApmAttestation {
         statement,
-        signature,
+        envelope,
     })
 }

@@ -128,15 +128,16 @@ impl Executor for Injected {
                 None => Value::Null,
             });
         } else if let Some(Observation::Output(v)) = last
-            && let Some(case) = self.detect(v) {
-                self.pending = case
-                    .calls
-                    .iter()
-                    .rev()
-                    .filter_map(|c| Action::new(&c.tool, Value::Object(c.params.clone())).ok())
-                    .collect();
-                self.case_outputs.clear();
-            }
+            && let Some(case) = self.detect(v)
+        {
+            self.pending = case
+                .calls
+                .iter()
+                .rev()
+                .filter_map(|c| Action::new(&c.tool, Value::Object(c.params.clone())).ok())
+                .collect();
+            self.case_outputs.clear();
+        }
         if let Some(mut a) = self.pending.pop() {
             self.in_attack = true;
             substitute_outputs(&mut a.params, &self.case_outputs);

@@ -11,10 +11,8 @@ use knox_dataset::{Dataset, Flow};
 use knox_policy::{ManifestError, ToolkitManifest};
 use knox_types::Action;
 use knox_types::apm::{StopPolicy, TopologyKind};
-use knox_types::bundle::{
-    BUNDLE_FORMAT, Bundle, ModelInfo, PlatformEvidence, SUMMARY_CONTEXT, Summary,
-};
-use knox_types::canon::{self, CanonError};
+use knox_types::bundle::{BUNDLE_FORMAT, Bundle, ModelInfo, PlatformEvidence, Summary};
+use knox_types::canon::CanonError;
 use knox_types::payload::GuardKind;
 use serde_json::{Value, json};
 
@@ -341,9 +339,7 @@ pub fn seal(
         apm_hash: apm_attestation.statement.apm_hash,
         counts: aeg.counts,
     };
-    let signature = rt
-        .key
-        .sign(SUMMARY_CONTEXT, &canon::to_canonical(&summary)?);
+    let envelope = knox_attest::dsse::sign(&rt.key, &summary.to_statement()?)?;
     let prompt = prompt
         .map(serde_json::to_value)
         .transpose()
@@ -356,7 +352,7 @@ pub fn seal(
         apm_attestation,
         nodes: aeg.nodes,
         summary,
-        signature,
+        envelope,
         key: rt.key.public_key(),
         platform: rt.platform.clone(),
         models,

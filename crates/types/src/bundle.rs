@@ -6,16 +6,12 @@ use serde_json::Value;
 use crate::aeg::Node;
 use crate::apm::{Apm, ApmInputs};
 use crate::bytes::HexBytes;
+use crate::canon::CanonError;
 use crate::digest::Digest;
+use crate::dsse::{APM_PREDICATE, Envelope, SUMMARY_PREDICATE, Statement, Subject};
 
 /// Format identifier of bundles this crate reads and writes.
 pub const BUNDLE_FORMAT: &str = "knox-evidence/v1";
-
-/// Domain prefix of the message the summary signature covers.
-pub const SUMMARY_CONTEXT: &[u8] = b"knox/summary/v1\0";
-
-/// Domain prefix of the message the APM attestation covers.
-pub const APM_CONTEXT: &[u8] = b"knox/apm-attestation/v1\0";
 
 /// Largest bundle file a verifier reads.
 pub const MAX_BUNDLE_BYTES: usize = 256 << 20;
@@ -36,10 +32,11 @@ pub struct Bundle {
     pub apm_attestation: ApmAttestation,
     /// AEG nodes in commit order.
     pub nodes: Vec<Node>,
-    /// What the signature covers.
+    /// The signed summary, in clear (it must equal the envelope's predicate).
     pub summary: Summary,
-    /// Ed25519 signature over `SUMMARY_CONTEXT ‖ canonical(summary)`.
-    pub signature: HexBytes,
+    /// DSSE envelope: an in-toto Statement v1 whose predicate is the summary, signed by
+    /// the in-TEE key.
+    pub envelope: Envelope,
     /// The in-TEE public key.
     pub key: PublicKey,
     /// Hardware (or simulated) evidence binding the key.
@@ -59,15 +56,46 @@ pub struct ApmStatement {
     pub inputs: ApmInputs,
 }
 
-/// An APM attestation: the statement and the in-TEE key's signature over
-/// `APM_CONTEXT ‖ canonical(statement)`.
+/// An APM attestation: the statement in clear and a DSSE envelope whose in-toto
+/// predicate is that statement, signed by the in-TEE key.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApmAttestation {
     /// What is signed.
     pub statement: ApmStatement,
-    /// Ed25519 signature.
-    pub signature: HexBytes,
+    /// The signed envelope.
+    pub envelope: Envelope,
+}
+
+impl ApmStatement {
+    /// The in-toto statement signed for this APM statement.
+    pub fn to_statement(&self) -> Result<Statement, CanonError> {
+        Statement::new(
+            vec![Subject::one("knox-apm", "knoxApm", self.apm_hash.to_hex())],
+            APM_PREDICATE,
+            self,
+        )
+    }
+}
+
+impl Summary {
+    /// The in-toto statement signed for this summary.
+    pub fn to_statement(&self) -> Result<Statement, CanonError> {
+        let mut digest = serde_json::Map::new();
+        digest.insert(
+            "knoxChainHead".into(),
+            Value::String(self.chain_head.to_hex()),
+        );
+        digest.insert(
+            "knoxStructureRoot".into(),
+            Value::String(self.structure_root.to_hex()),
+        );
+        let subject = Subject {
+            name: format!("knox-aeg:{}", self.run_id),
+            digest,
+        };
+        Statement::new(vec![subject], SUMMARY_PREDICATE, self)
+    }
 }
 
 /// The AEG summary the bundle signature covers.

@@ -7,6 +7,7 @@ pub mod bundle;
 pub mod bytes;
 pub mod canon;
 pub mod digest;
+pub mod dsse;
 pub mod merkle;
 pub mod payload;
 

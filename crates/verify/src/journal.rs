@@ -8,7 +8,6 @@ use knox_types::bundle::MAX_BUNDLE_BYTES;
 use knox_types::bundle::{
     ApmAttestation, Bundle, Counts, ModelInfo, PlatformEvidence, PublicKey, Summary,
 };
-use knox_types::bytes::HexBytes;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -87,7 +86,11 @@ pub fn verify_journal(
             apm_hash: Default::default(),
             counts: Counts::default(),
         },
-        signature: HexBytes::default(),
+        envelope: knox_types::dsse::Envelope {
+            payload: String::new(),
+            payload_type: String::new(),
+            signatures: vec![],
+        },
         key: header.key,
         platform: header.platform,
         models: header.models,

@@ -5,10 +5,9 @@ pub mod replay;
 pub mod report;
 
 use knox_attest::platform::{self, AppraisalOptions, PlatformError};
-use knox_attest::verify_signature;
 use knox_policy::ToolkitManifest;
-use knox_types::bundle::{APM_CONTEXT, BUNDLE_FORMAT, Bundle, MAX_BUNDLE_BYTES, SUMMARY_CONTEXT};
-use knox_types::canon;
+use knox_types::bundle::{BUNDLE_FORMAT, Bundle, MAX_BUNDLE_BYTES};
+use knox_types::dsse::{APM_PREDICATE, SUMMARY_PREDICATE};
 use knox_types::merkle;
 
 pub use report::{Outcome, Report, Step};
@@ -117,30 +116,33 @@ pub fn verify_bundle(b: &Bundle, manifest: &ToolkitManifest, opts: Options) -> R
     let (platform, hardware_backed) = evidence_step(&mut s, b, opts);
     let apm_hash = apm_step(&mut s, &b.apm, &b.apm_attestation, &b.key, manifest);
     // Summary and its signature.
-    match canon::to_canonical(&b.summary) {
-        Ok(msg) => match verify_signature(&b.key, SUMMARY_CONTEXT, &msg, &b.signature) {
-            Ok(()) if Some(b.summary.apm_hash) != apm_hash => {
-                s.fail(
-                    "signature",
-                    (None, "the signed summary names another APM".into()),
-                );
-            }
-            Ok(()) if b.summary.run_id != b.run_id || b.summary.format != BUNDLE_FORMAT => {
-                s.fail(
-                    "signature",
-                    (
-                        None,
-                        "the signed summary names another run or format".into(),
-                    ),
-                );
-            }
-            Ok(()) => s.pass("signature", "summary signed by the in-TEE key"),
-            Err(e) => s.fail("signature", (None, format!("summary signature: {e}"))),
-        },
-        Err(e) => s.fail("signature", (None, e.to_string())),
+    match summary_step(b, apm_hash) {
+        Ok(()) => s.pass(
+            "signature",
+            "summary signed by the in-TEE key (DSSE, in-toto Statement v1)",
+        ),
+        Err(why) => s.fail("signature", (None, why)),
     }
     let findings = graph_steps(&mut s, b, manifest, apm_hash, true);
     build_report(s, b, platform, hardware_backed, findings, true)
+}
+
+/// The envelope carries a valid signature by the bundle's key over the summary in
+/// clear, which names this run and this APM.
+fn summary_step(b: &Bundle, apm_hash: Option<knox_types::Digest>) -> Result<(), String> {
+    let signed = knox_attest::dsse::verify(&b.envelope, &b.key, SUMMARY_PREDICATE)
+        .map_err(|e| format!("summary envelope: {e}"))?;
+    let clear = b.summary.to_statement().map_err(|e| e.to_string())?;
+    if signed != clear {
+        return Err("the summary in clear differs from the signed one".into());
+    }
+    if Some(b.summary.apm_hash) != apm_hash {
+        return Err("the signed summary names another APM".into());
+    }
+    if b.summary.run_id != b.run_id || b.summary.format != BUNDLE_FORMAT {
+        return Err("the signed summary names another run or format".into());
+    }
+    Ok(())
 }
 
 /// Step 1: the platform evidence binds the key and is acceptable.
@@ -191,10 +193,12 @@ pub(crate) fn apm_step(
             return None;
         }
     };
-    let signed = canon::to_canonical(&att.statement)
+    let signed = knox_attest::dsse::verify(&att.envelope, key, APM_PREDICATE)
         .map_err(|e| e.to_string())
-        .and_then(|m| {
-            verify_signature(key, APM_CONTEXT, &m, &att.signature).map_err(|e| e.to_string())
+        .and_then(|st| match att.statement.to_statement() {
+            Ok(clear) if clear == st => Ok(()),
+            Ok(_) => Err("the statement in clear differs from the signed one".to_string()),
+            Err(e) => Err(e.to_string()),
         });
     if let Err(e) = signed {
         s.fail("apm", (None, format!("APM attestation: {e}")));

@@ -344,9 +344,10 @@ impl<'a> Replayer<'a, '_> {
             );
         }
         if let Some(e) = expected
-            && e.compute_hash() != e.hash {
-                return fail(call, "expected call's hash does not match its content");
-            }
+            && e.compute_hash() != e.hash
+        {
+            return fail(call, "expected call's hash does not match its content");
+        }
         // Gather the checks.
         let mut j = i + 1;
         let mut checks: Vec<(&Node, CheckPayload)> = Vec::new();
@@ -568,9 +569,10 @@ impl<'a> Replayer<'a, '_> {
                     return fail(call, "raw proposal's hash does not match its content");
                 }
                 if let Some(a) = actual
-                    && a.hash() != p.actual_hash {
-                        return fail(call, "actual call's hash does not match its content");
-                    }
+                    && a.hash() != p.actual_hash
+                {
+                    return fail(call, "actual call's hash does not match its content");
+                }
                 match complete.then(|| proposal::parse(raw.as_bytes(), cx.manifest)) {
                     Some(Ok(_)) => {
                         return fail(

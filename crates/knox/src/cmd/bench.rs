@@ -8,8 +8,7 @@ use knox_monitor::run::Runtime;
 use knox_monitor::workload::{PAPER_WORKLOADS, Workload};
 use knox_policy::ToolkitManifest;
 use knox_types::aeg::{chain_start, chain_step, leaf_record};
-use knox_types::bundle::SUMMARY_CONTEXT;
-use knox_types::{canon, merkle};
+use knox_types::merkle;
 use knox_verify::{Options, Outcome};
 
 use crate::session::{self, ExecutorKind, WorkloadRun};
@@ -129,8 +128,10 @@ fn measure(rt: &Runtime, manifest: &ToolkitManifest, w: Workload, args: &BenchAr
         black_box((c, merkle::root(&leaves)));
         let measure = t.elapsed();
         let t = Instant::now();
-        let msg = canon::to_canonical(&b.summary)?;
-        black_box(rt.key.sign(SUMMARY_CONTEXT, &msg));
+        black_box(knox_attest::dsse::sign(
+            &rt.key,
+            &b.summary.to_statement()?,
+        )?);
         acc.sign += t.elapsed();
         let t = Instant::now();
         let _ = black_box(knox_verify::replay::chain(&b.nodes).map(|x| x.0));

@@ -5,8 +5,7 @@ use std::sync::OnceLock;
 
 use knox_attest::TeeKey;
 use knox_types::aeg::{NodeKind, chain_start, chain_step};
-use knox_types::bundle::{APM_CONTEXT, Bundle, SUMMARY_CONTEXT};
-use knox_types::canon;
+use knox_types::bundle::Bundle;
 use knox_types::merkle;
 use knox_verify::Outcome;
 use proptest::prelude::*;
@@ -191,17 +190,18 @@ fn swapping_the_apm_or_re_signing_with_another_key_is_detected() {
     // Another key signs the summary.
     let forger = TeeKey::generate().unwrap();
     let mut t = a.clone();
-    t.signature = forger.sign(SUMMARY_CONTEXT, &canon::to_canonical(&t.summary).unwrap());
+    t.envelope = knox_attest::dsse::sign(&forger, &t.summary.to_statement().unwrap()).unwrap();
     assert_tampered(&t, "summary signed by another key");
     // Another key re-signs everything and replaces the key: the platform evidence
     // binds the original key, so the binding fails.
     let mut t = a.clone();
     t.key = forger.public_key();
-    t.signature = forger.sign(SUMMARY_CONTEXT, &canon::to_canonical(&t.summary).unwrap());
-    t.apm_attestation.signature = forger.sign(
-        APM_CONTEXT,
-        &canon::to_canonical(&t.apm_attestation.statement).unwrap(),
-    );
+    t.envelope = knox_attest::dsse::sign(&forger, &t.summary.to_statement().unwrap()).unwrap();
+    t.apm_attestation.envelope = knox_attest::dsse::sign(
+        &forger,
+        &t.apm_attestation.statement.to_statement().unwrap(),
+    )
+    .unwrap();
     match verify(&t).outcome {
         Outcome::Tampered { reason, .. } => assert!(reason.contains("key binding"), "{reason}"),
         other => panic!("{other:?}"),
@@ -210,6 +210,12 @@ fn swapping_the_apm_or_re_signing_with_another_key_is_detected() {
     let mut t = a.clone();
     t.summary.counts.blocked = 0;
     assert_tampered(&t, "counts");
+    // A non-canonical re-encoding of the signed payload is refused even though its
+    // content is the same.
+    let mut t = a.clone();
+    let pretty = serde_json::to_vec_pretty(&t.summary.to_statement().unwrap()).unwrap();
+    t.envelope.payload = knox_types::dsse::b64(&pretty);
+    assert_tampered(&t, "non-canonical payload");
 }
 
 #[test]

@@ -1,0 +1,24 @@
+//! Knox's kernel sandbox: confines one tool process and records every denied system call.
+#![doc = include_str!("../README.md")]
+
+mod cgroup;
+mod child;
+mod decode;
+pub mod filter;
+mod launch;
+mod output;
+pub mod policy;
+pub mod profile;
+pub mod ruleset;
+mod spawn;
+pub mod supervisor;
+mod sys;
+mod workers;
+
+pub use cgroup::{CgroupError, CgroupVersion};
+pub use child::{ConfinedChild, Enforcement, LimitHit, Outcome};
+pub use policy::{Access, Limits, PathRule, PolicyError, SandboxPolicy};
+pub use profile::{Family, Profile, ProfileError};
+pub use spawn::{CgroupMode, PreparedPolicy, Sandbox, SandboxConfig, SandboxError};
+pub use supervisor::DeniedSyscall;
+pub use sys::ChildStep;

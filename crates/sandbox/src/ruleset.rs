@@ -1,0 +1,312 @@
+//! Landlock: canonicalizes path grants and builds the ruleset (in the parent) that the child enforces.
+
+use std::collections::BTreeSet;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access as _, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath,
+    PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
+};
+
+use crate::policy::{Access, SandboxPolicy};
+use crate::sys;
+
+/// The Landlock ABI the sandbox requires: file-system rights up to `IoctlDev` (V5),
+/// TCP bind/connect (V4), signal and abstract-socket scoping (V6). Building a ruleset
+/// on an older kernel fails ([`CompatLevel::HardRequirement`]) instead of silently
+/// enforcing less.
+pub const REQUIRED_ABI: u8 = 6;
+const REQUIRED: ABI = ABI::V6;
+
+/// `LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON` (ABI 7): audit denials of the executed tool,
+/// which by default are only logged for the process that called `landlock_restrict_self`.
+const LOG_NEW_EXEC_ON: u32 = 2;
+
+/// Where the dynamic loader finds libraries; read-only when a policy grants execute.
+const LOADER_READ: [&str; 6] = [
+    "/lib",
+    "/lib64",
+    "/usr/lib",
+    "/usr/lib64",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+];
+/// ELF interpreters; the kernel opens them for execution (Landlock checks `Execute`).
+const LOADER_EXEC: [&str; 1] = ["/lib64/ld-linux-x86-64.so.2"];
+
+/// Devices every tool may use: the bit bucket (read and write) and the zero and
+/// random sources (read). No device ioctls (`IoctlDev` is never granted).
+const RUNTIME_DEVICES: [(&str, &[Access]); 4] = [
+    ("/dev/null", &[Access::Read, Access::Write]),
+    ("/dev/zero", &[Access::Read]),
+    ("/dev/urandom", &[Access::Read]),
+    ("/dev/random", &[Access::Read]),
+];
+
+/// Why the Landlock ruleset could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum LandlockError {
+    /// The kernel has no Landlock at all.
+    #[error("landlock is not available in this kernel")]
+    Unavailable,
+    /// The kernel's ABI is older than [`REQUIRED_ABI`].
+    #[error("landlock abi {got} is older than the required {expected}")]
+    AbiTooOld {
+        /// Kernel ABI.
+        got: i32,
+        /// Required ABI.
+        expected: u8,
+    },
+    /// The landlock crate reported an error (including incomplete enforcement).
+    #[error("landlock: {0}")]
+    Ruleset(#[from] landlock::RulesetError),
+    /// A granted path could not be opened (it vanished after canonicalization).
+    #[error("landlock: {0}")]
+    PathFd(#[from] landlock::PathFdError),
+    /// The ruleset was not created (not enforceable).
+    #[error("landlock ruleset was not created")]
+    NotEnforced,
+}
+
+/// One canonical path grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedRule {
+    /// Canonical path.
+    pub path: PathBuf,
+    /// Rights requested.
+    pub access: BTreeSet<Access>,
+    /// Whether `path` is a directory (otherwise only file rights apply).
+    pub is_dir: bool,
+}
+
+/// Canonical grants plus the notes explaining what was skipped or added.
+#[derive(Debug, Clone, Default)]
+pub struct ResolvedPaths {
+    /// Grants to turn into Landlock rules.
+    pub rules: Vec<ResolvedRule>,
+    /// Human-readable notes for the evidence (skipped paths, implicit grants).
+    pub notes: Vec<String>,
+}
+
+impl ResolvedPaths {
+    /// Canonical roots under which `execve` is authorized.
+    pub fn exec_roots(&self) -> impl Iterator<Item = &Path> {
+        self.rules
+            .iter()
+            .filter(|r| r.access.contains(&Access::Execute))
+            .map(|r| r.path.as_path())
+    }
+}
+
+/// Canonicalizes the policy's path grants.
+///
+/// A grant whose path does not exist is skipped with a note rather than an error:
+/// Landlock can only attach a rule to an existing file, and granting the nearest
+/// existing ancestor instead would widen the grant. The workspace is an error if it
+/// does not exist (the tool cannot start without it) and is granted read, write,
+/// create and remove. When any grant includes execute, the loader's paths are added.
+pub fn resolve(policy: &SandboxPolicy, workspace: &Path) -> ResolvedPaths {
+    let mut out = ResolvedPaths::default();
+    let all_but_exec = [Access::Read, Access::Write, Access::Create, Access::Remove];
+    out.rules.push(ResolvedRule {
+        path: workspace.to_path_buf(),
+        access: all_but_exec.into(),
+        is_dir: true,
+    });
+    out.notes.push(format!(
+        "workspace `{}` granted read, write, create, remove",
+        workspace.display()
+    ));
+    for (device, access) in RUNTIME_DEVICES {
+        add_quiet(&mut out, device, &access.iter().copied().collect());
+    }
+    out.notes.push("runtime devices granted: /dev/null (read, write), /dev/zero, /dev/urandom, /dev/random (read)".into());
+    for rule in &policy.paths {
+        add(&mut out, &rule.path, &rule.access);
+    }
+    if policy
+        .paths
+        .iter()
+        .any(|r| r.access.contains(&Access::Execute))
+    {
+        for path in LOADER_READ {
+            add_quiet(&mut out, path, &[Access::Read].into());
+        }
+        for path in LOADER_EXEC {
+            add_quiet(&mut out, path, &[Access::Read, Access::Execute].into());
+        }
+        out.notes
+            .push("execute granted: loader paths granted read, the ELF interpreter execute".into());
+    }
+    out
+}
+
+fn add(out: &mut ResolvedPaths, path: &Path, access: &BTreeSet<Access>) {
+    match std::fs::canonicalize(path) {
+        Ok(canonical) => {
+            let is_dir = canonical.is_dir();
+            if !is_dir
+                && access
+                    .iter()
+                    .any(|a| matches!(a, Access::Create | Access::Remove))
+            {
+                out.notes.push(format!(
+                    "`{}` is a file: create/remove do not apply",
+                    canonical.display()
+                ));
+            }
+            out.rules.push(ResolvedRule {
+                path: canonical,
+                access: access.clone(),
+                is_dir,
+            });
+        }
+        Err(e) => out.notes.push(format!("`{}` skipped: {e}", path.display())),
+    }
+}
+
+fn add_quiet(out: &mut ResolvedPaths, path: &str, access: &BTreeSet<Access>) {
+    if let Ok(canonical) = std::fs::canonicalize(path) {
+        let is_dir = canonical.is_dir();
+        out.rules.push(ResolvedRule {
+            path: canonical,
+            access: access.clone(),
+            is_dir,
+        });
+    }
+}
+
+/// Landlock rights for a grant.
+pub fn rights(access: &BTreeSet<Access>, is_dir: bool) -> BitFlags<AccessFs> {
+    let mut r = BitFlags::<AccessFs>::empty();
+    for a in access {
+        r |= match a {
+            Access::Read => AccessFs::ReadFile | AccessFs::ReadDir,
+            Access::Write => AccessFs::WriteFile | AccessFs::Truncate,
+            Access::Create => {
+                AccessFs::MakeReg
+                    | AccessFs::MakeDir
+                    | AccessFs::MakeSym
+                    | AccessFs::MakeFifo
+                    | AccessFs::MakeSock
+                    | AccessFs::Refer
+            }
+            Access::Remove => AccessFs::RemoveFile | AccessFs::RemoveDir | AccessFs::Refer,
+            Access::Execute => AccessFs::Execute.into(),
+        };
+    }
+    if is_dir {
+        r
+    } else {
+        r & AccessFs::from_file(REQUIRED)
+    }
+}
+
+/// A filled Landlock ruleset, ready for `landlock_restrict_self` in the child.
+#[derive(Debug)]
+pub struct LandlockRuleset {
+    pub(crate) fd: OwnedFd,
+    /// ABI the running kernel reports.
+    pub kernel_abi: i32,
+    /// Flags for `landlock_restrict_self`.
+    pub restrict_flags: u32,
+}
+
+/// Builds the ruleset: every file-system right of [`REQUIRED_ABI`] handled (so denied
+/// unless granted), TCP bind and connect handled with the listed ports granted,
+/// signals and abstract UNIX sockets scoped to the sandbox.
+pub fn build(
+    paths: &ResolvedPaths,
+    connect: &BTreeSet<u16>,
+    bind: &BTreeSet<u16>,
+    audit_denials: bool,
+) -> Result<LandlockRuleset, LandlockError> {
+    let kernel_abi = sys::landlock_abi().ok_or(LandlockError::Unavailable)?;
+    if kernel_abi < i32::from(REQUIRED_ABI) {
+        return Err(LandlockError::AbiTooOld {
+            got: kernel_abi,
+            expected: REQUIRED_ABI,
+        });
+    }
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(REQUIRED))?
+        .handle_access(AccessNet::from_all(REQUIRED))?
+        .scope(Scope::from_all(REQUIRED))?
+        .create()?;
+    for rule in &paths.rules {
+        let fd = PathFd::new(&rule.path)?;
+        ruleset = ruleset.add_rule(PathBeneath::new(fd, rights(&rule.access, rule.is_dir)))?;
+    }
+    for port in connect {
+        ruleset = ruleset.add_rule(NetPort::new(*port, AccessNet::ConnectTcp))?;
+    }
+    for port in bind {
+        ruleset = ruleset.add_rule(NetPort::new(*port, AccessNet::BindTcp))?;
+    }
+    let fd: Option<OwnedFd> = ruleset.into();
+    let restrict_flags = if audit_denials && kernel_abi >= 7 {
+        LOG_NEW_EXEC_ON
+    } else {
+        0
+    };
+    Ok(LandlockRuleset {
+        fd: fd.ok_or(LandlockError::NotEnforced)?,
+        kernel_abi,
+        restrict_flags,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_grants_drop_directory_rights() {
+        let r = rights(&[Access::Read, Access::Create].into(), false);
+        assert!(r.contains(AccessFs::ReadFile));
+        assert!(!r.contains(AccessFs::ReadDir));
+        assert!(!r.contains(AccessFs::MakeReg));
+    }
+
+    #[test]
+    fn missing_paths_are_skipped_with_a_note() -> Result<(), Box<dyn std::error::Error>> {
+        let mut policy = SandboxPolicy::for_families(&[], "/tmp")?;
+        policy = policy.grant("/nonexistent/knox/path", &[Access::Read]);
+        let resolved = resolve(&policy, Path::new("/tmp"));
+        assert_eq!(
+            resolved.rules.len(),
+            1 + RUNTIME_DEVICES.len(),
+            "only the workspace and devices"
+        );
+        assert!(
+            resolved
+                .notes
+                .iter()
+                .any(|n| n.contains("/nonexistent/knox/path"))
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn dotdot_and_symlinks_are_canonicalized() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real)?;
+        std::os::unix::fs::symlink(&real, dir.path().join("link"))?;
+        let policy = SandboxPolicy::for_families(&[], "/tmp")?
+            .grant(dir.path().join("link/../real/./"), &[Access::Read])
+            .grant(dir.path().join("link"), &[Access::Read]);
+        let resolved = resolve(&policy, Path::new("/tmp"));
+        let real = std::fs::canonicalize(real)?;
+        let granted: Vec<_> = resolved
+            .rules
+            .iter()
+            .skip(1 + RUNTIME_DEVICES.len())
+            .collect();
+        assert_eq!(granted.len(), 2);
+        assert!(granted.iter().all(|r| r.path == real), "{resolved:?}");
+        Ok(())
+    }
+}

@@ -1,0 +1,391 @@
+//! `Sandbox`: configuration, policy preparation, and `spawn`.
+
+use std::collections::BTreeSet;
+use std::ffi::{CString, OsStr};
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cgroup::{CgroupError, CgroupPool, CgroupVersion};
+use crate::child::{ConfinedChild, Enforcement};
+use crate::filter::{self, FilterError, MEDIATED};
+use crate::launch::Launch;
+use crate::policy::{PolicyError, SandboxPolicy};
+use crate::ruleset::{self, LandlockError, LandlockRuleset, ResolvedPaths};
+use crate::supervisor::Mediation;
+use crate::sys::{self, ChildStep, Resource, Rlimit, UserNamespaceMaps};
+use crate::workers::Workers;
+
+/// Whether spawns are placed in cgroups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CgroupMode {
+    /// Required when running as root (rlimits cannot cap root's processes);
+    /// otherwise used when the caller may create cgroups, else `RLIMIT_NPROC` in a
+    /// user namespace and `RLIMIT_AS` replace them.
+    Auto,
+    /// Always required; [`Sandbox::new`] fails without them.
+    Required,
+    /// Never used, even as root: process and memory caps are then NOT enforced
+    /// for root. For development only.
+    DangerousDisabled,
+}
+
+/// How a [`Sandbox`] runs tools.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxConfig {
+    /// Cgroup use.
+    pub cgroups: CgroupMode,
+    /// A delegated cgroup to nest the pool under (v2); default: this process's own cgroup.
+    pub cgroup_parent: Option<PathBuf>,
+    /// Cgroups created up front.
+    pub pool_prefill: usize,
+    /// Free cgroups kept for reuse.
+    pub pool_capacity: usize,
+    /// Wall-clock limit of one run; the whole process tree is killed past it.
+    pub timeout: Duration,
+    /// Bytes of stdout and of stderr kept (the rest is read and dropped).
+    pub max_output_bytes: usize,
+    /// Ask Landlock (ABI ≥ 7) to audit denials made by the executed tool.
+    pub audit_landlock_denials: bool,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            cgroups: CgroupMode::Auto,
+            cgroup_parent: None,
+            pool_prefill: 2,
+            pool_capacity: 16,
+            timeout: Duration::from_secs(60),
+            max_output_bytes: 16 << 20,
+            audit_landlock_denials: true,
+        }
+    }
+}
+
+/// Why a sandbox could not be set up or a tool could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The policy is invalid.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// Landlock cannot enforce the policy.
+    #[error(transparent)]
+    Landlock(#[from] LandlockError),
+    /// The seccomp filter could not be built.
+    #[error(transparent)]
+    Filter(#[from] FilterError),
+    /// Cgroups are required but unusable.
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+    /// `argv` is empty.
+    #[error("argv is empty")]
+    EmptyArgv,
+    /// An environment variable name is empty or contains `=`.
+    #[error("environment variable name `{0}` is empty or contains `=`")]
+    EnvKey(String),
+    /// A string contains a NUL byte.
+    #[error("`{0}` contains a NUL byte")]
+    Nul(String),
+    /// The program is not beneath any path the policy grants execute on.
+    #[error("program `{program}` is not authorized for execute")]
+    ProgramNotAuthorized {
+        /// The program path.
+        program: PathBuf,
+    },
+    /// A step of the child's setup failed.
+    #[error("child setup failed at {step:?}: {source}")]
+    ChildSetup {
+        /// The step.
+        step: ChildStep,
+        /// The errno it reported.
+        source: std::io::Error,
+    },
+    /// The child died or spoke nonsense before finishing its setup.
+    #[error("child setup protocol: {0}")]
+    Protocol(&'static str),
+    /// A system call in the parent failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+pub(crate) fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> SandboxError {
+    move |source| SandboxError::Io { what, source }
+}
+
+/// Starts confined tools. Holds the cgroup pool; dropping it kills what is left.
+#[derive(Debug)]
+pub struct Sandbox {
+    config: SandboxConfig,
+    pool: Option<CgroupPool>,
+    euid: u32,
+    egid: u32,
+    cap_last: u32,
+    notes: Vec<String>,
+    workers: Workers,
+}
+
+impl Sandbox {
+    /// Detects the kernel's facilities and creates the cgroup pool.
+    pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
+        let euid = sys::geteuid();
+        let mut notes = Vec::new();
+        let pool = match config.cgroups {
+            CgroupMode::DangerousDisabled => {
+                notes.push("cgroups disabled by configuration (dangerous)".to_owned());
+                None
+            }
+            mode => {
+                let made = CgroupPool::new(
+                    config.cgroup_parent.as_deref(),
+                    config.pool_prefill,
+                    config.pool_capacity,
+                );
+                match made {
+                    Ok(pool) => Some(pool),
+                    Err(e) if mode == CgroupMode::Auto && euid != 0 => {
+                        notes.push(format!(
+                            "no cgroups ({e}): RLIMIT_NPROC in a user namespace, RLIMIT_AS"
+                        ));
+                        None
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        };
+        let cap_last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(40);
+        Ok(Self {
+            config,
+            pool,
+            euid,
+            egid: sys::getegid(),
+            cap_last,
+            notes,
+            workers: Workers::new(),
+        })
+    }
+
+    /// The cgroup interface enforcing process and memory caps, if any.
+    pub fn cgroup_version(&self) -> Option<CgroupVersion> {
+        self.pool.as_ref().map(CgroupPool::version)
+    }
+
+    /// The directories holding this sandbox's cgroup pool (removed on drop).
+    pub fn cgroup_pool_dirs(&self) -> Vec<PathBuf> {
+        self.pool.as_ref().map(CgroupPool::dirs).unwrap_or_default()
+    }
+
+    /// Validates and compiles a policy once (Landlock ruleset, BPF program) so that
+    /// many spawns can share it.
+    pub fn prepare(&self, policy: &SandboxPolicy) -> Result<PreparedPolicy, SandboxError> {
+        PreparedPolicy::new(policy, self.config.audit_landlock_denials)
+    }
+
+    /// Prepares `policy` and spawns `argv` under it.
+    pub fn spawn<S: AsRef<OsStr>>(
+        &self,
+        policy: &SandboxPolicy,
+        argv: &[S],
+        env: &[(String, String)],
+        stdin: &[u8],
+    ) -> Result<ConfinedChild, SandboxError> {
+        self.spawn_prepared(&self.prepare(policy)?, argv, env, stdin)
+    }
+
+    /// Spawns `argv` (`argv[0]` an absolute path under an execute grant) with exactly
+    /// the environment `env`, feeding it `stdin`.
+    pub fn spawn_prepared<S: AsRef<OsStr>>(
+        &self,
+        prepared: &PreparedPolicy,
+        argv: &[S],
+        env: &[(String, String)],
+        stdin: &[u8],
+    ) -> Result<ConfinedChild, SandboxError> {
+        let (program, argv) = prepared.command(argv)?;
+        if let Some((key, _)) = env.iter().find(|(k, _)| k.is_empty() || k.contains('=')) {
+            return Err(SandboxError::EnvKey(key.clone()));
+        }
+        let envp = env
+            .iter()
+            .map(|(k, v)| cstring(format!("{k}={v}").as_bytes()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let lease = match &self.pool {
+            Some(pool) => {
+                let l = &prepared.policy.limits;
+                Some(pool.lease(l.max_processes, l.max_memory_bytes)?)
+            }
+            None => None,
+        };
+        let user_namespace = self.euid != 0 && lease.is_none();
+        let enforcement = Enforcement {
+            landlock_abi_required: ruleset::REQUIRED_ABI,
+            landlock_abi: prepared.ruleset.kernel_abi,
+            cgroup: lease.as_ref().and(self.cgroup_version()),
+            user_namespace,
+            capabilities_dropped: self.euid == 0 || user_namespace,
+            seccomp_instructions: prepared.filter.len(),
+            notes: self
+                .notes
+                .iter()
+                .chain(&prepared.paths.notes)
+                .cloned()
+                .collect(),
+        };
+        let rlimits = prepared.rlimits(lease.is_some(), user_namespace);
+        let maps = format!("{0} {0} 1\n", self.euid);
+        let gid_maps = format!("{0} {0} 1\n", self.egid);
+        let launch = Launch {
+            program: &program,
+            argv: &argv,
+            envp: &envp,
+            rlimits: &rlimits,
+            lease: lease.as_ref(),
+        };
+        let userns = user_namespace.then_some(UserNamespaceMaps {
+            uid_map: maps.as_bytes(),
+            gid_map: gid_maps.as_bytes(),
+        });
+        let caps = enforcement.capabilities_dropped.then_some(self.cap_last);
+        let started = launch.start(prepared, &self.workers, userns, caps)?;
+        Ok(ConfinedChild::assemble(
+            started,
+            lease,
+            prepared,
+            enforcement,
+            stdin,
+            &self.config,
+            &self.workers,
+        ))
+    }
+}
+
+/// A policy compiled for the kernel: the Landlock ruleset and the BPF program.
+#[derive(Debug)]
+pub struct PreparedPolicy {
+    pub(crate) policy: SandboxPolicy,
+    pub(crate) workspace: CString,
+    pub(crate) paths: ResolvedPaths,
+    pub(crate) ruleset: LandlockRuleset,
+    pub(crate) filter: sys::BpfProgram,
+    pub(crate) mediation: Arc<Mediation>,
+}
+
+impl PreparedPolicy {
+    fn new(policy: &SandboxPolicy, audit: bool) -> Result<Self, SandboxError> {
+        policy.validate()?;
+        let workspace =
+            std::fs::canonicalize(&policy.workspace).map_err(|source| PolicyError::Workspace {
+                path: policy.workspace.clone(),
+                source,
+            })?;
+        let paths = ruleset::resolve(policy, &workspace);
+        let ruleset = ruleset::build(
+            &paths,
+            &policy.tcp_connect_ports,
+            &policy.tcp_bind_ports,
+            audit,
+        )?;
+        let filter = filter::compile(&policy.syscalls)?;
+        let listed: BTreeSet<&'static str> = MEDIATED
+            .into_iter()
+            .filter(|m| policy.syscalls.contains(*m))
+            .collect();
+        let mediation = Mediation {
+            listed,
+            exec_roots: paths.exec_roots().map(Path::to_path_buf).collect(),
+            connect_ports: policy.tcp_connect_ports.clone(),
+            bind_ports: policy.tcp_bind_ports.clone(),
+        };
+        let workspace = cstring(workspace.as_os_str().as_bytes())?;
+        Ok(Self {
+            policy: policy.clone(),
+            workspace,
+            paths,
+            ruleset,
+            filter,
+            mediation: Arc::new(mediation),
+        })
+    }
+
+    /// The policy this was prepared from.
+    pub fn policy(&self) -> &SandboxPolicy {
+        &self.policy
+    }
+
+    /// Notes on skipped paths and implicit grants.
+    pub fn notes(&self) -> &[String] {
+        &self.paths.notes
+    }
+
+    /// Landlock ABI of the running kernel.
+    pub fn landlock_abi(&self) -> i32 {
+        self.ruleset.kernel_abi
+    }
+
+    /// Resolves and authorizes `argv[0]`; returns the program to execute and argv.
+    fn command<S: AsRef<OsStr>>(
+        &self,
+        argv: &[S],
+    ) -> Result<(CString, Vec<CString>), SandboxError> {
+        let first = argv.first().ok_or(SandboxError::EmptyArgv)?;
+        let given = Path::new(first.as_ref());
+        let canonical = std::fs::canonicalize(given)
+            .ok()
+            .filter(|_| given.is_absolute())
+            .filter(|c| self.mediation.exec_roots.iter().any(|r| c.starts_with(r)))
+            .ok_or_else(|| SandboxError::ProgramNotAuthorized {
+                program: given.to_path_buf(),
+            })?;
+        let argv = argv
+            .iter()
+            .map(|a| cstring(a.as_ref().as_bytes()))
+            .collect::<Result<_, _>>()?;
+        Ok((cstring(canonical.as_os_str().as_bytes())?, argv))
+    }
+
+    /// The rlimits for one spawn. `RLIMIT_CPU` soft is one second below hard so the
+    /// tool gets `SIGXCPU` first; `RLIMIT_AS` replaces the memory cgroup when there is none.
+    fn rlimits(&self, cgroup: bool, user_namespace: bool) -> Vec<Rlimit> {
+        let l = &self.policy.limits;
+        let same = |resource, v| Rlimit {
+            resource,
+            soft: v,
+            hard: v,
+        };
+        let mut out = vec![
+            Rlimit {
+                resource: Resource::Cpu,
+                soft: l.cpu_seconds,
+                hard: l.cpu_seconds + 1,
+            },
+            same(Resource::FileSize, l.max_file_bytes),
+            same(Resource::OpenFiles, l.max_open_files),
+            same(Resource::Core, 0),
+        ];
+        match (l.max_address_space_bytes, cgroup) {
+            (Some(v), _) => out.push(same(Resource::AddressSpace, v)),
+            (None, false) => out.push(same(Resource::AddressSpace, l.max_memory_bytes)),
+            (None, true) => {}
+        }
+        if !cgroup || user_namespace {
+            out.push(same(Resource::Processes, u64::from(l.max_processes)));
+        }
+        out
+    }
+}
+
+pub(crate) fn cstring(bytes: &[u8]) -> Result<CString, SandboxError> {
+    CString::new(bytes).map_err(|_| SandboxError::Nul(String::from_utf8_lossy(bytes).into_owned()))
+}

@@ -1,0 +1,803 @@
+//! Every libc call of the crate, each `unsafe` block with its safety argument.
+//!
+//! The one long function here, [`child_after_clone`], runs between `clone` and
+//! `execve` in a child that shares the memory of a possibly multithreaded parent
+//! (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` does; the calling thread sleeps until
+//! the child has executed or died). There only async-signal-safe raw system calls
+//! are allowed: no allocation (another thread may hold the allocator's lock, and
+//! the heap is the parent's), no formatting, no `std::io::Error`, no writes to
+//! shared memory. Everything it uses — C strings, pointer arrays, the BPF program,
+//! the Landlock ruleset fd, the opened `cgroup.procs` files, the uid/gid map text —
+//! is built by [`spawn_child`] before the clone, and the child reports its pid, its
+//! listener fd and any failure as pairs of integers on a pipe. All signals stay
+//! blocked until every disposition is back to its default, so no parent handler
+//! ever runs in the child.
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, CString, c_int, c_void};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr;
+use std::time::Duration;
+
+/// Largest seccomp program the kernel accepts (`BPF_MAXINSNS`).
+const BPF_MAXINSNS: usize = 4096;
+
+/// A classic-BPF program ready for `seccomp(SECCOMP_SET_MODE_FILTER)`.
+pub(crate) struct BpfProgram {
+    filter: Vec<libc::sock_filter>,
+}
+
+impl std::fmt::Debug for BpfProgram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BpfProgram")
+            .field("instructions", &self.filter.len())
+            .finish()
+    }
+}
+
+impl BpfProgram {
+    /// Parses the native-endian `struct sock_filter` array libseccomp exports.
+    pub(crate) fn from_bytes(bytes: &[u8]) -> io::Result<Self> {
+        let invalid = |what| io::Error::new(io::ErrorKind::InvalidData, what);
+        if bytes.is_empty() || !bytes.len().is_multiple_of(8) || bytes.len() / 8 > BPF_MAXINSNS {
+            return Err(invalid("bpf program size is not 1..=4096 instructions"));
+        }
+        let filter = bytes
+            .chunks_exact(8)
+            .filter_map(|i| <[u8; 8]>::try_from(i).ok())
+            .map(|[c0, c1, jt, jf, k0, k1, k2, k3]| libc::sock_filter {
+                code: u16::from_ne_bytes([c0, c1]),
+                jt,
+                jf,
+                k: u32::from_ne_bytes([k0, k1, k2, k3]),
+            })
+            .collect();
+        Ok(Self { filter })
+    }
+
+    /// Number of instructions.
+    pub(crate) fn len(&self) -> usize {
+        self.filter.len()
+    }
+
+    /// Constants of the `jge` (jump if greater or equal) instructions, for tests.
+    #[cfg(test)]
+    pub(crate) fn jge_constants(&self) -> Vec<u32> {
+        const BPF_JMP_JGE_K: u16 = 0x05 | 0x30;
+        self.filter
+            .iter()
+            .filter(|i| i.code == BPF_JMP_JGE_K)
+            .map(|i| i.k)
+            .collect()
+    }
+}
+
+fn cvt(ret: c_int) -> io::Result<c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn cvt_long(ret: libc::c_long) -> io::Result<c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        c_int::try_from(ret).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))
+    }
+}
+
+/// Takes ownership of a file descriptor a system call just returned.
+fn owned(fd: c_int) -> OwnedFd {
+    // SAFETY: callers pass a descriptor the kernel just created for this process
+    // and that nothing else owns.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// An anonymous in-memory file (close-on-exec).
+pub(crate) fn memfd(name: &CStr) -> io::Result<File> {
+    // SAFETY: `name` is a valid NUL-terminated string; the flags are valid.
+    let fd = cvt(unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) })?;
+    Ok(File::from(owned(fd)))
+}
+
+/// The Landlock ABI version of the running kernel, or `None` without Landlock.
+pub(crate) fn landlock_abi() -> Option<i32> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a NULL attribute, size 0 and the VERSION flag the call reads no memory.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            ptr::null::<c_void>(),
+            0_usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    i32::try_from(v).ok().filter(|v| *v > 0)
+}
+
+/// A pidfd for a child this process has not yet reaped.
+pub(crate) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: plain integer arguments.
+    let fd = cvt_long(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    Ok(owned(fd))
+}
+
+/// Duplicates descriptor `fd` of the process behind `pidfd` into this process.
+pub(crate) fn pidfd_getfd(pidfd: BorrowedFd<'_>, fd: i32) -> io::Result<OwnedFd> {
+    // SAFETY: plain integer arguments; `pidfd` is a live descriptor.
+    let got = cvt_long(unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) })?;
+    Ok(owned(got))
+}
+
+/// What [`poll_in`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Readiness {
+    /// Data (or a notification, or an exit) is ready.
+    Ready,
+    /// The other side is gone and nothing is left to read.
+    Hangup,
+    /// The timeout passed.
+    Timeout,
+}
+
+/// Waits until `fd` is readable, hung up, or `timeout_ms` passes.
+pub(crate) fn poll_in(fd: BorrowedFd<'_>, timeout_ms: i32) -> io::Result<Readiness> {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: `pfd` is one valid pollfd that lives across the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        return Ok(match n {
+            0 => Readiness::Timeout,
+            _ if pfd.revents & libc::POLLIN != 0 => Readiness::Ready,
+            _ => Readiness::Hangup,
+        });
+    }
+}
+
+/// Waits (without timeout) until at least one of `fds` is readable or hung up;
+/// returns which. `None` entries are skipped.
+pub(crate) fn poll_many(fds: &[Option<BorrowedFd<'_>>]) -> io::Result<Vec<bool>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.map_or(-1, |f| f.as_raw_fd()),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let n = libc::nfds_t::try_from(pfds.len())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    loop {
+        // SAFETY: `pfds` is a valid array of `n` pollfds that lives across the call;
+        // negative fds are ignored by the kernel.
+        if unsafe { libc::poll(pfds.as_mut_ptr(), n, -1) } >= 0 {
+            return Ok(pfds.iter().map(|p| p.revents != 0).collect());
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// How a reaped child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// `exit(code)`.
+    Code(i32),
+    /// Killed by a signal.
+    Signal(i32),
+}
+
+/// Reaps `pid`, blocking until it exits; returns how it ended and its CPU time (user + system).
+pub(crate) fn reap_blocking(pid: i32) -> io::Result<(Exit, Duration)> {
+    let mut status: c_int = 0;
+    // SAFETY: all-zero is a valid `rusage`.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `status` and `usage` are valid out-pointers for the duration of the call.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if r < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        let exit = if libc::WIFSIGNALED(status) {
+            Exit::Signal(libc::WTERMSIG(status))
+        } else {
+            Exit::Code(libc::WEXITSTATUS(status))
+        };
+        return Ok((exit, timeval(usage.ru_utime) + timeval(usage.ru_stime)));
+    }
+}
+
+fn timeval(t: libc::timeval) -> Duration {
+    let secs = u64::try_from(t.tv_sec).unwrap_or(0);
+    let micros = u32::try_from(t.tv_usec).unwrap_or(0);
+    Duration::from_secs(secs) + Duration::from_micros(micros.into())
+}
+
+/// Sends `sig` to process `pid` (or, negative, to process group `-pid`); `ESRCH` is not an error.
+pub(crate) fn kill(pid: i32, sig: c_int) -> io::Result<()> {
+    // SAFETY: plain integer arguments.
+    match cvt(unsafe { libc::kill(pid, sig) }) {
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+        other => other.map(drop),
+    }
+}
+
+/// Effective user id of this process.
+pub(crate) fn geteuid() -> u32 {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Effective group id of this process.
+pub(crate) fn getegid() -> u32 {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::getegid() }
+}
+
+/// `SIGKILL`, `SIGXCPU`, `SIGXFSZ`, `SIGSYS` numbers, for decoding exits.
+pub(crate) mod signal {
+    /// `SIGKILL`.
+    pub(crate) const KILL: i32 = libc::SIGKILL;
+    /// `SIGXCPU`.
+    pub(crate) const XCPU: i32 = libc::SIGXCPU;
+    /// `SIGXFSZ`.
+    pub(crate) const XFSZ: i32 = libc::SIGXFSZ;
+}
+
+/// A resource limit the child sets on itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resource {
+    /// `RLIMIT_CPU`.
+    Cpu,
+    /// `RLIMIT_FSIZE`.
+    FileSize,
+    /// `RLIMIT_AS`.
+    AddressSpace,
+    /// `RLIMIT_NOFILE`.
+    OpenFiles,
+    /// `RLIMIT_NPROC`.
+    Processes,
+    /// `RLIMIT_CORE`.
+    Core,
+}
+
+impl Resource {
+    fn raw(self) -> libc::__rlimit_resource_t {
+        match self {
+            Resource::Cpu => libc::RLIMIT_CPU,
+            Resource::FileSize => libc::RLIMIT_FSIZE,
+            Resource::AddressSpace => libc::RLIMIT_AS,
+            Resource::OpenFiles => libc::RLIMIT_NOFILE,
+            Resource::Processes => libc::RLIMIT_NPROC,
+            Resource::Core => libc::RLIMIT_CORE,
+        }
+    }
+}
+
+/// One `setrlimit` the child performs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Rlimit {
+    /// Which limit.
+    pub(crate) resource: Resource,
+    /// Soft limit.
+    pub(crate) soft: u64,
+    /// Hard limit.
+    pub(crate) hard: u64,
+}
+
+/// Where in the child setup a step failed; sent to the parent with `errno`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum ChildStep {
+    /// Rearranging file descriptors.
+    Descriptors = 1,
+    /// `setpgid`.
+    ProcessGroup = 2,
+    /// Writing to `cgroup.procs`.
+    Cgroup = 3,
+    /// `unshare(CLONE_NEWUSER)` and the id maps.
+    UserNamespace = 4,
+    /// `setrlimit`.
+    Rlimit = 5,
+    /// Signal mask and dispositions.
+    Signals = 6,
+    /// Dropping capabilities.
+    Capabilities = 7,
+    /// `chdir` to the workspace.
+    Chdir = 8,
+    /// `PR_SET_NO_NEW_PRIVS`.
+    NoNewPrivs = 9,
+    /// `landlock_restrict_self`.
+    Landlock = 10,
+    /// Installing the seccomp filter.
+    Seccomp = 11,
+    /// `execve`.
+    Exec = 12,
+}
+
+impl ChildStep {
+    const ALL: [ChildStep; 12] = [
+        ChildStep::Descriptors,
+        ChildStep::ProcessGroup,
+        ChildStep::Cgroup,
+        ChildStep::UserNamespace,
+        ChildStep::Rlimit,
+        ChildStep::Signals,
+        ChildStep::Capabilities,
+        ChildStep::Chdir,
+        ChildStep::NoNewPrivs,
+        ChildStep::Landlock,
+        ChildStep::Seccomp,
+        ChildStep::Exec,
+    ];
+
+    /// The step a report code names.
+    pub(crate) fn from_code(code: u32) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| *s as u32 == code)
+    }
+}
+
+/// Report tag for "this is the seccomp listener fd number" (not a failure).
+pub(crate) const REPORT_LISTENER: u32 = 0xffff;
+/// Report tag for "this is my pid" (the first report).
+pub(crate) const REPORT_PID: u32 = 0xfffe;
+
+/// Decodes one 8-byte report from the child: (tag or step, value).
+pub(crate) fn decode_report(bytes: [u8; 8]) -> (u32, i32) {
+    let [a, b, c, d, e, f, g, h] = bytes;
+    (
+        u32::from_ne_bytes([a, b, c, d]),
+        i32::from_ne_bytes([e, f, g, h]),
+    )
+}
+
+/// uid/gid maps written after `unshare(CLONE_NEWUSER)` (non-root callers).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UserNamespaceMaps<'a> {
+    /// Contents for `/proc/self/uid_map`.
+    pub(crate) uid_map: &'a [u8],
+    /// Contents for `/proc/self/gid_map`.
+    pub(crate) gid_map: &'a [u8],
+}
+
+/// Everything the child needs, borrowed from state the parent keeps alive across the clone.
+#[derive(Debug)]
+pub(crate) struct ChildSpec<'a> {
+    /// Absolute path of the program.
+    pub(crate) program: &'a CStr,
+    /// Arguments, `argv[0]` first.
+    pub(crate) argv: &'a [CString],
+    /// Environment entries `KEY=VALUE`.
+    pub(crate) envp: &'a [CString],
+    /// Working directory.
+    pub(crate) cwd: &'a CStr,
+    /// Becomes fd 0.
+    pub(crate) stdin: BorrowedFd<'a>,
+    /// Becomes fd 1.
+    pub(crate) stdout: BorrowedFd<'a>,
+    /// Becomes fd 2.
+    pub(crate) stderr: BorrowedFd<'a>,
+    /// Write end of the report pipe.
+    pub(crate) report: BorrowedFd<'a>,
+    /// The Landlock ruleset (created and filled in the parent).
+    pub(crate) landlock: BorrowedFd<'a>,
+    /// `landlock_restrict_self` flags.
+    pub(crate) landlock_flags: u32,
+    /// Opened `cgroup.procs` files to join (0, 1 or 2).
+    pub(crate) cgroup_procs: &'a [BorrowedFd<'a>],
+    /// Limits to set.
+    pub(crate) rlimits: &'a [Rlimit],
+    /// `Some(cap_last_cap)` to drop every capability.
+    pub(crate) drop_capabilities: Option<u32>,
+    /// New user namespace and its maps, for non-root callers.
+    pub(crate) user_namespace: Option<UserNamespaceMaps<'a>>,
+    /// The seccomp program.
+    pub(crate) filter: &'a BpfProgram,
+}
+
+/// Child fd numbers after rearrangement: 0–2 stdio, then these.
+const CHILD_REPORT_FD: c_int = 3;
+const CHILD_LANDLOCK_FD: c_int = 4;
+const CHILD_CGROUP_FD: c_int = 5;
+const MAX_CGROUP_FDS: usize = 2;
+const MAX_RLIMITS: usize = 8;
+/// Slots: stdin, stdout, stderr, report, landlock, cgroup × 2.
+const FD_SLOTS: usize = 5 + MAX_CGROUP_FDS;
+
+/// The spec lowered to raw values, built before the clone; the child only reads it.
+struct Lowered<'a> {
+    spec: &'a ChildSpec<'a>,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+    fds: [c_int; FD_SLOTS],
+    high_fd: c_int,
+    rlimits: [(libc::__rlimit_resource_t, libc::rlimit); MAX_RLIMITS],
+    rlimit_count: usize,
+    prog: libc::sock_fprog,
+}
+
+/// Stack of the cloned child until `execve`; the setup code is shallow.
+const CHILD_STACK: usize = 96 * 1024;
+
+/// Clones a child that confines itself as `spec` says and then executes the program.
+/// Returns the child's pid once it has executed or died; its pid, listener fd and
+/// setup failures arrive on `spec.report` (see [`decode_report`]). Someone must be
+/// serving the listener by then: the child's `execve` is a mediated call.
+pub(crate) fn spawn_child(spec: &ChildSpec<'_>) -> io::Result<i32> {
+    let invalid = |what| io::Error::new(io::ErrorKind::InvalidInput, what);
+    if spec.cgroup_procs.len() > MAX_CGROUP_FDS || spec.rlimits.len() > MAX_RLIMITS {
+        return Err(invalid("too many cgroups or rlimits"));
+    }
+    let mut fds = [-1; FD_SLOTS];
+    let listed = [
+        spec.stdin,
+        spec.stdout,
+        spec.stderr,
+        spec.report,
+        spec.landlock,
+    ];
+    for (slot, fd) in fds.iter_mut().zip(listed.iter().chain(spec.cgroup_procs)) {
+        *slot = fd.as_raw_fd();
+    }
+    let high_fd = fds
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(2)
+        .max(FD_SLOTS as c_int)
+        + 1;
+    let mut rlimits = [(
+        0,
+        libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        },
+    ); MAX_RLIMITS];
+    for (slot, r) in rlimits.iter_mut().zip(spec.rlimits) {
+        *slot = (
+            r.resource.raw(),
+            libc::rlimit {
+                rlim_cur: r.soft,
+                rlim_max: r.hard,
+            },
+        );
+    }
+    let nul_terminated = |v: &[CString]| {
+        v.iter()
+            .map(|s| s.as_ptr())
+            .chain(std::iter::once(ptr::null()))
+            .collect::<Vec<_>>()
+    };
+    let len =
+        u16::try_from(spec.filter.filter.len()).map_err(|_| invalid("bpf program too long"))?;
+    let lowered = Lowered {
+        spec,
+        argv: nul_terminated(spec.argv),
+        envp: nul_terminated(spec.envp),
+        fds,
+        high_fd,
+        rlimits,
+        rlimit_count: spec.rlimits.len(),
+        // The kernel only reads through this pointer (`struct sock_fprog` is not const-correct).
+        prog: libc::sock_fprog {
+            len,
+            filter: spec.filter.filter.as_ptr().cast_mut(),
+        },
+    };
+    let mut stack = vec![0_u8; CHILD_STACK];
+    let top = stack.as_mut_ptr_range().end;
+    // The x86_64 ABI wants a 16-byte aligned stack; round the top down.
+    let top = top.wrapping_sub(top as usize % 16).cast::<c_void>();
+    let arg = ptr::from_ref(&lowered).cast_mut().cast::<c_void>();
+    let old_mask = block_all_signals()?;
+    // SAFETY: `child_entry` runs on `stack`, which outlives the call because
+    // CLONE_VFORK suspends this thread until the child has executed or exited;
+    // `lowered` (behind `arg`) lives in this frame for the same span. The child
+    // keeps to async-signal-safe system calls and never returns (see module docs).
+    let pid = unsafe {
+        libc::clone(
+            child_entry,
+            top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            arg,
+        )
+    };
+    let cloned = cvt(pid);
+    restore_signals(&old_mask);
+    drop(stack);
+    cloned
+}
+
+fn block_all_signals() -> io::Result<libc::sigset_t> {
+    // SAFETY: all-zero sigsets are valid to initialize; both live across the calls.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        match libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old) {
+            0 => Ok(old),
+            e => Err(io::Error::from_raw_os_error(e)),
+        }
+    }
+}
+
+fn restore_signals(old: &libc::sigset_t) {
+    // SAFETY: `old` is the mask `block_all_signals` saved.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, old, ptr::null_mut()) };
+}
+
+extern "C" fn child_entry(arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the `Lowered` that `spawn_child` passed; it outlives the
+    // child's use of it (CLONE_VFORK) and is only read.
+    let lowered = unsafe { &*arg.cast::<Lowered<'_>>() };
+    child_after_clone(lowered)
+}
+
+fn errno() -> c_int {
+    // SAFETY: `__errno_location` returns this thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Writes one 8-byte report; the pipe write is atomic (≤ `PIPE_BUF`).
+fn report(fd: c_int, tag: u32, value: i32) {
+    let mut buf = [0_u8; 8];
+    let (tag_bytes, value_bytes) = buf.split_at_mut(4);
+    tag_bytes.copy_from_slice(&tag.to_ne_bytes());
+    value_bytes.copy_from_slice(&value.to_ne_bytes());
+    // SAFETY: `buf` is 8 readable bytes; a failed write only loses the report.
+    unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+}
+
+fn fail(report_fd: c_int, step: ChildStep) -> ! {
+    report(report_fd, step as u32, errno());
+    // SAFETY: `_exit` skips atexit handlers and stdio flushing, as a child sharing
+    // the parent's memory must.
+    unsafe { libc::_exit(127) }
+}
+
+/// The child between `clone` and `execve`. A table of steps in the order the design
+/// prescribes; each failure is reported and ends the child with status 127.
+fn child_after_clone(p: &Lowered<'_>) -> ! {
+    let original_report = p.fds.get(3).copied().unwrap_or(-1);
+    // SAFETY: no arguments; the raw call avoids any C library pid cache.
+    let pid = unsafe { libc::syscall(libc::SYS_getpid) };
+    report(
+        original_report,
+        REPORT_PID,
+        i32::try_from(pid).unwrap_or(-1),
+    );
+    if !reset_dispositions() {
+        fail(original_report, ChildStep::Signals);
+    }
+    if arrange_descriptors(p).is_err() {
+        fail(original_report, ChildStep::Descriptors);
+    }
+    let step = |ok: bool, step: ChildStep| {
+        if !ok {
+            fail(CHILD_REPORT_FD, step)
+        }
+    };
+    // SAFETY: `setpgid(0, 0)` only changes this process's group.
+    step(unsafe { libc::setpgid(0, 0) } == 0, ChildStep::ProcessGroup);
+    step(join_cgroups(p), ChildStep::Cgroup);
+    if let Some(maps) = p.spec.user_namespace {
+        step(enter_user_namespace(maps), ChildStep::UserNamespace);
+    }
+    step(set_rlimits(p), ChildStep::Rlimit);
+    if let Some(last) = p.spec.drop_capabilities {
+        step(drop_capabilities(last), ChildStep::Capabilities);
+    }
+    // SAFETY: `cwd` is a valid NUL-terminated string built before the clone.
+    step(
+        unsafe { libc::chdir(p.spec.cwd.as_ptr()) } == 0,
+        ChildStep::Chdir,
+    );
+    // SAFETY: prctl with integer arguments only.
+    step(
+        unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } == 0,
+        ChildStep::NoNewPrivs,
+    );
+    // SAFETY: integer arguments; fd 4 is the Landlock ruleset placed by `arrange_descriptors`.
+    let restricted = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_restrict_self,
+            CHILD_LANDLOCK_FD,
+            p.spec.landlock_flags,
+        )
+    };
+    step(restricted == 0, ChildStep::Landlock);
+    // Every disposition is the default (or SIGXFSZ ignored): unblocking is safe now.
+    step(unblock_signals(), ChildStep::Signals);
+    // SAFETY: `prog` points at the filter vector, alive in the (shared) parent memory.
+    let listener = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            &p.prog as *const libc::sock_fprog,
+        )
+    };
+    step(listener >= 0, ChildStep::Seccomp);
+    // The listener is close-on-exec (the kernel creates it so), so the tool never holds it.
+    report(
+        CHILD_REPORT_FD,
+        REPORT_LISTENER,
+        i32::try_from(listener).unwrap_or(-1),
+    );
+    // SAFETY: program, argv and envp are NUL-terminated strings and NULL-terminated
+    // pointer arrays built before the clone; on success this call does not return.
+    unsafe { libc::execve(p.spec.program.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr()) };
+    fail(CHILD_REPORT_FD, ChildStep::Exec)
+}
+
+/// Moves every inherited descriptor the child needs to fixed low numbers and closes the rest.
+fn arrange_descriptors(p: &Lowered<'_>) -> Result<(), ()> {
+    // First copy each above every target so no `dup2` clobbers a source still needed.
+    let mut high = [-1; FD_SLOTS];
+    for (h, &fd) in high.iter_mut().zip(&p.fds) {
+        if fd >= 0 {
+            // SAFETY: integer arguments on a descriptor inherited from the parent.
+            *h = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, p.high_fd) };
+            if *h < 0 {
+                return Err(());
+            }
+        }
+    }
+    for (target, &h) in (0..).zip(&high) {
+        if h < 0 {
+            continue;
+        }
+        // stdio must survive exec; the others must not.
+        let flags = if target < CHILD_REPORT_FD {
+            0
+        } else {
+            libc::O_CLOEXEC
+        };
+        // SAFETY: integer arguments; `target` is below `high_fd`, so distinct from `h`.
+        if unsafe { libc::dup3(h, target, flags) } < 0 {
+            return Err(());
+        }
+    }
+    let first_free = CHILD_CGROUP_FD as libc::c_uint + MAX_CGROUP_FDS as libc::c_uint;
+    // SAFETY: integer arguments; closes every descriptor from `first_free` up.
+    let closed = unsafe { libc::syscall(libc::SYS_close_range, first_free, libc::c_uint::MAX, 0) };
+    if closed == 0 { Ok(()) } else { Err(()) }
+}
+
+fn join_cgroups(p: &Lowered<'_>) -> bool {
+    // Writing "0" to `cgroup.procs` moves the writing process (v1 and v2 alike),
+    // so the child needs no formatted pid.
+    (0..p.spec.cgroup_procs.len()).all(|i| {
+        let fd = CHILD_CGROUP_FD + i as c_int;
+        // SAFETY: one readable byte; `fd` is an opened `cgroup.procs`.
+        let ok = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } == 1;
+        // SAFETY: closing a descriptor this child owns.
+        unsafe { libc::close(fd) };
+        ok
+    })
+}
+
+fn write_file(path: &CStr, text: &[u8]) -> bool {
+    // SAFETY: `path` is NUL-terminated; flags are valid.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: `text` is readable for its length; `fd` was just opened.
+    let n = unsafe { libc::write(fd, text.as_ptr().cast(), text.len()) };
+    // SAFETY: closing the descriptor opened above.
+    unsafe { libc::close(fd) };
+    usize::try_from(n).is_ok_and(|n| n == text.len())
+}
+
+fn enter_user_namespace(maps: UserNamespaceMaps<'_>) -> bool {
+    // SAFETY: integer argument.
+    let unshared = unsafe { libc::unshare(libc::CLONE_NEWUSER) } == 0;
+    unshared
+        && write_file(c"/proc/self/setgroups", b"deny")
+        && write_file(c"/proc/self/uid_map", maps.uid_map)
+        && write_file(c"/proc/self/gid_map", maps.gid_map)
+}
+
+fn set_rlimits(p: &Lowered<'_>) -> bool {
+    p.rlimits
+        .iter()
+        .take(p.rlimit_count)
+        .all(|(resource, limit)| {
+            // SAFETY: `limit` is a valid rlimit for the duration of the call.
+            unsafe { libc::setrlimit(*resource, limit) == 0 }
+        })
+}
+
+/// Resets every classic signal's disposition to the default — the parent's handlers
+/// must never run in a child sharing its memory, and Rust ignores `SIGPIPE` — then
+/// ignores `SIGXFSZ`, so that writing past `RLIMIT_FSIZE` fails with `EFBIG`
+/// instead of killing the tool. Signals are still blocked here.
+fn reset_dispositions() -> bool {
+    // 1..=31: the classic signals; 32 and 33 belong to the C library.
+    for sig in 1..=31 {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            // SAFETY: setting a default disposition has no memory effects; errors
+            // (signals the kernel reserves) are harmless.
+            unsafe { libc::signal(sig, libc::SIG_DFL) };
+        }
+    }
+    // SAFETY: SIG_IGN for a catchable signal.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) != libc::SIG_ERR }
+}
+
+/// Unblocks every signal (the tool starts with an empty mask).
+fn unblock_signals() -> bool {
+    // SAFETY: `set` is a valid sigset_t on this stack frame.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, ptr::null_mut()) == 0
+    }
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// Clears the ambient set and the bounding set, then every capability set, so that
+/// even uid 0 executes the tool with no capability.
+fn drop_capabilities(last: u32) -> bool {
+    const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    // SAFETY: prctl with integer arguments.
+    let ambient = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        ) == 0
+    };
+    // SAFETY: prctl with integer arguments.
+    let bounding =
+        (0..=last).all(|cap| unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) == 0 });
+    let header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: version-3 capset reads one header and two data structs, both valid here.
+    let cleared = unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) == 0 };
+    ambient && bounding && cleared
+}

@@ -1,0 +1,8 @@
+//! Integration suites, one file per layer.
+
+mod exec;
+mod filesystem;
+mod limits;
+mod network;
+mod support;
+mod syscalls;

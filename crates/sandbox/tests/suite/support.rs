@@ -1,0 +1,130 @@
+//! Fixtures: a temp workspace, a policy for the probe, and running one probe case.
+
+use std::path::{Path, PathBuf};
+
+use knox_sandbox::{Access, Family, Outcome, Sandbox, SandboxConfig, SandboxPolicy};
+use serde::Deserialize;
+
+pub type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// The probe binary Cargo built for these tests.
+pub fn probe() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_knox-probe"))
+}
+
+/// One probe result line.
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+pub struct Probe {
+    pub case: String,
+    pub ok: bool,
+    pub errno: Option<i32>,
+    pub detail: Option<String>,
+}
+
+/// A temp directory with a workspace inside and a sibling directory outside it.
+#[derive(Debug)]
+pub struct Fixture {
+    _root: tempfile::TempDir,
+    pub workspace: PathBuf,
+    pub outside: PathBuf,
+}
+
+impl Fixture {
+    pub fn new() -> std::io::Result<Self> {
+        let root = tempfile::Builder::new()
+            .prefix("knox-sandbox-test")
+            .tempdir()?;
+        let workspace = root.path().join("workspace");
+        let outside = root.path().join("outside");
+        std::fs::create_dir(&workspace)?;
+        std::fs::create_dir(&outside)?;
+        Ok(Self {
+            workspace: std::fs::canonicalize(workspace)?,
+            outside: std::fs::canonicalize(outside)?,
+            _root: root,
+        })
+    }
+
+    /// Runtime baseline + `families`, execute on the probe, nothing else.
+    pub fn policy(&self, families: &[Family]) -> Result<SandboxPolicy, Box<dyn std::error::Error>> {
+        Ok(SandboxPolicy::for_families(families, &self.workspace)?
+            .grant(probe(), &[Access::Read, Access::Execute]))
+    }
+}
+
+/// Whether this kernel can run the sandbox at all; prints why not.
+pub fn kernel_supports_sandbox() -> bool {
+    let abi = std::fs::read_to_string("/sys/kernel/security/landlock/abi_version").ok();
+    let _ = abi;
+    let policy = match SandboxPolicy::for_families(&[], "/") {
+        Ok(p) => p,
+        Err(_) => return false,
+    };
+    let sandbox = Sandbox::new(SandboxConfig::default());
+    match sandbox.and_then(|s| s.prepare(&policy)) {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("SKIPPED: the kernel cannot run the sandbox here: {e}");
+            false
+        }
+    }
+}
+
+/// Skips the current test (returns early) when the kernel lacks a required feature.
+#[macro_export]
+macro_rules! require_kernel {
+    () => {
+        if !$crate::suite::support::kernel_supports_sandbox() {
+            return Ok(());
+        }
+    };
+}
+
+/// Runs `knox-probe ARGS` under `policy`; returns the outcome and the parsed result line.
+pub fn run(
+    policy: &SandboxPolicy,
+    args: &[&str],
+) -> Result<(Outcome, Option<Probe>), Box<dyn std::error::Error>> {
+    run_with(&Sandbox::new(SandboxConfig::default())?, policy, args)
+}
+
+/// Like [`run`] with a given sandbox.
+pub fn run_with(
+    sandbox: &Sandbox,
+    policy: &SandboxPolicy,
+    args: &[&str],
+) -> Result<(Outcome, Option<Probe>), Box<dyn std::error::Error>> {
+    let mut argv = vec![probe().into_os_string()];
+    argv.extend(args.iter().map(Into::into));
+    let outcome = sandbox.spawn(policy, &argv, &[], b"")?.wait()?;
+    let line = String::from_utf8_lossy(&outcome.stdout)
+        .lines()
+        .last()
+        .map(str::to_owned);
+    let probe = line.and_then(|l| serde_json::from_str(&l).ok());
+    Ok((outcome, probe))
+}
+
+/// Runs `knox-probe ARGS` without any confinement, for the "it works outside" half.
+pub fn run_unconfined(args: &[&str]) -> Result<Probe, Box<dyn std::error::Error>> {
+    let out = std::process::Command::new(probe()).args(args).output()?;
+    let line = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .map(str::to_owned)
+        .unwrap_or_default();
+    Ok(serde_json::from_str(&line)?)
+}
+
+/// The denied calls named `name`.
+pub fn denied<'a>(outcome: &'a Outcome, name: &str) -> Vec<&'a knox_sandbox::DeniedSyscall> {
+    outcome.denied.iter().filter(|d| d.name == name).collect()
+}
+
+/// `path` as a string (test paths are UTF-8).
+pub fn s(path: &Path) -> &str {
+    path.to_str().unwrap_or_default()
+}
+
+pub const EPERM: i32 = 1;
+pub const EACCES: i32 = 13;
