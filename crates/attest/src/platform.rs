@@ -38,6 +38,16 @@ pub enum PlatformError {
     /// The evidence is malformed.
     #[error("malformed platform evidence: {0}")]
     Malformed(String),
+    /// Hardware evidence that does not verify against the vendor's root (forged or
+    /// corrupted).
+    #[error("hardware evidence does not verify: {0}")]
+    HardwareInvalid(String),
+    /// Genuine hardware evidence the regulator's policy does not accept.
+    #[error("rejected by the regulator policy: {0}")]
+    PolicyRejected(String),
+    /// Hardware evidence, but no regulator policy to appraise it against.
+    #[error("hardware evidence needs a regulator policy (--policy) to be accepted")]
+    NoPolicy,
 }
 
 /// What is being bound: the in-TEE public key and the epoch nonce.
@@ -58,10 +68,12 @@ pub trait PlatformBackend: Send + Sync {
 }
 
 /// What the verifier is willing to accept.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AppraisalOptions {
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AppraisalOptions<'a> {
     /// Accept simulated evidence. Insecure: simulated evidence has no root of trust.
     pub dangerous_allow_simulated: bool,
+    /// The regulator's policy for hardware evidence.
+    pub policy: Option<&'a knox_hw::policy::RegulatorPolicy>,
 }
 
 /// The result of appraising platform evidence.
@@ -71,13 +83,15 @@ pub struct Appraisal {
     pub mode: String,
     /// Whether hardware vouches for the key.
     pub hardware_backed: bool,
+    /// What the appraisal established, for reports.
+    pub detail: String,
 }
 
 /// Checks that `evidence` binds `key` and is acceptable under `opts`.
 pub fn appraise(
     evidence: &PlatformEvidence,
     key: &PublicKey,
-    opts: AppraisalOptions,
+    opts: AppraisalOptions<'_>,
 ) -> Result<Appraisal, PlatformError> {
     let pk: [u8; 32] = key
         .public_key
@@ -100,6 +114,15 @@ pub fn appraise(
             Ok(Appraisal {
                 mode: evidence.mode.clone(),
                 hardware_backed: false,
+                detail: crate::simulated::NOTE.into(),
+            })
+        }
+        crate::hardware::MODE => {
+            let a = crate::hardware::appraise(evidence, &pk, opts.policy)?;
+            Ok(Appraisal {
+                mode: evidence.mode.clone(),
+                hardware_backed: true,
+                detail: a.describe(),
             })
         }
         other => Err(PlatformError::UnknownMode(other.to_string())),

@@ -87,6 +87,7 @@ mod tests {
             &k.public_key(),
             AppraisalOptions {
                 dangerous_allow_simulated: true,
+                policy: None,
             },
         )
         .unwrap();
@@ -97,7 +98,8 @@ mod tests {
                 &ev,
                 &other.public_key(),
                 AppraisalOptions {
-                    dangerous_allow_simulated: true
+                    dangerous_allow_simulated: true,
+                    policy: None,
                 }
             ),
             Err(PlatformError::BindingMismatch)
@@ -109,7 +111,8 @@ mod tests {
                 &swapped_nonce,
                 &k.public_key(),
                 AppraisalOptions {
-                    dangerous_allow_simulated: true
+                    dangerous_allow_simulated: true,
+                    policy: None,
                 }
             ),
             Err(PlatformError::BindingMismatch)

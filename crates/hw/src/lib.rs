@@ -4,5 +4,5 @@
 pub mod nvidia;
 pub mod policy;
 pub mod tdx;
-mod time;
+pub mod time;
 mod x509;

@@ -3,7 +3,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Seconds since the unix epoch; times before the epoch count as 0.
-pub(crate) fn unix_secs(at: SystemTime) -> u64 {
+pub fn unix_secs(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
@@ -29,7 +29,7 @@ fn digits(s: &str) -> Option<i64> {
 
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction]Z` into unix seconds (fraction dropped).
 /// Anything else, including offsets other than `Z`, is refused.
-pub(crate) fn parse_rfc3339_utc(s: &str) -> Option<u64> {
+pub fn parse_rfc3339_utc(s: &str) -> Option<u64> {
     let s = s.strip_suffix('Z')?;
     let (date, time) = s.split_once('T')?;
     let time = time.split_once('.').map_or(

@@ -148,9 +148,7 @@ fn evidence(c: &mut Criterion, rt: &Runtime) {
         bn.iter(|| knox_attest::dsse::sign(&rt.key, black_box(&statement)))
     });
     let manifest = session::embedded_manifest().unwrap();
-    let opts = knox_verify::Options {
-        dangerous_allow_simulated: true,
-    };
+    let opts = knox_verify::Options::DANGEROUS_SIMULATED;
     let mut g = c.benchmark_group("verify");
     g.throughput(Throughput::Elements(b.nodes.len() as u64));
     g.bench_function("bundle_mt_sa_seq_6", |bn| {

@@ -4,7 +4,6 @@
 use std::sync::OnceLock;
 
 use knox_policy::ToolkitManifest;
-use knox_verify::Options;
 
 fn manifest() -> Option<&'static ToolkitManifest> {
     static M: OnceLock<Option<ToolkitManifest>> = OnceLock::new();
@@ -22,9 +21,7 @@ pub fn proposal(data: &[u8]) {
 /// A bundle or journal, as `knox verify` reads it.
 pub fn evidence(data: &[u8]) {
     if let Some(m) = manifest() {
-        let opts = Options {
-            dangerous_allow_simulated: true,
-        };
+        let opts = knox_verify::Options::DANGEROUS_SIMULATED;
         let _ = crate::cmd::verify::verify_bytes(data, m, opts);
     }
 }

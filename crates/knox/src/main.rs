@@ -25,6 +25,16 @@ enum Command {
     Verify(cmd::verify::VerifyArgs),
     /// Measure the monitor's overhead per workload beside the paper's figures.
     Bench(cmd::bench::BenchArgs),
+    /// Create a regulator key pair (for signing verification receipts).
+    Keygen(cmd::keys::KeygenArgs),
+    /// Check regulators' verification receipts against a bundle and show who accepted what.
+    Receipts(cmd::receipts::ReceiptsArgs),
+    /// Intel TDX/SGX quotes.
+    #[command(subcommand)]
+    Quote(cmd::hardware::QuoteCommand),
+    /// NVIDIA GPU attestation evidence.
+    #[command(subcommand)]
+    Gpu(cmd::hardware::GpuCommand),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +51,10 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd::run::run(a),
         Command::Verify(a) => cmd::verify::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Keygen(a) => cmd::keys::keygen(a),
+        Command::Receipts(a) => cmd::receipts::run(a),
+        Command::Quote(c) => cmd::hardware::quote(c),
+        Command::Gpu(c) => cmd::hardware::gpu(c),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

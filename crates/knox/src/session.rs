@@ -24,6 +24,54 @@ pub enum ExecutorKind {
     Injected,
 }
 
+/// Which platform evidence binds the in-TEE key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlatformKind {
+    /// Development only: no root of trust; verifiers refuse it unless told otherwise.
+    Simulated,
+    /// An Intel TDX guest (configfs-tsm), optionally with NVIDIA GPUs in CC mode.
+    Tdx,
+}
+
+/// Command-line choice of the platform backend.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PlatformArgs {
+    /// Platform evidence backend.
+    #[arg(long, value_enum, default_value_t = PlatformKind::Simulated)]
+    pub platform: PlatformKind,
+    /// TDX: Intel collateral for this platform (dcap-qvl JSON, from your PCCS), stapled
+    /// into every bundle so verifiers need no network.
+    #[arg(long, value_name = "JSON", required_if_eq("platform", "tdx"))]
+    pub collateral: Option<std::path::PathBuf>,
+    /// TDX: also bind NVIDIA GPU evidence collected through NVML.
+    #[arg(long)]
+    pub gpus: bool,
+    /// TDX: the configfs-tsm report directory.
+    #[arg(long, default_value = "/sys/kernel/config/tsm/report")]
+    pub configfs: std::path::PathBuf,
+}
+
+/// The embedded runtime bound through the chosen backend.
+pub fn runtime_on(p: &PlatformArgs, nonce: &[u8]) -> Result<Runtime> {
+    match p.platform {
+        PlatformKind::Simulated => embedded_runtime(nonce),
+        PlatformKind::Tdx => {
+            let path = p
+                .collateral
+                .as_ref()
+                .context("--collateral is required with --platform tdx")?;
+            let collateral: serde_json::Value = serde_json::from_slice(&std::fs::read(path)?)
+                .with_context(|| format!("collateral `{}`", path.display()))?;
+            let backend = knox_attest::hardware::collect::TdxBackend {
+                configfs: p.configfs.clone(),
+                collateral,
+                gpus: p.gpus,
+            };
+            Runtime::embedded(&backend, nonce).context("binding the key through TDX")
+        }
+    }
+}
+
 /// The runtime on the embedded dataset and manifest, with simulated platform evidence.
 pub fn embedded_runtime(nonce: &[u8]) -> Result<Runtime> {
     Runtime::embedded(&Simulated, nonce).context("starting the runtime on the embedded defaults")

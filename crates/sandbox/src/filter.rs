@@ -73,15 +73,22 @@ pub fn syscall_name(nr: i32) -> Option<String> {
 ///   `prlimit64` on the caller itself;
 /// - `clone3`: `ENOSYS`, so the C library falls back to `clone`, whose flags a filter can read.
 pub(crate) fn compile(allowed: &BTreeSet<String>) -> Result<sys::BpfProgram, FilterError> {
+    export(&context(allowed)?)
+}
+
+fn context(allowed: &BTreeSet<String>) -> Result<ScmpFilterContext, FilterError> {
     let mut ctx = ScmpFilterContext::new(ScmpAction::Notify)?;
     ctx.set_act_badarch(ScmpAction::KillProcess)?;
     // The child sets no_new_privs itself; the exported program does not depend on it.
     ctx.set_ctl_nnp(false)?;
+    // A binary tree of syscall numbers instead of a list: every system call the
+    // tool makes runs this program.
+    ctx.set_ctl_optimize(2)?;
     for name in allowed.iter().map(String::as_str).chain(SANDBOX_INTERNAL) {
         add_allow(&mut ctx, name)?;
     }
     ctx.add_rule(ScmpAction::Errno(ENOSYS), lookup("clone3")?)?;
-    export(&ctx)
+    Ok(ctx)
 }
 
 fn lookup(name: &str) -> Result<ScmpSyscall, FilterError> {
@@ -132,13 +139,8 @@ fn export(ctx: &ScmpFilterContext) -> Result<sys::BpfProgram, FilterError> {
 
 /// The filter as libseccomp's pseudo-C, for review and for tests.
 pub fn pseudo_c(allowed: &BTreeSet<String>) -> Result<String, FilterError> {
-    let mut ctx = ScmpFilterContext::new(ScmpAction::Notify)?;
-    ctx.set_act_badarch(ScmpAction::KillProcess)?;
-    for name in allowed.iter().map(String::as_str).chain(SANDBOX_INTERNAL) {
-        add_allow(&mut ctx, name)?;
-    }
     let mut file = sys::memfd(c"knox-pfc")?;
-    ctx.export_pfc(&file)?;
+    context(allowed)?.export_pfc(&file)?;
     file.seek(SeekFrom::Start(0))?;
     let mut text = String::new();
     file.read_to_string(&mut text)?;

@@ -53,7 +53,7 @@ impl Launch<'_> {
         prepared: &PreparedPolicy,
         workers: &Workers,
         user_namespace: Option<UserNamespaceMaps<'_>>,
-        drop_capabilities: Option<u32>,
+        drop_capabilities: bool,
     ) -> Result<Started, SandboxError> {
         let (stdin_r, stdin_w) = std::io::pipe().map_err(io("pipe"))?;
         let (stdout_r, stdout_w) = std::io::pipe().map_err(io("pipe"))?;

@@ -129,7 +129,6 @@ pub struct Sandbox {
     pool: Option<CgroupPool>,
     euid: u32,
     egid: u32,
-    cap_last: u32,
     notes: Vec<String>,
     workers: Workers,
 }
@@ -162,16 +161,11 @@ impl Sandbox {
                 }
             }
         };
-        let cap_last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(40);
         Ok(Self {
             config,
             pool,
             euid,
             egid: sys::getegid(),
-            cap_last,
             notes,
             workers: Workers::new(),
         })
@@ -257,7 +251,7 @@ impl Sandbox {
             uid_map: maps.as_bytes(),
             gid_map: gid_maps.as_bytes(),
         });
-        let caps = enforcement.capabilities_dropped.then_some(self.cap_last);
+        let caps = enforcement.capabilities_dropped;
         let started = launch.start(prepared, &self.workers, userns, caps)?;
         Ok(ConfinedChild::assemble(
             started,

@@ -48,7 +48,7 @@ pub fn is_journal(bytes: &[u8]) -> bool {
 pub fn verify_journal(
     bytes: &[u8],
     manifest: &ToolkitManifest,
-    opts: Options,
+    opts: Options<'_>,
 ) -> Result<Report, ReadError> {
     if bytes.len() > MAX_BUNDLE_BYTES {
         return Err(ReadError::TooLarge(bytes.len()));

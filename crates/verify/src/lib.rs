@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 
+pub mod ear;
 pub mod journal;
+pub mod receipt;
 pub mod replay;
 pub mod report;
 
@@ -16,9 +18,19 @@ use crate::replay::{Context, Fail};
 
 /// What the verifier accepts.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Options {
+pub struct Options<'a> {
     /// Accept simulated platform evidence. Insecure: nothing vouches for the key.
     pub dangerous_allow_simulated: bool,
+    /// The regulator's policy: accepted hardware, measurements, model weights.
+    pub policy: Option<&'a knox_hw::policy::RegulatorPolicy>,
+}
+
+impl Options<'_> {
+    /// Accept simulated evidence (insecure; for development and self-checks).
+    pub const DANGEROUS_SIMULATED: Options<'static> = Options {
+        dangerous_allow_simulated: true,
+        policy: None,
+    };
 }
 
 /// Evidence that could not even be read as a bundle or journal.
@@ -111,10 +123,11 @@ impl Steps {
 
 /// Verifies a bundle against the toolkit manifest the verifier trusts. Never panics;
 /// every finding is in the report.
-pub fn verify_bundle(b: &Bundle, manifest: &ToolkitManifest, opts: Options) -> Report {
+pub fn verify_bundle(b: &Bundle, manifest: &ToolkitManifest, opts: Options<'_>) -> Report {
     let mut s = Steps::default();
     let (platform, hardware_backed) = evidence_step(&mut s, b, opts);
     let apm_hash = apm_step(&mut s, &b.apm, &b.apm_attestation, &b.key, manifest);
+    models_step(&mut s, b, opts);
     // Summary and its signature.
     match summary_step(b, apm_hash) {
         Ok(()) => s.pass(
@@ -125,6 +138,22 @@ pub fn verify_bundle(b: &Bundle, manifest: &ToolkitManifest, opts: Options) -> R
     }
     let findings = graph_steps(&mut s, b, manifest, apm_hash, true);
     build_report(s, b, platform, hardware_backed, findings, true)
+}
+
+/// With a regulator policy, every model that has weights must have accepted weights.
+fn models_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) {
+    let Some(policy) = opts.policy else { return };
+    for m in &b.models {
+        let Some(h) = m.weights_hash else { continue };
+        if let Err(v) = policy.check_weights_hash(&h.to_hex()) {
+            s.refuse("models", format!("{} model `{}`: {v}", m.role, m.name));
+            return;
+        }
+    }
+    s.pass(
+        "models",
+        "every model's weights hash is accepted by the policy",
+    );
 }
 
 /// The envelope carries a valid signature by the bundle's key over the summary in
@@ -146,12 +175,13 @@ fn summary_step(b: &Bundle, apm_hash: Option<knox_types::Digest>) -> Result<(), 
 }
 
 /// Step 1: the platform evidence binds the key and is acceptable.
-pub(crate) fn evidence_step(s: &mut Steps, b: &Bundle, opts: Options) -> (String, bool) {
+pub(crate) fn evidence_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) -> (String, bool) {
     let appraisal = platform::appraise(
         &b.platform,
         &b.key,
         AppraisalOptions {
             dangerous_allow_simulated: opts.dangerous_allow_simulated,
+            policy: opts.policy,
         },
     );
     match appraisal {
@@ -163,11 +193,19 @@ pub(crate) fn evidence_step(s: &mut Steps, b: &Bundle, opts: Options) -> (String
             };
             s.pass(
                 "evidence",
-                format!("{} evidence binds the signing key; {note}", a.mode),
+                format!(
+                    "{} evidence binds the signing key; {note}; {}",
+                    a.mode, a.detail
+                ),
             );
             (a.mode, a.hardware_backed)
         }
-        Err(e @ (PlatformError::SimulatedRefused | PlatformError::UnknownMode(_))) => {
+        Err(
+            e @ (PlatformError::SimulatedRefused
+            | PlatformError::UnknownMode(_)
+            | PlatformError::NoPolicy
+            | PlatformError::PolicyRejected(_)),
+        ) => {
             s.refuse("evidence", e.to_string());
             (b.platform.mode.clone(), false)
         }

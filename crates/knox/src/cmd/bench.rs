@@ -9,7 +9,7 @@ use knox_monitor::workload::{PAPER_WORKLOADS, Workload};
 use knox_policy::ToolkitManifest;
 use knox_types::aeg::{chain_start, chain_step, leaf_record};
 use knox_types::merkle;
-use knox_verify::{Options, Outcome};
+use knox_verify::Outcome;
 
 use crate::session::{self, ExecutorKind, WorkloadRun};
 
@@ -137,13 +137,8 @@ fn measure(rt: &Runtime, manifest: &ToolkitManifest, w: Workload, args: &BenchAr
         let _ = black_box(knox_verify::replay::chain(&b.nodes).map(|x| x.0));
         acc.integrity += t.elapsed();
         let t = Instant::now();
-        let report = knox_verify::verify_bundle(
-            b,
-            manifest,
-            Options {
-                dangerous_allow_simulated: true,
-            },
-        );
+        let report =
+            knox_verify::verify_bundle(b, manifest, knox_verify::Options::DANGEROUS_SIMULATED);
         acc.verify += t.elapsed();
         anyhow::ensure!(
             report.outcome == Outcome::Complete,

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use anyhow::{Context as _, Result};
 use knox_monitor::workload::Workload;
 use knox_types::aeg::NodeKind;
-use knox_verify::Options;
 
 use crate::session::{self, ExecutorKind, WorkloadRun};
 
@@ -23,9 +22,7 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
         .with_context(|| format!("creating `{}`", args.out.display()))?;
     let rt = session::embedded_runtime(b"knox-demo")?;
     let manifest = session::embedded_manifest()?;
-    let opts = Options {
-        dangerous_allow_simulated: true,
-    };
+    let opts = knox_verify::Options::DANGEROUS_SIMULATED;
     println!(
         "Knox demo — InjecAgent tasks under the reference monitor (2 tasks, 2 concurrent sub-agents)"
     );

@@ -2,5 +2,8 @@
 
 pub mod bench;
 pub mod demo;
+pub mod hardware;
+pub mod keys;
+pub mod receipts;
 pub mod run;
 pub mod verify;

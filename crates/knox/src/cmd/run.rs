@@ -7,7 +7,7 @@ use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::run::RunStats;
 use knox_monitor::workload::Workload;
 use knox_types::apm::StopPolicy;
-use knox_verify::{Options, Outcome};
+use knox_verify::Outcome;
 use serde_json::json;
 
 use crate::session::{self, ExecutorKind, WorkloadRun};
@@ -46,6 +46,9 @@ pub struct RunArgs {
     /// Epoch nonce (hex) bound into the platform evidence with the signing key.
     #[arg(long, default_value = "")]
     pub nonce: String,
+    /// Platform evidence backend.
+    #[command(flatten)]
+    pub platform: crate::session::PlatformArgs,
 }
 
 /// Runs the workload and prints the counts.
@@ -53,7 +56,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating `{}`", args.out.display()))?;
     let nonce = hex::decode(&args.nonce).context("--nonce must be hex")?;
-    let rt = session::embedded_runtime(&nonce)?;
+    let rt = session::runtime_on(&args.platform, &nonce)?;
     let manifest = session::embedded_manifest()?;
     let mut signal = StopSignal::new();
     if let Some(f) = &args.stop_file {
@@ -89,9 +92,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         let report = knox_verify::verify_bundle(
             &o.bundle,
             &manifest,
-            Options {
-                dangerous_allow_simulated: true,
-            },
+            knox_verify::Options::DANGEROUS_SIMULATED,
         );
         match report.outcome {
             Outcome::Complete => complete += 1,

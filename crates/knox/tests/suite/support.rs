@@ -18,9 +18,7 @@ pub fn manifest() -> &'static ToolkitManifest {
     M.get_or_init(|| session::embedded_manifest().unwrap())
 }
 
-pub const ALLOW: Options = Options {
-    dangerous_allow_simulated: true,
-};
+pub const ALLOW: Options = knox_verify::Options::DANGEROUS_SIMULATED;
 
 pub fn verify(b: &Bundle) -> Report {
     knox_verify::verify_bundle(b, manifest(), ALLOW)

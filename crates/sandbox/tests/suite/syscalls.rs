@@ -150,3 +150,19 @@ fn prlimit_on_another_process_is_denied_but_on_itself_allowed() -> TestResult {
     assert!(own?.1.ok_or("no probe output")?.ok);
     Ok(())
 }
+
+#[test]
+fn the_tool_holds_no_capability_even_as_root() -> TestResult {
+    require_kernel!();
+    let fx = Fixture::new()?;
+    let mut policy = fx.policy(&[])?;
+    policy.syscalls.insert("capget".into());
+    let (outcome, probe) = run(&policy, &["capget"])?;
+    let probe = probe.ok_or("no probe output")?;
+    assert!(probe.ok, "{outcome:?}");
+    assert_eq!(
+        probe.detail.as_deref(),
+        Some("effective=0x0 permitted=0x0 inheritable=0x0")
+    );
+    Ok(())
+}

@@ -140,6 +140,9 @@ pub const CASES: &[Case] = &[
         Ok(Res::sys(raw(libc::SYS_setuid, [int(a, 0)?])))
     }),
     ("capset", "", |_| Ok(Res::sys(sys::capset_empty()))),
+    ("capget", "", |_| {
+        Ok(sys::capget().map_or_else(Res::err, |c| Res::ok().detail(c)))
+    }),
     ("keyctl", "", |_| {
         Ok(Res::sys(raw(libc::SYS_keyctl, [0, (-3_i64) as u64, 0])))
     }),

@@ -81,6 +81,22 @@ pub fn capset_empty() -> Sys {
     )
 }
 
+/// `capget` of the probe itself: `"effective=.. permitted=.. inheritable=.."` in hex.
+pub fn capget() -> Result<String, i32> {
+    let header: [u32; 2] = [0x2008_0522, 0];
+    let mut data = [0_u32; 6];
+    let a = [header.as_ptr() as u64, data.as_mut_ptr() as u64, 0, 0, 0, 0];
+    syscall6(libc::SYS_capget, a)?;
+    let [e0, p0, i0, e1, p1, i1] = data;
+    let wide = |lo: u32, hi: u32| u64::from(lo) | (u64::from(hi) << 32);
+    Ok(format!(
+        "effective={:#x} permitted={:#x} inheritable={:#x}",
+        wide(e0, e1),
+        wide(p0, p1),
+        wide(i0, i1)
+    ))
+}
+
 /// `fork`; in the child, closes `writer` and blocks reading `hold` until end of
 /// file (when the parent closes its `writer`), then exits.
 pub fn fork_holding(hold: i32, writer: i32) -> Sys {
