@@ -6,6 +6,7 @@ pub mod hardware;
 pub mod key;
 pub mod platform;
 pub mod simulated;
+pub mod weights;
 
 pub use key::{SignatureError, TeeKey, verify_signature};
 pub use platform::{PlatformBackend, PlatformError};

@@ -158,6 +158,12 @@ fn evidence(c: &mut Criterion, rt: &Runtime) {
         bn.iter(|| knox_verify::replay::chain(black_box(&b.nodes)).map(|x| x.0))
     });
     g.finish();
+    let bytes = serde_json::to_vec(&b).unwrap();
+    let report = knox_verify::verify_bundle(&b, &manifest, opts);
+    let regulator = knox_attest::TeeKey::generate().unwrap();
+    c.bench_function("issue_receipt", |bn| {
+        bn.iter(|| knox_verify::receipt::issue(&regulator, black_box(&bytes), &report, None, 0))
+    });
 }
 
 fn all(c: &mut Criterion) {

@@ -3,6 +3,7 @@
 mod cli;
 mod fuzz_corpus;
 mod guards;
+mod hardware;
 mod journal;
 mod support;
 mod tamper;
