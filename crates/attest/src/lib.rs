@@ -2,6 +2,7 @@
 
 pub mod binding;
 pub mod dsse;
+pub mod grant;
 pub mod hardware;
 pub mod key;
 pub mod platform;

@@ -86,7 +86,7 @@ pub fn executor(rt: &Runtime, kind: ExecutorKind) -> Box<dyn ExecutorFactory> {
 }
 
 /// Options of a workload run.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct WorkloadRun<'a> {
     /// Shape.
     pub workload: Workload,
@@ -100,6 +100,19 @@ pub struct WorkloadRun<'a> {
     pub signal: StopSignal,
     /// Journal directory.
     pub journal_dir: Option<&'a Path>,
+    /// Where tools run (default: simulated, in-process).
+    pub host: Option<&'a dyn knox_monitor::tools::ToolHost>,
+}
+
+impl std::fmt::Debug for WorkloadRun<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkloadRun")
+            .field("workload", &self.workload)
+            .field("executor", &self.executor)
+            .field("flows", &self.flows)
+            .field("hosted", &self.host.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl WorkloadRun<'_> {
@@ -112,6 +125,7 @@ impl WorkloadRun<'_> {
             stop: StopPolicy::default(),
             signal: StopSignal::new(),
             journal_dir: None,
+            host: None,
         }
     }
 }
@@ -142,6 +156,7 @@ pub fn run_workload(
         stop: w.stop.clone(),
         signal: w.signal.clone(),
         journal_dir: w.journal_dir,
+        host: w.host,
     };
     let mut n = 0;
     for (i, bundle) in run::bundles(&flows, w.workload).enumerate() {

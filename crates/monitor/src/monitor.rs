@@ -22,6 +22,7 @@ use knox_types::aeg::NodeKind;
 use knox_types::apm::{Apm, StopCause, TopologyKind};
 use knox_types::bundle::ModelInfo;
 use knox_types::digest::{Digest, tag};
+use knox_types::grant::Grant;
 use knox_types::payload::{
     AgentBranchPayload, AgentStepPayload, Assignment, BlockedPayload, CheckDetail, CheckPayload,
     GuardKind, InterruptPayload, MAX_RECORDED_PROPOSAL, ProofOfInferencePayload, RootPayload,
@@ -33,6 +34,7 @@ use serde_json::Value;
 use crate::aeg::{AegBuilder, FinishedAeg, NewNode};
 use crate::guard::regulation::RegulationGuard;
 use crate::guard::stop::StopSignal;
+use crate::tools::ToolResult;
 
 pub use knox_policy::proposal::MAX_PROPOSAL_BYTES;
 
@@ -40,7 +42,7 @@ pub use knox_policy::proposal::MAX_PROPOSAL_BYTES;
 #[derive(Debug)]
 pub enum Verdict {
     /// Execute the action, then hand its output back with [`Monitor::record_output`].
-    Allow(Ticket),
+    Allow(Box<Ticket>),
     /// Not executed.
     Block {
         /// The first guard that failed.
@@ -66,6 +68,9 @@ pub struct Ticket {
     cost: u64,
     /// The allowed action.
     pub action: Action,
+    /// The signed, single-use execution grant a broker requires (absent only if the
+    /// system could not produce randomness for it; a broker then refuses).
+    pub grant: Option<Grant>,
 }
 
 #[derive(Debug)]
@@ -91,6 +96,7 @@ struct Inner {
 /// The reference monitor for one run.
 pub struct Monitor<'a> {
     apm: &'a Apm,
+    apm_hash: Digest,
     manifest: &'a ToolkitManifest,
     key: &'a TeeKey,
     regulation: &'a dyn RegulationGuard,
@@ -235,6 +241,7 @@ impl<'a> Monitor<'a> {
         }
         Self {
             apm,
+            apm_hash,
             manifest,
             key,
             regulation,
@@ -417,24 +424,62 @@ impl<'a> Monitor<'a> {
         commit_checks(aeg, call_seq, agent, &checks);
         let position = st.pointer;
         st.pointer = st.pointer.saturating_add(1);
-        Verdict::Allow(Ticket {
+        let grant =
+            knox_attest::grant::issue(self.key, self.apm_hash, &action, agent, call_seq).ok();
+        Verdict::Allow(Box::new(Ticket {
             agent: agent.into(),
             tool_call: call_seq,
             position,
             cost: entry.needs.cost,
             action,
-        })
+            grant,
+        }))
     }
 
     /// Records the output of an allowed action (a tool error is an output too).
-    pub fn record_output(&self, ticket: Ticket, output: Value) {
+    pub fn record_output(&self, ticket: Box<Ticket>, output: Value) {
+        self.record_result(ticket, ToolResult::from(output));
+    }
+
+    /// Records what executing an allowed action produced: a `blocked` node (guard
+    /// `kernel` or `broker`) under the `tool_call` for every denial the kernel layer or
+    /// the broker reported, then the `tool_output`.
+    pub fn record_result(&self, ticket: Box<Ticket>, result: ToolResult) {
         let mut guard = self.lock();
         let inner = &mut *guard;
         let Some(st) = inner.agents.get_mut(&ticket.agent) else {
             return;
         };
+        for event in result.kernel {
+            let guard = if event.event == "refusal" {
+                GuardKind::Broker
+            } else {
+                GuardKind::Kernel
+            };
+            let what = event
+                .syscall
+                .as_deref()
+                .map_or_else(|| event.event.clone(), |s| format!("system call `{s}`"));
+            let detail = event
+                .detail
+                .as_deref()
+                .map(|d| format!(" ({d})"))
+                .unwrap_or_default();
+            let n = NewNode {
+                parent: Some(ticket.tool_call),
+                kind: NodeKind::Blocked,
+                agent: &ticket.agent,
+                payload: payload(&BlockedPayload {
+                    guard,
+                    kernel: Some(event.clone()),
+                }),
+                allowed: false,
+                block_reason: Some(format!("{} denied {what}{detail}", guard.as_str())),
+            };
+            inner.aeg.commit(n, None);
+        }
         if let Some(slot) = st.outputs.get_mut(ticket.position as usize) {
-            *slot = Some(output.clone());
+            *slot = Some(result.output.clone());
         }
         st.spent = st.spent.saturating_add(ticket.cost);
         let n = NewNode {
@@ -442,8 +487,9 @@ impl<'a> Monitor<'a> {
             kind: NodeKind::ToolOutput,
             agent: &ticket.agent,
             payload: payload(&ToolOutputPayload {
-                output,
+                output: result.output,
                 cost: ticket.cost,
+                confinement: result.confinement,
             }),
             allowed: true,
             block_reason: None,
@@ -516,7 +562,10 @@ fn block(
         parent: Some(failed),
         kind: NodeKind::Blocked,
         agent,
-        payload: payload(&BlockedPayload { guard }),
+        payload: payload(&BlockedPayload {
+            guard,
+            kernel: None,
+        }),
         allowed: false,
         block_reason: Some(reason.clone()),
     };

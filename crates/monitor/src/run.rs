@@ -23,7 +23,7 @@ use crate::guard::regulation::RegulationGuard;
 use crate::guard::stop::StopSignal;
 use crate::monitor::{Monitor, MonitorConfig, Verdict};
 use crate::planner::{Planner, Prompt};
-use crate::tools::{SimulatedTools, ToolRunner};
+use crate::tools::{RunContext, SimulatedTools, ToolHost, ToolRunner};
 use crate::workload::Workload;
 
 /// Most proposals one executor may make in a run, whatever the stop policy says; a
@@ -33,6 +33,9 @@ pub const HARD_STEP_CAP: u32 = 10_000;
 /// Errors that prevent a run (never a decision about an action: those are verdicts).
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// The tool host could not serve the run.
+    #[error("tool host: {0}")]
+    Host(String),
     /// The embedded or given data is invalid.
     #[error(transparent)]
     Dataset(#[from] knox_dataset::cases::DatasetError),
@@ -133,6 +136,9 @@ pub struct RunConfig<'a> {
     pub signal: StopSignal,
     /// Directory for journals, when journaling.
     pub journal_dir: Option<&'a Path>,
+    /// Where tools run: `None` runs the simulated tools in-process; a host (the broker)
+    /// runs them in confined workers under grants.
+    pub host: Option<&'a dyn ToolHost>,
 }
 
 impl std::fmt::Debug for RunConfig<'_> {
@@ -164,6 +170,8 @@ pub struct RunStats {
     pub blocked_by: BTreeMap<GuardKind, u64>,
     /// Interrupts.
     pub interrupts: u64,
+    /// Denials the kernel layer or the broker recorded while allowed tools ran.
+    pub kernel_denials: u64,
     /// Time spent inside the monitor (mediation and output recording), summed over agents.
     pub monitor_time: Duration,
     /// Time spent running tools, summed over agents.
@@ -193,6 +201,7 @@ impl RunStats {
         self.model_allowed += o.model_allowed;
         self.model_blocked += o.model_blocked;
         self.interrupts += o.interrupts;
+        self.kernel_denials += o.kernel_denials;
         self.monitor_time += o.monitor_time;
         self.tool_time += o.tool_time;
         for (g, n) in &o.blocked_by {
@@ -299,7 +308,23 @@ pub fn run_bundle(
         cfg.regulation,
     );
     let start_time = t_start.elapsed();
-    let mut stats = execute(&monitor, &apm, cfg.executor, &tools);
+    let public_key = rt.key.public_key();
+    let hosted = match cfg.host {
+        Some(h) => {
+            let cx = RunContext {
+                apm: &apm,
+                apm_hash,
+                monitor_key: &public_key,
+                run_id,
+                canned: &tools,
+            };
+            Some(h.runner(cx).map_err(RunError::Host)?)
+        }
+        None => None,
+    };
+    let runner: &dyn ToolRunner = hosted.as_deref().unwrap_or(&tools);
+    let mut stats = execute(&monitor, &apm, cfg.executor, runner);
+    drop(hosted);
     let t_finish = Instant::now();
     let mut aeg = monitor.finish();
     stats.monitor_time += start_time + t_finish.elapsed();
@@ -421,10 +446,12 @@ fn agent_loop(
             Verdict::Allow(ticket) => {
                 stats.add(origin, true);
                 let t = Instant::now();
-                let out = tools.run(&ticket.action);
+                let result = tools.run(&ticket.action, ticket.grant.as_ref());
                 let t2 = Instant::now();
                 stats.tool_time += t2 - t;
-                monitor.record_output(ticket, out.clone());
+                let out = result.output.clone();
+                stats.kernel_denials += result.kernel.len() as u64;
+                monitor.record_result(ticket, result);
                 stats.monitor_time += t2.elapsed();
                 Observation::Output(out)
             }

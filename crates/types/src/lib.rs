@@ -8,6 +8,7 @@ pub mod bytes;
 pub mod canon;
 pub mod digest;
 pub mod dsse;
+pub mod grant;
 pub mod merkle;
 pub mod payload;
 

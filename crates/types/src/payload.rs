@@ -91,6 +91,11 @@ pub enum GuardKind {
     Syscall,
     /// `Γ_reg`.
     Regulation,
+    /// The kernel layer (seccomp, Landlock, limits) while the tool ran: not evaluated by
+    /// the monitor, recorded from the sandbox's observations.
+    Kernel,
+    /// The broker refused to execute (no valid, unconsumed grant).
+    Broker,
 }
 
 impl GuardKind {
@@ -111,6 +116,8 @@ impl GuardKind {
             Self::Trajectory => "trajectory",
             Self::Syscall => "syscall",
             Self::Regulation => "regulation",
+            Self::Kernel => "kernel",
+            Self::Broker => "broker",
         }
     }
 }
@@ -201,6 +208,10 @@ pub struct ToolOutputPayload {
     pub output: Value,
     /// Cost units charged.
     pub cost: u64,
+    /// How the tool was confined (Landlock ABI, cgroups, fallbacks), when it ran in
+    /// the kernel sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confinement: Option<Value>,
 }
 
 /// `blocked`.
@@ -209,6 +220,33 @@ pub struct ToolOutputPayload {
 pub struct BlockedPayload {
     /// The guard that blocked.
     pub guard: GuardKind,
+    /// For the kernel layer: what the kernel denied or capped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelEvent>,
+}
+
+/// Something the kernel layer denied, capped or killed while a tool ran.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelEvent {
+    /// `syscall` (a denied system call, from the seccomp supervisor), `limit` (a
+    /// resource limit hit or a kill signal), or `refusal` (the broker refused).
+    pub event: String,
+    /// System call name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syscall: Option<String>,
+    /// System call number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nr: Option<i64>,
+    /// Process id inside the tool's process tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Raw arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<u64>,
+    /// Decoded pointer arguments (path, socket address), or the limit/refusal detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// `interrupt`.

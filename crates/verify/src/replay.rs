@@ -27,6 +27,10 @@ use serde_json::Value;
 
 use crate::report::BlockedAction;
 
+/// System calls the kernel supervisor always inspects (their arguments decide: which
+/// binary, which address), so they may be denied even when `Auth` lists them.
+pub const ALWAYS_MEDIATED: [&str; 4] = ["execve", "execveat", "connect", "bind"];
+
 /// A failure: the first offending node, when one can be named, and why.
 pub type Fail = (Option<u64>, String);
 
@@ -134,8 +138,9 @@ pub fn replay(cx: &Context<'_>, nodes: &[Node], finished: bool) -> Result<Findin
             NodeKind::Check => {
                 return fail(n, "check node not attached to the tool_call before it");
             }
-            NodeKind::Blocked | NodeKind::Interrupt => {
-                return fail(n, "blocked/interrupt node without the checks it follows");
+            NodeKind::Blocked => r.kernel_denial(n).map(|()| i + 1)?,
+            NodeKind::Interrupt => {
+                return fail(n, "interrupt node without the checks it follows");
             }
             other => {
                 return fail(
@@ -699,6 +704,60 @@ impl<'a> Replayer<'a, '_> {
             want.push(recorded.clone());
         }
         Ok(want)
+    }
+
+    /// A denial the kernel layer (or the broker) recorded while an allowed call ran: it
+    /// hangs under that call, before its output, and a denied system call must be one
+    /// that `Auth` does not allow outright (or one the supervisor always mediates).
+    fn kernel_denial(&mut self, n: &Node) -> Result<(), Fail> {
+        let cx = self.cx;
+        let Some(st) = self.agents.get_mut(n.agent.as_str()) else {
+            return fail(n, format!("agent `{}` is not in the APM", n.agent));
+        };
+        let Some((call, _, _)) = st.awaiting else {
+            return fail(n, "blocked node without the checks it follows");
+        };
+        if n.parent != Some(call)
+            || n.allowed
+            || n.block_reason.is_none()
+            || !n.attestations.is_empty()
+        {
+            return fail(n, "kernel denial not attached to the running call");
+        }
+        let p: BlockedPayload = parse(n)?;
+        let Some(event) = p
+            .kernel
+            .as_ref()
+            .filter(|_| matches!(p.guard, GuardKind::Kernel | GuardKind::Broker))
+        else {
+            return fail(
+                n,
+                "blocked node under a running call must be a kernel or broker denial",
+            );
+        };
+        match (p.guard, event.event.as_str()) {
+            (GuardKind::Kernel, "syscall") => {
+                let name = event.syscall.as_deref().unwrap_or_default();
+                if cx.apm.guards.syscall.syscalls.contains(name) && !ALWAYS_MEDIATED.contains(&name)
+                {
+                    return fail(
+                        n,
+                        format!("system call `{name}` is authorized, yet recorded as denied"),
+                    );
+                }
+            }
+            (GuardKind::Kernel, "limit") | (GuardKind::Broker, "refusal") => {}
+            (g, e) => return fail(n, format!("`{e}` event under guard `{}`", g.as_str())),
+        }
+        let tool = None;
+        self.found.blocked.push(BlockedAction {
+            node: call,
+            agent: n.agent.clone(),
+            tool,
+            guard: p.guard.as_str().into(),
+            reason: n.block_reason.clone().unwrap_or_default(),
+        });
+        Ok(())
     }
 
     fn tool_output(&mut self, n: &Node) -> Result<(), Fail> {

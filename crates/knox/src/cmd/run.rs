@@ -78,6 +78,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         stop,
         signal,
         journal_dir: args.journal.then_some(args.out.as_path()),
+        host: None,
     };
     let mut stats = RunStats::default();
     let (mut complete, mut other) = (0u64, Vec::new());
