@@ -35,6 +35,9 @@ enum Command {
     /// NVIDIA GPU attestation evidence.
     #[command(subcommand)]
     Gpu(cmd::hardware::GpuCommand),
+    /// Internal: the confined tool worker the broker launches (one request on stdin).
+    #[command(hide = true)]
+    ToolWorker,
 }
 
 fn main() -> ExitCode {
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
         Command::Receipts(a) => cmd::receipts::run(a),
         Command::Quote(c) => cmd::hardware::quote(c),
         Command::Gpu(c) => cmd::hardware::gpu(c),
+        Command::ToolWorker => Ok(knox_broker::worker::serve()),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

@@ -189,3 +189,89 @@ pub fn embedded_manifest() -> Result<knox_policy::ToolkitManifest> {
     )
     .context("loading the embedded toolkit manifest")
 }
+
+/// One task of the terminal suite: an instruction the planner serves with one
+/// `TerminalExecute` call.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TerminalTask {
+    /// The user's instruction.
+    pub instruction: String,
+    /// The planned command.
+    pub command: String,
+    /// What to expect, for readers.
+    pub note: String,
+}
+
+/// The reviewed terminal tasks (`data/terminal_tasks.json`).
+pub fn terminal_tasks() -> Result<Vec<TerminalTask>> {
+    serde_json::from_str(include_str!("../../../data/terminal_tasks.json"))
+        .context("data/terminal_tasks.json")
+}
+
+/// Runs terminal `tasks` bundled for `w.workload`: real commands, planned by the
+/// dataset planner, executed by the benign executor through `w.host`.
+pub fn run_terminal(
+    rt: &Runtime,
+    w: &WorkloadRun<'_>,
+    tasks: &[TerminalTask],
+    mut each: impl FnMut(&RunOutcome) -> Result<()>,
+) -> Result<usize> {
+    let mut planner = DatasetPlanner::default();
+    for t in tasks {
+        let params = serde_json::json!({"command": t.command})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        planner.insert(
+            t.instruction.clone(),
+            vec![("TerminalExecute".to_string(), params)],
+        );
+    }
+    let factory = executor(rt, ExecutorKind::Benign);
+    let cfg = RunConfig {
+        workload: w.workload,
+        planner: &planner,
+        executor: factory.as_ref(),
+        regulation: &NotEvaluated,
+        regulations: Regulations::default(),
+        stop: w.stop.clone(),
+        signal: w.signal.clone(),
+        journal_dir: w.journal_dir,
+        host: w.host,
+    };
+    let t = w.workload.0.tasks.max(1) as usize;
+    let tools = knox_monitor::tools::SimulatedTools::new(&rt.data, &rt.manifest);
+    let mut n = 0;
+    for (i, chunk) in tasks.chunks_exact(t).enumerate() {
+        let run_id = format!("terminal-{}-{i:04}", w.workload.spec().replace(':', "-"));
+        let prompt = knox_monitor::planner::Prompt {
+            tasks: chunk.iter().map(|t| t.instruction.clone()).collect(),
+        };
+        let outcome = run::run_prompt(
+            rt,
+            &prompt,
+            &tools,
+            &cfg,
+            &run_id,
+            std::time::Instant::now(),
+        )
+        .with_context(|| format!("running bundle {run_id}"))?;
+        each(&outcome)?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// A broker running tools in confined workers: the worker is this very binary's
+/// hidden `tool-worker` subcommand; workspaces go under `workspaces`.
+pub fn broker(workspaces: &Path) -> Result<knox_broker::Broker> {
+    let exe = std::env::current_exe().context("locating the knox binary")?;
+    let worker = vec![exe.into_os_string(), "tool-worker".into()];
+    knox_broker::Broker::new(
+        worker,
+        workspaces.to_path_buf(),
+        knox_sandbox::SandboxConfig::default(),
+    )
+    .context("starting the kernel sandbox (needs Landlock ABI ≥ 6 and seccomp user notification)")
+}

@@ -265,9 +265,23 @@ pub fn run_bundle(
         }
     }
     let prompt = Prompt { tasks };
+    run_prompt(rt, &prompt, &tools, cfg, run_id, started)
+}
+
+/// Runs one prompt (its tasks planned by `cfg.planner`) with `tools` answering the
+/// simulated tools; `started` is when the run began, for its timings.
+pub fn run_prompt(
+    rt: &Runtime,
+    prompt: &Prompt,
+    tools: &SimulatedTools<'_>,
+    cfg: &RunConfig<'_>,
+    run_id: &str,
+    started: Instant,
+) -> Result<RunOutcome, RunError> {
+    let topology = cfg.workload.0;
     let t = Instant::now();
     let apm = apm::derive(
-        &prompt,
+        prompt,
         &rt.manifest,
         &cfg.regulations,
         &cfg.stop,
@@ -316,13 +330,13 @@ pub fn run_bundle(
                 apm_hash,
                 monitor_key: &public_key,
                 run_id,
-                canned: &tools,
+                canned: tools,
             };
             Some(h.runner(cx).map_err(RunError::Host)?)
         }
         None => None,
     };
-    let runner: &dyn ToolRunner = hosted.as_deref().unwrap_or(&tools);
+    let runner: &dyn ToolRunner = hosted.as_deref().unwrap_or(tools);
     let mut stats = execute(&monitor, &apm, cfg.executor, runner);
     drop(hosted);
     let t_finish = Instant::now();
@@ -332,7 +346,7 @@ pub fn run_bundle(
         return Err(RunError::Journal(e));
     }
     let t = Instant::now();
-    let bundle = seal(rt, run_id, Some(&prompt), apm, apm_attestation, models, aeg)?;
+    let bundle = seal(rt, run_id, Some(prompt), apm, apm_attestation, models, aeg)?;
     sign_time += t.elapsed();
     let timings = RunTimings {
         apm: apm_time,

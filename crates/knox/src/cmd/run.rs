@@ -49,6 +49,32 @@ pub struct RunArgs {
     /// Platform evidence backend.
     #[command(flatten)]
     pub platform: crate::session::PlatformArgs,
+    /// Which tasks: InjecAgent flows, or the terminal suite (real commands,
+    /// `data/terminal_tasks.json`).
+    #[arg(long, value_enum, default_value_t = Suite::Injecagent)]
+    pub suite: Suite,
+    /// Where tools run: simulated in-process, or in kernel-confined workers through the
+    /// broker (grants checked, denied system calls recorded as evidence).
+    #[arg(long, value_enum, default_value_t = Tools::Simulated)]
+    pub tools: Tools,
+}
+
+/// Task suites.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Suite {
+    /// InjecAgent user cases with injected tool outputs.
+    Injecagent,
+    /// Terminal commands, some of which make system calls outside `Auth`.
+    Terminal,
+}
+
+/// Tool execution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Tools {
+    /// In-process functions returning the dataset's responses.
+    Simulated,
+    /// Confined worker processes (Landlock, seccomp, rlimits, cgroups) via the broker.
+    Confined,
 }
 
 /// Runs the workload and prints the counts.
@@ -80,10 +106,20 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         journal_dir: args.journal.then_some(args.out.as_path()),
         host: None,
     };
+    let broker = match args.tools {
+        Tools::Confined => Some(session::broker(&args.out.join("workspaces"))?),
+        Tools::Simulated => None,
+    };
+    let w = WorkloadRun {
+        host: broker
+            .as_ref()
+            .map(|b| b as &dyn knox_monitor::tools::ToolHost),
+        ..w
+    };
     let mut stats = RunStats::default();
     let (mut complete, mut other) = (0u64, Vec::new());
     let mut nodes = 0u64;
-    let n = session::run_workload(&rt, &w, |o| {
+    let each = |o: &knox_monitor::run::RunOutcome| -> Result<()> {
         stats.merge(&o.stats);
         nodes += o.bundle.nodes.len() as u64;
         let path = args.out.join(format!("{}.json", o.bundle.run_id));
@@ -100,10 +136,14 @@ pub fn run(args: &RunArgs) -> Result<i32> {
             ref bad => other.push(format!("{}: {}", o.bundle.run_id, bad.name())),
         }
         Ok(())
-    })?;
+    };
+    let n = match args.suite {
+        Suite::Injecagent => session::run_workload(&rt, &w, each)?,
+        Suite::Terminal => session::run_terminal(&rt, &w, &session::terminal_tasks()?, each)?,
+    };
     let summary = json!({
         "workload": args.workload.spec(),
-        "executor": session::executor_name(args.executor),
+        "executor": session::executor_name(if args.suite == Suite::Terminal { ExecutorKind::Benign } else { args.executor }),
         "bundles": n,
         "nodes": nodes,
         "proposals": stats.proposals,
@@ -111,6 +151,8 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         "injected": {"allowed": stats.injected_allowed, "blocked": stats.injected_blocked},
         "blocked_by": stats.blocked_by.iter().map(|(g, n)| (g.as_str(), *n)).collect::<std::collections::BTreeMap<_, _>>(),
         "interrupts": stats.interrupts,
+        "kernel_denials": stats.kernel_denials,
+        "tools": format!("{:?}", args.tools).to_lowercase(),
         "verified_complete": complete,
         "not_complete": other,
         "platform": rt.platform.mode,
@@ -119,11 +161,16 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         args.out.join("summary.json"),
         serde_json::to_vec_pretty(&summary)?,
     )?;
+    let executor = if args.suite == Suite::Terminal {
+        ExecutorKind::Benign
+    } else {
+        args.executor
+    };
     println!(
         "workload {} ({}), executor {}: {n} bundles, {nodes} nodes",
         args.workload,
         args.workload.spec(),
-        session::executor_name(args.executor)
+        session::executor_name(executor)
     );
     println!(
         "  proposals {}: on-trajectory allowed {} / blocked {}; off-trajectory (injected) blocked {} / allowed {}",
@@ -135,6 +182,12 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     );
     for (g, k) in &stats.blocked_by {
         println!("  blocked by {}: {k}", g.as_str());
+    }
+    if stats.kernel_denials > 0 {
+        println!(
+            "  denied by the kernel layer while allowed tools ran (recorded as blocked nodes): {}",
+            stats.kernel_denials
+        );
     }
     if stats.interrupts > 0 {
         println!("  interrupts: {}", stats.interrupts);

@@ -1,6 +1,7 @@
 //! Test suites.
 
 mod cli;
+mod confined;
 mod fuzz_corpus;
 mod guards;
 mod hardware;

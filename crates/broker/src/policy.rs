@@ -1,0 +1,55 @@
+//! From the APM's `Auth` to the kernel policy of one run's tool workers.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use knox_sandbox::{Access as KAccess, Limits as KLimits, PathRule, SandboxPolicy};
+use knox_types::apm::{Access, Authorization};
+
+/// System calls every worker needs to start: `execve` of the worker binary itself
+/// (the supervisor lets it through only under an execute grant).
+pub const LAUNCH: [&str; 1] = ["execve"];
+
+fn access(a: Access) -> KAccess {
+    match a {
+        Access::Read => KAccess::Read,
+        Access::Write => KAccess::Write,
+        Access::Create => KAccess::Create,
+        Access::Remove => KAccess::Remove,
+        Access::Execute => KAccess::Execute,
+    }
+}
+
+/// The kernel policy for a worker serving `auth`, running `worker` in `workspace`.
+pub fn from_auth(auth: &Authorization, workspace: &Path, worker: &Path) -> SandboxPolicy {
+    let mut paths: Vec<PathRule> = auth
+        .paths
+        .iter()
+        .map(|g| PathRule {
+            path: PathBuf::from(&g.path),
+            access: g.access.iter().copied().map(access).collect(),
+        })
+        .collect();
+    paths.push(PathRule {
+        path: worker.to_path_buf(),
+        access: [KAccess::Read, KAccess::Execute].into_iter().collect(),
+    });
+    let mut syscalls: BTreeSet<String> = auth.syscalls.clone();
+    syscalls.extend(LAUNCH.iter().map(|s| (*s).to_string()));
+    let l = auth.limits;
+    SandboxPolicy {
+        paths,
+        tcp_connect_ports: auth.endpoints.iter().map(|e| e.port).collect(),
+        tcp_bind_ports: BTreeSet::new(),
+        syscalls,
+        limits: KLimits {
+            max_processes: l.max_processes,
+            max_file_bytes: l.max_file_bytes,
+            max_memory_bytes: l.max_memory_bytes,
+            cpu_seconds: u64::from(l.cpu_seconds),
+            max_open_files: u64::from(l.max_open_files),
+            max_address_space_bytes: None,
+        },
+        workspace: workspace.to_path_buf(),
+    }
+}
