@@ -1,11 +1,13 @@
 //! The key binding: what a hardware report's 64-byte `report_data` commits to.
 //!
 //! Layout v1: `report_data = SHA-512("knox/report-data/v1" ‖ 0x00 ‖ F(1, public key) ‖
-//! F(2, nonce) ‖ F(3, gpu evidence digest))`, where `F(tag, bytes) = tag (u8) ‖
+//! F(2, nonce) ‖ F(3, gpu evidence digest) [‖ F(4, chain head)])`, where `F(tag, bytes) = tag (u8) ‖
 //! len (u32 BE) ‖ bytes`, the nonce is the epoch/campaign nonce a regulator may supply
 //! (empty when none), and the GPU evidence digest is the SHA-256 of the GPU evidence
 //! (empty when there is none). The GPU's own nonce is derived from the key and the
 //! epoch nonce ([`gpu_nonce`]), so GPU evidence is bound to the same key by content.
+//! A refresh report, made at the end of a run, appends `F(4, c_N)`: it binds the run's
+//! chain head to the same key with fresh hardware evidence.
 
 use sha2::{Digest as _, Sha256, Sha512};
 
@@ -24,11 +26,25 @@ pub fn report_data(
     nonce: &[u8],
     gpu_evidence_sha256: Option<&[u8; 32]>,
 ) -> [u8; 64] {
+    refresh_report_data(public_key, nonce, gpu_evidence_sha256, None)
+}
+
+/// The report_data of a refresh report binding `chain_head` too (start-up reports have
+/// no chain head: [`report_data`]).
+pub fn refresh_report_data(
+    public_key: &[u8; 32],
+    nonce: &[u8],
+    gpu_evidence_sha256: Option<&[u8; 32]>,
+    chain_head: Option<&[u8; 32]>,
+) -> [u8; 64] {
     let mut h = Sha512::new();
     h.update(REPORT_DATA_V1);
     field(&mut h, 1, public_key);
     field(&mut h, 2, nonce);
     field(&mut h, 3, gpu_evidence_sha256.map_or(&[][..], |d| &d[..]));
+    if let Some(head) = chain_head {
+        field(&mut h, 4, head);
+    }
     h.finalize().into()
 }
 

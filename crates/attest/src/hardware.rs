@@ -102,6 +102,7 @@ pub fn appraise(
     e: &PlatformEvidence,
     public_key: &[u8; 32],
     policy: Option<&RegulatorPolicy>,
+    chain_head: Option<&[u8; 32]>,
 ) -> Result<HardwareAppraisal, PlatformError> {
     if e.media_type != MEDIA_TYPE {
         return Err(PlatformError::Malformed(format!(
@@ -117,7 +118,12 @@ pub fn appraise(
         .map_err(|err| PlatformError::Malformed(format!("collateral: {err}")))?;
     let at = UNIX_EPOCH + Duration::from_secs(ev.attested_at);
     let verified = tdx::verify(&ev.quote.0, &collateral, at).map_err(classify)?;
-    let expected = binding::report_data(public_key, &e.nonce.0, gpu_digest(&ev.gpus)?.as_ref());
+    let expected = binding::refresh_report_data(
+        public_key,
+        &e.nonce.0,
+        gpu_digest(&ev.gpus)?.as_ref(),
+        chain_head,
+    );
     if verified.report.report_data()[..] != expected[..] || e.report_data.0 != expected {
         return Err(PlatformError::BindingMismatch);
     }

@@ -57,6 +57,8 @@ pub struct KeyBinding {
     pub public_key: [u8; 32],
     /// Epoch/campaign nonce (may be empty).
     pub nonce: Vec<u8>,
+    /// For a refresh report at the end of a run: the chain head it binds.
+    pub chain_head: Option<[u8; 32]>,
 }
 
 /// A source of platform evidence.
@@ -74,6 +76,8 @@ pub struct AppraisalOptions<'a> {
     pub dangerous_allow_simulated: bool,
     /// The regulator's policy for hardware evidence.
     pub policy: Option<&'a knox_hw::policy::RegulatorPolicy>,
+    /// For a refresh report: the chain head it must bind.
+    pub chain_head: Option<[u8; 32]>,
 }
 
 /// The result of appraising platform evidence.
@@ -107,7 +111,7 @@ pub fn appraise(
     }
     match evidence.mode.as_str() {
         crate::simulated::MODE => {
-            crate::simulated::check(evidence, &pk)?;
+            crate::simulated::check(evidence, &pk, opts.chain_head.as_ref())?;
             if !opts.dangerous_allow_simulated {
                 return Err(PlatformError::SimulatedRefused);
             }
@@ -118,7 +122,8 @@ pub fn appraise(
             })
         }
         crate::hardware::MODE => {
-            let a = crate::hardware::appraise(evidence, &pk, opts.policy)?;
+            let a =
+                crate::hardware::appraise(evidence, &pk, opts.policy, opts.chain_head.as_ref())?;
             Ok(Appraisal {
                 mode: evidence.mode.clone(),
                 hardware_backed: true,

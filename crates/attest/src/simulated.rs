@@ -39,7 +39,10 @@ impl PlatformBackend for Simulated {
         Ok(PlatformEvidence {
             mode: MODE.into(),
             media_type: MEDIA_TYPE.into(),
-            report_data: HexBytes(binding::report_data(&b.public_key, &b.nonce, None).to_vec()),
+            report_data: HexBytes(
+                binding::refresh_report_data(&b.public_key, &b.nonce, None, b.chain_head.as_ref())
+                    .to_vec(),
+            ),
             nonce: HexBytes(b.nonce.clone()),
             evidence: json!({"note": NOTE, "layout": "knox/report-data/v1"}),
         })
@@ -48,14 +51,18 @@ impl PlatformBackend for Simulated {
 
 /// Checks simulated evidence's shape and key binding (not its trustworthiness: it has
 /// none).
-pub fn check(e: &PlatformEvidence, public_key: &[u8; 32]) -> Result<(), PlatformError> {
+pub fn check(
+    e: &PlatformEvidence,
+    public_key: &[u8; 32],
+    chain_head: Option<&[u8; 32]>,
+) -> Result<(), PlatformError> {
     if e.media_type != MEDIA_TYPE {
         return Err(PlatformError::Malformed(format!(
             "media type `{}` is not `{MEDIA_TYPE}`",
             e.media_type
         )));
     }
-    let expected = binding::report_data(public_key, &e.nonce.0, None);
+    let expected = binding::refresh_report_data(public_key, &e.nonce.0, None, chain_head);
     if e.report_data.0 != expected {
         return Err(PlatformError::BindingMismatch);
     }
@@ -76,6 +83,7 @@ mod tests {
             .collect(&KeyBinding {
                 public_key: k.public_bytes(),
                 nonce: b"epoch-1".to_vec(),
+                chain_head: None,
             })
             .unwrap();
         assert_eq!(
@@ -88,6 +96,7 @@ mod tests {
             AppraisalOptions {
                 dangerous_allow_simulated: true,
                 policy: None,
+                chain_head: None,
             },
         )
         .unwrap();
@@ -100,6 +109,7 @@ mod tests {
                 AppraisalOptions {
                     dangerous_allow_simulated: true,
                     policy: None,
+                    chain_head: None,
                 }
             ),
             Err(PlatformError::BindingMismatch)
@@ -113,6 +123,7 @@ mod tests {
                 AppraisalOptions {
                     dangerous_allow_simulated: true,
                     policy: None,
+                    chain_head: None,
                 }
             ),
             Err(PlatformError::BindingMismatch)

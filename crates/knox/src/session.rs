@@ -51,10 +51,10 @@ pub struct PlatformArgs {
     pub configfs: std::path::PathBuf,
 }
 
-/// The embedded runtime bound through the chosen backend.
-pub fn runtime_on(p: &PlatformArgs, nonce: &[u8]) -> Result<Runtime> {
-    match p.platform {
-        PlatformKind::Simulated => embedded_runtime(nonce),
+/// The platform backend `p` names.
+pub fn backend(p: &PlatformArgs) -> Result<Box<dyn knox_attest::PlatformBackend>> {
+    Ok(match p.platform {
+        PlatformKind::Simulated => Box::new(Simulated),
         PlatformKind::Tdx => {
             let path = p
                 .collateral
@@ -62,14 +62,19 @@ pub fn runtime_on(p: &PlatformArgs, nonce: &[u8]) -> Result<Runtime> {
                 .context("--collateral is required with --platform tdx")?;
             let collateral: serde_json::Value = serde_json::from_slice(&std::fs::read(path)?)
                 .with_context(|| format!("collateral `{}`", path.display()))?;
-            let backend = knox_attest::hardware::collect::TdxBackend {
+            Box::new(knox_attest::hardware::collect::TdxBackend {
                 configfs: p.configfs.clone(),
                 collateral,
                 gpus: p.gpus,
-            };
-            Runtime::embedded(&backend, nonce).context("binding the key through TDX")
+            })
         }
-    }
+    })
+}
+
+/// The embedded runtime bound through `backend`.
+pub fn runtime_with(backend: &dyn knox_attest::PlatformBackend, nonce: &[u8]) -> Result<Runtime> {
+    Runtime::embedded(backend, nonce)
+        .with_context(|| format!("binding the key through `{}`", backend.mode()))
 }
 
 /// The runtime on the embedded dataset and manifest, with simulated platform evidence.
@@ -102,6 +107,8 @@ pub struct WorkloadRun<'a> {
     pub journal_dir: Option<&'a Path>,
     /// Where tools run (default: simulated, in-process).
     pub host: Option<&'a dyn knox_monitor::tools::ToolHost>,
+    /// A backend for end-of-run refresh reports binding each chain head.
+    pub refresh: Option<&'a dyn knox_attest::PlatformBackend>,
 }
 
 impl std::fmt::Debug for WorkloadRun<'_> {
@@ -126,6 +133,7 @@ impl WorkloadRun<'_> {
             signal: StopSignal::new(),
             journal_dir: None,
             host: None,
+            refresh: None,
         }
     }
 }
@@ -157,6 +165,7 @@ pub fn run_workload(
         signal: w.signal.clone(),
         journal_dir: w.journal_dir,
         host: w.host,
+        refresh: w.refresh,
     };
     let mut n = 0;
     for (i, bundle) in run::bundles(&flows, w.workload).enumerate() {
@@ -239,6 +248,7 @@ pub fn run_terminal(
         signal: w.signal.clone(),
         journal_dir: w.journal_dir,
         host: w.host,
+        refresh: w.refresh,
     };
     let t = w.workload.0.tasks.max(1) as usize;
     let tools = knox_monitor::tools::SimulatedTools::new(&rt.data, &rt.manifest);

@@ -97,6 +97,7 @@ impl Runtime {
         let platform = backend.collect(&KeyBinding {
             public_key: key.public_bytes(),
             nonce: nonce.to_vec(),
+            chain_head: None,
         })?;
         Ok(Self {
             key,
@@ -139,6 +140,9 @@ pub struct RunConfig<'a> {
     /// Where tools run: `None` runs the simulated tools in-process; a host (the broker)
     /// runs them in confined workers under grants.
     pub host: Option<&'a dyn ToolHost>,
+    /// When set, a refresh report from this backend binds each run's chain head to the
+    /// same key with fresh platform evidence (one report per bundle).
+    pub refresh: Option<&'a dyn PlatformBackend>,
 }
 
 impl std::fmt::Debug for RunConfig<'_> {
@@ -346,7 +350,14 @@ pub fn run_prompt(
         return Err(RunError::Journal(e));
     }
     let t = Instant::now();
-    let bundle = seal(rt, run_id, Some(prompt), apm, apm_attestation, models, aeg)?;
+    let mut bundle = seal(rt, run_id, Some(prompt), apm, apm_attestation, models, aeg)?;
+    if let Some(backend) = cfg.refresh {
+        bundle.refresh = Some(backend.collect(&KeyBinding {
+            public_key: rt.key.public_bytes(),
+            nonce: rt.platform.nonce.0.clone(),
+            chain_head: Some(bundle.summary.chain_head.0),
+        })?);
+    }
     sign_time += t.elapsed();
     let timings = RunTimings {
         apm: apm_time,
@@ -394,6 +405,7 @@ pub fn seal(
         envelope,
         key: rt.key.public_key(),
         platform: rt.platform.clone(),
+        refresh: None,
         models,
     })
 }

@@ -41,6 +41,9 @@ pub struct Bundle {
     pub key: PublicKey,
     /// Hardware (or simulated) evidence binding the key.
     pub platform: PlatformEvidence,
+    /// A refresh report made at the end of the run, binding the chain head to the key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh: Option<PlatformEvidence>,
     /// Models used, by role.
     #[serde(default)]
     pub models: Vec<ModelInfo>,

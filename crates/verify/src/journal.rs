@@ -93,6 +93,7 @@ pub fn verify_journal(
         },
         key: header.key,
         platform: header.platform,
+        refresh: None,
         models: header.models,
     };
     let mut s = Steps::default();

@@ -128,6 +128,7 @@ pub fn verify_bundle(b: &Bundle, manifest: &ToolkitManifest, opts: Options<'_>) 
     let (platform, hardware_backed) = evidence_step(&mut s, b, opts);
     let apm_hash = apm_step(&mut s, &b.apm, &b.apm_attestation, &b.key, manifest);
     models_step(&mut s, b, opts);
+    refresh_step(&mut s, b, opts);
     // Summary and its signature.
     match summary_step(b, apm_hash) {
         Ok(()) => s.pass(
@@ -138,6 +139,34 @@ pub fn verify_bundle(b: &Bundle, manifest: &ToolkitManifest, opts: Options<'_>) 
     }
     let findings = graph_steps(&mut s, b, manifest, apm_hash, true);
     build_report(s, b, platform, hardware_backed, findings, true)
+}
+
+/// A refresh report, when present, must bind the signed chain head to the same key.
+fn refresh_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) {
+    let Some(refresh) = &b.refresh else { return };
+    let o = AppraisalOptions {
+        dangerous_allow_simulated: opts.dangerous_allow_simulated,
+        policy: opts.policy,
+        chain_head: Some(b.summary.chain_head.0),
+    };
+    match platform::appraise(refresh, &b.key, o) {
+        Ok(a) => s.pass(
+            "refresh",
+            format!(
+                "{} refresh report binds the chain head to the signing key",
+                a.mode
+            ),
+        ),
+        Err(
+            e @ (PlatformError::SimulatedRefused
+            | PlatformError::UnknownMode(_)
+            | PlatformError::NoPolicy
+            | PlatformError::PolicyRejected(_)),
+        ) => {
+            s.refuse("refresh", e.to_string());
+        }
+        Err(e) => s.fail("refresh", (None, format!("refresh report: {e}"))),
+    }
 }
 
 /// With a regulator policy, every model that has weights must have accepted weights.
@@ -182,6 +211,7 @@ pub(crate) fn evidence_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) -> (St
         AppraisalOptions {
             dangerous_allow_simulated: opts.dangerous_allow_simulated,
             policy: opts.policy,
+            chain_head: None,
         },
     );
     match appraisal {

@@ -49,6 +49,10 @@ pub struct RunArgs {
     /// Platform evidence backend.
     #[command(flatten)]
     pub platform: crate::session::PlatformArgs,
+    /// At the end of each run, bind its chain head to the key with a fresh platform
+    /// report (one hardware quote per bundle on TDX).
+    #[arg(long)]
+    pub refresh: bool,
     /// Which tasks: InjecAgent flows, or the terminal suite (real commands,
     /// `data/terminal_tasks.json`).
     #[arg(long, value_enum, default_value_t = Suite::Injecagent)]
@@ -82,7 +86,8 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating `{}`", args.out.display()))?;
     let nonce = hex::decode(&args.nonce).context("--nonce must be hex")?;
-    let rt = session::runtime_on(&args.platform, &nonce)?;
+    let backend = session::backend(&args.platform)?;
+    let rt = session::runtime_with(backend.as_ref(), &nonce)?;
     let manifest = session::embedded_manifest()?;
     let mut signal = StopSignal::new();
     if let Some(f) = &args.stop_file {
@@ -105,6 +110,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         signal,
         journal_dir: args.journal.then_some(args.out.as_path()),
         host: None,
+        refresh: args.refresh.then_some(backend.as_ref()),
     };
     let broker = match args.tools {
         Tools::Confined => Some(session::broker(&args.out.join("workspaces"))?),

@@ -311,3 +311,30 @@ fn model_weights_outside_the_policy_are_refused() {
     let r = knox_verify::verify_bundle(&b, manifest(), opts);
     assert!(matches!(r.outcome, Outcome::Refused { .. }), "{r}");
 }
+
+#[test]
+fn a_refresh_report_binds_its_own_run_and_no_other() {
+    use knox::session::{ExecutorKind, WorkloadRun};
+    let sim = knox_attest::simulated::Simulated;
+    let w = WorkloadRun {
+        refresh: Some(&sim),
+        ..WorkloadRun::new("st-sa".parse().unwrap(), ExecutorKind::Injected, 2)
+    };
+    let runs = super::support::outcomes(&w);
+    let (a, b) = (&runs[0].bundle, &runs[1].bundle);
+    assert!(a.refresh.is_some());
+    let r = super::support::verify(a);
+    assert_eq!(r.outcome, Outcome::Complete, "{r}");
+    assert!(
+        r.steps
+            .iter()
+            .any(|s| s.name == "refresh" && s.result == "pass")
+    );
+    // Another run's refresh report binds another chain head.
+    let mut t = a.clone();
+    t.refresh = b.refresh.clone();
+    match super::support::verify(&t).outcome {
+        Outcome::Tampered { reason, .. } => assert!(reason.contains("refresh"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+}
