@@ -27,10 +27,6 @@ use serde_json::Value;
 
 use crate::report::BlockedAction;
 
-/// System calls the kernel supervisor always inspects (their arguments decide: which
-/// binary, which address), so they may be denied even when `Auth` lists them.
-pub const ALWAYS_MEDIATED: [&str; 4] = ["execve", "execveat", "connect", "bind"];
-
 /// A failure: the first offending node, when one can be named, and why.
 pub type Fail = (Option<u64>, String);
 
@@ -707,10 +703,8 @@ impl<'a> Replayer<'a, '_> {
     }
 
     /// A denial the kernel layer (or the broker) recorded while an allowed call ran: it
-    /// hangs under that call, before its output, and a denied system call must be one
-    /// that `Auth` does not allow outright (or one the supervisor always mediates).
+    /// hangs under that call, before its output.
     fn kernel_denial(&mut self, n: &Node) -> Result<(), Fail> {
-        let cx = self.cx;
         let Some(st) = self.agents.get_mut(n.agent.as_str()) else {
             return fail(n, format!("agent `{}` is not in the APM", n.agent));
         };
@@ -735,17 +729,11 @@ impl<'a> Replayer<'a, '_> {
                 "blocked node under a running call must be a kernel or broker denial",
             );
         };
+        // The kernel may deny a system call that `Auth` lists, for its arguments
+        // (a clone with namespace flags, a socket of another family, an exec outside the
+        // execute grants): only the event's shape is checked here.
         match (p.guard, event.event.as_str()) {
-            (GuardKind::Kernel, "syscall") => {
-                let name = event.syscall.as_deref().unwrap_or_default();
-                if cx.apm.guards.syscall.syscalls.contains(name) && !ALWAYS_MEDIATED.contains(&name)
-                {
-                    return fail(
-                        n,
-                        format!("system call `{name}` is authorized, yet recorded as denied"),
-                    );
-                }
-            }
+            (GuardKind::Kernel, "syscall") if event.syscall.as_deref().is_some_and(|s| !s.is_empty()) => {}
             (GuardKind::Kernel, "limit") | (GuardKind::Broker, "refusal") => {}
             (g, e) => return fail(n, format!("`{e}` event under guard `{}`", g.as_str())),
         }
