@@ -150,6 +150,12 @@ fn detect(parent: Option<&Path>) -> Result<(CgroupVersion, Vec<PathBuf>), Cgroup
     }
 }
 
+/// The directory of this process's own cgroup that holds the `pids` controller
+/// (the v1 `pids` hierarchy, or the v2 unified one), if any.
+pub(crate) fn own_pids_dir() -> Option<PathBuf> {
+    detect(None).ok()?.1.into_iter().next()
+}
+
 fn write_file(path: &Path, text: &str) -> Result<(), CgroupError> {
     fs::write(path, text).map_err(io_err(path))
 }
@@ -472,7 +478,8 @@ impl Lease {
         (first, dirs.get(1).map_or(first, PathBuf::as_path))
     }
 
-    fn counters(&self) -> Counters {
+    /// The slot's event counters now.
+    pub(crate) fn counters(&self) -> Counters {
         let (pids, memory) = self.dirs();
         let oom_file = match self.pool.version() {
             CgroupVersion::V1 => memory.join("memory.oom_control"),

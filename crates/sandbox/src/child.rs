@@ -2,7 +2,7 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cgroup::{CgroupVersion, Lease};
+use crate::cgroup::{CgroupVersion, Counters, Lease};
 use crate::launch::Started;
 use crate::output;
-use crate::spawn::{PreparedPolicy, SandboxConfig, SandboxError, io};
+use crate::policy::Limits;
+use crate::spawn::{SandboxConfig, SandboxError, io};
 use crate::supervisor::{self, DeniedSyscall};
 use crate::sys::{self, Exit, Readiness};
 use crate::workers::{Pending, Workers};
@@ -112,7 +113,7 @@ pub struct ConfinedChild {
     enforcement: Enforcement,
     started: Instant,
     timeout: Duration,
-    limits: crate::policy::Limits,
+    limits: Limits,
     reaped: bool,
 }
 
@@ -131,36 +132,90 @@ fn feed(mut pipe: File, input: &[u8]) -> Option<JoinHandle<()>> {
 }
 
 impl ConfinedChild {
+    /// A started tool whose `stdin` is written (and closed) at once and whose
+    /// output is collected until it exits.
     pub(crate) fn assemble(
         started: Started,
         lease: Option<Lease>,
-        prepared: &PreparedPolicy,
+        limits: &Limits,
         enforcement: Enforcement,
         stdin: &[u8],
         config: &SandboxConfig,
         workers: &Workers,
     ) -> Self {
-        let collect = output::collect(started.stdout, started.stderr, config.max_output_bytes);
+        let (mut child, pipe, _) =
+            Self::build(started, lease, limits, enforcement, config, workers, true);
+        child.stdin = feed(pipe, stdin);
+        child
+    }
+
+    /// A started worker: standard error is collected, standard input and
+    /// output are handed back for the frame exchange.
+    pub(crate) fn assemble_worker(
+        started: Started,
+        lease: Option<Lease>,
+        limits: &Limits,
+        enforcement: Enforcement,
+        config: &SandboxConfig,
+        workers: &Workers,
+    ) -> (Self, File, Option<File>) {
+        Self::build(started, lease, limits, enforcement, config, workers, false)
+    }
+
+    fn build(
+        started: Started,
+        lease: Option<Lease>,
+        limits: &Limits,
+        enforcement: Enforcement,
+        config: &SandboxConfig,
+        workers: &Workers,
+        collect_stdout: bool,
+    ) -> (Self, File, Option<File>) {
+        let Started {
+            pid,
+            pidfd,
+            supervisor,
+            events,
+            stop,
+            stdin,
+            stdout,
+            stderr,
+        } = started;
+        let (collected, kept) = if collect_stdout {
+            (Some(stdout), None)
+        } else {
+            (None, Some(stdout))
+        };
+        let collect = output::collect(collected, stderr, config.max_output_bytes);
         // Without a collector thread the tool could block on a full pipe; if none can
         // be started the output is dropped (the pipes close) rather than the run hung.
         let output = workers.run("knox-output", collect).ok();
-        let mut child = Self {
-            pid: started.pid,
-            pidfd: started.pidfd,
+        let child = Self {
+            pid,
+            pidfd,
             lease,
             stdin: None,
             output,
-            supervisor: Some(started.supervisor),
-            stop: started.stop,
-            events: Some(started.events),
+            supervisor,
+            stop,
+            events: Some(events),
             enforcement,
             started: Instant::now(),
             timeout: config.timeout,
-            limits: prepared.policy.limits.clone(),
+            limits: limits.clone(),
             reaped: false,
         };
-        child.stdin = feed(started.stdin, stdin);
-        child
+        (child, stdin, kept)
+    }
+
+    /// The pidfd, readable once the tool has exited.
+    pub(crate) fn pidfd(&self) -> BorrowedFd<'_> {
+        self.pidfd.as_fd()
+    }
+
+    /// The cgroup's event counters now, if the tool has a cgroup.
+    pub(crate) fn cgroup_counters(&self) -> Option<Counters> {
+        self.lease.as_ref().map(Lease::counters)
     }
 
     /// The tool's pid (in this process's pid namespace).
@@ -192,8 +247,18 @@ impl ConfinedChild {
     }
 
     /// Waits for the tool; past `timeout` (from spawn) its whole tree is killed.
-    pub fn wait_timeout(mut self, timeout: Duration) -> Result<Outcome, SandboxError> {
+    pub fn wait_timeout(self, timeout: Duration) -> Result<Outcome, SandboxError> {
         let deadline = self.started + timeout;
+        self.wait_deadline(deadline, timeout)
+    }
+
+    /// Waits for the tool until `deadline`, then kills its whole tree and reports
+    /// a wall-clock hit of `timeout`.
+    pub(crate) fn wait_deadline(
+        mut self,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<Outcome, SandboxError> {
         let mut timed_out = false;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());

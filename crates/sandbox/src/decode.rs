@@ -85,9 +85,24 @@ impl Target {
         base.map_or_else(|| path.to_path_buf(), |b| b.join(path))
     }
 
-    /// A path argument at `addr`, made absolute.
+    /// A path argument at `addr`, made absolute and seen as the target sees it.
     pub(crate) fn path(&self, dirfd: Option<u64>, addr: u64) -> Option<PathBuf> {
-        Some(self.absolute(dirfd, &self.read_cstr(addr)?))
+        Some(self.own_view(self.absolute(dirfd, &self.read_cstr(addr)?)))
+    }
+
+    /// Rewrites `/proc/self` and `/proc/thread-self` to the target's own entries:
+    /// resolved in the supervisor they would name the supervisor (its executable,
+    /// descriptors and root), not the process that made the call.
+    pub(crate) fn own_view(&self, path: PathBuf) -> PathBuf {
+        let rest = |prefix: &str| path.strip_prefix(prefix).ok().map(Path::to_path_buf);
+        let pid = self.pid;
+        if let Some(rest) = rest("/proc/self") {
+            return Path::new(&format!("/proc/{pid}")).join(rest);
+        }
+        if let Some(rest) = rest("/proc/thread-self") {
+            return Path::new(&format!("/proc/{pid}/task/{pid}")).join(rest);
+        }
+        path
     }
 
     /// A socket address argument.
@@ -313,5 +328,22 @@ mod tests {
         assert_eq!(got.as_deref(), Some(&b"/some/path"[..]));
         let rel = me.absolute(None, b"rel/file");
         assert!(rel.is_absolute() && rel.ends_with("rel/file"));
+    }
+
+    #[test]
+    fn proc_self_means_the_target() {
+        let target = Target { pid: 42, mem: None };
+        assert_eq!(
+            target.own_view(PathBuf::from("/proc/self/exe")),
+            Path::new("/proc/42/exe")
+        );
+        assert_eq!(
+            target.own_view(PathBuf::from("/proc/thread-self/root/bin/sh")),
+            Path::new("/proc/42/task/42/root/bin/sh")
+        );
+        assert_eq!(
+            target.own_view(PathBuf::from("/proc/selfish")),
+            Path::new("/proc/selfish")
+        );
     }
 }

@@ -34,6 +34,8 @@ const AF_UNIX: u64 = 1;
 const AF_INET: u64 = 2;
 const AF_INET6: u64 = 10;
 const SOCK_STREAM: u64 = 1;
+const IPPROTO_TCP: u64 = 6;
+const MSG_FASTOPEN: u64 = 0x2000_0000;
 const SOCK_TYPE_MASK: u64 = 0xf;
 const ENOSYS: i32 = 38;
 
@@ -69,7 +71,9 @@ pub fn syscall_name(nr: i32) -> Option<String> {
 /// - architecture other than x86_64, and x32 numbers (bit `0x40000000`): kill the process;
 /// - listed calls: allow, except [`MEDIATED`] ones (notified) and these argument-checked ones:
 ///   `clone` without namespace flags, `socket` for stream sockets only (`AF_UNIX`, TCP
-///   over IPv4/IPv6: no datagram can be sent to an address no rule covers),
+///   over IPv4/IPv6, protocol 0 or TCP: no datagram can be sent to an address no rule
+///   covers, no MPTCP or SCTP socket escapes Landlock's TCP rules), `sendto`,
+///   `sendmsg` and `sendmmsg` without `MSG_FASTOPEN` (a connect no one checks),
 ///   `prlimit64` on the caller itself;
 /// - `clone3`: `ENOSYS`, so the C library falls back to `clone`, whose flags a filter can read.
 pub(crate) fn compile(allowed: &BTreeSet<String>) -> Result<sys::BpfProgram, FilterError> {
@@ -107,12 +111,35 @@ fn add_allow(ctx: &mut ScmpFilterContext, name: &str) -> Result<(), FilterError>
             ctx.add_rule_conditional(ScmpAction::Allow, call, &[no_ns])?;
         }
         "socket" => {
+            // The protocol is checked too: `IPPROTO_MPTCP` (and SCTP) stream sockets
+            // are not TCP to Landlock, which then does not check their ports.
             let domain = |d| ScmpArgCompare::new(0, ScmpCompareOp::Equal, d);
             let stream =
                 ScmpArgCompare::new(1, ScmpCompareOp::MaskedEqual(SOCK_TYPE_MASK), SOCK_STREAM);
-            ctx.add_rule_conditional(ScmpAction::Allow, call, &[domain(AF_UNIX), stream])?;
-            ctx.add_rule_conditional(ScmpAction::Allow, call, &[domain(AF_INET), stream])?;
-            ctx.add_rule_conditional(ScmpAction::Allow, call, &[domain(AF_INET6), stream])?;
+            let protocol = |p| ScmpArgCompare::new(2, ScmpCompareOp::Equal, p);
+            let allowed = [
+                (AF_UNIX, 0),
+                (AF_INET, 0),
+                (AF_INET, IPPROTO_TCP),
+                (AF_INET6, 0),
+                (AF_INET6, IPPROTO_TCP),
+            ];
+            for (d, p) in allowed {
+                ctx.add_rule_conditional(
+                    ScmpAction::Allow,
+                    call,
+                    &[domain(d), stream, protocol(p)],
+                )?;
+            }
+        }
+        "sendto" | "sendmsg" | "sendmmsg" => {
+            // TCP Fast Open connects inside `sendto`/`sendmsg`, where neither the
+            // supervisor nor Landlock (ABI 7) checks the port: such a send is
+            // notified (denied and recorded) instead.
+            let flags_arg = if name == "sendmsg" { 2 } else { 3 };
+            let no_fastopen =
+                ScmpArgCompare::new(flags_arg, ScmpCompareOp::MaskedEqual(MSG_FASTOPEN), 0);
+            ctx.add_rule_conditional(ScmpAction::Allow, call, &[no_fastopen])?;
         }
         "prlimit64" => {
             // Only its own limits: a tool running as uid 0 without capabilities

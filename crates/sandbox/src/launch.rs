@@ -34,7 +34,8 @@ pub(crate) struct Launch<'a> {
 pub(crate) struct Started {
     pub(crate) pid: i32,
     pub(crate) pidfd: OwnedFd,
-    pub(crate) supervisor: Pending<supervisor::Report>,
+    /// `None` for the dangerous limits-only baseline (nothing to supervise).
+    pub(crate) supervisor: Option<Pending<supervisor::Report>>,
     pub(crate) events: Receiver<DeniedSyscall>,
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) stdin: File,
@@ -84,13 +85,14 @@ impl Launch<'_> {
             stdout: stdout_w.as_fd(),
             stderr: stderr_w.as_fd(),
             report: report_w.as_fd(),
-            landlock: prepared.ruleset.fd.as_fd(),
+            landlock: Some(prepared.ruleset.fd.as_fd()),
             landlock_flags: prepared.ruleset.restrict_flags,
             cgroup_procs: &cgroup_procs,
             rlimits: self.rlimits,
             drop_capabilities,
             user_namespace,
-            filter: &prepared.filter,
+            filter: Some(&prepared.filter),
+            namespaces: 0,
         };
         // Returns once the child has executed the tool or died. If the clone fails,
         // dropping `report_w` below ends the supervisor's handshake with end of file.
@@ -110,9 +112,72 @@ impl Launch<'_> {
         Ok(Started {
             pid,
             pidfd,
-            supervisor,
+            supervisor: Some(supervisor),
             events,
             stop,
+            stdin: File::from(OwnedFd::from(stdin_w)),
+            stdout: File::from(OwnedFd::from(stdout_r)),
+            stderr: File::from(OwnedFd::from(stderr_r)),
+        })
+    }
+}
+
+impl Launch<'_> {
+    /// DANGEROUS: starts the program with cgroup, rlimits and `namespaces` only —
+    /// no Landlock, no seccomp, no capability drop. For the attack corpus's
+    /// unconfined baseline, which must show what the kernel layers prevent.
+    pub(crate) fn dangerous_start_limits_only(
+        &self,
+        cwd: &CString,
+        user_namespace: Option<UserNamespaceMaps<'_>>,
+        namespaces: i32,
+    ) -> Result<Started, SandboxError> {
+        let (stdin_r, stdin_w) = std::io::pipe().map_err(io("pipe"))?;
+        let (stdout_r, stdout_w) = std::io::pipe().map_err(io("pipe"))?;
+        let (stderr_r, stderr_w) = std::io::pipe().map_err(io("pipe"))?;
+        let (mut report_r, report_w) = std::io::pipe().map_err(io("pipe"))?;
+        let cgroup_procs: Vec<BorrowedFd<'_>> = self
+            .lease
+            .map(|l| l.procs().iter().map(AsFd::as_fd).collect())
+            .unwrap_or_default();
+        let spec = sys::ChildSpec {
+            program: self.program,
+            argv: self.argv,
+            envp: self.envp,
+            cwd,
+            stdin: stdin_r.as_fd(),
+            stdout: stdout_w.as_fd(),
+            stderr: stderr_w.as_fd(),
+            report: report_w.as_fd(),
+            landlock: None,
+            landlock_flags: 0,
+            cgroup_procs: &cgroup_procs,
+            rlimits: self.rlimits,
+            drop_capabilities: false,
+            user_namespace,
+            filter: None,
+            namespaces,
+        };
+        // Nothing is mediated, so no supervisor: the clone returns once the
+        // program runs (or the child died), and the pipe holds the whole report.
+        let spawned = sys::spawn_child(&spec);
+        drop((stdin_r, stdout_w, stderr_w, report_w));
+        let pid = spawned.map_err(io("clone"))?;
+        match read_report(&mut report_r)? {
+            Some((sys::REPORT_PID, _)) => {}
+            other => return Err(setup_failure(pid, other)),
+        }
+        if let Some(failure) = read_report(&mut report_r)? {
+            return Err(setup_failure(pid, Some(failure)));
+        }
+        let pidfd = sys::pidfd_open(pid).map_err(io("pidfd_open"))?;
+        let (_, events) = mpsc::channel();
+        Ok(Started {
+            pid,
+            pidfd,
+            supervisor: None,
+            events,
+            stop: Arc::new(AtomicBool::new(true)),
             stdin: File::from(OwnedFd::from(stdin_w)),
             stdout: File::from(OwnedFd::from(stdout_r)),
             stderr: File::from(OwnedFd::from(stderr_r)),

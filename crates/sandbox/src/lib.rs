@@ -3,8 +3,10 @@
 
 mod cgroup;
 mod child;
+pub mod corpus;
 mod decode;
 pub mod filter;
+pub mod frame;
 mod launch;
 mod output;
 pub mod policy;
@@ -13,6 +15,7 @@ pub mod ruleset;
 mod spawn;
 pub mod supervisor;
 mod sys;
+mod worker;
 mod workers;
 
 pub use cgroup::{CgroupError, CgroupVersion};
@@ -22,3 +25,4 @@ pub use profile::{Family, Profile, ProfileError};
 pub use spawn::{CgroupMode, PreparedPolicy, Sandbox, SandboxConfig, SandboxError};
 pub use supervisor::DeniedSyscall;
 pub use sys::ChildStep;
+pub use worker::{CallFailure, SHUTDOWN_GRACE, Worker, WorkerReply};

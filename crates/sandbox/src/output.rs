@@ -20,7 +20,7 @@ pub(crate) struct Collected {
 
 /// One stream being drained.
 struct Stream {
-    file: File,
+    file: Option<File>,
     kept: Vec<u8>,
     open: bool,
 }
@@ -28,7 +28,11 @@ struct Stream {
 impl Stream {
     /// Reads once; past `max` bytes the data is read and dropped so the tool never blocks.
     fn drain(&mut self, buf: &mut [u8], max: usize) {
-        match self.file.read(buf) {
+        let Some(file) = self.file.as_mut() else {
+            self.open = false;
+            return;
+        };
+        match file.read(buf) {
             Ok(0) => self.open = false,
             Ok(n) => {
                 let room = max.saturating_sub(self.kept.len()).min(n);
@@ -42,19 +46,31 @@ impl Stream {
 }
 
 /// Drains both pipes until both reach end of file (every writer, the tool and
-/// anything it started, has closed them or died).
-pub(crate) fn collect(stdout: File, stderr: File, max: usize) -> impl FnOnce() -> Collected + Send {
+/// anything it started, has closed them or died). Without `stdout` (a worker,
+/// whose stdout carries frames) only standard error is collected.
+pub(crate) fn collect(
+    stdout: Option<File>,
+    stderr: File,
+    max: usize,
+) -> impl FnOnce() -> Collected + Send {
     move || {
-        let mut streams = [stdout, stderr].map(|file| Stream {
-            file,
-            kept: Vec::new(),
-            open: true,
+        let mut streams = [stdout, Some(stderr)].map(|file| match file {
+            Some(file) => Stream {
+                file: Some(file),
+                kept: Vec::new(),
+                open: true,
+            },
+            None => Stream {
+                file: None,
+                kept: Vec::new(),
+                open: false,
+            },
         });
         let mut buf = vec![0_u8; 16 * 1024];
         while streams.iter().any(|s| s.open) {
             let fds: Vec<_> = streams
                 .iter()
-                .map(|s| s.open.then(|| s.file.as_fd()))
+                .map(|s| s.file.as_ref().filter(|_| s.open).map(AsFd::as_fd))
                 .collect();
             let Ok(ready) = sys::poll_many(&fds) else {
                 break;

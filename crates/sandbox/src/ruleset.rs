@@ -78,6 +78,9 @@ pub struct ResolvedRule {
     pub access: BTreeSet<Access>,
     /// Whether `path` is a directory (otherwise only file rights apply).
     pub is_dir: bool,
+    /// Added by the sandbox itself (workspace, runtime devices, loader paths),
+    /// not by the policy: never an execute root for the supervisor.
+    pub implicit: bool,
 }
 
 /// Canonical grants plus the notes explaining what was skipped or added.
@@ -90,11 +93,14 @@ pub struct ResolvedPaths {
 }
 
 impl ResolvedPaths {
-    /// Canonical roots under which `execve` is authorized.
+    /// Canonical roots under which `execve` is authorized: the policy's own
+    /// execute grants. The ELF interpreter's implicit grant is for the kernel
+    /// loading a granted program; executing it directly (`ld.so PROGRAM`) would run
+    /// any readable file, so the supervisor does not count it.
     pub fn exec_roots(&self) -> impl Iterator<Item = &Path> {
         self.rules
             .iter()
-            .filter(|r| r.access.contains(&Access::Execute))
+            .filter(|r| !r.implicit && r.access.contains(&Access::Execute))
             .map(|r| r.path.as_path())
     }
 }
@@ -113,6 +119,7 @@ pub fn resolve(policy: &SandboxPolicy, workspace: &Path) -> ResolvedPaths {
         path: workspace.to_path_buf(),
         access: all_but_exec.into(),
         is_dir: true,
+        implicit: true,
     });
     out.notes.push(format!(
         "workspace `{}` granted read, write, create, remove",
@@ -160,6 +167,7 @@ fn add(out: &mut ResolvedPaths, path: &Path, access: &BTreeSet<Access>) {
                 path: canonical,
                 access: access.clone(),
                 is_dir,
+                implicit: false,
             });
         }
         Err(e) => out.notes.push(format!("`{}` skipped: {e}", path.display())),
@@ -173,6 +181,7 @@ fn add_quiet(out: &mut ResolvedPaths, path: &str, access: &BTreeSet<Access>) {
             path: canonical,
             access: access.clone(),
             is_dir,
+            implicit: true,
         });
     }
 }
@@ -286,6 +295,24 @@ mod tests {
                 .iter()
                 .any(|n| n.contains("/nonexistent/knox/path"))
         );
+        Ok(())
+    }
+
+    #[test]
+    fn implicit_loader_grants_are_not_execute_roots() -> Result<(), Box<dyn std::error::Error>> {
+        let policy = SandboxPolicy::for_families(&[], "/tmp")?
+            .grant("/usr/bin/true", &[Access::Read, Access::Execute]);
+        let resolved = resolve(&policy, Path::new("/tmp"));
+        let loader = std::fs::canonicalize(LOADER_EXEC[0])?;
+        assert!(
+            resolved
+                .rules
+                .iter()
+                .any(|r| r.path == loader && r.access.contains(&Access::Execute)),
+            "Landlock still lets the kernel load the interpreter"
+        );
+        let roots: Vec<&Path> = resolved.exec_roots().collect();
+        assert_eq!(roots, [std::fs::canonicalize("/usr/bin/true")?.as_path()]);
         Ok(())
     }
 

@@ -9,14 +9,17 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::cgroup::Lease;
 use crate::cgroup::{CgroupError, CgroupPool, CgroupVersion};
 use crate::child::{ConfinedChild, Enforcement};
 use crate::filter::{self, FilterError, MEDIATED};
-use crate::launch::Launch;
-use crate::policy::{PolicyError, SandboxPolicy};
+use crate::frame::FrameError;
+use crate::launch::{Launch, Started};
+use crate::policy::{Limits, PolicyError, SandboxPolicy};
 use crate::ruleset::{self, LandlockError, LandlockRuleset, ResolvedPaths};
 use crate::supervisor::Mediation;
 use crate::sys::{self, ChildStep, Resource, Rlimit, UserNamespaceMaps};
+use crate::worker::Worker;
 use crate::workers::Workers;
 
 /// Whether spawns are placed in cgroups.
@@ -108,6 +111,12 @@ pub enum SandboxError {
     /// The child died or spoke nonsense before finishing its setup.
     #[error("child setup protocol: {0}")]
     Protocol(&'static str),
+    /// The worker has exited (or was killed) by an earlier call; spawn another.
+    #[error("the worker has exited")]
+    WorkerExited,
+    /// A worker request could not be framed.
+    #[error(transparent)]
+    Frame(#[from] FrameError),
     /// A system call in the parent failed.
     #[error("{what}: {source}")]
     Io {
@@ -207,21 +216,53 @@ impl Sandbox {
         env: &[(String, String)],
         stdin: &[u8],
     ) -> Result<ConfinedChild, SandboxError> {
+        let (started, lease, enforcement) = self.launch(prepared, argv, env)?;
+        let limits = &prepared.policy.limits;
+        Ok(ConfinedChild::assemble(
+            started,
+            lease,
+            limits,
+            enforcement,
+            stdin,
+            &self.config,
+            &self.workers,
+        ))
+    }
+
+    /// Spawns `argv` under `prepared` as a long-lived worker that serves many
+    /// requests of one run, framed on its standard input and output (see
+    /// [`crate::frame`]). Confinement cannot be undone, so every request sees the
+    /// same policy; the rlimits (CPU seconds included) and cgroup caps apply to the
+    /// worker's whole life, each request is bounded by its own timeout.
+    pub fn spawn_worker<S: AsRef<OsStr>>(
+        &self,
+        prepared: &PreparedPolicy,
+        argv: &[S],
+        env: &[(String, String)],
+    ) -> Result<Worker, SandboxError> {
+        let (started, lease, enforcement) = self.launch(prepared, argv, env)?;
+        let (child, stdin, stdout) = ConfinedChild::assemble_worker(
+            started,
+            lease,
+            &prepared.policy.limits,
+            enforcement,
+            &self.config,
+            &self.workers,
+        );
+        let stdout = stdout.ok_or(SandboxError::Protocol("worker stdout was not kept"))?;
+        Worker::new(child, stdin, stdout, self.config.max_output_bytes)
+    }
+
+    /// Authorizes `argv`, leases a cgroup and starts the confined child.
+    fn launch<S: AsRef<OsStr>>(
+        &self,
+        prepared: &PreparedPolicy,
+        argv: &[S],
+        env: &[(String, String)],
+    ) -> Result<(Started, Option<Lease>, Enforcement), SandboxError> {
         let (program, argv) = prepared.command(argv)?;
-        if let Some((key, _)) = env.iter().find(|(k, _)| k.is_empty() || k.contains('=')) {
-            return Err(SandboxError::EnvKey(key.clone()));
-        }
-        let envp = env
-            .iter()
-            .map(|(k, v)| cstring(format!("{k}={v}").as_bytes()))
-            .collect::<Result<Vec<_>, _>>()?;
-        let lease = match &self.pool {
-            Some(pool) => {
-                let l = &prepared.policy.limits;
-                Some(pool.lease(l.max_processes, l.max_memory_bytes)?)
-            }
-            None => None,
-        };
+        let envp = envp(env)?;
+        let lease = self.lease(&prepared.policy.limits)?;
         let user_namespace = self.euid != 0 && lease.is_none();
         let enforcement = Enforcement {
             landlock_abi_required: ruleset::REQUIRED_ABI,
@@ -237,9 +278,8 @@ impl Sandbox {
                 .cloned()
                 .collect(),
         };
-        let rlimits = prepared.rlimits(lease.is_some(), user_namespace);
-        let maps = format!("{0} {0} 1\n", self.euid);
-        let gid_maps = format!("{0} {0} 1\n", self.egid);
+        let rlimits = rlimits(&prepared.policy.limits, lease.is_some(), user_namespace);
+        let (uid_map, gid_map) = (self.id_map(self.euid), self.id_map(self.egid));
         let launch = Launch {
             program: &program,
             argv: &argv,
@@ -248,21 +288,101 @@ impl Sandbox {
             lease: lease.as_ref(),
         };
         let userns = user_namespace.then_some(UserNamespaceMaps {
-            uid_map: maps.as_bytes(),
-            gid_map: gid_maps.as_bytes(),
+            uid_map: uid_map.as_bytes(),
+            gid_map: gid_map.as_bytes(),
         });
         let caps = enforcement.capabilities_dropped;
         let started = launch.start(prepared, &self.workers, userns, caps)?;
+        Ok((started, lease, enforcement))
+    }
+
+    /// DANGEROUS, NOT A SANDBOX: runs `argv` with only resource caps — a cgroup
+    /// lease with `limits`, the rlimits, a timeout — and in new mount (all mounts
+    /// private), UTS and IPC namespaces, but with no Landlock, no seccomp filter
+    /// and every capability kept. The attack corpus's unconfined baseline runs
+    /// through this so that it cannot exhaust the machine and its privileged
+    /// calls cannot reach the host's mounts, host name or IPC objects; callers
+    /// without root get a user namespace as well (and `RLIMIT_NPROC`, `RLIMIT_AS`
+    /// without cgroups).
+    pub(crate) fn dangerous_spawn_limits_only<S: AsRef<OsStr>>(
+        &self,
+        workspace: &Path,
+        limits: &Limits,
+        argv: &[S],
+        env: &[(String, String)],
+    ) -> Result<ConfinedChild, SandboxError> {
+        let first = argv.first().ok_or(SandboxError::EmptyArgv)?;
+        let program = cstring(first.as_ref().as_bytes())?;
+        let argv = argv
+            .iter()
+            .map(|a| cstring(a.as_ref().as_bytes()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let envp = envp(env)?;
+        let cwd = cstring(workspace.as_os_str().as_bytes())?;
+        let lease = self.lease(limits)?;
+        let user_namespace = self.euid != 0;
+        let rlimits = rlimits(limits, lease.is_some(), user_namespace);
+        let (uid_map, gid_map) = (self.id_map(self.euid), self.id_map(self.egid));
+        let launch = Launch {
+            program: &program,
+            argv: &argv,
+            envp: &envp,
+            rlimits: &rlimits,
+            lease: lease.as_ref(),
+        };
+        let userns = user_namespace.then_some(UserNamespaceMaps {
+            uid_map: uid_map.as_bytes(),
+            gid_map: gid_map.as_bytes(),
+        });
+        let namespaces = libc::CLONE_NEWNS | libc::CLONE_NEWUTS | libc::CLONE_NEWIPC;
+        let started = launch.dangerous_start_limits_only(&cwd, userns, namespaces)?;
+        let enforcement = Enforcement {
+            landlock_abi_required: ruleset::REQUIRED_ABI,
+            landlock_abi: 0,
+            cgroup: lease.as_ref().and(self.cgroup_version()),
+            user_namespace,
+            capabilities_dropped: false,
+            seccomp_instructions: 0,
+            notes: vec![
+                "DANGEROUS baseline: no Landlock, no seccomp, capabilities kept; \
+                 cgroup, rlimits and private mount/UTS/IPC namespaces only"
+                    .to_owned(),
+            ],
+        };
+        let stdin = b"";
         Ok(ConfinedChild::assemble(
             started,
             lease,
-            prepared,
+            limits,
             enforcement,
             stdin,
             &self.config,
             &self.workers,
         ))
     }
+
+    fn lease(&self, limits: &Limits) -> Result<Option<Lease>, SandboxError> {
+        match &self.pool {
+            Some(pool) => Ok(Some(
+                pool.lease(limits.max_processes, limits.max_memory_bytes)?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    /// A one-line uid or gid map for a new user namespace: `id` maps to itself.
+    fn id_map(&self, id: u32) -> String {
+        format!("{id} {id} 1\n")
+    }
+}
+
+fn envp(env: &[(String, String)]) -> Result<Vec<CString>, SandboxError> {
+    if let Some((key, _)) = env.iter().find(|(k, _)| k.is_empty() || k.contains('=')) {
+        return Err(SandboxError::EnvKey(key.clone()));
+    }
+    env.iter()
+        .map(|(k, v)| cstring(format!("{k}={v}").as_bytes()))
+        .collect()
 }
 
 /// A policy compiled for the kernel: the Landlock ruleset and the BPF program.
@@ -348,36 +468,35 @@ impl PreparedPolicy {
             .collect::<Result<_, _>>()?;
         Ok((cstring(canonical.as_os_str().as_bytes())?, argv))
     }
+}
 
-    /// The rlimits for one spawn. `RLIMIT_CPU` soft is one second below hard so the
-    /// tool gets `SIGXCPU` first; `RLIMIT_AS` replaces the memory cgroup when there is none.
-    fn rlimits(&self, cgroup: bool, user_namespace: bool) -> Vec<Rlimit> {
-        let l = &self.policy.limits;
-        let same = |resource, v| Rlimit {
-            resource,
-            soft: v,
-            hard: v,
-        };
-        let mut out = vec![
-            Rlimit {
-                resource: Resource::Cpu,
-                soft: l.cpu_seconds,
-                hard: l.cpu_seconds + 1,
-            },
-            same(Resource::FileSize, l.max_file_bytes),
-            same(Resource::OpenFiles, l.max_open_files),
-            same(Resource::Core, 0),
-        ];
-        match (l.max_address_space_bytes, cgroup) {
-            (Some(v), _) => out.push(same(Resource::AddressSpace, v)),
-            (None, false) => out.push(same(Resource::AddressSpace, l.max_memory_bytes)),
-            (None, true) => {}
-        }
-        if !cgroup || user_namespace {
-            out.push(same(Resource::Processes, u64::from(l.max_processes)));
-        }
-        out
+/// The rlimits for one spawn. `RLIMIT_CPU` soft is one second below hard so the
+/// tool gets `SIGXCPU` first; `RLIMIT_AS` replaces the memory cgroup when there is none.
+fn rlimits(l: &Limits, cgroup: bool, user_namespace: bool) -> Vec<Rlimit> {
+    let same = |resource, v| Rlimit {
+        resource,
+        soft: v,
+        hard: v,
+    };
+    let mut out = vec![
+        Rlimit {
+            resource: Resource::Cpu,
+            soft: l.cpu_seconds,
+            hard: l.cpu_seconds + 1,
+        },
+        same(Resource::FileSize, l.max_file_bytes),
+        same(Resource::OpenFiles, l.max_open_files),
+        same(Resource::Core, 0),
+    ];
+    match (l.max_address_space_bytes, cgroup) {
+        (Some(v), _) => out.push(same(Resource::AddressSpace, v)),
+        (None, false) => out.push(same(Resource::AddressSpace, l.max_memory_bytes)),
+        (None, true) => {}
     }
+    if !cgroup || user_namespace {
+        out.push(same(Resource::Processes, u64::from(l.max_processes)));
+    }
+    out
 }
 
 pub(crate) fn cstring(bytes: &[u8]) -> Result<CString, SandboxError> {

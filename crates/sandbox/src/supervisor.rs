@@ -157,9 +157,6 @@ fn serve_one(
         let _ = ScmpNotifResp::new_continue(req.id, ScmpNotifRespFlags::CONTINUE).respond(fd);
         return;
     }
-    if valid {
-        let _ = ScmpNotifResp::new_error(req.id, -EPERM, ScmpNotifRespFlags::empty()).respond(fd);
-    }
     let event = DeniedSyscall {
         pid: req.pid,
         nr,
@@ -167,8 +164,13 @@ fn serve_one(
         args,
         decoded: decoded.filter(|_| valid),
     };
+    // Queued before the answer: the target stays stopped in the call until then,
+    // so anything it does afterwards (a worker's response) comes after the event.
     if let Some(sink) = sink {
         let _ = sink.send(event.clone());
+    }
+    if valid {
+        let _ = ScmpNotifResp::new_error(req.id, -EPERM, ScmpNotifRespFlags::empty()).respond(fd);
     }
     if report.denied.len() < MAX_RECORDED {
         report.denied.push(event);

@@ -195,6 +195,47 @@ pub(crate) fn poll_many(fds: &[Option<BorrowedFd<'_>>]) -> io::Result<Vec<bool>>
     }
 }
 
+/// Poll events, re-exported so that callers need no libc.
+pub(crate) mod poll {
+    /// Readable (or a pidfd whose process exited).
+    pub(crate) const IN: i16 = libc::POLLIN;
+    /// Writable.
+    pub(crate) const OUT: i16 = libc::POLLOUT;
+}
+
+/// Waits up to `timeout_ms` (-1: forever) until one of `fds` has one of its
+/// events, or hung up or failed; returns each descriptor's `revents` (all zero on timeout).
+pub(crate) fn poll_set(fds: &[(BorrowedFd<'_>, i16)], timeout_ms: i32) -> io::Result<Vec<i16>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|(fd, events)| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: *events,
+            revents: 0,
+        })
+        .collect();
+    let n = libc::nfds_t::try_from(pfds.len())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    loop {
+        // SAFETY: `pfds` is a valid array of `n` pollfds that lives across the call.
+        if unsafe { libc::poll(pfds.as_mut_ptr(), n, timeout_ms) } >= 0 {
+            return Ok(pfds.iter().map(|p| p.revents).collect());
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// Sets `O_NONBLOCK` on `fd` (reads and writes then fail with `WouldBlock` instead of waiting).
+pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: integer arguments on a live descriptor.
+    let flags = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
+    // SAFETY: integer arguments on a live descriptor.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) }).map(drop)
+}
+
 /// How a reaped child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Exit {
@@ -334,10 +375,13 @@ pub enum ChildStep {
     Seccomp = 11,
     /// `execve`.
     Exec = 12,
+    /// `unshare` of the harness namespaces, or making its mounts private
+    /// (the dangerous limits-only baseline only).
+    Namespaces = 13,
 }
 
 impl ChildStep {
-    const ALL: [ChildStep; 12] = [
+    const ALL: [ChildStep; 13] = [
         ChildStep::Descriptors,
         ChildStep::ProcessGroup,
         ChildStep::Cgroup,
@@ -350,6 +394,7 @@ impl ChildStep {
         ChildStep::Landlock,
         ChildStep::Seccomp,
         ChildStep::Exec,
+        ChildStep::Namespaces,
     ];
 
     /// The step a report code names.
@@ -400,8 +445,9 @@ pub(crate) struct ChildSpec<'a> {
     pub(crate) stderr: BorrowedFd<'a>,
     /// Write end of the report pipe.
     pub(crate) report: BorrowedFd<'a>,
-    /// The Landlock ruleset (created and filled in the parent).
-    pub(crate) landlock: BorrowedFd<'a>,
+    /// The Landlock ruleset (created and filled in the parent); `None` only for
+    /// the dangerous limits-only baseline.
+    pub(crate) landlock: Option<BorrowedFd<'a>>,
     /// `landlock_restrict_self` flags.
     pub(crate) landlock_flags: u32,
     /// Opened `cgroup.procs` files to join (0, 1 or 2).
@@ -412,8 +458,14 @@ pub(crate) struct ChildSpec<'a> {
     pub(crate) drop_capabilities: bool,
     /// New user namespace and its maps, for non-root callers.
     pub(crate) user_namespace: Option<UserNamespaceMaps<'a>>,
-    /// The seccomp program.
-    pub(crate) filter: &'a BpfProgram,
+    /// The seccomp program; `None` only for the dangerous limits-only baseline
+    /// (then no listener is reported and nothing is mediated).
+    pub(crate) filter: Option<&'a BpfProgram>,
+    /// Namespaces to unshare (after the user namespace, before the rlimits);
+    /// with `CLONE_NEWNS`, every mount is made private first. Non-zero only for
+    /// the dangerous limits-only baseline, whose privileged calls must not reach
+    /// the host's mount table, host name or IPC objects.
+    pub(crate) namespaces: c_int,
 }
 
 /// Child fd numbers after rearrangement: 0–2 stdio, then these.
@@ -451,14 +503,15 @@ pub(crate) fn spawn_child(spec: &ChildSpec<'_>) -> io::Result<i32> {
     }
     let mut fds = [-1; FD_SLOTS];
     let listed = [
-        spec.stdin,
-        spec.stdout,
-        spec.stderr,
-        spec.report,
+        Some(spec.stdin),
+        Some(spec.stdout),
+        Some(spec.stderr),
+        Some(spec.report),
         spec.landlock,
     ];
-    for (slot, fd) in fds.iter_mut().zip(listed.iter().chain(spec.cgroup_procs)) {
-        *slot = fd.as_raw_fd();
+    let cgroups = spec.cgroup_procs.iter().copied().map(Some);
+    for (slot, fd) in fds.iter_mut().zip(listed.into_iter().chain(cgroups)) {
+        *slot = fd.map_or(-1, |f| f.as_raw_fd());
     }
     let high_fd = fds
         .iter()
@@ -489,8 +542,8 @@ pub(crate) fn spawn_child(spec: &ChildSpec<'_>) -> io::Result<i32> {
             .chain(std::iter::once(ptr::null()))
             .collect::<Vec<_>>()
     };
-    let len =
-        u16::try_from(spec.filter.filter.len()).map_err(|_| invalid("bpf program too long"))?;
+    let instructions = spec.filter.map_or(&[][..], |f| f.filter.as_slice());
+    let len = u16::try_from(instructions.len()).map_err(|_| invalid("bpf program too long"))?;
     let lowered = Lowered {
         spec,
         argv: nul_terminated(spec.argv),
@@ -502,7 +555,7 @@ pub(crate) fn spawn_child(spec: &ChildSpec<'_>) -> io::Result<i32> {
         // The kernel only reads through this pointer (`struct sock_fprog` is not const-correct).
         prog: libc::sock_fprog {
             len,
-            filter: spec.filter.filter.as_ptr().cast_mut(),
+            filter: instructions.as_ptr().cast_mut(),
         },
     };
     let mut stack = vec![0_u8; CHILD_STACK];
@@ -604,6 +657,9 @@ fn child_after_clone(p: &Lowered<'_>) -> ! {
     if let Some(maps) = p.spec.user_namespace {
         step(enter_user_namespace(maps), ChildStep::UserNamespace);
     }
+    if p.spec.namespaces != 0 {
+        step(enter_namespaces(p.spec.namespaces), ChildStep::Namespaces);
+    }
     step(set_rlimits(p), ChildStep::Rlimit);
     if p.spec.drop_capabilities {
         step(drop_capabilities(), ChildStep::Capabilities);
@@ -618,33 +674,37 @@ fn child_after_clone(p: &Lowered<'_>) -> ! {
         unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } == 0,
         ChildStep::NoNewPrivs,
     );
-    // SAFETY: integer arguments; fd 4 is the Landlock ruleset placed by `arrange_descriptors`.
-    let restricted = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_restrict_self,
-            CHILD_LANDLOCK_FD,
-            p.spec.landlock_flags,
-        )
-    };
-    step(restricted == 0, ChildStep::Landlock);
+    if p.spec.landlock.is_some() {
+        // SAFETY: integer arguments; fd 4 is the Landlock ruleset placed by `arrange_descriptors`.
+        let restricted = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_restrict_self,
+                CHILD_LANDLOCK_FD,
+                p.spec.landlock_flags,
+            )
+        };
+        step(restricted == 0, ChildStep::Landlock);
+    }
     // Every disposition is the default (or SIGXFSZ ignored): unblocking is safe now.
     step(unblock_signals(), ChildStep::Signals);
-    // SAFETY: `prog` points at the filter vector, alive in the (shared) parent memory.
-    let listener = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_SET_MODE_FILTER,
-            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
-            &p.prog as *const libc::sock_fprog,
-        )
-    };
-    step(listener >= 0, ChildStep::Seccomp);
-    // The listener is close-on-exec (the kernel creates it so), so the tool never holds it.
-    report(
-        CHILD_REPORT_FD,
-        REPORT_LISTENER,
-        i32::try_from(listener).unwrap_or(-1),
-    );
+    if p.spec.filter.is_some() {
+        // SAFETY: `prog` points at the filter vector, alive in the (shared) parent memory.
+        let listener = unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+                &p.prog as *const libc::sock_fprog,
+            )
+        };
+        step(listener >= 0, ChildStep::Seccomp);
+        // The listener is close-on-exec (the kernel creates it so), so the tool never holds it.
+        report(
+            CHILD_REPORT_FD,
+            REPORT_LISTENER,
+            i32::try_from(listener).unwrap_or(-1),
+        );
+    }
     // SAFETY: program, argv and envp are NUL-terminated strings and NULL-terminated
     // pointer arrays built before the clone; on success this call does not return.
     unsafe { libc::execve(p.spec.program.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr()) };
@@ -666,6 +726,10 @@ fn arrange_descriptors(p: &Lowered<'_>) -> Result<(), ()> {
     }
     for (target, &h) in (0..).zip(&high) {
         if h < 0 {
+            // An unused slot: whatever the parent had at this number must not
+            // reach the tool (close_range below starts after the slots).
+            // SAFETY: closing a descriptor number in this child; EBADF is harmless.
+            unsafe { libc::close(target) };
             continue;
         }
         // stdio must survive exec; the others must not.
@@ -718,6 +782,29 @@ fn enter_user_namespace(maps: UserNamespaceMaps<'_>) -> bool {
         && write_file(c"/proc/self/setgroups", b"deny")
         && write_file(c"/proc/self/uid_map", maps.uid_map)
         && write_file(c"/proc/self/gid_map", maps.gid_map)
+}
+
+/// `unshare(flags)`; with `CLONE_NEWNS`, then makes every mount private so that
+/// nothing mounted in the new namespace propagates back to the host's.
+fn enter_namespaces(flags: c_int) -> bool {
+    // SAFETY: integer argument.
+    if unsafe { libc::unshare(flags) } != 0 {
+        return false;
+    }
+    if flags & libc::CLONE_NEWNS == 0 {
+        return true;
+    }
+    // SAFETY: static NUL-terminated target; NULL source, type and data are
+    // accepted for a propagation change.
+    unsafe {
+        libc::mount(
+            ptr::null(),
+            c"/".as_ptr(),
+            ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            ptr::null(),
+        ) == 0
+    }
 }
 
 fn set_rlimits(p: &Lowered<'_>) -> bool {
@@ -810,4 +897,17 @@ fn drop_capabilities() -> bool {
     // SAFETY: version-3 capset reads one header and two data structs, both valid here.
     let cleared = unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) == 0 };
     secure && ambient && cleared
+}
+
+/// Whether `path` (not followed if a symlink) carries the `user.knox` extended
+/// attribute — the one the attack corpus's `setxattr` case tries to set.
+pub(crate) fn has_user_xattr(path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: both strings are NUL-terminated and outlive the call; a NULL buffer
+    // of size 0 asks for the value's size only.
+    let n = unsafe { libc::lgetxattr(c.as_ptr(), c"user.knox".as_ptr(), ptr::null_mut(), 0) };
+    n >= 0
 }

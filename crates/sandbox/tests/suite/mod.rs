@@ -1,8 +1,10 @@
 //! Integration suites, one file per layer.
 
+mod corpus;
 mod exec;
 mod filesystem;
 mod limits;
 mod network;
 mod support;
 mod syscalls;
+mod worker;

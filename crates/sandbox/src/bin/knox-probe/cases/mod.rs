@@ -1,4 +1,12 @@
 //! The probe's case table: one row per attack, grouped by what the attack targets.
+//!
+//! The first table holds the original cases; the corpus added one table per
+//! target (`files`, `net`, `procs`, `kernel`), all searched by [`find`].
+
+mod files;
+mod kernel;
+mod net;
+mod procs;
 
 use std::ffi::CString;
 use std::fs::{self, OpenOptions};
@@ -9,11 +17,37 @@ use std::time::{Duration, Instant};
 use crate::sys;
 use crate::{Case, Res};
 
+/// Every table, in order.
+pub fn tables() -> [&'static [Case]; 5] {
+    [CASES, files::CASES, net::CASES, procs::CASES, kernel::CASES]
+}
+
+/// The row named `name`.
+pub fn find(name: &str) -> Option<&'static Case> {
+    tables()
+        .into_iter()
+        .flat_map(|t| t.iter())
+        .find(|(n, _, _)| *n == name)
+}
+
 /// Every case, by name. Keep rows sorted by group; names are the tests' vocabulary.
 pub const CASES: &[Case] = &[
     // — baseline —
     ("true", "", |_| Ok(Res::ok())),
     ("echo", "WORDS...", echo),
+    ("stdout-raw", "HEX", |a| {
+        // Bytes straight to fd 1, around any framing: a worker breaking its protocol.
+        let hex = arg(a, 0)?;
+        let bytes = (0..hex.len())
+            .step_by(2)
+            .map(|i| {
+                hex.get(i..i + 2)
+                    .and_then(|b| u8::from_str_radix(b, 16).ok())
+                    .ok_or_else(|| format!("bad hex at {i}"))
+            })
+            .collect::<Result<Vec<u8>, String>>()?;
+        Ok(Res::sys(sys::write_all(1, &bytes)))
+    }),
     // — file system —
     ("read", "PATH", |a| Ok(Res::io(fs::read(arg(a, 0)?)))),
     ("write", "PATH", |a| {
@@ -175,28 +209,28 @@ pub const CASES: &[Case] = &[
     }),
 ];
 
-fn arg(a: &[String], i: usize) -> Result<&str, String> {
+pub(crate) fn arg(a: &[String], i: usize) -> Result<&str, String> {
     a.get(i)
         .map(String::as_str)
         .ok_or_else(|| format!("missing argument {}", i + 1))
 }
 
-fn int(a: &[String], i: usize) -> Result<u64, String> {
+pub(crate) fn int(a: &[String], i: usize) -> Result<u64, String> {
     let v: i64 = arg(a, i)?
         .parse()
         .map_err(|e| format!("argument {}: {e}", i + 1))?;
     Ok(v as u64)
 }
 
-fn port(a: &[String]) -> Result<u16, String> {
+pub(crate) fn port(a: &[String]) -> Result<u16, String> {
     arg(a, 0)?.parse().map_err(|e| format!("port: {e}"))
 }
 
-fn cstr(a: &[String], i: usize) -> Result<CString, String> {
+pub(crate) fn cstr(a: &[String], i: usize) -> Result<CString, String> {
     CString::new(arg(a, i)?).map_err(|e| e.to_string())
 }
 
-fn raw<const N: usize>(nr: i64, args: [u64; N]) -> sys::Sys {
+pub(crate) fn raw<const N: usize>(nr: i64, args: [u64; N]) -> sys::Sys {
     let mut all = [0_u64; 6];
     for (slot, v) in all.iter_mut().zip(args) {
         *slot = v;
@@ -298,7 +332,7 @@ fn thread_bomb(a: &[String]) -> Result<Res, String> {
 }
 
 /// Writes BYTES to PATH in 64 KiB chunks; stops at the first error.
-fn file_size_bomb(a: &[String]) -> Result<Res, String> {
+pub(crate) fn file_size_bomb(a: &[String]) -> Result<Res, String> {
     let bytes = int(a, 1)?;
     let mut file = match fs::File::create(arg(a, 0)?) {
         Ok(f) => f,
@@ -335,7 +369,7 @@ fn memory_bomb(a: &[String]) -> Result<Res, String> {
 }
 
 /// Spins on the CPU for up to SECONDS of wall-clock time.
-fn cpu_spin(a: &[String]) -> Result<Res, String> {
+pub(crate) fn cpu_spin(a: &[String]) -> Result<Res, String> {
     let until = Instant::now() + Duration::from_secs(int(a, 0)?);
     let mut x = 0_u64;
     while Instant::now() < until {
