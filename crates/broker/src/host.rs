@@ -1,15 +1,17 @@
 //! The broker: grant checks, then the tool in a kernel-confined worker; kernel denials
 //! and refusals come back as events the monitor records.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 use knox_attest::grant::{self, GrantError};
 use knox_monitor::tools::{RunContext, ToolHost, ToolResult, ToolRunner};
 use knox_sandbox::{
-    DeniedSyscall, LimitHit, Outcome, PreparedPolicy, Sandbox, SandboxConfig, SandboxError,
+    DeniedSyscall, LimitHit, PreparedPolicy, Sandbox, SandboxConfig, SandboxError, Worker,
+    WorkerReply,
 };
 use knox_types::Action;
 use knox_types::grant::Grant;
@@ -62,11 +64,28 @@ impl Broker {
     }
 }
 
+/// Longest one tool call may take before its worker is killed.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One run's tools: a confined worker per agent, reused for all of that agent's calls
+/// (confinement cannot be undone, so reuse is safe and amortizes the spawn).
 struct RunBroker<'r> {
     broker: &'r Broker,
     cx: RunContext<'r>,
     prepared: PreparedPolicy,
     consumed: Mutex<HashSet<Vec<u8>>>,
+    workers: Mutex<HashMap<String, Worker>>,
+}
+
+impl Drop for RunBroker<'_> {
+    fn drop(&mut self) {
+        let workers =
+            std::mem::take(&mut *self.workers.lock().unwrap_or_else(PoisonError::into_inner));
+        for (_, w) in workers {
+            // Closing its input ends a healthy worker; a stuck one is killed.
+            let _ = w.shutdown_within(Duration::from_secs(2));
+        }
+    }
 }
 
 impl ToolHost for Broker {
@@ -86,6 +105,7 @@ impl ToolHost for Broker {
             cx,
             prepared,
             consumed: Mutex::new(HashSet::new()),
+            workers: Mutex::new(HashMap::new()),
         }))
     }
 }
@@ -135,39 +155,59 @@ impl ToolRunner for RunBroker<'_> {
         if let Err(reason) = self.admit(action, grant) {
             return refusal(reason);
         }
+        let agent = grant.map_or_else(String::new, |g| g.body.agent.clone());
         let canned = (action.tool != "TerminalExecute").then(|| self.cx.canned.respond_to(action));
         let req = Request {
             tool: action.tool.clone(),
             params: action.params.clone(),
             canned,
         };
-        let Ok(stdin) = serde_json::to_vec(&req) else {
+        let Ok(request) = serde_json::to_vec(&req) else {
             return refusal("request does not serialize".into());
         };
-        let outcome = self
-            .broker
-            .sandbox
-            .spawn_prepared(&self.prepared, &self.broker.worker, &[], &stdin)
-            .and_then(knox_sandbox::ConfinedChild::wait);
-        match outcome {
-            Ok(o) => result_of(&o),
-            Err(e) => ToolResult {
-                output: json!({"error": format!("the confined worker failed: {e}")}),
-                kernel: vec![KernelEvent {
-                    event: "limit".into(),
-                    syscall: None,
-                    nr: None,
-                    pid: None,
-                    args: vec![],
-                    detail: Some(e.to_string()),
-                }],
-                confinement: None,
+        // Take the agent's worker out of the map while it serves, so that other agents'
+        // calls proceed concurrently.
+        let existing = self
+            .workers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&agent);
+        let mut worker = match existing {
+            Some(w) => w,
+            None => match self
+                .broker
+                .sandbox
+                .spawn_worker(&self.prepared, &self.broker.worker, &[])
+            {
+                Ok(w) => w,
+                Err(e) => return failed(format!("cannot start a confined worker: {e}")),
             },
+        };
+        let reply = match worker.call(&request, CALL_TIMEOUT) {
+            Ok(r) => r,
+            Err(e) => return failed(format!("the confined worker failed: {e}")),
+        };
+        let result = result_of(&reply, self.prepared.landlock_abi(), self.prepared.notes());
+        if reply.exited.is_none() && reply.response.is_ok() {
+            self.workers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(agent, worker);
         }
+        result
     }
 }
 
-fn syscall_event(d: &DeniedSyscall) -> KernelEvent {
+fn failed(why: String) -> ToolResult {
+    ToolResult {
+        output: json!({"error": why.clone()}),
+        kernel: vec![limit_event(why)],
+        confinement: None,
+    }
+}
+
+/// A denied system call as evidence.
+pub fn syscall_event(d: &DeniedSyscall) -> KernelEvent {
     KernelEvent {
         event: "syscall".into(),
         syscall: Some(d.name.clone()),
@@ -178,7 +218,8 @@ fn syscall_event(d: &DeniedSyscall) -> KernelEvent {
     }
 }
 
-fn limit_event(detail: String) -> KernelEvent {
+/// A limit hit or kill as evidence.
+pub fn limit_event(detail: String) -> KernelEvent {
     KernelEvent {
         event: "limit".into(),
         syscall: None,
@@ -189,32 +230,38 @@ fn limit_event(detail: String) -> KernelEvent {
     }
 }
 
-fn limit_name(h: &LimitHit) -> String {
+/// A limit hit, named for the evidence.
+pub fn limit_name(h: &LimitHit) -> String {
     serde_json::to_value(h)
         .map(|v| v.to_string())
         .unwrap_or_else(|_| format!("{h:?}"))
 }
 
-/// The tool's output and what the kernel layer observed.
-fn result_of(o: &Outcome) -> ToolResult {
-    let mut kernel: Vec<KernelEvent> = o.denied.iter().map(syscall_event).collect();
-    kernel.extend(o.limit_hits.iter().map(|h| limit_event(limit_name(h))));
-    if let Some(sig) = o.signal {
+/// The tool's output and what the kernel layer observed while it was produced.
+fn result_of(r: &WorkerReply, landlock_abi: i32, notes: &[String]) -> ToolResult {
+    let mut kernel: Vec<KernelEvent> = r
+        .idle_denied
+        .iter()
+        .chain(&r.denied)
+        .map(syscall_event)
+        .collect();
+    kernel.extend(r.limit_hits.iter().map(|h| limit_event(limit_name(h))));
+    if let Some(sig) = r.exited.as_ref().and_then(|o| o.signal) {
         kernel.push(limit_event(format!("worker killed by signal {sig}")));
     }
-    if o.denied_dropped > 0 {
-        kernel.push(limit_event(format!(
-            "{} further denials not stored",
-            o.denied_dropped
-        )));
-    }
-    let output = serde_json::from_slice::<Value>(&o.stdout).unwrap_or_else(|_| {
-        json!({"error": "the tool produced no output", "stderr": String::from_utf8_lossy(&o.stderr), "status": o.status})
-    });
-    let confinement = json!({
-        "landlock_abi": o.landlock_abi,
-        "enforcement": serde_json::to_value(&o.enforcement).unwrap_or(Value::Null),
-    });
+    let output = match &r.response {
+        Ok(bytes) => serde_json::from_slice::<Value>(bytes)
+            .unwrap_or_else(|_| json!({"error": "the tool's output is not JSON"})),
+        Err(f) => {
+            let why = serde_json::to_value(f)
+                .map(|v| v.to_string())
+                .unwrap_or_default();
+            kernel.push(limit_event(format!("no response: {why}")));
+            json!({"error": format!("the tool gave no response: {why}")})
+        }
+    };
+    let confinement =
+        json!({"landlock_abi": landlock_abi, "seccomp": "user-notification", "notes": notes});
     ToolResult {
         output,
         kernel,

@@ -1,12 +1,13 @@
-//! The tool worker: the process that runs inside the confinement. It reads one request
-//! (JSON) from standard input and writes the tool's output (JSON) to standard output.
+//! The tool worker: the process that runs inside the confinement and serves every call
+//! of one run's agent. It reads framed requests (`knox_sandbox::frame`: 4-byte length,
+//! JSON) from standard input and answers each with a framed output on standard output,
+//! until its input closes.
 //!
 //! `TerminalExecute` runs the command for real: split into argv without a shell (a
 //! shell runs only if the command names one and `Auth` lets it execute), in the current
 //! directory (the run's workspace), with a cleared environment. Every other tool
 //! returns the canned response the request carries.
 
-use std::io::{Read, Write};
 use std::process::Command;
 
 use serde::{Deserialize, Serialize};
@@ -111,28 +112,28 @@ pub fn run(req: &Request) -> Value {
     }
 }
 
-/// The worker's main: one request on stdin, one output on stdout; exit 0 unless the
-/// request is unreadable (exit 2).
+/// The worker's main loop: serves framed requests until standard input closes (exit
+/// 0); an unreadable frame or request ends it (exit 2), which the broker sees as the
+/// worker exiting.
 pub fn serve() -> i32 {
-    let mut buf = Vec::new();
-    let read = std::io::stdin()
-        .take(MAX_REQUEST as u64 + 1)
-        .read_to_end(&mut buf);
-    let req: Request = match read
-        .ok()
-        .filter(|&n| n <= MAX_REQUEST)
-        .and_then(|_| serde_json::from_slice(&buf).ok())
-    {
-        Some(r) => r,
-        None => return 2,
-    };
-    let out = run(&req);
+    let mut stdin = std::io::stdin().lock();
     let mut stdout = std::io::stdout().lock();
-    match serde_json::to_writer(&mut stdout, &out)
-        .and_then(|()| stdout.flush().map_err(serde_json::Error::io))
-    {
-        Ok(()) => 0,
-        Err(_) => 1,
+    loop {
+        let frame = match knox_sandbox::frame::read_frame(&mut stdin) {
+            Ok(Some(f)) => f,
+            Ok(None) => return 0,
+            Err(_) => return 2,
+        };
+        let Some(req) = (frame.len() <= MAX_REQUEST)
+            .then(|| serde_json::from_slice::<Request>(&frame).ok())
+            .flatten()
+        else {
+            return 2;
+        };
+        let out = serde_json::to_vec(&run(&req)).unwrap_or_default();
+        if knox_sandbox::frame::write_frame(&mut stdout, &out).is_err() {
+            return 1;
+        }
     }
 }
 

@@ -35,6 +35,9 @@ enum Command {
     /// NVIDIA GPU attestation evidence.
     #[command(subcommand)]
     Gpu(cmd::hardware::GpuCommand),
+    /// Attack corpora.
+    #[command(subcommand)]
+    Corpus(cmd::corpus::CorpusCommand),
     /// Internal: the confined tool worker the broker launches (one request on stdin).
     #[command(hide = true)]
     ToolWorker,
@@ -58,6 +61,7 @@ fn main() -> ExitCode {
         Command::Receipts(a) => cmd::receipts::run(a),
         Command::Quote(c) => cmd::hardware::quote(c),
         Command::Gpu(c) => cmd::hardware::gpu(c),
+        Command::Corpus(c) => cmd::corpus::run(c),
         Command::ToolWorker => Ok(knox_broker::worker::serve()),
     };
     match result {

@@ -1,6 +1,7 @@
 //! The `knox` subcommands.
 
 pub mod bench;
+pub mod corpus;
 pub mod demo;
 pub mod hardware;
 pub mod keys;

@@ -187,3 +187,48 @@ fn the_broker_runs_nothing_without_a_valid_unconsumed_grant() {
     let g = knox_attest::grant::issue(&forger, h.apm_hash, &id, "agent-0", 6).unwrap();
     assert!(refused(&runner.run(&id, Some(&g))));
 }
+
+#[test]
+fn the_corpus_command_prevents_every_attack_and_its_evidence_verifies() {
+    let probe = std::path::Path::new(env!("CARGO_BIN_EXE_knox")).with_file_name("knox-probe");
+    if !probe.exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "knox-probe not built (cargo test --workspace builds it)"
+        );
+        eprintln!("skipping: build knox-probe with `cargo build -p knox-sandbox`");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // A slice of the corpus (the whole corpus is tested in knox-sandbox): exec, network,
+    // file-system and privilege attacks.
+    for only in ["exec-", "connect", "read-canary", "mount"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_knox"))
+            .args(["corpus", "syscalls", "--json", "--only", only, "--probe"])
+            .arg(&probe)
+            .arg("--out")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{only}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let s = &v["summary"];
+        assert!(s["cases"].as_u64().unwrap() > 0, "{only}");
+        assert_eq!(s["monitor_kernel"]["prevented"], s["cases"], "{only}: {s}");
+        assert_eq!(s["evidence"]["verified"], "complete");
+        assert_eq!(
+            s["evidence"]["kernel_events"],
+            s["evidence"]["blocked_nodes"]
+        );
+        let bundle: knox_types::bundle::Bundle = serde_json::from_slice(
+            &std::fs::read(dir.path().join("corpus-syscalls.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(verify(&bundle).outcome, Outcome::Complete);
+    }
+}

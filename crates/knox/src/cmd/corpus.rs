@@ -1,0 +1,285 @@
+//! `knox corpus syscalls`: the unmediated-attack corpus run three ways — unconfined
+//! (what succeeds), monitor only, monitor + kernel — with every kernel denial recorded in
+//! an evidence bundle that must verify.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result, bail};
+use knox_monitor::aeg::AegBuilder;
+use knox_monitor::apm::{self, Regulations};
+use knox_monitor::guard::regulation::NotEvaluated;
+use knox_monitor::guard::stop::StopSignal;
+use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
+use knox_monitor::planner::{Plan, Prompt};
+use knox_monitor::tools::ToolResult;
+use knox_sandbox::corpus::{self, CaseResult, Fixture, Mode};
+use knox_sandbox::{Sandbox, SandboxConfig};
+use knox_types::apm::{ExpectedCall, StopPolicy, Topology, TopologyKind};
+use knox_types::bundle::ModelInfo;
+use serde_json::json;
+
+use crate::session;
+
+/// `knox corpus …`.
+#[derive(Debug, clap::Subcommand)]
+pub enum CorpusCommand {
+    /// Run every unmediated system-call attack unconfined, under the monitor only, and
+    /// under the monitor with the kernel sandbox (as root: the unconfined baseline runs
+    /// inside a harness of its own: cgroup caps, rlimits, private mount/UTS/IPC
+    /// namespaces; every target is a file, port or process the fixture created).
+    Syscalls(CorpusArgs),
+}
+
+/// Arguments of `knox corpus syscalls`.
+#[derive(Debug, clap::Args)]
+pub struct CorpusArgs {
+    /// Print JSON (per case and summary).
+    #[arg(long)]
+    pub json: bool,
+    /// The probe binary (default: `knox-probe` beside this binary; build it with
+    /// `cargo build --release -p knox-sandbox`).
+    #[arg(long)]
+    pub probe: Option<PathBuf>,
+    /// Also write the evidence bundle of the monitor + kernel run here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Only cases whose id contains this.
+    #[arg(long)]
+    pub only: Option<String>,
+}
+
+fn kernel_events(r: &CaseResult) -> Vec<knox_types::payload::KernelEvent> {
+    let mut ev: Vec<_> = r
+        .denied
+        .iter()
+        .map(knox_broker::host::syscall_event)
+        .collect();
+    ev.extend(
+        r.limit_hits
+            .iter()
+            .map(|h| knox_broker::host::limit_event(knox_broker::host::limit_name(h))),
+    );
+    if let Some(sig) = r.signal {
+        ev.push(knox_broker::host::limit_event(format!(
+            "killed by signal {sig}"
+        )));
+    }
+    ev
+}
+
+/// Runs the corpus; exit 0 when the kernel layer prevented every attack and the
+/// evidence verified, 1 otherwise.
+pub fn run(cmd: &CorpusCommand) -> Result<i32> {
+    let CorpusCommand::Syscalls(args) = cmd;
+    let probe = match &args.probe {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?.with_file_name("knox-probe"),
+    };
+    if !probe.exists() {
+        bail!(
+            "probe `{}` not found: build it with `cargo build --release -p knox-sandbox`, or pass --probe",
+            probe.display()
+        );
+    }
+    let sandbox = Sandbox::new(SandboxConfig::default()).context("starting the kernel sandbox")?;
+    let fixture = Fixture::new(&probe).context("creating the corpus fixture")?;
+    let cases: Vec<_> = corpus::cases()
+        .into_iter()
+        .filter(|c| args.only.as_ref().is_none_or(|o| c.id.contains(o.as_str())))
+        .collect();
+    // The monitor's view: each case is a planned TerminalExecute call running the probe.
+    let rt = session::embedded_runtime(b"knox-corpus")?;
+    let calls: Vec<ExpectedCall> = cases
+        .iter()
+        .map(|c| {
+            let params = json!({"command": format!("knox-probe {}", c.id)})
+                .as_object()
+                .cloned()
+                .unwrap_or_default();
+            ExpectedCall::exact(0, "TerminalExecute", params)
+        })
+        .collect();
+    let raw: Vec<Vec<u8>> = calls
+        .iter()
+        .map(|e| {
+            serde_json::to_vec(&json!({"tool": e.tool, "params": e.params})).unwrap_or_default()
+        })
+        .collect();
+    let prompt = Prompt {
+        tasks: vec!["run the system-call corpus".into()],
+    };
+    let topo = Topology {
+        kind: TopologyKind::StSa,
+        tasks: 1,
+        agents: 1,
+    };
+    let stop = StopPolicy::default();
+    let apm = apm::from_plan(
+        &prompt,
+        &rt.manifest,
+        &Regulations::default(),
+        &stop,
+        Plan { tasks: vec![calls] },
+        topo,
+    )?;
+    let apm_hash = apm.hash()?;
+    let att = apm::attest(&apm, apm_hash, &rt.key)?;
+    let models = vec![ModelInfo {
+        role: "executor".into(),
+        name: "corpus".into(),
+        weights_hash: None,
+        declared: false,
+    }];
+    let monitor = Monitor::start(
+        MonitorConfig {
+            apm: &apm,
+            apm_hash,
+            run_id: "corpus-syscalls",
+            manifest: &rt.manifest,
+            key: &rt.key,
+            models: &models,
+            signal: StopSignal::new(),
+            aeg: AegBuilder::default(),
+        },
+        &NotEvaluated,
+    );
+    let mut rows = Vec::new();
+    let (
+        mut base_ok,
+        mut monitor_prevented,
+        mut kernel_prevented,
+        mut recorded,
+        mut kernel_events_total,
+    ) = (0, 0, 0, 0, 0);
+    let mut stand_ins = Vec::new();
+    for (case, proposal) in cases.iter().zip(&raw) {
+        let baseline = corpus::run_case(&fixture, &sandbox, case, Mode::DangerousUnconfined)?;
+        let confined = corpus::run_case(&fixture, &sandbox, case, Mode::Confined)?;
+        // Monitor only: the monitor sees a planned, authorized tool call and allows it;
+        // what the tool then does unconfined is the baseline's outcome.
+        let verdict = monitor.mediate("agent-0", proposal);
+        let monitor_blocked = !matches!(verdict, Verdict::Allow(_));
+        let events = kernel_events(&confined);
+        kernel_events_total += events.len();
+        if let Verdict::Allow(ticket) = verdict {
+            let output = json!({"attack_succeeded": confined.attack_succeeded, "probe": confined.probe, "detail": confined.detail});
+            monitor.record_result(
+                ticket,
+                ToolResult {
+                    output,
+                    kernel: events,
+                    confinement: None,
+                },
+            );
+        }
+        let succeeded_unconfined = baseline.skipped.is_none() && baseline.attack_succeeded;
+        if succeeded_unconfined {
+            base_ok += 1;
+            monitor_prevented += usize::from(monitor_blocked);
+        }
+        kernel_prevented += usize::from(!confined.attack_succeeded);
+        recorded += usize::from(confined.recorded);
+        if let Some(s) = &confined.stand_in {
+            stand_ins.push(format!("{}: {s}", case.id));
+        }
+        rows.push(json!({
+            "id": case.id, "category": case.category,
+            "baseline": if let Some(s) = baseline.skipped { format!("skipped: {s}") } else if baseline.attack_succeeded { "succeeded".into() } else { "failed".into() },
+            "monitor_only": if monitor_blocked { "prevented" } else if succeeded_unconfined { "succeeded" } else { "failed" },
+            "monitor_kernel": if confined.attack_succeeded { "SUCCEEDED" } else { "prevented" },
+            "recorded": if confined.recorded { "kernel event".to_string() } else { confined.stand_in.clone().map_or_else(|| "NOT RECORDED".into(), |s| format!("stand-in: {s}")) },
+            "denied": confined.denied.iter().map(|d| d.name.clone()).collect::<Vec<_>>(),
+        }));
+    }
+    let aeg = monitor.finish();
+    let bundle = knox_monitor::run::seal(
+        &rt,
+        "corpus-syscalls",
+        Some(&prompt),
+        apm.clone(),
+        att,
+        models.clone(),
+        aeg,
+    )?;
+    let report = knox_verify::verify_bundle(
+        &bundle,
+        &rt.manifest,
+        knox_verify::Options::DANGEROUS_SIMULATED,
+    );
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(
+            dir.join("corpus-syscalls.json"),
+            serde_json::to_vec(&bundle)?,
+        )?;
+    }
+    let n = cases.len();
+    let pct = |a: usize, b: usize| {
+        if b == 0 {
+            0.0
+        } else {
+            100.0 * a as f64 / b as f64
+        }
+    };
+    let kernel_nodes = bundle
+        .nodes
+        .iter()
+        .filter(|x| x.kind == knox_types::aeg::NodeKind::Blocked)
+        .count();
+    let summary = json!({
+        "cases": n,
+        "succeed_unconfined": base_ok,
+        "monitor_only": {"prevented_pct_of_successful_attacks": pct(monitor_prevented, base_ok)},
+        "monitor_kernel": {"prevented": kernel_prevented, "prevented_pct": pct(kernel_prevented, n),
+                           "recorded_by_kernel_event": recorded, "recorded_pct": pct(recorded, n), "stand_ins": stand_ins},
+        "evidence": {"kernel_events": kernel_events_total, "blocked_nodes": kernel_nodes, "verified": report.outcome.name()},
+    });
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"summary": summary, "cases": rows}))?
+        );
+    } else {
+        println!("| case | category | unconfined | monitor only | monitor + kernel | recorded |");
+        println!("|---|---|---|---|---|---|");
+        for r in &rows {
+            let s = |k: &str| {
+                r.get(k)
+                    .and_then(|v| v.as_str())
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            println!(
+                "| {} | {} | {} | {} | {} | {} |",
+                s("id"),
+                s("category"),
+                s("baseline"),
+                s("monitor_only"),
+                s("monitor_kernel"),
+                s("recorded")
+            );
+        }
+        println!("\n{n} cases; {base_ok} succeed unconfined (as root, inside the harness).");
+        println!(
+            "monitor only: {:.0} % of the successful attacks prevented (the monitor sees only the planned tool call).",
+            pct(monitor_prevented, base_ok)
+        );
+        println!(
+            "monitor + kernel: {kernel_prevented}/{n} prevented ({:.0} %); {recorded} ({:.0} %) recorded by a kernel event, {} by a named stand-in.",
+            pct(kernel_prevented, n),
+            pct(recorded, n),
+            stand_ins.len()
+        );
+        println!(
+            "evidence: {kernel_events_total} kernel events as {kernel_nodes} blocked nodes; the bundle verifies `{}`.",
+            report.outcome.name()
+        );
+    }
+    Ok(
+        if kernel_prevented == n && report.outcome == knox_verify::Outcome::Complete {
+            0
+        } else {
+            1
+        },
+    )
+}
