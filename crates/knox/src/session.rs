@@ -10,7 +10,7 @@ use knox_monitor::apm::Regulations;
 use knox_monitor::executor::{BenignFactory, ExecutorFactory, InjectedFactory};
 use knox_monitor::guard::regulation::NotEvaluated;
 use knox_monitor::guard::stop::StopSignal;
-use knox_monitor::planner::DatasetPlanner;
+use knox_monitor::planner::{DatasetPlanner, Planner};
 use knox_monitor::run::{self, RunConfig, RunOutcome, Runtime};
 use knox_monitor::workload::Workload;
 use knox_types::apm::StopPolicy;
@@ -122,7 +122,30 @@ impl std::fmt::Debug for WorkloadRun<'_> {
     }
 }
 
-impl WorkloadRun<'_> {
+impl<'a> WorkloadRun<'a> {
+    /// The run configuration for these options, with `planner` and `executor`.
+    pub fn config<'c>(
+        &self,
+        planner: &'c dyn Planner,
+        executor: &'c dyn ExecutorFactory,
+    ) -> RunConfig<'c>
+    where
+        'a: 'c,
+    {
+        RunConfig {
+            workload: self.workload,
+            planner,
+            executor,
+            regulation: &NotEvaluated,
+            regulations: Regulations::default(),
+            stop: self.stop.clone(),
+            signal: self.signal.clone(),
+            journal_dir: self.journal_dir,
+            host: self.host,
+            refresh: self.refresh,
+        }
+    }
+
     /// A run of `flows` flows with no stop limits.
     pub fn new(workload: Workload, executor: ExecutorKind, flows: usize) -> Self {
         Self {
@@ -155,18 +178,7 @@ pub fn run_workload(
     }
     let planner = DatasetPlanner::new(&rt.data);
     let factory = executor(rt, w.executor);
-    let cfg = RunConfig {
-        workload: w.workload,
-        planner: &planner,
-        executor: factory.as_ref(),
-        regulation: &NotEvaluated,
-        regulations: Regulations::default(),
-        stop: w.stop.clone(),
-        signal: w.signal.clone(),
-        journal_dir: w.journal_dir,
-        host: w.host,
-        refresh: w.refresh,
-    };
+    let cfg = w.config(&planner, factory.as_ref());
     let mut n = 0;
     for (i, bundle) in run::bundles(&flows, w.workload).enumerate() {
         let run_id = format!(
@@ -238,18 +250,7 @@ pub fn run_terminal(
         );
     }
     let factory = executor(rt, ExecutorKind::Benign);
-    let cfg = RunConfig {
-        workload: w.workload,
-        planner: &planner,
-        executor: factory.as_ref(),
-        regulation: &NotEvaluated,
-        regulations: Regulations::default(),
-        stop: w.stop.clone(),
-        signal: w.signal.clone(),
-        journal_dir: w.journal_dir,
-        host: w.host,
-        refresh: w.refresh,
-    };
+    let cfg = w.config(&planner, factory.as_ref());
     let t = w.workload.0.tasks.max(1) as usize;
     let tools = knox_monitor::tools::SimulatedTools::new(&rt.data, &rt.manifest);
     let mut n = 0;

@@ -733,7 +733,8 @@ impl<'a> Replayer<'a, '_> {
         // (a clone with namespace flags, a socket of another family, an exec outside the
         // execute grants): only the event's shape is checked here.
         match (p.guard, event.event.as_str()) {
-            (GuardKind::Kernel, "syscall") if event.syscall.as_deref().is_some_and(|s| !s.is_empty()) => {}
+            (GuardKind::Kernel, "syscall")
+                if event.syscall.as_deref().is_some_and(|s| !s.is_empty()) => {}
             (GuardKind::Kernel, "limit") | (GuardKind::Broker, "refusal") => {}
             (g, e) => return fail(n, format!("`{e}` event under guard `{}`", g.as_str())),
         }
