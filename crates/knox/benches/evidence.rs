@@ -72,7 +72,7 @@ fn mediation(c: &mut Criterion, rt: &Runtime) {
     let injected = serde_json::to_vec(&json!({"tool": "BankManagerTransferFunds", "params": {"from_account_number": "1", "to_account_number": "2", "amount": 3000}})).unwrap();
     let output =
         json!({"email": {"from": "a@example.com", "subject": "hi", "body": "hello there"}});
-    let start = || {
+    let start_with = |grants: bool| {
         Monitor::start(
             MonitorConfig {
                 apm: &apm,
@@ -83,15 +83,31 @@ fn mediation(c: &mut Criterion, rt: &Runtime) {
                 models: &[],
                 signal: StopSignal::new(),
                 aeg: AegBuilder::default(),
+                grants,
             },
             &NotEvaluated,
         )
     };
+    let start = || start_with(false);
     let mut g = c.benchmark_group("mediate");
     g.throughput(Throughput::Elements(CALLS as u64));
     g.bench_function("allowed_action_with_output", |b| {
         b.iter_batched(
             start,
+            |m| {
+                for p in &props {
+                    if let Verdict::Allow(t) = m.mediate("agent-0", p) {
+                        m.record_output(t, output.clone());
+                    }
+                }
+                m
+            },
+            BatchSize::SmallInput,
+        );
+    });
+    g.bench_function("allowed_action_with_output_and_signed_grant", |b| {
+        b.iter_batched(
+            || start_with(true),
             |m| {
                 for p in &props {
                     if let Verdict::Allow(t) = m.mediate("agent-0", p) {

@@ -97,6 +97,7 @@ struct Inner {
 pub struct Monitor<'a> {
     apm: &'a Apm,
     apm_hash: Digest,
+    grants: bool,
     manifest: &'a ToolkitManifest,
     key: &'a TeeKey,
     regulation: &'a dyn RegulationGuard,
@@ -132,6 +133,9 @@ pub struct MonitorConfig<'a> {
     pub signal: StopSignal,
     /// The graph to build on (possibly journaling).
     pub aeg: AegBuilder,
+    /// Sign an execution grant for every allowed action (needed when a broker runs the
+    /// tools; an Ed25519 signature per action, so off for in-process tools).
+    pub grants: bool,
 }
 
 fn payload<T: Serialize>(p: &T) -> Value {
@@ -152,6 +156,7 @@ impl<'a> Monitor<'a> {
             models,
             signal,
             mut aeg,
+            grants,
         } = cfg;
         let node = |parent, kind, agent, payload| NewNode {
             parent,
@@ -242,6 +247,7 @@ impl<'a> Monitor<'a> {
         Self {
             apm,
             apm_hash,
+            grants,
             manifest,
             key,
             regulation,
@@ -424,8 +430,11 @@ impl<'a> Monitor<'a> {
         commit_checks(aeg, call_seq, agent, &checks);
         let position = st.pointer;
         st.pointer = st.pointer.saturating_add(1);
-        let grant =
-            knox_attest::grant::issue(self.key, self.apm_hash, &action, agent, call_seq).ok();
+        let grant = if self.grants {
+            knox_attest::grant::issue(self.key, self.apm_hash, &action, agent, call_seq).ok()
+        } else {
+            None
+        };
         Verdict::Allow(Box::new(Ticket {
             agent: agent.into(),
             tool_call: call_seq,

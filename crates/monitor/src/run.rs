@@ -322,6 +322,7 @@ pub fn run_prompt(
             models: &models,
             signal: cfg.signal.clone(),
             aeg: AegBuilder::new(journal),
+            grants: cfg.host.is_some(),
         },
         cfg.regulation,
     );

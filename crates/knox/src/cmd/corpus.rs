@@ -140,6 +140,7 @@ pub fn run(cmd: &CorpusCommand) -> Result<i32> {
             models: &models,
             signal: StopSignal::new(),
             aeg: AegBuilder::default(),
+            grants: false,
         },
         &NotEvaluated,
     );

@@ -129,6 +129,7 @@ impl Harness {
             models: &self.models,
             signal,
             aeg,
+            grants: false,
         };
         Monitor::start(cfg, &NotEvaluated)
     }
