@@ -68,25 +68,25 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
             .filter_map(|w| w.parse().ok())
             .collect(),
     };
-    println!(
+    crate::outln!(
         "Knox overhead per bundle: {} executor, {} bundles per workload, one process.",
         session::executor_name(args.executor),
         args.bundles
     );
-    println!(
+    crate::outln!(
         "Hardware evidence: one {} report at start-up ({:.3} ms) binds the signing key, so 0 per bundle;",
         rt.platform.mode,
         rt.platform_time.as_secs_f64() * 1e3
     );
-    println!("the paper's TDX quote costs 3.2–4.7 ms per bundle.\n");
-    println!(
+    crate::outln!("the paper's TDX quote costs 3.2–4.7 ms per bundle.\n");
+    crate::outln!(
         "| workload | actions/bundle | AEG+guards ms | measurement ms | monitor µs/action | APM ms | sign µs | integrity Mnodes/s | full verify Mnodes/s | paper AEG ms | paper meas. ms | paper sign ms |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    crate::outln!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for w in workloads {
         let a = measure(&rt, &manifest, w, args)?;
         let per_action = (a.aeg + a.measure).as_secs_f64() * 1e6 / a.actions.max(1) as f64;
-        println!(
+        crate::outln!(
             "| {w} | {:.1} | {:.3} | {:.3} | {:.1} | {:.3} | {:.1} | {:.2} | {:.2} | 13–31 | 3.0–6.3 | ~0.1 |",
             a.actions as f64 / f64::from(a.bundles.max(1)),
             a.per_bundle_ms(a.aeg),
@@ -98,17 +98,17 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
             a.rate(a.verify),
         );
     }
-    println!(
+    crate::outln!(
         "\nAEG+guards: time inside the monitor (node construction, guard checks) minus measurement."
     );
-    println!("measurement: every node's m_i, the hash chain and the Merkle structure root.");
-    println!(
+    crate::outln!("measurement: every node's m_i, the hash chain and the Merkle structure root.");
+    crate::outln!(
         "monitor µs/action: both, per proposal. APM: planning and guard derivation. sign: the summary's Ed25519 signature."
     );
-    println!(
+    crate::outln!(
         "integrity: the verifier recomputing measurements and chain; full verify: every step, the policy replay included."
     );
-    println!("Paper figures: its trajectory guard, per bundle, Python implementation.");
+    crate::outln!("Paper figures: its trajectory guard, per bundle, Python implementation.");
     Ok(0)
 }
 

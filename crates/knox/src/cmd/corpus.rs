@@ -236,13 +236,15 @@ pub fn run(cmd: &CorpusCommand) -> Result<i32> {
         "evidence": {"kernel_events": kernel_events_total, "blocked_nodes": kernel_nodes, "verified": report.outcome.name()},
     });
     if args.json {
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(&json!({"summary": summary, "cases": rows}))?
         );
     } else {
-        println!("| case | category | unconfined | monitor only | monitor + kernel | recorded |");
-        println!("|---|---|---|---|---|---|");
+        crate::outln!(
+            "| case | category | unconfined | monitor only | monitor + kernel | recorded |"
+        );
+        crate::outln!("|---|---|---|---|---|---|");
         for r in &rows {
             let s = |k: &str| {
                 r.get(k)
@@ -250,7 +252,7 @@ pub fn run(cmd: &CorpusCommand) -> Result<i32> {
                     .unwrap_or_default()
                     .to_string()
             };
-            println!(
+            crate::outln!(
                 "| {} | {} | {} | {} | {} | {} |",
                 s("id"),
                 s("category"),
@@ -260,18 +262,18 @@ pub fn run(cmd: &CorpusCommand) -> Result<i32> {
                 s("recorded")
             );
         }
-        println!("\n{n} cases; {base_ok} succeed unconfined (as root, inside the harness).");
-        println!(
+        crate::outln!("\n{n} cases; {base_ok} succeed unconfined (as root, inside the harness).");
+        crate::outln!(
             "monitor only: {:.0} % of the successful attacks prevented (the monitor sees only the planned tool call).",
             pct(monitor_prevented, base_ok)
         );
-        println!(
+        crate::outln!(
             "monitor + kernel: {kernel_prevented}/{n} prevented ({:.0} %); {recorded} ({:.0} %) recorded by a kernel event, {} by a named stand-in.",
             pct(kernel_prevented, n),
             pct(recorded, n),
             stand_ins.len()
         );
-        println!(
+        crate::outln!(
             "evidence: {kernel_events_total} kernel events as {kernel_nodes} blocked nodes; the bundle verifies `{}`.",
             report.outcome.name()
         );

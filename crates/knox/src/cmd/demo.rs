@@ -23,10 +23,10 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
     let rt = session::embedded_runtime(b"knox-demo")?;
     let manifest = session::embedded_manifest()?;
     let opts = knox_verify::Options::DANGEROUS_SIMULATED;
-    println!(
+    crate::outln!(
         "Knox demo — InjecAgent tasks under the reference monitor (2 tasks, 2 concurrent sub-agents)"
     );
-    println!(
+    crate::outln!(
         "platform evidence: {} (not hardware-backed; verified below with --allow-simulated)\n",
         rt.platform.mode
     );
@@ -40,7 +40,7 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
                 .out
                 .join(format!("{}.json", session::executor_name(kind)));
             std::fs::write(&path, serde_json::to_vec_pretty(b)?)?;
-            println!(
+            crate::outln!(
                 "== {} executor: {} nodes, {} proposals",
                 session::executor_name(kind),
                 b.nodes.len(),
@@ -53,12 +53,12 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
                     .and_then(|t| t.as_str())
                     .unwrap_or("<malformed>");
                 match &n.block_reason {
-                    None => println!("   allowed  {:<8} {tool}", n.agent),
-                    Some(r) => println!("   BLOCKED  {:<8} {tool}: {r}", n.agent),
+                    None => crate::outln!("   allowed  {:<8} {tool}", n.agent),
+                    Some(r) => crate::outln!("   BLOCKED  {:<8} {tool}: {r}", n.agent),
                 }
             }
             let report = knox_verify::verify_bundle(b, &manifest, opts);
-            println!("   verify {}: {}\n", path.display(), report.outcome.name());
+            crate::outln!("   verify {}: {}\n", path.display(), report.outcome.name());
             if kind == ExecutorKind::Injected {
                 injected_path = Some(path);
             }
@@ -80,12 +80,12 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
         let tampered = args.out.join("injected-tampered.json");
         std::fs::write(&tampered, serde_json::to_vec_pretty(&bundle)?)?;
         let report = knox_verify::verify_bundle(&bundle, &manifest, opts);
-        println!(
+        crate::outln!(
             "== flipped the `allowed` flag of node {victim} in a copy: {}",
             tampered.display()
         );
-        print!("{report}");
-        println!(
+        crate::out!("{report}");
+        crate::outln!(
             "\nVerify yourself: knox verify {} --allow-simulated",
             path.display()
         );

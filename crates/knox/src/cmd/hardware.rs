@@ -227,8 +227,8 @@ pub fn gpu(cmd: &GpuCommand) -> Result<i32> {
 
 fn report(as_json: bool, v: serde_json::Value, text: &str) {
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        crate::outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
-        println!("{text}");
+        crate::outln!("{text}");
     }
 }

@@ -35,7 +35,7 @@ pub fn keygen(args: &KeygenArgs) -> Result<i32> {
         .with_context(|| format!("creating `{}`", private.display()))?;
     f.write_all(serde_json::to_string_pretty(&body)?.as_bytes())?;
     std::fs::write(&public, serde_json::to_string_pretty(&key.public_key())?)?;
-    println!(
+    crate::outln!(
         "key {}\n  private: {}\n  public:  {}",
         key.key_id(),
         private.display(),

@@ -18,15 +18,15 @@ pub struct ReceiptsArgs {
 pub fn run(args: &ReceiptsArgs) -> Result<i32> {
     let bundle = std::fs::read(&args.bundle)
         .with_context(|| format!("reading `{}`", args.bundle.display()))?;
-    println!(
+    crate::outln!(
         "bundle {} (sha256 {})",
         args.bundle.display(),
         knox_types::Digest::sha256(&bundle)
     );
-    println!(
+    crate::outln!(
         "| receipt | regulator key | result | hardware-backed | policy sha256 | verified at |"
     );
-    println!("|---|---|---|---|---|---|");
+    crate::outln!("|---|---|---|---|---|---|");
     let mut bad = 0;
     for path in &args.receipts {
         let bytes = std::fs::read(path).with_context(|| format!("reading `{}`", path.display()))?;
@@ -40,7 +40,7 @@ pub fn run(args: &ReceiptsArgs) -> Result<i32> {
                     Some(r) => format!("{} ({r})", p.result),
                     None => p.result.clone(),
                 };
-                println!(
+                crate::outln!(
                     "| {} | {} | {result} | {} | {policy} | {} |",
                     path.display(),
                     c.regulator,
@@ -50,7 +50,7 @@ pub fn run(args: &ReceiptsArgs) -> Result<i32> {
             }
             Err(e) => {
                 bad += 1;
-                println!("| {} | INVALID: {e} | | | | |", path.display());
+                crate::outln!("| {} | INVALID: {e} | | | | |", path.display());
             }
         }
     }

@@ -172,13 +172,13 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     } else {
         args.executor
     };
-    println!(
+    crate::outln!(
         "workload {} ({}), executor {}: {n} bundles, {nodes} nodes",
         args.workload,
         args.workload.spec(),
         session::executor_name(executor)
     );
-    println!(
+    crate::outln!(
         "  proposals {}: on-trajectory allowed {} / blocked {}; off-trajectory (injected) blocked {} / allowed {}",
         stats.proposals,
         stats.planned_allowed,
@@ -187,25 +187,25 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         stats.injected_allowed
     );
     for (g, k) in &stats.blocked_by {
-        println!("  blocked by {}: {k}", g.as_str());
+        crate::outln!("  blocked by {}: {k}", g.as_str());
     }
     if stats.kernel_denials > 0 {
-        println!(
+        crate::outln!(
             "  denied by the kernel layer while allowed tools ran (recorded as blocked nodes): {}",
             stats.kernel_denials
         );
     }
     if stats.interrupts > 0 {
-        println!("  interrupts: {}", stats.interrupts);
+        crate::outln!("  interrupts: {}", stats.interrupts);
     }
-    println!(
+    crate::outln!(
         "  verified: {complete}/{n} complete (platform evidence: {}, not hardware-backed)",
         rt.platform.mode
     );
     for o in &other {
-        println!("  NOT complete: {o}");
+        crate::outln!("  NOT complete: {o}");
     }
-    println!("  bundles and summary.json in {}", args.out.display());
+    crate::outln!("  bundles and summary.json in {}", args.out.display());
     let correct = stats.planned_blocked == 0 && stats.injected_allowed == 0 && other.is_empty();
     Ok(if correct { 0 } else { 1 })
 }

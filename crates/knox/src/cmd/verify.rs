@@ -77,12 +77,12 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
     };
     let now = knox_attest::hardware::now_unix();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&report)?);
     } else if args.ear {
         let policy_id = policy_bytes
             .as_deref()
             .map(|b| format!("sha256:{}", knox_types::Digest::sha256(b)));
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(&knox_verify::ear::ear(
                 &report,
@@ -91,7 +91,7 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
             ))?
         );
     } else {
-        print!("{report}");
+        crate::out!("{report}");
     }
     if let (Some(key), Some(out)) = (&args.key, &args.receipt) {
         let key = super::keys::load(key)?;
