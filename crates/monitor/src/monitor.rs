@@ -16,7 +16,7 @@ use knox_attest::TeeKey;
 use knox_policy::proposal::{self, Malformed};
 use knox_policy::stop::RunState;
 use knox_policy::trajectory::RegexCache;
-use knox_policy::{ToolkitManifest, auth, stop, trajectory};
+use knox_policy::{ToolkitManifest, auth, dataflow, stop, trajectory};
 use knox_types::Action;
 use knox_types::aeg::NodeKind;
 use knox_types::apm::{Apm, StopCause, TopologyKind};
@@ -82,6 +82,8 @@ struct AgentState {
     cursor: u64,
     stopped: bool,
     outputs: Vec<Option<Value>>,
+    /// Outputs of tools whose content others can write: the data-flow guard's taint.
+    tainted: Vec<(u64, Value)>,
 }
 
 #[derive(Debug)]
@@ -241,6 +243,7 @@ impl<'a> Monitor<'a> {
                     cursor,
                     stopped: false,
                     outputs,
+                    tainted: Vec::new(),
                 },
             );
         }
@@ -400,6 +403,46 @@ impl<'a> Monitor<'a> {
                 missing,
             },
         });
+        // Data flow: no untrusted value in a sensitive sink unless the APM authorizes it.
+        if !entry.annotations.sinks.is_empty() {
+            let prompt: Vec<&str> = self
+                .apm
+                .tasks
+                .iter()
+                .map(|t| t.instruction.as_str())
+                .collect();
+            let tainted: Vec<dataflow::Tainted<'_>> = st
+                .tainted
+                .iter()
+                .map(|(node, output)| dataflow::Tainted {
+                    node: *node,
+                    output,
+                })
+                .collect();
+            let sinks = dataflow::check(
+                &entry.annotations.sinks,
+                &action,
+                expected,
+                &prompt,
+                &tainted,
+            );
+            let passed = dataflow::passes(&sinks);
+            if let Some(bad) = sinks.iter().find(|c| c.source.is_some() && !c.authorized) {
+                failure.get_or_insert((
+                    GuardKind::DataFlow,
+                    format!(
+                        "untrusted value in sink `{}` (from tool_output node {})",
+                        bad.param,
+                        bad.source.unwrap_or_default()
+                    ),
+                ));
+            }
+            checks.push(CheckPayload {
+                guard: GuardKind::DataFlow,
+                passed,
+                detail: CheckDetail::DataFlow { sinks },
+            });
+        }
         // Regulation, for disclosures when regulations are in force.
         if entry.annotations.discloses.is_some()
             && !self.apm.guards.regulation.regulations.is_empty()
@@ -491,6 +534,11 @@ impl<'a> Monitor<'a> {
             *slot = Some(result.output.clone());
         }
         st.spent = st.spent.saturating_add(ticket.cost);
+        let external = self
+            .manifest
+            .tool(&ticket.action.tool)
+            .is_some_and(knox_policy::ToolEntry::returns_external);
+        let tainted_output = external.then(|| result.output.clone());
         let n = NewNode {
             parent: Some(ticket.tool_call),
             kind: NodeKind::ToolOutput,
@@ -504,6 +552,9 @@ impl<'a> Monitor<'a> {
             block_reason: None,
         };
         st.cursor = inner.aeg.commit(n, None);
+        if let Some(output) = tainted_output {
+            st.tainted.push((st.cursor, output));
+        }
     }
 
     /// Ends the run.

@@ -257,6 +257,17 @@ pub struct ToolEntry {
     pub needs_hash: Digest,
 }
 
+impl ToolEntry {
+    /// Whether the tool's output can carry content written by someone other than the
+    /// user (an injection vector, and the data-flow guard's taint).
+    pub fn returns_external(&self) -> bool {
+        self.annotations
+            .returns
+            .as_ref()
+            .is_some_and(|r| r.source == Source::External)
+    }
+}
+
 /// The toolkit manifest `C`.
 #[derive(Clone, Debug)]
 pub struct ToolkitManifest {

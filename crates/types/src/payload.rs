@@ -91,6 +91,8 @@ pub enum GuardKind {
     Syscall,
     /// `Γ_reg`.
     Regulation,
+    /// The data-flow guard: no untrusted value in a sensitive sink unless authorized.
+    DataFlow,
     /// The kernel layer (seccomp, Landlock, limits) while the tool ran: not evaluated by
     /// the monitor, recorded from the sandbox's observations.
     Kernel,
@@ -100,11 +102,12 @@ pub enum GuardKind {
 
 impl GuardKind {
     /// Order of evaluation.
-    pub const ORDER: [Self; 5] = [
+    pub const ORDER: [Self; 6] = [
         Self::Stop,
         Self::Input,
         Self::Trajectory,
         Self::Syscall,
+        Self::DataFlow,
         Self::Regulation,
     ];
 
@@ -116,6 +119,7 @@ impl GuardKind {
             Self::Trajectory => "trajectory",
             Self::Syscall => "syscall",
             Self::Regulation => "regulation",
+            Self::DataFlow => "data_flow",
             Self::Kernel => "kernel",
             Self::Broker => "broker",
         }
@@ -176,6 +180,11 @@ pub enum CheckDetail {
         /// Needs not covered by `Auth`.
         missing: BTreeSet<String>,
     },
+    /// Data-flow guard: one entry per sink parameter present.
+    DataFlow {
+        /// Sink results.
+        sinks: Vec<SinkCheck>,
+    },
     /// Regulation guard.
     Regulation {
         /// `compliant`, `non_compliant` or `not_applicable`.
@@ -186,6 +195,18 @@ pub enum CheckDetail {
         /// Free-form facts (the information flow, a note).
         note: Option<String>,
     },
+}
+
+/// One sink parameter's data-flow result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinkCheck {
+    /// Parameter name.
+    pub param: String,
+    /// The `tool_output` node of untrusted content the value came from, if any.
+    pub source: Option<u64>,
+    /// Whether the APM authorizes the flow (the user's prompt or the plan fixes it).
+    pub authorized: bool,
 }
 
 /// One parameter's constraint result.

@@ -12,7 +12,7 @@ use knox_attest::key::key_id;
 use knox_attest::verify_signature;
 use knox_policy::stop::{self, RunState};
 use knox_policy::trajectory::{self, RegexCache};
-use knox_policy::{ToolkitManifest, auth, proposal};
+use knox_policy::{ToolkitManifest, auth, dataflow, proposal};
 use knox_types::aeg::{NODE_ATTESTATION_CONTEXT, Node, NodeKind, chain_start, chain_step};
 use knox_types::apm::{AgentPlan, Apm, StopCause, TopologyKind};
 use knox_types::bundle::{Counts, ModelInfo, PublicKey};
@@ -91,7 +91,8 @@ struct AgentReplay<'a> {
     stopped: bool,
     last_elapsed: u64,
     outputs: Vec<Option<Value>>,
-    awaiting: Option<(u64, u32, u64)>,
+    awaiting: Option<(u64, u32, u64, bool)>,
+    tainted: Vec<(u64, Value)>,
 }
 
 /// Inputs of the replay.
@@ -152,7 +153,7 @@ pub fn replay(cx: &Context<'_>, nodes: &[Node], finished: bool) -> Result<Findin
     let mut unfinished: Vec<u64> = r
         .agents
         .values()
-        .filter_map(|a| a.awaiting.map(|(s, _, _)| s))
+        .filter_map(|a| a.awaiting.map(|(s, _, _, _)| s))
         .collect();
     unfinished.sort_unstable();
     r.found.unfinished = unfinished;
@@ -288,6 +289,7 @@ impl<'a> Replayer<'a, '_> {
                 last_elapsed: 0,
                 outputs,
                 awaiting: None,
+                tainted: Vec::new(),
             };
             if self.agents.insert(plan.id.as_str(), st).is_some() {
                 return Err((None, format!("APM lists agent `{}` twice", plan.id)));
@@ -309,7 +311,7 @@ impl<'a> Replayer<'a, '_> {
         if st.stopped {
             return fail(call, "tool_call after the agent was interrupted");
         }
-        if let Some((prev, _, _)) = st.awaiting {
+        if let Some((prev, _, _, _)) = st.awaiting {
             return fail(call, format!("allowed tool_call {prev} has no tool_output"));
         }
         if call.parent != Some(st.cursor) {
@@ -423,12 +425,10 @@ impl<'a> Replayer<'a, '_> {
                     "every guard passed but the call is not marked allowed",
                 );
             }
-            let cost = p
-                .actual
-                .as_ref()
-                .and_then(|a| cx.manifest.tool(&a.tool))
-                .map_or(0, |t| t.needs.cost);
-            st.awaiting = Some((call.seq, st.pointer, cost));
+            let entry = p.actual.as_ref().and_then(|a| cx.manifest.tool(&a.tool));
+            let cost = entry.map_or(0, |t| t.needs.cost);
+            let external = entry.is_some_and(knox_policy::ToolEntry::returns_external);
+            st.awaiting = Some((call.seq, st.pointer, cost, external));
             st.pointer = st.pointer.saturating_add(1);
             return Ok(j);
         };
@@ -659,6 +659,34 @@ impl<'a> Replayer<'a, '_> {
                 missing,
             },
         });
+        if !entry.annotations.sinks.is_empty() {
+            let prompt: Vec<&str> = cx
+                .apm
+                .tasks
+                .iter()
+                .map(|t| t.instruction.as_str())
+                .collect();
+            let tainted: Vec<dataflow::Tainted<'_>> = st
+                .tainted
+                .iter()
+                .map(|(node, output)| dataflow::Tainted {
+                    node: *node,
+                    output,
+                })
+                .collect();
+            let sinks = dataflow::check(
+                &entry.annotations.sinks,
+                &action,
+                expected,
+                &prompt,
+                &tainted,
+            );
+            want.push(CheckPayload {
+                guard: GuardKind::DataFlow,
+                passed: dataflow::passes(&sinks),
+                detail: CheckDetail::DataFlow { sinks },
+            });
+        }
         if entry.annotations.discloses.is_some() && !cx.apm.guards.regulation.regulations.is_empty()
         {
             let Some((n, recorded)) = got.get(want.len()) else {
@@ -708,7 +736,7 @@ impl<'a> Replayer<'a, '_> {
         let Some(st) = self.agents.get_mut(n.agent.as_str()) else {
             return fail(n, format!("agent `{}` is not in the APM", n.agent));
         };
-        let Some((call, _, _)) = st.awaiting else {
+        let Some((call, _, _, _)) = st.awaiting else {
             return fail(n, "blocked node without the checks it follows");
         };
         if n.parent != Some(call)
@@ -753,7 +781,7 @@ impl<'a> Replayer<'a, '_> {
         let Some(st) = self.agents.get_mut(n.agent.as_str()) else {
             return fail(n, format!("agent `{}` is not in the APM", n.agent));
         };
-        let Some((call, position, cost)) = st.awaiting else {
+        let Some((call, position, cost, external)) = st.awaiting else {
             return fail(n, "tool_output without an allowed tool_call awaiting it");
         };
         if n.parent != Some(call)
@@ -772,6 +800,9 @@ impl<'a> Replayer<'a, '_> {
                 n,
                 format!("cost {} differs from the tool's cost {cost}", p.cost),
             );
+        }
+        if external {
+            st.tainted.push((n.seq, p.output.clone()));
         }
         if let Some(slot) = st.outputs.get_mut(position as usize) {
             *slot = Some(p.output);

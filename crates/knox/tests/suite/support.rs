@@ -92,6 +92,15 @@ pub fn harness(tasks: Vec<Vec<ExpectedCall>>, topology: Topology, stop: StopPoli
     let prompt = Prompt {
         tasks: (0..tasks.len()).map(|i| format!("task {i}")).collect(),
     };
+    harness_for(prompt, tasks, topology, stop)
+}
+
+pub fn harness_for(
+    prompt: Prompt,
+    tasks: Vec<Vec<ExpectedCall>>,
+    topology: Topology,
+    stop: StopPolicy,
+) -> Harness {
     let apm = apm_mod::from_plan(
         &prompt,
         manifest(),
