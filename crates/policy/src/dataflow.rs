@@ -128,7 +128,7 @@ pub fn contains_token(hay: &str, needle: &str) -> bool {
 }
 
 #[cfg(test)]
-#[expect(clippy::unwrap_used, reason = "tests")]
+#[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 mod tests {
     use super::*;
     use serde_json::json;
