@@ -19,7 +19,7 @@ struct Cli {
 enum Command {
     /// Run a benign and an injected agent, verify their evidence, and show a tampered copy caught.
     Demo(cmd::demo::DemoArgs),
-    /// Run InjecAgent flows bundled for a workload; write one evidence bundle per bundle.
+    /// Run InjecAgent flows (or the terminal suite) bundled for a workload; one evidence bundle per bundle.
     Run(cmd::run::RunArgs),
     /// Verify an evidence bundle or run journal offline.
     Verify(cmd::verify::VerifyArgs),

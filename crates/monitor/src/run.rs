@@ -488,7 +488,7 @@ fn agent_loop(
                 Observation::Blocked(reason)
             }
             Verdict::Interrupt { .. } => {
-                stats.add(origin, false);
+                // A stop is neither an allowed nor a blocked action: counted on its own.
                 stats.interrupts += 1;
                 break;
             }
