@@ -35,6 +35,9 @@ enum Command {
     /// NVIDIA GPU attestation evidence.
     #[command(subcommand)]
     Gpu(cmd::hardware::GpuCommand),
+    /// Inclusion proofs: show one node of a bundle against its signed structure root.
+    #[command(subcommand)]
+    Prove(cmd::prove::ProveCommand),
     /// Attack corpora.
     #[command(subcommand)]
     Corpus(cmd::corpus::CorpusCommand),
@@ -62,6 +65,7 @@ fn main() -> ExitCode {
         Command::Quote(c) => cmd::hardware::quote(c),
         Command::Gpu(c) => cmd::hardware::gpu(c),
         Command::Corpus(c) => cmd::corpus::run(c),
+        Command::Prove(c) => cmd::prove::run(c),
         Command::ToolWorker => Ok(knox_broker::worker::serve()),
     };
     match result {

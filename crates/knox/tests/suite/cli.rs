@@ -110,3 +110,52 @@ fn run_then_verify_with_exit_codes() {
         Some(64)
     );
 }
+
+#[test]
+fn one_node_is_proven_and_a_changed_node_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = knox()
+        .args(["run", "--workload", "st-sa", "--flows", "1", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let bundle = dir.path().join("st-sa-injected-0000.json");
+    let root = serde_json::from_slice::<serde_json::Value>(&std::fs::read(&bundle).unwrap())
+        .unwrap()["summary"]["structure_root"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let proof = knox()
+        .args(["prove", "node"])
+        .arg(&bundle)
+        .args(["--node", "5"])
+        .output()
+        .unwrap();
+    assert!(proof.status.success());
+    let path = dir.path().join("proof.json");
+    std::fs::write(&path, &proof.stdout).unwrap();
+    assert_eq!(
+        knox()
+            .args(["prove", "check"])
+            .arg(&path)
+            .args(["--root", &root])
+            .status()
+            .unwrap()
+            .code(),
+        Some(0)
+    );
+    let mut p: serde_json::Value = serde_json::from_slice(&proof.stdout).unwrap();
+    p["node"]["agent"] = serde_json::json!("someone-else");
+    std::fs::write(&path, serde_json::to_vec(&p).unwrap()).unwrap();
+    assert_eq!(
+        knox()
+            .args(["prove", "check"])
+            .arg(&path)
+            .args(["--root", &root])
+            .status()
+            .unwrap()
+            .code(),
+        Some(1)
+    );
+}
