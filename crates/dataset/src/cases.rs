@@ -64,7 +64,7 @@ pub struct UserCase {
 }
 
 impl UserCase {
-    /// The tool response with the placeholder replaced by `text`.
+    /// The tool response with the injection marker replaced by `text`.
     pub fn response(&self, text: &str) -> Value {
         replace_strings(&self.template, INJECTION_PLACEHOLDER, text)
     }
