@@ -68,7 +68,7 @@ type GpuInput = (Vec<u8>, Vec<u8>, Option<[u8; 32]>);
 
 /// Reads a file that is either hex text or raw bytes.
 fn raw_or_hex(path: &Path) -> Result<Vec<u8>> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading `{}`", path.display()))?;
+    let bytes = super::read_input(path).with_context(|| format!("reading `{}`", path.display()))?;
     let text: String = String::from_utf8_lossy(&bytes).split_whitespace().collect();
     if !text.is_empty()
         && text.len().is_multiple_of(2)
@@ -81,7 +81,7 @@ fn raw_or_hex(path: &Path) -> Result<Vec<u8>> {
 
 fn policy(path: Option<&PathBuf>) -> Result<Option<RegulatorPolicy>> {
     path.map(|p| {
-        let bytes = std::fs::read(p).with_context(|| format!("reading `{}`", p.display()))?;
+        let bytes = super::read_input(p).with_context(|| format!("reading `{}`", p.display()))?;
         RegulatorPolicy::from_toml(&bytes).with_context(|| format!("policy `{}`", p.display()))
     })
     .transpose()
@@ -91,7 +91,8 @@ fn policy(path: Option<&PathBuf>) -> Result<Option<RegulatorPolicy>> {
 pub fn quote(cmd: &QuoteCommand) -> Result<i32> {
     let QuoteCommand::Verify(a) = cmd;
     let quote = raw_or_hex(&a.quote)?;
-    let collateral = Collateral::from_json(&std::fs::read(&a.collateral)?).context("collateral")?;
+    let collateral =
+        Collateral::from_json(&super::read_input(&a.collateral)?).context("collateral")?;
     let at = match &a.at {
         Some(s) => {
             UNIX_EPOCH
@@ -158,9 +159,13 @@ pub fn gpu(cmd: &GpuCommand) -> Result<i32> {
         })
         .transpose()?;
     let items: Vec<GpuInput> = match &a.certs {
-        Some(certs) => vec![(raw_or_hex(&a.evidence)?, std::fs::read(certs)?, expected)],
+        Some(certs) => vec![(
+            raw_or_hex(&a.evidence)?,
+            super::read_input(certs)?,
+            expected,
+        )],
         None => {
-            let parsed = nvidia::parse_serialized(&std::fs::read(&a.evidence)?)
+            let parsed = nvidia::parse_serialized(&super::read_input(&a.evidence)?)
                 .context("serialized GPU evidence")?;
             if parsed.is_empty() {
                 bail!("no GPU evidence in `{}`", a.evidence.display());

@@ -56,7 +56,7 @@ pub struct InclusionProof {
 pub fn run(cmd: &ProveCommand) -> Result<i32> {
     match cmd {
         ProveCommand::Node(a) => {
-            let bytes = std::fs::read(&a.bundle)
+            let bytes = super::read_input(&a.bundle)
                 .with_context(|| format!("reading `{}`", a.bundle.display()))?;
             let b = knox_verify::parse_bundle(&bytes)?;
             let leaves: Vec<Digest> = b.nodes.iter().map(Node::leaf_hash).collect();
@@ -78,7 +78,7 @@ pub fn run(cmd: &ProveCommand) -> Result<i32> {
             Ok(0)
         }
         ProveCommand::Check(a) => {
-            let p: InclusionProof = serde_json::from_slice(&std::fs::read(&a.proof)?)
+            let p: InclusionProof = serde_json::from_slice(&super::read_input(&a.proof)?)
                 .context("not an inclusion proof")?;
             let root = Digest::from_hex(&a.root)?;
             let measured = p.node.compute_measurement() == p.node.measurement;

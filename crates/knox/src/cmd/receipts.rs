@@ -16,7 +16,7 @@ pub struct ReceiptsArgs {
 
 /// Shows who accepted what; exit 0 when every receipt checks out, 1 otherwise.
 pub fn run(args: &ReceiptsArgs) -> Result<i32> {
-    let bundle = std::fs::read(&args.bundle)
+    let bundle = super::read_input(&args.bundle)
         .with_context(|| format!("reading `{}`", args.bundle.display()))?;
     crate::outln!(
         "bundle {} (sha256 {})",
@@ -29,7 +29,8 @@ pub fn run(args: &ReceiptsArgs) -> Result<i32> {
     crate::outln!("|---|---|---|---|---|---|");
     let mut bad = 0;
     for path in &args.receipts {
-        let bytes = std::fs::read(path).with_context(|| format!("reading `{}`", path.display()))?;
+        let bytes =
+            super::read_input(path).with_context(|| format!("reading `{}`", path.display()))?;
         match knox_verify::receipt::check(&bytes, &bundle) {
             Ok(c) => {
                 let p = &c.predicate;

@@ -43,7 +43,7 @@ pub struct VerifyArgs {
 
 /// Verifies and prints; returns the process exit code.
 pub fn run(args: &VerifyArgs) -> Result<i32> {
-    let bytes = std::fs::read(&args.bundle)
+    let bytes = super::read_input(&args.bundle)
         .with_context(|| format!("reading `{}`", args.bundle.display()))?;
     let manifest = match &args.needs {
         Some(p) => {
