@@ -66,3 +66,44 @@ fn tampering_with_a_journal_is_detected() {
         Outcome::Tampered { node: Some(_), .. }
     ));
 }
+
+#[test]
+fn a_run_killed_with_sigkill_leaves_journals_that_verify_as_prefixes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_knox"))
+        .args([
+            "run",
+            "--workload",
+            "mt-ma:6:4",
+            "--flows",
+            "1054",
+            "--journal",
+            "--out",
+        ])
+        .arg(dir.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Let it write some journals, then kill it without warning.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let journals = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.to_string_lossy().ends_with(".journal.jsonl"))
+            .collect::<Vec<_>>()
+    };
+    while journals().len() < 5 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    let found = journals();
+    assert!(found.len() >= 5, "the run wrote {} journals", found.len());
+    for path in found {
+        let r = check(&std::fs::read(&path).unwrap());
+        assert_eq!(r.outcome, Outcome::Prefix, "{}: {r}", path.display());
+    }
+    // If the run had finished first, the test proved nothing about a kill.
+    assert!(!status.success(), "the run finished before it was killed");
+}
