@@ -109,6 +109,8 @@ pub struct WorkloadRun<'a> {
     pub host: Option<&'a dyn knox_monitor::tools::ToolHost>,
     /// A backend for end-of-run refresh reports binding each chain head.
     pub refresh: Option<&'a dyn knox_attest::PlatformBackend>,
+    /// A model-driven executor replacing the deterministic one.
+    pub model: Option<&'a dyn ExecutorFactory>,
 }
 
 impl std::fmt::Debug for WorkloadRun<'_> {
@@ -157,6 +159,7 @@ impl<'a> WorkloadRun<'a> {
             journal_dir: None,
             host: None,
             refresh: None,
+            model: None,
         }
     }
 }
@@ -177,14 +180,19 @@ pub fn run_workload(
         );
     }
     let planner = DatasetPlanner::new(&rt.data);
-    let factory = executor(rt, w.executor);
-    let cfg = w.config(&planner, factory.as_ref());
+    let owned = executor(rt, w.executor);
+    let factory: &dyn ExecutorFactory = w.model.unwrap_or(owned.as_ref());
+    let cfg = w.config(&planner, factory);
     let mut n = 0;
     for (i, bundle) in run::bundles(&flows, w.workload).enumerate() {
         let run_id = format!(
             "{}-{}-{i:04}",
             w.workload.spec().replace(':', "-"),
-            executor_name(w.executor)
+            if w.model.is_some() {
+                "model"
+            } else {
+                executor_name(w.executor)
+            }
         );
         let outcome = run::run_bundle(rt, bundle, &cfg, &run_id)
             .with_context(|| format!("running bundle {run_id}"))?;

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use crate::aeg::{AegBuilder, FinishedAeg, JOURNAL_FORMAT, Journal};
 use crate::apm::{self, ApmError, Regulations};
-use crate::executor::{ExecutorFactory, Observation, Origin, Step};
+use crate::executor::{AgentTask, ExecutorFactory, Observation, Origin, Step};
 use crate::guard::regulation::RegulationGuard;
 use crate::guard::stop::StopSignal;
 use crate::monitor::{Monitor, MonitorConfig, Verdict};
@@ -342,7 +342,17 @@ pub fn run_prompt(
         None => None,
     };
     let runner: &dyn ToolRunner = hosted.as_deref().unwrap_or(tools);
-    let mut stats = execute(&monitor, &apm, cfg.executor, runner);
+    let offered: Vec<String> = {
+        let mut t: Vec<String> = rt
+            .manifest
+            .tools()
+            .filter(|t| apm.guards.syscall.toolkits.contains(&t.toolkit))
+            .map(|t| t.name.clone())
+            .collect();
+        t.sort();
+        t
+    };
+    let mut stats = execute(&monitor, &apm, cfg.executor, runner, &offered);
     drop(hosted);
     let t_finish = Instant::now();
     let mut aeg = monitor.finish();
@@ -417,8 +427,9 @@ fn execute(
     apm: &knox_types::apm::Apm,
     factory: &dyn ExecutorFactory,
     tools: &dyn ToolRunner,
+    offered: &[String],
 ) -> RunStats {
-    let scripts: Vec<(String, Vec<Action>)> = apm
+    let scripts: Vec<(String, AgentTask)> = apm
         .agents
         .iter()
         .map(|a| {
@@ -427,7 +438,24 @@ fn execute(
                 .iter()
                 .filter_map(|e| Action::new(&e.tool, Value::Object(e.params.clone())).ok())
                 .collect();
-            (a.id.clone(), plan)
+            let instructions = a
+                .tasks
+                .iter()
+                .filter_map(|t| {
+                    apm.tasks
+                        .iter()
+                        .find(|p| p.id == *t)
+                        .map(|p| p.instruction.clone())
+                })
+                .collect();
+            (
+                a.id.clone(),
+                AgentTask {
+                    instructions,
+                    plan,
+                    tools: offered.to_vec(),
+                },
+            )
         })
         .collect();
     let mut total = RunStats::default();
@@ -455,10 +483,10 @@ fn agent_loop(
     monitor: &Monitor<'_>,
     id: &str,
     factory: &dyn ExecutorFactory,
-    plan: Vec<Action>,
+    task: AgentTask,
     tools: &dyn ToolRunner,
 ) -> RunStats {
-    let mut exec = factory.build(plan);
+    let mut exec = factory.build(task);
     let mut stats = RunStats::default();
     let mut last: Option<Observation> = None;
     for _ in 0..HARD_STEP_CAP {

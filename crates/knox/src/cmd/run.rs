@@ -49,6 +49,12 @@ pub struct RunArgs {
     /// Platform evidence backend.
     #[command(flatten)]
     pub platform: crate::session::PlatformArgs,
+    /// A model as the executor instead of the deterministic one: `openai:URL#MODEL`, any
+    /// OpenAI-compatible chat-completions server (API key from `KNOX_OPENAI_API_KEY`).
+    /// Its weights cannot be measured remotely: the evidence records the endpoint and
+    /// model name as declared.
+    #[arg(long, value_name = "openai:URL#MODEL")]
+    pub model: Option<String>,
     /// At the end of each run, bind its chain head to the key with a fresh platform
     /// report (one hardware quote per bundle on TDX).
     #[arg(long)]
@@ -111,15 +117,26 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         journal_dir: args.journal.then_some(args.out.as_path()),
         host: None,
         refresh: args.refresh.then_some(backend.as_ref()),
+        model: None,
     };
     let broker = match args.tools {
         Tools::Confined => Some(session::broker(&args.out.join("workspaces"))?),
         Tools::Simulated => None,
     };
+    let model = match &args.model {
+        Some(spec) => Some(knox_models::OpenAiExecutor::new(
+            knox_models::Endpoint::parse(spec)?,
+            &rt.manifest,
+        )),
+        None => None,
+    };
     let w = WorkloadRun {
         host: broker
             .as_ref()
             .map(|b| b as &dyn knox_monitor::tools::ToolHost),
+        model: model
+            .as_ref()
+            .map(|m| m as &dyn knox_monitor::executor::ExecutorFactory),
         ..w
     };
     let mut stats = RunStats::default();

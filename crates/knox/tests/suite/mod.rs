@@ -6,6 +6,7 @@ mod fuzz_corpus;
 mod guards;
 mod hardware;
 mod journal;
+mod models;
 mod support;
 mod tamper;
 mod workloads;

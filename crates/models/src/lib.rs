@@ -1,0 +1,5 @@
+#![doc = include_str!("../README.md")]
+
+pub mod openai;
+
+pub use openai::{Endpoint, ModelError, OpenAiExecutor};
