@@ -111,6 +111,8 @@ pub struct WorkloadRun<'a> {
     pub refresh: Option<&'a dyn knox_attest::PlatformBackend>,
     /// A model-driven executor replacing the deterministic one.
     pub model: Option<&'a dyn ExecutorFactory>,
+    /// A model planner replacing the dataset's plans.
+    pub planner: Option<&'a dyn Planner>,
 }
 
 impl std::fmt::Debug for WorkloadRun<'_> {
@@ -160,6 +162,7 @@ impl<'a> WorkloadRun<'a> {
             host: None,
             refresh: None,
             model: None,
+            planner: None,
         }
     }
 }
@@ -179,10 +182,11 @@ pub fn run_workload(
             flows.len()
         );
     }
-    let planner = DatasetPlanner::new(&rt.data);
+    let dataset = DatasetPlanner::new(&rt.data);
+    let planner: &dyn Planner = w.planner.unwrap_or(&dataset);
     let owned = executor(rt, w.executor);
     let factory: &dyn ExecutorFactory = w.model.unwrap_or(owned.as_ref());
-    let cfg = w.config(&planner, factory);
+    let cfg = w.config(planner, factory);
     let mut n = 0;
     for (i, bundle) in run::bundles(&flows, w.workload).enumerate() {
         let run_id = format!(

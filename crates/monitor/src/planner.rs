@@ -37,6 +37,9 @@ pub enum PlanError {
         /// Its instruction.
         instruction: String,
     },
+    /// A model planner gave no valid plan within its attempts.
+    #[error("model planner: {0}")]
+    Model(String),
     /// The plan names a tool the manifest does not have.
     #[error("plan names unknown tool `{0}`")]
     UnknownTool(String),

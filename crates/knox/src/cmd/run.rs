@@ -55,6 +55,10 @@ pub struct RunArgs {
     /// model name as declared.
     #[arg(long, value_name = "openai:URL#MODEL")]
     pub model: Option<String>,
+    /// A model as the planner instead of the dataset's plans: `openai:URL#MODEL`. Its
+    /// plans are validated against the toolkit manifest (retried on a fault).
+    #[arg(long, value_name = "openai:URL#MODEL")]
+    pub planner: Option<String>,
     /// At the end of each run, bind its chain head to the key with a fresh platform
     /// report (one hardware quote per bundle on TDX).
     #[arg(long)]
@@ -118,6 +122,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         host: None,
         refresh: args.refresh.then_some(backend.as_ref()),
         model: None,
+        planner: None,
     };
     let broker = match args.tools {
         Tools::Confined => Some(session::broker(&args.out.join("workspaces"))?),

@@ -137,3 +137,50 @@ fn an_injected_model_is_mediated_and_its_evidence_verifies() {
             .ends_with("#scripted-model")
     );
 }
+
+#[test]
+fn a_model_planner_is_validated_retried_and_identified() {
+    let rt = runtime();
+    let flow = &knox_dataset::flows::injecagent_flows(&rt.data, 1)[0];
+    let user = &rt.data.user_cases[flow.user_case];
+    let good = json!({"calls": [{"tool": user.tool, "params": user.params}]}).to_string();
+    let script = vec![
+        // First a plan naming a tool that does not exist: refused and sent back.
+        json!({"role": "assistant", "content": "{\"calls\": [{\"tool\": \"RootShellExecute\", \"params\": {}}]}"}),
+        json!({"role": "assistant", "content": good}),
+    ];
+    let (url, seen) = serve(script);
+    let planner = knox_models::OpenAiPlanner::new(
+        Endpoint::parse(&format!("openai:{url}#planner-model")).unwrap(),
+    );
+    let w = WorkloadRun {
+        planner: Some(&planner),
+        ..WorkloadRun::new("st-sa".parse().unwrap(), ExecutorKind::Benign, 1)
+    };
+    let mut bundles = Vec::new();
+    session::run_workload(rt, &w, |o| {
+        bundles.push(o.bundle.clone());
+        Ok(())
+    })
+    .unwrap();
+    let b = &bundles[0];
+    assert_eq!(verify(b).outcome, Outcome::Complete);
+    assert_eq!(
+        b.apm.agents[0].trajectory[0].tool, user.tool,
+        "the corrected plan is the APM's trajectory"
+    );
+    let requests = seen.lock().unwrap();
+    assert_eq!(requests.len(), 2, "one retry");
+    let retry = requests[1]["messages"].as_array().unwrap();
+    assert!(
+        retry.last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .contains("unknown tool `RootShellExecute`")
+    );
+    assert!(
+        b.models
+            .iter()
+            .any(|m| m.role == "planner" && m.declared && m.name.ends_with("#planner-model"))
+    );
+}
