@@ -54,7 +54,19 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
                     .unwrap_or("<malformed>");
                 match &n.block_reason {
                     None => crate::outln!("   allowed  {:<8} {tool}", n.agent),
-                    Some(r) => crate::outln!("   BLOCKED  {:<8} {tool}: {r}", n.agent),
+                    Some(r) => {
+                        // Every guard that failed, not only the first.
+                        let failed: Vec<&str> = b
+                            .nodes
+                            .iter()
+                            .filter(|c| {
+                                c.kind == NodeKind::Check && c.parent == Some(n.seq) && !c.allowed
+                            })
+                            .filter_map(|c| c.payload.get("guard").and_then(|g| g.as_str()))
+                            .collect();
+                        crate::outln!("   BLOCKED  {:<8} {tool}: {r}", n.agent);
+                        crate::outln!("            failed guards: {}", failed.join(", "));
+                    }
                 }
             }
             let report = knox_verify::verify_bundle(b, &manifest, opts);
