@@ -8,15 +8,15 @@
 //! `blocked` node under the first failing check. A decision is a value: nothing here
 //! returns an error or panics on untrusted input.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use knox_attest::TeeKey;
+use knox_policy::mediated::{self, Caches};
 use knox_policy::proposal::{self, Malformed};
 use knox_policy::stop::RunState;
-use knox_policy::trajectory::RegexCache;
-use knox_policy::{ToolkitManifest, auth, dataflow, stop, trajectory};
+use knox_policy::{ToolkitManifest, dataflow, stop};
 use knox_types::Action;
 use knox_types::aeg::NodeKind;
 use knox_types::apm::{Apm, StopCause, TopologyKind};
@@ -90,9 +90,7 @@ struct AgentState {
 struct Inner {
     aeg: AegBuilder,
     agents: HashMap<String, AgentState>,
-    regexes: RegexCache,
-    /// `needs − Auth` per tool: Auth is fixed for the run, so each tool's result is too.
-    missing: HashMap<String, BTreeSet<String>>,
+    caches: Caches,
 }
 
 /// The reference monitor for one run.
@@ -106,6 +104,8 @@ pub struct Monitor<'a> {
     signal: StopSignal,
     started: Instant,
     inner: Mutex<Inner>,
+    /// The prompt's task instructions (the data-flow guard's authorized values).
+    prompt: Vec<&'a str>,
 }
 
 impl std::fmt::Debug for Monitor<'_> {
@@ -259,9 +259,9 @@ impl<'a> Monitor<'a> {
             inner: Mutex::new(Inner {
                 aeg,
                 agents,
-                regexes: RegexCache::default(),
-                missing: HashMap::new(),
+                caches: Caches::default(),
             }),
+            prompt: apm.tasks.iter().map(|t| t.instruction.as_str()).collect(),
         }
     }
 
@@ -279,8 +279,7 @@ impl<'a> Monitor<'a> {
         let Inner {
             aeg,
             agents,
-            regexes,
-            missing: missing_cache,
+            caches,
         } = &mut *guard;
         let Some(st) = agents.get_mut(agent) else {
             return Verdict::Stopped;
@@ -363,86 +362,30 @@ impl<'a> Monitor<'a> {
             passed: true,
             detail: CheckDetail::Input { error: None },
         });
-        let mut failure: Option<(GuardKind, String)> = None;
-        // Trajectory.
+        // Trajectory, mediated system calls, data flow: the same code the verifier runs.
         let outputs = |k: u32| st.outputs.get(k as usize).cloned().flatten();
-        let t = trajectory::check(expected, &action, &actual_hash, &outputs, regexes);
-        if let Some(r) = &t.reason {
-            failure.get_or_insert((
-                GuardKind::Trajectory,
-                format!("off trajectory at position {}: {r}", st.pointer),
-            ));
-        }
-        checks.push(CheckPayload {
-            guard: GuardKind::Trajectory,
-            passed: t.matched,
-            detail: CheckDetail::Trajectory {
-                mode: t.mode.into(),
-                params: t.params,
-                reason: t.reason,
-            },
-        });
-        // Mediated system calls.
-        let missing = missing_cache
-            .entry(entry.name.clone())
-            .or_insert_with(|| auth::missing(&entry.needs, &self.apm.guards.syscall))
-            .clone();
-        if !missing.is_empty() {
-            let list: Vec<&str> = missing.iter().map(String::as_str).take(8).collect();
-            failure.get_or_insert((
-                GuardKind::Syscall,
-                format!("needs outside Auth: {}", list.join(", ")),
-            ));
-        }
-        checks.push(CheckPayload {
-            guard: GuardKind::Syscall,
-            passed: missing.is_empty(),
-            detail: CheckDetail::Syscall {
-                toolkit: entry.toolkit.clone(),
-                needs: entry.needs_hash,
-                missing,
-            },
-        });
-        // Data flow: no untrusted value in a sensitive sink unless the APM authorizes it.
-        if !entry.annotations.sinks.is_empty() {
-            let prompt: Vec<&str> = self
-                .apm
-                .tasks
-                .iter()
-                .map(|t| t.instruction.as_str())
-                .collect();
-            let tainted: Vec<dataflow::Tainted<'_>> = st
-                .tainted
-                .iter()
-                .map(|(node, output)| dataflow::Tainted {
-                    node: *node,
-                    output,
-                })
-                .collect();
-            let sinks = dataflow::check(
-                &entry.annotations.sinks,
-                &action,
-                expected,
-                &prompt,
-                &tainted,
-            );
-            let passed = dataflow::passes(&sinks);
-            if let Some(bad) = sinks.iter().find(|c| c.source.is_some() && !c.authorized) {
-                failure.get_or_insert((
-                    GuardKind::DataFlow,
-                    format!(
-                        "untrusted value in sink `{}` (from tool_output node {})",
-                        bad.param,
-                        bad.source.unwrap_or_default()
-                    ),
-                ));
-            }
-            checks.push(CheckPayload {
-                guard: GuardKind::DataFlow,
-                passed,
-                detail: CheckDetail::DataFlow { sinks },
-            });
-        }
+        let tainted: Vec<dataflow::Tainted<'_>> = st
+            .tainted
+            .iter()
+            .map(|(node, output)| dataflow::Tainted {
+                node: *node,
+                output,
+            })
+            .collect();
+        let view = mediated::AgentView {
+            expected,
+            outputs: &outputs,
+            tainted: &tainted,
+            prompt: &self.prompt,
+        };
+        checks.extend(mediated::checks(
+            entry,
+            &action,
+            &actual_hash,
+            &self.apm.guards.syscall,
+            view,
+            caches,
+        ));
         // Regulation, for disclosures when regulations are in force.
         if entry.annotations.discloses.is_some()
             && !self.apm.guards.regulation.regulations.is_empty()
@@ -450,12 +393,6 @@ impl<'a> Monitor<'a> {
             let v = self
                 .regulation
                 .evaluate(&self.apm.guards.regulation, entry, &action);
-            if v.blocks() {
-                failure.get_or_insert((
-                    GuardKind::Regulation,
-                    format!("non-compliant: {}", v.policies.join(", ")),
-                ));
-            }
             checks.push(CheckPayload {
                 guard: GuardKind::Regulation,
                 passed: !v.blocks(),
@@ -466,6 +403,9 @@ impl<'a> Monitor<'a> {
                 },
             });
         }
+        let failure = checks
+            .iter()
+            .find_map(|c| mediated::block_reason(c, st.pointer).map(|reason| (c.guard, reason)));
         if let Some((guard, reason)) = failure {
             return block(aeg, st, agent, &call, &checks, guard, reason);
         }

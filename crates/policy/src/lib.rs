@@ -3,6 +3,7 @@
 pub mod auth;
 pub mod dataflow;
 pub mod manifest;
+pub mod mediated;
 pub mod proposal;
 pub mod schema;
 pub mod spec;

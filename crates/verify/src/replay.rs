@@ -10,9 +10,9 @@ use std::collections::HashMap;
 
 use knox_attest::key::key_id;
 use knox_attest::verify_signature;
+use knox_policy::mediated::{self, Caches};
 use knox_policy::stop::{self, RunState};
-use knox_policy::trajectory::{self, RegexCache};
-use knox_policy::{ToolkitManifest, auth, dataflow, proposal};
+use knox_policy::{ToolkitManifest, dataflow, proposal};
 use knox_types::aeg::{NODE_ATTESTATION_CONTEXT, Node, NodeKind, chain_start, chain_step};
 use knox_types::apm::{AgentPlan, Apm, StopCause, TopologyKind};
 use knox_types::bundle::{Counts, ModelInfo, PublicKey};
@@ -119,8 +119,13 @@ pub fn replay(cx: &Context<'_>, nodes: &[Node], finished: bool) -> Result<Findin
         cx,
         finished,
         agents: HashMap::new(),
-        regexes: RegexCache::default(),
-        missing: HashMap::new(),
+        caches: Caches::default(),
+        prompt: cx
+            .apm
+            .tasks
+            .iter()
+            .map(|t| t.instruction.as_str())
+            .collect(),
         found: Findings::default(),
     };
     let mut i = match r.header(nodes) {
@@ -165,9 +170,9 @@ struct Replayer<'a, 'c> {
     /// False for a journal: the graph may stop in the middle of a call's group.
     finished: bool,
     agents: HashMap<&'a str, AgentReplay<'a>>,
-    regexes: RegexCache,
-    /// `needs − Auth` per tool (Auth is fixed for the run).
-    missing: HashMap<String, std::collections::BTreeSet<String>>,
+    caches: Caches,
+    /// The prompt's task instructions.
+    prompt: Vec<&'a str>,
     found: Findings,
 }
 
@@ -460,6 +465,11 @@ impl<'a> Replayer<'a, '_> {
                 "blocked/interrupt node is not attached to the failing check",
             );
         }
+        if failed.guard != GuardKind::Stop
+            && call.block_reason != mediated::block_reason(failed, p.position)
+        {
+            return fail(call, "block reason differs from the failing check's");
+        }
         let tool = p.actual.as_ref().map(|a| a.tool.clone());
         let reason = call.block_reason.clone().unwrap_or_default();
         if failed.guard == GuardKind::Stop {
@@ -629,64 +639,28 @@ impl<'a> Replayer<'a, '_> {
         });
         let expected = st.plan.trajectory.get(st.pointer as usize);
         let outputs = |k: u32| st.outputs.get(k as usize).cloned().flatten();
-        let t = trajectory::check(
+        let tainted: Vec<dataflow::Tainted<'_>> = st
+            .tainted
+            .iter()
+            .map(|(node, output)| dataflow::Tainted {
+                node: *node,
+                output,
+            })
+            .collect();
+        let view = mediated::AgentView {
             expected,
+            outputs: &outputs,
+            tainted: &tainted,
+            prompt: &self.prompt,
+        };
+        want.extend(mediated::checks(
+            entry,
             &action,
             &p.actual_hash,
-            &outputs,
-            &mut self.regexes,
-        );
-        want.push(CheckPayload {
-            guard: GuardKind::Trajectory,
-            passed: t.matched,
-            detail: CheckDetail::Trajectory {
-                mode: t.mode.into(),
-                params: t.params,
-                reason: t.reason,
-            },
-        });
-        let missing = self
-            .missing
-            .entry(entry.name.clone())
-            .or_insert_with(|| auth::missing(&entry.needs, &cx.apm.guards.syscall))
-            .clone();
-        want.push(CheckPayload {
-            guard: GuardKind::Syscall,
-            passed: missing.is_empty(),
-            detail: CheckDetail::Syscall {
-                toolkit: entry.toolkit.clone(),
-                needs: entry.needs_hash,
-                missing,
-            },
-        });
-        if !entry.annotations.sinks.is_empty() {
-            let prompt: Vec<&str> = cx
-                .apm
-                .tasks
-                .iter()
-                .map(|t| t.instruction.as_str())
-                .collect();
-            let tainted: Vec<dataflow::Tainted<'_>> = st
-                .tainted
-                .iter()
-                .map(|(node, output)| dataflow::Tainted {
-                    node: *node,
-                    output,
-                })
-                .collect();
-            let sinks = dataflow::check(
-                &entry.annotations.sinks,
-                &action,
-                expected,
-                &prompt,
-                &tainted,
-            );
-            want.push(CheckPayload {
-                guard: GuardKind::DataFlow,
-                passed: dataflow::passes(&sinks),
-                detail: CheckDetail::DataFlow { sinks },
-            });
-        }
+            &cx.apm.guards.syscall,
+            view,
+            &mut self.caches,
+        ));
         if entry.annotations.discloses.is_some() && !cx.apm.guards.regulation.regulations.is_empty()
         {
             let Some((n, recorded)) = got.get(want.len()) else {
