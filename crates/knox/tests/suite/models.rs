@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
-use knox::session::{self, ExecutorKind, WorkloadRun};
+use knox::session::{ExecutorKind, WorkloadRun};
 use knox_models::{Endpoint, OpenAiExecutor};
 use knox_types::aeg::NodeKind;
 use knox_verify::Outcome;
@@ -85,13 +85,7 @@ fn an_injected_model_is_mediated_and_its_evidence_verifies() {
         model: Some(&model),
         ..WorkloadRun::new("st-sa".parse().unwrap(), ExecutorKind::Benign, 1)
     };
-    let mut bundles = Vec::new();
-    session::run_workload(rt, &w, |o| {
-        bundles.push(o.bundle.clone());
-        Ok(())
-    })
-    .unwrap();
-    let b = &bundles[0];
+    let b = &super::support::outcomes(&w)[0].bundle;
     let r = verify(b);
     assert_eq!(r.outcome, Outcome::Complete, "{r}");
     let calls: Vec<&knox_types::aeg::Node> = b
@@ -157,13 +151,7 @@ fn a_model_planner_is_validated_retried_and_identified() {
         planner: Some(&planner),
         ..WorkloadRun::new("st-sa".parse().unwrap(), ExecutorKind::Benign, 1)
     };
-    let mut bundles = Vec::new();
-    session::run_workload(rt, &w, |o| {
-        bundles.push(o.bundle.clone());
-        Ok(())
-    })
-    .unwrap();
-    let b = &bundles[0];
+    let b = &super::support::outcomes(&w)[0].bundle;
     assert_eq!(verify(b).outcome, Outcome::Complete);
     assert_eq!(
         b.apm.agents[0].trajectory[0].tool, user.tool,
