@@ -23,6 +23,24 @@ pub struct Regulations {
     pub names: Vec<String>,
     /// Hash of the policy set deciding them, when configured.
     pub policy_hash: Option<Digest>,
+    /// Recipient directory, consents, senders and purposes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<knox_types::regulation::RegulationContext>,
+}
+
+impl Regulations {
+    /// `names` decided by `norms`, with `context`.
+    pub fn decided_by(
+        names: Vec<String>,
+        norms: &knox_regulation::Norms,
+        context: knox_types::regulation::RegulationContext,
+    ) -> Self {
+        Self {
+            names,
+            policy_hash: Some(norms.hash()),
+            context: Some(context),
+        }
+    }
 }
 
 /// Why no APM was produced.
@@ -125,6 +143,7 @@ pub fn from_plan(
             regulation: RegulationSpec {
                 regulations: regulations.names.clone(),
                 policy_hash: regulations.policy_hash,
+                context: regulations.context.clone(),
             },
         },
     })

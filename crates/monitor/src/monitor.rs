@@ -17,6 +17,7 @@ use knox_policy::mediated::{self, Caches};
 use knox_policy::proposal::{self, Malformed};
 use knox_policy::stop::RunState;
 use knox_policy::{ToolkitManifest, dataflow, stop};
+use knox_regulation::{Judge, Regulator, Seen};
 use knox_types::Action;
 use knox_types::aeg::NodeKind;
 use knox_types::apm::{Apm, StopCause, TopologyKind};
@@ -32,7 +33,6 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::aeg::{AegBuilder, FinishedAeg, NewNode};
-use crate::guard::regulation::RegulationGuard;
 use crate::guard::stop::StopSignal;
 use crate::tools::ToolResult;
 
@@ -84,6 +84,8 @@ struct AgentState {
     outputs: Vec<Option<Value>>,
     /// Outputs of tools whose content others can write: the data-flow guard's taint.
     tainted: Vec<(u64, Value)>,
+    /// Labelled outputs `(node, position, tool, output)`, for the regulation guard.
+    labelled: Vec<(u64, u32, String, Value)>,
 }
 
 #[derive(Debug)]
@@ -100,7 +102,8 @@ pub struct Monitor<'a> {
     grants: bool,
     manifest: &'a ToolkitManifest,
     key: &'a TeeKey,
-    regulation: &'a dyn RegulationGuard,
+    regulator: Regulator<'a>,
+    judge: Option<&'a dyn Judge>,
     signal: StopSignal,
     started: Instant,
     inner: Mutex<Inner>,
@@ -148,7 +151,11 @@ fn payload<T: Serialize>(p: &T) -> Value {
 impl<'a> Monitor<'a> {
     /// Starts the run: commits the root, proof-of-inference nodes and, for multi-agent
     /// runs, the planner's decomposition and one branch per sub-agent.
-    pub fn start(cfg: MonitorConfig<'a>, regulation: &'a dyn RegulationGuard) -> Self {
+    pub fn start(
+        cfg: MonitorConfig<'a>,
+        regulator: Regulator<'a>,
+        judge: Option<&'a dyn Judge>,
+    ) -> Self {
         let MonitorConfig {
             apm,
             apm_hash,
@@ -244,6 +251,7 @@ impl<'a> Monitor<'a> {
                     stopped: false,
                     outputs,
                     tainted: Vec::new(),
+                    labelled: Vec::new(),
                 },
             );
         }
@@ -253,7 +261,8 @@ impl<'a> Monitor<'a> {
             grants,
             manifest,
             key,
-            regulation,
+            regulator,
+            judge,
             signal,
             started: Instant::now(),
             inner: Mutex::new(Inner {
@@ -387,21 +396,35 @@ impl<'a> Monitor<'a> {
             caches,
         ));
         // Regulation, for disclosures when regulations are in force.
-        if entry.annotations.discloses.is_some()
-            && !self.apm.guards.regulation.regulations.is_empty()
-        {
-            let v = self
-                .regulation
-                .evaluate(&self.apm.guards.regulation, entry, &action);
-            checks.push(CheckPayload {
-                guard: GuardKind::Regulation,
-                passed: !v.blocks(),
-                detail: CheckDetail::Regulation {
-                    verdict: v.verdict.into(),
-                    policies: v.policies,
-                    note: v.note,
-                },
-            });
+        if self.regulator.applies(entry) {
+            let seen: Vec<Seen<'_>> = st
+                .labelled
+                .iter()
+                .map(|(node, position, tool, output)| Seen {
+                    node: *node,
+                    position: *position,
+                    labels: self
+                        .manifest
+                        .tool(tool)
+                        .and_then(|t| t.annotations.returns.as_ref()),
+                    output,
+                })
+                .collect();
+            let task = expected.map(|e| e.task).or_else(|| plan.tasks.last().copied());
+            let flow = self.regulator.flow(entry, &action, expected, task, &seen);
+            let opinion = match (self.judge, &flow) {
+                (Some(judge), Some(f)) if f.info_types.is_empty() => {
+                    let content = knox_regulation::flow::content_text(entry, &action);
+                    let q = knox_regulation::JudgeQuestion {
+                        regulations: &self.apm.guards.regulation.regulations,
+                        flow: f,
+                        content: &content,
+                    };
+                    knox_regulation::judge::opinion(judge, &q).ok()
+                }
+                _ => None,
+            };
+            checks.push(self.regulator.check(flow, opinion));
         }
         let failure = checks
             .iter()
@@ -479,6 +502,13 @@ impl<'a> Monitor<'a> {
             .tool(&ticket.action.tool)
             .is_some_and(knox_policy::ToolEntry::returns_external);
         let tainted_output = external.then(|| result.output.clone());
+        let labelled = self.regulator.evaluates()
+            && self
+                .manifest
+                .tool(&ticket.action.tool)
+                .and_then(|t| t.annotations.returns.as_ref())
+                .is_some_and(|r| !r.info_types.is_empty());
+        let labelled_output = labelled.then(|| result.output.clone());
         let n = NewNode {
             parent: Some(ticket.tool_call),
             kind: NodeKind::ToolOutput,
@@ -494,6 +524,14 @@ impl<'a> Monitor<'a> {
         st.cursor = inner.aeg.commit(n, None);
         if let Some(output) = tainted_output {
             st.tainted.push((st.cursor, output));
+        }
+        if let Some(output) = labelled_output {
+            st.labelled.push((
+                st.cursor,
+                ticket.position,
+                ticket.action.tool.clone(),
+                output,
+            ));
         }
     }
 

@@ -19,7 +19,6 @@ use serde_json::{Value, json};
 use crate::aeg::{AegBuilder, FinishedAeg, JOURNAL_FORMAT, Journal};
 use crate::apm::{self, ApmError, Regulations};
 use crate::executor::{AgentTask, ExecutorFactory, Observation, Origin, Step};
-use crate::guard::regulation::RegulationGuard;
 use crate::guard::stop::StopSignal;
 use crate::monitor::{Monitor, MonitorConfig, Verdict};
 use crate::planner::{Planner, Prompt};
@@ -54,6 +53,9 @@ pub enum RunError {
     /// Hashing failed.
     #[error(transparent)]
     Canon(#[from] CanonError),
+    /// The regulation configuration does not fit the policy set.
+    #[error(transparent)]
+    Regulation(#[from] knox_regulation::RegulatorError),
     /// The journal could not be written.
     #[error("journal: {0}")]
     Journal(#[from] std::io::Error),
@@ -127,8 +129,11 @@ pub struct RunConfig<'a> {
     pub planner: &'a dyn Planner,
     /// The executor.
     pub executor: &'a dyn ExecutorFactory,
-    /// The regulation guard.
-    pub regulation: &'a dyn RegulationGuard,
+    /// The regulation policy set (it must be the one `regulations.policy_hash` names);
+    /// `None` leaves disclosures `not_applicable`, flagged for manual review.
+    pub norms: Option<&'a knox_regulation::Norms>,
+    /// A judge for disclosures whose content no data label reaches.
+    pub judge: Option<&'a dyn knox_regulation::Judge>,
     /// Regulations in force.
     pub regulations: Regulations,
     /// Stop policy.
@@ -297,7 +302,11 @@ pub fn run_prompt(
     let t = Instant::now();
     let apm_attestation = apm::attest(&apm, apm_hash, &rt.key)?;
     let mut sign_time = t.elapsed();
-    let models = vec![cfg.planner.model(), cfg.executor.model()];
+    let mut models = vec![cfg.planner.model(), cfg.executor.model()];
+    if let Some(j) = cfg.judge {
+        models.push(j.model());
+    }
+    let regulator = knox_regulation::Regulator::new(&apm.guards.regulation, cfg.norms)?;
     let journal = match cfg.journal_dir {
         Some(dir) => {
             let header = json!({
@@ -324,7 +333,8 @@ pub fn run_prompt(
             aeg: AegBuilder::new(journal),
             grants: cfg.host.is_some(),
         },
-        cfg.regulation,
+        regulator,
+        cfg.judge,
     );
     let start_time = t_start.elapsed();
     let public_key = rt.key.public_key();

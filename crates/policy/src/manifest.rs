@@ -166,6 +166,11 @@ pub struct Disclosure {
     /// `public` when the recipient is implicit and everyone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audience: Option<String>,
+    /// Information types the disclosure carries by itself, whatever its parameters (the
+    /// whole genetic profile The23andMe shares, a password autofilled into a site, a
+    /// consultation reason sent to a doctor); the data subject is the user.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub carries: Vec<InfoType>,
 }
 
 /// Information types a tool's output may carry.

@@ -383,6 +383,9 @@ pub struct RegulationSpec {
     pub regulations: Vec<String>,
     /// Hash of the policy set that decides them, when one is configured.
     pub policy_hash: Option<Digest>,
+    /// Recipient directory, consents, senders and purposes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<crate::regulation::RegulationContext>,
 }
 
 #[cfg(test)]

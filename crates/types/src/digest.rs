@@ -33,6 +33,10 @@ pub mod tag {
     pub const REGULATIONS: &str = "knox/regulations";
     /// The stop condition.
     pub const STOP: &str = "knox/stop";
+    /// A regulation policy set (its files).
+    pub const POLICY_SET: &str = "knox/policy-set";
+    /// The prompt a regulation judge was given.
+    pub const JUDGE_PROMPT: &str = "knox/judge-prompt";
     /// A tool output.
     pub const OUTPUT: &str = "knox/output";
     /// A raw, possibly malformed, proposal.

@@ -11,6 +11,7 @@ pub mod dsse;
 pub mod grant;
 pub mod merkle;
 pub mod payload;
+pub mod regulation;
 
 pub use action::Action;
 pub use digest::Digest;

@@ -12,6 +12,7 @@ use serde_json::Value;
 use crate::action::Action;
 use crate::apm::{ExpectedCall, StopCause, Topology};
 use crate::digest::Digest;
+use crate::regulation::{InfoFlow, RegulationDecision};
 
 /// Longest raw proposal text kept in a `tool_call` node (its hash covers all of it).
 pub const MAX_RECORDED_PROPOSAL: usize = 4096;
@@ -192,9 +193,45 @@ pub enum CheckDetail {
         /// Ids of the deciding policies.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         policies: Vec<String>,
-        /// Free-form facts (the information flow, a note).
+        /// `φ`, when a policy set decided.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        flow: Option<Box<InfoFlow>>,
+        /// Per regulation and recipient.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        decisions: Vec<RegulationDecision>,
+        /// A judge's opinion, when one was asked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        judge: Option<Box<JudgeOpinion>>,
+        /// Why the verdict is what it is, in words.
         note: Option<String>,
     },
+}
+
+/// What an LLM judge said about a disclosure. Its classification fills in information
+/// types and purpose only where the labels said nothing; its verdict is a second opinion
+/// that never overrides a deterministic one (a disagreement is recorded).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeOpinion {
+    /// The judge model's name.
+    pub model: String,
+    /// SHA-256 of its weights, when measured.
+    pub weights_hash: Option<Digest>,
+    /// Version of the prompt file the judge was given.
+    pub prompt_version: String,
+    /// `H("knox/judge-prompt", prompt)` of the exact prompt text.
+    pub prompt: Digest,
+    /// Information types it found in the content.
+    pub info_types: BTreeSet<String>,
+    /// Purpose it inferred, if any.
+    pub purpose: Option<String>,
+    /// Its own verdict, if it gave one.
+    pub verdict: Option<String>,
+    /// Whether its verdict agrees with the deterministic one (`None` when either is
+    /// missing).
+    pub agrees: Option<bool>,
+    /// Its reasoning, as returned.
+    pub rationale: String,
 }
 
 /// One sink parameter's data-flow result.

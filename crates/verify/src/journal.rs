@@ -106,7 +106,7 @@ pub fn verify_journal(
         manifest,
     );
     s.skip("signature", "journal: the run never signed a summary");
-    let findings = crate::graph_steps(&mut s, &bundle, manifest, apm_hash, false);
+    let findings = crate::graph_steps(&mut s, &bundle, manifest, apm_hash, false, opts.norms);
     let mut report = crate::build_report(s, &bundle, platform, hw, findings, false);
     if torn {
         report.warnings.push(

@@ -14,7 +14,7 @@ use knox_types::merkle;
 
 pub use report::{Outcome, Report, Step};
 
-use crate::replay::{Context, Fail};
+use crate::replay::{Context, Fail, RegulationReplay};
 
 /// What the verifier accepts.
 #[derive(Clone, Copy, Debug, Default)]
@@ -23,6 +23,9 @@ pub struct Options<'a> {
     pub dangerous_allow_simulated: bool,
     /// The regulator's policy: accepted hardware, measurements, model weights.
     pub policy: Option<&'a knox_hw::policy::RegulatorPolicy>,
+    /// The regulation policy set to recompute regulation verdicts with; `None` uses the
+    /// set embedded in this build. A bundle whose APM names another set is refused.
+    pub norms: Option<&'a knox_regulation::Norms>,
 }
 
 impl Options<'_> {
@@ -30,6 +33,7 @@ impl Options<'_> {
     pub const DANGEROUS_SIMULATED: Options<'static> = Options {
         dangerous_allow_simulated: true,
         policy: None,
+        norms: None,
     };
 }
 
@@ -137,7 +141,7 @@ pub fn verify_bundle(b: &Bundle, manifest: &ToolkitManifest, opts: Options<'_>) 
         ),
         Err(why) => s.fail("signature", (None, why)),
     }
-    let findings = graph_steps(&mut s, b, manifest, apm_hash, true);
+    let findings = graph_steps(&mut s, b, manifest, apm_hash, true, opts.norms);
     build_report(s, b, platform, hardware_backed, findings, true)
 }
 
@@ -303,6 +307,7 @@ pub(crate) fn graph_steps(
     manifest: &ToolkitManifest,
     apm_hash: Option<knox_types::Digest>,
     finished: bool,
+    norms: Option<&knox_regulation::Norms>,
 ) -> Option<replay::Findings> {
     let (head, leaves, counts) = match replay::chain(&b.nodes) {
         Ok(x) => x,
@@ -327,7 +332,7 @@ pub(crate) fn graph_steps(
             chain_failures.push((None, "node counts differ from the signed summary".into()));
         }
     }
-    let findings = policy_step(s, b, manifest, apm_hash, finished);
+    let findings = policy_step(s, b, manifest, apm_hash, finished, norms);
     match chain_failures.pop() {
         Some(f) => s.fail("chain", f),
         None if finished => s.pass(
@@ -358,6 +363,47 @@ pub(crate) fn graph_steps(
     findings
 }
 
+/// The policy set embedded in this build, loaded once.
+fn embedded_norms() -> Option<&'static knox_regulation::Norms> {
+    static NORMS: std::sync::OnceLock<Option<knox_regulation::Norms>> = std::sync::OnceLock::new();
+    NORMS
+        .get_or_init(|| knox_regulation::Norms::embedded().ok())
+        .as_ref()
+}
+
+/// Whether regulation verdicts can be recomputed: the APM's policy set must be the
+/// verifier's (a mismatch refuses the bundle).
+fn regulation_step<'n>(
+    s: &mut Steps,
+    spec: &knox_types::apm::RegulationSpec,
+    norms: Option<&'n knox_regulation::Norms>,
+) -> RegulationReplay<'n> {
+    if spec.policy_hash.is_none() {
+        return RegulationReplay::NotConfigured;
+    }
+    let norms: Option<&'n knox_regulation::Norms> = match norms {
+        Some(n) => Some(n),
+        None => embedded_norms(),
+    };
+    match knox_regulation::Regulator::new(spec, norms) {
+        Ok(r) => {
+            s.pass(
+                "regulation",
+                format!(
+                    "policy set {} ({}) matches the APM: every regulation verdict recomputed",
+                    norms.map(|n| n.hash().to_string()).unwrap_or_default(),
+                    spec.regulations.join(", ")
+                ),
+            );
+            RegulationReplay::Recompute(r)
+        }
+        Err(e) => {
+            s.refuse("regulation", e.to_string());
+            RegulationReplay::Unavailable
+        }
+    }
+}
+
 /// Steps 3–5: proof of inference, policy consistency and topology by replay.
 fn policy_step(
     s: &mut Steps,
@@ -365,6 +411,7 @@ fn policy_step(
     manifest: &ToolkitManifest,
     apm_hash: Option<knox_types::Digest>,
     finished: bool,
+    norms: Option<&knox_regulation::Norms>,
 ) -> Option<replay::Findings> {
     let Some(apm_hash) = apm_hash else {
         s.skip("policy", "no APM hash");
@@ -374,6 +421,7 @@ fn policy_step(
         s.skip("policy", "manifest unavailable: decisions not recomputed");
         return None;
     }
+    let regulation = regulation_step(s, &b.apm.guards.regulation, norms);
     let cx = Context {
         apm: &b.apm,
         apm_hash,
@@ -381,6 +429,7 @@ fn policy_step(
         run_id: &b.run_id,
         models: &b.models,
         key: &b.key,
+        regulation: &regulation,
     };
     match replay::replay(&cx, &b.nodes, finished) {
         Ok(f) => {

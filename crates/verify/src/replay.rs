@@ -92,7 +92,23 @@ struct AgentReplay<'a> {
     last_elapsed: u64,
     outputs: Vec<Option<Value>>,
     awaiting: Option<(u64, u32, u64, bool)>,
+    /// Tool of the awaiting call.
+    awaiting_tool: String,
     tainted: Vec<(u64, Value)>,
+    /// Every output `(node, position, tool, output)`, for the regulation guard.
+    labelled: Vec<(u64, u32, String, Value)>,
+}
+
+/// How the regulation checks are replayed.
+#[derive(Debug)]
+pub enum RegulationReplay<'n> {
+    /// The APM names no policy set: every verdict must be `not_applicable`.
+    NotConfigured,
+    /// Recomputed with the policy set the APM names.
+    Recompute(knox_regulation::Regulator<'n>),
+    /// The APM names a policy set the verifier does not have (the reason is reported
+    /// as a refusal elsewhere): recorded verdicts are checked for shape only.
+    Unavailable,
 }
 
 /// Inputs of the replay.
@@ -110,6 +126,8 @@ pub struct Context<'a> {
     pub models: &'a [ModelInfo],
     /// The signing key.
     pub key: &'a PublicKey,
+    /// The regulation guard.
+    pub regulation: &'a RegulationReplay<'a>,
 }
 
 /// Replays the graph. `nodes` must already have passed [`chain`]. When `finished` is
@@ -294,7 +312,9 @@ impl<'a> Replayer<'a, '_> {
                 last_elapsed: 0,
                 outputs,
                 awaiting: None,
+                awaiting_tool: String::new(),
                 tainted: Vec::new(),
+                labelled: Vec::new(),
             };
             if self.agents.insert(plan.id.as_str(), st).is_some() {
                 return Err((None, format!("APM lists agent `{}` twice", plan.id)));
@@ -434,6 +454,7 @@ impl<'a> Replayer<'a, '_> {
             let cost = entry.map_or(0, |t| t.needs.cost);
             let external = entry.is_some_and(knox_policy::ToolEntry::returns_external);
             st.awaiting = Some((call.seq, st.pointer, cost, external));
+            st.awaiting_tool = p.actual.as_ref().map(|a| a.tool.clone()).unwrap_or_default();
             st.pointer = st.pointer.saturating_add(1);
             return Ok(j);
         };
@@ -667,19 +688,14 @@ impl<'a> Replayer<'a, '_> {
                 return fail(call, "regulation check missing");
             };
             let CheckDetail::Regulation {
-                verdict, policies, ..
+                verdict,
+                policies,
+                judge,
+                ..
             } = &recorded.detail
             else {
                 return fail(n, "regulation check expected");
             };
-            if cx.apm.guards.regulation.policy_hash.is_none()
-                && (verdict != "not_applicable" || !policies.is_empty())
-            {
-                return fail(
-                    n,
-                    "regulation verdict without a policy set must be not_applicable",
-                );
-            }
             if !matches!(
                 verdict.as_str(),
                 "compliant" | "non_compliant" | "not_applicable"
@@ -689,17 +705,69 @@ impl<'a> Replayer<'a, '_> {
             if verdict == "not_applicable" {
                 self.found.flagged += 1;
             }
-            if cx.apm.guards.regulation.policy_hash.is_some() {
-                self.found.warnings.push(format!(
-                    "node {}: regulation verdict taken as recorded (policy set not recomputed)",
-                    n.seq
-                ));
+            match cx.regulation {
+                RegulationReplay::NotConfigured => {
+                    if verdict != "not_applicable" || !policies.is_empty() {
+                        return fail(
+                            n,
+                            "regulation verdict without a policy set must be not_applicable",
+                        );
+                    }
+                    want.push(recorded.clone());
+                }
+                RegulationReplay::Unavailable => {
+                    self.found.warnings.push(format!(
+                        "node {}: regulation verdict taken as recorded (the APM's policy set is not the verifier's)",
+                        n.seq
+                    ));
+                    if recorded.passed != (verdict != "non_compliant") {
+                        return fail(n, "regulation check's result differs from its verdict");
+                    }
+                    want.push(recorded.clone());
+                }
+                RegulationReplay::Recompute(regulator) => {
+                    let judge = match judge.as_deref() {
+                        Some(j) => {
+                            let declared = cx.models.iter().any(|m| {
+                                m.role == "judge"
+                                    && m.name == j.model
+                                    && m.weights_hash == j.weights_hash
+                            });
+                            if !declared {
+                                return fail(
+                                    n,
+                                    format!(
+                                        "judge `{}` is not a declared judge model of the bundle",
+                                        j.model
+                                    ),
+                                );
+                            }
+                            let mut j = j.clone();
+                            j.agrees = None;
+                            Some(j)
+                        }
+                        None => None,
+                    };
+                    let seen: Vec<knox_regulation::Seen<'_>> = st
+                        .labelled
+                        .iter()
+                        .map(|(node, position, tool, output)| knox_regulation::Seen {
+                            node: *node,
+                            position: *position,
+                            labels: cx
+                                .manifest
+                                .tool(tool)
+                                .and_then(|t| t.annotations.returns.as_ref()),
+                            output,
+                        })
+                        .collect();
+                    let task = expected
+                        .map(|e| e.task)
+                        .or_else(|| st.plan.tasks.last().copied());
+                    let flow = regulator.flow(entry, &action, expected, task, &seen);
+                    want.push(regulator.check(flow, judge));
+                }
             }
-            let passed = verdict != "non_compliant";
-            if recorded.passed != passed {
-                return fail(n, "regulation check's result differs from its verdict");
-            }
-            want.push(recorded.clone());
         }
         Ok(want)
     }
@@ -777,6 +845,14 @@ impl<'a> Replayer<'a, '_> {
         }
         if external {
             st.tainted.push((n.seq, p.output.clone()));
+        }
+        if matches!(self.cx.regulation, RegulationReplay::Recompute(_)) {
+            st.labelled.push((
+                n.seq,
+                position,
+                std::mem::take(&mut st.awaiting_tool),
+                p.output.clone(),
+            ));
         }
         if let Some(slot) = st.outputs.get_mut(position as usize) {
             *slot = Some(p.output);

@@ -1,0 +1,225 @@
+//! The regulation check a `check` node records, computed once for the monitor and the
+//! verifier.
+
+use knox_policy::ToolEntry;
+use knox_types::Action;
+use knox_types::apm::{ExpectedCall, RegulationSpec};
+use knox_types::digest::Digest;
+use knox_types::payload::{CheckDetail, CheckPayload, GuardKind, JudgeOpinion};
+use knox_types::regulation::{InfoFlow, RegulationDecision};
+
+use crate::flow::{self, Directory, Seen};
+use crate::norms::Norms;
+
+/// The note recorded when no policy set is configured.
+pub const NOT_EVALUATED_NOTE: &str =
+    "no regulation policy set configured: flagged for manual review";
+
+/// Why a run's regulation spec and a policy set do not fit together.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RegulatorError {
+    /// The APM names a policy set other than the one given.
+    #[error(
+        "regulation policy set mismatch: the APM names {expected}, the policy set given hashes to {actual}"
+    )]
+    Mismatch {
+        /// Hash in the APM.
+        expected: Digest,
+        /// Hash of the set given.
+        actual: Digest,
+    },
+    /// The APM names a policy set but none was given.
+    #[error("the APM names regulation policy set {0}, but no policy set was given")]
+    Missing(Digest),
+    /// A regulation in force has no policies in the set.
+    #[error("regulation `{0}` is in force but the policy set does not define it")]
+    Undefined(String),
+}
+
+/// The regulation guard of one run.
+#[derive(Debug)]
+pub struct Regulator<'n> {
+    norms: Option<&'n Norms>,
+    regulations: Vec<String>,
+    dir: Directory,
+}
+
+impl<'n> Regulator<'n> {
+    /// The guard for `spec` (from the APM), deciding with `norms` — which must be the set
+    /// whose hash the spec carries. A spec without a policy hash is not evaluated: every
+    /// disclosure is `not_applicable` and flagged.
+    pub fn new(spec: &RegulationSpec, norms: Option<&'n Norms>) -> Result<Self, RegulatorError> {
+        let norms = match (spec.policy_hash, norms) {
+            (None, _) => None,
+            (Some(h), None) => return Err(RegulatorError::Missing(h)),
+            (Some(h), Some(n)) if n.hash() != h => {
+                return Err(RegulatorError::Mismatch {
+                    expected: h,
+                    actual: n.hash(),
+                });
+            }
+            (Some(_), Some(n)) => {
+                if let Some(r) = spec.regulations.iter().find(|r| !n.defines(r)) {
+                    return Err(RegulatorError::Undefined(r.clone()));
+                }
+                Some(n)
+            }
+        };
+        Ok(Self {
+            norms,
+            regulations: spec.regulations.clone(),
+            dir: spec
+                .context
+                .as_ref()
+                .map(Directory::new)
+                .unwrap_or_default(),
+        })
+    }
+
+    /// Whether `tool` gets a regulation check: it discloses and regulations are in force.
+    pub fn applies(&self, tool: &ToolEntry) -> bool {
+        !self.regulations.is_empty() && tool.annotations.discloses.is_some()
+    }
+
+    /// Whether a policy set decides (otherwise every verdict is `not_applicable`).
+    pub fn evaluates(&self) -> bool {
+        self.norms.is_some()
+    }
+
+    /// `φ` of `action`, when a policy set decides and the tool discloses.
+    pub fn flow(
+        &self,
+        tool: &ToolEntry,
+        action: &Action,
+        expected: Option<&ExpectedCall>,
+        task: Option<u32>,
+        seen: &[Seen<'_>],
+    ) -> Option<InfoFlow> {
+        self.norms?;
+        flow::derive(tool, action, expected, task, &self.dir, seen)
+    }
+
+    /// The check for `flow` (from [`Regulator::flow`]), with the judge's opinion when one
+    /// was asked: its information types and purpose fill in what the labels left
+    /// unknown, and its verdict is compared with the deterministic one, never
+    /// substituted for it.
+    pub fn check(&self, flow: Option<InfoFlow>, judge: Option<JudgeOpinion>) -> CheckPayload {
+        let (Some(norms), Some(mut flow)) = (self.norms, flow) else {
+            return CheckPayload {
+                guard: GuardKind::Regulation,
+                passed: true,
+                detail: CheckDetail::Regulation {
+                    verdict: "not_applicable".into(),
+                    policies: vec![],
+                    flow: None,
+                    decisions: vec![],
+                    judge: None,
+                    note: Some(NOT_EVALUATED_NOTE.into()),
+                },
+            };
+        };
+        let mut judge = judge;
+        if let Some(j) = &judge {
+            if flow.info_types.is_empty() && !j.info_types.is_empty() {
+                flow.info_types = j.info_types.clone();
+                flow.sources.push("judge".into());
+            }
+            if flow.purpose == "unspecified"
+                && let Some(p) = &j.purpose
+            {
+                flow.purpose = crate::address::label(p);
+            }
+        }
+        let mut decisions = Vec::new();
+        let mut errors = Vec::new();
+        for reg in &self.regulations {
+            for k in 0..flow.recipients.len() {
+                match norms.decide_one(reg, &flow, k) {
+                    Ok(d) => decisions.push(d),
+                    Err(e) => errors.push(e.to_string()),
+                }
+            }
+        }
+        let (verdict, policies) = combine(&decisions, !errors.is_empty());
+        if let Some(j) = judge.as_mut() {
+            j.agrees = j.verdict.as_ref().map(|v| *v == verdict);
+        }
+        let note = note(&verdict, &decisions, &flow, &errors);
+        CheckPayload {
+            guard: GuardKind::Regulation,
+            passed: verdict != "non_compliant",
+            detail: CheckDetail::Regulation {
+                verdict,
+                policies,
+                flow: Some(Box::new(flow)),
+                decisions,
+                judge: judge.map(Box::new),
+                note: Some(note),
+            },
+        }
+    }
+}
+
+/// The overall verdict: non-compliant if any regulation finds any recipient
+/// non-compliant (or the evaluation failed), else compliant if any decided compliant,
+/// else not applicable; with the deciding policies of that verdict.
+fn combine(decisions: &[RegulationDecision], failed: bool) -> (String, Vec<String>) {
+    let pick = |v: &str| {
+        let mut ids: Vec<String> = decisions
+            .iter()
+            .filter(|d| d.verdict == v)
+            .flat_map(|d| d.policies.iter().cloned())
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    };
+    if failed {
+        return ("non_compliant".into(), vec!["evaluation-error".into()]);
+    }
+    for v in ["non_compliant", "compliant"] {
+        if decisions.iter().any(|d| d.verdict == v) {
+            return (v.into(), pick(v));
+        }
+    }
+    ("not_applicable".into(), vec![])
+}
+
+fn note(
+    verdict: &str,
+    decisions: &[RegulationDecision],
+    flow: &InfoFlow,
+    errors: &[String],
+) -> String {
+    if let Some(e) = errors.first() {
+        return format!("evaluation failed: {e}");
+    }
+    let decisive: Vec<String> = decisions
+        .iter()
+        .filter(|d| d.verdict == verdict)
+        .map(|d| {
+            let cites: Vec<String> = d
+                .policies
+                .iter()
+                .zip(&d.provisions)
+                .map(|(p, c)| format!("{p} ({c})"))
+                .collect();
+            format!("{} for {}: {}", d.regulation, d.recipient, cites.join(", "))
+        })
+        .collect();
+    match verdict {
+        "not_applicable" if flow.info_types.is_empty() => {
+            "no data label reaches the disclosed content: flagged for manual review".into()
+        }
+        "not_applicable" => format!(
+            "no regulation in force covers {} data sent by {}: flagged for manual review",
+            flow.info_types
+                .iter()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("+"),
+            flow.sender.id
+        ),
+        _ => decisive.join("; "),
+    }
+}

@@ -1,0 +1,437 @@
+//! `φ = derive(α)`: a disclosing action as a contextual-integrity information flow.
+//!
+//! - **Which tools disclose**, which parameters name the recipient and which carry the
+//!   content come from the toolkit manifest (`discloses` in `data/toolkits.toml`).
+//! - **Information types and data subject** come from data labels: the `returns` labels
+//!   of every earlier tool output of the same agent that reaches the content — through
+//!   the plan's data link (`from_output` constraint on a content parameter) or because a
+//!   value of that output occurs in the content — plus the types the disclosure
+//!   `carries` by itself.
+//! - **Recipients** are resolved through the run's recipient directory (role,
+//!   organisation, jurisdiction); an address nobody listed is `unknown`.
+//! - **Transmission principle**: the task's declared purpose and the consent records
+//!   that cover the recipient for that purpose.
+
+use std::collections::{BTreeSet, HashMap};
+
+use knox_policy::ToolEntry;
+use knox_policy::manifest::{Returns, Subject};
+use knox_types::Action;
+use knox_types::apm::{ExpectedCall, ParamConstraint};
+use knox_types::regulation::{
+    DirectoryEntry, InfoFlow, PartyFacts, RecipientFacts, RegulationContext, TaskContext,
+};
+use serde_json::Value;
+
+use crate::address;
+
+/// Shortest output value whose occurrence in disclosed content carries the output's
+/// labels (shorter values, such as `12` or `yes`, occur in any text).
+pub const MIN_MATCH_LEN: usize = 4;
+
+/// One tool output an agent received before the disclosure.
+#[derive(Clone, Copy, Debug)]
+pub struct Seen<'a> {
+    /// Sequence number of the `tool_output` node.
+    pub node: u64,
+    /// Trajectory position of the call that produced it.
+    pub position: u32,
+    /// Labels of the producing tool, if it has any.
+    pub labels: Option<&'a Returns>,
+    /// The output.
+    pub output: &'a Value,
+}
+
+/// The run's recipient directory and consent records, indexed once per run.
+#[derive(Clone, Debug, Default)]
+pub struct Directory {
+    ctx: RegulationContext,
+    by_address: HashMap<String, usize>,
+}
+
+/// The facts of a party.
+pub fn party_facts(
+    id: &str,
+    listed: bool,
+    role: &str,
+    organisation: &str,
+    jurisdiction: &str,
+    baa: bool,
+    safeguards: bool,
+) -> PartyFacts {
+    let j = address::jurisdiction(jurisdiction);
+    PartyFacts {
+        id: id.to_string(),
+        listed,
+        role: address::label(role),
+        organisation: organisation.trim().to_string(),
+        in_eea: address::in_eea(&j),
+        adequacy: address::adequacy(&j),
+        jurisdiction: j,
+        baa,
+        safeguards,
+    }
+}
+
+fn unknown(id: &str) -> PartyFacts {
+    party_facts(id, false, "unknown", "", "unknown", false, false)
+}
+
+impl Directory {
+    /// Indexes `ctx`.
+    pub fn new(ctx: &RegulationContext) -> Self {
+        let mut by_address = HashMap::new();
+        for (i, e) in ctx.directory.iter().enumerate() {
+            for a in &e.addresses {
+                by_address.entry(address::canonical(a)).or_insert(i);
+            }
+        }
+        Self {
+            ctx: ctx.clone(),
+            by_address,
+        }
+    }
+
+    fn entry(&self, canonical: &str) -> Option<&DirectoryEntry> {
+        if let Some(i) = self.by_address.get(canonical) {
+            return self.ctx.directory.get(*i);
+        }
+        let host = address::host(canonical)?;
+        self.ctx
+            .directory
+            .iter()
+            .find(|e| e.domains.iter().any(|d| address::in_domain(host, d)))
+    }
+
+    /// The party `raw` reaches.
+    pub fn resolve(&self, raw: &str) -> PartyFacts {
+        let id = address::canonical(raw);
+        match self.entry(&id) {
+            Some(e) => party_facts(
+                &id,
+                true,
+                &e.role,
+                &e.organisation,
+                &e.jurisdiction,
+                e.baa,
+                e.safeguards,
+            ),
+            None => unknown(&id),
+        }
+    }
+
+    /// The task's sender and purpose.
+    pub fn task(&self, task: Option<u32>) -> Option<&TaskContext> {
+        task.and_then(|t| self.ctx.tasks.get(&t))
+            .or(self.ctx.default_task.as_ref())
+    }
+
+    /// `(consent, explicit consent, authorization)` covering `party` for `purpose`.
+    fn consents(&self, party: &PartyFacts, purpose: &str) -> (bool, bool, bool) {
+        let entry = party.listed.then(|| self.entry(&party.id)).flatten();
+        let mut out = (false, false, false);
+        for c in &self.ctx.consents {
+            let who = address::canonical(&c.recipient);
+            let names_it = who == party.id
+                || entry.is_some_and(|e| {
+                    (!e.organisation.is_empty()
+                        && e.organisation.trim().eq_ignore_ascii_case(c.recipient.trim()))
+                        || e.addresses.iter().any(|a| address::canonical(a) == who)
+                });
+            let covers = c
+                .purposes
+                .iter()
+                .any(|p| p.trim() == "*" || address::label(p) == purpose);
+            if !(names_it && covers) {
+                continue;
+            }
+            match address::label(&c.kind).as_str() {
+                "consent" => out.0 = true,
+                "explicit" | "explicit_consent" => {
+                    out.0 = true;
+                    out.1 = true;
+                }
+                "authorization" => out.2 = true,
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+/// `φ` of `action` by `tool`, or `None` when the tool does not disclose.
+///
+/// `task` is the task the action belongs to (the expected call's, or the agent's
+/// current one); `seen` the outputs the agent received before it, in order.
+pub fn derive(
+    tool: &ToolEntry,
+    action: &Action,
+    expected: Option<&ExpectedCall>,
+    task: Option<u32>,
+    dir: &Directory,
+    seen: &[Seen<'_>],
+) -> Option<InfoFlow> {
+    let d = tool.annotations.discloses.as_ref()?;
+    let mut info_types = BTreeSet::new();
+    let mut subjects = BTreeSet::new();
+    let mut sources = Vec::new();
+    if !d.carries.is_empty() {
+        info_types.extend(d.carries.iter().map(|t| info_name(*t)));
+        subjects.insert("user");
+        sources.push("tool".to_string());
+    }
+    // The content: every content parameter's scalar text.
+    let mut content = Vec::new();
+    let mut linked = BTreeSet::new();
+    for name in &d.content {
+        let Some(v) = action.params.get(name) else {
+            continue;
+        };
+        scalars(v, &mut content);
+        if let Some(ParamConstraint::FromOutput { call, .. }) = expected
+            .and_then(|e| e.constraints.as_ref())
+            .and_then(|c| c.get(name))
+        {
+            linked.insert(*call);
+        }
+    }
+    for s in seen {
+        let Some(labels) = s.labels.filter(|l| !l.info_types.is_empty()) else {
+            continue;
+        };
+        let reaches = linked.contains(&s.position) || occurs(s.output, &content);
+        if reaches {
+            info_types.extend(labels.info_types.iter().map(|t| info_name(*t)));
+            subjects.insert(match labels.subject {
+                Subject::User => "user",
+                Subject::ThirdParty => "third_party",
+                Subject::Mixed => "mixed",
+            });
+            sources.push(s.node.to_string());
+        }
+    }
+    let subject = match (subjects.len(), subjects.first()) {
+        (0, _) => "unknown",
+        (1, Some(s)) => s,
+        _ => "mixed",
+    };
+    let ctx = dir.task(task);
+    let purpose = ctx.map_or_else(|| "unspecified".to_string(), |c| address::label(&c.purpose));
+    let sender = ctx.map_or_else(|| unknown("unknown"), |c| dir.resolve(&c.sender));
+    // Recipients: every address in the recipient parameters.
+    let mut ids = Vec::new();
+    for name in &d.recipient {
+        let Some(v) = action.params.get(name) else {
+            continue;
+        };
+        let mut raw = Vec::new();
+        scalars(v, &mut raw);
+        for r in raw {
+            for part in r.split([',', ';']) {
+                if !part.trim().is_empty() {
+                    ids.push(dir.resolve(part));
+                }
+            }
+        }
+    }
+    if ids.is_empty() {
+        ids.push(if d.audience.as_deref() == Some("public") {
+            party_facts("public", true, "public", "", "public", false, false)
+        } else {
+            unknown(&format!("implicit:{}", tool.name))
+        });
+    }
+    let mut recipients: Vec<RecipientFacts> = Vec::new();
+    for party in ids {
+        if recipients.iter().any(|r| r.party.id == party.id) {
+            continue;
+        }
+        let (consent, explicit_consent, authorization) = dir.consents(&party, &purpose);
+        let to_subject = party.role == "self" && subject == "user";
+        recipients.push(RecipientFacts {
+            party,
+            consent,
+            explicit_consent,
+            authorization,
+            to_subject,
+        });
+    }
+    Some(InfoFlow {
+        tool: tool.name.clone(),
+        sender,
+        recipients,
+        subject: subject.to_string(),
+        info_types,
+        purpose,
+        sources,
+    })
+}
+
+/// The text of the content parameters of a disclosing `action` (what a judge reads).
+pub fn content_text(tool: &ToolEntry, action: &Action) -> String {
+    let mut parts = Vec::new();
+    if let Some(d) = &tool.annotations.discloses {
+        for name in &d.content {
+            if let Some(v) = action.params.get(name) {
+                scalars(v, &mut parts);
+            }
+        }
+    }
+    parts.join("\n")
+}
+
+/// The snake-case name of an information type.
+pub fn info_name(t: knox_policy::manifest::InfoType) -> String {
+    serde_json::to_value(t)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+fn scalars(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) => out.push(s.clone()),
+        Value::Number(n) => out.push(n.to_string()),
+        Value::Array(a) => a.iter().for_each(|x| scalars(x, out)),
+        Value::Object(m) => m.values().for_each(|x| scalars(x, out)),
+        Value::Bool(_) | Value::Null => {}
+    }
+}
+
+/// Whether some value of `output` (at least [`MIN_MATCH_LEN`] characters) occurs as a
+/// token in the content.
+fn occurs(output: &Value, content: &[String]) -> bool {
+    if content.is_empty() {
+        return false;
+    }
+    let mut leaves = Vec::new();
+    scalars(output, &mut leaves);
+    leaves.iter().any(|leaf| {
+        let leaf = leaf.trim();
+        leaf.chars().count() >= MIN_MATCH_LEN
+            && content
+                .iter()
+                .any(|c| knox_policy::dataflow::contains_token(c, leaf))
+    })
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+    use knox_types::regulation::ConsentRecord;
+    use serde_json::json;
+
+    fn manifest() -> knox_policy::ToolkitManifest {
+        knox_policy::ToolkitManifest::from_sources(
+            knox_dataset::embedded::TOOLS_JSON,
+            knox_dataset::embedded::TOOLKIT_NEEDS,
+        )
+        .unwrap()
+    }
+
+    fn ctx() -> RegulationContext {
+        RegulationContext {
+            directory: vec![
+                DirectoryEntry {
+                    addresses: vec!["Dr.Lee@StMary.example".into()],
+                    domains: vec![],
+                    role: "Health Care Provider".into(),
+                    organisation: "St Mary".into(),
+                    jurisdiction: "US".into(),
+                    baa: false,
+                    safeguards: false,
+                },
+                DirectoryEntry {
+                    addresses: vec![],
+                    domains: vec!["clinic.example".into()],
+                    role: "covered_entity".into(),
+                    organisation: "Clinic".into(),
+                    jurisdiction: "us".into(),
+                    baa: false,
+                    safeguards: false,
+                },
+            ],
+            consents: vec![ConsentRecord {
+                recipient: "St Mary".into(),
+                purposes: vec!["treatment".into()],
+                kind: "authorization".into(),
+            }],
+            tasks: [(
+                0,
+                TaskContext {
+                    sender: "records@clinic.example".into(),
+                    purpose: "Treatment".into(),
+                },
+            )]
+            .into(),
+            default_task: None,
+        }
+    }
+
+    #[test]
+    fn labels_reach_an_email_through_its_content_and_recipients_resolve() {
+        let m = manifest();
+        let read = m.tool("EpicFHIRGetPatientDetails").unwrap();
+        let send = m.tool("GmailSendEmail").unwrap();
+        let out = json!({"patient_data": {"name": "Jane Doe", "conditions": ["Hypertension"]}});
+        let seen = [Seen {
+            node: 9,
+            position: 0,
+            labels: read.annotations.returns.as_ref(),
+            output: &out,
+        }];
+        let a = Action::new(
+            "GmailSendEmail",
+            json!({"to": "dr.lee@stmary.example, x@y.example", "subject": "Referral",
+                   "body": "Patient Jane Doe, history of hypertension."}),
+        )
+        .unwrap();
+        let dir = Directory::new(&ctx());
+        let f = derive(send, &a, None, Some(0), &dir, &seen).unwrap();
+        assert!(f.info_types.contains("health"), "{f:?}");
+        assert_eq!(f.sources, ["9"]);
+        assert_eq!(f.purpose, "treatment");
+        assert_eq!(f.sender.role, "covered_entity");
+        assert_eq!(f.recipients.len(), 2);
+        let lee = &f.recipients[0];
+        assert!(lee.party.listed && lee.party.role == "health_care_provider");
+        assert!(lee.authorization && !lee.consent);
+        let other = &f.recipients[1];
+        assert!(!other.party.listed && other.party.role == "unknown");
+        // Content that carries nothing of the output has no labels.
+        let a = Action::new(
+            "GmailSendEmail",
+            json!({"to": "dr.lee@stmary.example", "subject": "Hi", "body": "See you Monday."}),
+        )
+        .unwrap();
+        let f = derive(send, &a, None, Some(0), &dir, &seen).unwrap();
+        assert!(f.info_types.is_empty() && f.subject == "unknown");
+    }
+
+    #[test]
+    fn implicit_content_and_public_audiences() {
+        let m = manifest();
+        let share = m.tool("The23andMeShareData").unwrap();
+        let a = Action::new("The23andMeShareData", json!({"app_id": "genealogy_app"})).unwrap();
+        let f = derive(share, &a, None, None, &Directory::default(), &[]).unwrap();
+        assert!(f.info_types.contains("genetic") && f.subject == "user");
+        assert_eq!(f.recipients[0].party.id, "genealogy_app");
+        assert_eq!(f.purpose, "unspecified");
+        let tweet = m.tool("TwitterManagerPostTweet").unwrap();
+        let a = Action::new("TwitterManagerPostTweet", json!({"content": "hello world"})).unwrap();
+        let f = derive(tweet, &a, None, None, &Directory::default(), &[]).unwrap();
+        assert_eq!(f.recipients[0].party.id, "public");
+        assert!(
+            derive(
+                m.tool("GmailSearchEmails").unwrap(),
+                &a,
+                None,
+                None,
+                &Directory::default(),
+                &[]
+            )
+            .is_none()
+        );
+    }
+}

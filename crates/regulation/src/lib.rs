@@ -1,0 +1,15 @@
+//! The regulation guard: contextual-integrity flows `φ` derived from data labels and
+//! decided by GDPR and HIPAA norms written as Cedar policies — the same code in the
+//! monitor, which records each decision, and in the offline verifier, which recomputes
+//! it from the APM and the recorded outputs.
+
+pub mod address;
+pub mod check;
+pub mod flow;
+pub mod judge;
+pub mod norms;
+
+pub use check::{Regulator, RegulatorError};
+pub use flow::{Directory, Seen};
+pub use judge::{Judge, JudgeAnswer, JudgeQuestion};
+pub use norms::{NormError, Norms};

@@ -1,0 +1,785 @@
+//! The regulation norms: a Cedar policy set per regulation, validated against the
+//! Knox schema, every policy carrying its provision and proven on its examples when the
+//! set loads; and the decision of one flow under it.
+//!
+//! A policy set is a directory (the embedded default is `regulations/` at the
+//! repository root) holding `knox.cedarschema` and, per regulation, a manifest
+//! (`hipaa.toml`) naming its Cedar file, its default provision and its examples. Each
+//! Cedar policy is annotated `@id`, `@kind` (`scope` or `norm`), `@provision` and
+//! `@summary`. For one regulation and one recipient, the scope policies decide whether
+//! the regulation applies (Cedar `Allow` = in scope); the norm policies then decide it:
+//! `Allow` is compliant (the satisfied permits decide), `Deny` non-compliant (the
+//! satisfied forbids decide, or — when nothing permits — the default provision).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::Path;
+use std::str::FromStr;
+
+use cedar_policy::{
+    Authorizer, Context, Decision, Entities, Entity, EntityUid, Policy, PolicyId, PolicySet,
+    Request, RestrictedExpression, Schema, ValidationMode, Validator,
+};
+use knox_types::digest::{Digest, tag};
+use knox_types::regulation::{InfoFlow, PartyFacts, RecipientFacts, RegulationDecision};
+use serde::Deserialize;
+use sha2::{Digest as _, Sha256};
+
+use crate::address;
+
+/// The schema file every policy set holds.
+pub const SCHEMA_FILE: &str = "knox.cedarschema";
+
+/// Largest policy-set file read from disk.
+const MAX_FILE: u64 = 1 << 20;
+
+/// The policy set Knox ships (`regulations/`), embedded at build time.
+pub const EMBEDDED: [(&str, &str); 5] = [
+    (
+        SCHEMA_FILE,
+        include_str!("../../../regulations/knox.cedarschema"),
+    ),
+    ("gdpr.toml", include_str!("../../../regulations/gdpr.toml")),
+    ("gdpr.cedar", include_str!("../../../regulations/gdpr.cedar")),
+    ("hipaa.toml", include_str!("../../../regulations/hipaa.toml")),
+    ("hipaa.cedar", include_str!("../../../regulations/hipaa.cedar")),
+];
+
+/// Why a policy set was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum NormError {
+    /// A file could not be read.
+    #[error("reading `{path}`: {error}")]
+    Io {
+        /// Path.
+        path: String,
+        /// Cause.
+        error: std::io::Error,
+    },
+    /// A file is missing or malformed.
+    #[error("`{file}`: {reason}")]
+    File {
+        /// File name.
+        file: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A policy breaks a rule of the set (annotations, ids, schema).
+    #[error("policy `{policy}`: {reason}")]
+    Policy {
+        /// Policy id (or position).
+        policy: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An example failed: the policy does not say what its examples say it must.
+    #[error("policy `{policy}` fails its example #{index}: {reason}")]
+    Example {
+        /// Policy id.
+        policy: String,
+        /// 1-based position of the example in its manifest.
+        index: usize,
+        /// What happened.
+        reason: String,
+    },
+    /// A request could not be built (a fact the schema rejects).
+    #[error("building the Cedar request: {0}")]
+    Request(String),
+}
+
+/// What one policy says of itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyInfo {
+    /// `scope` or `norm`.
+    pub kind: String,
+    /// The provision it encodes.
+    pub provision: String,
+    /// One line for readers.
+    pub summary: String,
+    /// `permit` or `forbid`.
+    pub effect: &'static str,
+}
+
+#[derive(Debug)]
+struct Regulation {
+    title: String,
+    default_policy: String,
+    default_provision: String,
+    scope: PolicySet,
+    norms: PolicySet,
+    info: BTreeMap<String, PolicyInfo>,
+    examples: usize,
+}
+
+/// A loaded, validated and example-checked policy set.
+#[derive(Debug)]
+pub struct Norms {
+    regulations: BTreeMap<String, Regulation>,
+    files: BTreeMap<String, String>,
+    hash: Digest,
+    authorizer: Authorizer,
+    sender: EntityUid,
+    recipient: EntityUid,
+    action: EntityUid,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Manifest {
+    regulation: String,
+    title: String,
+    policies: String,
+    default_policy: String,
+    default_provision: String,
+    #[serde(default)]
+    example: Vec<Example>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Example {
+    policy: String,
+    expect: Expect,
+    #[serde(default)]
+    verdict: Option<String>,
+    flow: ExampleFlow,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Expect {
+    Match,
+    NoMatch,
+}
+
+fn yes() -> bool {
+    true
+}
+fn user() -> String {
+    "user".into()
+}
+fn unspecified() -> String {
+    "unspecified".into()
+}
+fn example_tool() -> String {
+    "Example".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExampleParty {
+    role: String,
+    jurisdiction: String,
+    #[serde(default)]
+    id: String,
+    #[serde(default = "yes")]
+    listed: bool,
+    #[serde(default)]
+    organisation: String,
+    #[serde(default)]
+    baa: bool,
+    #[serde(default)]
+    safeguards: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExampleFlow {
+    sender: ExampleParty,
+    recipient: ExampleParty,
+    #[serde(default)]
+    info_types: Vec<String>,
+    #[serde(default = "user")]
+    subject: String,
+    #[serde(default = "unspecified")]
+    purpose: String,
+    #[serde(default)]
+    consent: bool,
+    #[serde(default)]
+    explicit_consent: bool,
+    #[serde(default)]
+    authorization: bool,
+    #[serde(default)]
+    to_subject: bool,
+    #[serde(default = "example_tool")]
+    tool: String,
+}
+
+impl ExampleParty {
+    fn facts(&self, fallback: &str) -> PartyFacts {
+        crate::flow::party_facts(
+            if self.id.is_empty() {
+                fallback
+            } else {
+                &self.id
+            },
+            self.listed,
+            &self.role,
+            &self.organisation,
+            &self.jurisdiction,
+            self.baa,
+            self.safeguards,
+        )
+    }
+}
+
+impl ExampleFlow {
+    fn flow(&self) -> InfoFlow {
+        InfoFlow {
+            tool: self.tool.clone(),
+            sender: self.sender.facts("sender"),
+            recipients: vec![RecipientFacts {
+                party: self.recipient.facts("recipient"),
+                consent: self.consent || self.explicit_consent,
+                explicit_consent: self.explicit_consent,
+                authorization: self.authorization,
+                to_subject: self.to_subject,
+            }],
+            subject: address::label(&self.subject),
+            info_types: self.info_types.iter().map(|t| address::label(t)).collect(),
+            purpose: address::label(&self.purpose),
+            sources: vec![],
+        }
+    }
+}
+
+fn sha256_hex(s: &str) -> String {
+    hex::encode(Sha256::digest(s.as_bytes()))
+}
+
+fn uid(s: &str) -> Result<EntityUid, NormError> {
+    EntityUid::from_str(s).map_err(|e| NormError::Request(e.to_string()))
+}
+
+impl Norms {
+    /// The policy set embedded in this build.
+    pub fn embedded() -> Result<Self, NormError> {
+        Self::from_files(
+            EMBEDDED
+                .iter()
+                .map(|(n, t)| ((*n).to_string(), (*t).to_string()))
+                .collect(),
+        )
+    }
+
+    /// Loads the policy set in directory `dir`.
+    pub fn load_dir(dir: &Path) -> Result<Self, NormError> {
+        let io = |path: &Path, error| NormError::Io {
+            path: path.display().to_string(),
+            error,
+        };
+        let mut files = BTreeMap::new();
+        for entry in std::fs::read_dir(dir).map_err(|e| io(dir, e))? {
+            let entry = entry.map_err(|e| io(dir, e))?;
+            let path = entry.path();
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            let wanted = [".toml", ".cedar", ".cedarschema"]
+                .iter()
+                .any(|ext| name.ends_with(ext));
+            if !wanted || !path.is_file() {
+                continue;
+            }
+            let meta = std::fs::metadata(&path).map_err(|e| io(&path, e))?;
+            if meta.len() > MAX_FILE {
+                return Err(NormError::File {
+                    file: name.into(),
+                    reason: format!("larger than {MAX_FILE} bytes"),
+                });
+            }
+            let text = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
+            files.insert(name.to_string(), text);
+        }
+        Self::from_files(files)
+    }
+
+    /// Loads a policy set from file names and contents.
+    pub fn from_files(files: BTreeMap<String, String>) -> Result<Self, NormError> {
+        let file = |name: &str| {
+            files.get(name).ok_or_else(|| NormError::File {
+                file: name.into(),
+                reason: "missing".into(),
+            })
+        };
+        let schema_text = file(SCHEMA_FILE)?;
+        let (schema, _) =
+            Schema::from_cedarschema_str(schema_text).map_err(|e| NormError::File {
+                file: SCHEMA_FILE.into(),
+                reason: e.to_string(),
+            })?;
+        let validator = Validator::new(schema.clone());
+        let mut used = BTreeMap::new();
+        used.insert(SCHEMA_FILE.to_string(), sha256_hex(schema_text));
+        let mut norms = Self {
+            regulations: BTreeMap::new(),
+            files: BTreeMap::new(),
+            hash: Digest([0; 32]),
+            authorizer: Authorizer::new(),
+            sender: uid(r#"Knox::Party::"sender""#)?,
+            recipient: uid(r#"Knox::Party::"recipient""#)?,
+            action: uid(r#"Knox::Action::"disclose""#)?,
+        };
+        let mut all_ids = BTreeSet::new();
+        let mut pending = Vec::new();
+        for (name, text) in files.iter().filter(|(n, _)| n.ends_with(".toml")) {
+            let m: Manifest = toml::from_str(text).map_err(|e| NormError::File {
+                file: name.clone(),
+                reason: e.to_string(),
+            })?;
+            let reg_name = m.regulation.trim().to_ascii_uppercase();
+            if reg_name.is_empty() || norms.regulations.contains_key(&reg_name) {
+                return Err(NormError::File {
+                    file: name.clone(),
+                    reason: format!("regulation `{}` is empty or defined twice", m.regulation),
+                });
+            }
+            let src = file(&m.policies)?;
+            used.insert(name.clone(), sha256_hex(text));
+            used.insert(m.policies.clone(), sha256_hex(src));
+            let parsed = PolicySet::from_str(src).map_err(|e| NormError::File {
+                file: m.policies.clone(),
+                reason: e.to_string(),
+            })?;
+            let result = validator.validate(&parsed, ValidationMode::Strict);
+            if !result.validation_passed() {
+                let errs: Vec<String> = result.validation_errors().map(|e| e.to_string()).collect();
+                return Err(NormError::File {
+                    file: m.policies.clone(),
+                    reason: format!("schema validation: {}", errs.join("; ")),
+                });
+            }
+            let prefix = format!("{}-", reg_name.to_ascii_lowercase());
+            let mut reg = Regulation {
+                title: m.title.clone(),
+                default_policy: m.default_policy.clone(),
+                default_provision: m.default_provision.clone(),
+                scope: PolicySet::new(),
+                norms: PolicySet::new(),
+                info: BTreeMap::new(),
+                examples: m.example.len(),
+            };
+            if !m.default_policy.starts_with(&prefix) || m.default_provision.trim().is_empty() {
+                return Err(NormError::File {
+                    file: name.clone(),
+                    reason: format!(
+                        "default_policy must start with `{prefix}` and default_provision must be set"
+                    ),
+                });
+            }
+            all_ids.insert(m.default_policy.clone());
+            for p in parsed.policies() {
+                let (id, info, renamed) = annotated(p, &prefix)?;
+                if !all_ids.insert(id.clone()) {
+                    return Err(NormError::Policy {
+                        policy: id,
+                        reason: "id used twice in the policy set".into(),
+                    });
+                }
+                let set = if info.kind == "scope" {
+                    &mut reg.scope
+                } else {
+                    &mut reg.norms
+                };
+                set.add(renamed).map_err(|e| NormError::Policy {
+                    policy: id.clone(),
+                    reason: e.to_string(),
+                })?;
+                reg.info.insert(id, info);
+            }
+            pending.push((reg_name.clone(), m.example));
+            norms.regulations.insert(reg_name, reg);
+        }
+        if norms.regulations.is_empty() {
+            return Err(NormError::File {
+                file: "*.toml".into(),
+                reason: "no regulation manifest in the policy set".into(),
+            });
+        }
+        for (reg, examples) in pending {
+            norms.check_examples(&reg, &examples, &schema)?;
+        }
+        norms.hash = Digest::of_json(tag::POLICY_SET, &used).map_err(|e| NormError::File {
+            file: "(set)".into(),
+            reason: e.to_string(),
+        })?;
+        norms.files = used;
+        Ok(norms)
+    }
+
+    /// `H("knox/policy-set", canonical({file: sha256}))` over the files the set uses.
+    pub fn hash(&self) -> Digest {
+        self.hash
+    }
+
+    /// The files the set uses and their SHA-256.
+    pub fn files(&self) -> &BTreeMap<String, String> {
+        &self.files
+    }
+
+    /// Regulation names (upper case).
+    pub fn regulations(&self) -> impl Iterator<Item = &str> {
+        self.regulations.keys().map(String::as_str)
+    }
+
+    /// Whether the set defines `name` (case-insensitive).
+    pub fn defines(&self, name: &str) -> bool {
+        self.regulations.contains_key(&name.trim().to_ascii_uppercase())
+    }
+
+    /// The regulation's title, policy count and example count.
+    pub fn describe(&self, name: &str) -> Option<(String, usize, usize)> {
+        self.regulations
+            .get(&name.trim().to_ascii_uppercase())
+            .map(|r| (r.title.clone(), r.info.len(), r.examples))
+    }
+
+    /// What policy `id` says of itself.
+    pub fn policy(&self, id: &str) -> Option<&PolicyInfo> {
+        self.regulations.values().find_map(|r| r.info.get(id))
+    }
+
+    /// The provision policy `id` (or a regulation's default policy) cites.
+    pub fn provision(&self, id: &str) -> Option<&str> {
+        self.regulations.values().find_map(|r| {
+            r.info.get(id).map(|i| i.provision.as_str()).or_else(|| {
+                (r.default_policy == id).then_some(r.default_provision.as_str())
+            })
+        })
+    }
+
+    /// Decides `flow` under regulation `name` for its recipient number `k`.
+    pub fn decide_one(
+        &self,
+        name: &str,
+        flow: &InfoFlow,
+        k: usize,
+    ) -> Result<RegulationDecision, NormError> {
+        let upper = name.trim().to_ascii_uppercase();
+        let reg = self
+            .regulations
+            .get(&upper)
+            .ok_or_else(|| NormError::Request(format!("no policies for regulation `{name}`")))?;
+        let recipient = flow
+            .recipients
+            .get(k)
+            .ok_or_else(|| NormError::Request(format!("no recipient #{k}")))?;
+        let (request, entities) = self.request(flow, recipient, None)?;
+        let mut decision = RegulationDecision {
+            regulation: upper,
+            recipient: recipient.party.id.clone(),
+            verdict: String::new(),
+            policies: vec![],
+            provisions: vec![],
+        };
+        let scope = self.authorizer.is_authorized(&request, &reg.scope, &entities);
+        if scope.decision() != Decision::Allow {
+            decision.verdict = "not_applicable".into();
+            decision.policies = sorted_reasons(&scope);
+        } else {
+            let r = self.authorizer.is_authorized(&request, &reg.norms, &entities);
+            let errors: Vec<String> = r
+                .diagnostics()
+                .errors()
+                .map(|e| match e {
+                    cedar_policy::AuthorizationError::PolicyEvaluationError(pe) => {
+                        format!("{}:error", pe.policy_id())
+                    }
+                })
+                .collect();
+            if !errors.is_empty() {
+                // A policy that errs is skipped by Cedar; a skipped forbid must not let a
+                // flow through, so any evaluation error decides non-compliant.
+                decision.verdict = "non_compliant".into();
+                decision.policies = errors;
+            } else if r.decision() == Decision::Allow {
+                decision.verdict = "compliant".into();
+                decision.policies = sorted_reasons(&r);
+            } else {
+                decision.verdict = "non_compliant".into();
+                decision.policies = sorted_reasons(&r);
+                if decision.policies.is_empty() {
+                    decision.policies = vec![reg.default_policy.clone()];
+                }
+            }
+        }
+        decision.provisions = decision
+            .policies
+            .iter()
+            .map(|p| self.provision(p).unwrap_or("(evaluation error)").to_string())
+            .collect();
+        Ok(decision)
+    }
+
+    /// The Cedar request and entities of `flow` for `recipient`.
+    fn request(
+        &self,
+        flow: &InfoFlow,
+        recipient: &RecipientFacts,
+        schema: Option<&Schema>,
+    ) -> Result<(Request, Entities), NormError> {
+        let err = |e: &dyn std::fmt::Display| NormError::Request(e.to_string());
+        let s = |v: &str| RestrictedExpression::new_string(v.to_string());
+        let b = RestrictedExpression::new_bool;
+        let party = |uid: &EntityUid, p: &PartyFacts| {
+            let attrs: HashMap<String, RestrictedExpression> = [
+                ("id", s(&p.id)),
+                ("listed", b(p.listed)),
+                ("role", s(&p.role)),
+                ("organisation", s(&p.organisation)),
+                ("jurisdiction", s(&p.jurisdiction)),
+                ("in_eea", b(p.in_eea)),
+                ("adequacy", b(p.adequacy)),
+                ("baa", b(p.baa)),
+                ("safeguards", b(p.safeguards)),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+            Entity::new(uid.clone(), attrs, HashSet::new()).map_err(|e| err(&e))
+        };
+        let entities = Entities::from_entities(
+            [
+                party(&self.sender, &flow.sender)?,
+                party(&self.recipient, &recipient.party)?,
+            ],
+            schema,
+        )
+        .map_err(|e| err(&e))?;
+        let context = Context::from_pairs([
+            ("tool".to_string(), s(&flow.tool)),
+            (
+                "info_types".to_string(),
+                RestrictedExpression::new_set(flow.info_types.iter().map(|t| s(t))),
+            ),
+            ("subject".to_string(), s(&flow.subject)),
+            ("purpose".to_string(), s(&flow.purpose)),
+            ("consent".to_string(), b(recipient.consent)),
+            ("explicit_consent".to_string(), b(recipient.explicit_consent)),
+            ("authorization".to_string(), b(recipient.authorization)),
+            ("to_subject".to_string(), b(recipient.to_subject)),
+        ])
+        .map_err(|e| err(&e))?;
+        let request = Request::new(
+            self.sender.clone(),
+            self.action.clone(),
+            self.recipient.clone(),
+            context,
+            schema,
+        )
+        .map_err(|e| err(&e))?;
+        Ok((request, entities))
+    }
+
+    fn check_examples(
+        &self,
+        reg_name: &str,
+        examples: &[Example],
+        schema: &Schema,
+    ) -> Result<(), NormError> {
+        let Some(reg) = self.regulations.get(reg_name) else {
+            return Ok(());
+        };
+        let mut seen: BTreeMap<&str, (bool, bool)> = BTreeMap::new();
+        for (i, ex) in examples.iter().enumerate() {
+            let index = i + 1;
+            let fail = |reason: String| NormError::Example {
+                policy: ex.policy.clone(),
+                index,
+                reason,
+            };
+            let set = if reg.info.get(&ex.policy).is_some_and(|p| p.kind == "scope") {
+                &reg.scope
+            } else {
+                &reg.norms
+            };
+            let Some(policy) = set.policy(&PolicyId::new(&ex.policy)) else {
+                return Err(fail(format!("no policy `{}` in {reg_name}", ex.policy)));
+            };
+            let flow = ex.flow.flow();
+            let recipient = flow
+                .recipients
+                .first()
+                .ok_or_else(|| fail("example without a recipient".into()))?;
+            // Built against the schema: the examples also prove the request builder
+            // produces what the schema describes.
+            let (request, entities) = self
+                .request(&flow, recipient, Some(schema))
+                .map_err(|e| fail(e.to_string()))?;
+            let single = PolicySet::from_policies([policy.clone()])
+                .map_err(|e| fail(e.to_string()))?;
+            let r = self.authorizer.is_authorized(&request, &single, &entities);
+            if let Some(e) = r.diagnostics().errors().next() {
+                return Err(fail(format!("evaluation error: {e}")));
+            }
+            let matched = r
+                .diagnostics()
+                .reason()
+                .any(|id: &PolicyId| id.to_string() == ex.policy);
+            if matched != (ex.expect == Expect::Match) {
+                return Err(fail(format!(
+                    "expected {}, the policy {}",
+                    if ex.expect == Expect::Match {
+                        "a match"
+                    } else {
+                        "no match"
+                    },
+                    if matched { "matched" } else { "did not match" }
+                )));
+            }
+            let e = seen.entry(ex.policy.as_str()).or_default();
+            if matched {
+                e.0 = true;
+            } else {
+                e.1 = true;
+            }
+            if let Some(want) = &ex.verdict {
+                let got = self
+                    .decide_one(reg_name, &flow, 0)
+                    .map_err(|e| fail(e.to_string()))?;
+                if &got.verdict != want {
+                    return Err(fail(format!(
+                        "{reg_name} decides `{}` ({}), the example says `{want}`",
+                        got.verdict,
+                        got.policies.join(", ")
+                    )));
+                }
+            }
+        }
+        for id in reg.info.keys() {
+            match seen.get(id.as_str()) {
+                Some((true, true)) => {}
+                _ => {
+                    return Err(NormError::Policy {
+                        policy: id.clone(),
+                        reason: "needs at least one must-match and one must-not-match example"
+                            .into(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn sorted_reasons(r: &cedar_policy::Response) -> Vec<String> {
+    let mut v: Vec<String> = r
+        .diagnostics()
+        .reason()
+        .map(|id: &PolicyId| id.to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The id, description and re-identified copy of a parsed policy.
+fn annotated(p: &Policy, prefix: &str) -> Result<(String, PolicyInfo, Policy), NormError> {
+    let fail = |reason: &str| NormError::Policy {
+        policy: p
+            .annotation("id")
+            .map_or_else(|| p.id().to_string(), str::to_string),
+        reason: reason.into(),
+    };
+    let id = p.annotation("id").ok_or_else(|| fail("no @id"))?.to_string();
+    if !id.starts_with(prefix) || id.chars().any(char::is_whitespace) {
+        return Err(fail(&format!(
+            "@id must start with `{prefix}` and have no spaces"
+        )));
+    }
+    let kind = p.annotation("kind").unwrap_or_default().to_string();
+    if kind != "scope" && kind != "norm" {
+        return Err(fail("@kind must be `scope` or `norm`"));
+    }
+    let provision = p.annotation("provision").unwrap_or_default().trim();
+    if provision.is_empty() {
+        return Err(fail("no @provision"));
+    }
+    let effect = match p.effect() {
+        cedar_policy::Effect::Permit => "permit",
+        cedar_policy::Effect::Forbid => "forbid",
+    };
+    let info = PolicyInfo {
+        kind,
+        provision: provision.to_string(),
+        summary: p.annotation("summary").unwrap_or_default().to_string(),
+        effect,
+    };
+    Ok((id.clone(), info, p.new_id(PolicyId::new(&id))))
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+
+    fn files() -> BTreeMap<String, String> {
+        EMBEDDED
+            .iter()
+            .map(|(n, t)| ((*n).to_string(), (*t).to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_embedded_set_loads_and_every_policy_has_examples() {
+        let n = Norms::embedded().unwrap();
+        assert_eq!(n.regulations().collect::<Vec<_>>(), ["GDPR", "HIPAA"]);
+        let (_, policies, examples) = n.describe("hipaa").unwrap();
+        assert!(policies >= 10 && examples >= 2 * policies);
+        assert_eq!(
+            n.provision("hipaa-164.508-a3-marketing"),
+            Some("45 CFR 164.508(a)(3)")
+        );
+        assert_eq!(
+            n.provision("gdpr-6-1-no-lawful-basis"),
+            Some("GDPR art. 6(1)")
+        );
+    }
+
+    #[test]
+    fn a_policy_whose_example_fails_is_refused() {
+        // Weaken the marketing prohibition: its must-match example no longer matches.
+        let mut f = files();
+        let h = f.get_mut("hipaa.cedar").unwrap();
+        *h = h.replace(
+            r#"when { context.purpose == "marketing" && !context.authorization };"#,
+            r#"when { context.purpose == "marketing" && !context.authorization && context.consent };"#,
+        );
+        let e = Norms::from_files(f).unwrap_err().to_string();
+        assert!(
+            e.contains("hipaa-164.508-a3-marketing") && e.contains("expected a match"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_policy_that_does_not_fit_the_schema_is_refused() {
+        let mut f = files();
+        let h = f.get_mut("gdpr.cedar").unwrap();
+        *h = h.replace("context.consent }", "context.consented }");
+        let e = Norms::from_files(f).unwrap_err().to_string();
+        assert!(e.contains("schema validation"), "{e}");
+    }
+
+    #[test]
+    fn a_policy_without_examples_or_annotations_is_refused() {
+        let mut f = files();
+        f.get_mut("gdpr.cedar").unwrap().push_str(
+            "\n@id(\"gdpr-extra\")\n@kind(\"norm\")\n@provision(\"GDPR art. 5\")\npermit (principal, action, resource) when { context.purpose == \"archiving\" };\n",
+        );
+        let e = Norms::from_files(f).unwrap_err().to_string();
+        assert!(e.contains("gdpr-extra") && e.contains("example"), "{e}");
+        let mut f = files();
+        f.get_mut("gdpr.cedar")
+            .unwrap()
+            .push_str("\npermit (principal, action, resource);\n");
+        let e = Norms::from_files(f).unwrap_err().to_string();
+        assert!(e.contains("no @id"), "{e}");
+    }
+
+    #[test]
+    fn changing_any_file_changes_the_hash() {
+        let a = Norms::embedded().unwrap().hash();
+        let mut f = files();
+        f.get_mut("gdpr.toml").unwrap().push_str("\n# reviewed\n");
+        assert_ne!(Norms::from_files(f).unwrap().hash(), a);
+    }
+}
