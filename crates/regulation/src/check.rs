@@ -1,6 +1,9 @@
 //! The regulation check a `check` node records, computed once for the monitor and the
 //! verifier.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
 use knox_policy::ToolEntry;
 use knox_types::Action;
 use knox_types::apm::{ExpectedCall, RegulationSpec};
@@ -36,12 +39,18 @@ pub enum RegulatorError {
     Undefined(String),
 }
 
+/// Most decisions a regulator memoizes (the memo is cleared when full).
+const MEMO_CAP: usize = 4096;
+
 /// The regulation guard of one run.
 #[derive(Debug)]
 pub struct Regulator<'n> {
     norms: Option<&'n Norms>,
     regulations: Vec<String>,
     dir: Directory,
+    /// Decisions by the facts Cedar sees: a run discloses to the same recipients with
+    /// the same facts again and again, and a decision is a pure function of them.
+    memo: Mutex<HashMap<String, Vec<RegulationDecision>>>,
 }
 
 impl<'n> Regulator<'n> {
@@ -73,6 +82,7 @@ impl<'n> Regulator<'n> {
                 .as_ref()
                 .map(Directory::new)
                 .unwrap_or_default(),
+            memo: Mutex::new(HashMap::new()),
         })
     }
 
@@ -132,12 +142,10 @@ impl<'n> Regulator<'n> {
         }
         let mut decisions = Vec::new();
         let mut errors = Vec::new();
-        for reg in &self.regulations {
-            for k in 0..flow.recipients.len() {
-                match norms.decide_one(reg, &flow, k) {
-                    Ok(d) => decisions.push(d),
-                    Err(e) => errors.push(e.to_string()),
-                }
+        for k in 0..flow.recipients.len() {
+            match self.decide(norms, &flow, k) {
+                Ok(d) => decisions.extend(d),
+                Err(e) => errors.push(e.to_string()),
             }
         }
         let (verdict, policies) = combine(&decisions, !errors.is_empty());
@@ -158,6 +166,64 @@ impl<'n> Regulator<'n> {
             },
         }
     }
+}
+
+impl Regulator<'_> {
+    /// The decisions for recipient `k` of `flow`, memoized by the facts Cedar sees.
+    fn decide(
+        &self,
+        norms: &Norms,
+        flow: &InfoFlow,
+        k: usize,
+    ) -> Result<Vec<RegulationDecision>, crate::NormError> {
+        let Some(r) = flow.recipients.get(k) else {
+            return norms.decide(&self.regulations, flow, k);
+        };
+        let key = facts_key(flow, r);
+        let memo = |m: &Mutex<HashMap<String, Vec<RegulationDecision>>>| {
+            m.lock().unwrap_or_else(PoisonError::into_inner).get(&key).cloned()
+        };
+        if let Some(d) = memo(&self.memo) {
+            return Ok(d);
+        }
+        let d = norms.decide(&self.regulations, flow, k)?;
+        let mut m = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
+        if m.len() >= MEMO_CAP {
+            m.clear();
+        }
+        m.insert(key, d.clone());
+        Ok(d)
+    }
+}
+
+/// Everything a decision depends on, as one string; every field is length-prefixed, so
+/// two different sets of facts never share a key.
+fn facts_key(flow: &InfoFlow, r: &knox_types::regulation::RecipientFacts) -> String {
+    use std::fmt::Write as _;
+    let mut k = String::with_capacity(256);
+    let mut field = |s: &str| {
+        let _ = write!(k, "{}:{s}\u{1f}", s.len());
+    };
+    for p in [&flow.sender, &r.party] {
+        field(&p.id);
+        field(&p.role);
+        field(&p.organisation);
+        field(&p.jurisdiction);
+        for b in [p.listed, p.in_eea, p.adequacy, p.baa, p.safeguards] {
+            field(if b { "1" } else { "0" });
+        }
+    }
+    field(&flow.tool);
+    field(&flow.subject);
+    field(&flow.purpose);
+    field(&flow.info_types.len().to_string());
+    for t in &flow.info_types {
+        field(t);
+    }
+    for b in [r.consent, r.explicit_consent, r.authorization, r.to_subject] {
+        field(if b { "1" } else { "0" });
+    }
+    k
 }
 
 /// The overall verdict: non-compliant if any regulation finds any recipient

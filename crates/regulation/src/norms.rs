@@ -11,13 +11,13 @@
 //! `Allow` is compliant (the satisfied permits decide), `Deny` non-compliant (the
 //! satisfied forbids decide, or — when nothing permits — the default provision).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::str::FromStr;
 
 use cedar_policy::{
-    Authorizer, Context, Decision, Entities, Entity, EntityUid, Policy, PolicyId, PolicySet,
-    Request, RestrictedExpression, Schema, ValidationMode, Validator,
+    Authorizer, Context, Decision, Entities, EntityUid, Policy, PolicyId, PolicySet, Request,
+    RestrictedExpression, Schema, ValidationMode, Validator,
 };
 use knox_types::digest::{Digest, tag};
 use knox_types::regulation::{InfoFlow, PartyFacts, RecipientFacts, RegulationDecision};
@@ -433,6 +433,23 @@ impl Norms {
             .map(|r| (r.title.clone(), r.info.len(), r.examples))
     }
 
+    /// The policies of regulation `name` (id and description, in id order) and its
+    /// default policy id and provision.
+    #[expect(clippy::type_complexity, reason = "a listing")]
+    pub fn listing(
+        &self,
+        name: &str,
+    ) -> Option<(Vec<(&str, &PolicyInfo)>, (&str, &str))> {
+        self.regulations
+            .get(&name.trim().to_ascii_uppercase())
+            .map(|r| {
+                (
+                    r.info.iter().map(|(k, v)| (k.as_str(), v)).collect(),
+                    (r.default_policy.as_str(), r.default_provision.as_str()),
+                )
+            })
+    }
+
     /// What policy `id` says of itself.
     pub fn policy(&self, id: &str) -> Option<&PolicyInfo> {
         self.regulations.values().find_map(|r| r.info.get(id))
@@ -454,29 +471,56 @@ impl Norms {
         flow: &InfoFlow,
         k: usize,
     ) -> Result<RegulationDecision, NormError> {
-        let upper = name.trim().to_ascii_uppercase();
-        let reg = self
-            .regulations
-            .get(&upper)
-            .ok_or_else(|| NormError::Request(format!("no policies for regulation `{name}`")))?;
+        let mut d = self.decide(&[name.to_string()], flow, k)?;
+        d.pop()
+            .ok_or_else(|| NormError::Request("no decision".into()))
+    }
+
+    /// Decides `flow` for its recipient number `k` under each regulation of `names`
+    /// (one Cedar request, evaluated against each regulation's scope and norms).
+    pub fn decide(
+        &self,
+        names: &[String],
+        flow: &InfoFlow,
+        k: usize,
+    ) -> Result<Vec<RegulationDecision>, NormError> {
         let recipient = flow
             .recipients
             .get(k)
             .ok_or_else(|| NormError::Request(format!("no recipient #{k}")))?;
         let (request, entities) = self.request(flow, recipient, None)?;
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let upper = name.trim().to_ascii_uppercase();
+            let reg = self.regulations.get(&upper).ok_or_else(|| {
+                NormError::Request(format!("no policies for regulation `{name}`"))
+            })?;
+            out.push(self.decide_with(reg, upper, recipient, &request, &entities));
+        }
+        Ok(out)
+    }
+
+    fn decide_with(
+        &self,
+        reg: &Regulation,
+        name: String,
+        recipient: &RecipientFacts,
+        request: &Request,
+        entities: &Entities,
+    ) -> RegulationDecision {
         let mut decision = RegulationDecision {
-            regulation: upper,
+            regulation: name,
             recipient: recipient.party.id.clone(),
             verdict: String::new(),
             policies: vec![],
             provisions: vec![],
         };
-        let scope = self.authorizer.is_authorized(&request, &reg.scope, &entities);
+        let scope = self.authorizer.is_authorized(request, &reg.scope, entities);
         if scope.decision() != Decision::Allow {
             decision.verdict = "not_applicable".into();
             decision.policies = sorted_reasons(&scope);
         } else {
-            let r = self.authorizer.is_authorized(&request, &reg.norms, &entities);
+            let r = self.authorizer.is_authorized(request, &reg.norms, entities);
             let errors: Vec<String> = r
                 .diagnostics()
                 .errors()
@@ -505,12 +549,20 @@ impl Norms {
         decision.provisions = decision
             .policies
             .iter()
-            .map(|p| self.provision(p).unwrap_or("(evaluation error)").to_string())
+            .map(|p| {
+                reg.info
+                    .get(p)
+                    .map(|i| i.provision.as_str())
+                    .or_else(|| (reg.default_policy == *p).then_some(reg.default_provision.as_str()))
+                    .unwrap_or("(evaluation error)")
+                    .to_string()
+            })
             .collect();
-        Ok(decision)
+        decision
     }
 
-    /// The Cedar request and entities of `flow` for `recipient`.
+    /// The Cedar request of `flow` for `recipient` (the parties travel in the context,
+    /// so the entity store is empty).
     fn request(
         &self,
         flow: &InfoFlow,
@@ -520,32 +572,23 @@ impl Norms {
         let err = |e: &dyn std::fmt::Display| NormError::Request(e.to_string());
         let s = |v: &str| RestrictedExpression::new_string(v.to_string());
         let b = RestrictedExpression::new_bool;
-        let party = |uid: &EntityUid, p: &PartyFacts| {
-            let attrs: HashMap<String, RestrictedExpression> = [
-                ("id", s(&p.id)),
-                ("listed", b(p.listed)),
-                ("role", s(&p.role)),
-                ("organisation", s(&p.organisation)),
-                ("jurisdiction", s(&p.jurisdiction)),
-                ("in_eea", b(p.in_eea)),
-                ("adequacy", b(p.adequacy)),
-                ("baa", b(p.baa)),
-                ("safeguards", b(p.safeguards)),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
-            Entity::new(uid.clone(), attrs, HashSet::new()).map_err(|e| err(&e))
+        let party = |p: &PartyFacts| {
+            RestrictedExpression::new_record([
+                ("id".to_string(), s(&p.id)),
+                ("listed".to_string(), b(p.listed)),
+                ("role".to_string(), s(&p.role)),
+                ("organisation".to_string(), s(&p.organisation)),
+                ("jurisdiction".to_string(), s(&p.jurisdiction)),
+                ("in_eea".to_string(), b(p.in_eea)),
+                ("adequacy".to_string(), b(p.adequacy)),
+                ("baa".to_string(), b(p.baa)),
+                ("safeguards".to_string(), b(p.safeguards)),
+            ])
+            .map_err(|e| err(&e))
         };
-        let entities = Entities::from_entities(
-            [
-                party(&self.sender, &flow.sender)?,
-                party(&self.recipient, &recipient.party)?,
-            ],
-            schema,
-        )
-        .map_err(|e| err(&e))?;
         let context = Context::from_pairs([
+            ("sender".to_string(), party(&flow.sender)?),
+            ("recipient".to_string(), party(&recipient.party)?),
             ("tool".to_string(), s(&flow.tool)),
             (
                 "info_types".to_string(),
@@ -567,7 +610,7 @@ impl Norms {
             schema,
         )
         .map_err(|e| err(&e))?;
-        Ok((request, entities))
+        Ok((request, Entities::empty()))
     }
 
     fn check_examples(
@@ -783,3 +826,4 @@ mod tests {
         assert_ne!(Norms::from_files(f).unwrap().hash(), a);
     }
 }
+
