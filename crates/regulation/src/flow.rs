@@ -49,6 +49,50 @@ pub struct Directory {
     by_address: HashMap<String, usize>,
 }
 
+/// Largest regulation context file read.
+pub const MAX_CONTEXT_BYTES: usize = 1 << 20;
+
+/// Parses a regulation context (TOML; see `regulations/examples/clinic.toml`).
+pub fn context_from_toml(text: &str) -> Result<RegulationContext, String> {
+    if text.len() > MAX_CONTEXT_BYTES {
+        return Err(format!("larger than {MAX_CONTEXT_BYTES} bytes"));
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct File {
+        #[serde(default)]
+        directory: Vec<DirectoryEntry>,
+        #[serde(default)]
+        consents: Vec<knox_types::regulation::ConsentRecord>,
+        #[serde(default)]
+        tasks: std::collections::BTreeMap<String, TaskContext>,
+        #[serde(default)]
+        default_task: Option<TaskContext>,
+    }
+    let f: File = toml::from_str(text).map_err(|e| e.to_string())?;
+    let mut tasks = std::collections::BTreeMap::new();
+    for (k, v) in f.tasks {
+        let i: u32 = k
+            .parse()
+            .map_err(|_| format!("task key `{k}` is not a task number"))?;
+        tasks.insert(i, v);
+    }
+    for e in &f.directory {
+        if e.addresses.is_empty() && e.domains.is_empty() {
+            return Err(format!(
+                "directory entry `{}` ({}) has no address or domain",
+                e.organisation, e.role
+            ));
+        }
+    }
+    Ok(RegulationContext {
+        directory: f.directory,
+        consents: f.consents,
+        tasks,
+        default_task: f.default_task,
+    })
+}
+
 /// The facts of a party.
 pub fn party_facts(
     id: &str,
@@ -407,6 +451,19 @@ mod tests {
         .unwrap();
         let f = derive(send, &a, None, Some(0), &dir, &seen).unwrap();
         assert!(f.info_types.is_empty() && f.subject == "unknown");
+    }
+
+    #[test]
+    fn the_example_context_parses() {
+        let c = context_from_toml(include_str!("../../../regulations/examples/clinic.toml"))
+            .unwrap();
+        assert_eq!(c.tasks.get(&1).unwrap().purpose, "marketing");
+        assert_eq!(c.directory.len(), 4);
+        let dir = Directory::new(&c);
+        let p = dir.resolve("someone@Lakeside-Cardiology.example");
+        assert!(p.listed && p.role == "health_care_provider");
+        assert!(context_from_toml("[tasks.x]\nsender='a'\npurpose='b'").is_err());
+        assert!(context_from_toml("bogus = 1").is_err());
     }
 
     #[test]
