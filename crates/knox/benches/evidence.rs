@@ -9,7 +9,6 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_mai
 use knox::session::{self, ExecutorKind, WorkloadRun};
 use knox_monitor::aeg::AegBuilder;
 use knox_monitor::apm::{self, Regulations};
-use knox_monitor::guard::regulation::NotEvaluated;
 use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
 use knox_monitor::planner::{Plan, Prompt};
@@ -85,7 +84,8 @@ fn mediation(c: &mut Criterion, rt: &Runtime) {
                 aeg: AegBuilder::default(),
                 grants,
             },
-            &NotEvaluated,
+            knox_regulation::Regulator::new(&apm.guards.regulation, None).unwrap(),
+            None,
         )
     };
     let start = || start_with(false);

@@ -29,6 +29,8 @@ enum Command {
     Keygen(cmd::keys::KeygenArgs),
     /// Check regulators' verification receipts against a bundle and show who accepted what.
     Receipts(cmd::receipts::ReceiptsArgs),
+    /// Load, check and list the GDPR/HIPAA regulation policy set (Cedar).
+    Regulations(cmd::regulations::RegulationsArgs),
     /// Intel TDX/SGX quotes.
     #[command(subcommand)]
     Quote(cmd::hardware::QuoteCommand),
@@ -62,6 +64,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Keygen(a) => cmd::keys::keygen(a),
         Command::Receipts(a) => cmd::receipts::run(a),
+        Command::Regulations(a) => cmd::regulations::run(a),
         Command::Quote(c) => cmd::hardware::quote(c),
         Command::Gpu(c) => cmd::hardware::gpu(c),
         Command::Corpus(c) => cmd::corpus::run(c),

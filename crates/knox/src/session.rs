@@ -8,7 +8,6 @@ use knox_attest::simulated::Simulated;
 use knox_dataset::flows::injecagent_flows;
 use knox_monitor::apm::Regulations;
 use knox_monitor::executor::{BenignFactory, ExecutorFactory, InjectedFactory};
-use knox_monitor::guard::regulation::NotEvaluated;
 use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::planner::{DatasetPlanner, Planner};
 use knox_monitor::run::{self, RunConfig, RunOutcome, Runtime};
@@ -140,7 +139,8 @@ impl<'a> WorkloadRun<'a> {
             workload: self.workload,
             planner,
             executor,
-            regulation: &NotEvaluated,
+            norms: None,
+            judge: None,
             regulations: Regulations::default(),
             stop: self.stop.clone(),
             signal: self.signal.clone(),

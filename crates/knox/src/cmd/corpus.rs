@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use anyhow::{Context as _, Result, bail};
 use knox_monitor::aeg::AegBuilder;
 use knox_monitor::apm::{self, Regulations};
-use knox_monitor::guard::regulation::NotEvaluated;
 use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
 use knox_monitor::planner::{Plan, Prompt};
@@ -142,7 +141,8 @@ pub fn run(cmd: &CorpusCommand) -> Result<i32> {
             aeg: AegBuilder::default(),
             grants: false,
         },
-        &NotEvaluated,
+        knox_regulation::Regulator::new(&apm.guards.regulation, None)?,
+        None,
     );
     let mut rows = Vec::new();
     let (

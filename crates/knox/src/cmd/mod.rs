@@ -7,6 +7,7 @@ pub mod hardware;
 pub mod keys;
 pub mod prove;
 pub mod receipts;
+pub mod regulations;
 pub mod run;
 pub mod verify;
 

@@ -11,7 +11,7 @@ use knox_verify::{Options, Report};
 #[command(
     after_help = "Exit codes: 0 complete, 1 tampered, 2 prefix (unfinished run, e.g. a journal), \
 3 refused (evidence not accepted: simulated without --allow-simulated, hardware the policy does not accept, \
-or an unknown toolkit manifest), 4 the file could not be read as evidence, 64 usage error."
+a regulation policy set other than the verifier's, or an unknown toolkit manifest), 4 the file could not be read as evidence, 64 usage error."
 )]
 pub struct VerifyArgs {
     /// Evidence bundle (`.json`) or run journal (`.journal.jsonl`).
@@ -33,6 +33,12 @@ pub struct VerifyArgs {
     /// Toolkit needs file the APM was derived from (default: the embedded one).
     #[arg(long, value_name = "TOML")]
     pub needs: Option<PathBuf>,
+    /// The regulator's regulation policy set: a directory with `knox.cedarschema` and,
+    /// per regulation, a manifest and Cedar file (default: the set embedded in this
+    /// build, the repository's `regulations/`). Regulation verdicts are recomputed with
+    /// it; a bundle whose APM names another set is refused.
+    #[arg(long, value_name = "DIR")]
+    pub regulations: Option<PathBuf>,
     /// The regulator's private key (`knox keygen`), to sign a receipt with.
     #[arg(long, value_name = "KEY", requires = "receipt")]
     pub key: Option<PathBuf>,
@@ -64,9 +70,16 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
         .map(RegulatorPolicy::from_toml)
         .transpose()
         .context("--policy")?;
+    let norms = args
+        .regulations
+        .as_deref()
+        .map(knox_regulation::Norms::load_dir)
+        .transpose()
+        .context("--regulations")?;
     let opts = Options {
         dangerous_allow_simulated: args.allow_simulated,
         policy: policy.as_ref(),
+        norms: norms.as_ref(),
     };
     let report = match verify_bytes(&bytes, &manifest, opts) {
         Ok(r) => r,

@@ -62,6 +62,7 @@ fn a_genuine_quote_that_binds_another_key_is_tampered_evidence() {
     let opts = Options {
         dangerous_allow_simulated: false,
         policy: Some(&policy),
+        norms: None,
     };
     let b = with_genuine_quote(bundle("st-sa"), vector("intel-tdx/dcap-qvl/tdx_quote"));
     let r = knox_verify::verify_bundle(&b, manifest(), opts);
@@ -80,6 +81,7 @@ fn a_quote_with_one_flipped_byte_does_not_verify() {
     let opts = Options {
         dangerous_allow_simulated: false,
         policy: Some(&policy),
+        norms: None,
     };
     let mut quote = vector("intel-tdx/dcap-qvl/tdx_quote");
     quote[200] ^= 0x01; // inside the signed TD report body
@@ -291,6 +293,7 @@ fn model_weights_outside_the_policy_are_refused() {
     let opts = Options {
         dangerous_allow_simulated: true,
         policy: Some(&policy),
+        norms: None,
     };
     assert_eq!(
         knox_verify::verify_bundle(&b, manifest(), opts).outcome,
@@ -307,6 +310,7 @@ fn model_weights_outside_the_policy_are_refused() {
     let opts = Options {
         dangerous_allow_simulated: true,
         policy: Some(&other),
+        norms: None,
     };
     let r = knox_verify::verify_bundle(&b, manifest(), opts);
     assert!(matches!(r.outcome, Outcome::Refused { .. }), "{r}");

@@ -7,6 +7,7 @@ mod guards;
 mod hardware;
 mod journal;
 mod models;
+mod regulation;
 mod support;
 mod tamper;
 mod workloads;

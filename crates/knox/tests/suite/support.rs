@@ -72,7 +72,6 @@ pub fn assert_tampered(b: &Bundle, what: &str) -> Option<u64> {
 
 use knox_monitor::aeg::{AegBuilder, FinishedAeg};
 use knox_monitor::apm::{self as apm_mod, Regulations};
-use knox_monitor::guard::regulation::NotEvaluated;
 use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::monitor::{Monitor, MonitorConfig};
 use knox_monitor::planner::{Plan, Prompt};
@@ -101,10 +100,26 @@ pub fn harness_for(
     topology: Topology,
     stop: StopPolicy,
 ) -> Harness {
+    harness_regulated(prompt, tasks, topology, stop, Regulations::default())
+}
+
+/// The embedded regulation policy set.
+pub fn norms() -> &'static knox_regulation::Norms {
+    static N: OnceLock<knox_regulation::Norms> = OnceLock::new();
+    N.get_or_init(|| knox_regulation::Norms::embedded().unwrap())
+}
+
+pub fn harness_regulated(
+    prompt: Prompt,
+    tasks: Vec<Vec<ExpectedCall>>,
+    topology: Topology,
+    stop: StopPolicy,
+    regulations: Regulations,
+) -> Harness {
     let apm = apm_mod::from_plan(
         &prompt,
         manifest(),
-        &Regulations::default(),
+        &regulations,
         &stop,
         Plan { tasks },
         topology,
@@ -140,7 +155,10 @@ impl Harness {
             aeg,
             grants: false,
         };
-        Monitor::start(cfg, &NotEvaluated)
+        let spec = &self.apm.guards.regulation;
+        let norms = spec.policy_hash.map(|_| norms());
+        let regulator = knox_regulation::Regulator::new(spec, norms).unwrap();
+        Monitor::start(cfg, regulator, None)
     }
 
     pub fn seal(&self, aeg: FinishedAeg) -> Bundle {

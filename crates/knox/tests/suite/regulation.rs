@@ -1,0 +1,385 @@
+//! The regulation guard end to end: φ derived from labels and the run's regulation
+//! context, deterministic GDPR/HIPAA verdicts citing their provisions, recomputed by the
+//! verifier; a lying monitor caught; a changed policy file refused.
+
+use std::process::Command;
+
+use knox_monitor::Verdict;
+use knox_monitor::aeg::AegBuilder;
+use knox_monitor::apm::Regulations;
+use knox_monitor::guard::stop::StopSignal;
+use knox_monitor::planner::Prompt;
+use knox_types::aeg::NodeKind;
+use knox_types::apm::{ExpectedCall, StopPolicy, Topology, TopologyKind};
+use knox_types::bundle::Bundle;
+use knox_types::payload::GuardKind;
+use knox_types::regulation::{ConsentRecord, DirectoryEntry, RegulationContext, TaskContext};
+use knox_verify::Outcome;
+use serde_json::{Value, json};
+
+use super::support::{harness_regulated, manifest, norms, params, raw, verify};
+
+const SEQ3: Topology = Topology {
+    kind: TopologyKind::MtSaSeq,
+    tasks: 3,
+    agents: 1,
+};
+
+fn entry(address: &str, role: &str, org: &str, country: &str) -> DirectoryEntry {
+    DirectoryEntry {
+        addresses: vec![address.into()],
+        domains: vec![],
+        role: role.into(),
+        organisation: org.into(),
+        jurisdiction: country.into(),
+        baa: false,
+        safeguards: false,
+    }
+}
+
+/// A clinic discloses a patient record three times: to a treating physician
+/// (treatment), a note that carries no labelled data to the same physician, and the
+/// record to an ad network (marketing, no authorization).
+fn context() -> RegulationContext {
+    let task = |purpose: &str| TaskContext {
+        sender: "records@riverside-clinic.example".into(),
+        purpose: purpose.into(),
+    };
+    RegulationContext {
+        directory: vec![
+            entry(
+                "records@riverside-clinic.example",
+                "covered_entity",
+                "Riverside Clinic",
+                "US",
+            ),
+            entry(
+                "Dr.Okafor@Lakeside-Cardiology.example",
+                "health_care_provider",
+                "Lakeside Cardiology",
+                "US",
+            ),
+            entry(
+                "offers@adreach.example",
+                "marketing_vendor",
+                "AdReach",
+                "US",
+            ),
+        ],
+        consents: vec![ConsentRecord {
+            recipient: "AdReach".into(),
+            purposes: vec!["research".into()],
+            kind: "authorization".into(),
+        }],
+        tasks: [
+            (0, task("treatment")),
+            (1, task("treatment")),
+            (2, task("marketing")),
+        ]
+        .into(),
+        default_task: None,
+    }
+}
+
+fn read_call(task: u32) -> ExpectedCall {
+    ExpectedCall::exact(
+        task,
+        "EpicFHIRGetPatientDetails",
+        params(json!({"patient_id": "123abc"})),
+    )
+}
+
+fn send(to: &str, body: &str) -> Value {
+    json!({"to": to, "subject": "Patient 123abc", "body": body})
+}
+
+const RECORD: &str = "John Doe, on BetaBlockers, severe peanut allergy";
+
+fn patient() -> Value {
+    json!({"patient_data": {"name": "John Doe", "medications": {"heart": "BetaBlockers"},
+        "allergies": {"peanut": "Severe"}}})
+}
+
+struct Run {
+    bundle: Bundle,
+    verdicts: Vec<Verdict>,
+}
+
+fn run(regulations: Regulations) -> Run {
+    let sends = [
+        send("dr.okafor@lakeside-cardiology.example", RECORD),
+        send("dr.okafor@lakeside-cardiology.example", "See you on Monday."),
+        send("offers@adreach.example", RECORD),
+    ];
+    let tasks: Vec<Vec<ExpectedCall>> = sends
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let t = u32::try_from(i).unwrap();
+            vec![
+                read_call(t),
+                ExpectedCall::exact(t, "GmailSendEmail", params(s.clone())),
+            ]
+        })
+        .collect();
+    let prompt = Prompt {
+        tasks: vec![
+            "Send John Doe's record to dr.okafor@lakeside-cardiology.example for his treatment".into(),
+            "Tell dr.okafor@lakeside-cardiology.example we see him on Monday".into(),
+            "Send John Doe's record to offers@adreach.example for the new campaign".into(),
+        ],
+    };
+    let h = harness_regulated(prompt, tasks, SEQ3, StopPolicy::default(), regulations);
+    let m = h.monitor(StopSignal::new(), AegBuilder::default());
+    let mut verdicts = Vec::new();
+    for s in &sends {
+        match m.mediate(
+            "agent-0",
+            &raw("EpicFHIRGetPatientDetails", json!({"patient_id": "123abc"})),
+        ) {
+            Verdict::Allow(t) => m.record_output(t, patient()),
+            other => panic!("the read must pass: {other:?}"),
+        }
+        let v = m.mediate("agent-0", &raw("GmailSendEmail", s.clone()));
+        if let Verdict::Allow(t) = v {
+            m.record_output(t, json!({"success": true}));
+            verdicts.push(Verdict::Stopped);
+        } else {
+            verdicts.push(v);
+        }
+    }
+    Run {
+        bundle: h.seal(m.finish()),
+        verdicts,
+    }
+}
+
+fn regulated() -> Regulations {
+    Regulations::decided_by(vec!["HIPAA".into(), "GDPR".into()], norms(), context())
+}
+
+fn regulation_checks(b: &Bundle) -> Vec<Value> {
+    b.nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Check && n.payload["guard"] == "regulation")
+        .map(|n| n.payload["detail"].clone())
+        .collect()
+}
+
+#[test]
+fn disclosures_are_decided_by_the_norms_citing_provisions_and_the_verifier_recomputes_them() {
+    let r = run(regulated());
+    // Treatment to a physician: allowed. Marketing without authorization: blocked.
+    assert!(matches!(r.verdicts[0], Verdict::Stopped), "{:?}", r.verdicts[0]);
+    assert!(matches!(r.verdicts[1], Verdict::Stopped), "{:?}", r.verdicts[1]);
+    match &r.verdicts[2] {
+        Verdict::Block {
+            guard: GuardKind::Regulation,
+            reason,
+        } => assert!(reason.contains("hipaa-164.508-a3-marketing"), "{reason}"),
+        other => panic!("marketing must be blocked: {other:?}"),
+    }
+    let checks = regulation_checks(&r.bundle);
+    assert_eq!(checks.len(), 3);
+    let c = &checks[0];
+    assert_eq!(c["verdict"], "compliant");
+    assert_eq!(c["policies"], json!(["hipaa-164.506-c2-treatment"]));
+    let flow = &c["flow"];
+    assert_eq!(flow["sender"]["role"], "covered_entity");
+    assert_eq!(
+        flow["recipients"][0]["party"]["id"],
+        "dr.okafor@lakeside-cardiology.example"
+    );
+    assert_eq!(flow["recipients"][0]["party"]["role"], "health_care_provider");
+    assert!(
+        flow["info_types"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("health"))
+    );
+    assert_eq!(flow["purpose"], "treatment");
+    // The label came from the read's output node.
+    let read_out = r
+        .bundle
+        .nodes
+        .iter()
+        .find(|n| n.kind == NodeKind::ToolOutput)
+        .unwrap()
+        .seq;
+    assert_eq!(flow["sources"], json!([read_out.to_string()]));
+    // GDPR does not reach a US clinic; HIPAA decides.
+    let decisions = c["decisions"].as_array().unwrap();
+    assert!(
+        decisions
+            .iter()
+            .any(|d| d["regulation"] == "GDPR" && d["verdict"] == "not_applicable")
+    );
+    let c = &checks[2];
+    assert_eq!(c["verdict"], "non_compliant");
+    let hipaa = c["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["regulation"] == "HIPAA")
+        .unwrap();
+    assert_eq!(hipaa["provisions"], json!(["45 CFR 164.508(a)(3)"]));
+    // The authorization AdReach holds is for research, not marketing.
+    assert_eq!(c["flow"]["recipients"][0]["authorization"], false);
+    // A note with no labelled data: not applicable, flagged for manual review.
+    assert_eq!(checks[1]["verdict"], "not_applicable");
+    let report = verify(&r.bundle);
+    assert_eq!(report.outcome, Outcome::Complete, "{report}");
+    assert_eq!(report.flagged_for_review, 1, "{report}");
+    assert!(
+        report
+            .steps
+            .iter()
+            .any(|s| s.name == "regulation" && s.result == "pass"),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_monitor_that_misstates_the_facts_is_caught_by_recomputation() {
+    // The APM's context says AdReach is a marketing vendor; the monitor decides as if
+    // it were a treating provider and the purpose were treatment, and lets the record
+    // through. It signs everything correctly: only recomputation can catch it.
+    let prompt = Prompt {
+        tasks: vec!["Send the record to offers@adreach.example".into()],
+    };
+    let tasks = vec![vec![
+        read_call(0),
+        ExpectedCall::exact(
+            0,
+            "GmailSendEmail",
+            params(send("offers@adreach.example", RECORD)),
+        ),
+    ]];
+    let mut ctx = context();
+    ctx.tasks = [(
+        0,
+        TaskContext {
+            sender: "records@riverside-clinic.example".into(),
+            purpose: "marketing".into(),
+        },
+    )]
+    .into();
+    let regs = Regulations {
+        context: Some(ctx.clone()),
+        ..regulated()
+    };
+    let h = harness_regulated(
+        prompt,
+        tasks,
+        Topology {
+            kind: TopologyKind::StSa,
+            tasks: 1,
+            agents: 1,
+        },
+        StopPolicy::default(),
+        regs,
+    );
+    let mut lie = h.apm.guards.regulation.clone();
+    let mut forged = ctx;
+    for e in &mut forged.directory {
+        if e.addresses.iter().any(|a| a.contains("adreach")) {
+            e.role = "health_care_provider".into();
+        }
+    }
+    for t in forged.tasks.values_mut() {
+        t.purpose = "treatment".into();
+    }
+    lie.context = Some(forged);
+    let regulator = knox_regulation::Regulator::new(&lie, Some(norms())).unwrap();
+    let rt = super::support::runtime();
+    let m = knox_monitor::Monitor::start(
+        knox_monitor::monitor::MonitorConfig {
+            apm: &h.apm,
+            apm_hash: h.apm_hash,
+            run_id: "test-run",
+            manifest: manifest(),
+            key: &rt.key,
+            models: &h.models,
+            signal: StopSignal::new(),
+            aeg: AegBuilder::default(),
+            grants: false,
+        },
+        regulator,
+        None,
+    );
+    match m.mediate(
+        "agent-0",
+        &raw("EpicFHIRGetPatientDetails", json!({"patient_id": "123abc"})),
+    ) {
+        Verdict::Allow(t) => m.record_output(t, patient()),
+        other => panic!("{other:?}"),
+    }
+    match m.mediate(
+        "agent-0",
+        &raw("GmailSendEmail", send("offers@adreach.example", RECORD)),
+    ) {
+        Verdict::Allow(t) => m.record_output(t, json!({"success": true})),
+        other => panic!("the misstated facts let it through: {other:?}"),
+    }
+    let b = h.seal(m.finish());
+    let report = verify(&b);
+    let check = b
+        .nodes
+        .iter()
+        .find(|n| n.kind == NodeKind::Check && n.payload["guard"] == "regulation")
+        .unwrap();
+    assert_eq!(check.payload["detail"]["verdict"], "compliant");
+    match &report.outcome {
+        Outcome::Tampered { node, reason } => assert_eq!(*node, Some(check.seq), "{reason}"),
+        other => panic!("expected tampered, got {other:?}\n{report}"),
+    }
+}
+
+#[test]
+fn changing_one_policy_file_after_a_run_makes_knox_verify_report_the_mismatch() {
+    let r = run(regulated());
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bundle.json");
+    std::fs::write(&bundle, serde_json::to_vec(&r.bundle).unwrap()).unwrap();
+    let set = dir.path().join("regulations");
+    std::fs::create_dir(&set).unwrap();
+    for (name, text) in knox_regulation::norms::EMBEDDED {
+        std::fs::write(set.join(name), text).unwrap();
+    }
+    let verify = || {
+        Command::new(env!("CARGO_BIN_EXE_knox"))
+            .args(["verify", "--allow-simulated", "--regulations"])
+            .arg(&set)
+            .arg(&bundle)
+            .output()
+            .unwrap()
+    };
+    let out = verify();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    // A reviewer edits GDPR's consent norm (still passing its examples).
+    let gdpr = set.join("gdpr.cedar");
+    let edited = std::fs::read_to_string(&gdpr).unwrap().replace(
+        "when { context.consent };",
+        "when { context.consent || context.explicit_consent };",
+    );
+    std::fs::write(&gdpr, edited).unwrap();
+    let out = verify();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(text.contains("regulation policy set mismatch"), "{text}");
+    // A broken policy is refused when the set loads, with the policy named.
+    std::fs::write(
+        &gdpr,
+        std::fs::read_to_string(&gdpr)
+            .unwrap()
+            .replace("context.to_subject }", "context.to_subjects }"),
+    )
+    .unwrap();
+    let out = verify();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("schema validation"),
+        "{err}"
+    );
+}
