@@ -38,7 +38,7 @@ pub struct VerifyArgs {
     /// build, the repository's `regulations/`). Regulation verdicts are recomputed with
     /// it; a bundle whose APM names another set is refused.
     #[arg(long, value_name = "DIR")]
-    pub regulations: Option<PathBuf>,
+    pub policy_set: Option<PathBuf>,
     /// The regulator's private key (`knox keygen`), to sign a receipt with.
     #[arg(long, value_name = "KEY", requires = "receipt")]
     pub key: Option<PathBuf>,
@@ -71,11 +71,11 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
         .transpose()
         .context("--policy")?;
     let norms = args
-        .regulations
+        .policy_set
         .as_deref()
         .map(knox_regulation::Norms::load_dir)
         .transpose()
-        .context("--regulations")?;
+        .context("--policy-set")?;
     let opts = Options {
         dangerous_allow_simulated: args.allow_simulated,
         policy: policy.as_ref(),

@@ -348,7 +348,7 @@ fn changing_one_policy_file_after_a_run_makes_knox_verify_report_the_mismatch() 
     }
     let verify = || {
         Command::new(env!("CARGO_BIN_EXE_knox"))
-            .args(["verify", "--allow-simulated", "--regulations"])
+            .args(["verify", "--allow-simulated", "--policy-set"])
             .arg(&set)
             .arg(&bundle)
             .output()
