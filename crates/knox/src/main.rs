@@ -29,8 +29,9 @@ enum Command {
     Keygen(cmd::keys::KeygenArgs),
     /// Check regulators' verification receipts against a bundle and show who accepted what.
     Receipts(cmd::receipts::ReceiptsArgs),
-    /// Load, check and list the GDPR/HIPAA regulation policy set (Cedar).
-    Regulations(cmd::regulations::RegulationsArgs),
+    /// The GDPR/HIPAA regulation policy set (Cedar): show it, analyze a plan against it.
+    #[command(subcommand)]
+    Regulations(cmd::regulations::RegulationsCommand),
     /// Intel TDX/SGX quotes.
     #[command(subcommand)]
     Quote(cmd::hardware::QuoteCommand),
@@ -64,7 +65,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Keygen(a) => cmd::keys::keygen(a),
         Command::Receipts(a) => cmd::receipts::run(a),
-        Command::Regulations(a) => cmd::regulations::run(a),
+        Command::Regulations(c) => cmd::regulations::run(c),
         Command::Quote(c) => cmd::hardware::quote(c),
         Command::Gpu(c) => cmd::hardware::gpu(c),
         Command::Corpus(c) => cmd::corpus::run(c),

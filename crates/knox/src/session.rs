@@ -171,6 +171,25 @@ impl<'a> WorkloadRun<'a> {
 pub fn run_workload(
     rt: &Runtime,
     w: &WorkloadRun<'_>,
+    each: impl FnMut(&RunOutcome) -> Result<()>,
+) -> Result<usize> {
+    run_workload_regulated(rt, w, None, each)
+}
+
+/// The regulations in force for a run and the policy set deciding them.
+#[derive(Debug)]
+pub struct RegulationSetup {
+    /// Names, policy hash and context (they go into every APM).
+    pub regulations: Regulations,
+    /// The policy set whose hash `regulations` names.
+    pub norms: knox_regulation::Norms,
+}
+
+/// [`run_workload`] with regulations in force.
+pub fn run_workload_regulated(
+    rt: &Runtime,
+    w: &WorkloadRun<'_>,
+    regulation: Option<&RegulationSetup>,
     mut each: impl FnMut(&RunOutcome) -> Result<()>,
 ) -> Result<usize> {
     let flows = injecagent_flows(&rt.data, w.flows);
@@ -186,7 +205,11 @@ pub fn run_workload(
     let planner: &dyn Planner = w.planner.unwrap_or(&dataset);
     let owned = executor(rt, w.executor);
     let factory: &dyn ExecutorFactory = w.model.unwrap_or(owned.as_ref());
-    let cfg = w.config(planner, factory);
+    let mut cfg = w.config(planner, factory);
+    if let Some(r) = regulation {
+        cfg.regulations = r.regulations.clone();
+        cfg.norms = Some(&r.norms);
+    }
     let mut n = 0;
     for (i, bundle) in run::bundles(&flows, w.workload).enumerate() {
         let run_id = format!(

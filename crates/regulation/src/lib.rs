@@ -4,6 +4,7 @@
 //! it from the APM and the recorded outputs.
 
 pub mod address;
+pub mod analysis;
 pub mod check;
 pub mod flow;
 pub mod judge;

@@ -5,22 +5,161 @@ use std::path::PathBuf;
 use anyhow::{Context as _, Result};
 use knox_regulation::Norms;
 
-/// Arguments of `knox regulations`.
+/// `knox regulations` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum RegulationsCommand {
+    /// Load a policy set — every Cedar policy validated against the Knox schema, every
+    /// policy's must-match and must-not-match examples run, the set refused if one
+    /// fails — and list its regulations, policies, the provisions they cite, and its hash
+    /// (the hash an APM names and `knox verify` compares).
+    Show(ShowArgs),
+    /// Before a run: does any disclosure the plan (an APM, or a bundle's APM) permits
+    /// exceed the regulation baseline for some content the plan lets reach it? Decides
+    /// every combination of the information types earlier planned calls return; prints
+    /// a counterexample flow per disclosure that can be non-compliant. Exit 0 when none,
+    /// 1 when a counterexample exists.
+    Analyze(AnalyzeArgs),
+}
+
+/// Arguments of `knox regulations show`.
 #[derive(Debug, clap::Args)]
-#[command(
-    long_about = "Loads a regulation policy set — validating every Cedar policy against the \
-Knox schema and running every policy's must-match and must-not-match examples, refusing the set \
-if one fails — and lists its regulations, policies, the provisions they cite, and the set's hash \
-(the hash an APM names and `knox verify` compares)."
-)]
-pub struct RegulationsArgs {
+pub struct ShowArgs {
     /// The policy set directory (default: the set embedded in this build, the
     /// repository's `regulations/`).
     #[arg(long, value_name = "DIR")]
-    pub dir: Option<PathBuf>,
+    pub policy_set: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Arguments of `knox regulations analyze`.
+#[derive(Debug, clap::Args)]
+pub struct AnalyzeArgs {
+    /// An evidence bundle or an APM (JSON).
+    pub file: PathBuf,
+    /// The policy set directory (default: the embedded one); it must be the set the
+    /// APM names.
+    #[arg(long, value_name = "DIR")]
+    pub policy_set: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs a `knox regulations` subcommand.
+pub fn run(c: &RegulationsCommand) -> Result<i32> {
+    match c {
+        RegulationsCommand::Show(a) => show(a),
+        RegulationsCommand::Analyze(a) => analyze(a),
+    }
+}
+
+fn analyze(args: &AnalyzeArgs) -> Result<i32> {
+    let bytes = super::read_input(&args.file)?;
+    let json: serde_json::Value = serde_json::from_slice(&bytes)
+        .with_context(|| format!("`{}` is not JSON", args.file.display()))?;
+    let apm = knox_regulation::analysis::apm_of(&json)
+        .with_context(|| format!("`{}` is neither a bundle nor an APM", args.file.display()))?;
+    let norms = load(args.policy_set.as_deref())?;
+    let spec = &apm.guards.regulation;
+    if spec.regulations.is_empty() {
+        anyhow::bail!("the APM puts no regulation in force: nothing to analyze");
+    }
+    let regulator = knox_regulation::Regulator::new(spec, Some(&norms))?;
+    let manifest = crate::session::embedded_manifest()?;
+    let findings = knox_regulation::analysis::analyze(&apm, &manifest, &regulator);
+    let bad = findings.iter().filter(|f| f.counterexample.is_some()).count();
+    if args.json {
+        crate::outln!("{}", serde_json::to_string_pretty(&findings)?);
+    } else {
+        crate::outln!(
+            "{} disclosure(s) in the plan under {}; {} can exceed the baseline",
+            findings.len(),
+            spec.regulations.join(", "),
+            bad
+        );
+        for f in &findings {
+            let head = format!("  {} #{} {}", f.agent, f.position, f.tool);
+            match &f.counterexample {
+                None => crate::outln!(
+                    "{head}: within the baseline ({} case(s){})",
+                    f.cases,
+                    if f.exhaustive { ", exhaustive" } else { ", not exhaustive" }
+                ),
+                Some(c) => {
+                    let to: Vec<String> = c
+                        .flow
+                        .recipients
+                        .iter()
+                        .map(|r| format!("{} ({})", r.party.id, r.party.role))
+                        .collect();
+                    crate::outln!(
+                        "{head}: COUNTEREXAMPLE — content carrying {} of subject {} to {} for {}: non-compliant: {}",
+                        c.flow.info_types.iter().cloned().collect::<Vec<_>>().join("+"),
+                        c.flow.subject,
+                        to.join(", "),
+                        c.flow.purpose,
+                        c.note
+                    );
+                }
+            }
+        }
+    }
+    Ok(i32::from(bad > 0))
+}
+
+/// Regulation options of `knox run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RegulationArgs {
+    /// Regulations in force, comma-separated (`GDPR,HIPAA`): every disclosure is decided
+    /// by the policy set's norms, non-compliant ones blocked, and the decision recorded.
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    pub regulations: Vec<String>,
+    /// The run's regulation context (TOML): recipient directory, consent records, and
+    /// per task the sender and declared purpose (see `regulations/examples/clinic.toml`).
+    /// Without it every recipient is unknown and every purpose unspecified.
+    #[arg(long, value_name = "TOML", requires = "regulations")]
+    pub regulation_context: Option<PathBuf>,
+    /// The regulation policy set directory (default: the embedded one).
+    #[arg(long, value_name = "DIR", requires = "regulations")]
+    pub policy_set: Option<PathBuf>,
+}
+
+impl RegulationArgs {
+    /// The setup these options ask for (`None` when no regulation is in force).
+    pub fn setup(&self) -> Result<Option<crate::session::RegulationSetup>> {
+        if self.regulations.is_empty() {
+            return Ok(None);
+        }
+        let norms = load(self.policy_set.as_deref())?;
+        let mut names = Vec::new();
+        for r in &self.regulations {
+            let name = r.trim().to_ascii_uppercase();
+            if !norms.defines(&name) {
+                anyhow::bail!(
+                    "regulation `{r}` is not defined by the policy set (it defines {})",
+                    norms.regulations().collect::<Vec<_>>().join(", ")
+                );
+            }
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        let context = match &self.regulation_context {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .with_context(|| format!("reading `{}`", p.display()))?;
+                knox_regulation::flow::context_from_toml(&text)
+                    .map_err(|e| anyhow::anyhow!("regulation context `{}`: {e}", p.display()))?
+            }
+            None => knox_types::regulation::RegulationContext::default(),
+        };
+        Ok(Some(crate::session::RegulationSetup {
+            regulations: knox_monitor::apm::Regulations::decided_by(names, &norms, context),
+            norms,
+        }))
+    }
 }
 
 /// Loads the set `dir` names, or the embedded one.
@@ -33,9 +172,8 @@ pub fn load(dir: Option<&std::path::Path>) -> Result<Norms> {
     }
 }
 
-/// Runs the command.
-pub fn run(args: &RegulationsArgs) -> Result<i32> {
-    let norms = load(args.dir.as_deref())?;
+fn show(args: &ShowArgs) -> Result<i32> {
+    let norms = load(args.policy_set.as_deref())?;
     let mut regs = Vec::new();
     for name in norms.regulations() {
         let Some((policies, (default_id, default_provision))) = norms.listing(name) else {

@@ -383,3 +383,30 @@ fn changing_one_policy_file_after_a_run_makes_knox_verify_report_the_mismatch() 
         "{err}"
     );
 }
+
+#[test]
+fn analysis_finds_the_plan_disclosure_that_exceeds_the_baseline_before_it_runs() {
+    let r = run(regulated());
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bundle.json");
+    std::fs::write(&bundle, serde_json::to_vec(&r.bundle).unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_knox"))
+        .args(["regulations", "analyze"])
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("3 disclosure(s)"), "{text}");
+    // The two disclosures to the treating physician stay within HIPAA whatever the
+    // record carries; the one to the ad network does not.
+    assert!(lines[1].contains("#1 GmailSendEmail: within the baseline"), "{text}");
+    assert!(lines[2].contains("#3 GmailSendEmail: within the baseline"), "{text}");
+    assert!(
+        lines[3].contains("#5 GmailSendEmail: COUNTEREXAMPLE")
+            && lines[3].contains("offers@adreach.example (marketing_vendor)")
+            && lines[3].contains("hipaa-164.508-a3-marketing"),
+        "{text}"
+    );
+}
