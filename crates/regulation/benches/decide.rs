@@ -54,7 +54,8 @@ fn bench(c: &mut Criterion) {
     let regulator = Regulator::new(&spec, Some(&norms)).unwrap();
     let read = manifest.tool("EpicFHIRGetPatientDetails").unwrap();
     let send = manifest.tool("GmailSendEmail").unwrap();
-    let output = json!({"patient_data": {"name": "John Doe", "medications": {"heart": "BetaBlockers"}}});
+    let output =
+        json!({"patient_data": {"name": "John Doe", "medications": {"heart": "BetaBlockers"}}});
     let seen = [Seen {
         node: 3,
         position: 0,

@@ -74,12 +74,7 @@ pub fn analyze(apm: &Apm, manifest: &ToolkitManifest, regulator: &Regulator<'_>)
                 };
                 if let Some(base) = regulator.flow(tool, &action, Some(e), Some(e.task), &[]) {
                     out.push(analyze_one(
-                        regulator,
-                        &plan.id,
-                        position,
-                        base,
-                        &reachable,
-                        &subjects,
+                        regulator, &plan.id, position, base, &reachable, &subjects,
                     ));
                 }
             }

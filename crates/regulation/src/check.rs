@@ -181,7 +181,10 @@ impl Regulator<'_> {
         };
         let key = facts_key(flow, r);
         let memo = |m: &Mutex<HashMap<String, Vec<RegulationDecision>>>| {
-            m.lock().unwrap_or_else(PoisonError::into_inner).get(&key).cloned()
+            m.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&key)
+                .cloned()
         };
         if let Some(d) = memo(&self.memo) {
             return Ok(d);

@@ -179,7 +179,9 @@ impl Directory {
             let names_it = who == party.id
                 || entry.is_some_and(|e| {
                     (!e.organisation.is_empty()
-                        && e.organisation.trim().eq_ignore_ascii_case(c.recipient.trim()))
+                        && e.organisation
+                            .trim()
+                            .eq_ignore_ascii_case(c.recipient.trim()))
                         || e.addresses.iter().any(|a| address::canonical(a) == who)
                 });
             let covers = c
@@ -455,8 +457,8 @@ mod tests {
 
     #[test]
     fn the_example_context_parses() {
-        let c = context_from_toml(include_str!("../../../regulations/examples/clinic.toml"))
-            .unwrap();
+        let c =
+            context_from_toml(include_str!("../../../regulations/examples/clinic.toml")).unwrap();
         assert_eq!(c.tasks.get(&1).unwrap().purpose, "marketing");
         assert_eq!(c.directory.len(), 4);
         let dir = Directory::new(&c);

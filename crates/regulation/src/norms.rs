@@ -39,9 +39,18 @@ pub const EMBEDDED: [(&str, &str); 5] = [
         include_str!("../../../regulations/knox.cedarschema"),
     ),
     ("gdpr.toml", include_str!("../../../regulations/gdpr.toml")),
-    ("gdpr.cedar", include_str!("../../../regulations/gdpr.cedar")),
-    ("hipaa.toml", include_str!("../../../regulations/hipaa.toml")),
-    ("hipaa.cedar", include_str!("../../../regulations/hipaa.cedar")),
+    (
+        "gdpr.cedar",
+        include_str!("../../../regulations/gdpr.cedar"),
+    ),
+    (
+        "hipaa.toml",
+        include_str!("../../../regulations/hipaa.toml"),
+    ),
+    (
+        "hipaa.cedar",
+        include_str!("../../../regulations/hipaa.cedar"),
+    ),
 ];
 
 /// Why a policy set was refused.
@@ -423,7 +432,8 @@ impl Norms {
 
     /// Whether the set defines `name` (case-insensitive).
     pub fn defines(&self, name: &str) -> bool {
-        self.regulations.contains_key(&name.trim().to_ascii_uppercase())
+        self.regulations
+            .contains_key(&name.trim().to_ascii_uppercase())
     }
 
     /// The regulation's title, policy count and example count.
@@ -436,10 +446,7 @@ impl Norms {
     /// The policies of regulation `name` (id and description, in id order) and its
     /// default policy id and provision.
     #[expect(clippy::type_complexity, reason = "a listing")]
-    pub fn listing(
-        &self,
-        name: &str,
-    ) -> Option<(Vec<(&str, &PolicyInfo)>, (&str, &str))> {
+    pub fn listing(&self, name: &str) -> Option<(Vec<(&str, &PolicyInfo)>, (&str, &str))> {
         self.regulations
             .get(&name.trim().to_ascii_uppercase())
             .map(|r| {
@@ -458,9 +465,10 @@ impl Norms {
     /// The provision policy `id` (or a regulation's default policy) cites.
     pub fn provision(&self, id: &str) -> Option<&str> {
         self.regulations.values().find_map(|r| {
-            r.info.get(id).map(|i| i.provision.as_str()).or_else(|| {
-                (r.default_policy == id).then_some(r.default_provision.as_str())
-            })
+            r.info
+                .get(id)
+                .map(|i| i.provision.as_str())
+                .or_else(|| (r.default_policy == id).then_some(r.default_provision.as_str()))
         })
     }
 
@@ -553,7 +561,9 @@ impl Norms {
                 reg.info
                     .get(p)
                     .map(|i| i.provision.as_str())
-                    .or_else(|| (reg.default_policy == *p).then_some(reg.default_provision.as_str()))
+                    .or_else(|| {
+                        (reg.default_policy == *p).then_some(reg.default_provision.as_str())
+                    })
                     .unwrap_or("(evaluation error)")
                     .to_string()
             })
@@ -597,7 +607,10 @@ impl Norms {
             ("subject".to_string(), s(&flow.subject)),
             ("purpose".to_string(), s(&flow.purpose)),
             ("consent".to_string(), b(recipient.consent)),
-            ("explicit_consent".to_string(), b(recipient.explicit_consent)),
+            (
+                "explicit_consent".to_string(),
+                b(recipient.explicit_consent),
+            ),
             ("authorization".to_string(), b(recipient.authorization)),
             ("to_subject".to_string(), b(recipient.to_subject)),
         ])
@@ -648,8 +661,8 @@ impl Norms {
             let (request, entities) = self
                 .request(&flow, recipient, Some(schema))
                 .map_err(|e| fail(e.to_string()))?;
-            let single = PolicySet::from_policies([policy.clone()])
-                .map_err(|e| fail(e.to_string()))?;
+            let single =
+                PolicySet::from_policies([policy.clone()]).map_err(|e| fail(e.to_string()))?;
             let r = self.authorizer.is_authorized(&request, &single, &entities);
             if let Some(e) = r.diagnostics().errors().next() {
                 return Err(fail(format!("evaluation error: {e}")));
@@ -722,7 +735,10 @@ fn annotated(p: &Policy, prefix: &str) -> Result<(String, PolicyInfo, Policy), N
             .map_or_else(|| p.id().to_string(), str::to_string),
         reason: reason.into(),
     };
-    let id = p.annotation("id").ok_or_else(|| fail("no @id"))?.to_string();
+    let id = p
+        .annotation("id")
+        .ok_or_else(|| fail("no @id"))?
+        .to_string();
     if !id.starts_with(prefix) || id.chars().any(char::is_whitespace) {
         return Err(fail(&format!(
             "@id must start with `{prefix}` and have no spaces"
@@ -826,4 +842,3 @@ mod tests {
         assert_ne!(Norms::from_files(f).unwrap().hash(), a);
     }
 }
-

@@ -69,7 +69,10 @@ fn analyze(args: &AnalyzeArgs) -> Result<i32> {
     let regulator = knox_regulation::Regulator::new(spec, Some(&norms))?;
     let manifest = crate::session::embedded_manifest()?;
     let findings = knox_regulation::analysis::analyze(&apm, &manifest, &regulator);
-    let bad = findings.iter().filter(|f| f.counterexample.is_some()).count();
+    let bad = findings
+        .iter()
+        .filter(|f| f.counterexample.is_some())
+        .count();
     if args.json {
         crate::outln!("{}", serde_json::to_string_pretty(&findings)?);
     } else {
@@ -85,7 +88,11 @@ fn analyze(args: &AnalyzeArgs) -> Result<i32> {
                 None => crate::outln!(
                     "{head}: within the baseline ({} case(s){})",
                     f.cases,
-                    if f.exhaustive { ", exhaustive" } else { ", not exhaustive" }
+                    if f.exhaustive {
+                        ", exhaustive"
+                    } else {
+                        ", not exhaustive"
+                    }
                 ),
                 Some(c) => {
                     let to: Vec<String> = c
@@ -96,7 +103,12 @@ fn analyze(args: &AnalyzeArgs) -> Result<i32> {
                         .collect();
                     crate::outln!(
                         "{head}: COUNTEREXAMPLE — content carrying {} of subject {} to {} for {}: non-compliant: {}",
-                        c.flow.info_types.iter().cloned().collect::<Vec<_>>().join("+"),
+                        c.flow
+                            .info_types
+                            .iter()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join("+"),
                         c.flow.subject,
                         to.join(", "),
                         c.flow.purpose,
