@@ -410,7 +410,9 @@ impl<'a> Monitor<'a> {
                     output,
                 })
                 .collect();
-            let task = expected.map(|e| e.task).or_else(|| plan.tasks.last().copied());
+            let task = expected
+                .map(|e| e.task)
+                .or_else(|| plan.tasks.last().copied());
             let flow = self.regulator.flow(entry, &action, expected, task, &seen);
             let opinion = match (self.judge, &flow) {
                 (Some(judge), Some(f)) if f.info_types.is_empty() => {
@@ -430,7 +432,18 @@ impl<'a> Monitor<'a> {
             .iter()
             .find_map(|c| mediated::block_reason(c, st.pointer).map(|reason| (c.guard, reason)));
         if let Some((guard, reason)) = failure {
-            return block(aeg, st, agent, &call, &checks, guard, reason);
+            // A call that matched its expected call but was refused by a later guard still
+            // moves the pointer on: that step of the plan was attempted and refused (the
+            // verifier replays the same rule).
+            let matched = expected.is_some()
+                && checks
+                    .iter()
+                    .any(|c| c.guard == GuardKind::Trajectory && c.passed);
+            let verdict = block(aeg, st, agent, &call, &checks, guard, reason);
+            if matched {
+                st.pointer = st.pointer.saturating_add(1);
+            }
+            return verdict;
         }
         let call_seq = commit_call(aeg, st.cursor, agent, &call, None);
         commit_checks(aeg, call_seq, agent, &checks);

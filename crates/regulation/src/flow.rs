@@ -362,7 +362,7 @@ fn occurs(output: &Value, content: &[String]) -> bool {
 }
 
 #[cfg(test)]
-#[expect(clippy::unwrap_used, reason = "tests")]
+#[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 mod tests {
     use super::*;
     use knox_types::regulation::ConsentRecord;

@@ -395,7 +395,7 @@ fn regulation_step<'n>(
                     spec.regulations.join(", ")
                 ),
             );
-            RegulationReplay::Recompute(r)
+            RegulationReplay::Recompute(Box::new(r))
         }
         Err(e) => {
             s.refuse("regulation", e.to_string());

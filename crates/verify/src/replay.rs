@@ -105,7 +105,7 @@ pub enum RegulationReplay<'n> {
     /// The APM names no policy set: every verdict must be `not_applicable`.
     NotConfigured,
     /// Recomputed with the policy set the APM names.
-    Recompute(knox_regulation::Regulator<'n>),
+    Recompute(Box<knox_regulation::Regulator<'n>>),
     /// The APM names a policy set the verifier does not have (the reason is reported
     /// as a refusal elsewhere): recorded verdicts are checked for shape only.
     Unavailable,
@@ -442,6 +442,12 @@ impl<'a> Replayer<'a, '_> {
             }
         }
         st.actions = st.actions.saturating_add(1);
+        // A call that matched its expected call but was blocked by a later guard still
+        // moves the pointer on: that step of the plan was attempted and refused.
+        let matched = st.plan.trajectory.get(st.pointer as usize).is_some()
+            && checks
+                .iter()
+                .any(|(_, c)| c.guard == GuardKind::Trajectory && c.passed);
         let first_failed = checks.iter().find(|(_, c)| !c.passed);
         let Some((failed_node, failed)) = first_failed else {
             if !call.allowed || call.block_reason.is_some() {
@@ -454,7 +460,11 @@ impl<'a> Replayer<'a, '_> {
             let cost = entry.map_or(0, |t| t.needs.cost);
             let external = entry.is_some_and(knox_policy::ToolEntry::returns_external);
             st.awaiting = Some((call.seq, st.pointer, cost, external));
-            st.awaiting_tool = p.actual.as_ref().map(|a| a.tool.clone()).unwrap_or_default();
+            st.awaiting_tool = p
+                .actual
+                .as_ref()
+                .map(|a| a.tool.clone())
+                .unwrap_or_default();
             st.pointer = st.pointer.saturating_add(1);
             return Ok(j);
         };
@@ -515,6 +525,9 @@ impl<'a> Replayer<'a, '_> {
                 return fail(end, "failed guard without its blocked node");
             }
             st.cursor = end.seq;
+            if matched {
+                st.pointer = st.pointer.saturating_add(1);
+            }
             self.found.blocked.push(BlockedAction {
                 node: call.seq,
                 agent: call.agent.clone(),
