@@ -4,6 +4,7 @@ pub mod cases;
 pub mod embedded;
 pub mod flows;
 pub mod pylit;
+pub mod syscall_attacks;
 
-pub use cases::{AttackerCall, AttackerCase, Dataset, UserCase};
+pub use cases::{AttackKind, AttackerCall, AttackerCase, Dataset, UserCase};
 pub use flows::Flow;

@@ -216,8 +216,153 @@ impl ExecutorFactory for InjectedFactory {
     }
 }
 
+/// Follows another executor, but writes the free-text parameters of its planned calls
+/// in its own words, as a model would: the call is the planned one, its text is not the
+/// planner's. The paraphrase is deterministic (a function of the text, the parameter
+/// and `seed`), so runs reproduce.
+#[derive(Debug)]
+pub struct ParaphraseFactory<F> {
+    inner: F,
+    fields: std::sync::Arc<std::collections::BTreeSet<String>>,
+    seed: u64,
+}
+
+impl<F: ExecutorFactory> ParaphraseFactory<F> {
+    /// Paraphrases the string parameters named in `fields` of `inner`'s planned calls.
+    pub fn new(inner: F, fields: impl IntoIterator<Item = String>, seed: u64) -> Self {
+        Self {
+            inner,
+            fields: std::sync::Arc::new(fields.into_iter().collect()),
+            seed,
+        }
+    }
+}
+
+impl<F: ExecutorFactory> ExecutorFactory for ParaphraseFactory<F> {
+    fn build(&self, task: AgentTask) -> Box<dyn Executor> {
+        Box::new(Paraphrasing {
+            inner: self.inner.build(task),
+            fields: self.fields.clone(),
+            seed: self.seed,
+        })
+    }
+
+    fn model(&self) -> ModelInfo {
+        let inner = self.inner.model();
+        ModelInfo {
+            name: format!("paraphrase+{}", inner.name),
+            ..inner
+        }
+    }
+}
+
+struct Paraphrasing {
+    inner: Box<dyn Executor>,
+    fields: std::sync::Arc<std::collections::BTreeSet<String>>,
+    seed: u64,
+}
+
+impl Executor for Paraphrasing {
+    fn next(&mut self, last: Option<&Observation>) -> Step {
+        let step = self.inner.next(last);
+        let Step::Propose(raw, Origin::Plan) = &step else {
+            return step;
+        };
+        let Ok(mut a) = serde_json::from_slice::<Action>(raw) else {
+            return step;
+        };
+        let mut changed = false;
+        for (name, v) in &mut a.params {
+            if let Value::String(text) = v
+                && self.fields.contains(name)
+            {
+                *text = paraphrase(text, self.seed ^ fnv(name.as_bytes()));
+                changed = true;
+            }
+        }
+        if changed {
+            Step::Propose(encode(&a), Origin::Plan)
+        } else {
+            step
+        }
+    }
+}
+
+/// FNV-1a, for deterministic choices.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Word substitutions a writer might make (whole words, first letter's case kept).
+const REWORDS: [(&str, &str); 16] = [
+    ("please", "kindly"),
+    ("thanks", "thank you"),
+    ("meeting", "call"),
+    ("tomorrow", "the day after today"),
+    ("today", "this day"),
+    ("will", "shall"),
+    ("can", "could"),
+    ("need", "require"),
+    ("send", "forward"),
+    ("check", "review"),
+    ("about", "regarding"),
+    ("update", "news"),
+    ("great", "excellent"),
+    ("help", "assist"),
+    ("soon", "shortly"),
+    ("want", "would like"),
+];
+const OPENINGS: [&str; 4] = ["Hi,", "Hello,", "Quick note:", "Just so you know,"];
+const CLOSINGS: [&str; 4] = ["Thanks!", "Best regards.", "Cheers.", "Thank you."];
+
+/// A deterministic paraphrase of `text`: an opening, the text with some words
+/// replaced, a closing. Never equal to `text`.
+pub fn paraphrase(text: &str, seed: u64) -> String {
+    let h = seed ^ fnv(text.as_bytes());
+    let words: Vec<String> = text
+        .split(' ')
+        .enumerate()
+        .map(|(i, w)| {
+            let bare = w.trim_end_matches(|c: char| !c.is_alphanumeric());
+            let tail = w.get(bare.len()..).unwrap_or_default();
+            let lower = bare.to_lowercase();
+            let swap = (h >> (i % 48)) & 1 == 1;
+            match REWORDS.iter().find(|(f, _)| *f == lower) {
+                Some((_, to)) if swap => {
+                    let mut out = String::new();
+                    if bare.starts_with(char::is_uppercase) {
+                        let mut c = to.chars();
+                        if let Some(first) = c.next() {
+                            out.extend(first.to_uppercase());
+                            out.push_str(c.as_str());
+                        }
+                    } else {
+                        out.push_str(to);
+                    }
+                    format!("{out}{tail}")
+                }
+                _ => w.to_string(),
+            }
+        })
+        .collect();
+    let open = OPENINGS
+        .get((h % OPENINGS.len() as u64) as usize)
+        .unwrap_or(&"Hi,");
+    let close = CLOSINGS
+        .get(((h >> 8) % CLOSINGS.len() as u64) as usize)
+        .unwrap_or(&"Thanks!");
+    format!("{open} {} {close}", words.join(" "))
+}
+
 #[cfg(test)]
-#[expect(clippy::unwrap_used, reason = "tests")]
+#[expect(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "tests"
+)]
 mod tests {
     use super::*;
     use knox_dataset::cases::{AttackKind, AttackerCall};
@@ -258,6 +403,37 @@ mod tests {
                 .map(|b| format!(":{b}"))
                 .unwrap_or_default()
         )
+    }
+
+    #[test]
+    fn paraphrase_rewrites_only_free_text_of_planned_calls_deterministically() {
+        let plan = vec![
+            Action::new(
+                "GmailSendEmail",
+                json!({"to": "bob@x", "subject": "Lunch", "body": "Please check the meeting notes today."}),
+            )
+            .unwrap(),
+        ];
+        let f = ParaphraseFactory::new(BenignFactory, ["body".to_string()], 7);
+        let run = || {
+            let mut e = f.build(AgentTask {
+                plan: plan.clone(),
+                ..AgentTask::default()
+            });
+            let Step::Propose(raw, Origin::Plan) = e.next(None) else {
+                panic!("no proposal")
+            };
+            serde_json::from_slice::<Action>(&raw).unwrap()
+        };
+        let (a, b) = (run(), run());
+        assert_eq!(a, b);
+        assert_eq!(a.params["to"], "bob@x");
+        assert_eq!(a.params["subject"], "Lunch");
+        assert_ne!(a.params["body"], plan[0].params["body"]);
+        assert_eq!(f.model().name, "paraphrase+benign");
+        for s in 0..64 {
+            assert_ne!(paraphrase("ok", s), "ok");
+        }
     }
 
     #[test]

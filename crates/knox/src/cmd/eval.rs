@@ -1,0 +1,418 @@
+//! `knox eval`: the paper's evaluation on the public InjecAgent data — the flow pool,
+//! the 13 workloads, effectiveness per guard × workload × executor, the overhead
+//! breakdown beside the paper's figures, utility — written as `report.md`, CSV, JSON
+//! and SVG plots, with every evidence bundle kept and verified.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use knox_eval::Progress;
+use knox_eval::generate::PoolContext;
+use knox_eval::pool::{FLOWS_PER_TOOLKIT, Guard, POOL_FORMAT, Pool, PoolStatus};
+use knox_eval::report::{self, Corpus, Meta};
+use knox_eval::run::{ExecutorSpec, Options};
+use knox_monitor::run::Runtime;
+use knox_monitor::workload::{PAPER_WORKLOADS, Workload};
+use knox_verify::Outcome;
+
+use crate::session;
+
+/// Flows of each pool `--quick` runs: two bundles of the largest workload.
+pub const QUICK_FLOWS: usize = 12;
+
+/// Arguments of `knox eval`.
+#[derive(Debug, clap::Args)]
+pub struct EvalArgs {
+    /// Output directory: report.md, *.csv, results.json, *.svg, pool.json,
+    /// verdicts.jsonl and every evidence bundle (bundles/).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Every guard and workload on a small subset (the first 12 flows of each pool), no
+    /// corpus: well under a minute, for CI.
+    #[arg(long)]
+    pub quick: bool,
+    /// Only this guard (repeatable): regulation, trajectory, syscall, stop.
+    #[arg(long = "guard", value_name = "G", value_parser = parse_guard)]
+    pub guards: Vec<Guard>,
+    /// Only this workload (repeatable; default: the paper's 13).
+    #[arg(long = "workload", value_name = "W", value_parser = clap::value_parser!(Workload))]
+    pub workloads: Vec<Workload>,
+    /// An executor, one column each (repeatable): `benign`, `injected`, `local:NAME`,
+    /// `openai:URL#MODEL`. Default: benign and injected.
+    #[arg(long = "executor", value_name = "E")]
+    pub executors: Vec<String>,
+    /// At most this many flows of each pool (default: all; 12 with --quick).
+    #[arg(long)]
+    pub flows: Option<usize>,
+    /// Seed of the pool and of the paraphrases.
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Evaluate this pool (a pool.json written by an earlier run) instead of
+    /// generating one.
+    #[arg(long, value_name = "POOL.json")]
+    pub pool: Option<PathBuf>,
+    /// Timeout of the stop flows, in ms (the deadline the `timeout` flows pass).
+    #[arg(long, default_value_t = 50)]
+    pub stop_timeout_ms: u64,
+    /// Skip the unmediated system-call corpus (needs root and `knox-probe`).
+    #[arg(long)]
+    pub no_corpus: bool,
+    /// Skip the utility measurement.
+    #[arg(long)]
+    pub no_utility: bool,
+    /// Print `results.json` (every cell's rates, overheads, verification) on stdout
+    /// instead of the summary; the files are written all the same.
+    #[arg(long)]
+    pub json: bool,
+    /// Model cache directory, for `local:` executors (default: `$KNOX_MODEL_DIR`, else
+    /// `$XDG_CACHE_HOME/knox/models`, else `~/.cache/knox/models`).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Platform evidence backend (one report per bundle is the HW column).
+    #[command(flatten)]
+    pub platform: session::PlatformArgs,
+}
+
+fn parse_guard(s: &str) -> Result<Guard, String> {
+    s.parse::<Guard>().map_err(|e| e.to_string())
+}
+
+/// A progress bar on standard error (drawn only on a terminal).
+struct Bar(indicatif::ProgressBar);
+
+impl Progress for Bar {
+    fn begin(&self, phase: &str, total: u64) {
+        self.0.set_length(total);
+        self.0.set_position(0);
+        self.0.set_message(phase.to_string());
+    }
+    fn advance(&self, n: u64) {
+        self.0.inc(n);
+    }
+    fn note(&self, line: &str) {
+        self.0.println(line);
+    }
+    fn end(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+fn bar() -> Bar {
+    let pb = indicatif::ProgressBar::new(0);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} (eta {eta})",
+    ) {
+        pb.set_style(style);
+    }
+    Bar(pb)
+}
+
+/// An executor named on the command line, loaded.
+struct Loaded<'m> {
+    name: String,
+    model: Option<knox_models::ChatExecutor<'m>>,
+}
+
+/// The executors `specs` name — the one place `knox eval` parses executor specs (the
+/// same grammar as `knox run --executor`): `benign` and `injected` are the
+/// deterministic ones; `local:…` and `openai:…` are models on a chat backend.
+fn load_executors<'m>(
+    specs: &[String],
+    cache_dir: Option<&Path>,
+    manifest: &'m knox_policy::ToolkitManifest,
+) -> Result<Vec<Loaded<'m>>> {
+    use knox_models::{ChatExecutor, ModelSpec, SpecRole};
+    let specs: Vec<String> = if specs.is_empty() {
+        vec!["benign".into(), "injected".into()]
+    } else {
+        specs.to_vec()
+    };
+    specs
+        .into_iter()
+        .map(|name| {
+            let spec = ModelSpec::parse_for(&name, SpecRole::Executor)
+                .with_context(|| format!("--executor `{name}`"))?;
+            let chat: Option<Arc<dyn knox_models::Chat>> = match spec {
+                ModelSpec::OpenAi(e) => Some(Arc::new(e)),
+                ModelSpec::Local(src) => {
+                    let cache = knox_models::pull::cache_dir(cache_dir)?;
+                    let m = src
+                        .load(&cache, knox_models::LocalOptions::from_env())
+                        .with_context(|| format!("loading `{name}`"))?;
+                    Some(Arc::new(m))
+                }
+                ModelSpec::Benign | ModelSpec::Injected | ModelSpec::Dataset => None,
+            };
+            Ok(Loaded {
+                model: chat.map(|c| ChatExecutor::new(c, manifest)),
+                name,
+            })
+        })
+        .collect()
+}
+
+fn executor_specs<'a>(loaded: &'a [Loaded<'a>]) -> Result<Vec<ExecutorSpec<'a>>> {
+    loaded
+        .iter()
+        .map(|l| {
+            Ok(match (l.name.as_str(), &l.model) {
+                ("benign", None) => ExecutorSpec::Benign,
+                ("injected", None) => ExecutorSpec::Injected,
+                (_, Some(m)) => ExecutorSpec::Model {
+                    name: l.name.clone(),
+                    factory: m,
+                },
+                (other, None) => anyhow::bail!("executor `{other}` is not supported by knox eval"),
+            })
+        })
+        .collect()
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    format!("{cpu}, {cores} cores")
+}
+
+/// Runs `knox corpus syscalls` (this binary, as a subprocess) with its bundle under
+/// `dir`, and verifies that bundle.
+fn corpus(dir: &Path, rt: &Runtime) -> Corpus {
+    let run = || -> Result<Corpus> {
+        let exe = std::env::current_exe()?;
+        if !exe.with_file_name("knox-probe").exists() {
+            return Ok(Corpus::Skipped {
+                reason: "`knox-probe` not built (`cargo build --release -p knox-sandbox`)".into(),
+            });
+        }
+        let out = std::process::Command::new(&exe)
+            .args(["corpus", "syscalls", "--json", "--out"])
+            .arg(dir)
+            .output()
+            .context("running `knox corpus syscalls`")?;
+        let json: serde_json::Value = match serde_json::from_slice(&out.stdout) {
+            Ok(v) => v,
+            Err(_) => {
+                return Ok(Corpus::Skipped {
+                    reason: format!(
+                        "`knox corpus syscalls` failed: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ),
+                });
+            }
+        };
+        let path = dir.join("corpus-syscalls.json");
+        let bundle = knox_verify::parse_bundle(&crate::cmd::read_input(&path)?)?;
+        let report = knox_verify::verify_bundle(
+            &bundle,
+            &rt.manifest,
+            knox_verify::Options::DANGEROUS_SIMULATED,
+        );
+        Ok(Corpus::Ran {
+            summary: json.get("summary").cloned().unwrap_or_default(),
+            verified: report.outcome.name().to_string(),
+        })
+    };
+    run().unwrap_or_else(|e| Corpus::Skipped {
+        reason: format!("{e:#}"),
+    })
+}
+
+/// Runs the evaluation; exit 0 when every bundle verified `complete` and no guard
+/// scored a flow wrong.
+pub fn run(args: &EvalArgs) -> Result<i32> {
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating `{}`", args.out.display()))?;
+    let backend = session::backend(&args.platform)?;
+    let rt = session::runtime_with(backend.as_ref(), b"knox-eval")?;
+    let pool = match &args.pool {
+        Some(p) => Pool::read(p)?,
+        None => generate(&rt, args.seed)?,
+    };
+    pool.write(&args.out.join("pool.json"))?;
+    let limit = args.flows.or(args.quick.then_some(QUICK_FLOWS));
+    let workloads: Vec<Workload> = if args.workloads.is_empty() {
+        PAPER_WORKLOADS
+            .iter()
+            .filter_map(|w| w.parse().ok())
+            .collect()
+    } else {
+        args.workloads.clone()
+    };
+    let guards = if args.guards.is_empty() {
+        Guard::ALL.to_vec()
+    } else {
+        args.guards.clone()
+    };
+    let loaded = load_executors(&args.executors, args.cache_dir.as_deref(), &rt.manifest)?;
+    let executors = executor_specs(&loaded)?;
+    let names: Vec<String> = executors.iter().map(ExecutorSpec::name).collect();
+    let overhead_executor = names
+        .iter()
+        .find(|n| *n != "benign")
+        .or(names.first())
+        .cloned()
+        .unwrap_or_default();
+    let progress = bar();
+    let simulated = backend.mode() == "simulated";
+    let opts = Options {
+        guards: guards.clone(),
+        workloads: workloads.clone(),
+        executors,
+        limit,
+        utility: !args.no_utility,
+        out: args.out.clone(),
+        backend: backend.as_ref(),
+        verify: if simulated {
+            knox_verify::Options::DANGEROUS_SIMULATED
+        } else {
+            knox_verify::Options::default()
+        },
+        stop_timeout: Duration::from_millis(args.stop_timeout_ms),
+        seed: args.seed,
+        progress: &progress,
+    };
+    let results = knox_eval::run::run(&rt, &pool, &knox_eval::guards::all(), &opts)?;
+    let corpus = if args.quick || args.no_corpus || !guards.contains(&Guard::Syscall) {
+        Corpus::Skipped {
+            reason: if args.quick {
+                "--quick".into()
+            } else {
+                "not requested".into()
+            },
+        }
+    } else {
+        crate::outln!("running the unmediated system-call corpus …");
+        corpus(&args.out.join("bundles").join("corpus"), &rt)
+    };
+    let meta = Meta {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        quick: args.quick,
+        limit,
+        workloads: workloads.iter().map(Workload::spec).collect(),
+        executors: names.clone(),
+        overhead_executor,
+        profile: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+        .into(),
+        machine: machine(),
+        stop_timeout_ms: args.stop_timeout_ms,
+    };
+    let written = report::write(&args.out, &meta, &pool, &results, &corpus)?;
+    if args.json {
+        let path = args.out.join("results.json");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading `{}`", path.display()))?;
+        crate::outln!("{text}");
+    } else {
+        summary(&args.out, &results, &pool, &loaded, &written);
+    }
+    let wrong = results.cells.iter().any(|c| {
+        c.rates.blocked_scored != c.rates.blocked_correct
+            || c.rates.allowed_scored != c.rates.allowed_correct
+    });
+    let corpus_ok = match &corpus {
+        Corpus::Ran { verified, .. } => verified == Outcome::Complete.name(),
+        Corpus::Skipped { .. } => true,
+    };
+    let complete = results.verification.not_complete.is_empty() && corpus_ok;
+    Ok(if complete && !wrong { 0 } else { 1 })
+}
+
+fn generate(rt: &Runtime, seed: u64) -> Result<Pool> {
+    let cx = PoolContext {
+        data: &rt.data,
+        manifest: &rt.manifest,
+        seed,
+        per_toolkit: FLOWS_PER_TOOLKIT,
+    };
+    let mut guards = std::collections::BTreeMap::new();
+    for g in knox_eval::guards::all() {
+        guards.insert(g.guard(), g.pool(&cx)?);
+    }
+    Ok(Pool {
+        format: POOL_FORMAT.into(),
+        seed,
+        per_toolkit: FLOWS_PER_TOOLKIT,
+        toolkits: rt.manifest.toolkits().len(),
+        source: "../shared/data/injecagent (InjecAgent public data: 38 toolkits, 330 tools, 17 user cases, 62 attacker cases), data/syscall_attacks.json, data/utility_tasks.json".into(),
+        guards,
+        utility: knox_eval::utility::pool(&cx)?,
+    })
+}
+
+fn summary(
+    out: &Path,
+    r: &knox_eval::run::Results,
+    pool: &Pool,
+    loaded: &[Loaded<'_>],
+    written: &report::Written,
+) {
+    for g in Guard::ALL {
+        if pool
+            .guards
+            .get(&g)
+            .is_some_and(|p| p.status == PoolStatus::Pending)
+        {
+            crate::outln!("{:<10} pending", g.as_str());
+            continue;
+        }
+        let cells: Vec<_> = r.cells.iter().filter(|c| c.guard == g).cloned().collect();
+        for (e, (rates, _)) in knox_eval::run::by(&cells, |c| c.executor.clone()) {
+            let p = |v: Option<f64>| v.map_or_else(|| "—".into(), |x| format!("{x:.1} %"));
+            crate::outln!(
+                "{:<10} {e:<12} blocked {} (n={}), allowed {} (n={})",
+                g.as_str(),
+                p(rates.blocked_pct()),
+                rates.blocked_scored,
+                p(rates.allowed_pct()),
+                rates.allowed_scored
+            );
+        }
+    }
+    for l in loaded {
+        if let Some(m) = &l.model {
+            let t = m.latency().totals();
+            crate::outln!(
+                "executor {}: {} model steps, mean {:.2} s, max {:.2} s",
+                l.name,
+                t.calls,
+                t.mean().as_secs_f64(),
+                t.max.as_secs_f64()
+            );
+        }
+    }
+    let v = &r.verification;
+    crate::outln!(
+        "{} bundles, {} verified complete (platform `{}`{}); {:.1} s",
+        v.bundles,
+        v.complete,
+        v.platform,
+        if v.platform == "simulated" {
+            ", not hardware-backed"
+        } else {
+            ""
+        },
+        r.wall_s
+    );
+    for bad in &v.not_complete {
+        crate::outln!("  NOT complete: {bad}");
+    }
+    crate::outln!(
+        "wrote {} files; report: {}",
+        written.files.len() + 2,
+        out.join("report.md").display()
+    );
+}

@@ -1,0 +1,167 @@
+//! `knox eval --quick` (8 flows per pool: every stop cause, every workload). The
+//! regulation, trajectory, system-call and stop guards score 100 % / 100 %, the report,
+//! CSV, JSON and SVG outputs are written, and every evidence bundle the run kept
+//! verifies `complete`.
+
+use std::path::Path;
+use std::process::Command;
+
+use knox_verify::Outcome;
+use serde_json::Value;
+
+use super::support::{ALLOW, manifest};
+
+fn bundles(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            bundles(&p, out);
+        } else if p.extension().is_some_and(|x| x == "json") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn quick_eval_scores_every_guard_perfectly_writes_its_outputs_and_every_bundle_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    // A generous stop timeout: the negative stop flows must finish before it even on a
+    // loaded machine (nothing here asserts on time).
+    let out = Command::new(env!("CARGO_BIN_EXE_knox"))
+        .args([
+            "eval",
+            "--quick",
+            "--flows",
+            "8",
+            "--stop-timeout-ms",
+            "250",
+            "--out",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for f in [
+        "report.md",
+        "results.json",
+        "pool.json",
+        "verdicts.jsonl",
+        "table3.csv",
+        "effectiveness.csv",
+        "overhead.csv",
+        "utility.csv",
+        "corpus.csv",
+        "effectiveness.svg",
+        "overhead-trajectory.svg",
+        "overhead-syscall.svg",
+        "overhead-stop.svg",
+        "overhead-regulation.svg",
+        "utility.svg",
+    ] {
+        let p = dir.path().join(f);
+        assert!(p.metadata().is_ok_and(|m| m.len() > 0), "{f} missing");
+    }
+    let svg = std::fs::read_to_string(dir.path().join("overhead-trajectory.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("<rect"));
+
+    let results: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("results.json")).unwrap()).unwrap();
+    let cells = results["cells"].as_array().unwrap();
+    for guard in ["regulation", "trajectory", "syscall", "stop"] {
+        let mine: Vec<&Value> = cells.iter().filter(|c| c["guard"] == guard).collect();
+        // 13 workloads × 2 executors.
+        assert_eq!(mine.len(), 26, "{guard}");
+        let (mut blocked, mut allowed) = (0, 0);
+        for c in mine {
+            let r = &c["rates"];
+            let what = format!("{guard} {} {}", c["executor"], c["workload"]);
+            assert_eq!(r["blocked_correct"], r["blocked_scored"], "{what}: {r}");
+            assert_eq!(r["allowed_correct"], r["allowed_scored"], "{what}: {r}");
+            assert!(r["allowed_scored"].as_u64().unwrap() > 0, "{what}");
+            blocked += r["blocked_scored"].as_u64().unwrap();
+            allowed += r["allowed_scored"].as_u64().unwrap();
+            if c["executor"] == "injected" || guard == "stop" || guard == "regulation" {
+                assert!(
+                    r["blocked_scored"].as_u64().unwrap() > 0,
+                    "{what}: nothing scored"
+                );
+            }
+        }
+        assert!(blocked > 0 && allowed > 0, "{guard}");
+    }
+    // Utility: exact matching blocks every paraphrased free-text call, constraints none;
+    // injected calls stay blocked in both.
+    for u in results["utility_by_executor"].as_array().unwrap() {
+        let r = &u["rates"];
+        assert!(r["free_text_calls"].as_u64().unwrap() > 0, "{u}");
+        let expected = if u["matching"] == "exact" {
+            r["free_text_calls"].clone()
+        } else {
+            Value::from(0)
+        };
+        assert_eq!(r["false_blocked"], expected, "{u}");
+        assert_eq!(r["deviations_blocked"], r["deviations"], "{u}");
+    }
+
+    // Every bundle kept, each verifying complete; as many as the run counted.
+    let v = &results["verification"];
+    assert_eq!(v["complete"], v["bundles"]);
+    assert!(v["not_complete"].as_array().unwrap().is_empty());
+    let mut files = Vec::new();
+    bundles(&dir.path().join("bundles"), &mut files);
+    assert_eq!(files.len() as u64, v["bundles"].as_u64().unwrap());
+    for f in &files {
+        let b = knox_verify::parse_bundle(&std::fs::read(f).unwrap()).unwrap();
+        let report = knox_verify::verify_bundle(&b, manifest(), ALLOW);
+        assert_eq!(report.outcome, Outcome::Complete, "{}", f.display());
+    }
+    let report = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+    assert!(report.contains("Table III") && report.contains("paper"));
+}
+
+#[test]
+fn pool_is_deterministic_and_balanced() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |sub: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_knox"))
+            .args([
+                "eval",
+                "--quick",
+                "--guard",
+                "trajectory",
+                "--workload",
+                "st-sa",
+                "--flows",
+                "2",
+                "--no-utility",
+                "--out",
+            ])
+            .arg(dir.path().join(sub))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::read(dir.path().join(sub).join("pool.json")).unwrap()
+    };
+    let (a, b) = (run("a"), run("b"));
+    assert_eq!(a, b, "same seed, same pool");
+    let pool: Value = serde_json::from_slice(&a).unwrap();
+    assert_eq!(pool["toolkits"], 38);
+    for g in ["trajectory", "syscall", "stop"] {
+        let flows = pool["guards"][g]["flows"].as_array().unwrap();
+        assert_eq!(flows.len(), 380, "{g}");
+        let block = flows.iter().filter(|f| f["label"] == "block").count();
+        assert_eq!(block, 190, "{g}");
+    }
+    let flows = pool["guards"]["regulation"]["flows"].as_array().unwrap();
+    assert_eq!(flows.len(), 150);
+    assert_eq!(flows.iter().filter(|f| f["label"] == "block").count(), 75);
+}
