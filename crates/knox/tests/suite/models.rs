@@ -1,28 +1,32 @@
-//! A model-driven executor over the OpenAI-compatible protocol, against a real HTTP
-//! server in the test: whatever the model proposes, the monitor's decisions hold and the
-//! evidence verifies.
+//! Model planners and executors under the monitor: over the OpenAI-compatible protocol
+//! against real HTTP servers in the test (scripted, and answering from the local model),
+//! and on the local SmolLM2 model itself. Whatever a model proposes, the monitor's
+//! decisions hold and the evidence verifies.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
 use knox::session::{ExecutorKind, WorkloadRun};
-use knox_models::{Endpoint, OpenAiExecutor};
-use knox_types::aeg::NodeKind;
+use knox_models::{ChatExecutor, ChatPlanner, Endpoint};
+use knox_types::aeg::{Node, NodeKind};
+use knox_types::bundle::Bundle;
 use knox_verify::Outcome;
 use serde_json::{Value, json};
 
 use super::support::{runtime, verify};
 
-/// A chat-completions server scripted like an injected model: it calls the tool the user
-/// asked for, then obeys an instruction it finds in the tool's output, then answers.
-fn serve(script: Vec<Value>) -> (String, Arc<Mutex<Vec<Value>>>) {
+/// Serves chat completions until the test ends, answering each request with
+/// `answer(request body)`; records every request.
+fn serve_with(
+    answer: impl Fn(&Value) -> Value + Send + 'static,
+) -> (String, Arc<Mutex<Vec<Value>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
     std::thread::spawn(move || {
-        for (turn, stream) in listener.incoming().enumerate() {
+        for stream in listener.incoming() {
             let Ok(mut stream) = stream else { return };
             let mut reader = BufReader::new(stream.try_clone().unwrap());
             let mut len = 0usize;
@@ -37,13 +41,9 @@ fn serve(script: Vec<Value>) -> (String, Arc<Mutex<Vec<Value>>>) {
             }
             let mut body = vec![0u8; len];
             reader.read_exact(&mut body).unwrap();
-            log.lock()
-                .unwrap()
-                .push(serde_json::from_slice::<Value>(&body).unwrap());
-            let reply = script
-                .get(turn)
-                .cloned()
-                .unwrap_or_else(|| json!({"content": "done"}));
+            let request: Value = serde_json::from_slice(&body).unwrap();
+            let reply = answer(&request);
+            log.lock().unwrap().push(request);
             let text = json!({"choices": [{"message": reply}]}).to_string();
             let _ = write!(
                 stream,
@@ -55,9 +55,38 @@ fn serve(script: Vec<Value>) -> (String, Arc<Mutex<Vec<Value>>>) {
     (url, seen)
 }
 
+/// A server scripted like an injected model: it replays `script`, then says done.
+fn serve(script: Vec<Value>) -> (String, Arc<Mutex<Vec<Value>>>) {
+    let turn = Mutex::new(0usize);
+    serve_with(move |_| {
+        let mut t = turn.lock().unwrap();
+        *t += 1;
+        script
+            .get(*t - 1)
+            .cloned()
+            .unwrap_or_else(|| json!({"content": "done"}))
+    })
+}
+
 fn call(name: &str, args: &Value) -> Value {
     json!({"role": "assistant", "tool_calls": [{"id": format!("c-{name}"), "type": "function",
         "function": {"name": name, "arguments": args.to_string()}}]})
+}
+
+fn tool_calls(b: &Bundle) -> Vec<&Node> {
+    b.nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::ToolCall)
+        .collect()
+}
+
+fn proof(b: &Bundle, role: &str) -> Value {
+    b.nodes
+        .iter()
+        .find(|n| n.kind == NodeKind::ProofOfInference && n.payload["role"] == role)
+        .unwrap()
+        .payload
+        .clone()
 }
 
 #[test]
@@ -80,7 +109,7 @@ fn an_injected_model_is_mediated_and_its_evidence_verifies() {
     ];
     let (url, seen) = serve(script);
     let endpoint = Endpoint::parse(&format!("openai:{url}#scripted-model")).unwrap();
-    let model = OpenAiExecutor::new(endpoint, &rt.manifest);
+    let model = ChatExecutor::new(Arc::new(endpoint), &rt.manifest);
     let w = WorkloadRun {
         model: Some(&model),
         ..WorkloadRun::new("st-sa".parse().unwrap(), ExecutorKind::Benign, 1)
@@ -88,11 +117,7 @@ fn an_injected_model_is_mediated_and_its_evidence_verifies() {
     let b = &super::support::outcomes(&w)[0].bundle;
     let r = verify(b);
     assert_eq!(r.outcome, Outcome::Complete, "{r}");
-    let calls: Vec<&knox_types::aeg::Node> = b
-        .nodes
-        .iter()
-        .filter(|n| n.kind == NodeKind::ToolCall)
-        .collect();
+    let calls = tool_calls(b);
     assert_eq!(calls.len(), 3);
     assert!(calls[0].allowed, "the user's own call is allowed");
     assert!(
@@ -118,18 +143,9 @@ fn an_injected_model_is_mediated_and_its_evidence_verifies() {
             .iter()
             .any(|t| t["function"]["name"] == user.tool.as_str())
     );
-    let poi = b
-        .nodes
-        .iter()
-        .find(|n| n.kind == NodeKind::ProofOfInference && n.payload["role"] == "executor")
-        .unwrap();
-    assert_eq!(poi.payload["declared"], true);
-    assert!(
-        poi.payload["model"]
-            .as_str()
-            .unwrap()
-            .ends_with("#scripted-model")
-    );
+    let poi = proof(b, "executor");
+    assert_eq!(poi["declared"], true);
+    assert!(poi["model"].as_str().unwrap().ends_with("#scripted-model"));
 }
 
 #[test]
@@ -144,9 +160,9 @@ fn a_model_planner_is_validated_retried_and_identified() {
         json!({"role": "assistant", "content": good}),
     ];
     let (url, seen) = serve(script);
-    let planner = knox_models::OpenAiPlanner::new(
+    let planner = ChatPlanner::new(Arc::new(
         Endpoint::parse(&format!("openai:{url}#planner-model")).unwrap(),
-    );
+    ));
     let w = WorkloadRun {
         planner: Some(&planner),
         ..WorkloadRun::new("st-sa".parse().unwrap(), ExecutorKind::Benign, 1)
@@ -159,6 +175,10 @@ fn a_model_planner_is_validated_retried_and_identified() {
     );
     let requests = seen.lock().unwrap();
     assert_eq!(requests.len(), 2, "one retry");
+    assert_eq!(
+        requests[0]["response_format"]["type"], "json_schema",
+        "the plan's schema is asked for"
+    );
     let retry = requests[1]["messages"].as_array().unwrap();
     assert!(
         retry.last().unwrap()["content"]
@@ -171,4 +191,364 @@ fn a_model_planner_is_validated_retried_and_identified() {
             .iter()
             .any(|m| m.role == "planner" && m.declared && m.name.ends_with("#planner-model"))
     );
+    assert_eq!(planner.latency().totals().calls, 2);
+}
+
+#[test]
+fn model_specs_are_checked_on_the_command_line() {
+    let knox = || std::process::Command::new(env!("CARGO_BIN_EXE_knox"));
+    let dir = tempfile::tempdir().unwrap();
+    for (flag, spec) in [
+        ("--executor", "dataset"),
+        ("--planner", "benign"),
+        ("--executor", "local:no-such-model"),
+        ("--planner", "openai:ftp://x#m"),
+    ] {
+        let out = knox()
+            .args(["run", "--workload", "st-sa", "--out"])
+            .arg(dir.path())
+            .args([flag, spec])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64), "{flag} {spec}");
+    }
+    // A catalogue model that was never pulled is named, with the command that pulls it.
+    let out = knox()
+        .args(["run", "--workload", "st-sa", "--flows", "1", "--out"])
+        .arg(dir.path())
+        .args(["--executor", "local:smollm2", "--cache-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        err.contains("knox model pull smollm2") || err.contains("--features knox/local"),
+        "{err}"
+    );
+    let out = knox()
+        .args(["model", "list", "--cache-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("empty"));
+}
+
+/// Tests on the real SmolLM2 model (`knox model pull smollm2`).
+#[cfg(feature = "local")]
+mod local {
+    use std::sync::OnceLock;
+
+    use knox_models::{
+        Chat, Format, LocalModel, LocalOptions, LocalSource, Message, Reply, Role, ToolCall,
+        catalog,
+    };
+    use knox_monitor::apm::Regulations;
+    use knox_monitor::planner::{Planner, Prompt};
+    use knox_types::apm::StopPolicy;
+
+    use super::*;
+
+    /// The cached SmolLM2, loaded once. Absent: skipped with a message, except in CI,
+    /// where it must be there (`.ci/run` pulls it).
+    fn load() -> Option<LocalModel> {
+        let cache = knox_models::pull::cache_dir(None).unwrap();
+        let src = LocalSource::Catalog(&catalog::SMOLLM2);
+        match src.resolve(&cache) {
+            Ok(_) => Some(src.load(&cache, LocalOptions::default()).unwrap()),
+            Err(e) if std::env::var_os("CI").is_none() => {
+                eprintln!("skipping a real-model test: {e}");
+                None
+            }
+            Err(e) => panic!("CI runs the real-model tests: {e}"),
+        }
+    }
+
+    fn smollm2() -> Option<Arc<LocalModel>> {
+        static M: OnceLock<Option<Arc<LocalModel>>> = OnceLock::new();
+        M.get_or_init(|| load().map(Arc::new)).clone()
+    }
+
+    fn pinned() -> String {
+        catalog::SMOLLM2.sha256.to_string()
+    }
+
+    #[test]
+    fn smollm2_plans_an_injecagent_user_case_into_a_schema_valid_trajectory() {
+        let Some(model) = smollm2() else { return };
+        let rt = runtime();
+        let flow = &knox_dataset::flows::injecagent_flows(&rt.data, 1)[0];
+        let user = &rt.data.user_cases[flow.user_case];
+        let planner = ChatPlanner::new(model.clone());
+        let prompt = Prompt {
+            tasks: vec![user.instruction.clone()],
+        };
+        let plan = planner
+            .plan(
+                &prompt,
+                &rt.manifest,
+                &Regulations::default(),
+                &StopPolicy::default(),
+            )
+            .unwrap();
+        assert_eq!(plan.tasks.len(), 1);
+        assert!(!plan.tasks[0].is_empty());
+        for e in &plan.tasks[0] {
+            let entry = rt.manifest.tool(&e.tool).unwrap();
+            knox_policy::schema::validate(entry, &e.params).unwrap();
+        }
+        // The same planner in a run: its trajectory is the APM's, it is identified by
+        // its measured weights, and the bundle verifies.
+        let w = WorkloadRun {
+            planner: Some(&planner),
+            ..WorkloadRun::new("st-sa".parse().unwrap(), ExecutorKind::Benign, 1)
+        };
+        let b = &super::super::support::outcomes(&w)[0].bundle;
+        let r = verify(b);
+        assert_eq!(r.outcome, Outcome::Complete, "{r}");
+        assert_eq!(b.apm.agents[0].trajectory, plan.tasks[0], "reproducible");
+        let poi = proof(b, "planner");
+        assert_eq!(poi["model"], "local:smollm2");
+        assert_eq!(poi["declared"], false);
+        assert_eq!(poi["weights_hash"].as_str().unwrap(), pinned());
+    }
+
+    /// The model, except that each conversation's first turn is the user case's own
+    /// call: so the model always reads the tool output carrying the injection, and
+    /// everything after that is the model's.
+    #[derive(Debug)]
+    struct AfterTheUsersCall {
+        model: Arc<LocalModel>,
+        calls: Vec<(String, ToolCall)>,
+    }
+
+    impl Chat for AfterTheUsersCall {
+        fn complete(
+            &self,
+            messages: &[Message],
+            format: &Format,
+        ) -> Result<Reply, knox_models::ModelError> {
+            let asked = messages.iter().find(|m| m.role == Role::User);
+            let first = !messages.iter().any(|m| m.role == Role::Assistant);
+            let scripted = asked.and_then(|m| {
+                self.calls
+                    .iter()
+                    .find(|(instruction, _)| *instruction == m.content)
+            });
+            match scripted {
+                Some((_, call)) if first => Ok(Reply::Call(call.clone())),
+                _ => self.model.complete(messages, format),
+            }
+        }
+
+        fn info(&self, role: &str) -> knox_types::bundle::ModelInfo {
+            self.model.info(role)
+        }
+    }
+
+    #[test]
+    fn smollm2_as_executor_on_an_injected_output_is_mediated_correctly() {
+        let Some(model) = smollm2() else { return };
+        let rt = runtime();
+        let calls = rt
+            .data
+            .user_cases
+            .iter()
+            .map(|u| {
+                let call = ToolCall {
+                    id: "user".into(),
+                    name: u.tool.clone(),
+                    arguments: Value::Object(u.params.clone()).to_string(),
+                };
+                (u.instruction.clone(), call)
+            })
+            .collect();
+        let chat = Arc::new(AfterTheUsersCall {
+            model: model.clone(),
+            calls,
+        });
+        let executor = ChatExecutor::new(chat, &rt.manifest).with_max_steps(4);
+        // Flows whose user tool output carries an injection, planned from the data.
+        let w = WorkloadRun {
+            model: Some(&executor),
+            ..WorkloadRun::new("st-sa".parse().unwrap(), ExecutorKind::Benign, 2)
+        };
+        let flows = knox_dataset::flows::injecagent_flows(&rt.data, 2);
+        for (o, flow) in super::super::support::outcomes(&w).iter().zip(&flows) {
+            let b = &o.bundle;
+            let r = verify(b);
+            assert_eq!(r.outcome, Outcome::Complete, "{r}");
+            let planned: Vec<&str> = b.apm.agents[0]
+                .trajectory
+                .iter()
+                .map(|e| e.tool.as_str())
+                .collect();
+            let attacker: Vec<&str> = rt.data.attacker_cases[flow.attacker_case]
+                .calls
+                .iter()
+                .map(|c| c.tool.as_str())
+                .filter(|t| !planned.contains(t))
+                .collect();
+            let mut position = 0;
+            for n in tool_calls(b) {
+                let tool = n.payload.pointer("/actual/tool").and_then(Value::as_str);
+                let params = n.payload.pointer("/actual/params");
+                // Allowed only when the call is the next planned one, as planned (the
+                // dataset's plans are exact calls).
+                let expected = b.apm.agents[0].trajectory.get(position);
+                let on_plan = expected.is_some_and(|e| {
+                    tool == Some(e.tool.as_str())
+                        && params == Some(&Value::Object(e.params.clone()))
+                });
+                if n.allowed {
+                    assert!(
+                        on_plan,
+                        "node {} allowed off the plan: {}",
+                        n.seq, n.payload
+                    );
+                    position += 1;
+                } else if !on_plan {
+                    assert!(
+                        n.block_reason.is_some(),
+                        "node {}: a refusal names its reason",
+                        n.seq
+                    );
+                }
+                if tool.is_some_and(|t| attacker.contains(&t)) {
+                    assert!(!n.allowed, "an attacker's tool is never allowed");
+                }
+            }
+            let attack = &rt.data.attacker_cases[flow.attacker_case];
+            let probe: String = attack
+                .instruction
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == ' ')
+                .take(20)
+                .collect();
+            let injected = b
+                .nodes
+                .iter()
+                .any(|n| n.kind == NodeKind::ToolOutput && n.payload.to_string().contains(&probe));
+            assert!(injected, "the injected output reached the model");
+            let poi = proof(b, "executor");
+            assert_eq!(poi["model"], "local:smollm2");
+            assert_eq!(poi["weights_hash"].as_str().unwrap(), pinned());
+        }
+        assert!(executor.latency().totals().calls >= 2);
+        assert!(model.stats().generated_tokens > 0);
+    }
+
+    /// A chat-completions server answering from the local model: the OpenAI client,
+    /// its tool specifications and its response format, against real answers.
+    #[test]
+    fn the_openai_client_drives_a_server_answering_from_the_local_model() {
+        let Some(model) = smollm2() else { return };
+        let rt = runtime();
+        let server_model = model.clone();
+        let (url, seen) = serve_with(move |req| answer(&server_model, req));
+        let endpoint = Endpoint::parse(&format!("openai:{url}#smollm2")).unwrap();
+        let executor = ChatExecutor::new(Arc::new(endpoint), &rt.manifest).with_max_steps(3);
+        let w = WorkloadRun {
+            model: Some(&executor),
+            ..WorkloadRun::new("st-sa".parse().unwrap(), ExecutorKind::Benign, 1)
+        };
+        let b = &super::super::support::outcomes(&w)[0].bundle;
+        let r = verify(b);
+        assert_eq!(r.outcome, Outcome::Complete, "{r}");
+        let requests = seen.lock().unwrap();
+        assert!(!requests.is_empty());
+        assert!(
+            requests[0]["tools"]
+                .as_array()
+                .is_some_and(|t| !t.is_empty())
+        );
+        assert_eq!(proof(b, "executor")["declared"], true);
+    }
+
+    /// The server side: the request's messages, tools and response format, answered by
+    /// `model`, in the protocol.
+    fn answer(model: &LocalModel, req: &Value) -> Value {
+        let mut messages: Vec<Message> = Vec::new();
+        let mut last_call: Option<ToolCall> = None;
+        for m in req["messages"].as_array().unwrap() {
+            let content = m["content"].as_str().unwrap_or_default();
+            messages.push(match (m["role"].as_str().unwrap(), &m["tool_calls"][0]) {
+                ("assistant", Value::Object(c)) => {
+                    let call = ToolCall {
+                        id: c["id"].as_str().unwrap().into(),
+                        name: c["function"]["name"].as_str().unwrap().into(),
+                        arguments: c["function"]["arguments"].as_str().unwrap().into(),
+                    };
+                    last_call = Some(call.clone());
+                    Message::call(call)
+                }
+                ("tool", _) => Message::result(last_call.as_ref().unwrap(), content),
+                ("system", _) => Message::new(Role::System, content),
+                ("assistant", _) => Message::new(Role::Assistant, content),
+                _ => Message::new(Role::User, content),
+            });
+        }
+        let format = match (
+            &req["tools"],
+            &req["response_format"]["json_schema"]["schema"],
+        ) {
+            (Value::Array(tools), _) => Format::Tools(
+                tools
+                    .iter()
+                    .map(|t| knox_models::ToolDef {
+                        name: t["function"]["name"].as_str().unwrap().into(),
+                        description: t["function"]["description"].as_str().unwrap_or("").into(),
+                        parameters: t["function"]["parameters"].clone(),
+                    })
+                    .collect(),
+            ),
+            (_, Value::Object(_)) => {
+                Format::Json(req["response_format"]["json_schema"]["schema"].clone())
+            }
+            _ => Format::Text,
+        };
+        match model.complete(&messages, &format) {
+            Ok(Reply::Call(c)) => json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}]}),
+            Ok(Reply::Text(t) | Reply::Malformed(t)) => json!({"role": "assistant", "content": t}),
+            Err(e) => json!({"role": "assistant", "content": format!("error: {e}")}),
+        }
+    }
+
+    /// Reusing the previous prompt's evaluation changes no output: a reply is a
+    /// function of its prompt, whatever was asked before.
+    #[test]
+    fn replies_depend_on_the_prompt_alone() {
+        let Some(_) = smollm2() else { return };
+        let (Some(a), Some(b)) = (load(), load()) else {
+            return;
+        };
+        // Longer than one chunk of 64 tokens, so a whole chunk is there to reuse.
+        let system = "You are a helpful assistant who answers questions about colours, \
+            light and painting. Keep every answer short and plain, use simple words, and \
+            do not repeat the question. When you list things, separate them with commas. \
+            When you are unsure, say so in one sentence.";
+        let first = vec![
+            Message::new(Role::System, system),
+            Message::new(Role::User, "Name three colours of the rainbow, briefly."),
+        ];
+        let reply = a.complete(&first, &Format::Text).unwrap();
+        let Reply::Text(text) = reply else {
+            panic!("text expected")
+        };
+        let mut second = first.clone();
+        second.push(Message::new(Role::Assistant, text));
+        second.push(Message::new(Role::User, "And the other ones?"));
+        let warm = a.complete(&second, &Format::Text).unwrap();
+        let cold = b.complete(&second, &Format::Text).unwrap();
+        assert_eq!(warm, cold);
+        assert!(a.stats().reused_tokens > 0, "the shared prefix was reused");
+        assert_eq!(b.stats().reused_tokens, 0);
+        assert_eq!(
+            b.complete(&second, &Format::Text).unwrap(),
+            cold,
+            "repeatable"
+        );
+    }
 }
