@@ -177,12 +177,22 @@ pub fn run_workload(
 }
 
 /// The regulations in force for a run and the policy set deciding them.
-#[derive(Debug)]
 pub struct RegulationSetup {
     /// Names, policy hash and context (they go into every APM).
     pub regulations: Regulations,
     /// The policy set whose hash `regulations` names.
     pub norms: knox_regulation::Norms,
+    /// A judge for disclosures no data label reaches.
+    pub judge: Option<Box<dyn knox_regulation::Judge>>,
+}
+
+impl std::fmt::Debug for RegulationSetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegulationSetup")
+            .field("regulations", &self.regulations)
+            .field("judge", &self.judge.as_ref().map(|j| j.model().name))
+            .finish_non_exhaustive()
+    }
 }
 
 /// [`run_workload`] with regulations in force.
@@ -209,6 +219,7 @@ pub fn run_workload_regulated(
     if let Some(r) = regulation {
         cfg.regulations = r.regulations.clone();
         cfg.norms = Some(&r.norms);
+        cfg.judge = r.judge.as_deref();
     }
     let mut n = 0;
     for (i, bundle) in run::bundles(&flows, w.workload).enumerate() {

@@ -236,7 +236,9 @@ impl<'m> Models<'m> {
 }
 
 /// The chat backend `spec` names, if it names a model; local models are loaded once.
-fn open(
+/// Opens the chat model `spec` names (`None` for the deterministic stand-ins); a local
+/// model already in `locals` is shared.
+pub fn open(
     spec: &ModelSpec,
     cache_dir: Option<&Path>,
     locals: &mut Vec<(LocalSource, Arc<LocalModel>)>,

@@ -136,6 +136,23 @@ pub struct RegulationArgs {
     /// The regulation policy set directory (default: the embedded one).
     #[arg(long, value_name = "DIR", requires = "regulations")]
     pub policy_set: Option<PathBuf>,
+    /// A judge for disclosures no data label reaches: `local:NAME`, `local:PATH.gguf` or
+    /// `openai:URL#MODEL`. It classifies the content (information types, purpose) with
+    /// the versioned prompt `regulations/judge-prompt.md`; the norms decide, and its own
+    /// verdict is recorded as a second opinion only.
+    #[arg(long, value_name = "SPEC", requires = "regulations", value_parser = judge_spec)]
+    pub judge: Option<knox_models::ModelSpec>,
+}
+
+fn judge_spec(s: &str) -> Result<knox_models::ModelSpec, String> {
+    let spec: knox_models::ModelSpec = s
+        .parse()
+        .map_err(|e: knox_models::ModelError| e.to_string())?;
+    if spec.is_model() {
+        Ok(spec)
+    } else {
+        Err("a judge is local:… or openai:…".into())
+    }
 }
 
 impl RegulationArgs {
@@ -170,6 +187,7 @@ impl RegulationArgs {
         Ok(Some(crate::session::RegulationSetup {
             regulations: knox_monitor::apm::Regulations::decided_by(names, &norms, context),
             norms,
+            judge: None,
         }))
     }
 }

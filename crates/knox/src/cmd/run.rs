@@ -89,7 +89,13 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating `{}`", args.out.display()))?;
     let nonce = hex::decode(&args.nonce).context("--nonce must be hex")?;
-    let regulation = args.regulation.setup()?;
+    let mut regulation = args.regulation.setup()?;
+    if let (Some(r), Some(spec)) = (regulation.as_mut(), &args.regulation.judge) {
+        let mut locals = Vec::new();
+        let chat = super::model::open(spec, args.models.cache.cache_dir.as_deref(), &mut locals)?
+            .context("a judge must be a model")?;
+        r.judge = Some(Box::new(knox_models::ChatJudge::new(chat)));
+    }
     if regulation.is_some() && args.suite == Suite::Terminal {
         anyhow::bail!(
             "--regulations applies to the InjecAgent suite (terminal tasks disclose nothing)"

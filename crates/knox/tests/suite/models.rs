@@ -556,3 +556,78 @@ mod local {
         );
     }
 }
+
+#[test]
+fn a_judge_on_an_openai_server_classifies_unlabelled_disclosures_from_the_cli() {
+    // The judge answers like a model asked the versioned prompt: the content is contact
+    // data, and in its own opinion the disclosure is non-compliant.
+    let (url, seen) = serve_with(|_| {
+        json!({"role": "assistant", "content": json!({
+            "reasoning": "an e-mail address of a person",
+            "info_types": ["contact"], "purpose": null, "verdict": "non_compliant"
+        }).to_string()})
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = dir.path().join("context.toml");
+    std::fs::write(
+        &ctx,
+        "[default_task]\nsender = \"privacy@nordlicht.example\"\npurpose = \"service_provision\"\n\n\
+         [[directory]]\naddresses = [\"privacy@nordlicht.example\"]\nrole = \"controller\"\njurisdiction = \"DE\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_knox"))
+        .args([
+            "run",
+            "--workload",
+            "st-sa",
+            "--flows",
+            "8",
+            "--regulations",
+            "GDPR",
+        ])
+        .arg("--regulation-context")
+        .arg(&ctx)
+        .arg("--judge")
+        .arg(format!("openai:{url}#judge-model"))
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("8/8 complete"), "{text}");
+    let asked = seen.lock().unwrap().clone();
+    assert!(!asked.is_empty(), "the judge was never asked");
+    assert_eq!(
+        asked[0]["messages"][0]["content"],
+        knox_models::judge::SYSTEM
+    );
+    let mut judged = 0;
+    for e in std::fs::read_dir(dir.path().join("out")).unwrap() {
+        let p = e.unwrap().path();
+        if p.file_name().is_some_and(|n| n == "summary.json")
+            || p.extension().is_none_or(|x| x != "json")
+        {
+            continue;
+        }
+        let b: Bundle = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+        assert_eq!(proof(&b, "judge")["declared"], true);
+        for n in &b.nodes {
+            if n.kind == NodeKind::Check && n.payload["guard"] == "regulation" {
+                let d = &n.payload["detail"];
+                if d["judge"].is_object() {
+                    judged += 1;
+                    assert_eq!(d["flow"]["sources"], json!(["judge"]));
+                    assert_eq!(d["judge"]["info_types"], json!(["contact"]));
+                    assert_eq!(d["judge"]["verdict"], "non_compliant");
+                }
+            }
+        }
+        assert_eq!(verify(&b).outcome, knox_verify::Outcome::Complete);
+    }
+    assert!(judged > 0);
+}
