@@ -17,7 +17,7 @@ use knox_policy::mediated::{self, Caches};
 use knox_policy::proposal::{self, Malformed};
 use knox_policy::stop::RunState;
 use knox_policy::{ToolkitManifest, dataflow, stop};
-use knox_regulation::{Judge, Regulator, Seen};
+use knox_regulation::{Judge, Regulator};
 use knox_types::Action;
 use knox_types::aeg::NodeKind;
 use knox_types::apm::{Apm, StopCause, TopologyKind};
@@ -397,19 +397,7 @@ impl<'a> Monitor<'a> {
         ));
         // Regulation, for disclosures when regulations are in force.
         if self.regulator.applies(entry) {
-            let seen: Vec<Seen<'_>> = st
-                .labelled
-                .iter()
-                .map(|(node, position, tool, output)| Seen {
-                    node: *node,
-                    position: *position,
-                    labels: self
-                        .manifest
-                        .tool(tool)
-                        .and_then(|t| t.annotations.returns.as_ref()),
-                    output,
-                })
-                .collect();
+            let seen = knox_regulation::flow::seen(self.manifest, &st.labelled);
             let task = expected
                 .map(|e| e.task)
                 .or_else(|| plan.tasks.last().copied());

@@ -761,19 +761,7 @@ impl<'a> Replayer<'a, '_> {
                         }
                         None => None,
                     };
-                    let seen: Vec<knox_regulation::Seen<'_>> = st
-                        .labelled
-                        .iter()
-                        .map(|(node, position, tool, output)| knox_regulation::Seen {
-                            node: *node,
-                            position: *position,
-                            labels: cx
-                                .manifest
-                                .tool(tool)
-                                .and_then(|t| t.annotations.returns.as_ref()),
-                            output,
-                        })
-                        .collect();
+                    let seen = knox_regulation::flow::seen(cx.manifest, &st.labelled);
                     let task = expected
                         .map(|e| e.task)
                         .or_else(|| st.plan.tasks.last().copied());
