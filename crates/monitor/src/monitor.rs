@@ -373,14 +373,7 @@ impl<'a> Monitor<'a> {
         });
         // Trajectory, mediated system calls, data flow: the same code the verifier runs.
         let outputs = |k: u32| st.outputs.get(k as usize).cloned().flatten();
-        let tainted: Vec<dataflow::Tainted<'_>> = st
-            .tainted
-            .iter()
-            .map(|(node, output)| dataflow::Tainted {
-                node: *node,
-                output,
-            })
-            .collect();
+        let tainted = dataflow::tainted(&st.tainted);
         let view = mediated::AgentView {
             expected,
             outputs: &outputs,

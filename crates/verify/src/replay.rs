@@ -673,14 +673,7 @@ impl<'a> Replayer<'a, '_> {
         });
         let expected = st.plan.trajectory.get(st.pointer as usize);
         let outputs = |k: u32| st.outputs.get(k as usize).cloned().flatten();
-        let tainted: Vec<dataflow::Tainted<'_>> = st
-            .tainted
-            .iter()
-            .map(|(node, output)| dataflow::Tainted {
-                node: *node,
-                output,
-            })
-            .collect();
+        let tainted = dataflow::tainted(&st.tainted);
         let view = mediated::AgentView {
             expected,
             outputs: &outputs,

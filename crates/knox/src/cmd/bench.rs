@@ -1,14 +1,11 @@
 //! `knox bench`: the paper's overhead breakdown, measured on this machine, per workload.
 
-use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Result;
 use knox_monitor::run::Runtime;
 use knox_monitor::workload::{PAPER_WORKLOADS, Workload};
 use knox_policy::ToolkitManifest;
-use knox_types::aeg::{chain_start, chain_step, leaf_record};
-use knox_types::merkle;
 use knox_verify::Outcome;
 
 use crate::session::{self, ExecutorKind, WorkloadRun};
@@ -116,42 +113,27 @@ fn measure(rt: &Runtime, manifest: &ToolkitManifest, w: Workload, args: &BenchAr
     let mut acc = Acc::default();
     let run = WorkloadRun::new(w, args.executor, args.bundles * w.0.tasks as usize);
     session::run_workload(rt, &run, |o| {
-        let b = &o.bundle;
-        let t = Instant::now();
-        let mut c = chain_start();
-        let mut leaves = Vec::with_capacity(b.nodes.len());
-        for n in &b.nodes {
-            let m = n.compute_measurement();
-            c = chain_step(&c, n.seq, &m);
-            leaves.push(merkle::leaf_hash(&leaf_record(n.seq, n.parent, n.kind, &m)));
-        }
-        black_box((c, merkle::root(&leaves)));
-        let measure = t.elapsed();
-        let t = Instant::now();
-        black_box(knox_attest::dsse::sign(
-            &rt.key,
-            &b.summary.to_statement()?,
-        )?);
-        acc.sign += t.elapsed();
-        let t = Instant::now();
-        let _ = black_box(knox_verify::replay::chain(&b.nodes).map(|x| x.0));
-        acc.integrity += t.elapsed();
-        let t = Instant::now();
-        let report =
-            knox_verify::verify_bundle(b, manifest, knox_verify::Options::DANGEROUS_SIMULATED);
-        acc.verify += t.elapsed();
+        let (c, report) = knox_eval::overhead::measure(
+            rt,
+            manifest,
+            o,
+            knox_verify::Options::DANGEROUS_SIMULATED,
+        )?;
         anyhow::ensure!(
             report.outcome == Outcome::Complete,
             "bundle {} did not verify: {:?}",
-            b.run_id,
+            o.bundle.run_id,
             report.outcome
         );
         acc.bundles += 1;
-        acc.actions += o.stats.proposals;
-        acc.nodes += b.nodes.len() as u64;
-        acc.aeg += o.stats.monitor_time.saturating_sub(measure);
-        acc.measure += measure;
-        acc.apm += o.timings.apm;
+        acc.actions += c.actions;
+        acc.nodes += c.nodes;
+        acc.aeg += c.aeg;
+        acc.measure += c.measure;
+        acc.apm += c.apm;
+        acc.sign += c.sign;
+        acc.integrity += c.integrity;
+        acc.verify += c.verify;
         Ok(())
     })?;
     Ok(acc)

@@ -17,7 +17,7 @@ use knox_types::regulation::{ConsentRecord, DirectoryEntry, RegulationContext, T
 use knox_verify::Outcome;
 use serde_json::{Value, json};
 
-use super::support::{harness_regulated, manifest, norms, params, raw, verify};
+use super::support::{harness_regulated, norms, params, raw, verify};
 
 const SEQ3: Topology = Topology {
     kind: TopologyKind::MtSaSeq,
@@ -306,22 +306,7 @@ fn a_monitor_that_misstates_the_facts_is_caught_by_recomputation() {
     }
     lie.context = Some(forged);
     let regulator = knox_regulation::Regulator::new(&lie, Some(norms())).unwrap();
-    let rt = super::support::runtime();
-    let m = knox_monitor::Monitor::start(
-        knox_monitor::monitor::MonitorConfig {
-            apm: &h.apm,
-            apm_hash: h.apm_hash,
-            run_id: "test-run",
-            manifest: manifest(),
-            key: &rt.key,
-            models: &h.models,
-            signal: StopSignal::new(),
-            aeg: AegBuilder::default(),
-            grants: false,
-        },
-        regulator,
-        None,
-    );
+    let m = h.monitor_deciding(StopSignal::new(), AegBuilder::default(), regulator, None);
     match m.mediate(
         "agent-0",
         &raw("EpicFHIRGetPatientDetails", json!({"patient_id": "123abc"})),
@@ -491,21 +476,11 @@ fn a_judge_classifies_unlabelled_content_and_its_opinion_is_recorded_not_obeyed(
     );
     let judge = KeywordJudge;
     h.models.push(knox_regulation::Judge::model(&judge));
-    let rt = super::support::runtime();
     let regulator =
         knox_regulation::Regulator::new(&h.apm.guards.regulation, Some(norms())).unwrap();
-    let m = knox_monitor::Monitor::start(
-        knox_monitor::monitor::MonitorConfig {
-            apm: &h.apm,
-            apm_hash: h.apm_hash,
-            run_id: "test-run",
-            manifest: manifest(),
-            key: &rt.key,
-            models: &h.models,
-            signal: StopSignal::new(),
-            aeg: AegBuilder::default(),
-            grants: false,
-        },
+    let m = h.monitor_deciding(
+        StopSignal::new(),
+        AegBuilder::default(),
         regulator,
         Some(&judge),
     );

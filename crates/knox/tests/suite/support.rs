@@ -143,6 +143,21 @@ pub fn harness_regulated(
 
 impl Harness {
     pub fn monitor(&self, signal: StopSignal, aeg: AegBuilder) -> Monitor<'_> {
+        let spec = &self.apm.guards.regulation;
+        let norms = spec.policy_hash.map(|_| norms());
+        let regulator = knox_regulation::Regulator::new(spec, norms).unwrap();
+        self.monitor_deciding(signal, aeg, regulator, None)
+    }
+
+    /// A monitor whose regulation guard is `regulator` (with `judge`), whatever the APM
+    /// says: how a test plays a monitor that decides otherwise.
+    pub fn monitor_deciding<'a>(
+        &'a self,
+        signal: StopSignal,
+        aeg: AegBuilder,
+        regulator: knox_regulation::Regulator<'a>,
+        judge: Option<&'a dyn knox_regulation::Judge>,
+    ) -> Monitor<'a> {
         let rt = runtime();
         let cfg = MonitorConfig {
             apm: &self.apm,
@@ -155,10 +170,7 @@ impl Harness {
             aeg,
             grants: false,
         };
-        let spec = &self.apm.guards.regulation;
-        let norms = spec.policy_hash.map(|_| norms());
-        let regulator = knox_regulation::Regulator::new(spec, norms).unwrap();
-        Monitor::start(cfg, regulator, None)
+        Monitor::start(cfg, regulator, judge)
     }
 
     pub fn seal(&self, aeg: FinishedAeg) -> Bundle {
