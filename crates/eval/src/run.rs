@@ -91,6 +91,31 @@ pub struct Options<'a> {
     pub seed: u64,
     /// Progress.
     pub progress: &'a dyn Progress,
+    /// A judge: the regulation guard's flows are run once more with every
+    /// information-type label withheld, so what a disclosure carries comes from the judge
+    /// alone (the paper's judge-decided regulation guard). Its cells are columns of their
+    /// own, `<executor> + judge <name>`.
+    pub judge: Option<EvalJudge<'a>>,
+}
+
+/// The judge of [`Options::judge`].
+#[derive(Clone, Copy)]
+pub struct EvalJudge<'a> {
+    /// Its name in column headings (`local:smollm2`).
+    pub name: &'a str,
+    /// The judge.
+    pub judge: &'a dyn knox_regulation::Judge,
+}
+
+impl std::fmt::Debug for EvalJudge<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// The column name of `executor`'s cells decided with judge `judge`.
+pub fn judge_column(executor: &str, judge: &str) -> String {
+    format!("{executor} + judge {judge}")
 }
 
 impl std::fmt::Debug for Options<'_> {
@@ -124,6 +149,9 @@ pub struct Cell {
     pub cost: CostMeans,
     /// Whether the executor's time is an LLM's.
     pub model: bool,
+    /// Whether a judge, not the labels, said what disclosures carry (labels withheld):
+    /// its rates measure the judge, not the guard's correctness.
+    pub judged: bool,
     #[serde(skip)]
     sum: CostSum,
 }
@@ -217,6 +245,8 @@ struct BundleRun {
 struct Ctx<'a, 'o> {
     rt: &'a Runtime,
     opts: &'a Options<'o>,
+    /// The judge consulted by the regulation guard (only in the judge's cells).
+    judge: Option<&'a dyn knox_regulation::Judge>,
     verdicts: std::fs::File,
     verification: Verification,
 }
@@ -253,7 +283,7 @@ impl Ctx<'_, '_> {
             planner,
             executor: &recorder,
             norms: setup.norms.as_deref(),
-            judge: None,
+            judge: self.judge,
             regulations: setup.regulations,
             stop: setup.stop,
             signal,
@@ -319,9 +349,29 @@ pub fn run(
     let verdicts =
         std::fs::File::create(&verdicts_path).map_err(|e| EvalError::io(&verdicts_path, e))?;
     let bundles_dir = opts.out.join("bundles");
+    let judged = opts.judge.filter(|_| {
+        opts.guards.contains(&Guard::Regulation)
+            && pool
+                .guards
+                .get(&Guard::Regulation)
+                .is_some_and(|p| p.status == PoolStatus::Ready)
+    });
+    // The judge's cells run on a runtime whose manifest withholds every label.
+    let blind = match judged {
+        Some(_) => Some(Runtime::start(
+            opts.backend,
+            &rt.platform.nonce.0,
+            rt.data.clone(),
+            rt.manifest.without_info_types().map_err(|e| {
+                EvalError::Invalid(format!("withholding the manifest's labels: {e}"))
+            })?,
+        )?),
+        None => None,
+    };
     let mut cx = Ctx {
         rt,
         opts,
+        judge: None,
         verdicts,
         verification: Verification {
             platform: rt.platform.mode.clone(),
@@ -351,6 +401,18 @@ pub fn run(
         })
         .sum::<usize>()
         * opts.executors.len();
+    let judge_total = match judged {
+        Some(_) => {
+            let n = limited(pool.flows(Guard::Regulation), opts.limit).len();
+            opts.workloads
+                .iter()
+                .map(|w| bundle_count(n, *w))
+                .sum::<usize>()
+                * opts.executors.len()
+        }
+        None => 0,
+    };
+    let total = total + judge_total;
     let utility_flows = limited(&pool.utility, opts.limit);
     let utility_total = if opts.utility {
         opts.workloads
@@ -371,10 +433,39 @@ pub fn run(
         for spec in &opts.executors {
             let factory = execs.factory(spec);
             for w in &opts.workloads {
-                let cell = guard_cell(&mut cx, *g, flows, &planner, spec, factory, *w)?;
+                let cell = guard_cell(
+                    &mut cx,
+                    *g,
+                    flows,
+                    &planner,
+                    &spec.name(),
+                    spec,
+                    factory,
+                    *w,
+                )?;
                 cells.push(cell);
             }
         }
+    }
+    if let (Some(j), Some(blind), Some(g)) = (
+        judged,
+        blind.as_ref(),
+        selected.iter().find(|g| g.guard() == Guard::Regulation),
+    ) {
+        let flows = limited(pool.flows(Guard::Regulation), opts.limit);
+        let planner = PoolPlanner::new(flows, Matching::Exact);
+        cx.rt = blind;
+        cx.judge = Some(j.judge);
+        for spec in &opts.executors {
+            let factory = execs.factory(spec);
+            let column = judge_column(&spec.name(), j.name);
+            for w in &opts.workloads {
+                let cell = guard_cell(&mut cx, *g, flows, &planner, &column, spec, factory, *w)?;
+                cells.push(cell);
+            }
+        }
+        cx.rt = rt;
+        cx.judge = None;
     }
     let mut utility = Vec::new();
     if opts.utility && !utility_flows.is_empty() {
@@ -418,17 +509,19 @@ fn dir_name(s: &str) -> String {
     s.replace([':', '/', '#', '?', '&', ' '], "-")
 }
 
+#[expect(clippy::too_many_arguments, reason = "one cell's whole configuration")]
 fn guard_cell(
     cx: &mut Ctx<'_, '_>,
     g: &dyn GuardEval,
     flows: &[PoolFlow],
     planner: &PoolPlanner,
+    column: &str,
     spec: &ExecutorSpec<'_>,
     factory: &dyn ExecutorFactory,
     w: Workload,
 ) -> Result<Cell, EvalError> {
     let t = w.0.tasks.max(1) as usize;
-    let exec = spec.name();
+    let exec = column.to_string();
     let dir = cx
         .opts
         .out
@@ -486,6 +579,7 @@ fn guard_cell(
         rates,
         cost: sum.means(),
         model: spec.is_model(),
+        judged: cx.judge.is_some(),
         sum,
     })
 }

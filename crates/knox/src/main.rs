@@ -16,7 +16,6 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-#[expect(clippy::large_enum_variant, reason = "parsed once per process")]
 enum Command {
     /// Run a benign and an injected agent, verify their evidence, and show a tampered copy caught.
     Demo(cmd::demo::DemoArgs),

@@ -12,6 +12,7 @@ use knox_types::bundle::ModelInfo;
 use serde_json::{Value, json};
 
 use crate::chat::{Chat, Format, Message, Reply, Role};
+use crate::latency::Latency;
 
 /// Purposes a judge may name.
 pub const PURPOSES: [&str; 11] = [
@@ -32,16 +33,25 @@ pub const PURPOSES: [&str; 11] = [
 pub const SYSTEM: &str = "You are a careful privacy-law assistant. Follow the instructions \
 and answer only with the JSON object they ask for.";
 
-/// A judge asking a chat model.
+/// A judge asking a chat model. Clones share the model and the latency totals.
 #[derive(Debug, Clone)]
 pub struct ChatJudge {
     chat: Arc<dyn Chat>,
+    latency: Arc<Latency>,
 }
 
 impl ChatJudge {
     /// A judge asking `chat`.
     pub fn new(chat: Arc<dyn Chat>) -> Self {
-        Self { chat }
+        Self {
+            chat,
+            latency: Arc::default(),
+        }
+    }
+
+    /// Time spent per question so far.
+    pub fn latency(&self) -> &Latency {
+        &self.latency
     }
 }
 
@@ -108,9 +118,10 @@ impl Judge for ChatJudge {
             Message::new(Role::System, SYSTEM),
             Message::new(Role::User, prompt),
         ];
+        let format = Format::Json(answer_schema());
         match self
-            .chat
-            .complete(&messages, &Format::Json(answer_schema()))
+            .latency
+            .time(|| self.chat.complete(&messages, &format))
             .map_err(|e| e.to_string())?
         {
             Reply::Text(t) | Reply::Malformed(t) => parse_answer(&t),

@@ -31,17 +31,19 @@ pub enum SpecRole {
     Planner,
     /// `--executor`.
     Executor,
+    /// `--judge`: a model, never a deterministic stand-in.
+    Judge,
 }
 
 impl ModelSpec {
     /// Parses `s` for `role`, refusing the deterministic stand-ins of the other role.
     pub fn parse_for(s: &str, role: SpecRole) -> Result<Self, ModelError> {
         let spec: Self = s.parse()?;
-        let fits = !matches!(
-            (&spec, role),
-            (Self::Dataset, SpecRole::Executor)
-                | (Self::Benign | Self::Injected, SpecRole::Planner)
-        );
+        let fits = match role {
+            SpecRole::Planner => !matches!(spec, Self::Benign | Self::Injected),
+            SpecRole::Executor => !matches!(spec, Self::Dataset),
+            SpecRole::Judge => spec.is_model(),
+        };
         if fits {
             Ok(spec)
         } else {
@@ -52,6 +54,7 @@ impl ModelSpec {
                     SpecRole::Executor => {
                         "an executor is benign, injected, local:… or openai:…".into()
                     }
+                    SpecRole::Judge => "a judge is local:… or openai:…".into(),
                 },
             })
         }

@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 use knox_attest::TeeKey;
 use knox_policy::{ToolkitManifest, auth};
 use knox_types::apm::{
-    APM_VERSION, AgentPlan, Apm, ApmInputs, ExpectedCall, Guards, RegulationSpec, StopPolicy,
-    TaskPlan, Topology, TopologyKind,
+    APM_VERSION, AgentPlan, Apm, ApmInputs, ExpectedCall, Guards, PlanningFailure, RegulationSpec,
+    StopPolicy, TaskPlan, Topology, TopologyKind,
 };
 use knox_types::bundle::{ApmAttestation, ApmStatement};
 use knox_types::canon::CanonError;
@@ -73,7 +73,8 @@ pub fn agent_id(i: u32) -> String {
     format!("agent-{i}")
 }
 
-/// Plans `prompt` and derives its APM for `topology`.
+/// Plans `prompt` and derives its APM for `topology`. A planner failure is an error
+/// here; [`derive_or_refuse`] turns it into an APM that records it.
 pub fn derive(
     prompt: &Prompt,
     manifest: &ToolkitManifest,
@@ -84,6 +85,45 @@ pub fn derive(
 ) -> Result<Apm, ApmError> {
     let plan = planner.plan(prompt, manifest, regulations, stop)?;
     from_plan(prompt, manifest, regulations, stop, plan, topology)
+}
+
+/// Plans `prompt` and derives its APM; when the planner fails, the APM that records
+/// the failure and permits nothing ([`refusal`]), so the run can still end in signed
+/// evidence of why nothing ran. Other errors (a topology that does not fit the
+/// prompt, hashing) remain errors.
+pub fn derive_or_refuse(
+    prompt: &Prompt,
+    manifest: &ToolkitManifest,
+    regulations: &Regulations,
+    stop: &StopPolicy,
+    planner: &dyn Planner,
+    topology: Topology,
+) -> Result<Apm, ApmError> {
+    match derive(prompt, manifest, regulations, stop, planner, topology) {
+        Err(ApmError::Plan(e)) => refusal(prompt, manifest, regulations, stop, topology, &e),
+        other => other,
+    }
+}
+
+/// The APM of a prompt whose planning failed with `error`: the prompt's tasks, the
+/// sub-agents they would have gone to, every trajectory empty, `Auth` with no toolkit,
+/// and the failure recorded in [`Apm::planning`].
+pub fn refusal(
+    prompt: &Prompt,
+    manifest: &ToolkitManifest,
+    regulations: &Regulations,
+    stop: &StopPolicy,
+    topology: Topology,
+    error: &PlanError,
+) -> Result<Apm, ApmError> {
+    let empty = Plan {
+        tasks: vec![Vec::new(); prompt.tasks.len()],
+    };
+    let mut apm = from_plan(prompt, manifest, regulations, stop, empty, topology)?;
+    apm.planning = Some(PlanningFailure {
+        reason: error.to_string(),
+    });
+    Ok(apm)
 }
 
 /// Derives the APM from an existing plan.
@@ -146,6 +186,7 @@ pub fn from_plan(
                 context: regulations.context.clone(),
             },
         },
+        planning: None,
     })
 }
 

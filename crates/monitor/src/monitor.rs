@@ -19,7 +19,7 @@ use knox_policy::stop::RunState;
 use knox_policy::{ToolkitManifest, dataflow, stop};
 use knox_regulation::{Judge, Regulator};
 use knox_types::Action;
-use knox_types::aeg::NodeKind;
+use knox_types::aeg::{NodeKind, PLANNER_AGENT};
 use knox_types::apm::{Apm, StopCause, TopologyKind};
 use knox_types::bundle::ModelInfo;
 use knox_types::digest::{Digest, tag};
@@ -206,7 +206,24 @@ impl<'a> Monitor<'a> {
             );
         }
         let mut agents = HashMap::new();
-        let multi = apm.topology.kind == TopologyKind::MtMa;
+        // A failed plan: the run's one event is the attested interrupt saying so, and no
+        // agent may act (none is registered, so every proposal is `Stopped`).
+        if let Some(failure) = &apm.planning {
+            aeg.commit(
+                NewNode {
+                    parent: Some(root),
+                    kind: NodeKind::Interrupt,
+                    agent: PLANNER_AGENT,
+                    payload: payload(&InterruptPayload {
+                        cause: StopCause::PlanFailed,
+                    }),
+                    allowed: false,
+                    block_reason: Some(failure.interrupt_reason()),
+                },
+                Some(key),
+            );
+        }
+        let multi = apm.topology.kind == TopologyKind::MtMa && apm.planning.is_none();
         if multi {
             let decomposition = apm
                 .agents
@@ -220,13 +237,18 @@ impl<'a> Monitor<'a> {
                 node(
                     Some(root),
                     NodeKind::AgentStep,
-                    "planner",
+                    PLANNER_AGENT,
                     payload(&AgentStepPayload { decomposition }),
                 ),
                 None,
             );
         }
-        for (i, a) in apm.agents.iter().enumerate() {
+        let planned = if apm.planning.is_none() {
+            apm.agents.as_slice()
+        } else {
+            &[]
+        };
+        for (i, a) in planned.iter().enumerate() {
             let cursor = if multi {
                 let p = AgentBranchPayload {
                     agent: a.id.clone(),
@@ -338,7 +360,7 @@ impl<'a> Monitor<'a> {
         st.actions = st.actions.saturating_add(1);
         if let Some(cause) = cause {
             st.stopped = true;
-            let reason = format!("interrupted: {}", cause_name(cause));
+            let reason = format!("interrupted: {}", cause.as_str());
             let call_seq = commit_call(aeg, st.cursor, agent, &call, Some(reason.clone()));
             let check_seq = commit_checks(aeg, call_seq, agent, &checks);
             let n = NewNode {
@@ -603,16 +625,6 @@ fn block(
     };
     st.cursor = aeg.commit(n, None);
     Verdict::Block { guard, reason }
-}
-
-/// The JSON name of a stop cause.
-pub fn cause_name(c: StopCause) -> &'static str {
-    match c {
-        StopCause::Timeout => "timeout",
-        StopCause::ActionCap => "action_cap",
-        StopCause::Budget => "budget",
-        StopCause::Signal => "signal",
-    }
 }
 
 /// The first [`MAX_RECORDED_PROPOSAL`] bytes of a raw proposal, as text.

@@ -179,6 +179,9 @@ pub struct RunStats {
     pub blocked_by: BTreeMap<GuardKind, u64>,
     /// Interrupts.
     pub interrupts: u64,
+    /// Runs whose planner gave no valid plan (each ends in one `plan_failed` interrupt,
+    /// also counted in `interrupts`; nothing ran).
+    pub plan_failures: u64,
     /// Denials the kernel layer or the broker recorded while allowed tools ran.
     pub kernel_denials: u64,
     /// Time spent inside the monitor (mediation and output recording), summed over agents.
@@ -210,6 +213,7 @@ impl RunStats {
         self.model_allowed += o.model_allowed;
         self.model_blocked += o.model_blocked;
         self.interrupts += o.interrupts;
+        self.plan_failures += o.plan_failures;
         self.kernel_denials += o.kernel_denials;
         self.monitor_time += o.monitor_time;
         self.tool_time += o.tool_time;
@@ -289,7 +293,7 @@ pub fn run_prompt(
 ) -> Result<RunOutcome, RunError> {
     let topology = cfg.workload.0;
     let t = Instant::now();
-    let apm = apm::derive(
+    let apm = apm::derive_or_refuse(
         prompt,
         &rt.manifest,
         &cfg.regulations,
@@ -339,7 +343,7 @@ pub fn run_prompt(
     let start_time = t_start.elapsed();
     let public_key = rt.key.public_key();
     let hosted = match cfg.host {
-        Some(h) => {
+        Some(h) if apm.planning.is_none() => {
             let cx = RunContext {
                 apm: &apm,
                 apm_hash,
@@ -349,7 +353,7 @@ pub fn run_prompt(
             };
             Some(h.runner(cx).map_err(RunError::Host)?)
         }
-        None => None,
+        _ => None,
     };
     let runner: &dyn ToolRunner = hosted.as_deref().unwrap_or(tools);
     let offered: Vec<String> = {
@@ -362,7 +366,16 @@ pub fn run_prompt(
         t.sort();
         t
     };
-    let mut stats = execute(&monitor, &apm, cfg.executor, runner, &offered);
+    let mut stats = if apm.planning.is_some() {
+        // Nothing may run: the monitor committed the attested `plan_failed` interrupt.
+        RunStats {
+            interrupts: 1,
+            plan_failures: 1,
+            ..RunStats::default()
+        }
+    } else {
+        execute(&monitor, &apm, cfg.executor, runner, &offered)
+    };
     drop(hosted);
     let t_finish = Instant::now();
     let mut aeg = monitor.finish();

@@ -352,6 +352,26 @@ impl ToolkitManifest {
         })
     }
 
+    /// This manifest with every information-type label removed: no tool output carries
+    /// a labelled type and no disclosure carries one by itself (subjects, provenance,
+    /// sinks and disclosure parameters stay). Under it the regulation guard learns what
+    /// a disclosure carries only from a judge — how `knox eval --judge` measures one. It
+    /// is a manifest of its own, with its own hash, which the APMs derived from it name.
+    pub fn without_info_types(&self) -> Result<Self, ManifestError> {
+        let mut needs = self.needs.clone();
+        for kit in needs.toolkits.values_mut() {
+            for a in kit.tools.values_mut() {
+                if let Some(r) = a.returns.as_mut() {
+                    r.info_types.clear();
+                }
+                if let Some(d) = a.discloses.as_mut() {
+                    d.carries.clear();
+                }
+            }
+        }
+        Self::from_parts(self.toolkits.clone(), needs)
+    }
+
     /// `H("knox/manifest", canonical({"needs": …, "tools": …}))`.
     pub fn hash(&self) -> Digest {
         self.hash
@@ -606,5 +626,20 @@ limits = { max_processes = 64, max_file_bytes = 1048576, max_memory_bytes = 2684
             .unwrap()
             .hash();
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn without_info_types_keeps_everything_but_the_types() {
+        let m = manifest();
+        let blind = m.without_info_types().unwrap();
+        assert_ne!(blind.hash(), m.hash());
+        let read = blind.tool("MailRead").unwrap();
+        let r = read.annotations.returns.as_ref().unwrap();
+        assert!(r.info_types.is_empty());
+        assert_eq!(r.source, Source::External);
+        assert!(read.returns_external());
+        let send = blind.tool("MailSend").unwrap();
+        assert_eq!(send.annotations, m.tool("MailSend").unwrap().annotations);
+        assert_eq!(blind.tools().count(), m.tools().count());
     }
 }

@@ -91,6 +91,10 @@ pub struct NodeAttestation {
     pub sig: HexBytes,
 }
 
+/// The acting agent of the planner's nodes: the `agent_step` decomposition, and the
+/// `plan_failed` interrupt when planning fails.
+pub const PLANNER_AGENT: &str = "planner";
+
 /// Domain prefix of the message a node attestation signs.
 pub const NODE_ATTESTATION_CONTEXT: &[u8] = b"knox/node-attestation/v1\0";
 

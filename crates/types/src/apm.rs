@@ -34,6 +34,26 @@ pub struct Apm {
     pub agents: Vec<AgentPlan>,
     /// What each guard permits.
     pub guards: Guards,
+    /// Set when the planner gave no valid plan: every trajectory is then empty, `Auth`
+    /// names no toolkit, and the run's only event is the attested `plan_failed`
+    /// interrupt under the root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planning: Option<PlanningFailure>,
+}
+
+/// Why the planner produced no plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanningFailure {
+    /// The planner's error, as it reported it.
+    pub reason: String,
+}
+
+impl PlanningFailure {
+    /// The block reason of the run's `plan_failed` interrupt.
+    pub fn interrupt_reason(&self) -> String {
+        format!("planning failed: {}", self.reason)
+    }
 }
 
 impl Apm {
@@ -263,6 +283,22 @@ pub enum StopCause {
     Budget,
     /// An external stop signal arrived.
     Signal,
+    /// The planner gave no valid plan: the run stops before any agent acts (the APM
+    /// records the failure and permits nothing).
+    PlanFailed,
+}
+
+impl StopCause {
+    /// The JSON name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            Self::ActionCap => "action_cap",
+            Self::Budget => "budget",
+            Self::Signal => "signal",
+            Self::PlanFailed => "plan_failed",
+        }
+    }
 }
 
 /// File-system access rights, as Landlock distinguishes them.

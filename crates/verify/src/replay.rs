@@ -13,8 +13,10 @@ use knox_attest::verify_signature;
 use knox_policy::mediated::{self, Caches};
 use knox_policy::stop::{self, RunState};
 use knox_policy::{ToolkitManifest, dataflow, proposal};
-use knox_types::aeg::{NODE_ATTESTATION_CONTEXT, Node, NodeKind, chain_start, chain_step};
-use knox_types::apm::{AgentPlan, Apm, StopCause, TopologyKind};
+use knox_types::aeg::{
+    NODE_ATTESTATION_CONTEXT, Node, NodeKind, PLANNER_AGENT, chain_start, chain_step,
+};
+use knox_types::apm::{AgentPlan, Apm, PlanningFailure, StopCause, TopologyKind};
 use knox_types::bundle::{Counts, ModelInfo, PublicKey};
 use knox_types::digest::{Digest, tag};
 use knox_types::payload::{
@@ -266,12 +268,15 @@ impl<'a> Replayer<'a, '_> {
             }
             i += 1;
         }
+        if let Some(failure) = &apm.planning {
+            return self.plan_failed(nodes, i, failure);
+        }
         let multi = apm.topology.kind == TopologyKind::MtMa;
         if multi {
             let Some(step) = nodes.get(i) else {
                 return Err((None, "agent_step missing".into()));
             };
-            expect_plain(step, NodeKind::AgentStep, Some(0), "planner")?;
+            expect_plain(step, NodeKind::AgentStep, Some(0), PLANNER_AGENT)?;
             let p: AgentStepPayload = parse(step)?;
             let want: Vec<Assignment> = apm
                 .agents
@@ -321,6 +326,56 @@ impl<'a> Replayer<'a, '_> {
             }
         }
         Ok(i)
+    }
+
+    /// The header's end when the APM records a planning failure: the APM permits
+    /// nothing, and the one node after the proofs of inference is the attested
+    /// `plan_failed` interrupt under the root, with the APM's reason; nothing may follow.
+    fn plan_failed(
+        &mut self,
+        nodes: &[Node],
+        i: usize,
+        failure: &PlanningFailure,
+    ) -> Result<usize, Fail> {
+        let apm = self.cx.apm;
+        let root = nodes.first().map_or(0, |n| n.seq);
+        if apm.agents.iter().any(|a| !a.trajectory.is_empty())
+            || !apm.guards.syscall.toolkits.is_empty()
+        {
+            return Err((
+                Some(root),
+                "the APM records a planning failure but permits tool calls".into(),
+            ));
+        }
+        let Some(n) = nodes.get(i) else {
+            return Err((None, "the plan_failed interrupt is missing".into()));
+        };
+        let reason = failure.interrupt_reason();
+        let well_formed = n.kind == NodeKind::Interrupt
+            && n.parent == Some(root)
+            && n.agent == PLANNER_AGENT
+            && !n.allowed
+            && n.block_reason.as_deref() == Some(reason.as_str());
+        if !well_formed {
+            return fail(
+                n,
+                "the APM records a planning failure: expected the planner's `plan_failed` interrupt under the root, with the APM's reason",
+            );
+        }
+        if parse::<InterruptPayload>(n)?.cause != StopCause::PlanFailed {
+            return fail(n, "the planning failure's interrupt names another cause");
+        }
+        check_attested(n, self.cx.key)?;
+        if let Some(after) = nodes.get(i + 1) {
+            return fail(
+                after,
+                "node after the plan_failed interrupt: nothing may run when planning failed",
+            );
+        }
+        self.found
+            .interrupts
+            .push(format!("{PLANNER_AGENT}: {}", failure.interrupt_reason()));
+        Ok(i + 1)
     }
 
     /// A `tool_call`, its checks and its `blocked`/`interrupt` node; returns the index
@@ -516,7 +571,7 @@ impl<'a> Replayer<'a, '_> {
             st.cursor = end.seq;
             self.found
                 .interrupts
-                .push(format!("{}: {}", call.agent, cause_name(cause)));
+                .push(format!("{}: {}", call.agent, cause.as_str()));
         } else {
             if end.kind != NodeKind::Blocked
                 || !end.attestations.is_empty()
@@ -868,13 +923,4 @@ fn check_attested(n: &Node, key: &PublicKey) -> Result<(), Fail> {
     }
     verify_signature(key, NODE_ATTESTATION_CONTEXT, &n.measurement.0, &a.sig)
         .map_err(|e| (Some(n.seq), format!("interrupt attestation: {e}")))
-}
-
-fn cause_name(c: StopCause) -> &'static str {
-    match c {
-        StopCause::Timeout => "timeout",
-        StopCause::ActionCap => "action_cap",
-        StopCause::Budget => "budget",
-        StopCause::Signal => "signal",
-    }
 }

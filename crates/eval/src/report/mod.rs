@@ -743,6 +743,12 @@ fn effectiveness_section(s: &mut String, meta: &Meta, pool: &Pool, r: &Results) 
             }
         }
         let _ = writeln!(s, " {pb} % / {pa} % |\n");
+        if r.cells.iter().any(|c| c.guard == g && c.judged) {
+            let _ = writeln!(
+                s,
+                "`<executor> + judge <model>`: the same flows run with every information-type label withheld from the toolkit manifest (a manifest of its own, whose hash the APMs name), so the judge alone says what each disclosure carries — the paper's judge-decided guard. The norms then decide on the judge's classification, and every verdict is recomputed by the verifier from the recorded answer. These columns measure the judge: a wrong flow there does not fail the run.\n"
+            );
+        }
         for e in &execs {
             if let Some((x, _)) = totals.get(*e) {
                 if g != Guard::Stop && x.planned_blocked_in_positives > 0 {

@@ -21,6 +21,10 @@ pub struct DemoArgs {
     /// `--executor`, the benign and then the injected deterministic executor.
     #[command(flatten)]
     pub models: crate::cmd::model::ModelArgs,
+    /// Regulations in force (`--regulations`, `--regulation-context`, `--policy-set`)
+    /// and the judge (`--judge`) for disclosures no data label reaches.
+    #[command(flatten)]
+    pub regulation: super::regulations::RegulationArgs,
 }
 
 /// Runs the demo.
@@ -46,9 +50,24 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
     let models = Models::load(
         &args.models.planner,
         &first,
+        args.regulation.judge.as_ref(),
         args.models.cache.cache_dir.as_deref(),
         &rt.manifest,
     )?;
+    let mut regulation = args.regulation.setup()?;
+    if let Some(r) = regulation.as_mut() {
+        r.judge = models.judge();
+        crate::outln!(
+            "regulations in force: {} (policy set {}){}\n",
+            r.regulations.names.join(", "),
+            r.norms.hash(),
+            args.regulation
+                .judge
+                .as_ref()
+                .map(|j| format!("; judge {j}"))
+                .unwrap_or_default()
+        );
+    }
     let mut injected_path = None;
     for spec in &executors {
         let kind = match spec {
@@ -65,7 +84,7 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
         } else {
             session::executor_name(kind)
         };
-        session::run_workload(&rt, &w, |o| {
+        session::run_workload_regulated(&rt, &w, regulation.as_ref(), |o| {
             let b = &o.bundle;
             let path = args.out.join(format!("{label}.json"));
             std::fs::write(&path, serde_json::to_vec_pretty(b)?)?;
@@ -86,6 +105,12 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
                     field("role"),
                     field("model"),
                     field("weights_hash")
+                );
+            }
+            if let Some(failure) = &b.apm.planning {
+                crate::outln!(
+                    "   PLANNING FAILED (attested interrupt, nothing ran): {}",
+                    failure.reason
                 );
             }
             for n in b.nodes.iter().filter(|n| n.kind == NodeKind::ToolCall) {
@@ -109,6 +134,9 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
                         crate::outln!("   BLOCKED  {:<8} {tool}: {r}", n.agent);
                         crate::outln!("            failed guards: {}", failed.join(", "));
                     }
+                }
+                for line in regulation_lines(b, n.seq) {
+                    crate::outln!("            {line}");
                 }
             }
             let report = knox_verify::verify_bundle(b, &manifest, opts);
@@ -148,4 +176,53 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
         );
     }
     Ok(0)
+}
+
+/// What the regulation check of call `seq` decided, and what a judge said, if asked.
+fn regulation_lines(b: &knox_types::bundle::Bundle, seq: u64) -> Vec<String> {
+    use knox_types::payload::{CheckDetail, CheckPayload};
+    let mut lines = Vec::new();
+    for c in b
+        .nodes
+        .iter()
+        .filter(|c| c.kind == NodeKind::Check && c.parent == Some(seq))
+    {
+        let Ok(CheckPayload {
+            detail:
+                CheckDetail::Regulation {
+                    verdict,
+                    policies,
+                    judge,
+                    ..
+                },
+            ..
+        }) = serde_json::from_value::<CheckPayload>(c.payload.clone())
+        else {
+            continue;
+        };
+        lines.push(format!(
+            "regulation: {verdict}{}",
+            if policies.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", policies.join(", "))
+            }
+        ));
+        if let Some(j) = judge {
+            let types: Vec<&str> = j.info_types.iter().map(String::as_str).collect();
+            lines.push(format!(
+                "judge {}: information types [{}], purpose {}, its verdict {} ({})",
+                j.model,
+                types.join(", "),
+                j.purpose.as_deref().unwrap_or("-"),
+                j.verdict.as_deref().unwrap_or("-"),
+                match j.agrees {
+                    Some(true) => "agrees",
+                    Some(false) => "disagrees: recorded, not obeyed",
+                    None => "no comparison",
+                }
+            ));
+        }
+    }
+    lines
 }

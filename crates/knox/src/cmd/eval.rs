@@ -70,9 +70,19 @@ pub struct EvalArgs {
     /// `$XDG_CACHE_HOME/knox/models`, else `~/.cache/knox/models`).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// A judge (`local:NAME`, `local:PATH.gguf`, `openai:URL#MODEL`): the regulation
+    /// flows are run once more with every information-type label withheld from the
+    /// manifest, so the judge alone says what each disclosure carries and the norms
+    /// decide on that — one more column per executor, `<executor> + judge <SPEC>`.
+    #[arg(long, value_name = "SPEC", value_parser = judge_spec)]
+    pub judge: Option<knox_models::ModelSpec>,
     /// Platform evidence backend (one report per bundle is the HW column).
     #[command(flatten)]
     pub platform: session::PlatformArgs,
+}
+
+fn judge_spec(s: &str) -> Result<knox_models::ModelSpec, String> {
+    knox_models::ModelSpec::parse_for(s, knox_models::SpecRole::Judge).map_err(|e| e.to_string())
 }
 
 fn parse_guard(s: &str) -> Result<Guard, String> {
@@ -117,11 +127,13 @@ struct Loaded<'m> {
 
 /// The executors `specs` name — the one place `knox eval` parses executor specs (the
 /// same grammar as `knox run --executor`): `benign` and `injected` are the
-/// deterministic ones; `local:…` and `openai:…` are models on a chat backend.
+/// deterministic ones; `local:…` and `openai:…` are models on a chat backend. A local
+/// model named twice (or also as the judge, through `locals`) is loaded once.
 fn load_executors<'m>(
     specs: &[String],
     cache_dir: Option<&Path>,
     manifest: &'m knox_policy::ToolkitManifest,
+    locals: &mut Vec<(knox_models::LocalSource, Arc<knox_models::LocalModel>)>,
 ) -> Result<Vec<Loaded<'m>>> {
     use knox_models::{ChatExecutor, ModelSpec, SpecRole};
     let specs: Vec<String> = if specs.is_empty() {
@@ -134,17 +146,7 @@ fn load_executors<'m>(
         .map(|name| {
             let spec = ModelSpec::parse_for(&name, SpecRole::Executor)
                 .with_context(|| format!("--executor `{name}`"))?;
-            let chat: Option<Arc<dyn knox_models::Chat>> = match spec {
-                ModelSpec::OpenAi(e) => Some(Arc::new(e)),
-                ModelSpec::Local(src) => {
-                    let cache = knox_models::pull::cache_dir(cache_dir)?;
-                    let m = src
-                        .load(&cache, knox_models::LocalOptions::from_env())
-                        .with_context(|| format!("loading `{name}`"))?;
-                    Some(Arc::new(m))
-                }
-                ModelSpec::Benign | ModelSpec::Injected | ModelSpec::Dataset => None,
-            };
+            let chat = super::model::open(&spec, cache_dir, locals)?;
             Ok(Loaded {
                 model: chat.map(|c| ChatExecutor::new(c, manifest)),
                 name,
@@ -253,8 +255,25 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
     } else {
         args.guards.clone()
     };
-    let loaded = load_executors(&args.executors, args.cache_dir.as_deref(), &rt.manifest)?;
+    let mut locals = Vec::new();
+    let loaded = load_executors(
+        &args.executors,
+        args.cache_dir.as_deref(),
+        &rt.manifest,
+        &mut locals,
+    )?;
     let executors = executor_specs(&loaded)?;
+    let judge = match &args.judge {
+        Some(spec) => Some(knox_models::ChatJudge::new(
+            super::model::open(spec, args.cache_dir.as_deref(), &mut locals)?
+                .with_context(|| format!("the judge `{spec}` is not a model"))?,
+        )),
+        None => None,
+    };
+    let judge_name = args.judge.as_ref().map(ToString::to_string);
+    if judge.is_some() && !guards.contains(&Guard::Regulation) {
+        anyhow::bail!("--judge evaluates the regulation guard: add `--guard regulation`");
+    }
     let names: Vec<String> = executors.iter().map(ExecutorSpec::name).collect();
     let overhead_executor = names
         .iter()
@@ -280,6 +299,13 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
         stop_timeout: Duration::from_millis(args.stop_timeout_ms),
         seed: args.seed,
         progress: &progress,
+        judge: match (&judge, &judge_name) {
+            (Some(j), Some(name)) => Some(knox_eval::run::EvalJudge {
+                name: name.as_str(),
+                judge: j,
+            }),
+            _ => None,
+        },
     };
     let results = knox_eval::run::run(&rt, &pool, &knox_eval::guards::all(), &opts)?;
     let corpus = if args.quick || args.no_corpus || !guards.contains(&Guard::Syscall) {
@@ -294,12 +320,16 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
         crate::outln!("running the unmediated system-call corpus …");
         corpus(&args.out.join("bundles").join("corpus"), &rt)
     };
+    let mut columns = names.clone();
+    if let Some(j) = &judge_name {
+        columns.extend(names.iter().map(|e| knox_eval::run::judge_column(e, j)));
+    }
     let meta = Meta {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         quick: args.quick,
         limit,
         workloads: workloads.iter().map(Workload::spec).collect(),
-        executors: names.clone(),
+        executors: columns,
         overhead_executor,
         profile: if cfg!(debug_assertions) {
             "debug"
@@ -317,9 +347,17 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
             .with_context(|| format!("reading `{}`", path.display()))?;
         crate::outln!("{text}");
     } else {
-        summary(&args.out, &results, &pool, &loaded, &written);
+        summary(
+            &args.out,
+            &results,
+            &pool,
+            &loaded,
+            judge.as_ref(),
+            &written,
+        );
     }
-    let wrong = results.cells.iter().any(|c| {
+    // A judge's cells measure the judge; every other cell must be right.
+    let wrong = results.cells.iter().filter(|c| !c.judged).any(|c| {
         c.rates.blocked_scored != c.rates.blocked_correct
             || c.rates.allowed_scored != c.rates.allowed_correct
     });
@@ -358,6 +396,7 @@ fn summary(
     r: &knox_eval::run::Results,
     pool: &Pool,
     loaded: &[Loaded<'_>],
+    judge: Option<&knox_models::ChatJudge>,
     written: &report::Written,
 ) {
     for g in Guard::ALL {
@@ -393,6 +432,15 @@ fn summary(
                 t.max.as_secs_f64()
             );
         }
+    }
+    if let Some(j) = judge {
+        let t = j.latency().totals();
+        crate::outln!(
+            "judge: {} questions, mean {:.2} s, max {:.2} s",
+            t.calls,
+            t.mean().as_secs_f64(),
+            t.max.as_secs_f64()
+        );
     }
     let v = &r.verification;
     crate::outln!(

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use knox_models::{
-    Chat, ChatExecutor, ChatPlanner, LocalModel, LocalOptions, LocalSource, ModelSpec, SpecRole,
-    catalog, pull,
+    Chat, ChatExecutor, ChatJudge, ChatPlanner, LocalModel, LocalOptions, LocalSource, ModelSpec,
+    SpecRole, catalog, pull,
 };
 use knox_monitor::executor::ExecutorFactory;
 use knox_monitor::planner::Planner;
@@ -129,35 +129,55 @@ fn executor_spec(s: &str) -> Result<ModelSpec, String> {
     ModelSpec::parse_for(s, SpecRole::Executor).map_err(|e| e.to_string())
 }
 
-/// The models a run uses, loaded once: a local model named for both roles is loaded
-/// once and serves both.
+/// The models a run uses, loaded once: a local model named for several roles (planner,
+/// executor, judge) is loaded once and serves them all.
 #[derive(Debug)]
 pub struct Models<'m> {
     planner_spec: ModelSpec,
     executor_spec: ModelSpec,
+    judge_spec: Option<ModelSpec>,
     planner: Option<ChatPlanner>,
     executor: Option<ChatExecutor<'m>>,
+    judge: Option<ChatJudge>,
     locals: Vec<(LocalSource, Arc<LocalModel>)>,
 }
 
 impl<'m> Models<'m> {
-    /// Loads what `planner` and `executor` name; tools are described by `manifest`.
+    /// Loads what `planner`, `executor` and `judge` name; tools are described by
+    /// `manifest`.
     pub fn load(
         planner: &ModelSpec,
         executor: &ModelSpec,
+        judge: Option<&ModelSpec>,
         cache_dir: Option<&Path>,
         manifest: &'m knox_policy::ToolkitManifest,
     ) -> Result<Self> {
         let mut locals = Vec::new();
         let planner_chat = open(planner, cache_dir, &mut locals)?;
         let executor_chat = open(executor, cache_dir, &mut locals)?;
+        let judge_chat = match judge {
+            Some(spec) => Some(
+                open(spec, cache_dir, &mut locals)?
+                    .with_context(|| format!("the judge `{spec}` is not a model"))?,
+            ),
+            None => None,
+        };
         Ok(Self {
             planner_spec: planner.clone(),
             executor_spec: executor.clone(),
+            judge_spec: judge.cloned(),
             planner: planner_chat.map(ChatPlanner::new),
             executor: executor_chat.map(|c| ChatExecutor::new(c, manifest)),
+            judge: judge_chat.map(ChatJudge::new),
             locals,
         })
+    }
+
+    /// The judge, when one was named (clones share the model and its latency).
+    pub fn judge(&self) -> Option<Box<dyn knox_regulation::Judge>> {
+        self.judge
+            .clone()
+            .map(|j| Box::new(j) as Box<dyn knox_regulation::Judge>)
     }
 
     /// The deterministic executor, when no model executes (benign otherwise, unused).
@@ -214,6 +234,18 @@ impl<'m> Models<'m> {
                 self.executor_spec,
                 t.calls,
                 per(t)
+            ));
+        }
+        if let (Some(j), Some(spec)) = (&self.judge, &self.judge_spec) {
+            let t = j.latency().totals();
+            lines.push(format!(
+                "judge {spec}: {} question(s), {}",
+                t.calls,
+                if t.calls == 0 {
+                    "none asked (every disclosure's content was labelled)".to_string()
+                } else {
+                    per(t)
+                }
             ));
         }
         for (src, m) in &self.locals {

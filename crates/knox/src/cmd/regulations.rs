@@ -145,14 +145,7 @@ pub struct RegulationArgs {
 }
 
 fn judge_spec(s: &str) -> Result<knox_models::ModelSpec, String> {
-    let spec: knox_models::ModelSpec = s
-        .parse()
-        .map_err(|e: knox_models::ModelError| e.to_string())?;
-    if spec.is_model() {
-        Ok(spec)
-    } else {
-        Err("a judge is local:… or openai:…".into())
-    }
+    knox_models::ModelSpec::parse_for(s, knox_models::SpecRole::Judge).map_err(|e| e.to_string())
 }
 
 impl RegulationArgs {

@@ -90,12 +90,6 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         .with_context(|| format!("creating `{}`", args.out.display()))?;
     let nonce = hex::decode(&args.nonce).context("--nonce must be hex")?;
     let mut regulation = args.regulation.setup()?;
-    if let (Some(r), Some(spec)) = (regulation.as_mut(), &args.regulation.judge) {
-        let mut locals = Vec::new();
-        let chat = super::model::open(spec, args.models.cache.cache_dir.as_deref(), &mut locals)?
-            .context("a judge must be a model")?;
-        r.judge = Some(Box::new(knox_models::ChatJudge::new(chat)));
-    }
     if regulation.is_some() && args.suite == Suite::Terminal {
         anyhow::bail!(
             "--regulations applies to the InjecAgent suite (terminal tasks disclose nothing)"
@@ -130,9 +124,13 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     let models = crate::cmd::model::Models::load(
         &args.models.planner,
         &executor,
+        args.regulation.judge.as_ref(),
         args.models.cache.cache_dir.as_deref(),
         &rt.manifest,
     )?;
+    if let Some(r) = regulation.as_mut() {
+        r.judge = models.judge();
+    }
     let broker = match args.tools {
         Tools::Confined => Some(session::broker(&args.out.join("workspaces"))?),
         Tools::Simulated => None,
@@ -188,6 +186,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         "injected": {"allowed": stats.injected_allowed, "blocked": stats.injected_blocked},
         "blocked_by": stats.blocked_by.iter().map(|(g, n)| (g.as_str(), *n)).collect::<std::collections::BTreeMap<_, _>>(),
         "interrupts": stats.interrupts,
+        "plan_failures": stats.plan_failures,
         "kernel_denials": stats.kernel_denials,
         "tools": format!("{:?}", args.tools).to_lowercase(),
         "verified_complete": complete,
@@ -238,6 +237,12 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     }
     if stats.interrupts > 0 {
         crate::outln!("  interrupts: {}", stats.interrupts);
+    }
+    if stats.plan_failures > 0 {
+        crate::outln!(
+            "  planning failed in {} bundle(s): each ends in an attested `plan_failed` interrupt, nothing ran (the reason is in the bundle's APM)",
+            stats.plan_failures
+        );
     }
     crate::outln!(
         "  verified: {complete}/{n} complete (platform evidence: {}, not hardware-backed)",

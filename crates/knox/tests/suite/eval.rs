@@ -165,3 +165,100 @@ fn pool_is_deterministic_and_balanced() {
     assert_eq!(flows.len(), 150);
     assert_eq!(flows.iter().filter(|f| f["label"] == "block").count(), 75);
 }
+
+#[test]
+fn eval_with_a_judge_adds_label_blind_regulation_columns_decided_on_its_answers() {
+    // A judge that calls every disclosure health data, in its own opinion compliant.
+    let (url, seen) = super::models::serve_with(|_| {
+        serde_json::json!({"role": "assistant", "content": serde_json::json!({
+            "reasoning": "it reads like a medical record",
+            "info_types": ["health"], "purpose": null, "verdict": "compliant"
+        }).to_string()})
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_knox"))
+        .args([
+            "eval",
+            "--guard",
+            "regulation",
+            "--workload",
+            "st-sa",
+            "--executor",
+            "benign",
+            "--flows",
+            "6",
+            "--no-corpus",
+            "--no-utility",
+            "--judge",
+        ])
+        .arg(format!("openai:{url}#judge-model"))
+        .arg("--out")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The judge's own cells may score flows wrong: they measure the judge, and do not
+    // fail the run; the labelled cells must be right.
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let column = format!("benign + judge openai:{url}#judge-model");
+    let results: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("results.json")).unwrap()).unwrap();
+    let cells = results["cells"].as_array().unwrap();
+    let plain = cells.iter().find(|c| c["executor"] == "benign").unwrap();
+    let judged = cells.iter().find(|c| c["executor"] == column).unwrap();
+    assert_eq!(plain["judged"], false);
+    assert_eq!(judged["judged"], true);
+    assert_eq!(judged["flows"], plain["flows"]);
+    let r = &plain["rates"];
+    assert_eq!(r["blocked_correct"], r["blocked_scored"]);
+    assert_eq!(r["allowed_correct"], r["allowed_scored"]);
+    let asked = seen.lock().unwrap().len() as u64;
+    assert!(asked > 0, "the judge was never asked");
+    let report = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+    assert!(
+        report.contains(&column) && report.contains("every information-type label withheld"),
+        "{report}"
+    );
+
+    // The judge's bundles name the label-blind manifest; under it they verify, every
+    // regulation decision taken on the judge's classification alone.
+    let blind = manifest().without_info_types().unwrap();
+    let mut files = Vec::new();
+    bundles(&dir.path().join("bundles").join("regulation"), &mut files);
+    let (mut judged_bundles, mut judged_checks) = (0, 0u64);
+    for f in &files {
+        let b = knox_verify::parse_bundle(&std::fs::read(f).unwrap()).unwrap();
+        if b.apm.inputs.manifest != blind.hash() {
+            assert_eq!(
+                knox_verify::verify_bundle(&b, manifest(), ALLOW).outcome,
+                Outcome::Complete
+            );
+            continue;
+        }
+        judged_bundles += 1;
+        assert_eq!(
+            knox_verify::verify_bundle(&b, &blind, ALLOW).outcome,
+            Outcome::Complete,
+            "{}",
+            f.display()
+        );
+        assert!(b.models.iter().any(|m| m.role == "judge"));
+        for n in &b.nodes {
+            let d = &n.payload["detail"];
+            if n.kind == knox_types::aeg::NodeKind::Check
+                && n.payload["guard"] == "regulation"
+                && d["judge"].is_object()
+            {
+                judged_checks += 1;
+                assert_eq!(d["flow"]["sources"], serde_json::json!(["judge"]));
+                assert_eq!(d["flow"]["info_types"], serde_json::json!(["health"]));
+            }
+        }
+    }
+    assert!(judged_bundles > 0);
+    assert_eq!(judged_checks, asked, "every question answered is on record");
+}

@@ -8,6 +8,7 @@ mod guards;
 mod hardware;
 mod journal;
 mod models;
+mod planning;
 mod regulation;
 mod support;
 mod tamper;

@@ -18,7 +18,7 @@ use super::support::{runtime, verify};
 
 /// Serves chat completions until the test ends, answering each request with
 /// `answer(request body)`; records every request.
-fn serve_with(
+pub(super) fn serve_with(
     answer: impl Fn(&Value) -> Value + Send + 'static,
 ) -> (String, Arc<Mutex<Vec<Value>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -1,0 +1,291 @@
+//! A planner that gives no valid plan: the run still ends in signed evidence. The APM
+//! records the failure and permits nothing, the one event is an attested `plan_failed`
+//! interrupt under the root, nothing runs, and the verifier accepts exactly that shape
+//! and rejects a monitor that misstates it.
+
+use std::sync::Arc;
+
+use knox::session::{ExecutorKind, WorkloadRun};
+use knox_models::{ChatPlanner, Endpoint};
+use knox_monitor::aeg::{AegBuilder, NewNode};
+use knox_monitor::apm::{self as apm_mod, Regulations};
+use knox_monitor::planner::{PlanError, Planner, Prompt};
+use knox_monitor::run::seal;
+use knox_policy::ToolkitManifest;
+use knox_types::aeg::{NodeKind, PLANNER_AGENT};
+use knox_types::apm::{ExpectedCall, StopCause, StopPolicy};
+use knox_types::bundle::{Bundle, ModelInfo};
+use knox_verify::Outcome;
+use serde_json::{Value, json};
+
+use super::support::{assert_tampered, outcomes, runtime, verify};
+
+/// A planner that always fails, as a model planner does after its retries.
+struct Refuses;
+
+impl Planner for Refuses {
+    fn plan(
+        &self,
+        _: &Prompt,
+        _: &ToolkitManifest,
+        _: &Regulations,
+        _: &StopPolicy,
+    ) -> Result<knox_monitor::planner::Plan, PlanError> {
+        Err(PlanError::Model(
+            "task 0: no valid plan in 3 attempts: unknown tool `RootShell`".into(),
+        ))
+    }
+
+    fn model(&self) -> ModelInfo {
+        ModelInfo {
+            role: "planner".into(),
+            name: "refuses".into(),
+            weights_hash: None,
+            declared: false,
+        }
+    }
+}
+
+fn refused(workload: &str) -> knox_monitor::run::RunOutcome {
+    let w: knox_monitor::workload::Workload = workload.parse().unwrap();
+    let run = WorkloadRun {
+        planner: Some(&Refuses),
+        ..WorkloadRun::new(w, ExecutorKind::Injected, w.0.tasks as usize)
+    };
+    outcomes(&run).remove(0)
+}
+
+#[test]
+fn a_failed_plan_ends_in_one_attested_interrupt_and_the_bundle_verifies() {
+    for workload in ["st-sa", "mt-sa-int:2", "mt-ma:4:2"] {
+        let o = refused(workload);
+        let b = &o.bundle;
+        let r = verify(b);
+        assert_eq!(r.outcome, Outcome::Complete, "{workload}: {r}");
+        let failure = b.apm.planning.as_ref().unwrap();
+        assert!(failure.reason.contains("unknown tool `RootShell`"));
+        assert!(b.apm.agents.iter().all(|a| a.trajectory.is_empty()));
+        assert!(b.apm.guards.syscall.toolkits.is_empty());
+        // root, one proof of inference per model, the interrupt: nothing else.
+        let kinds: Vec<NodeKind> = b.nodes.iter().map(|n| n.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                NodeKind::Root,
+                NodeKind::ProofOfInference,
+                NodeKind::ProofOfInference,
+                NodeKind::Interrupt
+            ],
+            "{workload}"
+        );
+        let stop = &b.nodes[3];
+        assert_eq!(stop.parent, Some(0));
+        assert_eq!(stop.agent, PLANNER_AGENT);
+        assert_eq!(stop.payload["cause"], "plan_failed");
+        assert_eq!(
+            stop.block_reason.as_deref(),
+            Some(failure.interrupt_reason().as_str())
+        );
+        assert_eq!(stop.attestations.len(), 1, "the interrupt is signed");
+        assert_eq!(
+            r.interrupts,
+            [format!("planner: {}", failure.interrupt_reason())]
+        );
+        assert_eq!(
+            (o.stats.plan_failures, o.stats.interrupts, o.stats.proposals),
+            (1, 1, 0)
+        );
+    }
+}
+
+#[test]
+fn a_model_planner_out_of_attempts_is_recorded_not_an_error() {
+    // A server that only ever plans a tool the manifest does not have.
+    let (url, seen) = super::models::serve_with(|_| {
+        json!({"role": "assistant",
+               "content": "{\"calls\": [{\"tool\": \"RootShellExecute\", \"params\": {}}]}"})
+    });
+    let planner = ChatPlanner::new(Arc::new(
+        Endpoint::parse(&format!("openai:{url}#stubborn-planner")).unwrap(),
+    ));
+    let w = WorkloadRun {
+        planner: Some(&planner),
+        ..WorkloadRun::new("st-sa".parse().unwrap(), ExecutorKind::Benign, 1)
+    };
+    let b = &outcomes(&w)[0].bundle;
+    assert_eq!(verify(b).outcome, Outcome::Complete);
+    let reason = &b.apm.planning.as_ref().unwrap().reason;
+    assert!(
+        reason.contains(&format!(
+            "no valid plan in {} attempts",
+            knox_models::planner::PLAN_ATTEMPTS
+        )) && reason.contains("unknown tool `RootShellExecute`"),
+        "{reason}"
+    );
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        knox_models::planner::PLAN_ATTEMPTS,
+        "every attempt was asked, and then no more"
+    );
+    assert!(
+        b.models
+            .iter()
+            .any(|m| m.role == "planner" && m.name.ends_with("#stubborn-planner"))
+    );
+}
+
+/// What a monitor holding the key could sign: `nodes` committed as given (interrupts
+/// attested), under `apm` attested anew.
+fn forge(apm: &knox_types::apm::Apm, nodes: &[knox_types::aeg::Node]) -> Bundle {
+    let rt = runtime();
+    let apm_hash = apm.hash().unwrap();
+    let att = apm_mod::attest(apm, apm_hash, &rt.key).unwrap();
+    let mut aeg = AegBuilder::new(None);
+    for n in nodes {
+        let mut payload = n.payload.clone();
+        if n.kind == NodeKind::Root {
+            payload["apm_hash"] = json!(apm_hash);
+            payload["run_id"] = json!("forged");
+        }
+        aeg.commit(
+            NewNode {
+                parent: n.parent,
+                kind: n.kind,
+                agent: &n.agent,
+                payload,
+                allowed: n.allowed,
+                block_reason: n.block_reason.clone(),
+            },
+            (!n.attestations.is_empty()).then_some(&rt.key),
+        );
+    }
+    let models = nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::ProofOfInference)
+        .map(|n| ModelInfo {
+            role: n.payload["role"].as_str().unwrap().into(),
+            name: n.payload["model"].as_str().unwrap().into(),
+            weights_hash: None,
+            declared: false,
+        })
+        .collect();
+    seal(rt, "forged", None, apm.clone(), att, models, aeg.finish()).unwrap()
+}
+
+#[test]
+fn a_monitor_misstating_a_planning_failure_is_caught() {
+    let b = refused("mt-ma:2:2").bundle;
+    // The forger's own rendition of the true evidence verifies: every rejection below is
+    // the edit's doing.
+    assert_eq!(verify(&forge(&b.apm, &b.nodes)).outcome, Outcome::Complete);
+
+    let mut other_reason = b.nodes.clone();
+    other_reason[3].block_reason = Some("planning failed: the user asked for nothing".into());
+    assert_eq!(
+        assert_tampered(&forge(&b.apm, &other_reason), "reason"),
+        Some(3)
+    );
+
+    let mut other_cause = b.nodes.clone();
+    other_cause[3].payload = json!({"cause": "signal"});
+    assert_eq!(
+        assert_tampered(&forge(&b.apm, &other_cause), "cause"),
+        Some(3)
+    );
+
+    let mut unsigned = b.nodes.clone();
+    unsigned[3].attestations.clear();
+    assert_eq!(
+        assert_tampered(&forge(&b.apm, &unsigned), "unsigned"),
+        Some(3)
+    );
+
+    assert_tampered(&forge(&b.apm, &b.nodes[..3]), "interrupt dropped");
+
+    // Something ran after the plan failed.
+    let mut ran = b.nodes.clone();
+    let good = super::support::bundle("st-sa");
+    let call = good
+        .nodes
+        .iter()
+        .find(|n| n.kind == NodeKind::ToolCall)
+        .unwrap()
+        .clone();
+    ran.push(knox_types::aeg::Node {
+        parent: Some(3),
+        agent: "agent-0".into(),
+        ..call.clone()
+    });
+    assert_eq!(assert_tampered(&forge(&b.apm, &ran), "ran anyway"), Some(4));
+
+    // The APM records a failure but permits a call.
+    let mut permissive = b.apm.clone();
+    permissive.agents[0].trajectory = vec![ExpectedCall::exact(0, "GmailReadEmail", params())];
+    assert_eq!(
+        assert_tampered(&forge(&permissive, &b.nodes), "permissive APM"),
+        Some(0)
+    );
+
+    // A plan_failed interrupt in a run whose APM holds a plan.
+    let mut claimed = good.nodes[..3].to_vec();
+    claimed.push(knox_types::aeg::Node {
+        parent: Some(0),
+        ..b.nodes[3].clone()
+    });
+    assert_tampered(&forge(&good.apm, &claimed), "interrupt without a failure");
+
+    // And a failure the APM records, with the interrupt, and nothing else: the true
+    // shape, with any reason the APM names.
+    let mut apm = b.apm.clone();
+    apm.planning = Some(knox_types::apm::PlanningFailure {
+        reason: "the model timed out".into(),
+    });
+    let mut nodes = b.nodes.clone();
+    nodes[3].block_reason = Some(apm.planning.as_ref().unwrap().interrupt_reason());
+    assert_eq!(verify(&forge(&apm, &nodes)).outcome, Outcome::Complete);
+    assert_eq!(nodes[3].payload["cause"], json!(StopCause::PlanFailed));
+}
+
+fn params() -> serde_json::Map<String, Value> {
+    json!({"email_id": "1"}).as_object().cloned().unwrap()
+}
+
+#[test]
+fn knox_run_reports_a_failed_plan_and_knox_verify_accepts_its_bundle() {
+    let (url, _) = super::models::serve_with(|_| json!({"role": "assistant", "content": "no"}));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let run = std::process::Command::new(env!("CARGO_BIN_EXE_knox"))
+        .args(["run", "--workload", "st-sa", "--flows", "1", "--planner"])
+        .arg(format!("openai:{url}#says-no"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(text.contains("planning failed in 1 bundle(s)"), "{text}");
+    assert!(text.contains("1/1 complete"), "{text}");
+    let summary: Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["plan_failures"], 1);
+    let bundle = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().is_some_and(|n| n != "summary.json"))
+        .unwrap();
+    let verified = std::process::Command::new(env!("CARGO_BIN_EXE_knox"))
+        .arg("verify")
+        .arg(&bundle)
+        .arg("--allow-simulated")
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&verified.stdout);
+    assert_eq!(verified.status.code(), Some(0), "{report}");
+    assert!(report.contains("planning failed: "), "{report}");
+    assert!(report.contains("not JSON"), "{report}");
+}
