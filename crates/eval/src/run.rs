@@ -113,6 +113,10 @@ impl std::fmt::Debug for EvalJudge<'_> {
     }
 }
 
+/// The needs file (in the output directory) of the manifest the judge's cells run
+/// under: the toolkit needs with every information-type label removed.
+pub const UNLABELLED_NEEDS: &str = "toolkits-without-info-types.toml";
+
 /// The column name of `executor`'s cells decided with judge `judge`.
 pub fn judge_column(executor: &str, judge: &str) -> String {
     format!("{executor} + judge {judge}")
@@ -356,16 +360,25 @@ pub fn run(
                 .get(&Guard::Regulation)
                 .is_some_and(|p| p.status == PoolStatus::Ready)
     });
-    // The judge's cells run on a runtime whose manifest withholds every label.
+    // The judge's cells run on a runtime whose manifest withholds every label; its
+    // needs file is written beside the bundles, for `knox verify --needs`.
     let blind = match judged {
-        Some(_) => Some(Runtime::start(
-            opts.backend,
-            &rt.platform.nonce.0,
-            rt.data.clone(),
-            rt.manifest.without_info_types().map_err(|e| {
+        Some(_) => {
+            let manifest = rt.manifest.without_info_types().map_err(|e| {
                 EvalError::Invalid(format!("withholding the manifest's labels: {e}"))
-            })?,
-        )?),
+            })?;
+            let path = opts.out.join(UNLABELLED_NEEDS);
+            let toml = manifest
+                .needs_toml()
+                .map_err(|e| EvalError::Invalid(format!("writing `{}`: {e}", path.display())))?;
+            std::fs::write(&path, toml).map_err(|e| EvalError::io(&path, e))?;
+            Some(Runtime::start(
+                opts.backend,
+                &rt.platform.nonce.0,
+                rt.data.clone(),
+                manifest,
+            )?)
+        }
         None => None,
     };
     let mut cx = Ctx {

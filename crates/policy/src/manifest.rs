@@ -372,6 +372,13 @@ impl ToolkitManifest {
         Self::from_parts(self.toolkits.clone(), needs)
     }
 
+    /// The needs file of this manifest as TOML: with the same `tools.json`, it loads
+    /// back into a manifest with the same hash (how a verifier is handed a manifest
+    /// such as [`Self::without_info_types`]'s: `knox verify --needs`).
+    pub fn needs_toml(&self) -> Result<String, toml::ser::Error> {
+        toml::to_string(&self.needs)
+    }
+
     /// `H("knox/manifest", canonical({"needs": …, "tools": …}))`.
     pub fn hash(&self) -> Digest {
         self.hash
@@ -641,5 +648,8 @@ limits = { max_processes = 64, max_file_bytes = 1048576, max_memory_bytes = 2684
         let send = blind.tool("MailSend").unwrap();
         assert_eq!(send.annotations, m.tool("MailSend").unwrap().annotations);
         assert_eq!(blind.tools().count(), m.tools().count());
+        // Handed over as a needs file, it is the same manifest.
+        let back = ToolkitManifest::from_sources(TOOLS, &blind.needs_toml().unwrap()).unwrap();
+        assert_eq!(back.hash(), blind.hash());
     }
 }

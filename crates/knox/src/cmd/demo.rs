@@ -193,6 +193,7 @@ fn regulation_lines(b: &knox_types::bundle::Bundle, seq: u64) -> Vec<String> {
                     verdict,
                     policies,
                     judge,
+                    note,
                     ..
                 },
             ..
@@ -201,12 +202,13 @@ fn regulation_lines(b: &knox_types::bundle::Bundle, seq: u64) -> Vec<String> {
             continue;
         };
         lines.push(format!(
-            "regulation: {verdict}{}",
+            "regulation: {verdict}{}{}",
             if policies.is_empty() {
                 String::new()
             } else {
                 format!(" ({})", policies.join(", "))
-            }
+            },
+            note.map(|n| format!(": {n}")).unwrap_or_default()
         ));
         if let Some(j) = judge {
             let types: Vec<&str> = j.info_types.iter().map(String::as_str).collect();

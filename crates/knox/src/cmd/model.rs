@@ -242,7 +242,7 @@ impl<'m> Models<'m> {
                 "judge {spec}: {} question(s), {}",
                 t.calls,
                 if t.calls == 0 {
-                    "none asked (every disclosure's content was labelled)".to_string()
+                    "none needed (it is asked only about a disclosure whose content no label reaches)".to_string()
                 } else {
                     per(t)
                 }

@@ -121,7 +121,7 @@ fn analyze(args: &AnalyzeArgs) -> Result<i32> {
     Ok(i32::from(bad > 0))
 }
 
-/// Regulation options of `knox run`.
+/// Regulation options of `knox run` and `knox demo`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RegulationArgs {
     /// Regulations in force, comma-separated (`GDPR,HIPAA`): every disclosure is decided

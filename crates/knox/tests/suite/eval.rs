@@ -261,4 +261,22 @@ fn eval_with_a_judge_adds_label_blind_regulation_columns_decided_on_its_answers(
     }
     assert!(judged_bundles > 0);
     assert_eq!(judged_checks, asked, "every question answered is on record");
+
+    // A regulator verifies them with the needs file the run wrote; without it, the
+    // embedded manifest is not the one their APMs name, and they are refused.
+    let judged_bundle = files
+        .iter()
+        .find(|f| f.to_string_lossy().contains("judge"))
+        .unwrap();
+    let verify = |needs: Option<&Path>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_knox"));
+        c.arg("verify").arg(judged_bundle).arg("--allow-simulated");
+        if let Some(n) = needs {
+            c.arg("--needs").arg(n);
+        }
+        c.output().unwrap().status.code()
+    };
+    let needs = dir.path().join(knox_eval::run::UNLABELLED_NEEDS);
+    assert_eq!(verify(Some(&needs)), Some(0), "complete");
+    assert_eq!(verify(None), Some(3), "refused");
 }

@@ -631,3 +631,51 @@ fn a_judge_on_an_openai_server_classifies_unlabelled_disclosures_from_the_cli() 
     }
     assert!(judged > 0);
 }
+
+#[test]
+fn the_demo_shows_regulation_verdicts_and_what_a_judge_said() {
+    let (url, seen) = serve_with(|_| {
+        json!({"role": "assistant", "content": json!({
+            "reasoning": "a person's e-mail address",
+            "info_types": ["contact"], "purpose": null, "verdict": "non_compliant"
+        }).to_string()})
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_knox"))
+        .args(["demo", "--regulations", "GDPR,HIPAA", "--judge"])
+        .arg(format!("openai:{url}#judge-model"))
+        .arg("--out")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("regulations in force: GDPR, HIPAA"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "judge openai:{url}#judge-model: information types [contact], purpose -, its verdict non_compliant"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("regulation: not_applicable: "), "{text}");
+    assert!(!seen.lock().unwrap().is_empty());
+    for name in ["benign.json", "injected.json"] {
+        let b: Bundle =
+            serde_json::from_slice(&std::fs::read(dir.path().join(name)).unwrap()).unwrap();
+        assert_eq!(verify(&b).outcome, Outcome::Complete, "{name}");
+        assert_eq!(proof(&b, "judge")["declared"], true);
+        assert_eq!(b.apm.guards.regulation.regulations, ["GDPR", "HIPAA"]);
+    }
+    // `--judge` needs regulations in force.
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_knox"))
+        .args(["demo", "--judge", "openai:http://127.0.0.1:9#m", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(64), "a usage error");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--regulations"));
+}
