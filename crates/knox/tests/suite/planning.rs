@@ -46,6 +46,12 @@ impl Planner for Refuses {
     }
 }
 
+/// The bundle of a run of `workload` whose planning failed (the tamper suite mutates it
+/// too).
+pub(super) fn refused_bundle(workload: &str) -> Bundle {
+    refused(workload).bundle
+}
+
 fn refused(workload: &str) -> knox_monitor::run::RunOutcome {
     let w: knox_monitor::workload::Workload = workload.parse().unwrap();
     let run = WorkloadRun {

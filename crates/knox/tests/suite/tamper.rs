@@ -17,7 +17,12 @@ type Edit = fn(&mut knox_types::aeg::Node);
 
 fn bundles() -> &'static Vec<Bundle> {
     static B: OnceLock<Vec<Bundle>> = OnceLock::new();
-    B.get_or_init(|| TOPOLOGIES.iter().map(|t| bundle(t)).collect())
+    B.get_or_init(|| {
+        let mut all: Vec<Bundle> = TOPOLOGIES.iter().map(|t| bundle(t)).collect();
+        // And a run whose planning failed: root, proofs of inference, one interrupt.
+        all.push(super::planning::refused_bundle("mt-ma:2:2"));
+        all
+    })
 }
 
 /// What a forger who can recompute hashes (but holds no key) does after an edit:
@@ -131,14 +136,17 @@ fn forgeries_that_recompute_every_hash_still_fail_without_the_key() {
             .nodes
             .iter()
             .position(|n| n.kind == NodeKind::Blocked)
-            .unwrap_or(1);
+            .or_else(|| t.nodes.iter().position(|n| n.kind == NodeKind::Interrupt))
+            .unwrap();
         t.nodes[i].allowed = true;
         t.nodes[i].block_reason = None;
         remeasure(&mut t);
         assert_tampered(&t, "re-measured decision flip");
-        // Drop a blocked node and its checks, rebuild: policy replay or signature fails.
+        // Drop the blocked (or interrupt) nodes, rebuild: policy replay or signature fails.
         let mut t = b.clone();
-        t.nodes.retain(|n| n.kind != NodeKind::Blocked);
+        t.nodes
+            .retain(|n| n.kind != NodeKind::Blocked && n.kind != NodeKind::Interrupt);
+        assert_ne!(t.nodes.len(), b.nodes.len(), "{}", b.run_id);
         remeasure(&mut t);
         assert_tampered(&t, "blocked nodes removed");
     }
@@ -299,7 +307,7 @@ fn mutation() -> impl Strategy<Value = Mutation> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(400))]
     #[test]
-    fn any_random_mutation_of_any_topology_is_tampered(which in 0usize..5, m in mutation(), remeasured in any::<bool>()) {
+    fn any_random_mutation_of_any_topology_is_tampered(which in 0usize..6, m in mutation(), remeasured in any::<bool>()) {
         let original = &bundles()[which];
         let mut b = original.clone();
         prop_assume!(apply(&mut b, &m));
