@@ -1,10 +1,6 @@
 //! The `knox` binary, black-box.
 
-use std::process::Command;
-
-fn knox() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_knox"))
-}
+use super::support::{knox, read_json, succeeds};
 
 #[test]
 fn demo_shows_blocks_verifies_and_catches_a_tampered_copy() {
@@ -27,20 +23,13 @@ fn demo_shows_blocks_verifies_and_catches_a_tampered_copy() {
 #[test]
 fn run_then_verify_with_exit_codes() {
     let dir = tempfile::tempdir().unwrap();
-    let out = knox()
-        .args(["run", "--workload", "mt-ma:2:2", "--flows", "4", "--out"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = succeeds(
+        knox()
+            .args(["run", "--workload", "mt-ma:2:2", "--flows", "4", "--out"])
+            .arg(dir.path()),
     );
     assert!(text.contains("verified: 2/2 complete"), "{text}");
-    let summary: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).unwrap()).unwrap();
+    let summary = read_json(&dir.path().join("summary.json"));
     assert_eq!(summary["injected"]["allowed"], 0);
     let bundle = dir.path().join("mt-ma-2-2-injected-0000.json");
 

@@ -4,12 +4,11 @@
 //! verifies `complete`.
 
 use std::path::Path;
-use std::process::Command;
 
 use knox_verify::Outcome;
 use serde_json::Value;
 
-use super::support::{ALLOW, manifest};
+use super::support::{ALLOW, knox, manifest, read_json, succeeds};
 
 fn bundles(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {
@@ -27,24 +26,18 @@ fn quick_eval_scores_every_guard_perfectly_writes_its_outputs_and_every_bundle_v
     let dir = tempfile::tempdir().unwrap();
     // A generous stop timeout: the negative stop flows must finish before it even on a
     // loaded machine (nothing here asserts on time).
-    let out = Command::new(env!("CARGO_BIN_EXE_knox"))
-        .args([
-            "eval",
-            "--quick",
-            "--flows",
-            "8",
-            "--stop-timeout-ms",
-            "250",
-            "--out",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeds(
+        knox()
+            .args([
+                "eval",
+                "--quick",
+                "--flows",
+                "8",
+                "--stop-timeout-ms",
+                "250",
+                "--out",
+            ])
+            .arg(dir.path()),
     );
     for f in [
         "report.md",
@@ -69,8 +62,7 @@ fn quick_eval_scores_every_guard_perfectly_writes_its_outputs_and_every_bundle_v
     let svg = std::fs::read_to_string(dir.path().join("overhead-trajectory.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("<rect"));
 
-    let results: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("results.json")).unwrap()).unwrap();
+    let results = read_json(&dir.path().join("results.json"));
     let cells = results["cells"].as_array().unwrap();
     for guard in ["regulation", "trajectory", "syscall", "stop"] {
         let mine: Vec<&Value> = cells.iter().filter(|c| c["guard"] == guard).collect();
@@ -128,26 +120,21 @@ fn quick_eval_scores_every_guard_perfectly_writes_its_outputs_and_every_bundle_v
 fn pool_is_deterministic_and_balanced() {
     let dir = tempfile::tempdir().unwrap();
     let run = |sub: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_knox"))
-            .args([
-                "eval",
-                "--quick",
-                "--guard",
-                "trajectory",
-                "--workload",
-                "st-sa",
-                "--flows",
-                "2",
-                "--no-utility",
-                "--out",
-            ])
-            .arg(dir.path().join(sub))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        succeeds(
+            knox()
+                .args([
+                    "eval",
+                    "--quick",
+                    "--guard",
+                    "trajectory",
+                    "--workload",
+                    "st-sa",
+                    "--flows",
+                    "2",
+                    "--no-utility",
+                    "--out",
+                ])
+                .arg(dir.path().join(sub)),
         );
         std::fs::read(dir.path().join(sub).join("pool.json")).unwrap()
     };
@@ -176,37 +163,30 @@ fn eval_with_a_judge_adds_label_blind_regulation_columns_decided_on_its_answers(
         }).to_string()})
     });
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_knox"))
-        .args([
-            "eval",
-            "--guard",
-            "regulation",
-            "--workload",
-            "st-sa",
-            "--executor",
-            "benign",
-            "--flows",
-            "6",
-            "--no-corpus",
-            "--no-utility",
-            "--judge",
-        ])
-        .arg(format!("openai:{url}#judge-model"))
-        .arg("--out")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
     // The judge's own cells may score flows wrong: they measure the judge, and do not
     // fail the run; the labelled cells must be right.
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeds(
+        knox()
+            .args([
+                "eval",
+                "--guard",
+                "regulation",
+                "--workload",
+                "st-sa",
+                "--executor",
+                "benign",
+                "--flows",
+                "6",
+                "--no-corpus",
+                "--no-utility",
+                "--judge",
+            ])
+            .arg(format!("openai:{url}#judge-model"))
+            .arg("--out")
+            .arg(dir.path()),
     );
     let column = format!("benign + judge openai:{url}#judge-model");
-    let results: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("results.json")).unwrap()).unwrap();
+    let results = read_json(&dir.path().join("results.json"));
     let cells = results["cells"].as_array().unwrap();
     let plain = cells.iter().find(|c| c["executor"] == "benign").unwrap();
     let judged = cells.iter().find(|c| c["executor"] == column).unwrap();
@@ -269,7 +249,7 @@ fn eval_with_a_judge_adds_label_blind_regulation_columns_decided_on_its_answers(
         .find(|f| f.to_string_lossy().contains("judge"))
         .unwrap();
     let verify = |needs: Option<&Path>| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_knox"));
+        let mut c = knox();
         c.arg("verify").arg(judged_bundle).arg("--allow-simulated");
         if let Some(n) = needs {
             c.arg("--needs").arg(n);

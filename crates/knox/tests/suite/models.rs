@@ -14,7 +14,7 @@ use knox_types::bundle::Bundle;
 use knox_verify::Outcome;
 use serde_json::{Value, json};
 
-use super::support::{runtime, verify};
+use super::support::{knox, runtime, succeeds, verify};
 
 /// Serves chat completions until the test ends, answering each request with
 /// `answer(request body)`; records every request.
@@ -575,29 +575,23 @@ fn a_judge_on_an_openai_server_classifies_unlabelled_disclosures_from_the_cli() 
          [[directory]]\naddresses = [\"privacy@nordlicht.example\"]\nrole = \"controller\"\njurisdiction = \"DE\"\n",
     )
     .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_knox"))
-        .args([
-            "run",
-            "--workload",
-            "st-sa",
-            "--flows",
-            "8",
-            "--regulations",
-            "GDPR",
-        ])
-        .arg("--regulation-context")
-        .arg(&ctx)
-        .arg("--judge")
-        .arg(format!("openai:{url}#judge-model"))
-        .arg("--out")
-        .arg(dir.path().join("out"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = succeeds(
+        knox()
+            .args([
+                "run",
+                "--workload",
+                "st-sa",
+                "--flows",
+                "8",
+                "--regulations",
+                "GDPR",
+            ])
+            .arg("--regulation-context")
+            .arg(&ctx)
+            .arg("--judge")
+            .arg(format!("openai:{url}#judge-model"))
+            .arg("--out")
+            .arg(dir.path().join("out")),
     );
     assert!(text.contains("8/8 complete"), "{text}");
     let asked = seen.lock().unwrap().clone();
@@ -641,18 +635,12 @@ fn the_demo_shows_regulation_verdicts_and_what_a_judge_said() {
         }).to_string()})
     });
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_knox"))
-        .args(["demo", "--regulations", "GDPR,HIPAA", "--judge"])
-        .arg(format!("openai:{url}#judge-model"))
-        .arg("--out")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = succeeds(
+        knox()
+            .args(["demo", "--regulations", "GDPR,HIPAA", "--judge"])
+            .arg(format!("openai:{url}#judge-model"))
+            .arg("--out")
+            .arg(dir.path()),
     );
     assert!(text.contains("regulations in force: GDPR, HIPAA"), "{text}");
     assert!(
@@ -671,7 +659,7 @@ fn the_demo_shows_regulation_verdicts_and_what_a_judge_said() {
         assert_eq!(b.apm.guards.regulation.regulations, ["GDPR", "HIPAA"]);
     }
     // `--judge` needs regulations in force.
-    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_knox"))
+    let refused = knox()
         .args(["demo", "--judge", "openai:http://127.0.0.1:9#m", "--out"])
         .arg(dir.path())
         .output()

@@ -18,7 +18,7 @@ use knox_types::bundle::{Bundle, ModelInfo};
 use knox_verify::Outcome;
 use serde_json::{Value, json};
 
-use super::support::{assert_tampered, outcomes, runtime, verify};
+use super::support::{assert_tampered, knox, outcomes, read_json, runtime, succeeds, verify};
 
 /// A planner that always fails, as a model planner does after its retries.
 struct Refuses;
@@ -261,30 +261,22 @@ fn knox_run_reports_a_failed_plan_and_knox_verify_accepts_its_bundle() {
     let (url, _) = super::models::serve_with(|_| json!({"role": "assistant", "content": "no"}));
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let run = std::process::Command::new(env!("CARGO_BIN_EXE_knox"))
-        .args(["run", "--workload", "st-sa", "--flows", "1", "--planner"])
-        .arg(format!("openai:{url}#says-no"))
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&run.stderr)
+    let text = succeeds(
+        knox()
+            .args(["run", "--workload", "st-sa", "--flows", "1", "--planner"])
+            .arg(format!("openai:{url}#says-no"))
+            .arg("--out")
+            .arg(&out),
     );
     assert!(text.contains("planning failed in 1 bundle(s)"), "{text}");
     assert!(text.contains("1/1 complete"), "{text}");
-    let summary: Value =
-        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
-    assert_eq!(summary["plan_failures"], 1);
+    assert_eq!(read_json(&out.join("summary.json"))["plan_failures"], 1);
     let bundle = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.file_name().is_some_and(|n| n != "summary.json"))
         .unwrap();
-    let verified = std::process::Command::new(env!("CARGO_BIN_EXE_knox"))
+    let verified = knox()
         .arg("verify")
         .arg(&bundle)
         .arg("--allow-simulated")

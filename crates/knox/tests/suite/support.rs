@@ -20,6 +20,29 @@ pub fn manifest() -> &'static ToolkitManifest {
 
 pub const ALLOW: Options = knox_verify::Options::DANGEROUS_SIMULATED;
 
+/// The `knox` binary under test.
+pub fn knox() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_knox"))
+}
+
+/// Runs a `knox` invocation; fails the test with both output streams unless it
+/// succeeds, and returns its standard output.
+pub fn succeeds(cmd: &mut std::process::Command) -> String {
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// A JSON file the test's run wrote.
+pub fn read_json(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
 pub fn verify(b: &Bundle) -> Report {
     knox_verify::verify_bundle(b, manifest(), ALLOW)
 }
