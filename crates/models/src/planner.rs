@@ -32,6 +32,8 @@ pub const MAX_FREE_TEXT: u32 = 2000;
 const SYSTEM: &str = "You are a planner. Given a user's task and the tools available, write the exact \
 tool calls that complete the task, in order, as JSON: {\"calls\": [{\"tool\": NAME, \"params\": {...}}]}. \
 Use only the listed tools and only parameters they declare; copy values from the task. \
+A value that only an earlier call of the plan can tell (an id a search returns) is written \"$output:K\", \
+K the 0-based index of that call; for a recipient, address or URL also name the field: \"$output:K/email/from\". \
 Plan only what the task asks, usually one call. Reply with the JSON object only.\n\
 Example. Task: Show me the latest email from bob@example.com. \
 Plan: {\"calls\": [{\"tool\": \"GmailSearchEmails\", \"params\": {\"from\": \"bob@example.com\", \"limit\": 1}}]}";
@@ -139,17 +141,64 @@ fn validate(
             .tool(tool)
             .ok_or_else(|| format!("unknown tool `{tool}`"))?;
         knox_policy::schema::validate(entry, &params).map_err(|e| format!("`{tool}`: {e}"))?;
-        out.push(expected(task, entry, params, instruction));
+        let links = links(entry, &params, out.len())?;
+        out.push(expected(task, entry, params, &links, instruction));
+    }
+    Ok(out)
+}
+
+/// A data link a model writes: `$output:K` or `$output:K/json/pointer`.
+const LINK: &str = "$output:";
+
+/// The data links among the parameters of call number `index` of a plan: each names
+/// an earlier call, and one into a sink names the field it takes.
+fn links(
+    entry: &ToolEntry,
+    params: &Map<String, Value>,
+    index: usize,
+) -> Result<BTreeMap<String, ParamConstraint>, String> {
+    let mut out = BTreeMap::new();
+    for (name, v) in params {
+        let Some(link) = v.as_str().and_then(|s| s.trim().strip_prefix(LINK)) else {
+            continue;
+        };
+        let (k, pointer) = match link.find('/') {
+            Some(i) => (link.get(..i).unwrap_or_default(), link.get(i..)),
+            None => (link, None),
+        };
+        let tool = &entry.name;
+        let call: u32 = k
+            .parse()
+            .map_err(|_| format!("`{tool}`: `{name}`: `{LINK}{link}` names no call number"))?;
+        if call as usize >= index {
+            return Err(format!(
+                "`{tool}`: `{name}` takes the output of call {call}, which is not an earlier call of the plan"
+            ));
+        }
+        if pointer.is_none() && entry.annotations.sinks.iter().any(|s| s == name) {
+            return Err(format!(
+                "`{tool}`: `{name}` is sensitive: a link into it must name the field, `{LINK}{call}/<field>/…`"
+            ));
+        }
+        out.insert(
+            name.clone(),
+            ParamConstraint::FromOutput {
+                call,
+                pointer: pointer.map(str::to_string),
+            },
+        );
     }
     Ok(out)
 }
 
 /// The expected call for a validated planned call: exact when every value is fixed,
-/// otherwise constrained, with free text the model composed bounded by length.
+/// otherwise constrained, with free text the model composed bounded by length and
+/// data links taken from `links`.
 fn expected(
     task: u32,
     entry: &ToolEntry,
     params: Map<String, Value>,
+    links: &BTreeMap<String, ParamConstraint>,
     instruction: &str,
 ) -> ExpectedCall {
     let lower = instruction.to_lowercase();
@@ -160,13 +209,15 @@ fn expected(
         }
         _ => false,
     };
-    if !params.iter().any(|(k, v)| free(k, v)) {
+    if links.is_empty() && !params.iter().any(|(k, v)| free(k, v)) {
         return ExpectedCall::exact(task, entry.name.clone(), params);
     }
     let constraints: BTreeMap<String, ParamConstraint> = params
         .iter()
         .map(|(k, v)| {
-            let c = if free(k, v) {
+            let c = if let Some(link) = links.get(k) {
+                link.clone()
+            } else if free(k, v) {
                 ParamConstraint::Length {
                     min: 0,
                     max: MAX_FREE_TEXT,
@@ -241,6 +292,49 @@ mod tests {
             let e = validate(text, 0, "x", &m).unwrap_err();
             assert!(e.contains(fault), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn data_links_name_earlier_calls_and_sinks_name_their_field() {
+        let m = manifest();
+        let link = |k: &str| {
+            json!({"calls": [
+                {"tool": "GmailSearchEmails", "params": {"keywords": ["invoice"]}},
+                {"tool": "GmailReadEmail", "params": {"email_id": k}}]})
+            .to_string()
+        };
+        let plan = validate(&link("$output:0"), 0, "Read my latest invoice email", &m).unwrap();
+        assert_eq!(
+            plan[1].constraints.as_ref().unwrap()["email_id"],
+            ParamConstraint::FromOutput {
+                call: 0,
+                pointer: None
+            }
+        );
+        for (bad, fault) in [
+            ("$output:1", "not an earlier call"),
+            ("$output:7/x", "not an earlier call"),
+            ("$output:first", "names no call number"),
+        ] {
+            let e = validate(&link(bad), 0, "x", &m).unwrap_err();
+            assert!(e.contains(fault), "{bad}: {e}");
+        }
+        let reply = |to: &str| {
+            json!({"calls": [
+                {"tool": "GmailSearchEmails", "params": {"keywords": ["invoice"]}},
+                {"tool": "GmailSendEmail", "params": {"to": to, "subject": "Re", "body": "Thanks"}}]})
+            .to_string()
+        };
+        let e = validate(&reply("$output:0"), 0, "Reply to the invoice", &m).unwrap_err();
+        assert!(e.contains("`to` is sensitive"), "{e}");
+        let plan = validate(&reply("$output:0/emails/0/from"), 0, "Reply to it", &m).unwrap();
+        assert_eq!(
+            plan[1].constraints.as_ref().unwrap()["to"],
+            ParamConstraint::FromOutput {
+                call: 0,
+                pointer: Some("/emails/0/from".into())
+            }
+        );
     }
 
     #[test]

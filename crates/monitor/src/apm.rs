@@ -1,12 +1,12 @@
 //! Deriving and attesting the APM: `(p, C, R, stop) ↦ (T, Γ)`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use knox_attest::TeeKey;
 use knox_policy::{ToolkitManifest, auth};
 use knox_types::apm::{
-    APM_VERSION, AgentPlan, Apm, ApmInputs, ExpectedCall, Guards, PlanningFailure, RegulationSpec,
-    StopPolicy, TaskPlan, Topology, TopologyKind,
+    APM_VERSION, AgentPlan, Apm, ApmInputs, ExpectedCall, Guards, ParamConstraint, PlanningFailure,
+    RegulationSpec, StopPolicy, TaskPlan, Topology, TopologyKind,
 };
 use knox_types::bundle::{ApmAttestation, ApmStatement};
 use knox_types::canon::CanonError;
@@ -156,6 +156,7 @@ pub fn from_plan(
         .map(|t| t.toolkit.as_str())
         .collect();
     let authorization = auth::authorization(manifest, toolkits);
+    check_links(&plan)?;
     let agents = assign(&plan, topology);
     let tasks = prompt
         .tasks
@@ -192,37 +193,100 @@ pub fn from_plan(
 
 /// Distributes tasks over agents (task `i` to agent `i mod m`) and orders each agent's
 /// trajectory: tasks one after the other, or round-robin by position when interleaved.
+/// A plan's data links (`from_output`) name a call of the same task; in the APM they
+/// name the trajectory position that call lands on (the hash is recomputed).
 fn assign(plan: &Plan, topology: Topology) -> Vec<AgentPlan> {
     let m = topology.agents.max(1);
     (0..m)
         .map(|a| {
-            let mine: Vec<(u32, &Vec<ExpectedCall>)> = plan
-                .tasks
+            let mine: Vec<u32> = (0..plan.tasks.len())
+                .map(task_id)
+                .filter(|i| i % m == a)
+                .collect();
+            let calls = |t: u32| plan.tasks.get(t as usize).map_or(0, Vec::len);
+            // (task, index of the call in its task), in trajectory order.
+            let order: Vec<(u32, usize)> = if topology.kind == TopologyKind::MtSaInt {
+                let longest = mine.iter().map(|t| calls(*t)).max().unwrap_or(0);
+                (0..longest)
+                    .flat_map(|k| {
+                        mine.iter()
+                            .filter(move |t| k < calls(**t))
+                            .map(move |t| (*t, k))
+                    })
+                    .collect()
+            } else {
+                mine.iter()
+                    .flat_map(|t| (0..calls(*t)).map(move |k| (*t, k)))
+                    .collect()
+            };
+            let position: HashMap<(u32, usize), u32> = order
                 .iter()
                 .enumerate()
-                .filter(|(i, _)| task_id(*i) % m == a)
-                .map(|(i, calls)| (task_id(i), calls))
+                .map(|(p, key)| (*key, task_id(p)))
                 .collect();
-            let trajectory = if topology.kind == TopologyKind::MtSaInt {
-                interleave(mine.iter().map(|(_, c)| c.as_slice()))
-            } else {
-                mine.iter().flat_map(|(_, c)| c.iter().cloned()).collect()
-            };
+            let trajectory = order
+                .iter()
+                .filter_map(|&(t, k)| plan.tasks.get(t as usize)?.get(k))
+                .zip(order.iter())
+                .map(|(e, (t, _))| relink(e, *t, &position))
+                .collect();
             AgentPlan {
                 id: agent_id(a),
-                tasks: mine.iter().map(|(i, _)| *i).collect(),
+                tasks: mine,
                 trajectory,
             }
         })
         .collect()
 }
 
-/// Round-robin: first call of each task, then the second of each, …
-fn interleave<'a>(tasks: impl Iterator<Item = &'a [ExpectedCall]> + Clone) -> Vec<ExpectedCall> {
-    let longest = tasks.clone().map(<[ExpectedCall]>::len).max().unwrap_or(0);
-    (0..longest)
-        .flat_map(|k| tasks.clone().filter_map(move |t| t.get(k).cloned()))
-        .collect()
+/// `e` with its task-relative data links rewritten to trajectory positions.
+fn relink(e: &ExpectedCall, task: u32, position: &HashMap<(u32, usize), u32>) -> ExpectedCall {
+    let Some(constraints) = &e.constraints else {
+        return e.clone();
+    };
+    let mut out = e.clone();
+    out.constraints = Some(
+        constraints
+            .iter()
+            .map(|(name, c)| {
+                let c = match c {
+                    ParamConstraint::FromOutput { call, pointer } => ParamConstraint::FromOutput {
+                        // Checked by `check_links`: the call exists and comes earlier.
+                        call: position
+                            .get(&(task, *call as usize))
+                            .copied()
+                            .unwrap_or(u32::MAX),
+                        pointer: pointer.clone(),
+                    },
+                    other => other.clone(),
+                };
+                (name.clone(), c)
+            })
+            .collect(),
+    );
+    out.hash = out.compute_hash();
+    out
+}
+
+/// Every data link of a plan names an earlier call of the same task.
+fn check_links(plan: &Plan) -> Result<(), PlanError> {
+    for (t, calls) in plan.tasks.iter().enumerate() {
+        for (k, e) in calls.iter().enumerate() {
+            for (param, c) in e.constraints.iter().flatten() {
+                if let ParamConstraint::FromOutput { call, .. } = c
+                    && *call as usize >= k
+                {
+                    return Err(PlanError::Link {
+                        task: t,
+                        call: k,
+                        param: param.clone(),
+                        from: *call,
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Signs the binding of the APM hash (`apm_hash = H(apm)`) to its inputs.
@@ -236,4 +300,93 @@ pub fn attest(apm: &Apm, apm_hash: Digest, key: &TeeKey) -> Result<ApmAttestatio
         statement,
         envelope,
     })
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::{Map, json};
+
+    use super::*;
+
+    fn search(task: u32) -> ExpectedCall {
+        let p = json!({"keywords": ["invoice"]})
+            .as_object()
+            .cloned()
+            .unwrap();
+        ExpectedCall::exact(task, "GmailSearchEmails", p)
+    }
+
+    /// A read whose id comes from call `from` of its own task.
+    fn read(task: u32, from: u32) -> ExpectedCall {
+        let mut c = BTreeMap::new();
+        c.insert(
+            "email_id".to_string(),
+            ParamConstraint::FromOutput {
+                call: from,
+                pointer: None,
+            },
+        );
+        let p: Map<String, serde_json::Value> = json!({"email_id": "$output:0"})
+            .as_object()
+            .cloned()
+            .unwrap();
+        ExpectedCall::constrained(task, "GmailReadEmail", p, c)
+    }
+
+    fn linked(e: &ExpectedCall) -> u32 {
+        match e.constraints.as_ref().unwrap()["email_id"] {
+            ParamConstraint::FromOutput { call, .. } => call,
+            _ => u32::MAX,
+        }
+    }
+
+    fn plan() -> Plan {
+        Plan {
+            tasks: vec![vec![search(0), read(0, 0)], vec![search(1), read(1, 0)]],
+        }
+    }
+
+    fn topo(kind: TopologyKind, agents: u32) -> Topology {
+        Topology {
+            kind,
+            tasks: 2,
+            agents,
+        }
+    }
+
+    #[test]
+    fn data_links_name_trajectory_positions() {
+        // One after the other: task 1's search is at 2.
+        let seq = assign(&plan(), topo(TopologyKind::MtSaSeq, 1));
+        let t = &seq[0].trajectory;
+        assert_eq!((linked(&t[1]), linked(&t[3])), (0, 2));
+        // Interleaved: searches at 0 and 1, reads at 2 and 3.
+        let int = assign(&plan(), topo(TopologyKind::MtSaInt, 1));
+        let t = &int[0].trajectory;
+        assert_eq!((t[2].task, linked(&t[2])), (0, 0));
+        assert_eq!((t[3].task, linked(&t[3])), (1, 1));
+        // One agent each: every link is to that agent's first call.
+        let ma = assign(&plan(), topo(TopologyKind::MtMa, 2));
+        assert!(ma.iter().all(|a| linked(&a.trajectory[1]) == 0));
+        // The rewritten call is hashed anew.
+        for a in seq.iter().chain(&int).chain(&ma) {
+            assert!(a.trajectory.iter().all(|e| e.hash == e.compute_hash()));
+        }
+        assert_ne!(seq[0].trajectory[3].hash, read(1, 0).hash);
+    }
+
+    #[test]
+    fn a_link_to_a_later_call_or_to_itself_is_refused() {
+        for from in [1, 2] {
+            let p = Plan {
+                tasks: vec![vec![search(0), read(0, from)]],
+            };
+            let e = check_links(&p).unwrap_err();
+            assert!(matches!(e, PlanError::Link { call: 1, .. }), "{e}");
+        }
+        assert!(check_links(&plan()).is_ok());
+    }
 }

@@ -22,7 +22,9 @@ pub struct Prompt {
 /// The planner's output: expected calls per task, in order.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
-    /// `plan.tasks[i]` are task `i`'s expected calls.
+    /// `plan.tasks[i]` are task `i`'s expected calls. A data link
+    /// (`ParamConstraint::FromOutput { call: k, .. }`) names call `k` of the same task,
+    /// which must come earlier; the APM rewrites it to that call's trajectory position.
     pub tasks: Vec<Vec<ExpectedCall>>,
 }
 
@@ -40,6 +42,20 @@ pub enum PlanError {
     /// A model planner gave no valid plan within its attempts.
     #[error("model planner: {0}")]
     Model(String),
+    /// A data link names no earlier call of its task.
+    #[error(
+        "task {task}, call {call}: parameter `{param}` takes the output of call {from}, which is not an earlier call of the task"
+    )]
+    Link {
+        /// Task index.
+        task: usize,
+        /// The linking call's index in its task.
+        call: usize,
+        /// The linked parameter.
+        param: String,
+        /// The call it names.
+        from: u32,
+    },
     /// The plan names a tool the manifest does not have.
     #[error("plan names unknown tool `{0}`")]
     UnknownTool(String),

@@ -287,3 +287,77 @@ fn knox_run_reports_a_failed_plan_and_knox_verify_accepts_its_bundle() {
     assert!(report.contains("planning failed: "), "{report}");
     assert!(report.contains("not JSON"), "{report}");
 }
+
+#[test]
+fn a_model_planned_data_link_is_enforced_at_its_trajectory_position() {
+    use knox_monitor::monitor::Verdict;
+    use knox_types::apm::{ParamConstraint, Topology, TopologyKind};
+    // Two tasks, each a search and a read of what the search found; the model links
+    // the read's id to the search.
+    let (url, _) = super::models::serve_with(|_| {
+        json!({"role": "assistant", "content": json!({"calls": [
+            {"tool": "GmailSearchEmails", "params": {"keywords": ["invoice"]}},
+            {"tool": "GmailReadEmail", "params": {"email_id": "$output:0"}}]}).to_string()})
+    });
+    let planner = ChatPlanner::new(Arc::new(
+        Endpoint::parse(&format!("openai:{url}#linking-planner")).unwrap(),
+    ));
+    let prompt = Prompt {
+        tasks: vec![
+            "Find my invoice email and read it".into(),
+            "Find my other invoice email and read it".into(),
+        ],
+    };
+    let plan = planner
+        .plan(
+            &prompt,
+            super::support::manifest(),
+            &Regulations::default(),
+            &StopPolicy::default(),
+        )
+        .unwrap();
+    let h = super::support::harness_for(
+        prompt,
+        plan.tasks,
+        Topology {
+            kind: TopologyKind::MtSaSeq,
+            tasks: 2,
+            agents: 1,
+        },
+        StopPolicy::default(),
+    );
+    // In the one agent's trajectory, task 1's read takes the output of position 2.
+    let t = &h.apm.agents[0].trajectory;
+    assert_eq!(
+        t[3].constraints.as_ref().unwrap()["email_id"],
+        ParamConstraint::FromOutput {
+            call: 2,
+            pointer: None
+        }
+    );
+    let m = h.monitor(
+        knox_monitor::guard::stop::StopSignal::new(),
+        AegBuilder::new(None),
+    );
+    let raw = |tool: &str, p: Value| super::support::raw(tool, p);
+    let search = raw("GmailSearchEmails", json!({"keywords": ["invoice"]}));
+    let read = |id: &str| raw("GmailReadEmail", json!({"email_id": id}));
+    let run = |proposal: &[u8], output: Value| match m.mediate("agent-0", proposal) {
+        Verdict::Allow(ticket) => {
+            m.record_output(ticket, output);
+            true
+        }
+        _ => false,
+    };
+    assert!(run(&search, json!({"emails": [{"id": "a1"}]})));
+    assert!(run(&read("a1"), json!({"email": {"body": "first"}})));
+    assert!(run(&search, json!({"emails": [{"id": "b2"}]})));
+    // Task 0's id is not what task 1's search found.
+    assert!(!run(&read("a1"), Value::Null), "linked to the wrong output");
+    assert!(run(&read("b2"), json!({"email": {"body": "second"}})));
+    let b = h.seal(m.finish());
+    let r = verify(&b);
+    assert_eq!(r.outcome, Outcome::Complete, "{r}");
+    assert_eq!(r.blocked.len(), 1);
+    assert_eq!(r.blocked[0].guard, "trajectory");
+}
