@@ -117,6 +117,26 @@ impl std::fmt::Debug for EvalJudge<'_> {
 /// under: the toolkit needs with every information-type label removed.
 pub const UNLABELLED_NEEDS: &str = "toolkits-without-info-types.toml";
 
+/// The runtime of a judge's cells: `rt`'s dataset under its manifest without
+/// information-type labels, whose needs file goes to [`UNLABELLED_NEEDS`] in the output.
+fn blind_runtime(rt: &Runtime, opts: &Options<'_>) -> Result<Runtime, EvalError> {
+    let manifest = rt
+        .manifest
+        .without_info_types()
+        .map_err(|e| EvalError::Invalid(format!("withholding the manifest's labels: {e}")))?;
+    let path = opts.out.join(UNLABELLED_NEEDS);
+    let toml = manifest
+        .needs_toml()
+        .map_err(|e| EvalError::Invalid(format!("writing `{}`: {e}", path.display())))?;
+    std::fs::write(&path, toml).map_err(|e| EvalError::io(&path, e))?;
+    Ok(Runtime::start(
+        opts.backend,
+        &rt.platform.nonce.0,
+        rt.data.clone(),
+        manifest,
+    )?)
+}
+
 /// The column name of `executor`'s cells decided with judge `judge`.
 pub fn judge_column(executor: &str, judge: &str) -> String {
     format!("{executor} + judge {judge}")
@@ -249,8 +269,9 @@ struct BundleRun {
 struct Ctx<'a, 'o> {
     rt: &'a Runtime,
     opts: &'a Options<'o>,
-    /// The judge consulted by the regulation guard (only in the judge's cells).
-    judge: Option<&'a dyn knox_regulation::Judge>,
+    /// The judge consulted by the regulation guard (only in the judge's cells, whose
+    /// runtime `rt` withholds the labels).
+    judge: Option<EvalJudge<'a>>,
     verdicts: std::fs::File,
     verification: Verification,
 }
@@ -287,7 +308,7 @@ impl Ctx<'_, '_> {
             planner,
             executor: &recorder,
             norms: setup.norms.as_deref(),
-            judge: self.judge,
+            judge: self.judge.map(|j| j.judge),
             regulations: setup.regulations,
             stop: setup.stop,
             signal,
@@ -353,34 +374,34 @@ pub fn run(
     let verdicts =
         std::fs::File::create(&verdicts_path).map_err(|e| EvalError::io(&verdicts_path, e))?;
     let bundles_dir = opts.out.join("bundles");
-    let judged = opts.judge.filter(|_| {
-        opts.guards.contains(&Guard::Regulation)
-            && pool
-                .guards
-                .get(&Guard::Regulation)
+    let selected: Vec<&dyn GuardEval> = guards
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|g| opts.guards.contains(&g.guard()))
+        .filter(|g| {
+            pool.guards
+                .get(&g.guard())
                 .is_some_and(|p| p.status == PoolStatus::Ready)
+        })
+        .collect();
+    // Each selected guard once with the labels; with a judge, the regulation guard once
+    // more on a runtime whose manifest withholds every label (its needs file is written
+    // beside the bundles, for `knox verify --needs`).
+    let judged = opts.judge.and_then(|j| {
+        selected
+            .iter()
+            .find(|g| g.guard() == Guard::Regulation)
+            .map(|g| (*g, j))
     });
-    // The judge's cells run on a runtime whose manifest withholds every label; its
-    // needs file is written beside the bundles, for `knox verify --needs`.
     let blind = match judged {
-        Some(_) => {
-            let manifest = rt.manifest.without_info_types().map_err(|e| {
-                EvalError::Invalid(format!("withholding the manifest's labels: {e}"))
-            })?;
-            let path = opts.out.join(UNLABELLED_NEEDS);
-            let toml = manifest
-                .needs_toml()
-                .map_err(|e| EvalError::Invalid(format!("writing `{}`: {e}", path.display())))?;
-            std::fs::write(&path, toml).map_err(|e| EvalError::io(&path, e))?;
-            Some(Runtime::start(
-                opts.backend,
-                &rt.platform.nonce.0,
-                rt.data.clone(),
-                manifest,
-            )?)
-        }
+        Some(_) => Some(blind_runtime(rt, opts)?),
         None => None,
     };
+    let mut passes: Vec<(&dyn GuardEval, &Runtime, Option<EvalJudge<'_>>)> =
+        selected.iter().map(|g| (*g, rt, None)).collect();
+    if let (Some((g, j)), Some(blind)) = (judged, blind.as_ref()) {
+        passes.push((g, blind, Some(j)));
+    }
     let mut cx = Ctx {
         rt,
         opts,
@@ -393,19 +414,9 @@ pub fn run(
         },
     };
     let execs = Executors::new(rt, &opts.executors)?;
-    let selected: Vec<&dyn GuardEval> = guards
+    let total: usize = passes
         .iter()
-        .map(AsRef::as_ref)
-        .filter(|g| opts.guards.contains(&g.guard()))
-        .filter(|g| {
-            pool.guards
-                .get(&g.guard())
-                .is_some_and(|p| p.status == PoolStatus::Ready)
-        })
-        .collect();
-    let total: usize = selected
-        .iter()
-        .map(|g| {
+        .map(|(g, _, _)| {
             let n = limited(pool.flows(g.guard()), opts.limit).len();
             opts.workloads
                 .iter()
@@ -414,18 +425,6 @@ pub fn run(
         })
         .sum::<usize>()
         * opts.executors.len();
-    let judge_total = match judged {
-        Some(_) => {
-            let n = limited(pool.flows(Guard::Regulation), opts.limit).len();
-            opts.workloads
-                .iter()
-                .map(|w| bundle_count(n, *w))
-                .sum::<usize>()
-                * opts.executors.len()
-        }
-        None => 0,
-    };
-    let total = total + judge_total;
     let utility_flows = limited(&pool.utility, opts.limit);
     let utility_total = if opts.utility {
         opts.workloads
@@ -440,46 +439,20 @@ pub fn run(
     opts.progress
         .begin("bundles", (total + utility_total) as u64);
     let mut cells = Vec::new();
-    for g in &selected {
+    for (g, pass_rt, judge) in passes {
+        cx.rt = pass_rt;
+        cx.judge = judge;
         let flows = limited(pool.flows(g.guard()), opts.limit);
         let planner = PoolPlanner::new(flows, Matching::Exact);
         for spec in &opts.executors {
             let factory = execs.factory(spec);
             for w in &opts.workloads {
-                let cell = guard_cell(
-                    &mut cx,
-                    *g,
-                    flows,
-                    &planner,
-                    &spec.name(),
-                    spec,
-                    factory,
-                    *w,
-                )?;
-                cells.push(cell);
+                cells.push(guard_cell(&mut cx, g, flows, &planner, spec, factory, *w)?);
             }
         }
     }
-    if let (Some(j), Some(blind), Some(g)) = (
-        judged,
-        blind.as_ref(),
-        selected.iter().find(|g| g.guard() == Guard::Regulation),
-    ) {
-        let flows = limited(pool.flows(Guard::Regulation), opts.limit);
-        let planner = PoolPlanner::new(flows, Matching::Exact);
-        cx.rt = blind;
-        cx.judge = Some(j.judge);
-        for spec in &opts.executors {
-            let factory = execs.factory(spec);
-            let column = judge_column(&spec.name(), j.name);
-            for w in &opts.workloads {
-                let cell = guard_cell(&mut cx, *g, flows, &planner, &column, spec, factory, *w)?;
-                cells.push(cell);
-            }
-        }
-        cx.rt = rt;
-        cx.judge = None;
-    }
+    cx.rt = rt;
+    cx.judge = None;
     let mut utility = Vec::new();
     if opts.utility && !utility_flows.is_empty() {
         let fields = utility::free_text_fields(utility_flows);
@@ -522,19 +495,20 @@ fn dir_name(s: &str) -> String {
     s.replace([':', '/', '#', '?', '&', ' '], "-")
 }
 
-#[expect(clippy::too_many_arguments, reason = "one cell's whole configuration")]
 fn guard_cell(
     cx: &mut Ctx<'_, '_>,
     g: &dyn GuardEval,
     flows: &[PoolFlow],
     planner: &PoolPlanner,
-    column: &str,
     spec: &ExecutorSpec<'_>,
     factory: &dyn ExecutorFactory,
     w: Workload,
 ) -> Result<Cell, EvalError> {
     let t = w.0.tasks.max(1) as usize;
-    let exec = column.to_string();
+    let exec = match cx.judge {
+        Some(j) => judge_column(&spec.name(), j.name),
+        None => spec.name(),
+    };
     let dir = cx
         .opts
         .out

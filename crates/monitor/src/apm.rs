@@ -73,8 +73,10 @@ pub fn agent_id(i: u32) -> String {
     format!("agent-{i}")
 }
 
-/// Plans `prompt` and derives its APM for `topology`. A planner failure is an error
-/// here; [`derive_or_refuse`] turns it into an APM that records it.
+/// Plans `prompt` and derives its APM for `topology`. When the planner fails (or plans
+/// a bad data link), the APM is the [`refusal`] that records why and permits nothing,
+/// so the run still ends in signed evidence; other errors (a topology that does not fit
+/// the prompt, hashing) remain errors.
 pub fn derive(
     prompt: &Prompt,
     manifest: &ToolkitManifest,
@@ -83,23 +85,11 @@ pub fn derive(
     planner: &dyn Planner,
     topology: Topology,
 ) -> Result<Apm, ApmError> {
-    let plan = planner.plan(prompt, manifest, regulations, stop)?;
-    from_plan(prompt, manifest, regulations, stop, plan, topology)
-}
-
-/// Plans `prompt` and derives its APM; when the planner fails, the APM that records
-/// the failure and permits nothing ([`refusal`]), so the run can still end in signed
-/// evidence of why nothing ran. Other errors (a topology that does not fit the
-/// prompt, hashing) remain errors.
-pub fn derive_or_refuse(
-    prompt: &Prompt,
-    manifest: &ToolkitManifest,
-    regulations: &Regulations,
-    stop: &StopPolicy,
-    planner: &dyn Planner,
-    topology: Topology,
-) -> Result<Apm, ApmError> {
-    match derive(prompt, manifest, regulations, stop, planner, topology) {
+    let planned = planner
+        .plan(prompt, manifest, regulations, stop)
+        .map_err(ApmError::from)
+        .and_then(|plan| from_plan(prompt, manifest, regulations, stop, plan, topology));
+    match planned {
         Err(ApmError::Plan(e)) => refusal(prompt, manifest, regulations, stop, topology, &e),
         other => other,
     }
@@ -226,9 +216,9 @@ fn assign(plan: &Plan, topology: Topology) -> Vec<AgentPlan> {
                 .collect();
             let trajectory = order
                 .iter()
-                .filter_map(|&(t, k)| plan.tasks.get(t as usize)?.get(k))
-                .zip(order.iter())
-                .map(|(e, (t, _))| relink(e, *t, &position))
+                .filter_map(|&(t, k)| {
+                    Some(relink(plan.tasks.get(t as usize)?.get(k)?, t, &position))
+                })
                 .collect();
             AgentPlan {
                 id: agent_id(a),
@@ -239,32 +229,24 @@ fn assign(plan: &Plan, topology: Topology) -> Vec<AgentPlan> {
         .collect()
 }
 
-/// `e` with its task-relative data links rewritten to trajectory positions.
+/// `e` with its task-relative data links rewritten to trajectory positions (and hashed
+/// anew when one was).
 fn relink(e: &ExpectedCall, task: u32, position: &HashMap<(u32, usize), u32>) -> ExpectedCall {
-    let Some(constraints) = &e.constraints else {
-        return e.clone();
-    };
     let mut out = e.clone();
-    out.constraints = Some(
-        constraints
-            .iter()
-            .map(|(name, c)| {
-                let c = match c {
-                    ParamConstraint::FromOutput { call, pointer } => ParamConstraint::FromOutput {
-                        // Checked by `check_links`: the call exists and comes earlier.
-                        call: position
-                            .get(&(task, *call as usize))
-                            .copied()
-                            .unwrap_or(u32::MAX),
-                        pointer: pointer.clone(),
-                    },
-                    other => other.clone(),
-                };
-                (name.clone(), c)
-            })
-            .collect(),
-    );
-    out.hash = out.compute_hash();
+    let mut moved = false;
+    for c in out.constraints.iter_mut().flat_map(|c| c.values_mut()) {
+        if let ParamConstraint::FromOutput { call, .. } = c {
+            // `check_links` made sure the call exists and comes earlier.
+            *call = position
+                .get(&(task, *call as usize))
+                .copied()
+                .unwrap_or(u32::MAX);
+            moved = true;
+        }
+    }
+    if moved {
+        out.hash = out.compute_hash();
+    }
     out
 }
 

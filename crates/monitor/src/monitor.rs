@@ -208,25 +208,28 @@ impl<'a> Monitor<'a> {
         let mut agents = HashMap::new();
         // A failed plan: the run's one event is the attested interrupt saying so, and no
         // agent may act (none is registered, so every proposal is `Stopped`).
-        if let Some(failure) = &apm.planning {
-            aeg.commit(
-                NewNode {
-                    parent: Some(root),
-                    kind: NodeKind::Interrupt,
-                    agent: PLANNER_AGENT,
-                    payload: payload(&InterruptPayload {
-                        cause: StopCause::PlanFailed,
-                    }),
-                    allowed: false,
-                    block_reason: Some(failure.interrupt_reason()),
-                },
-                Some(key),
-            );
-        }
-        let multi = apm.topology.kind == TopologyKind::MtMa && apm.planning.is_none();
+        let planned = match &apm.planning {
+            None => apm.agents.as_slice(),
+            Some(failure) => {
+                aeg.commit(
+                    NewNode {
+                        parent: Some(root),
+                        kind: NodeKind::Interrupt,
+                        agent: PLANNER_AGENT,
+                        payload: payload(&InterruptPayload {
+                            cause: StopCause::PlanFailed,
+                        }),
+                        allowed: false,
+                        block_reason: Some(failure.interrupt_reason()),
+                    },
+                    Some(key),
+                );
+                &[]
+            }
+        };
+        let multi = apm.topology.kind == TopologyKind::MtMa && !planned.is_empty();
         if multi {
-            let decomposition = apm
-                .agents
+            let decomposition = planned
                 .iter()
                 .map(|a| Assignment {
                     agent: a.id.clone(),
@@ -243,11 +246,6 @@ impl<'a> Monitor<'a> {
                 None,
             );
         }
-        let planned = if apm.planning.is_none() {
-            apm.agents.as_slice()
-        } else {
-            &[]
-        };
         for (i, a) in planned.iter().enumerate() {
             let cursor = if multi {
                 let p = AgentBranchPayload {

@@ -293,7 +293,7 @@ pub fn run_prompt(
 ) -> Result<RunOutcome, RunError> {
     let topology = cfg.workload.0;
     let t = Instant::now();
-    let apm = apm::derive_or_refuse(
+    let apm = apm::derive(
         prompt,
         &rt.manifest,
         &cfg.regulations,

@@ -338,12 +338,11 @@ impl<'a> Replayer<'a, '_> {
         failure: &PlanningFailure,
     ) -> Result<usize, Fail> {
         let apm = self.cx.apm;
-        let root = nodes.first().map_or(0, |n| n.seq);
         if apm.agents.iter().any(|a| !a.trajectory.is_empty())
             || !apm.guards.syscall.toolkits.is_empty()
         {
             return Err((
-                Some(root),
+                Some(0),
                 "the APM records a planning failure but permits tool calls".into(),
             ));
         }
@@ -352,7 +351,7 @@ impl<'a> Replayer<'a, '_> {
         };
         let reason = failure.interrupt_reason();
         let well_formed = n.kind == NodeKind::Interrupt
-            && n.parent == Some(root)
+            && n.parent == Some(0)
             && n.agent == PLANNER_AGENT
             && !n.allowed
             && n.block_reason.as_deref() == Some(reason.as_str());
@@ -374,7 +373,7 @@ impl<'a> Replayer<'a, '_> {
         }
         self.found
             .interrupts
-            .push(format!("{PLANNER_AGENT}: {}", failure.interrupt_reason()));
+            .push(format!("{PLANNER_AGENT}: {reason}"));
         Ok(i + 1)
     }
 

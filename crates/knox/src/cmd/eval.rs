@@ -74,15 +74,11 @@ pub struct EvalArgs {
     /// flows are run once more with every information-type label withheld from the
     /// manifest, so the judge alone says what each disclosure carries and the norms
     /// decide on that — one more column per executor, `<executor> + judge <SPEC>`.
-    #[arg(long, value_name = "SPEC", value_parser = judge_spec)]
+    #[arg(long, value_name = "SPEC", value_parser = super::model::judge_spec)]
     pub judge: Option<knox_models::ModelSpec>,
     /// Platform evidence backend (one report per bundle is the HW column).
     #[command(flatten)]
     pub platform: session::PlatformArgs,
-}
-
-fn judge_spec(s: &str) -> Result<knox_models::ModelSpec, String> {
-    knox_models::ModelSpec::parse_for(s, knox_models::SpecRole::Judge).map_err(|e| e.to_string())
 }
 
 fn parse_guard(s: &str) -> Result<Guard, String> {
@@ -255,6 +251,9 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
     } else {
         args.guards.clone()
     };
+    if args.judge.is_some() && !guards.contains(&Guard::Regulation) {
+        anyhow::bail!("--judge evaluates the regulation guard: add `--guard regulation`");
+    }
     let mut locals = Vec::new();
     let loaded = load_executors(
         &args.executors,
@@ -263,17 +262,12 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
         &mut locals,
     )?;
     let executors = executor_specs(&loaded)?;
-    let judge = match &args.judge {
-        Some(spec) => Some(knox_models::ChatJudge::new(
-            super::model::open(spec, args.cache_dir.as_deref(), &mut locals)?
-                .with_context(|| format!("the judge `{spec}` is not a model"))?,
-        )),
-        None => None,
-    };
+    let judge = args
+        .judge
+        .as_ref()
+        .map(|spec| super::model::open_judge(spec, args.cache_dir.as_deref(), &mut locals))
+        .transpose()?;
     let judge_name = args.judge.as_ref().map(ToString::to_string);
-    if judge.is_some() && !guards.contains(&Guard::Regulation) {
-        anyhow::bail!("--judge evaluates the regulation guard: add `--guard regulation`");
-    }
     let names: Vec<String> = executors.iter().map(ExecutorSpec::name).collect();
     let overhead_executor = names
         .iter()

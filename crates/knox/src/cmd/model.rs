@@ -155,20 +155,16 @@ impl<'m> Models<'m> {
         let mut locals = Vec::new();
         let planner_chat = open(planner, cache_dir, &mut locals)?;
         let executor_chat = open(executor, cache_dir, &mut locals)?;
-        let judge_chat = match judge {
-            Some(spec) => Some(
-                open(spec, cache_dir, &mut locals)?
-                    .with_context(|| format!("the judge `{spec}` is not a model"))?,
-            ),
-            None => None,
-        };
+        let judge_model = judge
+            .map(|spec| open_judge(spec, cache_dir, &mut locals))
+            .transpose()?;
         Ok(Self {
             planner_spec: planner.clone(),
             executor_spec: executor.clone(),
             judge_spec: judge.cloned(),
             planner: planner_chat.map(ChatPlanner::new),
             executor: executor_chat.map(|c| ChatExecutor::new(c, manifest)),
-            judge: judge_chat.map(ChatJudge::new),
+            judge: judge_model,
             locals,
         })
     }
@@ -267,7 +263,22 @@ impl<'m> Models<'m> {
     }
 }
 
-/// The chat backend `spec` names, if it names a model; local models are loaded once.
+/// `--judge SPEC`: a model, never a deterministic stand-in.
+pub fn judge_spec(s: &str) -> Result<ModelSpec, String> {
+    ModelSpec::parse_for(s, SpecRole::Judge).map_err(|e| e.to_string())
+}
+
+/// The judge `spec` names, its model shared through `locals`.
+pub fn open_judge(
+    spec: &ModelSpec,
+    cache_dir: Option<&Path>,
+    locals: &mut Vec<(LocalSource, Arc<LocalModel>)>,
+) -> Result<ChatJudge> {
+    let chat = open(spec, cache_dir, locals)?
+        .with_context(|| format!("the judge `{spec}` is not a model"))?;
+    Ok(ChatJudge::new(chat))
+}
+
 /// Opens the chat model `spec` names (`None` for the deterministic stand-ins); a local
 /// model already in `locals` is shared.
 pub fn open(

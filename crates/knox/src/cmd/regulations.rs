@@ -140,12 +140,8 @@ pub struct RegulationArgs {
     /// `openai:URL#MODEL`. It classifies the content (information types, purpose) with
     /// the versioned prompt `regulations/judge-prompt.md`; the norms decide, and its own
     /// verdict is recorded as a second opinion only.
-    #[arg(long, value_name = "SPEC", requires = "regulations", value_parser = judge_spec)]
+    #[arg(long, value_name = "SPEC", requires = "regulations", value_parser = super::model::judge_spec)]
     pub judge: Option<knox_models::ModelSpec>,
-}
-
-fn judge_spec(s: &str) -> Result<knox_models::ModelSpec, String> {
-    knox_models::ModelSpec::parse_for(s, knox_models::SpecRole::Judge).map_err(|e| e.to_string())
 }
 
 impl RegulationArgs {

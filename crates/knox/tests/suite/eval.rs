@@ -156,12 +156,7 @@ fn pool_is_deterministic_and_balanced() {
 #[test]
 fn eval_with_a_judge_adds_label_blind_regulation_columns_decided_on_its_answers() {
     // A judge that calls every disclosure health data, in its own opinion compliant.
-    let (url, seen) = super::models::serve_with(|_| {
-        serde_json::json!({"role": "assistant", "content": serde_json::json!({
-            "reasoning": "it reads like a medical record",
-            "info_types": ["health"], "purpose": null, "verdict": "compliant"
-        }).to_string()})
-    });
+    let (url, seen) = super::models::serve_judge(&["health"], "compliant");
     let dir = tempfile::tempdir().unwrap();
     // The judge's own cells may score flows wrong: they measure the judge, and do not
     // fail the run; the labelled cells must be right.

@@ -55,6 +55,15 @@ pub(super) fn serve_with(
     (url, seen)
 }
 
+/// A judge server that answers every question alike: `info_types` and its own
+/// `verdict`, in the answer format of the versioned prompt.
+pub(super) fn serve_judge(info_types: &[&str], verdict: &str) -> (String, Arc<Mutex<Vec<Value>>>) {
+    let answer = json!({"role": "assistant", "content": json!({
+        "reasoning": "scripted", "info_types": info_types, "purpose": null, "verdict": verdict
+    }).to_string()});
+    serve_with(move |_| answer.clone())
+}
+
 /// A server scripted like an injected model: it replays `script`, then says done.
 fn serve(script: Vec<Value>) -> (String, Arc<Mutex<Vec<Value>>>) {
     let turn = Mutex::new(0usize);
@@ -561,12 +570,7 @@ mod local {
 fn a_judge_on_an_openai_server_classifies_unlabelled_disclosures_from_the_cli() {
     // The judge answers like a model asked the versioned prompt: the content is contact
     // data, and in its own opinion the disclosure is non-compliant.
-    let (url, seen) = serve_with(|_| {
-        json!({"role": "assistant", "content": json!({
-            "reasoning": "an e-mail address of a person",
-            "info_types": ["contact"], "purpose": null, "verdict": "non_compliant"
-        }).to_string()})
-    });
+    let (url, seen) = serve_judge(&["contact"], "non_compliant");
     let dir = tempfile::tempdir().unwrap();
     let ctx = dir.path().join("context.toml");
     std::fs::write(
@@ -628,12 +632,7 @@ fn a_judge_on_an_openai_server_classifies_unlabelled_disclosures_from_the_cli() 
 
 #[test]
 fn the_demo_shows_regulation_verdicts_and_what_a_judge_said() {
-    let (url, seen) = serve_with(|_| {
-        json!({"role": "assistant", "content": json!({
-            "reasoning": "a person's e-mail address",
-            "info_types": ["contact"], "purpose": null, "verdict": "non_compliant"
-        }).to_string()})
-    });
+    let (url, seen) = serve_judge(&["contact"], "non_compliant");
     let dir = tempfile::tempdir().unwrap();
     let text = succeeds(
         knox()
