@@ -1,4 +1,4 @@
-//! Criterion benchmarks: offline verification of a genuine TDX quote and of genuine H100 evidence, from the shared vectors.
+//! Criterion benchmarks: offline verification of a genuine TDX quote and of genuine H100 evidence, from the vendored vectors (`data/attestation`).
 #![expect(
     clippy::panic,
     reason = "a benchmark without its vectors has nothing to measure"
@@ -14,7 +14,7 @@ use knox_hw::tdx::{self, Collateral};
 
 fn vector(rel: &str) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data/attestation")
+        .join("../../data/attestation")
         .join(rel);
     std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }

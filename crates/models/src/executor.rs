@@ -308,7 +308,7 @@ mod tests {
         let chat = Arc::new(Canned::default());
         *chat.replies.lock().unwrap() = vec![call.clone(), call.clone()];
         let m = ToolkitManifest::from_sources(
-            include_str!("../../../../shared/data/injecagent/tools.json"),
+            include_str!("../../../data/injecagent/tools.json"),
             include_str!("../../../data/toolkits.toml"),
         )
         .unwrap();

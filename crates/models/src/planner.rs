@@ -260,7 +260,7 @@ mod tests {
 
     fn manifest() -> ToolkitManifest {
         ToolkitManifest::from_sources(
-            include_str!("../../../../shared/data/injecagent/tools.json"),
+            include_str!("../../../data/injecagent/tools.json"),
             include_str!("../../../data/toolkits.toml"),
         )
         .unwrap()

@@ -1,11 +1,11 @@
-//! Paths to the shared attestation vectors and small loaders.
+//! Paths to the vendored attestation vectors (`data/attestation`) and small loaders.
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// `shared/data/attestation` seen from this crate.
+/// `data/attestation` (vendored at the repository root) seen from this crate.
 pub fn vectors() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/attestation")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/attestation")
 }
 
 pub fn read(rel: &str) -> Vec<u8> {

@@ -1,4 +1,4 @@
-//! Walks the whole shared vectors folder: every file has a stated expectation from its README, and every expectation holds.
+//! Walks the whole vendored vectors folder (`data/attestation`): every file has a stated expectation from its README, and every expectation holds.
 
 use std::path::Path;
 

@@ -379,7 +379,7 @@ fn generate(rt: &Runtime, seed: u64) -> Result<Pool> {
         seed,
         per_toolkit: FLOWS_PER_TOOLKIT,
         toolkits: rt.manifest.toolkits().len(),
-        source: "../shared/data/injecagent (InjecAgent public data: 38 toolkits, 330 tools, 17 user cases, 62 attacker cases), data/syscall_attacks.json, data/utility_tasks.json".into(),
+        source: "data/injecagent (InjecAgent public data: 38 toolkits, 330 tools, 17 user cases, 62 attacker cases), data/syscall_attacks.json, data/utility_tasks.json".into(),
         guards,
         utility: knox_eval::utility::pool(&cx)?,
     })

@@ -10,10 +10,7 @@ use knox_verify::{Options, Outcome};
 
 use super::support::{bundle, manifest};
 
-const VECTORS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/data/attestation/"
-);
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/attestation/");
 
 fn vector(path: &str) -> Vec<u8> {
     std::fs::read(format!("{VECTORS}{path}")).unwrap()

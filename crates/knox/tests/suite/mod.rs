@@ -10,6 +10,7 @@ mod journal;
 mod models;
 mod planning;
 mod regulation;
+mod repository;
 mod support;
 mod tamper;
 mod workloads;
