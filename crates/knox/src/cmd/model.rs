@@ -56,8 +56,7 @@ fn pull_model(args: &PullArgs) -> Result<i32> {
     let dir = pull::cache_dir(args.cache.cache_dir.as_deref())?;
     let entry = catalog::find(&args.name).context("unknown model")?;
     crate::outln!("{}: {}", entry.name, entry.about);
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating `{}`", dir.display()))?;
-    let pulled = pull::pull(entry.name, &dir)?;
+    let pulled = pull::pull(entry.name, &dir, pull::Progress::Terminal)?;
     let verb = match pulled {
         pull::Pulled::Cached(_) => "already cached",
         pull::Pulled::Downloaded(_) => "downloaded and verified",
