@@ -62,6 +62,22 @@ fn spawn(c: &mut Criterion) {
         })
     });
     group.finish();
+    // Compiling the BPF program of the largest profile (part of `prepare`).
+    let mut filter = c.benchmark_group("filter");
+    let terminal = SandboxPolicy::for_families(&[Family::Terminal], workspace.path())
+        .map(|p| p.syscalls)
+        .unwrap_or_default();
+    if let Ok(program) = knox_sandbox::filter::program(&terminal) {
+        eprintln!(
+            "terminal profile: {} calls, {} instructions",
+            terminal.len(),
+            program.instructions().len()
+        );
+    }
+    filter.bench_function("compile_terminal", |b| {
+        b.iter(|| knox_sandbox::filter::program(&terminal))
+    });
+    filter.finish();
 }
 
 criterion_group!(benches, spawn);

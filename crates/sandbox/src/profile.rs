@@ -51,7 +51,7 @@ pub enum ProfileError {
         /// Parser error.
         source: toml::de::Error,
     },
-    /// The file names a system call libseccomp does not know for x86_64.
+    /// The file names a system call the x86_64 table does not know.
     #[error("profile `{profile}` names unknown system call `{name}`")]
     UnknownSyscall {
         /// Profile name.

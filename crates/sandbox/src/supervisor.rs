@@ -1,18 +1,17 @@
 //! The user-notification supervisor: records every denied system call and answers it.
 
 use std::collections::BTreeSet;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 
-use libseccomp::{ScmpNotifReq, ScmpNotifResp, ScmpNotifRespFlags, notify_id_valid};
 use serde::{Deserialize, Serialize};
 
 use crate::decode::{SockAddr, Target, describe};
 use crate::filter::{MEDIATED, syscall_name};
-use crate::sys::{self, Readiness};
+use crate::sys::{self, Answer, Readiness};
 
 /// Most denials kept per run; past it they are counted, not stored (a tool spinning
 /// on a denied call must not exhaust the supervisor's memory).
@@ -28,7 +27,7 @@ pub struct DeniedSyscall {
     pub pid: u32,
     /// x86_64 system call number.
     pub nr: i32,
-    /// System call name (`"nr:<n>"` if libseccomp does not know it).
+    /// System call name (`"nr:<n>"` if the table has no such number).
     pub name: String,
     /// Raw argument registers.
     pub args: [u64; 6],
@@ -134,15 +133,15 @@ fn serve_one(
     sink: Option<&Sender<DeniedSyscall>>,
     report: &mut Report,
 ) {
-    let fd = listener.as_raw_fd();
+    let fd = listener.as_fd();
 
     // ENOENT: the target died between poll and receive.
-    let Ok(req) = ScmpNotifReq::receive(fd) else {
+    let Ok(req) = sys::notif_recv(fd) else {
         return;
     };
-    let nr = i32::from(req.data.syscall);
+    let nr = req.nr;
     let name = syscall_name(nr).unwrap_or_else(|| format!("nr:{nr}"));
-    let args = req.data.args;
+    let args = req.args;
     let target = Target::open(req.pid);
     let allow = MEDIATED.contains(&name.as_str()) && mediation.allows(&name, &target, &args);
     let decoded = if allow {
@@ -152,9 +151,9 @@ fn serve_one(
     };
     // The id check after reading: if the target died (and its pid was reused),
     // the bytes read may belong to another process, so they are dropped.
-    let valid = notify_id_valid(fd, req.id).is_ok();
+    let valid = sys::notif_id_valid(fd, req.id);
     if allow && valid {
-        let _ = ScmpNotifResp::new_continue(req.id, ScmpNotifRespFlags::CONTINUE).respond(fd);
+        let _ = sys::notif_send(fd, req.id, Answer::Continue);
         return;
     }
     let event = DeniedSyscall {
@@ -170,7 +169,7 @@ fn serve_one(
         let _ = sink.send(event.clone());
     }
     if valid {
-        let _ = ScmpNotifResp::new_error(req.id, -EPERM, ScmpNotifRespFlags::empty()).respond(fd);
+        let _ = sys::notif_send(fd, req.id, Answer::Errno(EPERM));
     }
     if report.denied.len() < MAX_RECORDED {
         report.denied.push(event);

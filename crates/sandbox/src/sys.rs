@@ -15,14 +15,10 @@
 #![allow(unsafe_code)]
 
 use std::ffi::{CStr, CString, c_int, c_void};
-use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr;
 use std::time::Duration;
-
-/// Largest seccomp program the kernel accepts (`BPF_MAXINSNS`).
-const BPF_MAXINSNS: usize = 4096;
 
 /// A classic-BPF program ready for `seccomp(SECCOMP_SET_MODE_FILTER)`.
 pub(crate) struct BpfProgram {
@@ -38,40 +34,115 @@ impl std::fmt::Debug for BpfProgram {
 }
 
 impl BpfProgram {
-    /// Parses the native-endian `struct sock_filter` array libseccomp exports.
-    pub(crate) fn from_bytes(bytes: &[u8]) -> io::Result<Self> {
-        let invalid = |what| io::Error::new(io::ErrorKind::InvalidData, what);
-        if bytes.is_empty() || !bytes.len().is_multiple_of(8) || bytes.len() / 8 > BPF_MAXINSNS {
-            return Err(invalid("bpf program size is not 1..=4096 instructions"));
-        }
-        let filter = bytes
-            .chunks_exact(8)
-            .filter_map(|i| <[u8; 8]>::try_from(i).ok())
-            .map(|[c0, c1, jt, jf, k0, k1, k2, k3]| libc::sock_filter {
-                code: u16::from_ne_bytes([c0, c1]),
-                jt,
-                jf,
-                k: u32::from_ne_bytes([k0, k1, k2, k3]),
+    /// The kernel's `struct sock_filter` array for `program` (its length was checked
+    /// against `BPF_MAXINSNS` when it was assembled; the kernel checks again).
+    pub(crate) fn new(program: &[crate::bpf::Insn]) -> Self {
+        let filter = program
+            .iter()
+            .map(|i| libc::sock_filter {
+                code: i.code,
+                jt: i.jt,
+                jf: i.jf,
+                k: i.k,
             })
             .collect();
-        Ok(Self { filter })
+        Self { filter }
     }
 
     /// Number of instructions.
     pub(crate) fn len(&self) -> usize {
         self.filter.len()
     }
+}
 
-    /// Constants of the `jge` (jump if greater or equal) instructions, for tests.
-    #[cfg(test)]
-    pub(crate) fn jge_constants(&self) -> Vec<u32> {
-        const BPF_JMP_JGE_K: u16 = 0x05 | 0x30;
-        self.filter
-            .iter()
-            .filter(|i| i.code == BPF_JMP_JGE_K)
-            .map(|i| i.k)
-            .collect()
+/// One seccomp user notification (`struct seccomp_notif`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Notification {
+    /// Cookie for the answer and for [`notif_id_valid`].
+    pub(crate) id: u64,
+    /// Thread that made the call, in the listener's pid namespace.
+    pub(crate) pid: u32,
+    /// System call number.
+    pub(crate) nr: i32,
+    /// Argument registers.
+    pub(crate) args: [u64; 6],
+}
+
+/// How the supervisor answers a notification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Let the call run in the kernel (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`).
+    Continue,
+    /// Fail it with this (positive) errno.
+    Errno(i32),
+}
+
+/// Receives the next notification (`SECCOMP_IOCTL_NOTIF_RECV`); `ENOENT` when the
+/// target died between `poll` and this call.
+pub(crate) fn notif_recv(listener: BorrowedFd<'_>) -> io::Result<Notification> {
+    // SAFETY: all-zero is a valid `seccomp_notif`, and the kernel requires it zeroed.
+    let mut req: libc::seccomp_notif = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `req` is a valid, writable `seccomp_notif` that outlives the call,
+        // the size the request code encodes.
+        let r = unsafe {
+            libc::ioctl(
+                listener.as_raw_fd(),
+                libc::SECCOMP_IOCTL_NOTIF_RECV,
+                &mut req as *mut libc::seccomp_notif,
+            )
+        };
+        if r >= 0 {
+            break;
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
     }
+    Ok(Notification {
+        id: req.id,
+        pid: req.pid,
+        nr: req.data.nr,
+        args: req.data.args,
+    })
+}
+
+/// Whether the target of notification `id` is still waiting in that call
+/// (`SECCOMP_IOCTL_NOTIF_ID_VALID`): if so, its pid still names it.
+pub(crate) fn notif_id_valid(listener: BorrowedFd<'_>, id: u64) -> bool {
+    // SAFETY: the kernel reads one u64 through the pointer, valid for the call.
+    let r = unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_ID_VALID,
+            &id as *const u64,
+        )
+    };
+    r == 0
+}
+
+/// Answers notification `id` (`SECCOMP_IOCTL_NOTIF_SEND`).
+pub(crate) fn notif_send(listener: BorrowedFd<'_>, id: u64, answer: Answer) -> io::Result<()> {
+    let (val, error, flags) = match answer {
+        Answer::Continue => (0, 0, libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32),
+        Answer::Errno(e) => (0, -e, 0),
+    };
+    let mut resp = libc::seccomp_notif_resp {
+        id,
+        val,
+        error,
+        flags,
+    };
+    // SAFETY: `resp` is a valid `seccomp_notif_resp` that outlives the call.
+    let r = unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_SEND,
+            &mut resp as *mut libc::seccomp_notif_resp,
+        )
+    };
+    cvt(r).map(drop)
 }
 
 fn cvt(ret: c_int) -> io::Result<c_int> {
@@ -95,13 +166,6 @@ fn owned(fd: c_int) -> OwnedFd {
     // SAFETY: callers pass a descriptor the kernel just created for this process
     // and that nothing else owns.
     unsafe { OwnedFd::from_raw_fd(fd) }
-}
-
-/// An anonymous in-memory file (close-on-exec).
-pub(crate) fn memfd(name: &CStr) -> io::Result<File> {
-    // SAFETY: `name` is a valid NUL-terminated string; the flags are valid.
-    let fd = cvt(unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) })?;
-    Ok(File::from(owned(fd)))
 }
 
 /// The Landlock ABI version of the running kernel, or `None` without Landlock.

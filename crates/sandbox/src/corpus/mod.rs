@@ -80,7 +80,7 @@ impl Cap {
 pub enum Expected {
     /// The filter notifies the supervisor, which records `syscall` and answers `EPERM`.
     Denied {
-        /// The recorded call's x86_64 name (`nr:<n>` if libseccomp has none).
+        /// The recorded call's x86_64 name (`nr:<n>` if the x86_64 table has none).
         syscall: &'static str,
     },
     /// The filter kills the process (foreign architecture, x32 numbers).

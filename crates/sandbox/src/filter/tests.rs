@@ -1,0 +1,291 @@
+//! The compiled program against a plain-Rust reference decision, run by the
+//! test interpreter on random inputs for random allowlists.
+
+use std::collections::BTreeSet;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::bpf::interp::{SeccompData, run};
+
+const AUDIT_ARCH_I386: u32 = 0x4000_0003;
+const AUDIT_ARCH_AARCH64: u32 = 0xc000_00b7;
+
+/// What the filter must decide, written out without [`rules`] or the assembler.
+fn reference(allowed: &BTreeSet<String>, d: &SeccompData) -> u32 {
+    if d.arch != AUDIT_ARCH_X86_64 || d.nr >= 0x4000_0000 {
+        return ret::KILL_PROCESS;
+    }
+    let Some(name) = i32::try_from(d.nr).ok().and_then(syscall_name) else {
+        return ret::USER_NOTIF;
+    };
+    if name == "clone3" {
+        return ret::ERRNO | 38;
+    }
+    let listed = allowed.contains(&name) || SANDBOX_INTERNAL.contains(&name.as_str());
+    if !listed || MEDIATED.contains(&name.as_str()) {
+        return ret::USER_NOTIF;
+    }
+    let [a0, a1, a2, a3, _, _] = d.args;
+    let namespaces = 0x7e02_0000_u64;
+    let ok = match name.as_str() {
+        "clone" => a0 & namespaces == 0,
+        "socket" => [(1, 0), (2, 0), (2, 6), (10, 0), (10, 6)].contains(&(a0, a2)) && a1 & 0xf == 1,
+        "sendto" | "sendmmsg" => a3 & 0x2000_0000 == 0,
+        "sendmsg" => a2 & 0x2000_0000 == 0,
+        "prlimit64" => a0 == 0,
+        _ => true,
+    };
+    if ok { ret::ALLOW } else { ret::USER_NOTIF }
+}
+
+/// Names every allowlist draws from: the argument-checked and special calls, and
+/// a spread of ordinary ones.
+const POOL: [&str; 24] = [
+    "read",
+    "write",
+    "openat",
+    "close",
+    "mmap",
+    "clone",
+    "clone3",
+    "socket",
+    "sendto",
+    "sendmsg",
+    "sendmmsg",
+    "prlimit64",
+    "execve",
+    "execveat",
+    "connect",
+    "bind",
+    "exit_group",
+    "ptrace",
+    "mount",
+    "getpid",
+    "futex",
+    "rt_sigreturn",
+    "file_setattr",
+    "io_uring_setup",
+];
+
+fn allowlist() -> impl Strategy<Value = BTreeSet<String>> {
+    let pool = proptest::sample::subsequence(POOL.to_vec(), 0..=POOL.len());
+    // Plus random valid numbers, for trees of every size and shape.
+    let extra = proptest::collection::vec(0_i32..470, 0..300);
+    (pool, extra).prop_map(|(pool, extra)| {
+        pool.into_iter()
+            .map(str::to_owned)
+            .chain(extra.into_iter().filter_map(syscall_name))
+            .collect()
+    })
+}
+
+fn number() -> impl Strategy<Value = u32> {
+    prop_oneof![
+        4 => proptest::sample::select(POOL.to_vec())
+            .prop_map(|n| syscall_number(n).and_then(|n| u32::try_from(n).ok()).unwrap_or(0)),
+        4 => 0_u32..480,
+        1 => 0x4000_0000_u32..0x4000_0200,
+        1 => any::<u32>(),
+    ]
+}
+
+fn arch() -> impl Strategy<Value = u32> {
+    prop_oneof![
+        8 => Just(AUDIT_ARCH_X86_64),
+        1 => prop_oneof![Just(AUDIT_ARCH_I386), Just(AUDIT_ARCH_AARCH64)],
+        1 => any::<u32>(),
+    ]
+}
+
+fn arg() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        3 => 0_u64..12,
+        1 => proptest::sample::select(vec![
+            0x2000_0000_u64,
+            0x1000_0000,
+            0x0001_0000_0000,
+            0x0002_0000_0001,
+            0x8_0001,
+            0x80_0001,
+            0x1_0000_0002,
+            0x4000_0011,
+            u64::MAX,
+        ]),
+        2 => any::<u64>(),
+        // Small values with random high halves: the halves must both be compared.
+        1 => (0_u64..12, any::<u32>()).prop_map(|(lo, hi)| lo | (u64::from(hi) << 32)),
+    ]
+}
+
+fn input() -> impl Strategy<Value = SeccompData> {
+    (
+        number(),
+        arch(),
+        any::<u64>(),
+        proptest::array::uniform6(arg()),
+    )
+        .prop_map(|(nr, arch, ip, args)| SeccompData { nr, arch, ip, args })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn program_decides_as_the_reference(
+        allowed in allowlist(),
+        inputs in proptest::collection::vec(input(), 1..32),
+        leaf in 1_usize..9,
+    ) {
+        let program = build(&rules(&allowed).map_err(|e| TestCaseError::fail(e.to_string()))?, leaf)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        for d in &inputs {
+            let (action, _) = run(program.instructions(), d).map_err(TestCaseError::fail)?;
+            prop_assert_eq!(action, reference(&allowed, d), "input {:?}", d);
+        }
+    }
+}
+
+fn x86(nr: &str, args: [u64; 6]) -> SeccompData {
+    SeccompData {
+        nr: syscall_number(nr)
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(u32::MAX),
+        arch: AUDIT_ARCH_X86_64,
+        ip: 0,
+        args,
+    }
+}
+
+fn decide(allowed: &BTreeSet<String>, d: &SeccompData) -> Result<u32, String> {
+    let program = program(allowed).map_err(|e| e.to_string())?;
+    Ok(run(program.instructions(), d)?.0)
+}
+
+fn terminal() -> Result<BTreeSet<String>, String> {
+    crate::policy::SandboxPolicy::for_families(&[crate::Family::Terminal], "/tmp")
+        .map(|p| p.syscalls)
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn names_and_numbers_agree() {
+    assert_eq!(syscall_number("ptrace"), Some(101));
+    assert_eq!(syscall_name(165).as_deref(), Some("mount"));
+    assert_eq!(syscall_number("landlock_restrict_self"), Some(446));
+    assert_eq!(syscall_number("no_such_call"), None);
+    assert_eq!(syscall_name(-1), None);
+}
+
+#[test]
+fn unknown_names_are_refused() {
+    let allowed: BTreeSet<String> = ["read", "no_such_call"].map(String::from).into();
+    assert!(matches!(
+        program(&allowed),
+        Err(FilterError::UnknownSyscall(n)) if n == "no_such_call"
+    ));
+}
+
+#[test]
+fn fixed_cases() -> Result<(), String> {
+    let allowed: BTreeSet<String> = ["read", "clone", "socket", "execve", "prlimit64"]
+        .map(String::from)
+        .into();
+    let cases = [
+        (x86("read", [0; 6]), ret::ALLOW),
+        (x86("write", [0; 6]), ret::ALLOW), // SANDBOX_INTERNAL
+        (x86("ptrace", [0; 6]), ret::USER_NOTIF),
+        (x86("execve", [0; 6]), ret::USER_NOTIF), // mediated
+        (x86("clone3", [0; 6]), ret::ERRNO | 38),
+        (x86("clone", [0x11, 0, 0, 0, 0, 0]), ret::ALLOW),
+        (x86("clone", [0x1000_0011, 0, 0, 0, 0, 0]), ret::USER_NOTIF),
+        (x86("socket", [2, 1, 0, 0, 0, 0]), ret::ALLOW),
+        (x86("socket", [2, 0x8_0801, 6, 0, 0, 0]), ret::ALLOW),
+        (x86("socket", [2, 2, 0, 0, 0, 0]), ret::USER_NOTIF), // UDP
+        (x86("socket", [2, 1, 262, 0, 0, 0]), ret::USER_NOTIF), // MPTCP
+        (
+            x86("socket", [0x1_0000_0002, 1, 0, 0, 0, 0]),
+            ret::USER_NOTIF,
+        ),
+        (x86("prlimit64", [0, 7, 0, 0, 0, 0]), ret::ALLOW),
+        (x86("prlimit64", [1, 7, 0, 0, 0, 0]), ret::USER_NOTIF),
+    ];
+    for (d, expected) in cases {
+        assert_eq!(decide(&allowed, &d)?, expected, "{d:?}");
+    }
+    let mut x32 = x86("read", [0; 6]);
+    x32.nr |= X32_SYSCALL_BIT;
+    assert_eq!(decide(&allowed, &x32)?, ret::KILL_PROCESS);
+    let i386 = SeccompData {
+        arch: AUDIT_ARCH_I386,
+        ..x86("read", [0; 6])
+    };
+    assert_eq!(decide(&allowed, &i386)?, ret::KILL_PROCESS);
+    Ok(())
+}
+
+#[test]
+fn disassembly_shows_the_checks() -> Result<(), String> {
+    let allowed: BTreeSet<String> = ["read", "clone", "socket"].map(String::from).into();
+    let text = disassemble(&allowed).map_err(|e| e.to_string())?;
+    assert!(text.starts_with("0000: ld   [arch]\n"), "{text}");
+    assert!(text.contains("jeq  #0xc000003e"), "{text}");
+    assert!(text.contains("jge  #0x40000000"), "{text}");
+    assert!(text.contains("ret  KILL_PROCESS"), "{text}");
+    assert!(text.contains("ret  USER_NOTIF"), "{text}");
+    assert!(text.contains("ret  ERRNO(38)"), "{text}");
+    assert!(text.contains("; clone3"), "{text}");
+    assert!(text.contains("ld   [args[0].hi]"), "{text}");
+    Ok(())
+}
+
+/// The whole x86_64 table in one filter compiles within the kernel's limit, its
+/// jumps past 255 instructions going through trampolines, and decides right.
+#[test]
+fn large_programs_stay_correct() -> Result<(), String> {
+    let everything: BTreeSet<String> = (0..470).filter_map(syscall_name).collect();
+    let program =
+        build(&rules(&everything).map_err(|e| e.to_string())?, 1).map_err(|e| e.to_string())?;
+    assert!(program.instructions().len() > 256);
+    for name in &everything {
+        let d = x86(name, [0; 6]);
+        let (action, _) = run(program.instructions(), &d)?;
+        assert_eq!(action, reference(&everything, &d), "{name}");
+    }
+    Ok(())
+}
+
+/// Instructions executed for an allowed call of the `terminal` profile, per leaf
+/// size (`LEAF`): printed for the README, and the chosen size must not be worse
+/// than a plain chain by number.
+#[test]
+fn leaf_size_cost() -> Result<(), String> {
+    let allowed = terminal()?;
+    let rules = rules(&allowed).map_err(|e| e.to_string())?;
+    let mut cost = Vec::new();
+    for leaf in [1, 2, 4, 8, 16, usize::MAX] {
+        let program = build(&rules, leaf).map_err(|e| e.to_string())?;
+        let (mut total, mut worst) = (0, 0);
+        for nr in rules.keys() {
+            let d = SeccompData {
+                nr: *nr,
+                arch: AUDIT_ARCH_X86_64,
+                ip: 0,
+                args: [0; 6],
+            };
+            let steps = run(program.instructions(), &d)?.1;
+            total += steps;
+            worst = worst.max(steps);
+        }
+        let mean = total as f64 / rules.len() as f64;
+        println!(
+            "leaf {leaf:>20}: {} instructions, mean {mean:.1} executed, worst {worst}",
+            program.instructions().len()
+        );
+        cost.push((leaf, mean));
+    }
+    let chosen = cost.iter().find(|(l, _)| *l == LEAF).map(|c| c.1);
+    let chain = cost.last().map(|c| c.1);
+    assert!(chosen < chain, "{cost:?}");
+    Ok(())
+}
