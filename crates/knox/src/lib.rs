@@ -20,5 +20,6 @@ macro_rules! out {
 }
 
 pub mod cmd;
+pub mod error;
 pub mod fuzz;
 pub mod session;

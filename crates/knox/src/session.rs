@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use knox_attest::simulated::Simulated;
 use knox_dataset::flows::injecagent_flows;
 use knox_monitor::apm::Regulations;
@@ -13,6 +13,8 @@ use knox_monitor::planner::{DatasetPlanner, Planner};
 use knox_monitor::run::{self, RunConfig, RunOutcome, Runtime};
 use knox_monitor::workload::Workload;
 use knox_types::apm::StopPolicy;
+
+use crate::error::{Kind, KindExt as _};
 
 /// The executors the deterministic runs offer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -40,13 +42,13 @@ pub struct PlatformArgs {
     pub platform: PlatformKind,
     /// TDX: Intel collateral for this platform (dcap-qvl JSON, from your PCCS), stapled
     /// into every bundle so verifiers need no network.
-    #[arg(long, value_name = "JSON", required_if_eq("platform", "tdx"))]
+    #[arg(value_parser = crate::cmd::path, long, value_name = "JSON", required_if_eq("platform", "tdx"))]
     pub collateral: Option<std::path::PathBuf>,
     /// TDX: also bind NVIDIA GPU evidence collected through NVML.
     #[arg(long)]
     pub gpus: bool,
     /// TDX: the configfs-tsm report directory.
-    #[arg(long, default_value = "/sys/kernel/config/tsm/report")]
+    #[arg(value_parser = crate::cmd::path, long, default_value = "/sys/kernel/config/tsm/report")]
     pub configfs: std::path::PathBuf,
 }
 
@@ -58,9 +60,11 @@ pub fn backend(p: &PlatformArgs) -> Result<Box<dyn knox_attest::PlatformBackend>
             let path = p
                 .collateral
                 .as_ref()
-                .context("--collateral is required with --platform tdx")?;
-            let collateral: serde_json::Value = serde_json::from_slice(&std::fs::read(path)?)
-                .with_context(|| format!("collateral `{}`", path.display()))?;
+                .ok_or_else(|| crate::cmd::usage("--collateral is required with --platform tdx"))?;
+            let collateral: serde_json::Value =
+                serde_json::from_slice(&crate::cmd::read_input(path)?).map_err(|e| {
+                    crate::cmd::bad_input(path, "Intel collateral (dcap-qvl JSON)", e)
+                })?;
             Box::new(knox_attest::hardware::collect::TdxBackend {
                 configfs: p.configfs.clone(),
                 collateral,
@@ -72,13 +76,16 @@ pub fn backend(p: &PlatformArgs) -> Result<Box<dyn knox_attest::PlatformBackend>
 
 /// The embedded runtime bound through `backend`.
 pub fn runtime_with(backend: &dyn knox_attest::PlatformBackend, nonce: &[u8]) -> Result<Runtime> {
-    Runtime::embedded(backend, nonce)
-        .with_context(|| format!("binding the key through `{}`", backend.mode()))
+    Runtime::embedded(backend, nonce).kind_context(Kind::Unavailable, || {
+        format!("binding the key through `{}`", backend.mode())
+    })
 }
 
 /// The runtime on the embedded dataset and manifest, with simulated platform evidence.
 pub fn embedded_runtime(nonce: &[u8]) -> Result<Runtime> {
-    Runtime::embedded(&Simulated, nonce).context("starting the runtime on the embedded defaults")
+    Runtime::embedded(&Simulated, nonce).kind_context(Kind::Software, || {
+        "starting the runtime on the embedded defaults".into()
+    })
 }
 
 /// The executor factory for `kind`.
@@ -205,11 +212,11 @@ pub fn run_workload_regulated(
     let flows = injecagent_flows(&rt.data, w.flows);
     let need = w.workload.0.tasks as usize;
     if flows.len() < need {
-        bail!(
-            "workload `{}` needs at least {need} flows, got {}",
+        return Err(crate::cmd::usage(format!(
+            "workload `{}` needs at least {need} flows, got {}: raise --flows",
             w.workload.spec(),
             flows.len()
-        );
+        )));
     }
     let dataset = DatasetPlanner::new(&rt.data);
     let planner: &dyn Planner = w.planner.unwrap_or(&dataset);
@@ -254,7 +261,9 @@ pub fn embedded_manifest() -> Result<knox_policy::ToolkitManifest> {
         knox_dataset::embedded::TOOLS_JSON,
         knox_dataset::embedded::TOOLKIT_NEEDS,
     )
-    .context("loading the embedded toolkit manifest")
+    .kind_context(Kind::Software, || {
+        "loading the embedded toolkit manifest".into()
+    })
 }
 
 /// One task of the terminal suite: an instruction the planner serves with one
@@ -323,12 +332,15 @@ pub fn run_terminal(
 /// A broker running tools in confined workers: the worker is this very binary's
 /// hidden `tool-worker` subcommand; workspaces go under `workspaces`.
 pub fn broker(workspaces: &Path) -> Result<knox_broker::Broker> {
-    let exe = std::env::current_exe().context("locating the knox binary")?;
+    let exe = std::env::current_exe()
+        .kind_context(Kind::Software, || "locating the knox binary".into())?;
     let worker = vec![exe.into_os_string(), "tool-worker".into()];
     knox_broker::Broker::new(
         worker,
         workspaces.to_path_buf(),
         knox_sandbox::SandboxConfig::default(),
     )
-    .context("starting the kernel sandbox (needs Landlock ABI ≥ 6 and seccomp user notification)")
+    .kind_context(Kind::Unavailable, || {
+        "starting the kernel sandbox (needs Landlock ABI ≥ 6 and seccomp user notification; run with --tools simulated where the kernel lacks them)".into()
+    })
 }

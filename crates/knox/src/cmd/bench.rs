@@ -12,6 +12,7 @@ use crate::session::{self, ExecutorKind, WorkloadRun};
 
 /// Arguments of `knox bench`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!("  0   measured (a bundle that does not verify complete is an internal error, 70)"))]
 pub struct BenchArgs {
     /// Bundles per workload.
     #[arg(long, default_value_t = 50)]
@@ -22,6 +23,10 @@ pub struct BenchArgs {
     /// Executor.
     #[arg(long, value_enum, default_value_t = ExecutorKind::Injected)]
     pub executor: ExecutorKind,
+    /// Print one JSON object per workload (an array, times in ms and µs as the columns
+    /// say) instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Sums over a workload's bundles.
@@ -65,6 +70,29 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
             .filter_map(|w| w.parse().ok())
             .collect(),
     };
+    if args.json {
+        let mut rows = Vec::new();
+        for w in workloads {
+            let a = measure(&rt, &manifest, w, args)?;
+            rows.push(serde_json::json!({
+                "workload": w.spec(),
+                "executor": session::executor_name(args.executor),
+                "bundles": a.bundles,
+                "actions_per_bundle": a.actions as f64 / f64::from(a.bundles.max(1)),
+                "aeg_guards_ms": a.per_bundle_ms(a.aeg),
+                "measurement_ms": a.per_bundle_ms(a.measure),
+                "monitor_us_per_action": (a.aeg + a.measure).as_secs_f64() * 1e6 / a.actions.max(1) as f64,
+                "apm_ms": a.per_bundle_ms(a.apm),
+                "sign_us": a.per_bundle_ms(a.sign) * 1e3,
+                "integrity_mnodes_per_s": a.rate(a.integrity),
+                "full_verify_mnodes_per_s": a.rate(a.verify),
+                "platform": rt.platform.mode,
+                "platform_ms_at_startup": rt.platform_time.as_secs_f64() * 1e3,
+            }));
+        }
+        crate::outln!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(0);
+    }
     crate::outln!(
         "Knox overhead per bundle: {} executor, {} bundles per workload, one process.",
         session::executor_name(args.executor),
@@ -119,12 +147,15 @@ fn measure(rt: &Runtime, manifest: &ToolkitManifest, w: Workload, args: &BenchAr
             o,
             knox_verify::Options::DANGEROUS_SIMULATED,
         )?;
-        anyhow::ensure!(
-            report.outcome == Outcome::Complete,
-            "bundle {} did not verify: {:?}",
-            o.bundle.run_id,
-            report.outcome
-        );
+        if report.outcome != Outcome::Complete {
+            return Err(crate::error::fail(
+                crate::error::Kind::Software,
+                format!(
+                    "bundle {} did not verify: {:?}",
+                    o.bundle.run_id, report.outcome
+                ),
+            ));
+        }
         acc.bundles += 1;
         acc.actions += c.actions;
         acc.nodes += c.nodes;

@@ -2,9 +2,9 @@
 //! (what succeeds), monitor only, monitor + kernel — with every kernel denial recorded in
 //! an evidence bundle that must verify.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::Result;
 use knox_monitor::aeg::AegBuilder;
 use knox_monitor::apm::{self, Regulations};
 use knox_monitor::guard::stop::StopSignal;
@@ -17,6 +17,7 @@ use knox_types::apm::{ExpectedCall, StopPolicy, Topology, TopologyKind};
 use knox_types::bundle::ModelInfo;
 use serde_json::json;
 
+use crate::error::{Kind, KindExt as _, fail};
 use crate::session;
 
 /// `knox corpus …`.
@@ -31,16 +32,21 @@ pub enum CorpusCommand {
 
 /// Arguments of `knox corpus syscalls`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!(
+    "  0   the kernel layer prevented every attack and the evidence verified complete\
+   \n  1   an attack succeeded under the kernel layer, or the evidence did not verify\
+   \n  (69: the kernel sandbox or the probe is unavailable here)"
+))]
 pub struct CorpusArgs {
     /// Print JSON (per case and summary).
     #[arg(long)]
     pub json: bool,
-    /// The probe binary (default: `knox-probe` beside this binary; build it with
-    /// `cargo build --release -p knox-sandbox`).
-    #[arg(long)]
+    /// The probe binary (default: `knox-probe` beside this binary, built there with
+    /// cargo first when this binary runs from a source tree's target directory).
+    #[arg(value_parser = crate::cmd::path, long)]
     pub probe: Option<PathBuf>,
     /// Also write the evidence bundle of the monitor + kernel run here.
-    #[arg(long)]
+    #[arg(value_parser = crate::cmd::path, long)]
     pub out: Option<PathBuf>,
     /// Only cases whose id contains this.
     #[arg(long)]
@@ -70,18 +76,11 @@ fn kernel_events(r: &CaseResult) -> Vec<knox_types::payload::KernelEvent> {
 /// evidence verified, 1 otherwise.
 pub fn run(cmd: &CorpusCommand) -> Result<i32> {
     let CorpusCommand::Syscalls(args) = cmd;
-    let probe = match &args.probe {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?.with_file_name("knox-probe"),
-    };
-    if !probe.exists() {
-        bail!(
-            "probe `{}` not found: build it with `cargo build --release -p knox-sandbox`, or pass --probe",
-            probe.display()
-        );
-    }
-    let sandbox = Sandbox::new(SandboxConfig::default()).context("starting the kernel sandbox")?;
-    let fixture = Fixture::new(&probe).context("creating the corpus fixture")?;
+    let probe = locate_probe(args.probe.as_deref())?;
+    let sandbox = Sandbox::new(SandboxConfig::default())
+        .kind_context(Kind::Unavailable, || "starting the kernel sandbox".into())?;
+    let fixture = Fixture::new(&probe)
+        .kind_context(Kind::Unavailable, || "creating the corpus fixture".into())?;
     let cases: Vec<_> = corpus::cases()
         .into_iter()
         .filter(|c| args.only.as_ref().is_none_or(|o| c.id.contains(o.as_str())))
@@ -208,9 +207,9 @@ pub fn run(cmd: &CorpusCommand) -> Result<i32> {
         knox_verify::Options::DANGEROUS_SIMULATED,
     );
     if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir)?;
-        std::fs::write(
-            dir.join("corpus-syscalls.json"),
+        crate::cmd::create_dir(dir)?;
+        crate::cmd::write_file(
+            &dir.join("corpus-syscalls.json"),
             serde_json::to_vec(&bundle)?,
         )?;
     }
@@ -285,4 +284,112 @@ pub fn run(cmd: &CorpusCommand) -> Result<i32> {
             1
         },
     )
+}
+
+/// The probe's file name.
+const PROBE: &str = "knox-probe";
+
+/// The probe binary: `explicit` (`--probe`), else `knox-probe` beside this binary, else
+/// — when this binary runs from a cargo target directory (`…/debug/knox`,
+/// `…/release/knox`) of a source tree that is still there — built with cargo into that
+/// same target directory, so it lands beside this binary; else a failure that says how
+/// to get one.
+pub fn locate_probe(explicit: Option<&Path>) -> Result<PathBuf> {
+    if let Some(p) = explicit {
+        if !p.is_file() {
+            return Err(fail(
+                Kind::NoInput,
+                format!("--probe `{}` does not exist", p.display()),
+            ));
+        }
+        return Ok(p.to_path_buf());
+    }
+    let exe = std::env::current_exe()
+        .kind_context(Kind::Software, || "locating the knox binary".into())?;
+    let beside = exe.with_file_name(PROBE);
+    if beside.is_file() {
+        return Ok(beside);
+    }
+    let how = format!(
+        "build it from the Knox sources with `cargo build --release -p knox-sandbox` and put `{PROBE}` beside `{}`, or pass --probe",
+        exe.display()
+    );
+    let Some(build) = source_build(&exe) else {
+        return Err(fail(
+            Kind::Unavailable,
+            format!("the probe `{}` is missing: {how}", beside.display()),
+        ));
+    };
+    eprintln!(
+        "building `{PROBE}` from the sources in {} (once) …",
+        build.root.display()
+    );
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .arg("build")
+        .arg("--manifest-path")
+        .arg(build.root.join("Cargo.toml"))
+        .args([
+            "-p",
+            "knox-sandbox",
+            "--bin",
+            PROBE,
+            "--profile",
+            &build.profile,
+        ])
+        .arg("--target-dir")
+        .arg(&build.target_dir)
+        .env_remove("CARGO_TARGET_DIR")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .map_err(|e| {
+            fail(
+                Kind::Unavailable,
+                format!("the probe is missing and cargo cannot be run ({e}): {how}"),
+            )
+        })?;
+    if !status.success() || !beside.is_file() {
+        return Err(fail(
+            Kind::Unavailable,
+            format!("the probe is missing and building it with cargo failed ({status}): {how}"),
+        ));
+    }
+    Ok(beside)
+}
+
+/// How to build the probe beside `exe`.
+#[derive(Debug)]
+struct SourceBuild {
+    /// The workspace root this binary was built from.
+    root: PathBuf,
+    /// The target directory `exe` is in.
+    target_dir: PathBuf,
+    /// The cargo profile of `exe`'s directory.
+    profile: String,
+}
+
+/// The source build `exe` came from: it sits in `<target>/debug` or `<target>/release`
+/// and the workspace it was compiled from (this crate's manifest directory, two levels
+/// down) still has the sandbox crate.
+fn source_build(exe: &Path) -> Option<SourceBuild> {
+    let dir = exe.parent()?;
+    let profile = match dir.file_name()?.to_str()? {
+        "debug" => "dev",
+        "release" => "release",
+        _ => return None,
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?.parent()?;
+    if !root
+        .join("crates")
+        .join("sandbox")
+        .join("Cargo.toml")
+        .is_file()
+    {
+        return None;
+    }
+    Some(SourceBuild {
+        root: root.to_path_buf(),
+        target_dir: dir.parent()?.to_path_buf(),
+        profile: profile.into(),
+    })
 }

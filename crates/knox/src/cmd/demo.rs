@@ -2,21 +2,28 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use knox_monitor::workload::Workload;
 use knox_types::aeg::NodeKind;
+use serde_json::json;
 
 use knox_models::ModelSpec;
 
 use crate::cmd::model::Models;
+use crate::error::{Kind, KindExt as _};
 use crate::session::{self, ExecutorKind, WorkloadRun};
 
 /// Arguments of `knox demo`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!(
+    "  0   the demo ran (what it shows — blocks, verdicts, the tampered copy — is printed, not returned)"
+))]
 pub struct DemoArgs {
-    /// Where to write the demo's bundles.
-    #[arg(long, default_value = "knox-demo")]
-    pub out: PathBuf,
+    /// Where to write the demo's bundles (default: `$XDG_DATA_HOME/knox/demo`, else
+    /// `~/.local/share/knox/demo`, else a fresh folder under the temporary directory;
+    /// the folder used is printed).
+    #[arg(long, value_parser = crate::cmd::path)]
+    pub out: Option<PathBuf>,
     /// Planner and executor (`--planner`, `--executor`, `--cache-dir`); without
     /// `--executor`, the benign and then the injected deterministic executor.
     #[command(flatten)]
@@ -25,39 +32,79 @@ pub struct DemoArgs {
     /// and the judge (`--judge`) for disclosures no data label reaches.
     #[command(flatten)]
     pub regulation: super::regulations::RegulationArgs,
+    /// Print what the demo did as one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The demo's folder when `--out` is not given: `$XDG_DATA_HOME/knox/demo` (an absolute
+/// `XDG_DATA_HOME` only, as the XDG spec says), else `$HOME/.local/share/knox/demo`,
+/// else a fresh folder under the temporary directory. Never the current directory.
+pub fn default_out() -> PathBuf {
+    let absolute = |var: &str| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    if let Some(d) = absolute("XDG_DATA_HOME") {
+        return d.join("knox").join("demo");
+    }
+    if let Some(h) = absolute("HOME") {
+        return h.join(".local").join("share").join("knox").join("demo");
+    }
+    std::env::temp_dir().join(format!("knox-demo-{}", std::process::id()))
 }
 
 /// Runs the demo.
 pub fn run(args: &DemoArgs) -> Result<i32> {
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating `{}`", args.out.display()))?;
+    let out = args.out.clone().unwrap_or_else(default_out);
+    super::create_dir(&out)?;
+    let text = !args.json;
+    // Text lines, printed unless --json.
+    macro_rules! say {
+        ($($t:tt)*) => {
+            if text {
+                crate::outln!($($t)*);
+            }
+        };
+    }
     let rt = session::embedded_runtime(b"knox-demo")?;
     let manifest = session::embedded_manifest()?;
     let opts = knox_verify::Options::DANGEROUS_SIMULATED;
-    crate::outln!(
+    say!(
         "Knox demo — InjecAgent tasks under the reference monitor (2 tasks, 2 concurrent sub-agents)"
     );
-    crate::outln!(
-        "platform evidence: {} (not hardware-backed; verified below with --allow-simulated)\n",
+    say!(
+        "platform evidence: {} (not hardware-backed; verified below with --allow-simulated)",
         rt.platform.mode
     );
+    say!("bundles in {}\n", out.display());
     let workload: Workload = "mt-ma:2:2".parse()?;
     let executors = match &args.models.executor {
         Some(e) => vec![e.clone()],
         None => vec![ModelSpec::Benign, ModelSpec::Injected],
     };
     let first = executors.first().cloned().unwrap_or(ModelSpec::Benign);
+    let cache_dir = args
+        .models
+        .cache
+        .cache_dir
+        .as_deref()
+        .map(std::path::absolute)
+        .transpose()
+        .map_err(|e| super::usage(format!("--cache-dir: {e}")))?;
     let models = Models::load(
         &args.models.planner,
         &first,
         args.regulation.judge.as_ref(),
-        args.models.cache.cache_dir.as_deref(),
+        cache_dir.as_deref(),
         &rt.manifest,
-    )?;
+    )
+    .kind(Kind::Unavailable)?;
     let mut regulation = args.regulation.setup()?;
     if let Some(r) = regulation.as_mut() {
         r.judge = models.judge();
-        crate::outln!(
+        say!(
             "regulations in force: {} (policy set {}){}\n",
             r.regulations.names.join(", "),
             r.norms.hash(),
@@ -69,6 +116,7 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
         );
     }
     let mut injected_path = None;
+    let mut runs = Vec::new();
     for spec in &executors {
         let kind = match spec {
             ModelSpec::Injected => ExecutorKind::Injected,
@@ -86,74 +134,89 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
         };
         session::run_workload_regulated(&rt, &w, regulation.as_ref(), |o| {
             let b = &o.bundle;
-            let path = args.out.join(format!("{label}.json"));
-            std::fs::write(&path, serde_json::to_vec_pretty(b)?)?;
-            crate::outln!(
+            let path = out.join(format!("{label}.json"));
+            super::write_file(&path, serde_json::to_vec_pretty(b)?)?;
+            say!(
                 "== planner {}, executor {spec}: {} nodes, {} proposals",
                 args.models.planner,
                 b.nodes.len(),
                 o.stats.proposals
             );
+            let mut proofs = Vec::new();
             for n in b
                 .nodes
                 .iter()
                 .filter(|n| n.kind == NodeKind::ProofOfInference)
             {
                 let field = |k: &str| n.payload.get(k).and_then(|v| v.as_str()).unwrap_or("-");
-                crate::outln!(
+                say!(
                     "   proof of inference: {:<8} {} (weights sha256 {})",
                     field("role"),
                     field("model"),
                     field("weights_hash")
                 );
+                proofs.push(json!({"role": field("role"), "model": field("model"), "weights_sha256": field("weights_hash")}));
             }
             if let Some(failure) = &b.apm.planning {
-                crate::outln!(
+                say!(
                     "   PLANNING FAILED (attested interrupt, nothing ran): {}",
                     failure.reason
                 );
             }
+            let mut calls = Vec::new();
             for n in b.nodes.iter().filter(|n| n.kind == NodeKind::ToolCall) {
                 let tool = n
                     .payload
                     .pointer("/actual/tool")
                     .and_then(|t| t.as_str())
                     .unwrap_or("<malformed>");
+                // Every guard that failed, not only the first.
+                let failed: Vec<&str> = b
+                    .nodes
+                    .iter()
+                    .filter(|c| c.kind == NodeKind::Check && c.parent == Some(n.seq) && !c.allowed)
+                    .filter_map(|c| c.payload.get("guard").and_then(|g| g.as_str()))
+                    .collect();
                 match &n.block_reason {
-                    None => crate::outln!("   allowed  {:<8} {tool}", n.agent),
+                    None => say!("   allowed  {:<8} {tool}", n.agent),
                     Some(r) => {
-                        // Every guard that failed, not only the first.
-                        let failed: Vec<&str> = b
-                            .nodes
-                            .iter()
-                            .filter(|c| {
-                                c.kind == NodeKind::Check && c.parent == Some(n.seq) && !c.allowed
-                            })
-                            .filter_map(|c| c.payload.get("guard").and_then(|g| g.as_str()))
-                            .collect();
-                        crate::outln!("   BLOCKED  {:<8} {tool}: {r}", n.agent);
-                        crate::outln!("            failed guards: {}", failed.join(", "));
+                        say!("   BLOCKED  {:<8} {tool}: {r}", n.agent);
+                        say!("            failed guards: {}", failed.join(", "));
                     }
                 }
-                for line in regulation_lines(b, n.seq) {
-                    crate::outln!("            {line}");
+                let regulation = regulation_lines(b, n.seq);
+                for line in &regulation {
+                    say!("            {line}");
                 }
+                calls.push(json!({"node": n.seq, "agent": n.agent, "tool": tool,
+                    "allowed": n.block_reason.is_none(), "reason": n.block_reason,
+                    "failed_guards": failed, "regulation": regulation}));
             }
             let report = knox_verify::verify_bundle(b, &manifest, opts);
-            crate::outln!("   verify {}: {}\n", path.display(), report.outcome.name());
+            say!("   verify {}: {}\n", path.display(), report.outcome.name());
+            runs.push(json!({
+                "planner": args.models.planner.to_string(), "executor": spec.to_string(),
+                "bundle": path.display().to_string(), "nodes": b.nodes.len(),
+                "proposals": o.stats.proposals, "proofs_of_inference": proofs,
+                "planning_failed": b.apm.planning.as_ref().map(|f| f.reason.clone()),
+                "calls": calls, "verified": report.outcome.name(),
+            }));
             if kind == ExecutorKind::Injected || spec.is_model() {
                 injected_path = Some(path);
             }
             Ok(())
         })?;
     }
-    for line in models.report() {
-        crate::outln!("{line}");
+    let model_lines = models.report();
+    for line in &model_lines {
+        say!("{line}");
     }
     // Tamper with one byte of one node and verify again.
+    let mut tampered_json = serde_json::Value::Null;
     if let Some(path) = injected_path {
-        let text = std::fs::read_to_string(&path)?;
-        let mut bundle: knox_types::bundle::Bundle = serde_json::from_str(&text)?;
+        let bytes = super::read_input(&path)?;
+        let mut bundle: knox_types::bundle::Bundle = serde_json::from_slice(&bytes)
+            .map_err(|e| super::bad_input(&path, "an evidence bundle", e))?;
         let victim = bundle
             .nodes
             .iter()
@@ -162,17 +225,41 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
         if let Some(n) = bundle.nodes.get_mut(victim) {
             n.allowed = !n.allowed;
         }
-        let tampered = args.out.join("injected-tampered.json");
-        std::fs::write(&tampered, serde_json::to_vec_pretty(&bundle)?)?;
-        let report = knox_verify::verify_bundle(&bundle, &manifest, opts);
-        crate::outln!(
+        let tampered = out.join("injected-tampered.json");
+        super::write_file(&tampered, serde_json::to_vec_pretty(&bundle)?)?;
+        // The report's counts come from the copy as read: the verifier vouches for none
+        // of them once the chain is broken.
+        let evidence = super::verify::of_bundle(&bundle, &manifest, opts);
+        say!(
             "== flipped the `allowed` flag of node {victim} in a copy: {}",
             tampered.display()
         );
-        crate::out!("{report}");
-        crate::outln!(
+        if text {
+            crate::out!(
+                "{}",
+                super::verify::render(&evidence.report, evidence.as_read.as_ref())
+            );
+        }
+        say!(
             "\nVerify yourself: knox verify {} --allow-simulated",
             path.display()
+        );
+        tampered_json = json!({
+            "bundle": tampered.display().to_string(),
+            "flipped_node": victim,
+            "report": super::verify::report_json(&tampered.display().to_string(), &evidence),
+        });
+    }
+    if args.json {
+        crate::outln!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "out": out.display().to_string(),
+                "platform": rt.platform.mode,
+                "runs": runs,
+                "models": model_lines,
+                "tampered_copy": tampered_json,
+            }))?
         );
     }
     Ok(0)

@@ -17,6 +17,7 @@ use knox_monitor::run::Runtime;
 use knox_monitor::workload::{PAPER_WORKLOADS, Workload};
 use knox_verify::Outcome;
 
+use crate::error::{Kind, KindExt as _};
 use crate::session;
 
 /// Flows of each pool `--quick` runs: two bundles of the largest workload.
@@ -24,10 +25,14 @@ pub const QUICK_FLOWS: usize = 12;
 
 /// Arguments of `knox eval`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!(
+    "  0   every bundle verified complete and every guard scored every flow right\
+   \n  1   the evaluation finished, but a bundle did not verify or a guard scored a flow wrong"
+))]
 pub struct EvalArgs {
     /// Output directory: report.md, *.csv, results.json, *.svg, pool.json,
     /// verdicts.jsonl and every evidence bundle (bundles/).
-    #[arg(long)]
+    #[arg(value_parser = crate::cmd::path, long)]
     pub out: PathBuf,
     /// Every guard and workload on a small subset (the first 12 flows of each pool), no
     /// corpus: well under a minute, for CI.
@@ -51,7 +56,7 @@ pub struct EvalArgs {
     pub seed: u64,
     /// Evaluate this pool (a pool.json written by an earlier run) instead of
     /// generating one.
-    #[arg(long, value_name = "POOL.json")]
+    #[arg(value_parser = crate::cmd::path, long, value_name = "POOL.json")]
     pub pool: Option<PathBuf>,
     /// Timeout of the stop flows, in ms (the deadline the `timeout` flows pass).
     #[arg(long, default_value_t = 50)]
@@ -68,7 +73,7 @@ pub struct EvalArgs {
     pub json: bool,
     /// Model cache directory, for `local:` executors (default: `$KNOX_MODEL_DIR`, else
     /// `$XDG_CACHE_HOME/knox/models`, else `~/.cache/knox/models`).
-    #[arg(long, value_name = "DIR")]
+    #[arg(value_parser = crate::cmd::path, long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
     /// A judge (`local:NAME`, `local:PATH.gguf`, `openai:URL#MODEL`): the regulation
     /// flows are run once more with every information-type label withheld from the
@@ -141,8 +146,8 @@ fn load_executors<'m>(
         .into_iter()
         .map(|name| {
             let spec = ModelSpec::parse_for(&name, SpecRole::Executor)
-                .with_context(|| format!("--executor `{name}`"))?;
-            let chat = super::model::open(&spec, cache_dir, locals)?;
+                .map_err(|e| super::usage(format!("--executor `{name}`: {e:#}")))?;
+            let chat = super::model::open(&spec, cache_dir, locals).kind(Kind::Unavailable)?;
             Ok(Loaded {
                 model: chat.map(|c| ChatExecutor::new(c, manifest)),
                 name,
@@ -162,7 +167,11 @@ fn executor_specs<'a>(loaded: &'a [Loaded<'a>]) -> Result<Vec<ExecutorSpec<'a>>>
                     name: l.name.clone(),
                     factory: m,
                 },
-                (other, None) => anyhow::bail!("executor `{other}` is not supported by knox eval"),
+                (other, None) => {
+                    return Err(super::usage(format!(
+                        "--executor `{other}` is not supported by knox eval"
+                    )));
+                }
             })
         })
         .collect()
@@ -187,19 +196,15 @@ fn machine() -> String {
 fn corpus(dir: &Path, rt: &Runtime) -> Corpus {
     let run = || -> Result<Corpus> {
         let exe = std::env::current_exe()?;
-        if !exe.with_file_name("knox-probe").exists() {
-            return Ok(Corpus::Skipped {
-                reason: "`knox-probe` not built (`cargo build --release -p knox-sandbox`)".into(),
-            });
-        }
         let out = std::process::Command::new(&exe)
             .args(["corpus", "syscalls", "--json", "--out"])
             .arg(dir)
             .output()
             .context("running `knox corpus syscalls`")?;
-        let json: serde_json::Value = match serde_json::from_slice(&out.stdout) {
-            Ok(v) => v,
-            Err(_) => {
+        let json: serde_json::Value = match serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        {
+            Ok(v) if v.get("error").is_none() => v,
+            _ => {
                 return Ok(Corpus::Skipped {
                     reason: format!(
                         "`knox corpus syscalls` failed: {}",
@@ -228,8 +233,7 @@ fn corpus(dir: &Path, rt: &Runtime) -> Corpus {
 /// Runs the evaluation; exit 0 when every bundle verified `complete` and no guard
 /// scored a flow wrong.
 pub fn run(args: &EvalArgs) -> Result<i32> {
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating `{}`", args.out.display()))?;
+    super::create_dir(&args.out)?;
     let backend = session::backend(&args.platform)?;
     let rt = session::runtime_with(backend.as_ref(), b"knox-eval")?;
     let pool = match &args.pool {
@@ -252,7 +256,9 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
         args.guards.clone()
     };
     if args.judge.is_some() && !guards.contains(&Guard::Regulation) {
-        anyhow::bail!("--judge evaluates the regulation guard: add `--guard regulation`");
+        return Err(super::usage(
+            "--judge evaluates the regulation guard: add `--guard regulation`",
+        ));
     }
     let mut locals = Vec::new();
     let loaded = load_executors(
@@ -266,7 +272,8 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
         .judge
         .as_ref()
         .map(|spec| super::model::open_judge(spec, args.cache_dir.as_deref(), &mut locals))
-        .transpose()?;
+        .transpose()
+        .kind(Kind::Unavailable)?;
     let judge_name = args.judge.as_ref().map(ToString::to_string);
     let names: Vec<String> = executors.iter().map(ExecutorSpec::name).collect();
     let overhead_executor = names
@@ -337,8 +344,7 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
     let written = report::write(&args.out, &meta, &pool, &results, &corpus)?;
     if args.json {
         let path = args.out.join("results.json");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading `{}`", path.display()))?;
+        let text = super::read_text(&path)?;
         crate::outln!("{text}");
     } else {
         summary(

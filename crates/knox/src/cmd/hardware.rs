@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::Result;
 use knox_hw::nvidia;
 use knox_hw::policy::RegulatorPolicy;
 use knox_hw::tdx::{self, Collateral};
@@ -18,18 +18,21 @@ pub enum QuoteCommand {
 
 /// Arguments of `knox quote verify`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!(
+    "  0   verified (and accepted by --policy)\n  1   rejected\n  3   verified, refused by --policy"
+))]
 pub struct QuoteArgs {
     /// The quote, raw or hex.
-    #[arg(long)]
+    #[arg(value_parser = crate::cmd::path, long)]
     pub quote: PathBuf,
     /// Collateral in dcap-qvl's JSON form.
-    #[arg(long)]
+    #[arg(value_parser = crate::cmd::path, long)]
     pub collateral: PathBuf,
     /// Verification time, RFC 3339 UTC (default: now). Use the attestation time.
     #[arg(long)]
     pub at: Option<String>,
     /// Regulator policy (TOML) to appraise the verified quote against.
-    #[arg(long)]
+    #[arg(value_parser = crate::cmd::path, long)]
     pub policy: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
@@ -45,18 +48,21 @@ pub enum GpuCommand {
 
 /// Arguments of `knox gpu verify`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!(
+    "  0   every GPU verified (and accepted by --policy)\n  1   a GPU rejected\n  3   verified, refused by --policy"
+))]
 pub struct GpuArgs {
     /// SPDM evidence (raw or hex) — or, without `--certs`, NVIDIA's serialized evidence JSON.
-    #[arg(long)]
+    #[arg(value_parser = crate::cmd::path, long)]
     pub evidence: PathBuf,
     /// PEM certificate chain, leaf first.
-    #[arg(long)]
+    #[arg(value_parser = crate::cmd::path, long)]
     pub certs: Option<PathBuf>,
     /// The nonce the evidence must carry (64 hex digits).
     #[arg(long)]
     pub nonce: Option<String>,
     /// Regulator policy (TOML) to appraise the verified evidence against.
-    #[arg(long)]
+    #[arg(value_parser = crate::cmd::path, long)]
     pub policy: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
@@ -68,7 +74,7 @@ type GpuInput = (Vec<u8>, Vec<u8>, Option<[u8; 32]>);
 
 /// Reads a file that is either hex text or raw bytes.
 fn raw_or_hex(path: &Path) -> Result<Vec<u8>> {
-    let bytes = super::read_input(path).with_context(|| format!("reading `{}`", path.display()))?;
+    let bytes = super::read_input(path)?;
     let text: String = String::from_utf8_lossy(&bytes).split_whitespace().collect();
     if !text.is_empty()
         && text.len().is_multiple_of(2)
@@ -81,8 +87,8 @@ fn raw_or_hex(path: &Path) -> Result<Vec<u8>> {
 
 fn policy(path: Option<&PathBuf>) -> Result<Option<RegulatorPolicy>> {
     path.map(|p| {
-        let bytes = super::read_input(p).with_context(|| format!("reading `{}`", p.display()))?;
-        RegulatorPolicy::from_toml(&bytes).with_context(|| format!("policy `{}`", p.display()))
+        let bytes = super::read_input(p)?;
+        RegulatorPolicy::from_toml(&bytes).map_err(|e| super::bad_input(p, "a regulator policy", e))
     })
     .transpose()
 }
@@ -91,14 +97,16 @@ fn policy(path: Option<&PathBuf>) -> Result<Option<RegulatorPolicy>> {
 pub fn quote(cmd: &QuoteCommand) -> Result<i32> {
     let QuoteCommand::Verify(a) = cmd;
     let quote = raw_or_hex(&a.quote)?;
-    let collateral =
-        Collateral::from_json(&super::read_input(&a.collateral)?).context("collateral")?;
+    let collateral = Collateral::from_json(&super::read_input(&a.collateral)?)
+        .map_err(|e| super::bad_input(&a.collateral, "Intel collateral (dcap-qvl JSON)", e))?;
     let at = match &a.at {
         Some(s) => {
             UNIX_EPOCH
-                + Duration::from_secs(
-                    knox_hw::time::parse_rfc3339_utc(s).context("--at must be RFC 3339 UTC")?,
-                )
+                + Duration::from_secs(knox_hw::time::parse_rfc3339_utc(s).ok_or_else(|| {
+                    super::usage(format!(
+                        "--at `{s}` is not RFC 3339 UTC (e.g. 2025-01-31T12:00:00Z)"
+                    ))
+                })?)
         }
         None => SystemTime::now(),
     };
@@ -153,9 +161,10 @@ pub fn gpu(cmd: &GpuCommand) -> Result<i32> {
         .nonce
         .as_ref()
         .map(|n| -> Result<[u8; 32]> {
-            let b = hex::decode(n).context("--nonce must be hex")?;
+            let b =
+                hex::decode(n).map_err(|e| super::usage(format!("--nonce must be hex: {e}")))?;
             b.try_into()
-                .map_err(|_| anyhow::anyhow!("--nonce must be 32 bytes"))
+                .map_err(|_| super::usage("--nonce must be 32 bytes (64 hex digits)"))
         })
         .transpose()?;
     let items: Vec<GpuInput> = match &a.certs {
@@ -165,10 +174,19 @@ pub fn gpu(cmd: &GpuCommand) -> Result<i32> {
             expected,
         )],
         None => {
-            let parsed = nvidia::parse_serialized(&super::read_input(&a.evidence)?)
-                .context("serialized GPU evidence")?;
+            let parsed =
+                nvidia::parse_serialized(&super::read_input(&a.evidence)?).map_err(|e| {
+                    super::bad_input(
+                        &a.evidence,
+                        "serialized GPU evidence (or pass --certs for raw SPDM evidence)",
+                        e,
+                    )
+                })?;
             if parsed.is_empty() {
-                bail!("no GPU evidence in `{}`", a.evidence.display());
+                return Err(crate::error::fail(
+                    crate::error::Kind::DataErr,
+                    format!("no GPU evidence in `{}`", a.evidence.display()),
+                ));
             }
             parsed
                 .into_iter()

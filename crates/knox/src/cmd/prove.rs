@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::Result;
 use knox_types::aeg::Node;
 use knox_types::digest::Digest;
 use knox_types::merkle;
@@ -20,22 +20,38 @@ pub enum ProveCommand {
 
 /// Arguments of `knox prove node`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!(
+    "  0   the proof is printed (JSON; --json changes nothing but the form of a failure)"
+))]
 pub struct NodeArgs {
     /// The bundle (verify it first: the proof is only as good as the signed root).
+    #[arg(value_parser = crate::cmd::path)]
     pub bundle: PathBuf,
     /// Sequence number of the node.
     #[arg(long)]
     pub node: u64,
+    /// The proof is JSON already; with --json a failure is a JSON error object too.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `knox prove check`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!(
+    "  0   the node is included under the root\
+   \n  1   it is not (its measurement or its path does not lead to the root)"
+))]
 pub struct CheckArgs {
     /// A proof written by `knox prove node`.
+    #[arg(value_parser = crate::cmd::path)]
     pub proof: PathBuf,
-    /// The structure root to check against (hex), taken from a verified bundle's summary.
+    /// The structure root to check against (hex): `structure_root` in the output of
+    /// `knox verify --json` for the bundle.
     #[arg(long)]
     pub root: String,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// An inclusion proof, self-contained.
@@ -56,17 +72,23 @@ pub struct InclusionProof {
 pub fn run(cmd: &ProveCommand) -> Result<i32> {
     match cmd {
         ProveCommand::Node(a) => {
-            let bytes = super::read_input(&a.bundle)
-                .with_context(|| format!("reading `{}`", a.bundle.display()))?;
-            let b = knox_verify::parse_bundle(&bytes)?;
+            let bytes = super::read_input(&a.bundle)?;
+            let b = knox_verify::parse_bundle(&bytes)
+                .map_err(|e| super::bad_input(&a.bundle, "an evidence bundle", e))?;
             let leaves: Vec<Digest> = b.nodes.iter().map(Node::leaf_hash).collect();
-            let Ok(index) = usize::try_from(a.node) else {
-                bail!("node {} out of range", a.node)
+            let missing = || {
+                super::usage(format!(
+                    "--node {}: `{}` has nodes 0 to {}",
+                    a.node,
+                    a.bundle.display(),
+                    leaves.len().saturating_sub(1)
+                ))
             };
+            let index = usize::try_from(a.node).map_err(|_| missing())?;
             let (Some(node), Some(path)) =
                 (b.nodes.get(index), merkle::inclusion_proof(&leaves, index))
             else {
-                bail!("the bundle has no node {}", a.node);
+                return Err(missing());
             };
             let proof = InclusionProof {
                 node: node.clone(),
@@ -78,9 +100,13 @@ pub fn run(cmd: &ProveCommand) -> Result<i32> {
             Ok(0)
         }
         ProveCommand::Check(a) => {
-            let p: InclusionProof = serde_json::from_slice(&super::read_input(&a.proof)?)
-                .context("not an inclusion proof")?;
-            let root = Digest::from_hex(&a.root)?;
+            let p: InclusionProof =
+                serde_json::from_slice(&super::read_input(&a.proof)?).map_err(|e| {
+                    super::bad_input(&a.proof, "an inclusion proof (`knox prove node`)", e)
+                })?;
+            let root = Digest::from_hex(&a.root).map_err(|e| {
+                super::usage(format!("--root must be a SHA-256 digest in hex: {e}"))
+            })?;
             let measured = p.node.compute_measurement() == p.node.measurement;
             let included = merkle::verify_inclusion(
                 &p.node.leaf_hash(),
@@ -89,6 +115,20 @@ pub fn run(cmd: &ProveCommand) -> Result<i32> {
                 &p.path,
                 &root,
             );
+            if a.json {
+                crate::outln!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({
+                        "included": measured && included,
+                        "node": p.node.seq,
+                        "kind": p.node.kind.as_str(),
+                        "measurement": if measured { "ok" } else { "mismatch" },
+                        "path": if included { "ok" } else { "does not lead to the root" },
+                        "structure_root": root.to_hex(),
+                    }))?
+                );
+                return Ok(if measured && included { 0 } else { 1 });
+            }
             if measured && included {
                 crate::outln!(
                     "node {} ({}) is included under structure root {root}",

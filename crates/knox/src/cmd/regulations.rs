@@ -2,8 +2,10 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use knox_regulation::Norms;
+
+use crate::error::{Kind, KindExt as _, fail};
 
 /// `knox regulations` subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -23,10 +25,11 @@ pub enum RegulationsCommand {
 
 /// Arguments of `knox regulations show`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!("  0   the set loaded: every policy validated, every example passed (65 otherwise)"))]
 pub struct ShowArgs {
     /// The policy set directory (default: the set embedded in this build, the
     /// repository's `regulations/`).
-    #[arg(long, value_name = "DIR")]
+    #[arg(value_parser = crate::cmd::path, long, value_name = "DIR")]
     pub policy_set: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
@@ -35,12 +38,16 @@ pub struct ShowArgs {
 
 /// Arguments of `knox regulations analyze`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!(
+    "  0   no disclosure the plan permits can exceed the baseline\n  1   a counterexample exists (printed)"
+))]
 pub struct AnalyzeArgs {
     /// An evidence bundle or an APM (JSON).
+    #[arg(value_parser = crate::cmd::path)]
     pub file: PathBuf,
     /// The policy set directory (default: the embedded one); it must be the set the
     /// APM names.
-    #[arg(long, value_name = "DIR")]
+    #[arg(value_parser = crate::cmd::path, long, value_name = "DIR")]
     pub policy_set: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
@@ -58,15 +65,27 @@ pub fn run(c: &RegulationsCommand) -> Result<i32> {
 fn analyze(args: &AnalyzeArgs) -> Result<i32> {
     let bytes = super::read_input(&args.file)?;
     let json: serde_json::Value = serde_json::from_slice(&bytes)
-        .with_context(|| format!("`{}` is not JSON", args.file.display()))?;
-    let apm = knox_regulation::analysis::apm_of(&json)
-        .with_context(|| format!("`{}` is neither a bundle nor an APM", args.file.display()))?;
+        .map_err(|e| super::bad_input(&args.file, "JSON (a bundle or an APM)", e))?;
+    let apm = knox_regulation::analysis::apm_of(&json).ok_or_else(|| {
+        super::bad_input(
+            &args.file,
+            "a bundle or an APM",
+            "it has neither an `apm` nor the fields of one",
+        )
+    })?;
     let norms = load(args.policy_set.as_deref())?;
     let spec = &apm.guards.regulation;
     if spec.regulations.is_empty() {
-        anyhow::bail!("the APM puts no regulation in force: nothing to analyze");
+        return Err(fail(
+            Kind::DataErr,
+            format!(
+                "the APM of `{}` puts no regulation in force: nothing to analyze (run with --regulations)",
+                args.file.display()
+            ),
+        ));
     }
-    let regulator = knox_regulation::Regulator::new(spec, Some(&norms))?;
+    let regulator = knox_regulation::Regulator::new(spec, Some(&norms))
+        .map_err(|e| super::bad_input(&args.file, "an APM this policy set decides", e))?;
     let manifest = crate::session::embedded_manifest()?;
     let findings = knox_regulation::analysis::analyze(&apm, &manifest, &regulator);
     let bad = findings
@@ -131,10 +150,10 @@ pub struct RegulationArgs {
     /// The run's regulation context (TOML): recipient directory, consent records, and
     /// per task the sender and declared purpose (see `regulations/examples/clinic.toml`).
     /// Without it every recipient is unknown and every purpose unspecified.
-    #[arg(long, value_name = "TOML", requires = "regulations")]
+    #[arg(value_parser = crate::cmd::path, long, value_name = "TOML", requires = "regulations")]
     pub regulation_context: Option<PathBuf>,
     /// The regulation policy set directory (default: the embedded one).
-    #[arg(long, value_name = "DIR", requires = "regulations")]
+    #[arg(value_parser = crate::cmd::path, long, value_name = "DIR", requires = "regulations")]
     pub policy_set: Option<PathBuf>,
     /// A judge for disclosures no data label reaches: `local:NAME`, `local:PATH.gguf` or
     /// `openai:URL#MODEL`. It classifies the content (information types, purpose) with
@@ -155,10 +174,10 @@ impl RegulationArgs {
         for r in &self.regulations {
             let name = r.trim().to_ascii_uppercase();
             if !norms.defines(&name) {
-                anyhow::bail!(
-                    "regulation `{r}` is not defined by the policy set (it defines {})",
+                return Err(super::usage(format!(
+                    "--regulations: `{r}` is not defined by the policy set (it defines {})",
                     norms.regulations().collect::<Vec<_>>().join(", ")
-                );
+                )));
             }
             if !names.contains(&name) {
                 names.push(name);
@@ -166,10 +185,14 @@ impl RegulationArgs {
         }
         let context = match &self.regulation_context {
             Some(p) => {
-                let text = std::fs::read_to_string(p)
-                    .with_context(|| format!("reading `{}`", p.display()))?;
-                knox_regulation::flow::context_from_toml(&text)
-                    .map_err(|e| anyhow::anyhow!("regulation context `{}`: {e}", p.display()))?
+                let text = super::read_text(p)?;
+                knox_regulation::flow::context_from_toml(&text).map_err(|e| {
+                    super::bad_input(
+                        p,
+                        "a regulation context (see regulations/examples/clinic.toml)",
+                        e,
+                    )
+                })?
             }
             None => knox_types::regulation::RegulationContext::default(),
         };
@@ -185,9 +208,20 @@ impl RegulationArgs {
 pub fn load(dir: Option<&std::path::Path>) -> Result<Norms> {
     match dir {
         Some(d) => {
-            Norms::load_dir(d).with_context(|| format!("regulation policy set `{}`", d.display()))
+            if !d.is_dir() {
+                return Err(fail(
+                    Kind::NoInput,
+                    format!(
+                        "regulation policy set `{}` is not a directory: name the directory holding `knox.cedarschema`",
+                        d.display()
+                    ),
+                ));
+            }
+            Norms::load_dir(d).map_err(|e| super::bad_input(d, "a usable regulation policy set", e))
         }
-        None => Norms::embedded().context("the embedded regulation policy set"),
+        None => Norms::embedded().kind_context(Kind::Software, || {
+            "the embedded regulation policy set".into()
+        }),
     }
 }
 

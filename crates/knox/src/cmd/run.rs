@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::run::RunStats;
 use knox_monitor::workload::Workload;
@@ -10,10 +10,15 @@ use knox_types::apm::StopPolicy;
 use knox_verify::Outcome;
 use serde_json::json;
 
+use crate::error::{Kind, KindExt as _};
 use crate::session::{self, ExecutorKind, WorkloadRun};
 
 /// Arguments of `knox run`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!(
+    "  0   every bundle verified complete, no planned call blocked, no injected call allowed\
+   \n  1   the run finished, but a bundle did not verify complete or a guard decided wrongly"
+))]
 pub struct RunArgs {
     /// Workload: st-sa, mt-sa-seq:T, mt-sa-int:T or mt-ma:T:M.
     #[arg(long, value_parser = clap::value_parser!(Workload))]
@@ -26,7 +31,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 60)]
     pub flows: usize,
     /// Output directory for bundles and the summary.
-    #[arg(long)]
+    #[arg(value_parser = crate::cmd::path, long)]
     pub out: PathBuf,
     /// Also append every node to `<run>.journal.jsonl` as it is committed.
     #[arg(long)]
@@ -41,7 +46,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub timeout_ms: Option<u64>,
     /// Stop guard: stop when this file exists (SIGUSR1 also stops the run).
-    #[arg(long)]
+    #[arg(value_parser = crate::cmd::path, long)]
     pub stop_file: Option<PathBuf>,
     /// Epoch nonce (hex) bound into the platform evidence with the signing key.
     #[arg(long, default_value = "")]
@@ -64,6 +69,9 @@ pub struct RunArgs {
     /// Regulations in force and their configuration.
     #[command(flatten)]
     pub regulation: super::regulations::RegulationArgs,
+    /// Print the summary (`summary.json`, with `out`) as JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Task suites.
@@ -86,15 +94,15 @@ pub enum Tools {
 
 /// Runs the workload and prints the counts.
 pub fn run(args: &RunArgs) -> Result<i32> {
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating `{}`", args.out.display()))?;
-    let nonce = hex::decode(&args.nonce).context("--nonce must be hex")?;
-    let mut regulation = args.regulation.setup()?;
-    if regulation.is_some() && args.suite == Suite::Terminal {
-        anyhow::bail!(
-            "--regulations applies to the InjecAgent suite (terminal tasks disclose nothing)"
-        );
+    let nonce =
+        hex::decode(&args.nonce).map_err(|e| super::usage(format!("--nonce must be hex: {e}")))?;
+    if !args.regulation.regulations.is_empty() && args.suite == Suite::Terminal {
+        return Err(super::usage(
+            "--regulations applies to the InjecAgent suite (terminal tasks disclose nothing)",
+        ));
     }
+    super::create_dir(&args.out)?;
+    let mut regulation = args.regulation.setup()?;
     let backend = session::backend(&args.platform)?;
     let rt = session::runtime_with(backend.as_ref(), &nonce)?;
     let manifest = session::embedded_manifest()?;
@@ -103,7 +111,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         signal = signal.with_file(f.clone());
     }
     signal_hook::flag::register(signal_hook::consts::SIGUSR1, signal.flag())
-        .context("registering SIGUSR1")?;
+        .kind_context(Kind::Software, || "registering SIGUSR1".into())?;
     let external = args.stop_file.is_some() || cfg!(unix);
     let stop = StopPolicy {
         timeout_ms: args.timeout_ms,
@@ -117,9 +125,9 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         .clone()
         .unwrap_or(knox_models::ModelSpec::Injected);
     if args.suite == Suite::Terminal && (args.models.planner.is_model() || executor.is_model()) {
-        anyhow::bail!(
-            "the terminal suite runs its reviewed commands with the dataset planner and the benign executor"
-        );
+        return Err(super::usage(
+            "the terminal suite runs its reviewed commands with the dataset planner and the benign executor: drop --planner and --executor",
+        ));
     }
     let models = crate::cmd::model::Models::load(
         &args.models.planner,
@@ -127,7 +135,8 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         args.regulation.judge.as_ref(),
         args.models.cache.cache_dir.as_deref(),
         &rt.manifest,
-    )?;
+    )
+    .kind(Kind::Unavailable)?;
     if let Some(r) = regulation.as_mut() {
         r.judge = models.judge();
     }
@@ -156,8 +165,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         stats.merge(&o.stats);
         nodes += o.bundle.nodes.len() as u64;
         let path = args.out.join(format!("{}.json", o.bundle.run_id));
-        std::fs::write(&path, serde_json::to_vec(&o.bundle)?)
-            .with_context(|| format!("writing `{}`", path.display()))?;
+        super::write_file(&path, serde_json::to_vec(&o.bundle)?)?;
         // Self-check: our own evidence is simulated, hence the explicit permission.
         let report = knox_verify::verify_bundle(
             &o.bundle,
@@ -193,10 +201,19 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         "not_complete": other,
         "platform": rt.platform.mode,
     });
-    std::fs::write(
-        args.out.join("summary.json"),
+    super::write_file(
+        &args.out.join("summary.json"),
         serde_json::to_vec_pretty(&summary)?,
     )?;
+    let correct = stats.planned_blocked == 0 && stats.injected_allowed == 0 && other.is_empty();
+    if args.json {
+        let mut v = summary;
+        if let Some(o) = v.as_object_mut() {
+            o.insert("out".into(), json!(args.out.display().to_string()));
+        }
+        crate::outln!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(if correct { 0 } else { 1 });
+    }
     crate::outln!(
         "workload {} ({}), planner {}, executor {}: {n} bundles, {nodes} nodes",
         args.workload,
@@ -252,6 +269,5 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         crate::outln!("  NOT complete: {o}");
     }
     crate::outln!("  bundles and summary.json in {}", args.out.display());
-    let correct = stats.planned_blocked == 0 && stats.injected_allowed == 0 && other.is_empty();
     Ok(if correct { 0 } else { 1 })
 }

@@ -1,21 +1,38 @@
-//! `knox verify`: offline verification of a bundle or journal.
+//! `knox verify`: offline verification of bundles and journals.
 
-use std::path::PathBuf;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use knox_hw::policy::RegulatorPolicy;
-use knox_verify::{Options, Report};
+use knox_types::aeg::NodeKind;
+use knox_types::bundle::Bundle;
+use knox_types::digest::Digest;
+use knox_verify::{Options, Outcome, Report};
+use serde_json::json;
+
+/// Exit code of a file that could not be read as evidence.
+pub const UNREADABLE: i32 = 4;
 
 /// Arguments of `knox verify`.
 #[derive(Debug, clap::Args)]
-#[command(
-    after_help = "Exit codes: 0 complete, 1 tampered, 2 prefix (unfinished run, e.g. a journal), \
-3 refused (evidence not accepted: simulated without --allow-simulated, hardware the policy does not accept, \
-a regulation policy set other than the verifier's, or an unknown toolkit manifest), 4 the file could not be read as evidence, 64 usage error."
-)]
+#[command(after_help = crate::exit_codes!(
+    "  0   complete\
+   \n  1   tampered\
+   \n  2   prefix (an unfinished run, e.g. a journal)\
+   \n  3   refused (evidence not accepted: simulated without --allow-simulated, hardware the\
+   \n      policy does not accept, a regulation policy set other than the verifier's, or an\
+   \n      unknown toolkit manifest)\
+   \n  4   a FILE could not be read as evidence (missing, a directory, not a bundle)\
+   \n  With several FILEs, the worst of them, in the order tampered, unreadable, refused,\
+   \n  prefix, complete. --json prints one report object per FILE (an array for several),\
+   \n  each with `file` and, when complete, the signed `structure_root` for `knox prove check`."
+))]
 pub struct VerifyArgs {
-    /// Evidence bundle (`.json`) or run journal (`.journal.jsonl`).
-    pub bundle: PathBuf,
+    /// Evidence bundles (`.json`) or run journals (`.journal.jsonl`); `-` reads
+    /// standard input. One report per file.
+    #[arg(required = true, value_name = "FILE", value_parser = crate::cmd::path_or_stdin)]
+    pub bundles: Vec<PathBuf>,
     /// Print the report as JSON.
     #[arg(long, conflicts_with = "ear")]
     pub json: bool,
@@ -28,97 +45,234 @@ pub struct VerifyArgs {
     pub allow_simulated: bool,
     /// The regulator's policy (TOML): accepted TCB statuses, platform flags, reference
     /// measurements, GPU driver/VBIOS versions, model weights hashes.
-    #[arg(long, value_name = "TOML")]
+    #[arg(value_parser = crate::cmd::path, long, value_name = "TOML")]
     pub policy: Option<PathBuf>,
     /// Toolkit needs file the APM was derived from (default: the embedded one).
-    #[arg(long, value_name = "TOML")]
+    #[arg(value_parser = crate::cmd::path, long, value_name = "TOML")]
     pub needs: Option<PathBuf>,
     /// The regulator's regulation policy set: a directory with `knox.cedarschema` and,
     /// per regulation, a manifest and Cedar file (default: the set embedded in this
     /// build, the repository's `regulations/`). Regulation verdicts are recomputed with
     /// it; a bundle whose APM names another set is refused.
-    #[arg(long, value_name = "DIR")]
+    #[arg(value_parser = crate::cmd::path, long, value_name = "DIR")]
     pub policy_set: Option<PathBuf>,
     /// The regulator's private key (`knox keygen`), to sign a receipt with.
-    #[arg(long, value_name = "KEY", requires = "receipt")]
+    #[arg(value_parser = crate::cmd::path, long, value_name = "KEY", requires = "receipt")]
     pub key: Option<PathBuf>,
-    /// Write a signed verification receipt here.
-    #[arg(long, value_name = "FILE", requires = "key")]
+    /// Write a signed verification receipt here (one FILE only).
+    #[arg(value_parser = crate::cmd::path, long, value_name = "FILE", requires = "key")]
     pub receipt: Option<PathBuf>,
+}
+
+/// One file's verification.
+enum Checked {
+    /// Read and verified.
+    Verified {
+        bytes: Vec<u8>,
+        evidence: Box<Evidence>,
+    },
+    /// Not readable as evidence.
+    Unreadable(String),
+}
+
+/// How bad a file's result is, for the exit code of several.
+fn severity(code: i32) -> u8 {
+    match code {
+        1 => 4,
+        UNREADABLE => 3,
+        3 => 2,
+        2 => 1,
+        _ => 0,
+    }
 }
 
 /// Verifies and prints; returns the process exit code.
 pub fn run(args: &VerifyArgs) -> Result<i32> {
-    let bytes = super::read_input(&args.bundle)
-        .with_context(|| format!("reading `{}`", args.bundle.display()))?;
+    if args.receipt.is_some() && args.bundles.len() != 1 {
+        return Err(super::usage(
+            "--receipt signs a receipt for one FILE: verify the others separately",
+        ));
+    }
+    if args.bundles.iter().filter(|p| p.as_os_str() == "-").count() > 1 {
+        return Err(super::usage("`-` (standard input) can be named once"));
+    }
     let manifest = match &args.needs {
         Some(p) => {
-            let needs =
-                std::fs::read_to_string(p).with_context(|| format!("reading `{}`", p.display()))?;
-            knox_policy::ToolkitManifest::from_sources(knox_dataset::embedded::TOOLS_JSON, &needs)?
+            let needs = super::read_text(p)?;
+            knox_policy::ToolkitManifest::from_sources(knox_dataset::embedded::TOOLS_JSON, &needs)
+                .map_err(|e| super::bad_input(p, "a toolkit needs file", e))?
         }
         None => crate::session::embedded_manifest()?,
     };
-    let policy_bytes = args
-        .policy
-        .as_ref()
-        .map(std::fs::read)
-        .transpose()
-        .context("reading --policy")?;
-    let policy = policy_bytes
-        .as_deref()
-        .map(RegulatorPolicy::from_toml)
-        .transpose()
-        .context("--policy")?;
+    let policy_bytes = args.policy.as_deref().map(super::read_input).transpose()?;
+    let policy = match (&args.policy, policy_bytes.as_deref()) {
+        (Some(p), Some(b)) => Some(
+            RegulatorPolicy::from_toml(b)
+                .map_err(|e| super::bad_input(p, "a regulator policy", e))?,
+        ),
+        _ => None,
+    };
     let norms = args
         .policy_set
         .as_deref()
-        .map(knox_regulation::Norms::load_dir)
-        .transpose()
-        .context("--policy-set")?;
+        .map(|d| super::regulations::load(Some(d)))
+        .transpose()?;
     let opts = Options {
         dangerous_allow_simulated: args.allow_simulated,
         policy: policy.as_ref(),
         norms: norms.as_ref(),
     };
-    let report = match verify_bytes(&bytes, &manifest, opts) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: `{}`: {e}", args.bundle.display());
-            return Ok(4);
-        }
-    };
     let now = knox_attest::hardware::now_unix();
-    if args.json {
-        crate::outln!("{}", serde_json::to_string_pretty(&report)?);
-    } else if args.ear {
-        let policy_id = policy_bytes
-            .as_deref()
-            .map(|b| format!("sha256:{}", knox_types::Digest::sha256(b)));
-        crate::outln!(
-            "{}",
-            serde_json::to_string_pretty(&knox_verify::ear::ear(
-                &report,
-                now,
-                policy_id.as_deref()
-            ))?
-        );
-    } else {
-        crate::out!("{report}");
+    let policy_id = policy_bytes
+        .as_deref()
+        .map(|b| format!("sha256:{}", Digest::sha256(b)));
+    let several = args.bundles.len() > 1;
+    let mut worst = 0;
+    let mut objects = Vec::new();
+    let mut signed: Option<(Vec<u8>, Report)> = None;
+    for file in &args.bundles {
+        let shown = display_name(file);
+        let checked = match super::read_input_or_stdin(file) {
+            Err(e) => Checked::Unreadable(format!("{e:#}")),
+            Ok(bytes) => match verify_evidence(&bytes, &manifest, opts) {
+                Ok(evidence) => Checked::Verified {
+                    bytes,
+                    evidence: Box::new(evidence),
+                },
+                Err(e) => Checked::Unreadable(format!("`{shown}`: {e}")),
+            },
+        };
+        let code = match &checked {
+            Checked::Verified { evidence, .. } => evidence.report.outcome.exit_code(),
+            Checked::Unreadable(_) => UNREADABLE,
+        };
+        if severity(code) > severity(worst) {
+            worst = code;
+        }
+        match &checked {
+            Checked::Unreadable(message) => {
+                if args.json || args.ear {
+                    objects.push(json!({"file": shown, "error": {
+                        "code": UNREADABLE, "kind": "unreadable_evidence", "message": message}}));
+                } else {
+                    if several {
+                        crate::outln!("== {shown}");
+                    }
+                    crate::outln!("UNREADABLE: {message}");
+                    eprintln!("error: {message}");
+                }
+            }
+            Checked::Verified { bytes, evidence } => {
+                if args.json {
+                    objects.push(report_json(&shown, evidence));
+                } else if args.ear {
+                    let mut ear =
+                        knox_verify::ear::ear(&evidence.report, now, policy_id.as_deref());
+                    if let Some(o) = ear.as_object_mut() {
+                        o.insert("file".into(), json!(shown));
+                    }
+                    objects.push(ear);
+                } else {
+                    if several {
+                        crate::outln!("== {shown}");
+                    }
+                    crate::out!("{}", render(&evidence.report, evidence.as_read.as_ref()));
+                }
+                if args.receipt.is_some() {
+                    signed = Some((bytes.clone(), evidence.report.clone()));
+                }
+            }
+        }
+    }
+    if args.json || args.ear {
+        let value = match objects.as_slice() {
+            [one] if !several => one.clone(),
+            _ => json!(objects),
+        };
+        crate::outln!("{}", serde_json::to_string_pretty(&value)?);
     }
     if let (Some(key), Some(out)) = (&args.key, &args.receipt) {
+        let Some((bytes, report)) = signed else {
+            return Ok(worst);
+        };
         let key = super::keys::load(key)?;
         let receipt =
             knox_verify::receipt::issue(&key, &bytes, &report, policy_bytes.as_deref(), now)?;
-        std::fs::write(out, serde_json::to_vec_pretty(&receipt)?)
-            .with_context(|| format!("writing `{}`", out.display()))?;
+        super::write_file(out, serde_json::to_vec_pretty(&receipt)?)?;
         eprintln!(
             "receipt by key {} written to {}",
             key.key_id(),
             out.display()
         );
     }
-    Ok(report.outcome.exit_code())
+    Ok(worst)
+}
+
+/// What was read and what verifying it said.
+#[derive(Debug)]
+pub struct Evidence {
+    /// The verifier's report.
+    pub report: Report,
+    /// The structure root the bundle's summary signs, when the bundle verified complete.
+    pub structure_root: Option<Digest>,
+    /// Counts taken from the file as read (a bundle; `None` for a journal).
+    pub as_read: Option<AsRead>,
+}
+
+/// Counts of a bundle as read, before and whatever verification says.
+#[derive(Debug, Clone, Copy)]
+pub struct AsRead {
+    /// Nodes.
+    pub nodes: usize,
+    /// Tool-call nodes.
+    pub tool_calls: usize,
+    /// Blocked nodes.
+    pub blocked: usize,
+}
+
+impl AsRead {
+    /// The counts of `b`.
+    pub fn of(b: &Bundle) -> Self {
+        let count = |k: NodeKind| b.nodes.iter().filter(|n| n.kind == k).count();
+        Self {
+            nodes: b.nodes.len(),
+            tool_calls: count(NodeKind::ToolCall),
+            blocked: count(NodeKind::Blocked),
+        }
+    }
+}
+
+/// Verifies a bundle or a journal from its bytes.
+pub fn verify_evidence(
+    bytes: &[u8],
+    manifest: &knox_policy::ToolkitManifest,
+    opts: Options<'_>,
+) -> Result<Evidence, knox_verify::ReadError> {
+    if knox_verify::journal::is_journal(bytes) {
+        let report = knox_verify::journal::verify_journal(bytes, manifest, opts)?;
+        return Ok(Evidence {
+            report,
+            structure_root: None,
+            as_read: None,
+        });
+    }
+    let bundle = knox_verify::parse_bundle(bytes)?;
+    Ok(of_bundle(&bundle, manifest, opts))
+}
+
+/// Verifies a parsed bundle.
+pub fn of_bundle(
+    bundle: &Bundle,
+    manifest: &knox_policy::ToolkitManifest,
+    opts: Options<'_>,
+) -> Evidence {
+    let report = knox_verify::verify_bundle(bundle, manifest, opts);
+    Evidence {
+        structure_root: (report.outcome == Outcome::Complete)
+            .then_some(bundle.summary.structure_root),
+        as_read: Some(AsRead::of(bundle)),
+        report,
+    }
 }
 
 /// Verifies a bundle or a journal from its bytes.
@@ -127,9 +281,87 @@ pub fn verify_bytes(
     manifest: &knox_policy::ToolkitManifest,
     opts: Options<'_>,
 ) -> Result<Report, knox_verify::ReadError> {
-    if knox_verify::journal::is_journal(bytes) {
-        return knox_verify::journal::verify_journal(bytes, manifest, opts);
+    verify_evidence(bytes, manifest, opts).map(|e| e.report)
+}
+
+/// The JSON report of one file: the verifier's report, the file, and the signed
+/// structure root (`null` unless complete).
+pub fn report_json(file: &str, e: &Evidence) -> serde_json::Value {
+    let mut v = serde_json::to_value(&e.report).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("file".into(), json!(file));
+        o.insert(
+            "structure_root".into(),
+            json!(e.structure_root.map(|d| d.to_hex())),
+        );
+        if !matches!(e.report.outcome, Outcome::Tampered { .. }) {
+            return v;
+        }
+        // A broken chain vouches for nothing: its counts are what was read.
+        for k in ["nodes", "tool_calls", "executed", "blocked", "interrupts"] {
+            o.remove(k);
+        }
+        if let Some(r) = e.as_read {
+            o.insert(
+                "as_read_unverified".into(),
+                json!({"nodes": r.nodes, "tool_calls": r.tool_calls, "blocked_nodes": r.blocked}),
+            );
+        }
     }
-    let bundle = knox_verify::parse_bundle(bytes)?;
-    Ok(knox_verify::verify_bundle(&bundle, manifest, opts))
+    v
+}
+
+/// The report as text. A tampered file's counts are not the verifier's (it stopped at
+/// the break): they are left out, and what the file itself says is shown as unverified.
+pub fn render(r: &Report, as_read: Option<&AsRead>) -> String {
+    let tampered = matches!(r.outcome, Outcome::Tampered { .. });
+    if !tampered {
+        return r.to_string();
+    }
+    let mut s = String::new();
+    let _ = writeln!(s, "run {}: {}", r.run_id, r.outcome.name().to_uppercase());
+    if let Outcome::Tampered { node, reason } = &r.outcome {
+        match node {
+            Some(n) => {
+                let _ = writeln!(s, "  first offending node: {n}: {reason}");
+            }
+            None => {
+                let _ = writeln!(s, "  {reason}");
+            }
+        }
+    }
+    let hw = if r.hardware_backed {
+        "hardware-backed"
+    } else {
+        "NOT hardware-backed"
+    };
+    let _ = writeln!(s, "  platform evidence: {} ({hw})", r.platform);
+    for st in &r.steps {
+        let _ = writeln!(s, "  [{:<7}] {}: {}", st.result, st.name, st.detail);
+    }
+    match as_read {
+        Some(a) => {
+            let _ = writeln!(
+                s,
+                "  as read, NOT verified (the chain is broken): {} nodes, {} tool calls, {} blocked nodes",
+                a.nodes, a.tool_calls, a.blocked
+            );
+        }
+        None => {
+            let _ = writeln!(s, "  counts left out: the chain is broken");
+        }
+    }
+    for w in &r.warnings {
+        let _ = writeln!(s, "  warning: {w}");
+    }
+    s
+}
+
+/// Shown path of `p` (`<stdin>` for `-`).
+pub fn display_name(p: &Path) -> String {
+    if p.as_os_str() == "-" {
+        "<stdin>".into()
+    } else {
+        p.display().to_string()
+    }
 }

@@ -2,6 +2,7 @@
 
 mod cli;
 mod confined;
+mod conventions;
 mod eval;
 mod fuzz_corpus;
 mod guards;
