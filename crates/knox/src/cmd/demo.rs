@@ -85,14 +85,7 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
         None => vec![ModelSpec::Benign, ModelSpec::Injected],
     };
     let first = executors.first().cloned().unwrap_or(ModelSpec::Benign);
-    let cache_dir = args
-        .models
-        .cache
-        .cache_dir
-        .as_deref()
-        .map(std::path::absolute)
-        .transpose()
-        .map_err(|e| super::usage(format!("--cache-dir: {e}")))?;
+    let cache_dir = super::absolute_cache_dir(args.models.cache.cache_dir.as_deref())?;
     let models = Models::load(
         &args.models.planner,
         &first,

@@ -33,6 +33,13 @@ pub fn path(s: &str) -> Result<PathBuf, String> {
     std::path::absolute(s).map_err(|e| format!("`{s}` is not a usable path: {e}"))
 }
 
+/// `--cache-dir` made absolute (it is declared in `model.rs`, without [`path`]).
+pub fn absolute_cache_dir(p: Option<&Path>) -> Result<Option<PathBuf>> {
+    p.map(std::path::absolute)
+        .transpose()
+        .map_err(|e| usage(format!("--cache-dir: {e}")))
+}
+
 /// [`path`], except that `-` (standard input) stays `-`.
 pub fn path_or_stdin(s: &str) -> Result<PathBuf, String> {
     if s == "-" {

@@ -129,11 +129,12 @@ pub fn run(args: &RunArgs) -> Result<i32> {
             "the terminal suite runs its reviewed commands with the dataset planner and the benign executor: drop --planner and --executor",
         ));
     }
+    let cache_dir = super::absolute_cache_dir(args.models.cache.cache_dir.as_deref())?;
     let models = crate::cmd::model::Models::load(
         &args.models.planner,
         &executor,
         args.regulation.judge.as_ref(),
-        args.models.cache.cache_dir.as_deref(),
+        cache_dir.as_deref(),
         &rt.manifest,
     )
     .kind(Kind::Unavailable)?;
