@@ -179,13 +179,25 @@ fn the_reach_check_sees_the_forms_it_must() {
     // The forms the standalone build was broken by, each read from where it was written
     // (spelt with `{up}` so that this file does not itself hold them).
     let up = "..";
-    assert!(escapes(3, &format!("{up}/{up}/{up}/{up}/shared/data/injecagent/tools.json"))); // crates/dataset/src
-    assert!(escapes(2, &format!("/{up}/{up}/{up}/shared/data/attestation"))); // concat! with CARGO_MANIFEST_DIR
-    assert!(escapes(0, &format!("{up}/shared/DESIGN.md"))); // README at the root
-    assert!(!escapes(3, &format!("{up}/{up}/{up}/data/injecagent/tools.json")));
+    // crates/dataset/src, an include_str!:
+    let dataset = format!("{up}/{up}/{up}/{up}/shared/data/injecagent/tools.json");
+    assert!(escapes(3, &dataset));
+    // a crate folder, concat! with CARGO_MANIFEST_DIR:
+    assert!(escapes(
+        2,
+        &format!("/{up}/{up}/{up}/shared/data/attestation")
+    ));
+    // the README at the root:
+    assert!(escapes(0, &format!("{up}/shared/DESIGN.md")));
+    assert!(!escapes(
+        3,
+        &format!("{up}/{up}/{up}/data/injecagent/tools.json")
+    ));
     assert!(!escapes(2, &format!("/{up}/{up}/data/attestation")));
     assert_eq!(
-        relative_tokens(&format!(r#"include_str!("{up}/x"), cd "$(dirname "$0")/{up}""#)),
+        relative_tokens(&format!(
+            r#"include_str!("{up}/x"), cd "$(dirname "$0")/{up}""#
+        )),
         vec![(14, format!("{up}/x"))]
     );
     assert_eq!(
