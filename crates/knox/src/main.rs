@@ -107,8 +107,8 @@ impl Command {
             Self::Prove(ProveCommand::Node(a)) => a.json,
             Self::Prove(ProveCommand::Check(a)) => a.json,
             Self::Corpus(cmd::corpus::CorpusCommand::Syscalls(a)) => a.json,
+            Self::Model(c) => c.json(),
             Self::Keygen(_)
-            | Self::Model(_)
             | Self::Completions(_)
             | Self::Man(_)
             | Self::ToolWorker => false,

@@ -400,12 +400,15 @@ fn a_pull_that_cannot_reach_the_index_fails_naming_it() {
     let index = format!("http://127.0.0.1:{port}/simple");
     let dir = tempfile::tempdir().unwrap();
     let out = knox()
-        .args(["model", "pull", "smollm2", "--cache-dir"])
+        .args(["model", "pull", "smollm2", "--json", "--cache-dir"])
         .arg(dir.path())
         .env("KNOX_PYPI_INDEX", &index)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(69), "unavailable");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["code"], 69);
+    assert_eq!(v["error"]["kind"], "unavailable");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&index), "{err}");
     assert!(err.contains("KNOX_PYPI_INDEX"), "what to do: {err}");
