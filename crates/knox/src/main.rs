@@ -108,10 +108,7 @@ impl Command {
             Self::Prove(ProveCommand::Check(a)) => a.json,
             Self::Corpus(cmd::corpus::CorpusCommand::Syscalls(a)) => a.json,
             Self::Model(c) => c.json(),
-            Self::Keygen(_)
-            | Self::Completions(_)
-            | Self::Man(_)
-            | Self::ToolWorker => false,
+            Self::Keygen(_) | Self::Completions(_) | Self::Man(_) | Self::ToolWorker => false,
         }
     }
 }
