@@ -187,7 +187,12 @@ impl ToolRunner for RunBroker<'_> {
             Ok(r) => r,
             Err(e) => return failed(format!("the confined worker failed: {e}")),
         };
-        let result = result_of(&reply, self.prepared.landlock_abi(), self.prepared.notes());
+        let result = result_of(
+            &reply,
+            self.prepared.landlock_abi(),
+            self.prepared.layers(),
+            self.prepared.notes(),
+        );
         if reply.exited.is_none() && reply.response.is_ok() {
             self.workers
                 .lock()
@@ -238,7 +243,12 @@ pub fn limit_name(h: &LimitHit) -> String {
 }
 
 /// The tool's output and what the kernel layer observed while it was produced.
-fn result_of(r: &WorkerReply, landlock_abi: i32, notes: &[String]) -> ToolResult {
+fn result_of(
+    r: &WorkerReply,
+    landlock_abi: i32,
+    layers: &knox_sandbox::Layers,
+    notes: &[String],
+) -> ToolResult {
     let mut kernel: Vec<KernelEvent> = r
         .idle_denied
         .iter()
@@ -260,8 +270,14 @@ fn result_of(r: &WorkerReply, landlock_abi: i32, notes: &[String]) -> ToolResult
             json!({"error": format!("the tool gave no response: {why}")})
         }
     };
-    let confinement =
-        json!({"landlock_abi": landlock_abi, "seccomp": "user-notification", "notes": notes});
+    // `landlock_abi` is the kernel's; `layers` names the ABI in use (capped or
+    // not) and the layer that enforced each protection.
+    let confinement = json!({
+        "landlock_abi": landlock_abi,
+        "layers": layers,
+        "seccomp": "user-notification",
+        "notes": notes,
+    });
     ToolResult {
         output,
         kernel,

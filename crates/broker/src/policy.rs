@@ -51,5 +51,7 @@ pub fn from_auth(auth: &Authorization, workspace: &Path, worker: &Path) -> Sandb
             max_address_space_bytes: None,
         },
         workspace: workspace.to_path_buf(),
+        min_landlock_abi: None,
+        degraded: BTreeSet::new(),
     }
 }

@@ -67,7 +67,9 @@ fn spawn(c: &mut Criterion) {
     let terminal = SandboxPolicy::for_families(&[Family::Terminal], workspace.path())
         .map(|p| p.syscalls)
         .unwrap_or_default();
-    if let Ok(program) = knox_sandbox::filter::program(&terminal) {
+    if let Ok(program) =
+        knox_sandbox::filter::program(&terminal, knox_sandbox::filter::Fallbacks::default())
+    {
         eprintln!(
             "terminal profile: {} calls, {} instructions",
             terminal.len(),
@@ -75,7 +77,9 @@ fn spawn(c: &mut Criterion) {
         );
     }
     filter.bench_function("compile_terminal", |b| {
-        b.iter(|| knox_sandbox::filter::program(&terminal))
+        b.iter(|| {
+            knox_sandbox::filter::program(&terminal, knox_sandbox::filter::Fallbacks::default())
+        })
     });
     filter.finish();
 }

@@ -23,10 +23,13 @@ use crate::workers::{Pending, Workers};
 /// Which layers were in force for a run — part of the evidence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Enforcement {
-    /// Landlock ABI the sandbox requires.
+    /// Landlock ABI the sandbox requires (the policy's minimum, else 1).
     pub landlock_abi_required: u8,
     /// Landlock ABI of the running kernel.
     pub landlock_abi: i32,
+    /// The ABI in use and which layer enforced each protection (`None` for the
+    /// dangerous unconfined baseline).
+    pub layers: Option<crate::layers::Layers>,
     /// Cgroup interface capping processes and memory, if any.
     pub cgroup: Option<CgroupVersion>,
     /// Whether the tool ran in a new user namespace.

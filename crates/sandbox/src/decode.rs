@@ -106,6 +106,31 @@ impl Target {
     }
 
     /// A socket address argument.
+    /// The socket address at `addr` as read (at most 128 bytes), and decoded: the
+    /// bytes a supervisor-made call uses are the bytes that were checked.
+    pub(crate) fn sockaddr_raw(&self, addr: u64, len: u64) -> Option<(Vec<u8>, SockAddr)> {
+        if addr == 0 || len < 2 {
+            return None;
+        }
+        let bytes = self.read_bytes(addr, len.min(SOCKADDR_MAX))?;
+        let parsed = SockAddr::parse(&bytes);
+        Some((bytes, parsed))
+    }
+
+    /// The thread group (process) of the target thread.
+    pub(crate) fn tgid(&self) -> Option<i32> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Tgid:"))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// The target thread's id.
+    pub(crate) fn tid(&self) -> u32 {
+        self.pid
+    }
+
     pub(crate) fn sockaddr(&self, addr: u64, len: u64) -> Option<SockAddr> {
         if addr == 0 || len < 2 {
             return None;

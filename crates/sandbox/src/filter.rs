@@ -51,6 +51,43 @@ pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 /// fewest instructions executed on average for an allowed call.
 const LEAF: usize = 4;
 
+/// Signal-sending calls: notified when Landlock cannot scope signals (ABI < 6),
+/// so that the supervisor lets only signals to the tool's own process through.
+pub const SIGNAL_CALLS: [&str; 6] = [
+    "kill",
+    "tkill",
+    "tgkill",
+    "rt_sigqueueinfo",
+    "rt_tgsigqueueinfo",
+    "pidfd_send_signal",
+];
+
+const O_ACCMODE: u64 = 3;
+const O_WRONLY: u64 = 1;
+const O_RDWR: u64 = 2;
+const O_TRUNC: u64 = 0o1000;
+const F_SETOWN: u64 = 8;
+const F_SETOWN_EX: u64 = 15;
+const FIOSETOWN: u64 = 0x8901;
+const SIOCSPGRP: u64 = 0x8902;
+/// `int`/`unsigned int` arguments: the kernel ignores the high half, so a check
+/// that denies must ignore it too.
+const LOW: u64 = 0xffff_ffff;
+
+/// What the filter enforces because Landlock (at the ABI in use) cannot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Fallbacks {
+    /// ABI < 3 (no `Truncate`): `truncate` and `openat2` are notified, and
+    /// `open`/`openat` with `O_TRUNC` only allowed with write access (which
+    /// Landlock checks).
+    pub truncate: bool,
+    /// ABI < 6 (no scoping): [`SIGNAL_CALLS`] are notified (the supervisor lets
+    /// signals to the tool's own process continue), and setting the owner of a
+    /// file for `SIGIO` (`F_SETOWN`, `F_SETOWN_EX`, `FIOSETOWN`, `SIOCSPGRP`) is
+    /// notified and denied.
+    pub scope: bool,
+}
+
 /// Why a filter could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum FilterError {
@@ -107,6 +144,8 @@ pub enum Rule {
     Allow,
     /// Allowed when every check of at least one clause holds; notified otherwise.
     AllowIf(Vec<Vec<ArgCheck>>),
+    /// Notified when every check of at least one clause holds; allowed otherwise.
+    DenyIf(Vec<Vec<ArgCheck>>),
     /// Fails with this errno, unrecorded.
     Errno(u16),
 }
@@ -122,14 +161,23 @@ pub enum Rule {
 ///   `sendmsg` and `sendmmsg` without `MSG_FASTOPEN` (a connect no one checks),
 ///   `prlimit64` on the caller itself;
 /// - `clone3`: `ENOSYS`, so the C library falls back to `clone`, whose flags a filter can read.
-pub fn rules(allowed: &BTreeSet<String>) -> Result<BTreeMap<u32, Rule>, FilterError> {
+///
+/// With [`Fallbacks`], some calls Landlock would check are notified or argument-checked instead.
+pub fn rules(
+    allowed: &BTreeSet<String>,
+    fallbacks: Fallbacks,
+) -> Result<BTreeMap<u32, Rule>, FilterError> {
     let mut rules = BTreeMap::new();
     for name in allowed.iter().map(String::as_str).chain(SANDBOX_INTERNAL) {
         let nr = lookup(name)?;
-        if MEDIATED.contains(&name) || name == "clone3" {
+        let notified = MEDIATED.contains(&name)
+            || name == "clone3"
+            || (fallbacks.truncate && matches!(name, "truncate" | "openat2"))
+            || (fallbacks.scope && SIGNAL_CALLS.contains(&name));
+        if notified {
             continue;
         }
-        rules.insert(nr, rule(name));
+        rules.insert(nr, rule(name, fallbacks));
     }
     rules.insert(lookup("clone3")?, Rule::Errno(ENOSYS));
     Ok(rules)
@@ -141,8 +189,27 @@ fn lookup(name: &str) -> Result<u32, FilterError> {
         .ok_or_else(|| FilterError::UnknownSyscall(name.to_owned()))
 }
 
-fn rule(name: &str) -> Rule {
+fn rule(name: &str, fallbacks: Fallbacks) -> Rule {
     match name {
+        "open" | "openat" if fallbacks.truncate => {
+            // Before ABI 3, Landlock does not check `O_TRUNC` on a file opened
+            // read-only: only truncation with write access (checked) is allowed.
+            let flags = if name == "open" { 1 } else { 2 };
+            let mode = O_TRUNC | O_ACCMODE;
+            Rule::AllowIf(vec![
+                vec![ArgCheck::masked(flags, O_TRUNC, 0)],
+                vec![ArgCheck::masked(flags, mode, O_TRUNC | O_WRONLY)],
+                vec![ArgCheck::masked(flags, mode, O_TRUNC | O_RDWR)],
+            ])
+        }
+        "fcntl" if fallbacks.scope => Rule::DenyIf(vec![
+            vec![ArgCheck::masked(1, LOW, F_SETOWN)],
+            vec![ArgCheck::masked(1, LOW, F_SETOWN_EX)],
+        ]),
+        "ioctl" if fallbacks.scope => Rule::DenyIf(vec![
+            vec![ArgCheck::masked(1, LOW, FIOSETOWN)],
+            vec![ArgCheck::masked(1, LOW, SIOCSPGRP)],
+        ]),
         "clone" => Rule::AllowIf(vec![vec![ArgCheck::masked(0, CLONE_NAMESPACE_FLAGS, 0)]]),
         "socket" => {
             // The protocol is checked too: `IPPROTO_MPTCP` (and SCTP) stream sockets
@@ -204,8 +271,8 @@ impl Program {
 /// with a rule are looked up in a binary search tree of `jge` whose leaves are
 /// chains of at most [`LEAF`] `jeq`: about 9 instructions for a call of a
 /// 200-call profile instead of up to 200 in a list.
-pub fn program(allowed: &BTreeSet<String>) -> Result<Program, FilterError> {
-    build(&rules(allowed)?, LEAF)
+pub fn program(allowed: &BTreeSet<String>, fallbacks: Fallbacks) -> Result<Program, FilterError> {
+    build(&rules(allowed, fallbacks)?, LEAF)
 }
 
 fn build(rules: &BTreeMap<u32, Rule>, leaf: usize) -> Result<Program, FilterError> {
@@ -221,12 +288,8 @@ fn build(rules: &BTreeMap<u32, Rule>, leaf: usize) -> Result<Program, FilterErro
             Rule::Errno(e) => *errno
                 .entry(*e)
                 .or_insert_with(|| asm.ret(ret::ERRNO | u32::from(*e))),
-            Rule::AllowIf(clauses) => clauses.iter().rev().fold(notify, |fail, clause| {
-                clause
-                    .iter()
-                    .rev()
-                    .fold(allow, |pass, check| arg_check(&mut asm, *check, pass, fail))
-            }),
+            Rule::AllowIf(clauses) => clauses_to(&mut asm, clauses, allow, notify),
+            Rule::DenyIf(clauses) => clauses_to(&mut asm, clauses, notify, allow),
         };
         entries.push((nr, node));
     }
@@ -237,6 +300,21 @@ fn build(rules: &BTreeMap<u32, Rule>, leaf: usize) -> Result<Program, FilterErro
     let entry = asm.stmt(bpf::LD_W_ABS, data::ARCH, arch);
     Ok(Program {
         insns: asm.finish(entry)?,
+    })
+}
+
+/// Goes to `matched` if every check of some clause holds, else to `otherwise`.
+fn clauses_to(
+    asm: &mut Assembler,
+    clauses: &[Vec<ArgCheck>],
+    matched: Node,
+    otherwise: Node,
+) -> Node {
+    clauses.iter().rev().fold(otherwise, |fail, clause| {
+        clause
+            .iter()
+            .rev()
+            .fold(matched, |pass, check| arg_check(asm, *check, pass, fail))
     })
 }
 
@@ -290,13 +368,21 @@ fn search_tree(asm: &mut Assembler, entries: &[(u32, Node)], default: Node, leaf
 }
 
 /// The program for `allowed`, ready to install.
-pub(crate) fn compile(allowed: &BTreeSet<String>) -> Result<sys::BpfProgram, FilterError> {
-    Ok(sys::BpfProgram::new(program(allowed)?.instructions()))
+pub(crate) fn compile(
+    allowed: &BTreeSet<String>,
+    fallbacks: Fallbacks,
+) -> Result<sys::BpfProgram, FilterError> {
+    Ok(sys::BpfProgram::new(
+        program(allowed, fallbacks)?.instructions(),
+    ))
 }
 
 /// The filter's disassembly ([`Program::disassemble`]), for review and for tests.
-pub fn disassemble(allowed: &BTreeSet<String>) -> Result<String, FilterError> {
-    Ok(program(allowed)?.disassemble())
+pub fn disassemble(
+    allowed: &BTreeSet<String>,
+    fallbacks: Fallbacks,
+) -> Result<String, FilterError> {
+    Ok(program(allowed, fallbacks)?.disassemble())
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ mod decode;
 pub mod filter;
 pub mod frame;
 mod launch;
+pub mod layers;
 mod output;
 pub mod policy;
 pub mod profile;
@@ -21,6 +22,7 @@ mod workers;
 
 pub use cgroup::{CgroupError, CgroupVersion};
 pub use child::{ConfinedChild, Enforcement, LimitHit, Outcome};
+pub use layers::{Degraded, Layer, Layers, Protection};
 pub use policy::{Access, Limits, PathRule, PolicyError, SandboxPolicy};
 pub use profile::{Family, Profile, ProfileError};
 pub use spawn::{CgroupMode, PreparedPolicy, Sandbox, SandboxConfig, SandboxError};

@@ -98,6 +98,13 @@ pub struct SandboxPolicy {
     pub limits: Limits,
     /// The tool's working directory; must exist.
     pub workspace: PathBuf,
+    /// Refuse to run on a Landlock ABI older than this (a regulator's minimum).
+    #[serde(default)]
+    pub min_landlock_abi: Option<u8>,
+    /// Protections this policy accepts to lose on kernels that cannot enforce
+    /// them; without, such a kernel refuses the run, naming the missing feature.
+    #[serde(default)]
+    pub degraded: BTreeSet<crate::layers::Degraded>,
 }
 
 /// Why a policy was rejected.
@@ -178,6 +185,8 @@ impl SandboxPolicy {
             syscalls,
             limits: Limits::default(),
             workspace: workspace.into(),
+            min_landlock_abi: None,
+            degraded: BTreeSet::new(),
         })
     }
 

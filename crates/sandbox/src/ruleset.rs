@@ -12,12 +12,12 @@ use landlock::{
 use crate::policy::{Access, SandboxPolicy};
 use crate::sys;
 
-/// The Landlock ABI the sandbox requires: file-system rights up to `IoctlDev` (V5),
-/// TCP bind/connect (V4), signal and abstract-socket scoping (V6). Building a ruleset
-/// on an older kernel fails ([`CompatLevel::HardRequirement`]) instead of silently
-/// enforcing less.
+/// The newest Landlock ABI whose rights the sandbox uses (file-system rights up to
+/// `IoctlDev` (5), TCP bind/connect (4), signal and abstract-socket scoping (6)).
+/// Older ABIs work too: what they lack is enforced by another layer
+/// ([`crate::layers`]). The ruleset handles exactly the rights of the ABI in use
+/// ([`CompatLevel::HardRequirement`]), so nothing is silently dropped.
 pub const REQUIRED_ABI: u8 = 6;
-const REQUIRED: ABI = ABI::V6;
 
 /// `LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON` (ABI 7): audit denials of the executed tool,
 /// which by default are only logged for the process that called `landlock_restrict_self`.
@@ -47,17 +47,9 @@ const RUNTIME_DEVICES: [(&str, &[Access]); 4] = [
 /// Why the Landlock ruleset could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum LandlockError {
-    /// The kernel has no Landlock at all.
-    #[error("landlock is not available in this kernel")]
-    Unavailable,
-    /// The kernel's ABI is older than [`REQUIRED_ABI`].
-    #[error("landlock abi {got} is older than the required {expected}")]
-    AbiTooOld {
-        /// Kernel ABI.
-        got: i32,
-        /// Required ABI.
-        expected: u8,
-    },
+    /// The ABI in use cannot enforce the policy.
+    #[error(transparent)]
+    Layers(#[from] crate::layers::LayerError),
     /// The landlock crate reported an error (including incomplete enforcement).
     #[error("landlock: {0}")]
     Ruleset(#[from] landlock::RulesetError),
@@ -186,8 +178,9 @@ fn add_quiet(out: &mut ResolvedPaths, path: &str, access: &BTreeSet<Access>) {
     }
 }
 
-/// Landlock rights for a grant.
-pub fn rights(access: &BTreeSet<Access>, is_dir: bool) -> BitFlags<AccessFs> {
+/// Landlock rights for a grant, limited to those ABI `abi` handles.
+pub fn rights(access: &BTreeSet<Access>, is_dir: bool, abi: u8) -> BitFlags<AccessFs> {
+    let abi = ABI::from(i32::from(abi));
     let mut r = BitFlags::<AccessFs>::empty();
     for a in access {
         r |= match a {
@@ -206,9 +199,9 @@ pub fn rights(access: &BTreeSet<Access>, is_dir: bool) -> BitFlags<AccessFs> {
         };
     }
     if is_dir {
-        r
+        r & AccessFs::from_all(abi)
     } else {
-        r & AccessFs::from_file(REQUIRED)
+        r & AccessFs::from_file(abi)
     }
 }
 
@@ -218,44 +211,52 @@ pub struct LandlockRuleset {
     pub(crate) fd: OwnedFd,
     /// ABI the running kernel reports.
     pub kernel_abi: i32,
+    /// ABI whose rights the ruleset handles.
+    pub abi: u8,
     /// Flags for `landlock_restrict_self`.
     pub restrict_flags: u32,
 }
 
-/// Builds the ruleset: every file-system right of [`REQUIRED_ABI`] handled (so denied
-/// unless granted), TCP bind and connect handled with the listed ports granted,
-/// signals and abstract UNIX sockets scoped to the sandbox.
+/// Builds the ruleset for ABI `abi` (at most the kernel's): every file-system
+/// right of that ABI handled (so denied unless granted); from ABI 4, TCP bind and
+/// connect handled with the listed ports granted; from ABI 6, signals and abstract
+/// UNIX sockets scoped to the sandbox; from ABI 7, denials of the tool audited.
 pub fn build(
     paths: &ResolvedPaths,
     connect: &BTreeSet<u16>,
     bind: &BTreeSet<u16>,
     audit_denials: bool,
+    abi: u8,
 ) -> Result<LandlockRuleset, LandlockError> {
-    let kernel_abi = sys::landlock_abi().ok_or(LandlockError::Unavailable)?;
-    if kernel_abi < i32::from(REQUIRED_ABI) {
-        return Err(LandlockError::AbiTooOld {
-            got: kernel_abi,
-            expected: REQUIRED_ABI,
-        });
-    }
+    let kernel_abi = sys::landlock_abi().unwrap_or(0);
+    let level = ABI::from(i32::from(abi));
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(AccessFs::from_all(REQUIRED))?
-        .handle_access(AccessNet::from_all(REQUIRED))?
-        .scope(Scope::from_all(REQUIRED))?
-        .create()?;
+        .handle_access(AccessFs::from_all(level))?;
+    if abi >= 4 {
+        ruleset = ruleset.handle_access(AccessNet::from_all(level))?;
+    }
+    if abi >= 6 {
+        ruleset = ruleset.scope(Scope::from_all(level))?;
+    }
+    let mut ruleset = ruleset.create()?;
     for rule in &paths.rules {
         let fd = PathFd::new(&rule.path)?;
-        ruleset = ruleset.add_rule(PathBeneath::new(fd, rights(&rule.access, rule.is_dir)))?;
+        let rights = rights(&rule.access, rule.is_dir, abi);
+        if !rights.is_empty() {
+            ruleset = ruleset.add_rule(PathBeneath::new(fd, rights))?;
+        }
     }
-    for port in connect {
-        ruleset = ruleset.add_rule(NetPort::new(*port, AccessNet::ConnectTcp))?;
-    }
-    for port in bind {
-        ruleset = ruleset.add_rule(NetPort::new(*port, AccessNet::BindTcp))?;
+    if abi >= 4 {
+        for port in connect {
+            ruleset = ruleset.add_rule(NetPort::new(*port, AccessNet::ConnectTcp))?;
+        }
+        for port in bind {
+            ruleset = ruleset.add_rule(NetPort::new(*port, AccessNet::BindTcp))?;
+        }
     }
     let fd: Option<OwnedFd> = ruleset.into();
-    let restrict_flags = if audit_denials && kernel_abi >= 7 {
+    let restrict_flags = if audit_denials && abi >= 7 {
         LOG_NEW_EXEC_ON
     } else {
         0
@@ -263,6 +264,7 @@ pub fn build(
     Ok(LandlockRuleset {
         fd: fd.ok_or(LandlockError::NotEnforced)?,
         kernel_abi,
+        abi,
         restrict_flags,
     })
 }
@@ -273,10 +275,19 @@ mod tests {
 
     #[test]
     fn file_grants_drop_directory_rights() {
-        let r = rights(&[Access::Read, Access::Create].into(), false);
+        let r = rights(&[Access::Read, Access::Create].into(), false, 6);
         assert!(r.contains(AccessFs::ReadFile));
         assert!(!r.contains(AccessFs::ReadDir));
         assert!(!r.contains(AccessFs::MakeReg));
+    }
+
+    #[test]
+    fn rights_are_limited_to_the_abi() {
+        let all: BTreeSet<Access> = [Access::Write, Access::Create].into();
+        assert!(!rights(&all, true, 1).contains(AccessFs::Refer));
+        assert!(rights(&all, true, 2).contains(AccessFs::Refer));
+        assert!(!rights(&all, true, 2).contains(AccessFs::Truncate));
+        assert!(rights(&all, true, 3).contains(AccessFs::Truncate));
     }
 
     #[test]

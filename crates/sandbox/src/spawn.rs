@@ -12,9 +12,10 @@ use serde::{Deserialize, Serialize};
 use crate::cgroup::Lease;
 use crate::cgroup::{CgroupError, CgroupPool, CgroupVersion};
 use crate::child::{ConfinedChild, Enforcement};
-use crate::filter::{self, FilterError, MEDIATED};
+use crate::filter::{self, Fallbacks, FilterError, MEDIATED, SIGNAL_CALLS};
 use crate::frame::FrameError;
 use crate::launch::{Launch, Started};
+use crate::layers::{self, Layers};
 use crate::policy::{Limits, PolicyError, SandboxPolicy};
 use crate::ruleset::{self, LandlockError, LandlockRuleset, ResolvedPaths};
 use crate::supervisor::Mediation;
@@ -54,6 +55,10 @@ pub struct SandboxConfig {
     pub max_output_bytes: usize,
     /// Ask Landlock (ABI ≥ 7) to audit denials made by the executed tool.
     pub audit_landlock_denials: bool,
+    /// Use at most this Landlock ABI even if the kernel has a newer one (to run
+    /// as on an older kernel). Default: the `KNOX_LANDLOCK_ABI_MAX` environment
+    /// variable if it holds a number, else none.
+    pub landlock_abi_max: Option<u8>,
 }
 
 impl Default for SandboxConfig {
@@ -66,6 +71,9 @@ impl Default for SandboxConfig {
             timeout: Duration::from_secs(60),
             max_output_bytes: 16 << 20,
             audit_landlock_denials: true,
+            landlock_abi_max: std::env::var(layers::ABI_CAP_ENV)
+                .ok()
+                .and_then(|v| v.trim().parse().ok()),
         }
     }
 }
@@ -193,7 +201,11 @@ impl Sandbox {
     /// Validates and compiles a policy once (Landlock ruleset, BPF program) so that
     /// many spawns can share it.
     pub fn prepare(&self, policy: &SandboxPolicy) -> Result<PreparedPolicy, SandboxError> {
-        PreparedPolicy::new(policy, self.config.audit_landlock_denials)
+        PreparedPolicy::new(
+            policy,
+            self.config.audit_landlock_denials,
+            self.config.landlock_abi_max,
+        )
     }
 
     /// Prepares `policy` and spawns `argv` under it.
@@ -265,8 +277,9 @@ impl Sandbox {
         let lease = self.lease(&prepared.policy.limits)?;
         let user_namespace = self.euid != 0 && lease.is_none();
         let enforcement = Enforcement {
-            landlock_abi_required: ruleset::REQUIRED_ABI,
+            landlock_abi_required: prepared.policy.min_landlock_abi.unwrap_or(layers::MIN_ABI),
             landlock_abi: prepared.ruleset.kernel_abi,
+            layers: Some(prepared.layers.clone()),
             cgroup: lease.as_ref().and(self.cgroup_version()),
             user_namespace,
             capabilities_dropped: self.euid == 0 || user_namespace,
@@ -337,8 +350,9 @@ impl Sandbox {
         let namespaces = libc::CLONE_NEWNS | libc::CLONE_NEWUTS | libc::CLONE_NEWIPC;
         let started = launch.dangerous_start_limits_only(&cwd, userns, namespaces)?;
         let enforcement = Enforcement {
-            landlock_abi_required: ruleset::REQUIRED_ABI,
+            landlock_abi_required: layers::MIN_ABI,
             landlock_abi: 0,
+            layers: None,
             cgroup: lease.as_ref().and(self.cgroup_version()),
             user_namespace,
             capabilities_dropped: false,
@@ -394,10 +408,11 @@ pub struct PreparedPolicy {
     pub(crate) ruleset: LandlockRuleset,
     pub(crate) filter: sys::BpfProgram,
     pub(crate) mediation: Arc<Mediation>,
+    pub(crate) layers: Layers,
 }
 
 impl PreparedPolicy {
-    fn new(policy: &SandboxPolicy, audit: bool) -> Result<Self, SandboxError> {
+    fn new(policy: &SandboxPolicy, audit: bool, abi_cap: Option<u8>) -> Result<Self, SandboxError> {
         policy.validate()?;
         let workspace =
             std::fs::canonicalize(&policy.workspace).map_err(|source| PolicyError::Workspace {
@@ -405,15 +420,33 @@ impl PreparedPolicy {
                 source,
             })?;
         let paths = ruleset::resolve(policy, &workspace);
+        let (kernel, abi) =
+            layers::abi_in_use(sys::landlock_abi(), abi_cap).map_err(LandlockError::from)?;
+        let layers = layers::plan(
+            kernel,
+            abi_cap,
+            abi,
+            policy.min_landlock_abi,
+            &policy.degraded,
+            &paths,
+            audit,
+        )
+        .map_err(LandlockError::from)?;
         let ruleset = ruleset::build(
             &paths,
             &policy.tcp_connect_ports,
             &policy.tcp_bind_ports,
             audit,
+            abi,
         )?;
-        let filter = filter::compile(&policy.syscalls)?;
+        let fallbacks = Fallbacks {
+            truncate: layers.truncate_by_seccomp(),
+            scope: layers.scope_by_supervisor(),
+        };
+        let filter = filter::compile(&policy.syscalls, fallbacks)?;
         let listed: BTreeSet<&'static str> = MEDIATED
             .into_iter()
+            .chain(SIGNAL_CALLS)
             .filter(|m| policy.syscalls.contains(*m))
             .collect();
         let mediation = Mediation {
@@ -421,6 +454,8 @@ impl PreparedPolicy {
             exec_roots: paths.exec_roots().map(Path::to_path_buf).collect(),
             connect_ports: policy.tcp_connect_ports.clone(),
             bind_ports: policy.tcp_bind_ports.clone(),
+            tcp_by_supervisor: layers.tcp_by_supervisor(),
+            scope_by_supervisor: layers.scope_by_supervisor(),
         };
         let workspace = cstring(workspace.as_os_str().as_bytes())?;
         Ok(Self {
@@ -430,6 +465,7 @@ impl PreparedPolicy {
             ruleset,
             filter,
             mediation: Arc::new(mediation),
+            layers,
         })
     }
 
@@ -446,6 +482,11 @@ impl PreparedPolicy {
     /// Landlock ABI of the running kernel.
     pub fn landlock_abi(&self) -> i32 {
         self.ruleset.kernel_abi
+    }
+
+    /// The Landlock ABI in use and the layer enforcing each protection.
+    pub fn layers(&self) -> &Layers {
+        &self.layers
     }
 
     /// Resolves and authorizes `argv[0]`; returns the program to execute and argv.

@@ -10,8 +10,8 @@ use std::sync::mpsc::Sender;
 use serde::{Deserialize, Serialize};
 
 use crate::decode::{SockAddr, Target, describe};
-use crate::filter::{MEDIATED, syscall_name};
-use crate::sys::{self, Answer, Readiness};
+use crate::filter::{MEDIATED, SIGNAL_CALLS, syscall_name};
+use crate::sys::{self, Answer, Readiness, SocketCall};
 
 /// Most denials kept per run; past it they are counted, not stored (a tool spinning
 /// on a denied call must not exhaust the supervisor's memory).
@@ -37,10 +37,11 @@ pub struct DeniedSyscall {
     pub decoded: Option<String>,
 }
 
-/// What the supervisor lets continue among the [`MEDIATED`] calls.
+/// What the supervisor lets continue among the [`MEDIATED`] calls (and, before
+/// Landlock ABI 6, the [`SIGNAL_CALLS`]).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Mediation {
-    /// Mediated calls the policy lists (others are denied outright).
+    /// Mediated and signal calls the policy lists (others are denied outright).
     pub(crate) listed: BTreeSet<&'static str>,
     /// Canonical roots under which `execve` may continue.
     pub(crate) exec_roots: Vec<PathBuf>,
@@ -48,22 +49,86 @@ pub(crate) struct Mediation {
     pub(crate) connect_ports: BTreeSet<u16>,
     /// TCP ports `bind` may use.
     pub(crate) bind_ports: BTreeSet<u16>,
+    /// Landlock ABI < 4: an authorized TCP `connect`/`bind` is made by the
+    /// supervisor on a duplicate of the tool's socket (no Landlock check after a
+    /// `CONTINUE` would catch a swapped address).
+    pub(crate) tcp_by_supervisor: bool,
+    /// Landlock ABI < 6: no scoping, so abstract UNIX `connect` is denied and
+    /// signals reach only the tool's own process.
+    pub(crate) scope_by_supervisor: bool,
+}
+
+/// What the supervisor does with one notification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Decision {
+    /// Let the call run (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`).
+    Continue,
+    /// Make the call itself on a duplicate of the tool's socket `fd`, with the
+    /// address bytes that were checked.
+    Perform {
+        call: SocketCall,
+        fd: i32,
+        addr: Vec<u8>,
+    },
+    /// Record it and answer `EPERM`.
+    Deny,
 }
 
 impl Mediation {
-    /// Whether a mediated call may continue (to Landlock, which decides again).
-    fn allows(&self, name: &str, target: &Target, args: &[u64; 6]) -> bool {
+    /// What to do with a notified call the policy may allow.
+    fn decide(&self, name: &str, target: &Target, args: &[u64; 6]) -> Decision {
         if !self.listed.contains(name) {
-            return false;
+            return Decision::Deny;
         }
-        match name {
-            "execve" => self.exec_allowed(target.path(None, args[0])),
-            "execveat" => self.exec_allowed(target.path(Some(args[0]), args[1])),
-            "connect" => {
-                Self::connect_allowed(target.sockaddr(args[1], args[2]), &self.connect_ports)
+        let allow = |ok: bool| {
+            if ok {
+                Decision::Continue
+            } else {
+                Decision::Deny
             }
-            "bind" => Self::bind_allowed(target.sockaddr(args[1], args[2]), &self.bind_ports),
-            _ => false,
+        };
+        match name {
+            "execve" => allow(self.exec_allowed(target.path(None, args[0]))),
+            "execveat" => allow(self.exec_allowed(target.path(Some(args[0]), args[1]))),
+            "connect" | "bind" => self.socket(name, target, args),
+            _ if SIGNAL_CALLS.contains(&name) => allow(own_process(name, target, args)),
+            _ => Decision::Deny,
+        }
+    }
+
+    fn socket(&self, name: &str, target: &Target, args: &[u64; 6]) -> Decision {
+        let Some((bytes, addr)) = target.sockaddr_raw(args[1], args[2]) else {
+            return Decision::Deny;
+        };
+        let (call, ports) = if name == "connect" {
+            (SocketCall::Connect, &self.connect_ports)
+        } else {
+            (SocketCall::Bind, &self.bind_ports)
+        };
+        let allowed = match (&addr, call) {
+            // Landlock (ABI < 9) does not check `connect` on a pathname UNIX socket,
+            // so letting one continue would rest on a path the tool can swap after
+            // this check (a daemon's socket, such as Docker's, is a way out).
+            // Abstract names: Landlock's scope (ABI 6) confines them to the sandbox;
+            // without it, none is reachable.
+            (SockAddr::Unix(path), SocketCall::Connect) => {
+                path.starts_with('@') && !self.scope_by_supervisor
+            }
+            // Binding a UNIX socket creates a file (Landlock checks `MakeSock`
+            // beneath a create grant); abstract names are scoped.
+            (SockAddr::Unix(_), SocketCall::Bind) => true,
+            (a, _) => a.port().is_some_and(|p| ports.contains(&p)),
+        };
+        let tcp = !matches!(addr, SockAddr::Unix(_));
+        match (allowed, tcp && self.tcp_by_supervisor) {
+            (false, _) => Decision::Deny,
+            (true, false) => Decision::Continue,
+            (true, true) => Decision::Perform {
+                call,
+                // An `int` descriptor: the kernel reads the low 32 bits.
+                fd: args[0] as u32 as i32,
+                addr: bytes,
+            },
         }
     }
 
@@ -75,29 +140,54 @@ impl Mediation {
             .iter()
             .any(|root| canonical.starts_with(root))
     }
+}
 
-    /// TCP: the port must be listed (Landlock enforces it again). Abstract UNIX
-    /// sockets: Landlock's scope confines them to the sandbox. Pathname UNIX
-    /// sockets: always denied — Landlock (ABI < 9) does not check `connect` on
-    /// them, so letting one continue would rest on a path the tool can swap
-    /// after this check (a daemon's socket, such as Docker's, is a way out).
-    fn connect_allowed(addr: Option<SockAddr>, ports: &BTreeSet<u16>) -> bool {
-        match addr {
-            Some(SockAddr::Unix(path)) => path.starts_with('@'),
-            Some(a) => a.port().is_some_and(|p| ports.contains(&p)),
-            None => false,
-        }
+/// Whether a signal call targets the caller's own process (before Landlock ABI 6
+/// nothing else is safe: the caller is stopped in the call, so its pid cannot be
+/// reused, and `tgkill` checks that the thread belongs to that process).
+fn own_process(name: &str, target: &Target, args: &[u64; 6]) -> bool {
+    let Some(tgid) = target.tgid() else {
+        return false;
+    };
+    // `pid_t` arguments: the kernel reads the low 32 bits.
+    let first = args[0] as u32 as i32;
+    match name {
+        "kill" | "rt_sigqueueinfo" | "tgkill" | "rt_tgsigqueueinfo" => first == tgid,
+        "tkill" => u32::try_from(first).is_ok_and(|t| t == target.tid()),
+        _ => false,
     }
+}
 
-    /// TCP: the port must be listed. UNIX: binding creates a socket file, which
-    /// Landlock checks (`MakeSock` beneath a create grant); abstract names are scoped.
-    fn bind_allowed(addr: Option<SockAddr>, ports: &BTreeSet<u16>) -> bool {
-        match addr {
-            Some(SockAddr::Unix(_)) => true,
-            Some(a) => a.port().is_some_and(|p| ports.contains(&p)),
-            None => false,
-        }
+/// Makes the tool's authorized `connect`/`bind` on a duplicate of its socket
+/// (`pidfd_getfd`), with the address bytes that were checked, and gives the tool
+/// the result. `None`: the target is gone (no answer is possible).
+fn perform(
+    listener: std::os::fd::BorrowedFd<'_>,
+    id: u64,
+    target: &Target,
+    call: SocketCall,
+    sock: i32,
+    addr: &[u8],
+) -> Option<Answer> {
+    const EBADF: i32 = 9;
+    let duplicate = target
+        .tgid()
+        .and_then(|tgid| sys::pidfd_open(tgid).ok())
+        .map(|pidfd| sys::pidfd_getfd(pidfd.as_fd(), sock));
+    // Validated after the pid was used: the pidfd names the process that was
+    // stopped in this call, not one that reused its pid.
+    if !sys::notif_id_valid(listener, id) {
+        return None;
     }
+    let answer = match duplicate {
+        Some(Ok(dup)) => match sys::socket_call(dup.as_fd(), call, addr) {
+            Ok(()) => Answer::Value(0),
+            Err(errno) => Answer::Errno(errno),
+        },
+        Some(Err(e)) => Answer::Errno(e.raw_os_error().unwrap_or(EBADF)),
+        None => Answer::Errno(EBADF),
+    };
+    Some(answer)
 }
 
 /// What the supervisor hands back when it ends.
@@ -143,19 +233,42 @@ fn serve_one(
     let name = syscall_name(nr).unwrap_or_else(|| format!("nr:{nr}"));
     let args = req.args;
     let target = Target::open(req.pid);
-    let allow = MEDIATED.contains(&name.as_str()) && mediation.allows(&name, &target, &args);
-    let decoded = if allow {
-        None
+    let notified_by_policy =
+        MEDIATED.contains(&name.as_str()) || SIGNAL_CALLS.contains(&name.as_str());
+    let decision = if notified_by_policy {
+        mediation.decide(&name, &target, &args)
     } else {
-        describe(&target, &name, &args)
+        Decision::Deny
     };
+    let decoded = if decision == Decision::Deny {
+        describe(&target, &name, &args)
+    } else {
+        None
+    };
+    match decision {
+        Decision::Continue => {
+            // The id check after reading: if the target died (and its pid was
+            // reused), what was read may belong to another process.
+            if sys::notif_id_valid(fd, req.id) {
+                let _ = sys::notif_send(fd, req.id, Answer::Continue);
+            }
+            return;
+        }
+        Decision::Perform {
+            call,
+            fd: sock,
+            addr,
+        } => {
+            if let Some(answer) = perform(fd, req.id, &target, call, sock, &addr) {
+                let _ = sys::notif_send(fd, req.id, answer);
+            }
+            return;
+        }
+        Decision::Deny => {}
+    }
     // The id check after reading: if the target died (and its pid was reused),
     // the bytes read may belong to another process, so they are dropped.
     let valid = sys::notif_id_valid(fd, req.id);
-    if allow && valid {
-        let _ = sys::notif_send(fd, req.id, Answer::Continue);
-        return;
-    }
     let event = DeniedSyscall {
         pid: req.pid,
         nr,

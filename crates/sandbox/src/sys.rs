@@ -75,6 +75,34 @@ pub(crate) enum Answer {
     Continue,
     /// Fail it with this (positive) errno.
     Errno(i32),
+    /// Return this value without running it (the supervisor made the call).
+    Value(i64),
+}
+
+/// Which socket call [`socket_call`] makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SocketCall {
+    /// `connect(2)`.
+    Connect,
+    /// `bind(2)`.
+    Bind,
+}
+
+/// `connect` or `bind` of `sock` to the raw socket address `addr`; the errno on failure.
+pub(crate) fn socket_call(sock: BorrowedFd<'_>, call: SocketCall, addr: &[u8]) -> Result<(), i32> {
+    let len = libc::socklen_t::try_from(addr.len()).map_err(|_| libc::EINVAL)?;
+    let ptr = addr.as_ptr().cast::<libc::sockaddr>();
+    // SAFETY: `ptr` points at `len` readable bytes that outlive the call; the
+    // kernel copies the address in (no alignment is required of the buffer).
+    let r = unsafe {
+        match call {
+            SocketCall::Connect => libc::connect(sock.as_raw_fd(), ptr, len),
+            SocketCall::Bind => libc::bind(sock.as_raw_fd(), ptr, len),
+        }
+    };
+    // EINTR (a connect interrupted) goes back to the tool, as the kernel would
+    // answer it: the connection goes on and the tool's retry sees `EALREADY`.
+    if r == 0 { Ok(()) } else { Err(errno()) }
 }
 
 /// Receives the next notification (`SECCOMP_IOCTL_NOTIF_RECV`); `ENOENT` when the
@@ -127,6 +155,7 @@ pub(crate) fn notif_send(listener: BorrowedFd<'_>, id: u64, answer: Answer) -> i
     let (val, error, flags) = match answer {
         Answer::Continue => (0, 0, libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32),
         Answer::Errno(e) => (0, -e, 0),
+        Answer::Value(v) => (v, 0, 0),
     };
     let mut resp = libc::seccomp_notif_resp {
         id,

@@ -12,7 +12,7 @@ const AUDIT_ARCH_I386: u32 = 0x4000_0003;
 const AUDIT_ARCH_AARCH64: u32 = 0xc000_00b7;
 
 /// What the filter must decide, written out without [`rules`] or the assembler.
-fn reference(allowed: &BTreeSet<String>, d: &SeccompData) -> u32 {
+fn reference(allowed: &BTreeSet<String>, fallbacks: Fallbacks, d: &SeccompData) -> u32 {
     if d.arch != AUDIT_ARCH_X86_64 || d.nr >= 0x4000_0000 {
         return ret::KILL_PROCESS;
     }
@@ -23,7 +23,19 @@ fn reference(allowed: &BTreeSet<String>, d: &SeccompData) -> u32 {
         return ret::ERRNO | 38;
     }
     let listed = allowed.contains(&name) || SANDBOX_INTERNAL.contains(&name.as_str());
-    if !listed || MEDIATED.contains(&name.as_str()) {
+    let signals = [
+        "kill",
+        "tkill",
+        "tgkill",
+        "rt_sigqueueinfo",
+        "rt_tgsigqueueinfo",
+        "pidfd_send_signal",
+    ];
+    if !listed
+        || MEDIATED.contains(&name.as_str())
+        || (fallbacks.truncate && (name == "truncate" || name == "openat2"))
+        || (fallbacks.scope && signals.contains(&name.as_str()))
+    {
         return ret::USER_NOTIF;
     }
     let [a0, a1, a2, a3, _, _] = d.args;
@@ -34,6 +46,12 @@ fn reference(allowed: &BTreeSet<String>, d: &SeccompData) -> u32 {
         "sendto" | "sendmmsg" => a3 & 0x2000_0000 == 0,
         "sendmsg" => a2 & 0x2000_0000 == 0,
         "prlimit64" => a0 == 0,
+        "open" | "openat" if fallbacks.truncate => {
+            let flags = if name == "open" { a1 } else { a2 };
+            flags & 0o1000 == 0 || matches!(flags & 3, 1 | 2)
+        }
+        "fcntl" if fallbacks.scope => !matches!(a1 as u32, 8 | 15),
+        "ioctl" if fallbacks.scope => !matches!(a1 as u32, 0x8901 | 0x8902),
         _ => true,
     };
     if ok { ret::ALLOW } else { ret::USER_NOTIF }
@@ -41,7 +59,16 @@ fn reference(allowed: &BTreeSet<String>, d: &SeccompData) -> u32 {
 
 /// Names every allowlist draws from: the argument-checked and special calls, and
 /// a spread of ordinary ones.
-const POOL: [&str; 24] = [
+const POOL: [&str; 33] = [
+    "open",
+    "openat",
+    "openat2",
+    "truncate",
+    "fcntl",
+    "ioctl",
+    "kill",
+    "tgkill",
+    "pidfd_send_signal",
     "read",
     "write",
     "openat",
@@ -111,6 +138,17 @@ fn arg() -> impl Strategy<Value = u64> {
             0x1_0000_0002,
             0x4000_0011,
             u64::MAX,
+            0o1000,
+            0o1001,
+            0o1002,
+            0o1003,
+            0o101_000,
+            8,
+            15,
+            0x8901,
+            0x8902,
+            0x1_0000_8901,
+            0xffff_ffff_0000_0008,
         ]),
         2 => any::<u64>(),
         // Small values with random high halves: the halves must both be compared.
@@ -136,12 +174,15 @@ proptest! {
         allowed in allowlist(),
         inputs in proptest::collection::vec(input(), 1..32),
         leaf in 1_usize..9,
+        truncate in any::<bool>(),
+        scope in any::<bool>(),
     ) {
-        let program = build(&rules(&allowed).map_err(|e| TestCaseError::fail(e.to_string()))?, leaf)
+        let fallbacks = Fallbacks { truncate, scope };
+        let program = build(&rules(&allowed, fallbacks).map_err(|e| TestCaseError::fail(e.to_string()))?, leaf)
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
         for d in &inputs {
             let (action, _) = run(program.instructions(), d).map_err(TestCaseError::fail)?;
-            prop_assert_eq!(action, reference(&allowed, d), "input {:?}", d);
+            prop_assert_eq!(action, reference(&allowed, fallbacks, d), "input {:?}", d);
         }
     }
 }
@@ -158,7 +199,7 @@ fn x86(nr: &str, args: [u64; 6]) -> SeccompData {
 }
 
 fn decide(allowed: &BTreeSet<String>, d: &SeccompData) -> Result<u32, String> {
-    let program = program(allowed).map_err(|e| e.to_string())?;
+    let program = program(allowed, Fallbacks::default()).map_err(|e| e.to_string())?;
     Ok(run(program.instructions(), d)?.0)
 }
 
@@ -181,7 +222,7 @@ fn names_and_numbers_agree() {
 fn unknown_names_are_refused() {
     let allowed: BTreeSet<String> = ["read", "no_such_call"].map(String::from).into();
     assert!(matches!(
-        program(&allowed),
+        program(&allowed, Fallbacks::default()),
         Err(FilterError::UnknownSyscall(n)) if n == "no_such_call"
     ));
 }
@@ -225,9 +266,44 @@ fn fixed_cases() -> Result<(), String> {
 }
 
 #[test]
+fn fallbacks_check_truncation_and_signal_owners() -> Result<(), String> {
+    let allowed: BTreeSet<String> = ["openat", "truncate", "fcntl", "kill"]
+        .map(String::from)
+        .into();
+    let both = Fallbacks {
+        truncate: true,
+        scope: true,
+    };
+    let program = program(&allowed, both).map_err(|e| e.to_string())?;
+    let run1 = |d: SeccompData| run(program.instructions(), &d).map(|r| r.0);
+    assert_eq!(
+        run1(x86("openat", [0, 0, 0o1000, 0, 0, 0]))?,
+        ret::USER_NOTIF
+    );
+    assert_eq!(run1(x86("openat", [0, 0, 0o1001, 0, 0, 0]))?, ret::ALLOW);
+    assert_eq!(run1(x86("openat", [0, 0, 0o100, 0, 0, 0]))?, ret::ALLOW);
+    assert_eq!(run1(x86("truncate", [0; 6]))?, ret::USER_NOTIF);
+    assert_eq!(run1(x86("kill", [0; 6]))?, ret::USER_NOTIF);
+    assert_eq!(run1(x86("fcntl", [3, 8, 0, 0, 0, 0]))?, ret::USER_NOTIF);
+    // The high half of an `int` command is ignored by the kernel, so here too.
+    assert_eq!(
+        run1(x86("fcntl", [3, 0x7_0000_0008, 0, 0, 0, 0]))?,
+        ret::USER_NOTIF
+    );
+    assert_eq!(run1(x86("fcntl", [3, 1, 0, 0, 0, 0]))?, ret::ALLOW);
+    // Without fallbacks, all of them are plain allows.
+    assert_eq!(
+        decide(&allowed, &x86("openat", [0, 0, 0o1000, 0, 0, 0]))?,
+        ret::ALLOW
+    );
+    assert_eq!(decide(&allowed, &x86("kill", [0; 6]))?, ret::ALLOW);
+    Ok(())
+}
+
+#[test]
 fn disassembly_shows_the_checks() -> Result<(), String> {
     let allowed: BTreeSet<String> = ["read", "clone", "socket"].map(String::from).into();
-    let text = disassemble(&allowed).map_err(|e| e.to_string())?;
+    let text = disassemble(&allowed, Fallbacks::default()).map_err(|e| e.to_string())?;
     assert!(text.starts_with("0000: ld   [arch]\n"), "{text}");
     assert!(text.contains("jeq  #0xc000003e"), "{text}");
     assert!(text.contains("jge  #0x40000000"), "{text}");
@@ -244,13 +320,20 @@ fn disassembly_shows_the_checks() -> Result<(), String> {
 #[test]
 fn large_programs_stay_correct() -> Result<(), String> {
     let everything: BTreeSet<String> = (0..470).filter_map(syscall_name).collect();
-    let program =
-        build(&rules(&everything).map_err(|e| e.to_string())?, 1).map_err(|e| e.to_string())?;
+    let program = build(
+        &rules(&everything, Fallbacks::default()).map_err(|e| e.to_string())?,
+        1,
+    )
+    .map_err(|e| e.to_string())?;
     assert!(program.instructions().len() > 256);
     for name in &everything {
         let d = x86(name, [0; 6]);
         let (action, _) = run(program.instructions(), &d)?;
-        assert_eq!(action, reference(&everything, &d), "{name}");
+        assert_eq!(
+            action,
+            reference(&everything, Fallbacks::default(), &d),
+            "{name}"
+        );
     }
     Ok(())
 }
@@ -261,7 +344,7 @@ fn large_programs_stay_correct() -> Result<(), String> {
 #[test]
 fn leaf_size_cost() -> Result<(), String> {
     let allowed = terminal()?;
-    let rules = rules(&allowed).map_err(|e| e.to_string())?;
+    let rules = rules(&allowed, Fallbacks::default()).map_err(|e| e.to_string())?;
     let mut cost = Vec::new();
     for leaf in [1, 2, 4, 8, 16, usize::MAX] {
         let program = build(&rules, leaf).map_err(|e| e.to_string())?;

@@ -223,3 +223,78 @@ fn baseline() -> TestResult {
     );
     Ok(())
 }
+
+/// The corpus at every Landlock ABI from 1 to 7, capped on this kernel: every
+/// attack prevented, or the whole run refused naming the missing feature. Levels
+/// above the kernel's own run at the kernel's ABI (the cap cannot raise it).
+#[test]
+fn every_landlock_abi_level_prevents_the_corpus_or_refuses() -> TestResult {
+    use knox_sandbox::corpus::CorpusError;
+    use knox_sandbox::ruleset::LandlockError;
+    use knox_sandbox::{Layer, Protection, SandboxError};
+    require_kernel!();
+    let fixture = Fixture::new(probe())?;
+    let cases = corpus::cases();
+    let mut table = Vec::new();
+    let mut failures = Vec::new();
+    for cap in 1..=7_u8 {
+        let sandbox = Sandbox::new(SandboxConfig {
+            landlock_abi_max: Some(cap),
+            ..SandboxConfig::default()
+        })?;
+        let policy = fixture.confined_policy()?;
+        let layers = sandbox.prepare(&policy)?.layers().clone();
+        assert_eq!(
+            layers.landlock_abi,
+            cap.min(layers.landlock_abi_kernel),
+            "the cap must set the ABI in use"
+        );
+        let (mut prevented, mut refused, mut recorded) = (0, Vec::new(), 0);
+        for case in &cases {
+            match corpus::run_case(&fixture, &sandbox, case, Mode::Confined) {
+                Ok(r) if r.attack_succeeded => {
+                    failures.push(format!("abi {cap}: {}: {}", r.id, r.detail))
+                }
+                Ok(r) => {
+                    prevented += 1;
+                    recorded += usize::from(r.recorded);
+                }
+                Err(CorpusError::Sandbox(SandboxError::Landlock(LandlockError::Layers(e)))) => {
+                    refused.push(format!("{}: {e}", case.id));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let not_landlock: Vec<String> = layers
+            .enforced_by
+            .iter()
+            .filter(|(_, l)| **l != Layer::Landlock)
+            .map(|(p, l)| format!("{p:?}={l:?}"))
+            .collect();
+        assert!(
+            layers.landlock_abi >= 6
+                || layers.enforced_by.get(&Protection::Signals) == Some(&Layer::SupervisorDeny)
+        );
+        table.push(format!(
+            "| {cap} | {} | {prevented}/{} | {} | {recorded} | {} |",
+            layers.landlock_abi,
+            cases.len(),
+            refused.len(),
+            if not_landlock.is_empty() {
+                "all Landlock".to_owned()
+            } else {
+                not_landlock.join(", ")
+            }
+        ));
+    }
+    println!(
+        "| cap | ABI in use | prevented | refused | recorded by a kernel event | layers other than Landlock |\n|---|---|---|---|---|---|\n{}",
+        table.join("\n")
+    );
+    assert!(
+        failures.is_empty(),
+        "attacks that succeeded:\n{}",
+        failures.join("\n")
+    );
+    Ok(())
+}

@@ -1,5 +1,6 @@
 //! Integration suites, one file per layer.
 
+mod abi;
 mod corpus;
 mod exec;
 mod filesystem;

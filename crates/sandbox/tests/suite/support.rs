@@ -52,7 +52,7 @@ impl Fixture {
     }
 }
 
-/// Whether this kernel can run the sandbox at all (Landlock ABI ≥ 6, seccomp user
+/// Whether this kernel can run the sandbox at all (Landlock ABI ≥ 1, seccomp user
 /// notification, cgroups for root); prints why not. Only a missing kernel feature
 /// skips a test — any other failure fails it.
 pub fn kernel_supports_sandbox() -> bool {
