@@ -259,8 +259,23 @@ fn serve_one(
             fd: sock,
             addr,
         } => {
-            if let Some(answer) = perform(fd, req.id, &target, call, sock, &addr) {
-                let _ = sys::notif_send(fd, req.id, answer);
+            // On its own thread: a blocking `connect` to an unanswering host would
+            // otherwise hold up every other notification (and the stop check). The
+            // threads are bounded by the tool's threads stopped in such calls.
+            let id = req.id;
+            let spawned = listener.try_clone().and_then(|listener| {
+                std::thread::Builder::new()
+                    .name("knox-sock".into())
+                    .spawn(move || {
+                        let fd = listener.as_fd();
+                        if let Some(answer) = perform(fd, id, &target, call, sock, &addr) {
+                            let _ = sys::notif_send(fd, id, answer);
+                        }
+                    })
+            });
+            if spawned.is_err() {
+                const EAGAIN: i32 = 11;
+                let _ = sys::notif_send(fd, id, Answer::Errno(EAGAIN));
             }
             return;
         }
