@@ -12,12 +12,13 @@ use landlock::{
 use crate::policy::{Access, SandboxPolicy};
 use crate::sys;
 
-/// The newest Landlock ABI whose rights the sandbox uses (file-system rights up to
-/// `IoctlDev` (5), TCP bind/connect (4), signal and abstract-socket scoping (6)).
-/// Older ABIs work too: what they lack is enforced by another layer
-/// ([`crate::layers`]). The ruleset handles exactly the rights of the ABI in use
+/// The newest Landlock ABI whose access rights the sandbox uses (file-system
+/// rights up to `IoctlDev` (5), TCP bind/connect (4), signal and abstract-socket
+/// scoping (6); 7 adds only audit). Any ABI from [`crate::layers::MIN_ABI`] works:
+/// what an older one lacks is enforced by another layer ([`crate::layers`]). The
+/// ruleset handles exactly the rights of the ABI in use
 /// ([`CompatLevel::HardRequirement`]), so nothing is silently dropped.
-pub const REQUIRED_ABI: u8 = 6;
+pub const FULL_RIGHTS_ABI: u8 = 6;
 
 /// `LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON` (ABI 7): audit denials of the executed tool,
 /// which by default are only logged for the process that called `landlock_restrict_self`.
