@@ -26,12 +26,14 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// Creates the journal file and writes its header.
+    /// Creates the journal file, opened `O_APPEND`, with its header line already
+    /// written and fsynced (under a temporary name, renamed into place): a journal is
+    /// never empty, whenever the process dies. An existing file of that name is
+    /// replaced.
     pub fn create(path: &Path, header: &impl Serialize) -> io::Result<Self> {
-        let mut file = File::create(path)?;
         let mut line = serde_json::to_vec(header).map_err(io::Error::other)?;
         line.push(b'\n');
-        file.write_all(&line)?;
+        let file = crate::files::create_with_header(path, &line)?;
         Ok(Self {
             file,
             line: Vec::with_capacity(1024),
@@ -42,8 +44,14 @@ impl Journal {
         self.line.clear();
         serde_json::to_writer(&mut self.line, node).map_err(io::Error::other)?;
         self.line.push(b'\n');
-        // One write per node: a killed run leaves every committed node on disk.
+        // One write per node (`O_APPEND`): a killed run leaves every committed node on
+        // disk, each line whole or (the last only) cut.
         self.file.write_all(&self.line)
+    }
+
+    /// Flushes the journal to the disk (at the end of a run).
+    fn sync(&mut self) -> io::Result<()> {
+        self.file.sync_data()
     }
 }
 
@@ -154,7 +162,12 @@ impl AegBuilder {
     }
 
     /// Finishes the graph: nodes, `c_N`, `s`, counts, and the first journal error if any.
-    pub fn finish(self) -> FinishedAeg {
+    pub fn finish(mut self) -> FinishedAeg {
+        if let Some(j) = &mut self.journal
+            && let Err(e) = j.sync()
+        {
+            self.journal_error.get_or_insert(e);
+        }
         FinishedAeg {
             structure_root: merkle::root(&self.leaves),
             chain_head: self.chain,

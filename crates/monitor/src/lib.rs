@@ -3,6 +3,7 @@
 pub mod aeg;
 pub mod apm;
 pub mod executor;
+pub mod files;
 pub mod guard;
 pub mod monitor;
 pub mod planner;

@@ -1,0 +1,328 @@
+//! Crash-safe, concurrent-safe and bounded file handling, shared by every writer and
+//! reader of Knox's files (the `knox` commands, journals, the evaluation):
+//!
+//! - [`write_atomic`]: a whole output file is written to a temporary file in the same
+//!   directory, fsynced, renamed over the name and the directory fsynced — a reader (or
+//!   a crash) sees the old file or the new one, never a part or an empty file;
+//! - [`create_with_header`]: an append-only file (a journal) born with its header line
+//!   already on disk, fsynced, so it is never empty;
+//! - [`read_capped`]: an input read only when it is a regular file, at most a cap —
+//!   a FIFO, a device or a directory is refused without blocking or reading;
+//! - [`OutDir::lock`]: one process at a time writes into an output directory.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read as _, Write as _};
+use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// `O_NONBLOCK` on Linux: opening a FIFO with no writer returns at once instead of
+/// waiting (the file is then refused as not a regular file).
+const O_NONBLOCK: i32 = 0o4000;
+
+/// Name of the lock file [`OutDir::lock`] keeps in an output directory.
+pub const LOCK_FILE: &str = ".knox.lock";
+
+/// Why an input file was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// It does not exist.
+    #[error("`{0}` does not exist: check the path")]
+    NotFound(PathBuf),
+    /// It is a directory, a FIFO, a device or a socket.
+    #[error("`{0}` is {1}, not a regular file: name a file")]
+    NotRegular(PathBuf, &'static str),
+    /// It is larger than the cap for what it is.
+    #[error("`{0}` is larger than {1} bytes, the most knox reads for this input")]
+    TooLarge(PathBuf, u64),
+    /// Opening or reading it failed.
+    #[error("`{0}` cannot be read: {1}")]
+    Io(PathBuf, io::Error),
+}
+
+/// What a file of type `t` is, in words, when it is not a regular file.
+fn not_regular(t: std::fs::FileType) -> Option<&'static str> {
+    if t.is_file() {
+        None
+    } else if t.is_dir() {
+        Some("a directory")
+    } else if t.is_fifo() {
+        Some("a FIFO (named pipe)")
+    } else if t.is_char_device() || t.is_block_device() {
+        Some("a device")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else {
+        Some("not a regular file")
+    }
+}
+
+/// Reads the regular file `path`, of at most `cap` bytes. Never blocks on a FIFO (it is
+/// opened non-blocking and refused), never reads more than `cap + 1` bytes, never
+/// allocates for more than it read.
+pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, ReadError> {
+    let owned = || path.to_path_buf();
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => ReadError::NotFound(owned()),
+            _ => ReadError::Io(owned(), e),
+        })?;
+    let meta = file.metadata().map_err(|e| ReadError::Io(owned(), e))?;
+    if let Some(what) = not_regular(meta.file_type()) {
+        return Err(ReadError::NotRegular(owned(), what));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len().min(cap)).unwrap_or(0));
+    file.take(cap.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| ReadError::Io(owned(), e))?;
+    if bytes.len() as u64 > cap {
+        return Err(ReadError::TooLarge(owned(), cap));
+    }
+    Ok(bytes)
+}
+
+/// A name for a temporary file beside `path`, unique in this process.
+fn temporary(path: &Path) -> io::Result<PathBuf> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::other("the path names no file"))?;
+    let mut tmp = std::ffi::OsString::from(".");
+    tmp.push(name);
+    tmp.push(format!(
+        ".tmp-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    Ok(path.with_file_name(tmp))
+}
+
+/// The directory holding `path`.
+fn parent(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// Fsyncs the directory `dir`, so a rename or creation in it survives a crash.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Options of [`write_atomic_with`].
+#[derive(Debug, Clone, Copy)]
+pub struct WriteOptions {
+    /// The file's mode (e.g. 0o600 for a private key).
+    pub mode: u32,
+    /// Refuse when `path` exists instead of replacing it.
+    pub create_new: bool,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        Self {
+            mode: 0o644,
+            create_new: false,
+        }
+    }
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory,
+/// written, fsynced and renamed over `path`; then the directory is fsynced.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomic_with(path, bytes, WriteOptions::default())
+}
+
+/// [`write_atomic`] with a mode, and optionally refusing an existing `path` (then the
+/// file is linked into place, which fails if the name exists, even under a race).
+pub fn write_atomic_with(path: &Path, bytes: &[u8], opts: WriteOptions) -> io::Result<()> {
+    let tmp = temporary(path)?;
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(opts.mode)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        if opts.create_new {
+            std::fs::hard_link(&tmp, path)?;
+            std::fs::remove_file(&tmp)?;
+        } else {
+            std::fs::rename(&tmp, path)?;
+        }
+        sync_dir(parent(path))
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Creates the append-only file `path` (opened `O_APPEND`) holding `header` already
+/// written and fsynced: it is written under a temporary name and renamed into place, so
+/// `path` never exists empty or with a partial header. An existing `path` is replaced.
+pub fn create_with_header(path: &Path, header: &[u8]) -> io::Result<File> {
+    let tmp = temporary(path)?;
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .append(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&tmp)?;
+        f.write_all(header)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        sync_dir(parent(path))?;
+        Ok(f)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Why an output directory was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum OutDirError {
+    /// Another process holds its lock.
+    #[error(
+        "`{0}` is in use by another knox process (it holds `{LOCK_FILE}` there): wait for it to finish or choose another --out"
+    )]
+    Busy(PathBuf),
+    /// It holds files and `--force` was not given.
+    #[error(
+        "`{0}` is not empty: choose a new or empty --out, or add --force to write into it (files of the same name are replaced)"
+    )]
+    NotEmpty(PathBuf),
+    /// It exists and is not a directory.
+    #[error("`{0}` exists and is not a directory")]
+    NotADirectory(PathBuf),
+    /// It cannot be created, locked or listed.
+    #[error("cannot use the output directory `{0}`: {1}")]
+    Io(PathBuf, io::Error),
+}
+
+/// An output directory held by this process: an exclusive `flock` on its
+/// [`LOCK_FILE`], released when this value is dropped (or the process ends, however).
+#[derive(Debug)]
+pub struct OutDir {
+    path: PathBuf,
+    _lock: File,
+}
+
+impl OutDir {
+    /// Creates `dir` (and its parents) if needed and locks it; refuses it when another
+    /// process holds it, and, unless `force`, when it holds any file (the lock file
+    /// aside).
+    pub fn lock(dir: &Path, force: bool) -> Result<Self, OutDirError> {
+        let owned = || dir.to_path_buf();
+        if dir.exists() && !dir.is_dir() {
+            return Err(OutDirError::NotADirectory(owned()));
+        }
+        std::fs::create_dir_all(dir).map_err(|e| OutDirError::Io(owned(), e))?;
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .open(dir.join(LOCK_FILE))
+            .map_err(|e| OutDirError::Io(owned(), e))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Err(OutDirError::Busy(owned())),
+            Err(std::fs::TryLockError::Error(e)) => return Err(OutDirError::Io(owned(), e)),
+        }
+        if !force {
+            let mut entries = std::fs::read_dir(dir).map_err(|e| OutDirError::Io(owned(), e))?;
+            let other = entries.any(|e| e.map_or(true, |e| e.file_name() != LOCK_FILE));
+            if other {
+                return Err(OutDirError::NotEmpty(owned()));
+            }
+        }
+        Ok(Self {
+            path: owned(),
+            _lock: lock,
+        })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The identity (device, inode) of an existing file, for telling whether an output
+/// would overwrite an input; `None` when `path` does not exist.
+pub fn identity(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("knox-files-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temporary() {
+        let d = scratch("atomic");
+        let p = d.join("a.json");
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        let opts = WriteOptions {
+            create_new: true,
+            ..WriteOptions::default()
+        };
+        assert!(write_atomic_with(&p, b"three", opts).is_err());
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn capped_reader_refuses_large_and_irregular_files() {
+        let d = scratch("capped");
+        let p = d.join("x");
+        std::fs::write(&p, b"12345").unwrap();
+        assert_eq!(read_capped(&p, 5).unwrap(), b"12345");
+        assert!(matches!(read_capped(&p, 4), Err(ReadError::TooLarge(..))));
+        assert!(matches!(read_capped(&d, 4), Err(ReadError::NotRegular(..))));
+        assert!(matches!(
+            read_capped(Path::new("/dev/zero"), 4),
+            Err(ReadError::NotRegular(..))
+        ));
+        assert!(matches!(
+            read_capped(&d.join("none"), 4),
+            Err(ReadError::NotFound(..))
+        ));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn out_dir_is_exclusive_and_refuses_files_without_force() {
+        let d = scratch("outdir");
+        let held = OutDir::lock(&d, false).unwrap();
+        assert!(matches!(OutDir::lock(&d, true), Err(OutDirError::Busy(_))));
+        drop(held);
+        std::fs::write(d.join("x"), b"").unwrap();
+        assert!(matches!(
+            OutDir::lock(&d, false),
+            Err(OutDirError::NotEmpty(_))
+        ));
+        assert!(OutDir::lock(&d, true).is_ok());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
