@@ -189,6 +189,9 @@ impl GuardPool {
     }
 }
 
+/// The largest pool file [`Pool::read`] reads (a full pool is a few MB).
+pub const MAX_POOL_BYTES: u64 = 64 << 20;
+
 /// The whole pool.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -210,16 +213,23 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// Writes the pool as pretty JSON.
+    /// Writes the pool as pretty JSON (atomically: a temporary file renamed).
     pub fn write(&self, path: &Path) -> Result<(), EvalError> {
         let bytes = serde_json::to_vec_pretty(self)?;
-        std::fs::write(path, bytes).map_err(|e| EvalError::io(path, e))
+        knox_monitor::files::write_atomic(path, &bytes).map_err(|e| EvalError::io(path, e))
     }
 
-    /// Reads a pool written by [`Pool::write`].
+    /// Reads a pool written by [`Pool::write`]: a regular file of at most
+    /// [`MAX_POOL_BYTES`].
     pub fn read(path: &Path) -> Result<Self, EvalError> {
-        let bytes = std::fs::read(path).map_err(|e| EvalError::io(path, e))?;
-        let pool: Self = serde_json::from_slice(&bytes)?;
+        let bytes = knox_monitor::files::read_capped(path, MAX_POOL_BYTES)
+            .map_err(|e| EvalError::Invalid(e.to_string()))?;
+        Self::parse(path, &bytes)
+    }
+
+    /// Parses the pool file `path`, read as `bytes`.
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<Self, EvalError> {
+        let pool: Self = serde_json::from_slice(bytes)?;
         if pool.format != POOL_FORMAT {
             return Err(EvalError::Invalid(format!(
                 "`{}` is not a {POOL_FORMAT} file",

@@ -128,7 +128,8 @@ fn blind_runtime(rt: &Runtime, opts: &Options<'_>) -> Result<Runtime, EvalError>
     let toml = manifest
         .needs_toml()
         .map_err(|e| EvalError::Invalid(format!("writing `{}`: {e}", path.display())))?;
-    std::fs::write(&path, toml).map_err(|e| EvalError::io(&path, e))?;
+    knox_monitor::files::write_atomic(&path, toml.as_bytes())
+        .map_err(|e| EvalError::io(&path, e))?;
     Ok(Runtime::start(
         opts.backend,
         &rt.platform.nonce.0,
@@ -325,7 +326,7 @@ impl Ctx<'_, '_> {
         let traces = trace::traces(&outcome.bundle, flows.len(), &logs)?;
         std::fs::create_dir_all(dir).map_err(|e| EvalError::io(dir, e))?;
         let path = dir.join(format!("{run_id}.json"));
-        std::fs::write(&path, serde_json::to_vec(&outcome.bundle)?)
+        knox_monitor::files::write_atomic(&path, &serde_json::to_vec(&outcome.bundle)?)
             .map_err(|e| EvalError::io(&path, e))?;
         self.verification.bundles += 1;
         match &report.outcome {
