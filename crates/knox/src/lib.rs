@@ -23,3 +23,4 @@ pub mod cmd;
 pub mod error;
 pub mod fuzz;
 pub mod session;
+pub mod signals;

@@ -188,6 +188,13 @@ fn main() -> ExitCode {
         }
     };
     let json = cli.command.json();
+    // Before any work: a stop signal arriving while the run starts up stops it with
+    // evidence instead of killing it.
+    if matches!(cli.command, Command::Run(_))
+        && let Err(e) = knox::signals::install()
+    {
+        return failed(error::classify(&e), &format!("{e:#}"), json);
+    }
     let result = match &cli.command {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Run(a) => cmd::run::run(a),

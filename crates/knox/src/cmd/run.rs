@@ -30,9 +30,13 @@ pub struct RunArgs {
     /// bundled by the workload's task count, the remainder dropped.
     #[arg(long, default_value_t = 60)]
     pub flows: usize,
-    /// Output directory for bundles and the summary.
+    /// Output directory for bundles and the summary: new or empty (locked for the run).
     #[arg(value_parser = crate::cmd::path, long)]
     pub out: PathBuf,
+    /// Write into a non-empty `--out` (files of the same name are replaced; the folder
+    /// is still locked against a concurrent run).
+    #[arg(long)]
+    pub force: bool,
     /// Also append every node to `<run>.journal.jsonl` as it is committed.
     #[arg(long)]
     pub journal: bool,
@@ -45,7 +49,8 @@ pub struct RunArgs {
     /// Stop guard: run timeout in milliseconds.
     #[arg(long)]
     pub timeout_ms: Option<u64>,
-    /// Stop guard: stop when this file exists (SIGUSR1 also stops the run).
+    /// Stop guard: stop when this file exists (SIGUSR1, SIGTERM and SIGINT also stop
+    /// the run; a second SIGTERM or SIGINT ends it at once).
     #[arg(value_parser = crate::cmd::path, long)]
     pub stop_file: Option<PathBuf>,
     /// Epoch nonce (hex) bound into the platform evidence with the signing key.
@@ -101,17 +106,16 @@ pub fn run(args: &RunArgs) -> Result<i32> {
             "--regulations applies to the InjecAgent suite (terminal tasks disclose nothing)",
         ));
     }
-    super::create_dir(&args.out)?;
+    let _out = super::out_dir(&args.out, args.force)?;
     let mut regulation = args.regulation.setup()?;
     let backend = session::backend(&args.platform)?;
     let rt = session::runtime_with(backend.as_ref(), &nonce)?;
     let manifest = session::embedded_manifest()?;
-    let mut signal = StopSignal::new();
+    // `main` installed the handlers of SIGUSR1, SIGTERM and SIGINT before any work.
+    let mut signal = StopSignal::from_flag(crate::signals::stop_flag());
     if let Some(f) = &args.stop_file {
         signal = signal.with_file(f.clone());
     }
-    signal_hook::flag::register(signal_hook::consts::SIGUSR1, signal.flag())
-        .kind_context(Kind::Software, || "registering SIGUSR1".into())?;
     let external = args.stop_file.is_some() || cfg!(unix);
     let stop = StopPolicy {
         timeout_ms: args.timeout_ms,
@@ -201,6 +205,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         "verified_complete": complete,
         "not_complete": other,
         "platform": rt.platform.mode,
+        "stopped_by_signal": crate::signals::received(),
     });
     super::write_file(
         &args.out.join("summary.json"),

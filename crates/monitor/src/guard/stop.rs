@@ -18,6 +18,13 @@ impl StopSignal {
         Self::default()
     }
 
+    /// A signal that fires when `flag` is set: a flag the process's signal handlers
+    /// were registered with before any work began (so a signal arriving while the
+    /// run starts up still stops it, with evidence, instead of killing the process).
+    pub fn from_flag(flag: Arc<AtomicBool>) -> Self {
+        Self { flag, file: None }
+    }
+
     /// Also fire when `path` exists.
     pub fn with_file(mut self, path: PathBuf) -> Self {
         self.file = Some(path);
