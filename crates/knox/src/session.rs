@@ -62,9 +62,10 @@ pub fn backend(p: &PlatformArgs) -> Result<Box<dyn knox_attest::PlatformBackend>
                 .as_ref()
                 .ok_or_else(|| crate::cmd::usage("--collateral is required with --platform tdx"))?;
             let collateral: serde_json::Value =
-                serde_json::from_slice(&crate::cmd::read_input(path)?).map_err(|e| {
-                    crate::cmd::bad_input(path, "Intel collateral (dcap-qvl JSON)", e)
-                })?;
+                serde_json::from_slice(&crate::cmd::read_input(path, crate::cmd::COLLATERAL)?)
+                    .map_err(|e| {
+                        crate::cmd::bad_input(path, "Intel collateral (dcap-qvl JSON)", e)
+                    })?;
             Box::new(knox_attest::hardware::collect::TdxBackend {
                 configfs: p.configfs.clone(),
                 collateral,

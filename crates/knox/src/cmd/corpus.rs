@@ -48,6 +48,10 @@ pub struct CorpusArgs {
     /// Also write the evidence bundle of the monitor + kernel run here.
     #[arg(value_parser = crate::cmd::path, long)]
     pub out: Option<PathBuf>,
+    /// Write into a non-empty `--out` (files of the same name are replaced; the folder
+    /// is still locked against a concurrent run).
+    #[arg(long, requires = "out")]
+    pub force: bool,
     /// Only cases whose id contains this.
     #[arg(long)]
     pub only: Option<String>,
@@ -76,6 +80,11 @@ fn kernel_events(r: &CaseResult) -> Vec<knox_types::payload::KernelEvent> {
 /// evidence verified, 1 otherwise.
 pub fn run(cmd: &CorpusCommand) -> Result<i32> {
     let CorpusCommand::Syscalls(args) = cmd;
+    let _out = args
+        .out
+        .as_deref()
+        .map(|d| crate::cmd::out_dir(d, args.force))
+        .transpose()?;
     let probe = locate_probe(args.probe.as_deref())?;
     let sandbox = Sandbox::new(SandboxConfig::default())
         .kind_context(Kind::Unavailable, || "starting the kernel sandbox".into())?;
@@ -207,7 +216,6 @@ pub fn run(cmd: &CorpusCommand) -> Result<i32> {
         knox_verify::Options::DANGEROUS_SIMULATED,
     );
     if let Some(dir) = &args.out {
-        crate::cmd::create_dir(dir)?;
         crate::cmd::write_file(
             &dir.join("corpus-syscalls.json"),
             serde_json::to_vec(&bundle)?,

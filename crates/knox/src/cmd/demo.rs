@@ -24,6 +24,10 @@ pub struct DemoArgs {
     /// the folder used is printed).
     #[arg(long, value_parser = crate::cmd::path)]
     pub out: Option<PathBuf>,
+    /// Write into a non-empty `--out` (files of the same name are replaced; the folder
+    /// is still locked against a concurrent demo). The default folder is always reused.
+    #[arg(long)]
+    pub force: bool,
     /// Planner and executor (`--planner`, `--executor`, `--cache-dir`); without
     /// `--executor`, the benign and then the injected deterministic executor.
     #[command(flatten)]
@@ -57,8 +61,9 @@ pub fn default_out() -> PathBuf {
 
 /// Runs the demo.
 pub fn run(args: &DemoArgs) -> Result<i32> {
+    // The default folder is the demo's own: each demo replaces the last one's files.
     let out = args.out.clone().unwrap_or_else(default_out);
-    super::create_dir(&out)?;
+    let _out = super::out_dir(&out, args.force || args.out.is_none())?;
     let text = !args.json;
     // Text lines, printed unless --json.
     macro_rules! say {
@@ -207,7 +212,7 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
     // Tamper with one byte of one node and verify again.
     let mut tampered_json = serde_json::Value::Null;
     if let Some(path) = injected_path {
-        let bytes = super::read_input(&path)?;
+        let bytes = super::read_input(&path, super::EVIDENCE)?;
         let mut bundle: knox_types::bundle::Bundle = serde_json::from_slice(&bytes)
             .map_err(|e| super::bad_input(&path, "an evidence bundle", e))?;
         let victim = bundle

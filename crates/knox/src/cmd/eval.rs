@@ -34,6 +34,10 @@ pub struct EvalArgs {
     /// verdicts.jsonl and every evidence bundle (bundles/).
     #[arg(value_parser = crate::cmd::path, long)]
     pub out: PathBuf,
+    /// Write into a non-empty `--out` (files of the same name are replaced; the folder
+    /// is still locked against a concurrent run).
+    #[arg(long)]
+    pub force: bool,
     /// Every guard and workload on a small subset (the first 12 flows of each pool), no
     /// corpus: well under a minute, for CI.
     #[arg(long)]
@@ -197,7 +201,8 @@ fn corpus(dir: &Path, rt: &Runtime) -> Corpus {
     let run = || -> Result<Corpus> {
         let exe = std::env::current_exe()?;
         let out = std::process::Command::new(&exe)
-            .args(["corpus", "syscalls", "--json", "--out"])
+            // `--force`: this evaluation holds its output folder, the corpus's parent.
+            .args(["corpus", "syscalls", "--json", "--force", "--out"])
             .arg(dir)
             .output()
             .context("running `knox corpus syscalls`")?;
@@ -214,7 +219,8 @@ fn corpus(dir: &Path, rt: &Runtime) -> Corpus {
             }
         };
         let path = dir.join("corpus-syscalls.json");
-        let bundle = knox_verify::parse_bundle(&crate::cmd::read_input(&path)?)?;
+        let bundle =
+            knox_verify::parse_bundle(&crate::cmd::read_input(&path, crate::cmd::EVIDENCE)?)?;
         let report = knox_verify::verify_bundle(
             &bundle,
             &rt.manifest,
@@ -233,14 +239,19 @@ fn corpus(dir: &Path, rt: &Runtime) -> Corpus {
 /// Runs the evaluation; exit 0 when every bundle verified `complete` and no guard
 /// scored a flow wrong.
 pub fn run(args: &EvalArgs) -> Result<i32> {
-    super::create_dir(&args.out)?;
+    let _out = super::out_dir(&args.out, args.force)?;
+    let pool_out = args.out.join("pool.json");
+    if let Some(p) = &args.pool {
+        super::refuse_overwrite("--out", &pool_out, &[p])?;
+    }
     let backend = session::backend(&args.platform)?;
     let rt = session::runtime_with(backend.as_ref(), b"knox-eval")?;
     let pool = match &args.pool {
-        Some(p) => Pool::read(p)?,
+        Some(p) => Pool::parse(p, &super::read_input(p, super::POOL)?)
+            .map_err(|e| super::bad_input(p, "a flow pool (`pool.json` of knox eval)", e))?,
         None => generate(&rt, args.seed)?,
     };
-    pool.write(&args.out.join("pool.json"))?;
+    pool.write(&pool_out)?;
     let limit = args.flows.or(args.quick.then_some(QUICK_FLOWS));
     let workloads: Vec<Workload> = if args.workloads.is_empty() {
         PAPER_WORKLOADS
@@ -344,7 +355,7 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
     let written = report::write(&args.out, &meta, &pool, &results, &corpus)?;
     if args.json {
         let path = args.out.join("results.json");
-        let text = super::read_text(&path)?;
+        let text = super::read_text(&path, super::EVIDENCE)?;
         crate::outln!("{text}");
     } else {
         summary(

@@ -73,8 +73,8 @@ pub struct GpuArgs {
 type GpuInput = (Vec<u8>, Vec<u8>, Option<[u8; 32]>);
 
 /// Reads a file that is either hex text or raw bytes.
-fn raw_or_hex(path: &Path) -> Result<Vec<u8>> {
-    let bytes = super::read_input(path)?;
+fn raw_or_hex(path: &Path, cap: super::Cap) -> Result<Vec<u8>> {
+    let bytes = super::read_input(path, cap)?;
     let text: String = String::from_utf8_lossy(&bytes).split_whitespace().collect();
     if !text.is_empty()
         && text.len().is_multiple_of(2)
@@ -87,7 +87,7 @@ fn raw_or_hex(path: &Path) -> Result<Vec<u8>> {
 
 fn policy(path: Option<&PathBuf>) -> Result<Option<RegulatorPolicy>> {
     path.map(|p| {
-        let bytes = super::read_input(p)?;
+        let bytes = super::read_input(p, super::CONFIG)?;
         RegulatorPolicy::from_toml(&bytes).map_err(|e| super::bad_input(p, "a regulator policy", e))
     })
     .transpose()
@@ -96,9 +96,10 @@ fn policy(path: Option<&PathBuf>) -> Result<Option<RegulatorPolicy>> {
 /// Runs `knox quote verify`: exit 0 verified (and accepted), 1 rejected, 3 refused by the policy.
 pub fn quote(cmd: &QuoteCommand) -> Result<i32> {
     let QuoteCommand::Verify(a) = cmd;
-    let quote = raw_or_hex(&a.quote)?;
-    let collateral = Collateral::from_json(&super::read_input(&a.collateral)?)
-        .map_err(|e| super::bad_input(&a.collateral, "Intel collateral (dcap-qvl JSON)", e))?;
+    let quote = raw_or_hex(&a.quote, super::SMALL)?;
+    let collateral =
+        Collateral::from_json(&super::read_input(&a.collateral, super::COLLATERAL)?)
+            .map_err(|e| super::bad_input(&a.collateral, "Intel collateral (dcap-qvl JSON)", e))?;
     let at = match &a.at {
         Some(s) => {
             UNIX_EPOCH
@@ -169,19 +170,20 @@ pub fn gpu(cmd: &GpuCommand) -> Result<i32> {
         .transpose()?;
     let items: Vec<GpuInput> = match &a.certs {
         Some(certs) => vec![(
-            raw_or_hex(&a.evidence)?,
-            super::read_input(certs)?,
+            raw_or_hex(&a.evidence, super::GPU_EVIDENCE)?,
+            super::read_input(certs, super::SMALL)?,
             expected,
         )],
         None => {
             let parsed =
-                nvidia::parse_serialized(&super::read_input(&a.evidence)?).map_err(|e| {
-                    super::bad_input(
-                        &a.evidence,
-                        "serialized GPU evidence (or pass --certs for raw SPDM evidence)",
-                        e,
-                    )
-                })?;
+                nvidia::parse_serialized(&super::read_input(&a.evidence, super::GPU_EVIDENCE)?)
+                    .map_err(|e| {
+                        super::bad_input(
+                            &a.evidence,
+                            "serialized GPU evidence (or pass --certs for raw SPDM evidence)",
+                            e,
+                        )
+                    })?;
             if parsed.is_empty() {
                 return Err(crate::error::fail(
                     crate::error::Kind::DataErr,

@@ -72,7 +72,7 @@ pub struct InclusionProof {
 pub fn run(cmd: &ProveCommand) -> Result<i32> {
     match cmd {
         ProveCommand::Node(a) => {
-            let bytes = super::read_input(&a.bundle)?;
+            let bytes = super::read_input(&a.bundle, super::EVIDENCE)?;
             let b = knox_verify::parse_bundle(&bytes)
                 .map_err(|e| super::bad_input(&a.bundle, "an evidence bundle", e))?;
             let leaves: Vec<Digest> = b.nodes.iter().map(Node::leaf_hash).collect();
@@ -101,9 +101,9 @@ pub fn run(cmd: &ProveCommand) -> Result<i32> {
         }
         ProveCommand::Check(a) => {
             let p: InclusionProof =
-                serde_json::from_slice(&super::read_input(&a.proof)?).map_err(|e| {
-                    super::bad_input(&a.proof, "an inclusion proof (`knox prove node`)", e)
-                })?;
+                serde_json::from_slice(&super::read_input(&a.proof, super::SMALL)?).map_err(
+                    |e| super::bad_input(&a.proof, "an inclusion proof (`knox prove node`)", e),
+                )?;
             let root = Digest::from_hex(&a.root).map_err(|e| {
                 super::usage(format!("--root must be a SHA-256 digest in hex: {e}"))
             })?;

@@ -63,7 +63,7 @@ pub fn run(c: &RegulationsCommand) -> Result<i32> {
 }
 
 fn analyze(args: &AnalyzeArgs) -> Result<i32> {
-    let bytes = super::read_input(&args.file)?;
+    let bytes = super::read_input(&args.file, super::EVIDENCE)?;
     let json: serde_json::Value = serde_json::from_slice(&bytes)
         .map_err(|e| super::bad_input(&args.file, "JSON (a bundle or an APM)", e))?;
     let apm = knox_regulation::analysis::apm_of(&json).ok_or_else(|| {
@@ -185,7 +185,7 @@ impl RegulationArgs {
         }
         let context = match &self.regulation_context {
             Some(p) => {
-                let text = super::read_text(p)?;
+                let text = super::read_text(p, super::CONFIG)?;
                 knox_regulation::flow::context_from_toml(&text).map_err(|e| {
                     super::bad_input(
                         p,

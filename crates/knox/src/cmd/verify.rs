@@ -96,15 +96,26 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
     if args.bundles.iter().filter(|p| p.as_os_str() == "-").count() > 1 {
         return Err(super::usage("`-` (standard input) can be named once"));
     }
+    if let Some(out) = &args.receipt {
+        let mut inputs: Vec<&Path> = args.bundles.iter().map(PathBuf::as_path).collect();
+        inputs.extend(args.key.as_deref());
+        inputs.extend(args.policy.as_deref());
+        inputs.extend(args.needs.as_deref());
+        super::refuse_overwrite("--receipt", out, &inputs)?;
+    }
     let manifest = match &args.needs {
         Some(p) => {
-            let needs = super::read_text(p)?;
+            let needs = super::read_text(p, super::CONFIG)?;
             knox_policy::ToolkitManifest::from_sources(knox_dataset::embedded::TOOLS_JSON, &needs)
                 .map_err(|e| super::bad_input(p, "a toolkit needs file", e))?
         }
         None => crate::session::embedded_manifest()?,
     };
-    let policy_bytes = args.policy.as_deref().map(super::read_input).transpose()?;
+    let policy_bytes = args
+        .policy
+        .as_deref()
+        .map(|p| super::read_input(p, super::CONFIG))
+        .transpose()?;
     let policy = match (&args.policy, policy_bytes.as_deref()) {
         (Some(p), Some(b)) => Some(
             RegulatorPolicy::from_toml(b)
@@ -132,7 +143,7 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
     let mut signed: Option<(Vec<u8>, Report)> = None;
     for file in &args.bundles {
         let shown = display_name(file);
-        let checked = match super::read_input_or_stdin(file) {
+        let checked = match super::read_input_or_stdin(file, super::EVIDENCE) {
             Err(e) => Checked::Unreadable(format!("{e:#}")),
             Ok(bytes) => match verify_evidence(&bytes, &manifest, opts) {
                 Ok(evidence) => Checked::Verified {
