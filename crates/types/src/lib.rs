@@ -9,6 +9,7 @@ pub mod canon;
 pub mod digest;
 pub mod dsse;
 pub mod grant;
+pub mod json;
 pub mod merkle;
 pub mod payload;
 pub mod regulation;
