@@ -44,9 +44,15 @@ impl PlatformBackend for Simulated {
                     .to_vec(),
             ),
             nonce: HexBytes(b.nonce.clone()),
-            evidence: json!({"note": NOTE, "layout": "knox/report-data/v1"}),
+            evidence: evidence(),
         })
     }
+}
+
+/// The evidence of every simulated report: fixed, so that every byte of it is bound
+/// (a verifier recomputes it; there is nothing else a simulated backend could say).
+pub fn evidence() -> serde_json::Value {
+    json!({"note": NOTE, "layout": "knox/report-data/v1"})
 }
 
 /// Checks simulated evidence's shape and key binding (not its trustworthiness: it has
@@ -60,6 +66,12 @@ pub fn check(
         return Err(PlatformError::Malformed(format!(
             "media type `{}` is not `{MEDIA_TYPE}`",
             e.media_type
+        )));
+    }
+    if e.evidence != evidence() {
+        return Err(PlatformError::Malformed(format!(
+            "simulated evidence must be exactly {}: its content is not bound by anything else",
+            evidence()
         )));
     }
     let expected = binding::refresh_report_data(public_key, &e.nonce.0, None, chain_head);
@@ -128,5 +140,22 @@ mod tests {
             ),
             Err(PlatformError::BindingMismatch)
         );
+    }
+
+    #[test]
+    fn simulated_evidence_content_is_bound() {
+        let k = TeeKey::generate().unwrap();
+        let mut ev = Simulated
+            .collect(&KeyBinding {
+                public_key: k.public_bytes(),
+                nonce: b"epoch-1".to_vec(),
+                chain_head: None,
+            })
+            .unwrap();
+        ev.evidence = json!({"note": "hardware-backed: Intel TDX"});
+        assert!(matches!(
+            check(&ev, &k.public_bytes(), None),
+            Err(PlatformError::Malformed(_))
+        ));
     }
 }
