@@ -89,10 +89,12 @@ pub fn derive(
         .plan(prompt, manifest, regulations, stop)
         .map_err(ApmError::from)
         .and_then(|plan| from_plan(prompt, manifest, regulations, stop, plan, topology));
-    match planned {
+    let apm = match planned {
         Err(ApmError::Plan(e)) => refusal(prompt, manifest, regulations, stop, topology, &e),
         other => other,
-    }
+    }?;
+    // Decide on the APM the verifier will read back from its canonical bytes.
+    Ok(knox_types::canon::normalized(&apm)?)
 }
 
 /// The APM of a prompt whose planning failed with `error`: the prompt's tasks, the

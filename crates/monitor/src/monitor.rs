@@ -473,7 +473,9 @@ impl<'a> Monitor<'a> {
     /// Records what executing an allowed action produced: a `blocked` node (guard
     /// `kernel` or `broker`) under the `tool_call` for every denial the kernel layer or
     /// the broker reported, then the `tool_output`.
-    pub fn record_result(&self, ticket: Box<Ticket>, result: ToolResult) {
+    pub fn record_result(&self, ticket: Box<Ticket>, mut result: ToolResult) {
+        // Decide on the output the verifier will read back from its canonical bytes.
+        knox_types::canon::normalize_numbers(&mut result.output);
         let mut guard = self.lock();
         let inner = &mut *guard;
         let Some(st) = inner.agents.get_mut(&ticket.agent) else {

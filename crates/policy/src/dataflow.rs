@@ -52,15 +52,17 @@ pub fn check(
         };
         let mut values = Vec::new();
         scalars(value, &mut values);
-        let source = values
+        // The first output (in commit order) holding any of the value's scalars: not
+        // the first scalar's, which would depend on the order of an object's members,
+        // and that order is not part of the evidence (it is written canonically).
+        let values: Vec<&String> = values
             .iter()
             .filter(|v| v.chars().count() >= MIN_TAINT_LEN)
-            .find_map(|v| {
-                tainted
-                    .iter()
-                    .find(|t| occurs_in(v, t.output))
-                    .map(|t| t.node)
-            });
+            .collect();
+        let source = tainted
+            .iter()
+            .find(|t| values.iter().any(|v| occurs_in(v, t.output)))
+            .map(|t| t.node);
         let authorized = source.is_some() && authorized(name, value, expected, prompt);
         out.push(SinkCheck {
             param: name.clone(),
@@ -150,6 +152,31 @@ mod tests {
             json!({"to": to, "subject": "s", "body": "b"}),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn the_source_does_not_depend_on_the_order_of_an_objects_members() {
+        let first = json!({"text": "account 998877"});
+        let later = json!({"text": "wire to 123456"});
+        let tainted = [
+            Tainted {
+                node: 3,
+                output: &first,
+            },
+            Tainted {
+                node: 9,
+                output: &later,
+            },
+        ];
+        let sinks = vec!["to".to_string()];
+        for to in [
+            json!({"a": "123456", "b": "998877"}),
+            json!({"b": "998877", "a": "123456"}),
+            json!(["123456", "998877"]),
+        ] {
+            let a = Action::new("GmailSendEmail", json!({"to": to})).unwrap();
+            assert_eq!(check(&sinks, &a, None, &[], &tainted)[0].source, Some(3));
+        }
     }
 
     #[test]

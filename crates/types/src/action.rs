@@ -16,7 +16,9 @@ pub const MAX_TOOL_NAME: usize = 128;
 pub struct Action {
     /// Full tool name.
     pub tool: String,
-    /// Parameters as a JSON object.
+    /// Parameters as a JSON object; numbers are read as canonical JSON reads them back
+    /// ([`canon::normalize_numbers`]), so a decision never depends on `2000.0` vs `2000`.
+    #[serde(deserialize_with = "canon::deserialize_normalized_map")]
     pub params: Map<String, Value>,
 }
 

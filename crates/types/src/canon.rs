@@ -22,6 +22,50 @@ pub fn to_canonical<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CanonEr
     Ok(canonical(&v))
 }
 
+/// Rewrites every number of `value` as its canonical form reads back: an integral
+/// number within ±2^53 becomes an integer (`2000.0` is `2000`), any other number the
+/// IEEE double canonical JSON writes. Canonical JSON does not tell `2000.0` from `2000`,
+/// so neither may any decision recomputed from it: values entering the monitor (tool
+/// outputs, proposals, the APM) are normalized so that it decides on what the verifier
+/// will read.
+pub fn normalize_numbers(value: &mut Value) {
+    match value {
+        Value::Number(n) => {
+            let exact = n.as_i64().is_some_and(|i| i.unsigned_abs() <= (1u64 << 53))
+                || n.as_u64().is_some_and(|u| u <= (1u64 << 53));
+            if !exact {
+                let mut text = Vec::new();
+                write_number(n, &mut text);
+                if let Ok(read) = serde_json::from_slice::<serde_json::Number>(&text) {
+                    *n = read;
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(normalize_numbers),
+        Value::Object(map) => map.values_mut().for_each(normalize_numbers),
+        Value::Null | Value::Bool(_) | Value::String(_) => {}
+    }
+}
+
+/// [`normalize_numbers`] over every value of a JSON object.
+pub fn normalize_map(map: &mut serde_json::Map<String, Value>) {
+    map.values_mut().for_each(normalize_numbers);
+}
+
+/// A value as it reads back from its canonical bytes (see [`normalize_numbers`]).
+pub fn normalized<T: Serialize + serde::de::DeserializeOwned>(value: &T) -> Result<T, CanonError> {
+    Ok(serde_json::from_slice(&to_canonical(value)?)?)
+}
+
+/// Deserializes a JSON object with its numbers normalized (see [`normalize_numbers`]).
+pub fn deserialize_normalized_map<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<serde_json::Map<String, Value>, D::Error> {
+    let mut map = <serde_json::Map<String, Value> as serde::Deserialize>::deserialize(d)?;
+    normalize_map(&mut map);
+    Ok(map)
+}
+
 /// Canonical bytes of a JSON value.
 pub fn canonical(value: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
@@ -148,7 +192,7 @@ pub fn write_string(s: &str, out: &mut Vec<u8>) {
 }
 
 #[cfg(test)]
-#[expect(clippy::unwrap_used, reason = "tests")]
+#[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 mod tests {
     use super::*;
     use serde_json::json;
@@ -192,6 +236,18 @@ mod tests {
             assert!(pos > last, "{o} out of order in {out}");
             last = pos;
         }
+    }
+
+    #[test]
+    fn numbers_normalize_to_what_canonical_json_reads_back() {
+        let mut v =
+            serde_json::json!({"a": [2000.0, -0.0, 1.5, 1e21, 9007199254740993u64], "b": 7});
+        normalize_numbers(&mut v);
+        let back: Value = serde_json::from_slice(&canonical(&v)).unwrap();
+        assert_eq!(v, back);
+        assert_eq!(v["a"][0], serde_json::json!(2000));
+        assert_eq!(v["a"][1], serde_json::json!(0));
+        assert_eq!(v["b"], serde_json::json!(7));
     }
 
     #[test]
