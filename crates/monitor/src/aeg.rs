@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 /// Format identifier of the first line of a journal.
-pub const JOURNAL_FORMAT: &str = "knox-journal/v1";
+pub const JOURNAL_FORMAT: &str = knox_types::bundle::JOURNAL_FORMAT;
 
 /// An append-only journal: one header line, then one JSON node per line.
 #[derive(Debug)]

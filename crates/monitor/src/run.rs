@@ -14,7 +14,7 @@ use knox_types::apm::{StopPolicy, TopologyKind};
 use knox_types::bundle::{BUNDLE_FORMAT, Bundle, ModelInfo, PlatformEvidence, Summary};
 use knox_types::canon::CanonError;
 use knox_types::payload::GuardKind;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::aeg::{AegBuilder, FinishedAeg, JOURNAL_FORMAT, Journal};
 use crate::apm::{self, ApmError, Regulations};
@@ -313,10 +313,16 @@ pub fn run_prompt(
     let regulator = knox_regulation::Regulator::new(&apm.guards.regulation, cfg.norms)?;
     let journal = match cfg.journal_dir {
         Some(dir) => {
-            let header = json!({
-                "format": JOURNAL_FORMAT, "run_id": run_id, "prompt": prompt, "apm": apm,
-                "apm_attestation": apm_attestation, "key": rt.key.public_key(), "platform": rt.platform, "models": models,
-            });
+            let header = knox_types::bundle::JournalHeader {
+                format: JOURNAL_FORMAT.into(),
+                run_id: run_id.into(),
+                prompt: Some(serde_json::to_value(prompt).map_err(CanonError::from)?),
+                apm: apm.clone(),
+                apm_attestation: apm_attestation.clone(),
+                key: rt.key.public_key(),
+                platform: rt.platform.clone(),
+                models: models.clone(),
+            };
             Some(Journal::create(
                 &dir.join(format!("{run_id}.journal.jsonl")),
                 &header,
@@ -441,6 +447,7 @@ pub fn seal(
         platform: rt.platform.clone(),
         refresh: None,
         models,
+        as_written: None,
     })
 }
 

@@ -110,7 +110,8 @@ pub struct Node {
     pub kind: NodeKind,
     /// Acting agent (`planner`, `monitor` or a sub-agent id).
     pub agent: String,
-    /// Kind-specific content (see [`crate::payload`]).
+    /// Kind-specific content (see [`crate::payload`]), written in its canonical form.
+    #[serde(serialize_with = "crate::json::canonical_value")]
     pub payload: Value,
     /// Whether the step was allowed.
     pub allowed: bool,

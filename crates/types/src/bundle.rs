@@ -10,8 +10,21 @@ use crate::canon::CanonError;
 use crate::digest::Digest;
 use crate::dsse::{APM_PREDICATE, Envelope, SUMMARY_PREDICATE, Statement, Subject};
 
-/// Format identifier of bundles this crate reads and writes.
-pub const BUNDLE_FORMAT: &str = "knox-evidence/v1";
+/// Format identifier of the bundles Knox writes: the APM, the prompt, the platform
+/// evidence and every node payload are written in their canonical (RFC 8785) form and
+/// verified as written.
+pub const BUNDLE_FORMAT: &str = "knox-evidence/v2";
+
+/// The previous bundle format, still verified: the same structure, its parts not
+/// necessarily canonical as written (they are canonicalised before hashing).
+pub const BUNDLE_FORMAT_V1: &str = "knox-evidence/v1";
+
+/// Format identifier of the journal header Knox writes (canonical parts, as
+/// [`BUNDLE_FORMAT`]).
+pub const JOURNAL_FORMAT: &str = "knox-journal/v2";
+
+/// The previous journal format, still verified.
+pub const JOURNAL_FORMAT_V1: &str = "knox-journal/v1";
 
 /// Largest bundle file a verifier reads.
 pub const MAX_BUNDLE_BYTES: usize = 256 << 20;
@@ -24,9 +37,12 @@ pub struct Bundle {
     pub format: String,
     /// Run identifier.
     pub run_id: String,
-    /// The prompt's inputs in clear, when the provider discloses them.
+    /// The prompt's inputs in clear, when the provider discloses them; its hash must be
+    /// the APM's `inputs.prompt`.
+    #[serde(serialize_with = "crate::json::canonical")]
     pub prompt: Option<Value>,
     /// The APM.
+    #[serde(serialize_with = "crate::json::canonical")]
     pub apm: Apm,
     /// Signature binding the APM hash to its inputs.
     pub apm_attestation: ApmAttestation,
@@ -40,12 +56,60 @@ pub struct Bundle {
     /// The in-TEE public key.
     pub key: PublicKey,
     /// Hardware (or simulated) evidence binding the key.
+    #[serde(serialize_with = "crate::json::canonical")]
     pub platform: PlatformEvidence,
     /// A refresh report made at the end of the run, binding the chain head to the key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "crate::json::canonical"
+    )]
     pub refresh: Option<PlatformEvidence>,
     /// Models used, by role.
     #[serde(default)]
+    pub models: Vec<ModelInfo>,
+    /// What the strict reader found in the bytes this bundle was read from; `None` for
+    /// a bundle built in memory. Not part of the format.
+    #[serde(skip)]
+    pub as_written: Option<AsWritten>,
+}
+
+/// What reading a bundle's or journal's bytes found: the hashes of its parts exactly as
+/// written and every fault of the encoding (a repeated key, a part not in its canonical
+/// form, an APM whose typed reading differs from what is written).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AsWritten {
+    /// `H("knox/apm", APM as written)`.
+    pub apm_hash: Option<Digest>,
+    /// `H("knox/prompt", prompt as written)`, when the prompt is disclosed.
+    pub prompt_hash: Option<Digest>,
+    /// Faults, in document order: the node concerned (by position) when there is one,
+    /// and what is wrong, with where.
+    pub faults: Vec<(Option<u64>, String)>,
+}
+
+/// The first line of a run's journal.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JournalHeader {
+    /// [`JOURNAL_FORMAT`].
+    pub format: String,
+    /// Run identifier.
+    pub run_id: String,
+    /// The prompt in clear, as in a bundle.
+    #[serde(serialize_with = "crate::json::canonical")]
+    pub prompt: Option<Value>,
+    /// The APM.
+    #[serde(serialize_with = "crate::json::canonical")]
+    pub apm: Apm,
+    /// Its attestation.
+    pub apm_attestation: ApmAttestation,
+    /// The in-TEE key.
+    pub key: PublicKey,
+    /// Evidence binding the key.
+    #[serde(serialize_with = "crate::json::canonical")]
+    pub platform: PlatformEvidence,
+    /// Models used, by role.
     pub models: Vec<ModelInfo>,
 }
 

@@ -5,10 +5,11 @@ pub mod journal;
 pub mod receipt;
 pub mod replay;
 pub mod report;
+mod written;
 
 use knox_attest::platform::{self, AppraisalOptions, PlatformError};
 use knox_policy::ToolkitManifest;
-use knox_types::bundle::{BUNDLE_FORMAT, Bundle, MAX_BUNDLE_BYTES};
+use knox_types::bundle::{BUNDLE_FORMAT, BUNDLE_FORMAT_V1, Bundle, MAX_BUNDLE_BYTES};
 use knox_types::dsse::{APM_PREDICATE, SUMMARY_PREDICATE};
 use knox_types::merkle;
 
@@ -46,20 +47,36 @@ pub enum ReadError {
     /// Not JSON of the bundle's shape.
     #[error("not a knox evidence bundle: {0}")]
     Json(#[from] serde_json::Error),
+    /// Not JSON at all (syntax, nesting), with the position.
+    #[error("not a knox evidence bundle: {0}")]
+    Syntax(#[from] knox_types::json::JsonError),
     /// A format this verifier does not read.
     #[error("unsupported format `{0}`")]
     Format(String),
 }
 
-/// Parses a bundle from bytes (size cap, strict fields, format check).
+/// Parses a bundle from bytes (size cap, strict JSON, strict fields, format check).
+/// What the bytes as written say — a repeated key, a part not canonical, the hashes of
+/// the APM and prompt as written — is kept in [`Bundle::as_written`] and reported by
+/// [`verify_bundle`] as tampering, naming where.
 pub fn parse_bundle(bytes: &[u8]) -> Result<Bundle, ReadError> {
     if bytes.len() > MAX_BUNDLE_BYTES {
         return Err(ReadError::TooLarge(bytes.len()));
     }
-    let b: Bundle = serde_json::from_slice(bytes)?;
-    if b.format != BUNDLE_FORMAT {
-        return Err(ReadError::Format(b.format));
-    }
+    let scan = knox_types::json::scan(bytes, &written::bundle_part)?;
+    let mut b: Bundle = knox_types::json::from_scanned(bytes, &scan)?;
+    let canonical = match b.format.as_str() {
+        BUNDLE_FORMAT => true,
+        BUNDLE_FORMAT_V1 => false,
+        _ => return Err(ReadError::Format(b.format)),
+    };
+    let mut r = written::Reader {
+        file: bytes,
+        canonical,
+        found: Default::default(),
+    };
+    r.spans(bytes, &scan, 0, None, Some(&b.apm));
+    b.as_written = Some(r.found);
     Ok(b)
 }
 
@@ -129,8 +146,10 @@ impl Steps {
 /// every finding is in the report.
 pub fn verify_bundle(b: &Bundle, manifest: &ToolkitManifest, opts: Options<'_>) -> Report {
     let mut s = Steps::default();
+    encoding_step(&mut s, b);
     let (platform, hardware_backed) = evidence_step(&mut s, b, opts);
-    let apm_hash = apm_step(&mut s, &b.apm, &b.apm_attestation, &b.key, manifest);
+    let apm_hash = apm_step(&mut s, b, manifest);
+    prompt_step(&mut s, b);
     models_step(&mut s, b, opts);
     refresh_step(&mut s, b, opts);
     // Summary and its signature.
@@ -201,7 +220,7 @@ fn summary_step(b: &Bundle, apm_hash: Option<knox_types::Digest>) -> Result<(), 
     if Some(b.summary.apm_hash) != apm_hash {
         return Err("the signed summary names another APM".into());
     }
-    if b.summary.run_id != b.run_id || b.summary.format != BUNDLE_FORMAT {
+    if b.summary.run_id != b.run_id || b.summary.format != b.format {
         return Err("the signed summary names another run or format".into());
     }
     Ok(())
@@ -250,15 +269,67 @@ pub(crate) fn evidence_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) -> (St
     }
 }
 
-/// The APM attestation and the manifest it names; returns `H(APM)` when computable.
+/// The bytes as written: strict JSON, and (version 2) every part canonical.
+pub(crate) fn encoding_step(s: &mut Steps, b: &Bundle) {
+    let Some(w) = &b.as_written else { return };
+    match w.faults.first() {
+        None if b.format == BUNDLE_FORMAT => s.pass(
+            "encoding",
+            "strict JSON (no repeated key); the APM, prompt, platform evidence and every payload canonical as written, hashed as written",
+        ),
+        None => s.pass(
+            "encoding",
+            "strict JSON (no repeated key); format v1: parts canonicalised before hashing, the APM hashed as written",
+        ),
+        Some(f) => {
+            let mut f = f.clone();
+            if w.faults.len() > 1 {
+                f.1 = format!("{} (and {} more encoding faults)", f.1, w.faults.len() - 1);
+            }
+            s.fail("encoding", f);
+        }
+    }
+}
+
+/// The prompt in clear, when disclosed, is the one the APM attests.
+pub(crate) fn prompt_step(s: &mut Steps, b: &Bundle) {
+    let Some(prompt) = b.prompt.as_ref() else {
+        s.skip("prompt", "not disclosed: only its hash, in the APM");
+        return;
+    };
+    let written = b.as_written.as_ref().and_then(|w| w.prompt_hash);
+    let hash = match written {
+        Some(h) => Ok(h),
+        None => knox_types::Digest::of_json(knox_types::digest::tag::PROMPT, prompt),
+    };
+    match hash {
+        Ok(h) if h == b.apm.inputs.prompt => {
+            s.pass("prompt", "the prompt in clear is the one the APM attests")
+        }
+        Ok(h) => s.fail(
+            "prompt",
+            (
+                None,
+                format!(
+                    "the prompt in clear (hash {h}) is not the one the APM attests (inputs.prompt {})",
+                    b.apm.inputs.prompt
+                ),
+            ),
+        ),
+        Err(e) => s.fail("prompt", (None, format!("the prompt in clear: {e}"))),
+    }
+}
+
+/// The APM attestation and the manifest it names; returns `H(APM)` when computable:
+/// over the APM as written when the bundle was read from bytes.
 pub(crate) fn apm_step(
     s: &mut Steps,
-    apm: &knox_types::apm::Apm,
-    att: &knox_types::bundle::ApmAttestation,
-    key: &knox_types::bundle::PublicKey,
+    b: &Bundle,
     manifest: &ToolkitManifest,
 ) -> Option<knox_types::Digest> {
-    let apm_hash = match apm.hash() {
+    let (apm, att, key) = (&b.apm, &b.apm_attestation, &b.key);
+    let written = b.as_written.as_ref().and_then(|w| w.apm_hash);
+    let apm_hash = match written.map_or_else(|| apm.hash(), Ok) {
         Ok(h) => h,
         Err(e) => {
             s.fail("apm", (None, e.to_string()));

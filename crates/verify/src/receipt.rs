@@ -120,7 +120,7 @@ pub fn check(receipt: &[u8], bundle: &[u8]) -> Result<CheckedReceipt, ReceiptErr
         return Err(ReceiptError::Format("larger than 1 MiB".into()));
     }
     let r: Receipt =
-        serde_json::from_slice(receipt).map_err(|e| ReceiptError::Format(e.to_string()))?;
+        knox_types::json::from_slice(receipt).map_err(|e| ReceiptError::Format(e.to_string()))?;
     if r.format != RECEIPT_FORMAT {
         return Err(ReceiptError::Format(format!("format `{}`", r.format)));
     }
