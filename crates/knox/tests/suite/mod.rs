@@ -4,6 +4,7 @@ mod cli;
 mod confined;
 mod conventions;
 mod eval;
+mod evidence_bytes;
 mod files;
 mod fuzz_corpus;
 mod guards;
