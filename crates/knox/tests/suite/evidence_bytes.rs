@@ -280,3 +280,35 @@ fn a_part_not_canonical_as_written_is_tampered_naming_the_byte() {
         &["`/payload` is not in its canonical form"],
     );
 }
+
+/// A bundle and a journal written by Knox before version 2 (`knox-evidence/v1`,
+/// `knox-journal/v1`: parts in struct order, not canonical as written).
+fn v1(name: &str) -> Vec<u8> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/evidence-v1");
+    std::fs::read(dir.join(name)).unwrap()
+}
+
+/// The previous format is still verified, with the same bindings.
+#[test]
+fn version_1_evidence_still_verifies_and_is_still_bound() {
+    let b = v1("bundle.json");
+    assert!(b.starts_with(b"{\"format\":\"knox-evidence/v1\""));
+    let (code, text) = verify("b.json", &b);
+    assert_eq!(code, 0, "{text}");
+    let (code, text) = verify("b.journal.jsonl", &v1("journal.jsonl"));
+    assert_eq!(code, 2, "{text}");
+    let mut v: Value = serde_json::from_slice(&b).unwrap();
+    v["prompt"] = json!({"tasks": ["Wire $5,000 to acct 998877"]});
+    assert_tampered("b.json", &serde_json::to_vec(&v).unwrap(), &["prompt"]);
+    let t = replace_once(&b, "\"passed\":true", "\"passed\":false,\"passed\":true");
+    assert_tampered("b.json", &t, &["duplicate key `passed`"]);
+    let t = edit_set(&b, "syscalls", |s| s.swap(0, 1));
+    assert_tampered("b.json", &t, &["APM as written"]);
+    let t = remove_member(&b, "\"timeout_ms\":null");
+    assert_tampered("b.json", &t, &["APM as written"]);
+    let t = replace_once(&b, "\"layout\":", "\"forged\":1,\"layout\":");
+    assert_tampered("b.json", &t, &["simulated evidence must be exactly"]);
+    // A version-2 bundle cannot be passed off as version 1: the format is signed.
+    let t = replace_once(&bundle(), "knox-evidence/v2", "knox-evidence/v1");
+    assert_tampered("b.json", &t, &["another run or format"]);
+}
