@@ -275,9 +275,24 @@ fn check_links(plan: &Plan) -> Result<(), PlanError> {
 
 /// Signs the binding of the APM hash (`apm_hash = H(apm)`) to its inputs.
 pub fn attest(apm: &Apm, apm_hash: Digest, key: &TeeKey) -> Result<ApmAttestation, CanonError> {
+    attest_bound(apm, apm_hash, key, None)
+}
+
+/// [`attest`], also binding the platform evidence that binds `key`
+/// (`H("knox/platform", evidence)`), as every run does.
+pub fn attest_bound(
+    apm: &Apm,
+    apm_hash: Digest,
+    key: &TeeKey,
+    platform: Option<&knox_types::bundle::PlatformEvidence>,
+) -> Result<ApmAttestation, CanonError> {
+    let platform = platform
+        .map(|p| Digest::of_json(knox_types::digest::tag::PLATFORM, p))
+        .transpose()?;
     let statement = ApmStatement {
         apm_hash,
         inputs: apm.inputs.clone(),
+        platform,
     };
     let envelope = knox_attest::dsse::sign(key, &statement.to_statement()?)?;
     Ok(ApmAttestation {

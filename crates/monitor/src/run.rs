@@ -304,7 +304,7 @@ pub fn run_prompt(
     let apm_hash = apm.hash()?;
     let apm_time = t.elapsed();
     let t = Instant::now();
-    let apm_attestation = apm::attest(&apm, apm_hash, &rt.key)?;
+    let apm_attestation = apm::attest_bound(&apm, apm_hash, &rt.key, Some(&rt.platform))?;
     let mut sign_time = t.elapsed();
     let mut models = vec![cfg.planner.model(), cfg.executor.model()];
     if let Some(j) = cfg.judge {

@@ -83,6 +83,8 @@ pub struct AsWritten {
     pub apm_hash: Option<Digest>,
     /// `H("knox/prompt", prompt as written)`, when the prompt is disclosed.
     pub prompt_hash: Option<Digest>,
+    /// `H("knox/platform", platform evidence as written)`.
+    pub platform_hash: Option<Digest>,
     /// Faults, in document order: the node concerned (by position) when there is one,
     /// and what is wrong, with where.
     pub faults: Vec<(Option<u64>, String)>,
@@ -121,6 +123,10 @@ pub struct ApmStatement {
     pub apm_hash: Digest,
     /// The hashes of `(p, C, R, stop)`.
     pub inputs: ApmInputs,
+    /// `H("knox/platform", platform evidence)`: the in-TEE key signs the very platform
+    /// evidence that binds it, every byte of it (a TDX report's `attested_at` included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<Digest>,
 }
 
 /// An APM attestation: the statement in clear and a DSSE envelope whose in-toto

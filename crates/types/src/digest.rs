@@ -47,6 +47,8 @@ pub mod tag {
     pub const NEEDS: &str = "knox/needs";
     /// A whole bundle file, as a receipt names it.
     pub const BUNDLE: &str = "knox/bundle";
+    /// The start-up platform evidence, as the APM attestation binds it.
+    pub const PLATFORM: &str = "knox/platform";
 }
 
 /// A 32-byte SHA-256 digest.

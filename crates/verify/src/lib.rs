@@ -320,6 +320,38 @@ pub(crate) fn prompt_step(s: &mut Steps, b: &Bundle) {
     }
 }
 
+/// Whether the platform evidence is the one the APM attestation signs: `None` when it
+/// is, or when nothing requires it to be (format 1; simulated evidence, which is fixed).
+fn platform_unbound(b: &Bundle) -> Option<String> {
+    let signed = b.apm_attestation.statement.platform?;
+    let written = b.as_written.as_ref().and_then(|w| w.platform_hash);
+    let actual = match written {
+        Some(h) => h,
+        None => match knox_types::Digest::of_json(knox_types::digest::tag::PLATFORM, &b.platform) {
+            Ok(h) => h,
+            Err(e) => return Some(e.to_string()),
+        },
+    };
+    (signed != actual).then(|| {
+        format!(
+            "the platform evidence (hash {actual}) is not the one the APM attestation binds ({signed})"
+        )
+    })
+}
+
+/// Version 2 binds hardware platform evidence in the APM attestation.
+fn platform_required(b: &Bundle) -> Option<String> {
+    (b.apm_attestation.statement.platform.is_none()
+        && b.format == BUNDLE_FORMAT
+        && b.platform.mode != knox_attest::simulated::MODE)
+        .then(|| {
+            format!(
+                "the APM attestation does not bind the `{}` platform evidence: format v2 requires its hash for every mode but simulated (whose evidence is fixed)",
+                b.platform.mode
+            )
+        })
+}
+
 /// The APM attestation and the manifest it names; returns `H(APM)` when computable:
 /// over the APM as written when the bundle was read from bytes.
 pub(crate) fn apm_step(
@@ -353,6 +385,8 @@ pub(crate) fn apm_step(
                 "the APM differs from the one its attestation binds".into(),
             ),
         );
+    } else if let Some(why) = platform_unbound(b).or_else(|| platform_required(b)) {
+        s.fail("apm", (None, why));
     } else if apm.inputs.manifest != manifest.hash() {
         s.refuse(
             "apm",
@@ -363,9 +397,14 @@ pub(crate) fn apm_step(
             ),
         );
     } else {
+        let platform = if b.apm_attestation.statement.platform.is_some() {
+            " and to the platform evidence"
+        } else {
+            ""
+        };
         s.pass(
             "apm",
-            format!("APM {apm_hash} attested and bound to its inputs"),
+            format!("APM {apm_hash} attested and bound to its inputs{platform}"),
         );
     }
     Some(apm_hash)

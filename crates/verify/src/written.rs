@@ -149,6 +149,9 @@ impl Reader<'_> {
                     ));
                 }
             }
+            "/platform" => {
+                self.found.platform_hash = Some(Digest::tagged(tag::PLATFORM, &[&canonical]));
+            }
             "/prompt" if text != b"null" => {
                 self.found.prompt_hash = Some(Digest::tagged(tag::PROMPT, &[&canonical]));
             }

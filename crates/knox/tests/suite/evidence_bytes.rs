@@ -208,6 +208,36 @@ fn forged_simulated_platform_evidence_is_tampered() {
     );
 }
 
+/// Every mode: the APM attestation signs the hash of the platform evidence, so no
+/// byte of it can change (a TDX report's `attested_at`, which no hardware signs, is
+/// bound this way); a version-2 bundle with hardware evidence its attestation does not
+/// bind is tampered.
+#[test]
+fn the_apm_attestation_binds_the_platform_evidence() {
+    let v: Value = serde_json::from_slice(&bundle()).unwrap();
+    let statement = &v["apm_attestation"]["statement"];
+    assert!(statement["platform"].is_string(), "{statement}");
+    // Claimed hardware evidence (with whatever `attested_at`) in place of the signed
+    // evidence: not the evidence the attestation binds.
+    let tdx = json!({"quote": "00", "collateral": {}, "attested_at": 1_750_000_000u64});
+    let b = edit_bundle(|v| {
+        v["platform"]["mode"] = json!("tdx");
+        v["platform"]["media_type"] = json!("application/vnd.knox.tdx-evidence.v1+json");
+        v["platform"]["evidence"] = tdx.clone();
+    });
+    assert_tampered("b.json", &b, &["not the one the APM attestation binds"]);
+    // The same in a journal's header.
+    let j = edit_header(|v| {
+        v["platform"]["mode"] = json!("tdx");
+        v["platform"]["evidence"] = tdx.clone();
+    });
+    assert_tampered(
+        "b.journal.jsonl",
+        &j,
+        &["not the one the APM attestation binds"],
+    );
+}
+
 /// The members of the set `"name":[…]` (the first one in the evidence), reordered by
 /// `f`.
 fn edit_set(bytes: &[u8], name: &str, f: impl FnOnce(&mut Vec<String>)) -> Vec<u8> {
