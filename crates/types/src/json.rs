@@ -20,7 +20,7 @@ use serde_json::value::RawValue;
 use crate::canon;
 
 /// Deepest nesting of arrays and objects accepted (`serde_json`'s own limit).
-pub const MAX_DEPTH: usize = 128;
+pub const MAX_DEPTH: usize = 127;
 
 /// One step of a path into a JSON document.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -543,6 +543,60 @@ mod tests {
             let theirs = serde_json::from_slice::<Value>(c).is_ok();
             assert_eq!(ours, theirs, "{}", String::from_utf8_lossy(c));
         }
+    }
+
+    #[test]
+    fn depth_limit_is_serde_jsons() {
+        for depth in [MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1] {
+            let doc = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+            assert_eq!(
+                check(doc.as_bytes()).is_ok(),
+                serde_json::from_str::<Value>(&doc).is_ok(),
+                "depth {depth}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// No parser differential: on JSON documents and byte-level mutations of them,
+        /// the strict scanner accepts exactly what serde_json accepts (duplicates aside).
+        #[test]
+        fn scanner_and_serde_json_agree_on_mutants(
+            v in json_value(),
+            edits in proptest::collection::vec((0usize..4096, 0u8..=255, 0u8..3), 0..4),
+        ) {
+            let mut doc = serde_json::to_vec(&v).unwrap();
+            for (at, byte, how) in edits {
+                let at = at % (doc.len() + 1);
+                match how {
+                    0 => doc.insert(at, byte),
+                    1 if at < doc.len() => { doc.remove(at); }
+                    _ if at < doc.len() => doc[at] = byte,
+                    _ => {}
+                }
+            }
+            let ours = scan(&doc, &|_| false).is_ok();
+            let theirs = serde_json::from_slice::<Value>(&doc).is_ok();
+            proptest::prop_assert_eq!(ours, theirs, "{}", String::from_utf8_lossy(&doc));
+        }
+    }
+
+    fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|i| serde_json::json!(i)),
+            (-1e6f64..1e6).prop_map(|f| serde_json::json!(f)),
+            "[a-z\\\"\\u{0}-\\u{1f}é😀]{0,6}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 32, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-c]{1,2}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
     }
 
     #[test]
