@@ -308,6 +308,20 @@ impl Scanner<'_, '_> {
     }
 
     fn number(&mut self) -> Result<(), JsonError> {
+        let start = self.i;
+        self.number_grammar()?;
+        // Like serde_json: a number too large for an IEEE double is refused.
+        let text = self
+            .b
+            .get(start..self.i)
+            .and_then(|t| std::str::from_utf8(t).ok());
+        match text.map(str::parse::<f64>) {
+            Some(Ok(f)) if f.is_finite() => Ok(()),
+            _ => Err(self.error_at(JsonErrorKind::Syntax("number out of range"), start)),
+        }
+    }
+
+    fn number_grammar(&mut self) -> Result<(), JsonError> {
         let bad = JsonErrorKind::Syntax("invalid number");
         if self.peek() == Some(b'-') {
             self.i += 1;
@@ -537,6 +551,10 @@ mod tests {
             b"",
             b"\"\xff\"",
             b"{1:2}",
+            b"1e400",
+            b"-1e400",
+            b"1e-400",
+            b"100000000000000000000000000000",
         ];
         for c in cases {
             let ours = check(c).is_ok();
