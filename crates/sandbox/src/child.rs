@@ -83,6 +83,11 @@ pub struct Outcome {
     pub denied: Vec<DeniedSyscall>,
     /// Denials not stored past [`supervisor::MAX_RECORDED`].
     pub denied_dropped: u64,
+    /// Whether Landlock's audit records of the run were all read (`None` when
+    /// they were not read: ABI < 7, or the kernel's audit unavailable — see
+    /// the `denial-audit` layer). Its denials are in `denied`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landlock_audit: Option<crate::audit::AuditReport>,
     /// Limits hit.
     pub limit_hits: Vec<LimitHit>,
     /// Landlock ABI in use.
@@ -221,6 +226,15 @@ impl ConfinedChild {
         self.lease.as_ref().map(Lease::counters)
     }
 
+    /// Whether Landlock's audit records of this tool are read (then they
+    /// arrive after the calls that caused them: see [`crate::audit`]).
+    pub(crate) fn landlock_audited(&self) -> bool {
+        self.enforcement.layers.as_ref().is_some_and(|l| {
+            l.enforced_by.get(&crate::layers::Protection::DenialAudit)
+                == Some(&crate::layers::Layer::Landlock)
+        })
+    }
+
     /// The tool's pid (in this process's pid namespace).
     pub fn pid(&self) -> u32 {
         self.pid.unsigned_abs()
@@ -278,10 +292,11 @@ impl ConfinedChild {
         }
         let (exit, cpu_time) = self.reap_and_join()?;
         let wall_time = self.started.elapsed();
-        let (denied, denied_dropped) = match self.supervisor.take().and_then(Pending::join) {
-            Some(report) => (report.denied, report.dropped),
-            _ => (Vec::new(), 0),
-        };
+        let (denied, denied_dropped, landlock_audit) =
+            match self.supervisor.take().and_then(Pending::join) {
+                Some(report) => (report.denied, report.dropped, report.audit),
+                _ => (Vec::new(), 0, None),
+            };
         let output::Collected { stdout, stderr } = self
             .output
             .take()
@@ -299,6 +314,7 @@ impl ConfinedChild {
             stderr,
             denied,
             denied_dropped,
+            landlock_audit,
             limit_hits,
             landlock_abi: self.enforcement.landlock_abi,
             enforcement: self.enforcement.clone(),

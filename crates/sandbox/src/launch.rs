@@ -64,12 +64,22 @@ impl Launch<'_> {
         let (events_tx, events) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let (mediation, flag) = (Arc::clone(&prepared.mediation), Arc::clone(&stop));
+        let (audit, audit_tx) = (prepared.audit.clone(), events_tx.clone());
         let supervisor = workers
             .run("knox-supervisor", move || {
-                let Some(listener) = handshake(report_r, &handshake_tx) else {
+                let Some((listener, pid)) = handshake(report_r, &handshake_tx) else {
                     return supervisor::Report::default();
                 };
-                supervisor::run(listener, mediation, Some(events_tx), flag)
+                // Registered before the tool is executed (its `execve` waits for
+                // this thread), so that no Landlock record of it can be missed.
+                let run = audit.as_ref().map(|t| t.attach(pid, Some(audit_tx)));
+                let mut report = supervisor::run(listener, mediation, Some(events_tx), flag);
+                if let (Some(tap), Some(run)) = (audit, run) {
+                    let (denied, audited) = run.finish(&tap);
+                    report.denied.extend(denied);
+                    report.audit = Some(audited);
+                }
+                report
             })
             .map_err(io("starting the supervisor"))?;
         let cgroup_procs: Vec<BorrowedFd<'_>> = self
@@ -189,7 +199,10 @@ impl Launch<'_> {
 /// Returns the listener to serve, or `None` after handing a failure over. A
 /// child whose listener cannot be taken is killed: it would otherwise wait
 /// forever in its mediated `execve`, and the spawning thread with it.
-fn handshake(mut report: std::io::PipeReader, tx: &mpsc::SyncSender<Handshake>) -> Option<OwnedFd> {
+fn handshake(
+    mut report: std::io::PipeReader,
+    tx: &mpsc::SyncSender<Handshake>,
+) -> Option<(OwnedFd, u32)> {
     let first = read_report(&mut report).ok().flatten();
     let Some((sys::REPORT_PID, pid)) = first else {
         let _ = tx.send(Err(first));
@@ -205,7 +218,7 @@ fn handshake(mut report: std::io::PipeReader, tx: &mpsc::SyncSender<Handshake>) 
     match taken {
         Some((listener, pidfd)) => {
             let _ = tx.send(Ok((pidfd, report)));
-            Some(listener)
+            Some((listener, pid.unsigned_abs()))
         }
         None => {
             if second.is_some_and(|(tag, _)| tag == sys::REPORT_LISTENER) {

@@ -1,6 +1,7 @@
 //! Knox's kernel sandbox: confines one tool process and records every denied system call.
 #![doc = include_str!("../README.md")]
 
+pub mod audit;
 pub mod bpf;
 mod cgroup;
 mod child;

@@ -409,6 +409,8 @@ pub struct PreparedPolicy {
     pub(crate) filter: sys::BpfProgram,
     pub(crate) mediation: Arc<Mediation>,
     pub(crate) layers: Layers,
+    /// The reader of Landlock's audit records, when they are read (ABI ≥ 7).
+    pub(crate) audit: Option<Arc<crate::audit::Tap>>,
 }
 
 impl PreparedPolicy {
@@ -419,9 +421,10 @@ impl PreparedPolicy {
                 path: policy.workspace.clone(),
                 source,
             })?;
-        let paths = ruleset::resolve(policy, &workspace);
+        let mut paths = ruleset::resolve(policy, &workspace);
         let (kernel, abi) =
             layers::abi_in_use(sys::landlock_abi(), abi_cap).map_err(LandlockError::from)?;
+        let tap = crate::audit::for_abi(audit, abi, &mut paths.notes);
         let layers = layers::plan(
             kernel,
             abi_cap,
@@ -429,7 +432,7 @@ impl PreparedPolicy {
             policy.min_landlock_abi,
             &policy.degraded,
             &paths,
-            audit,
+            tap.is_some(),
         )
         .map_err(LandlockError::from)?;
         let ruleset = ruleset::build(
@@ -466,6 +469,7 @@ impl PreparedPolicy {
             filter,
             mediation: Arc::new(mediation),
             layers,
+            audit: tap,
         })
     }
 

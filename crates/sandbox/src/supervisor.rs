@@ -35,6 +35,10 @@ pub struct DeniedSyscall {
     /// addresses as `ip:port`); `None` if nothing could be read or the target
     /// vanished before its notification was validated.
     pub decoded: Option<String>,
+    /// Set when Landlock denied the call (read from its audit record, ABI ≥ 7):
+    /// the supervisor did not see it, the kernel refused it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landlock: Option<crate::audit::LandlockDenial>,
 }
 
 /// What the supervisor lets continue among the [`MEDIATED`] calls (and, before
@@ -197,6 +201,8 @@ pub(crate) struct Report {
     pub(crate) denied: Vec<DeniedSyscall>,
     /// Denials past [`MAX_RECORDED`].
     pub(crate) dropped: u64,
+    /// Landlock's audit records of the run, when they were read (ABI ≥ 7).
+    pub(crate) audit: Option<crate::audit::AuditReport>,
 }
 
 /// Serves notifications on `listener` until every process using the filter is gone
@@ -290,6 +296,7 @@ fn serve_one(
         name,
         args,
         decoded: decoded.filter(|_| valid),
+        landlock: None,
     };
     // Queued before the answer: the target stays stopped in the call until then,
     // so anything it does afterwards (a worker's response) comes after the event.

@@ -1004,3 +1004,54 @@ pub(crate) fn has_user_xattr(path: &std::path::Path) -> bool {
     let n = unsafe { libc::lgetxattr(c.as_ptr(), c"user.knox".as_ptr(), ptr::null_mut(), 0) };
     n >= 0
 }
+
+/// A `NETLINK_AUDIT` socket bound to `groups`: 0 for requests to the kernel
+/// (`AUDIT_GET`, `AUDIT_SET`, `AUDIT_USER`), `AUDIT_NLGRP_READLOG` (1) to read
+/// every record the kernel logs, read-only (`CAP_AUDIT_READ`), beside auditd.
+pub(crate) fn audit_socket(groups: u32) -> io::Result<OwnedFd> {
+    // SAFETY: integer arguments.
+    let fd = cvt(unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_AUDIT,
+        )
+    })?;
+    let fd = owned(fd);
+    // SAFETY: `sockaddr_nl` is plain integers, for which all-zero bytes are valid.
+    let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+    addr.nl_groups = groups;
+    let len = std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t;
+    // SAFETY: `addr` is a valid `sockaddr_nl` of `len` bytes that outlives the call.
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            ptr::from_ref(&addr).cast::<libc::sockaddr>(),
+            len,
+        )
+    })?;
+    Ok(fd)
+}
+
+/// Sets a socket's receive buffer to `bytes`: `SO_RCVBUFFORCE` (past
+/// `rmem_max`, with `CAP_NET_ADMIN`), else `SO_RCVBUF`.
+pub(crate) fn set_receive_buffer(fd: BorrowedFd<'_>, bytes: c_int) -> io::Result<()> {
+    let len = std::mem::size_of::<c_int>() as libc::socklen_t;
+    for option in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+        // SAFETY: `bytes` is a live `c_int` of `len` bytes; `fd` is a live descriptor.
+        let r = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                option,
+                ptr::from_ref(&bytes).cast::<c_void>(),
+                len,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+    }
+    Err(io::Error::last_os_error())
+}

@@ -129,12 +129,14 @@ impl Worker {
         let child = self.child.as_ref().ok_or(SandboxError::WorkerExited)?;
         let before = child.cgroup_counters();
         let started = Instant::now();
+        self.audit_barrier();
         let idle_denied = self.drain_events();
         self.calls += 1;
         let exchange = match self.pending_output()? {
             Some(failure) => Exchange::Failed(failure),
             None => self.exchange(&wire, started + timeout, timeout)?,
         };
+        self.audit_barrier();
         let mut denied = self.drain_events();
         let mut limit_hits = self.cgroup_hits(before);
         let (response, exited) = match exchange {
@@ -175,6 +177,19 @@ impl Worker {
         let mut outcome = child.wait_deadline(Instant::now() + grace, grace)?;
         outcome.stdout = self.leftover_output();
         Ok(outcome)
+    }
+
+    /// Landlock's records arrive after the calls that caused them: waits until
+    /// those of this request have been read (and streamed) before draining.
+    fn audit_barrier(&self) {
+        if self
+            .child
+            .as_ref()
+            .is_some_and(ConfinedChild::landlock_audited)
+            && let Ok(tap) = crate::audit::tap()
+        {
+            let _ = tap.barrier();
+        }
     }
 
     fn drain_events(&self) -> Vec<DeniedSyscall> {

@@ -44,6 +44,11 @@ pub enum Layer {
     Filter,
     /// An rlimit whose refusal only the tool sees (`EFBIG`, `EMFILE`).
     Rlimit,
+    /// The kernel's credential checks (uids, capabilities), made before any
+    /// LSM is asked: `/proc/<pid>/root` of a process holding capabilities the
+    /// tool dropped is refused by `ptrace_may_access` before Landlock would
+    /// refuse it, so Landlock writes no audit record.
+    Credentials,
 }
 
 /// A cap whose hit the sandbox records as a [`LimitHit`].
@@ -318,8 +323,12 @@ pub struct CaseResult {
     /// The signal that ended the probe.
     pub signal: Option<i32>,
     /// Whether the kernel gave an observable event matching the expectation
-    /// (a notification of the expected call, the expected limit hit or signal).
+    /// (a notification of the expected call, the expected limit hit or signal,
+    /// Landlock's audit record of a denial).
     pub recorded: bool,
+    /// Whether Landlock's audit records were read for this run (ABI ≥ 7 with
+    /// the kernel's audit enabled): then Landlock's denials are kernel events.
+    pub landlock_audited: bool,
     /// For cases without a kernel event: the stand-in observable, and whether
     /// it was seen.
     pub stand_in: Option<String>,
@@ -435,6 +444,7 @@ fn skipped(case: &Case, mode: Mode, reason: &'static str) -> CaseResult {
         limit_hits: Vec::new(),
         signal: None,
         recorded: false,
+        landlock_audited: false,
         stand_in: None,
         as_expected: false,
         probe: None,
@@ -472,6 +482,19 @@ fn count(p: &ProbeReport, key: &str) -> Option<u64> {
     })
 }
 
+/// Whether Landlock's audit stream gave a denial of the attack: any Landlock
+/// record of the run other than the Rust runtime's start-up read of the probe's
+/// own `/proc/<pid>/maps` (glibc's `pthread_getattr_np` for the main thread's
+/// stack guard), which every confined Rust program makes and Landlock denies.
+fn landlock_recorded(outcome: &Outcome) -> bool {
+    outcome.denied.iter().any(|d| {
+        d.landlock.as_ref().is_some_and(|l| {
+            let own_maps = format!("path=/proc/{}/maps ", d.pid);
+            !(l.blockers == ["fs.read_file"] && l.object.starts_with(&own_maps))
+        })
+    })
+}
+
 #[expect(
     clippy::too_many_arguments,
     reason = "one judgement from every observable"
@@ -502,6 +525,16 @@ fn judge(
             let seen = cap.hit(&outcome.limit_hits);
             (seen, None, seen)
         }
+        // Landlock's own audit record of the denial (ABI ≥ 7, audit read) is the
+        // kernel event; without it the errno or the fixture's check stands in.
+        Expected::Refused {
+            layer: Layer::Landlock,
+            ..
+        }
+        | Expected::Contained {
+            layer: Layer::Landlock,
+            ..
+        } if landlock_recorded(outcome) => (true, None, !attack_succeeded),
         Expected::Refused { errno: want, layer } => {
             let seen = errno == Some(want);
             let note = format!("{layer:?}: probe saw errno {errno:?}, expected {want}");
@@ -521,7 +554,10 @@ fn judge(
         outcome
             .denied
             .iter()
-            .map(|d| d.name.as_str())
+            .map(|d| match &d.landlock {
+                Some(l) => format!("{}[landlock {} {}]", d.name, l.blockers.join(","), l.object),
+                None => d.name.clone(),
+            })
             .collect::<Vec<_>>()
             .join(","),
         outcome.limit_hits,
@@ -535,6 +571,7 @@ fn judge(
         limit_hits: outcome.limit_hits.clone(),
         signal: outcome.signal,
         recorded,
+        landlock_audited: outcome.landlock_audit.is_some(),
         stand_in,
         as_expected: matched && !attack_succeeded,
         probe,

@@ -4,7 +4,9 @@ use std::net::TcpListener;
 
 use knox_sandbox::{Family, Layer, Protection, Sandbox, SandboxConfig};
 
-use super::support::{EPERM, Fixture, TestResult, denied, run_with};
+use super::support::{
+    AuditOn, EPERM, Fixture, TestResult, denied, probe, run_with, s, seccomp_denied,
+};
 use crate::require_kernel;
 
 fn capped(abi: u8) -> Result<Sandbox, knox_sandbox::SandboxError> {
@@ -95,5 +97,69 @@ fn without_scoping_signals_reach_only_the_tools_own_process() -> TestResult {
     let kills = denied(&outcome, "kill");
     assert_eq!(kills.len(), 1, "{:?}", outcome.denied);
     assert_eq!(kills.first().map(|d| d.args[0]), Some(1));
+    Ok(())
+}
+
+/// At ABI 7, with the kernel's audit on, Landlock's own record of a denial is
+/// read back into the evidence: the probe's `openat` of a file outside the
+/// grants is a denied call marked `landlock` (what was missing, the path),
+/// streamed while the tool runs and kept in the outcome, nothing lost. Capped at
+/// ABI 6 nothing is read, and the layers say so.
+#[test]
+fn at_abi_7_landlock_denials_are_read_from_the_audit_stream() -> TestResult {
+    require_kernel!();
+    let Some(_audit) = AuditOn::take()? else {
+        return Ok(());
+    };
+    let fx = Fixture::new()?;
+    let secret = fx.outside.join("secret.txt");
+    std::fs::write(&secret, "secret")?;
+    let policy = fx.policy(&[])?;
+    let sandbox = Sandbox::new(SandboxConfig::default())?;
+    let prepared = sandbox.prepare(&policy)?;
+    assert_eq!(
+        prepared.layers().enforced_by.get(&Protection::DenialAudit),
+        Some(&Layer::Landlock)
+    );
+    let probe = probe();
+    let argv = [s(&probe), "read-text", s(&secret)];
+    let mut child = sandbox.spawn_prepared(&prepared, &argv, &[], b"")?;
+    let pid = child.pid();
+    let events = child.denied_events().ok_or("no stream")?;
+    let outcome = child.wait()?;
+    let streamed: Vec<_> = events.try_iter().collect();
+    let reads: Vec<_> = outcome
+        .denied
+        .iter()
+        .filter(|d| {
+            d.landlock
+                .as_ref()
+                .is_some_and(|l| l.object.contains(&format!("path={}", s(&secret))))
+        })
+        .collect();
+    assert_eq!(reads.len(), 1, "{:?}", outcome.denied);
+    let read = reads.first().ok_or("no read")?;
+    assert_eq!((read.pid, read.name.as_str()), (pid, "openat"), "{read:?}");
+    let landlock = read.landlock.as_ref().ok_or("not Landlock's")?;
+    assert_eq!(landlock.blockers, ["fs.read_file"]);
+    assert!(streamed.contains(read), "{streamed:?}");
+    let audit = outcome
+        .landlock_audit
+        .as_ref()
+        .ok_or("Landlock's records were not read")?;
+    assert!(audit.complete(), "{audit:?}");
+    assert!(seccomp_denied(&outcome).is_empty(), "{:?}", outcome.denied);
+
+    let capped = capped(6)?;
+    let prepared = capped.prepare(&policy)?;
+    assert_eq!(
+        prepared.layers().enforced_by.get(&Protection::DenialAudit),
+        Some(&Layer::Unavailable)
+    );
+    let outcome = capped.spawn_prepared(&prepared, &argv, &[], b"")?.wait()?;
+    assert!(
+        outcome.denied.iter().all(|d| d.landlock.is_none()) && outcome.landlock_audit.is_none(),
+        "{outcome:?}"
+    );
     Ok(())
 }

@@ -52,6 +52,27 @@ const STAND_INS: &[&str] = &[
     "fd-exhaust",
 ];
 
+/// The stand-ins left when Landlock's audit records are read (ABI 7, audit on):
+/// what Landlock did not decide — the credential check before it, the filter's
+/// fixed `ENOSYS`, the rlimits.
+const NOT_LANDLOCK: &[&str] = &[
+    "read-canary-proc-victim-root",
+    "clone3-newns",
+    "file-size-bomb",
+    "fd-exhaust",
+];
+
+/// The stand-ins expected of one result: without Landlock's records every
+/// Landlock refusal is one.
+fn expected_stand_in(r: &corpus::CaseResult) -> bool {
+    let list = if r.landlock_audited {
+        NOT_LANDLOCK
+    } else {
+        STAND_INS
+    };
+    list.contains(&r.id)
+}
+
 /// Runs every case in `mode` with a fresh fixture; also returns the fixture's
 /// root (gone by then), which every probe's command line names.
 fn run_all(mode: Mode) -> Result<(Vec<CaseResult>, String), Box<dyn std::error::Error>> {
@@ -106,13 +127,20 @@ fn every_attack_is_prevented_and_observed_when_confined() -> TestResult {
         .filter(|r| r.stand_in.is_some())
         .map(|r| r.id)
         .collect();
-    assert_eq!(stand_ins, STAND_INS.iter().copied().collect());
+    let expected: BTreeSet<&str> = results
+        .iter()
+        .filter(|r| expected_stand_in(r))
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(stand_ins, expected);
     let recorded = results.iter().filter(|r| r.recorded).count();
     println!(
-        "confined: {} cases, {} prevented, {recorded} recorded by a kernel event, {} by a stand-in",
+        "confined: {} cases, {} prevented, {recorded} recorded by a kernel event, {} by a stand-in \
+         ({} runs with Landlock's audit records read)",
         results.len(),
         results.iter().filter(|r| !r.attack_succeeded).count(),
-        stand_ins.len()
+        stand_ins.len(),
+        results.iter().filter(|r| r.landlock_audited).count(),
     );
     Ok(())
 }
@@ -233,6 +261,9 @@ fn every_landlock_abi_level_prevents_the_corpus_or_refuses() -> TestResult {
     use knox_sandbox::ruleset::LandlockError;
     use knox_sandbox::{Layer, Protection, SandboxError};
     require_kernel!();
+    // Opt in to the kernel's audit (root, ABI 7): at ABI 7 Landlock's own
+    // records must then make every Landlock refusal a kernel event.
+    let audit = super::support::AuditOn::take()?;
     let fixture = Fixture::new(probe())?;
     let cases = corpus::cases();
     let mut table = Vec::new();
@@ -250,6 +281,7 @@ fn every_landlock_abi_level_prevents_the_corpus_or_refuses() -> TestResult {
             "the cap must set the ABI in use"
         );
         let (mut prevented, mut refused, mut recorded) = (0, Vec::new(), 0);
+        let audited = audit.is_some() && layers.landlock_abi >= 7;
         for case in &cases {
             match corpus::run_case(&fixture, &sandbox, case, Mode::Confined) {
                 Ok(r) if r.attack_succeeded => {
@@ -258,6 +290,15 @@ fn every_landlock_abi_level_prevents_the_corpus_or_refuses() -> TestResult {
                 Ok(r) => {
                     prevented += 1;
                     recorded += usize::from(r.recorded);
+                    // Before ABI 7 nothing is read; at 7 (audit on) everything is.
+                    if r.landlock_audited != audited
+                        || r.stand_in.is_some() != expected_stand_in(&r)
+                    {
+                        failures.push(format!(
+                            "abi {cap}: {}: audited={} (expected {audited}), stand-in {:?}: {}",
+                            r.id, r.landlock_audited, r.stand_in, r.detail
+                        ));
+                    }
                 }
                 Err(CorpusError::Sandbox(SandboxError::Landlock(LandlockError::Layers(e)))) => {
                     refused.push(format!("{}: {e}", case.id));

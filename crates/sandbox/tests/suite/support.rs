@@ -119,9 +119,13 @@ pub fn run_unconfined(args: &[&str]) -> Result<Probe, Box<dyn std::error::Error>
     Ok(serde_json::from_str(&line)?)
 }
 
-/// The denied calls named `name`.
+/// The denied calls named `name` the supervisor recorded (not Landlock's).
 pub fn denied<'a>(outcome: &'a Outcome, name: &str) -> Vec<&'a knox_sandbox::DeniedSyscall> {
-    outcome.denied.iter().filter(|d| d.name == name).collect()
+    outcome
+        .denied
+        .iter()
+        .filter(|d| d.name == name && d.landlock.is_none())
+        .collect()
 }
 
 /// `path` as a string (test paths are UTF-8).
@@ -131,3 +135,69 @@ pub fn s(path: &Path) -> &str {
 
 pub const EPERM: i32 = 1;
 pub const EACCES: i32 = 13;
+
+/// Whether the tests run as root (uid 0).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+}
+
+/// Holders of [`AuditOn`] in this process, and whether audit was off before the first.
+static AUDIT_ON: std::sync::Mutex<(usize, bool)> = std::sync::Mutex::new((0, false));
+
+/// The kernel's audit turned on for a test (the tests' explicit opt-in: Landlock
+/// writes its records only then), and put back as it was found when the last
+/// holder in this process drops it. Other tests running meanwhile may see it on.
+#[derive(Debug)]
+pub struct AuditOn(());
+
+impl AuditOn {
+    /// `None` (with a note) when this machine cannot have Landlock audit: not root
+    /// (no `CAP_AUDIT_CONTROL`), or Landlock ABI below 7. As root on ABI ≥ 7 a
+    /// kernel that refuses is an error.
+    pub fn take() -> Result<Option<Self>, Box<dyn std::error::Error>> {
+        let abi = Sandbox::new(SandboxConfig::default())?
+            .prepare(&SandboxPolicy::for_families(&[], "/")?)?
+            .layers()
+            .landlock_abi_kernel;
+        if abi < 7 || !is_root() {
+            eprintln!(
+                "SKIPPED: Landlock audit needs ABI 7 (the kernel has {abi}) and root (has: {})",
+                is_root()
+            );
+            return Ok(None);
+        }
+        let mut holders = AUDIT_ON
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let before = knox_sandbox::audit::enable_kernel_audit()?;
+        if holders.0 == 0 {
+            holders.1 = before.enabled == 0;
+        }
+        holders.0 += 1;
+        Ok(Some(Self(())))
+    }
+}
+
+impl Drop for AuditOn {
+    fn drop(&mut self) {
+        let mut holders = AUDIT_ON
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        holders.0 = holders.0.saturating_sub(1);
+        if holders.0 == 0 && holders.1 {
+            let _ = knox_sandbox::audit::set_kernel_audit(false);
+        }
+    }
+}
+
+/// The denials the seccomp supervisor recorded (not Landlock's audit records).
+pub fn seccomp_denied(outcome: &Outcome) -> Vec<&knox_sandbox::DeniedSyscall> {
+    outcome
+        .denied
+        .iter()
+        .filter(|d| d.landlock.is_none())
+        .collect()
+}

@@ -1,7 +1,7 @@
 //! File-system attacks: reading the canary, escaping the workspace with writes and metadata changes.
 
 use super::super::{Case, CaseContext, Success, arg};
-use super::{EACCES, case, denied, landlock};
+use super::{EACCES, case, credentials, denied, landlock};
 
 const READ: &str = "fs-read";
 const WRITE: &str = "fs-write";
@@ -73,7 +73,7 @@ fn reads() -> Vec<Case> {
             "read the canary through the victim's /proc/<pid>/root",
             "read-text",
             |c| vec![format!("/proc/{}/root{}", c.victim.pid, c.canary())],
-            landlock(EACCES),
+            credentials(EACCES),
         ),
         case(
             "read-canary-symlink-race",

@@ -101,6 +101,14 @@ pub(super) fn landlock(errno: i32) -> Expected {
     }
 }
 
+/// Refused by the kernel's credential checks before Landlock is asked.
+pub(super) fn credentials(errno: i32) -> Expected {
+    Expected::Refused {
+        errno,
+        layer: Layer::Credentials,
+    }
+}
+
 /// Stopped by a recorded cap.
 pub(super) fn capped(cap: Cap) -> Expected {
     Expected::Capped { cap }
