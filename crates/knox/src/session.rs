@@ -244,6 +244,9 @@ pub fn run_workload_regulated(
             .with_context(|| format!("running bundle {run_id}"))?;
         each(&outcome)?;
         n += 1;
+        if stopped(w) {
+            break;
+        }
     }
     Ok(n)
 }
@@ -326,8 +329,17 @@ pub fn run_terminal(
         .with_context(|| format!("running bundle {run_id}"))?;
         each(&outcome)?;
         n += 1;
+        if stopped(w) {
+            break;
+        }
     }
     Ok(n)
+}
+
+/// Whether an external stop (a signal, the stop file) has stopped the run: the bundle
+/// it interrupted is sealed, and no new one starts.
+fn stopped(w: &WorkloadRun<'_>) -> bool {
+    w.stop.external && w.signal.is_set()
 }
 
 /// A broker running tools in confined workers: the worker is this very binary's
