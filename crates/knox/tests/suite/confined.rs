@@ -206,7 +206,8 @@ fn the_corpus_command_prevents_every_attack_and_its_evidence_verifies() {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_knox"))
             .args(["corpus", "syscalls", "--json", "--only", only, "--probe"])
             .arg(&probe)
-            .arg("--out")
+            // One folder for the four slices: each replaces the last one's bundle.
+            .args(["--force", "--out"])
             .arg(dir.path())
             .output()
             .unwrap();
