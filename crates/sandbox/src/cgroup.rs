@@ -1,9 +1,12 @@
 //! Process and memory caps through a pool of cgroups (v1 or v2), reused across spawns.
 //!
 //! Each `Sandbox` owns a pool directory nested under the cgroup this process is in
-//! (so every limit that applies to the caller still applies to its tools): v1 uses
-//! the `pids` and `memory` hierarchies side by side, v2 one directory with both
-//! controllers enabled. A slot is leased for one spawn; on return everything left in
+//! (so every limit that applies to the caller still applies to its tools), inside
+//! one Knox-owned parent there, `knox/`: v1 uses the `pids` and `memory`
+//! hierarchies side by side, v2 one directory with both controllers enabled. A
+//! pool is named after its owner, `knox-sandbox-<pid>-<start time>-<n>`, so that
+//! a later pool can tell a dead owner's leftovers (the owner was SIGKILLed) and
+//! reclaim them: kill what is left in them, remove them. A slot is leased for one spawn; on return everything left in
 //! it is killed and it is verified empty before it is leased again. Creating a
 //! cgroup costs milliseconds, reusing one almost nothing. Dropping the pool kills
 //! what is left and removes every directory it made.
@@ -156,6 +159,129 @@ pub(crate) fn own_pids_dir() -> Option<PathBuf> {
     detect(None).ok()?.1.into_iter().next()
 }
 
+/// The processes in cgroup `dir`.
+fn procs_of(dir: &Path) -> Vec<i32> {
+    let text = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+/// Kills every process in cgroup `dir` and waits (briefly) until it is empty.
+fn kill_cgroup(dir: &Path, v2: bool) -> Result<(), CgroupError> {
+    for round in 0..400 {
+        let pids = procs_of(dir);
+        if pids.is_empty() {
+            return Ok(());
+        }
+        if v2 && round == 0 {
+            // Linux ≥ 5.14: one write kills the whole tree, forks included
+            // (fails harmlessly on older kernels; the loop still kills by pid).
+            let _ = fs::write(dir.join("cgroup.kill"), "1");
+        }
+        for pid in pids {
+            let _ = sys::kill(pid, sys::signal::KILL);
+        }
+        std::thread::sleep(Duration::from_micros(if round < 20 { 100 } else { 5_000 }));
+    }
+    Err(CgroupError::NotEmpty {
+        path: dir.to_path_buf(),
+    })
+}
+
+/// The Knox-owned cgroup every pool is created in, under the caller's cgroup.
+pub(crate) const KNOX_PARENT: &str = "knox";
+/// Prefix of a pool's name; the owner's pid and start time follow.
+const POOL_PREFIX: &str = "knox-sandbox-";
+
+/// The process that made a pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Owner {
+    pid: u32,
+    /// Start time in clock ticks after boot (`/proc/<pid>/stat` field 22); absent
+    /// in the names of pools made before it was recorded.
+    start: Option<u64>,
+}
+
+/// `knox-sandbox-<pid>-<start>-<n>`, or the older `knox-sandbox-<pid>-<n>`.
+fn pool_owner(name: &str) -> Option<Owner> {
+    let parts: Vec<u64> = name
+        .strip_prefix(POOL_PREFIX)?
+        .split('-')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    match parts.as_slice() {
+        [pid, _] => Some(Owner {
+            pid: u32::try_from(*pid).ok()?,
+            start: None,
+        }),
+        [pid, start, _] => Some(Owner {
+            pid: u32::try_from(*pid).ok()?,
+            start: Some(*start),
+        }),
+        _ => None,
+    }
+}
+
+/// State and start time of process `pid` (`"self"` for this one), from `/proc`.
+fn process_stat(pid: &str) -> Option<(char, u64)> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold anything: fields start
+    // after the last `)`, at field 3 (state); the start time is field 22.
+    let (_, rest) = text.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// Whether the owner of a pool still runs: its pid names a live process (not a
+/// zombie) that started when the pool's name says (not a reused pid). A pool
+/// named without a start time counts as alive while its pid is.
+fn owner_alive(owner: Owner) -> bool {
+    match process_stat(&owner.pid.to_string()) {
+        None => false,
+        Some(('Z' | 'X' | 'x', _)) => false,
+        Some((_, start)) => owner.start.is_none_or(|s| s == start),
+    }
+}
+
+/// Kills what is left in every pool under `dir` whose owner is dead and removes
+/// it (its slots first); returns the pools removed. Pools of live owners, and
+/// anything not named like a pool, are left alone. Concurrent reclaimers are
+/// harmless: a directory already gone is skipped.
+fn reclaim(dir: &Path, v2: bool) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(owner) = name.to_str().and_then(pool_owner) else {
+            continue;
+        };
+        if owner_alive(owner) || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let pool = entry.path();
+        let slots = fs::read_dir(&pool)
+            .map(|e| {
+                e.flatten()
+                    .filter(|s| s.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|s| s.path())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        for slot in &slots {
+            let _ = kill_cgroup(slot, v2);
+            let _ = fs::remove_dir(slot);
+        }
+        let _ = kill_cgroup(&pool, v2);
+        if fs::remove_dir(&pool).is_ok() {
+            removed.push(pool);
+        }
+    }
+    removed
+}
+
 fn write_file(path: &Path, text: &str) -> Result<(), CgroupError> {
     fs::write(path, text).map_err(io_err(path))
 }
@@ -211,31 +337,9 @@ impl Slot {
             .map_or(Path::new("/nonexistent"), PathBuf::as_path)
     }
 
-    fn pids(&self) -> Vec<i32> {
-        let text = fs::read_to_string(self.first().join("cgroup.procs")).unwrap_or_default();
-        text.lines().filter_map(|l| l.trim().parse().ok()).collect()
-    }
-
     /// Kills every process in the slot and waits (briefly) until it is empty.
     pub(crate) fn kill_all(&self) -> Result<(), CgroupError> {
-        for round in 0..400 {
-            let pids = self.pids();
-            if pids.is_empty() {
-                return Ok(());
-            }
-            if self.v2 && round == 0 {
-                // Linux ≥ 5.14: one write kills the whole tree, forks included
-                // (fails harmlessly on older kernels; the loop still kills by pid).
-                let _ = fs::write(self.first().join("cgroup.kill"), "1");
-            }
-            for pid in pids {
-                let _ = sys::kill(pid, sys::signal::KILL);
-            }
-            std::thread::sleep(Duration::from_micros(if round < 20 { 100 } else { 5_000 }));
-        }
-        Err(CgroupError::NotEmpty {
-            path: self.first().to_path_buf(),
-        })
+        kill_cgroup(self.first(), self.v2)
     }
 
     /// Closes the slot's files and removes its directories (they must be empty).
@@ -254,6 +358,8 @@ struct PoolInner {
     free: Mutex<Vec<Slot>>,
     next: AtomicUsize,
     capacity: usize,
+    /// Dead owners' pools removed when this one was made.
+    reclaimed: Vec<PathBuf>,
 }
 
 impl Drop for PoolInner {
@@ -291,12 +397,33 @@ impl CgroupPool {
         capacity: usize,
     ) -> Result<Self, CgroupError> {
         let (version, parents) = detect(parent)?;
+        let v2 = version == CgroupVersion::V2;
+        let knox: Vec<PathBuf> = parents.iter().map(|p| p.join(KNOX_PARENT)).collect();
+        for (parent, dir) in parents.iter().zip(&knox) {
+            match fs::create_dir(dir) {
+                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(io_err(dir)(e)),
+                _ => {}
+            }
+            if v2 {
+                enable_v2_controllers(parent)?;
+                enable_v2_controllers(dir)?;
+            }
+        }
+        // Leftovers of owners that died without dropping their pool: in the
+        // Knox parent, and directly under the caller's cgroup (where pools were
+        // made before the Knox parent existed).
+        let reclaimed = knox
+            .iter()
+            .chain(&parents)
+            .flat_map(|dir| reclaim(dir, v2))
+            .collect();
+        let start = process_stat("self").map_or(0, |(_, start)| start);
         let name = format!(
-            "knox-sandbox-{}-{}",
+            "{POOL_PREFIX}{}-{start}-{}",
             std::process::id(),
             INSTANCE.fetch_add(1, Ordering::Relaxed)
         );
-        let bases: Vec<PathBuf> = parents.iter().map(|p| p.join(&name)).collect();
+        let bases: Vec<PathBuf> = knox.iter().map(|p| p.join(&name)).collect();
         for base in &bases {
             fs::create_dir(base).map_err(io_err(base))?;
         }
@@ -314,12 +441,12 @@ impl CgroupPool {
             free: Mutex::new(Vec::new()),
             next: AtomicUsize::new(0),
             capacity,
+            reclaimed,
         };
         let pool = Self {
             inner: Arc::new(inner),
         };
-        if let (Layout::V2 { base }, Some(parent)) = (&pool.inner.layout, parents.first()) {
-            enable_v2_controllers(parent)?;
+        if let Layout::V2 { base } = &pool.inner.layout {
             enable_v2_controllers(base)?;
         }
         let slots = (0..prefill)
@@ -327,6 +454,11 @@ impl CgroupPool {
             .collect::<Result<Vec<_>, _>>()?;
         pool.lock_free().extend(slots);
         Ok(pool)
+    }
+
+    /// Dead owners' pools this one removed when it was made.
+    pub(crate) fn reclaimed(&self) -> &[PathBuf] {
+        &self.inner.reclaimed
     }
 
     /// The interface in use.
@@ -550,6 +682,34 @@ mod tests {
             parse_mount(v2).is_some_and(|m| m.v2 && m.point == Path::new("/sys/fs/cgroup/unified"))
         );
         assert!(parse_mount("22 1 0:5 / /proc rw - proc proc rw").is_none());
+    }
+
+    #[test]
+    fn pool_names_give_their_owner() {
+        let owner = |pid, start| Some(Owner { pid, start });
+        assert_eq!(pool_owner("knox-sandbox-42-9000-3"), owner(42, Some(9000)));
+        assert_eq!(pool_owner("knox-sandbox-42-0"), owner(42, None));
+        for other in [
+            "knox-sandbox-42",
+            "knox-sandbox-a-1",
+            "knox-sandbox-1-2-3-4",
+            "knox",
+            "s0",
+            "knox-sandbox--1-2",
+        ] {
+            assert_eq!(pool_owner(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn this_process_is_alive_and_a_reused_pid_is_not() {
+        let pid = std::process::id();
+        let start = process_stat("self").map(|(_, s)| s);
+        assert!(start.is_some());
+        assert!(owner_alive(Owner { pid, start }));
+        assert!(owner_alive(Owner { pid, start: None }));
+        let other = start.map(|s| s + 1);
+        assert!(!owner_alive(Owner { pid, start: other }));
     }
 
     #[test]

@@ -36,6 +36,9 @@ pub struct Enforcement {
     pub user_namespace: bool,
     /// Whether every capability was dropped before `execve`.
     pub capabilities_dropped: bool,
+    /// The unprivileged uid and gid the tool ran as, if not the caller's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as: Option<crate::identity::RunAs>,
     /// Size of the seccomp program.
     pub seccomp_instructions: usize,
     /// Skipped paths, implicit grants, fallbacks.

@@ -28,6 +28,9 @@ pub(crate) struct Launch<'a> {
     pub(crate) envp: &'a [CString],
     pub(crate) rlimits: &'a [Rlimit],
     pub(crate) lease: Option<&'a Lease>,
+    /// `(uid, gid)` the tool runs as; then it is executed through `program_fd`.
+    pub(crate) identity: Option<(u32, u32)>,
+    pub(crate) program_fd: Option<BorrowedFd<'a>>,
 }
 
 /// A child past `execve`, with its supervisor running.
@@ -100,6 +103,8 @@ impl Launch<'_> {
             cgroup_procs: &cgroup_procs,
             rlimits: self.rlimits,
             drop_capabilities,
+            identity: self.identity,
+            program_fd: self.program_fd,
             user_namespace,
             filter: Some(&prepared.filter),
             namespaces: 0,
@@ -164,6 +169,8 @@ impl Launch<'_> {
             cgroup_procs: &cgroup_procs,
             rlimits: self.rlimits,
             drop_capabilities: false,
+            identity: None,
+            program_fd: None,
             user_namespace,
             filter: None,
             namespaces,

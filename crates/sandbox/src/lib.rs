@@ -9,6 +9,7 @@ pub mod corpus;
 mod decode;
 pub mod filter;
 pub mod frame;
+mod identity;
 mod launch;
 pub mod layers;
 mod output;
@@ -23,6 +24,7 @@ mod workers;
 
 pub use cgroup::{CgroupError, CgroupVersion};
 pub use child::{ConfinedChild, Enforcement, LimitHit, Outcome};
+pub use identity::{RUN_AS_ENV, RunAs};
 pub use layers::{Degraded, Layer, Layers, Protection};
 pub use policy::{Access, Limits, PathRule, PolicyError, SandboxPolicy};
 pub use profile::{Family, Profile, ProfileError};

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::ffi::{CString, OsStr};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -59,6 +60,11 @@ pub struct SandboxConfig {
     /// as on an older kernel). Default: the `KNOX_LANDLOCK_ABI_MAX` environment
     /// variable if it holds a number, else none.
     pub landlock_abi_max: Option<u8>,
+    /// When the caller is root: the unprivileged uid and gid tools run as (no
+    /// supplementary groups, no capabilities). `None` keeps uid 0 with every
+    /// capability dropped. Ignored (with a note) for other callers, whose tools
+    /// already run under the caller's own uid.
+    pub run_as: Option<crate::identity::RunAs>,
 }
 
 impl Default for SandboxConfig {
@@ -74,6 +80,7 @@ impl Default for SandboxConfig {
             landlock_abi_max: std::env::var(layers::ABI_CAP_ENV)
                 .ok()
                 .and_then(|v| v.trim().parse().ok()),
+            run_as: None,
         }
     }
 }
@@ -125,6 +132,9 @@ pub enum SandboxError {
     /// A worker request could not be framed.
     #[error(transparent)]
     Frame(#[from] FrameError),
+    /// The configured `run_as` identity is unusable.
+    #[error("run_as: {0}")]
+    RunAs(String),
     /// A system call in the parent failed.
     #[error("{what}: {source}")]
     Io {
@@ -146,6 +156,8 @@ pub struct Sandbox {
     pool: Option<CgroupPool>,
     euid: u32,
     egid: u32,
+    /// The identity tools run as (root callers with `run_as`).
+    identity: Option<crate::identity::RunAs>,
     notes: Vec<String>,
     workers: Workers,
 }
@@ -155,6 +167,20 @@ impl Sandbox {
     pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
         let euid = sys::geteuid();
         let mut notes = Vec::new();
+        let identity = match config.run_as {
+            Some(ids) if euid == 0 => {
+                ids.validate().map_err(SandboxError::RunAs)?;
+                Some(ids)
+            }
+            Some(ids) => {
+                notes.push(format!(
+                    "run_as {}:{} not applied: tools run as the caller's uid {euid}",
+                    ids.uid, ids.gid
+                ));
+                None
+            }
+            None => None,
+        };
         let pool = match config.cgroups {
             CgroupMode::DangerousDisabled => {
                 notes.push("cgroups disabled by configuration (dangerous)".to_owned());
@@ -183,14 +209,26 @@ impl Sandbox {
             pool,
             euid,
             egid: sys::getegid(),
+            identity,
             notes,
             workers: Workers::new(),
         })
     }
 
+    /// The uid and gid tools run as, when not the caller's own (root with `run_as`).
+    pub fn tool_identity(&self) -> Option<crate::identity::RunAs> {
+        self.identity
+    }
+
     /// The cgroup interface enforcing process and memory caps, if any.
     pub fn cgroup_version(&self) -> Option<CgroupVersion> {
         self.pool.as_ref().map(CgroupPool::version)
+    }
+
+    /// Cgroup pools of dead owners (a Knox process killed before it could remove
+    /// its own) that creating this sandbox killed and removed.
+    pub fn reclaimed_cgroups(&self) -> &[PathBuf] {
+        self.pool.as_ref().map_or(&[], CgroupPool::reclaimed)
     }
 
     /// The directories holding this sandbox's cgroup pool (removed on drop).
@@ -283,6 +321,7 @@ impl Sandbox {
             cgroup: lease.as_ref().and(self.cgroup_version()),
             user_namespace,
             capabilities_dropped: self.euid == 0 || user_namespace,
+            run_as: self.identity,
             seccomp_instructions: prepared.filter.len(),
             notes: self
                 .notes
@@ -293,12 +332,19 @@ impl Sandbox {
         };
         let rlimits = rlimits(&prepared.policy.limits, lease.is_some(), user_namespace);
         let (uid_map, gid_map) = (self.id_map(self.euid), self.id_map(self.egid));
+        // Opened as root: the tool's uid executes it through this descriptor.
+        let program_fd = match self.identity {
+            Some(_) => Some(open_path(&program)?),
+            None => None,
+        };
         let launch = Launch {
             program: &program,
             argv: &argv,
             envp: &envp,
             rlimits: &rlimits,
             lease: lease.as_ref(),
+            identity: self.identity.map(|r| (r.uid, r.gid)),
+            program_fd: program_fd.as_ref().map(AsFd::as_fd),
         };
         let userns = user_namespace.then_some(UserNamespaceMaps {
             uid_map: uid_map.as_bytes(),
@@ -342,6 +388,8 @@ impl Sandbox {
             envp: &envp,
             rlimits: &rlimits,
             lease: lease.as_ref(),
+            identity: None,
+            program_fd: None,
         };
         let userns = user_namespace.then_some(UserNamespaceMaps {
             uid_map: uid_map.as_bytes(),
@@ -356,6 +404,7 @@ impl Sandbox {
             cgroup: lease.as_ref().and(self.cgroup_version()),
             user_namespace,
             capabilities_dropped: false,
+            run_as: None,
             seccomp_instructions: 0,
             notes: vec![
                 "DANGEROUS baseline: no Landlock, no seccomp, capabilities kept; \
@@ -388,6 +437,18 @@ impl Sandbox {
     fn id_map(&self, id: u32) -> String {
         format!("{id} {id} 1\n")
     }
+}
+
+/// The program opened `O_PATH` (close-on-exec): executed as `/proc/self/fd/N`, it
+/// needs execute permission on the file only, not search on the directories above.
+fn open_path(program: &CString) -> Result<OwnedFd, SandboxError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+        .open(OsStr::from_bytes(program.as_bytes()))
+        .map(OwnedFd::from)
+        .map_err(io("opening the program"))
 }
 
 fn envp(env: &[(String, String)]) -> Result<Vec<CString>, SandboxError> {

@@ -471,10 +471,12 @@ pub enum ChildStep {
     /// `unshare` of the harness namespaces, or making its mounts private
     /// (the dangerous limits-only baseline only).
     Namespaces = 13,
+    /// `setgroups`, `setresgid`, `setresuid` to the tool's unprivileged identity.
+    Identity = 14,
 }
 
 impl ChildStep {
-    const ALL: [ChildStep; 13] = [
+    const ALL: [ChildStep; 14] = [
         ChildStep::Descriptors,
         ChildStep::ProcessGroup,
         ChildStep::Cgroup,
@@ -488,6 +490,7 @@ impl ChildStep {
         ChildStep::Seccomp,
         ChildStep::Exec,
         ChildStep::Namespaces,
+        ChildStep::Identity,
     ];
 
     /// The step a report code names.
@@ -549,6 +552,12 @@ pub(crate) struct ChildSpec<'a> {
     pub(crate) rlimits: &'a [Rlimit],
     /// Drop every capability (root callers and user namespaces).
     pub(crate) drop_capabilities: bool,
+    /// `(uid, gid)` the tool runs as (root callers): no supplementary groups.
+    /// The child then executes the program through `program_fd`, so that
+    /// directories above it need not be searchable by that uid.
+    pub(crate) identity: Option<(u32, u32)>,
+    /// The program, opened `O_PATH` before the clone (used with `identity`).
+    pub(crate) program_fd: Option<BorrowedFd<'a>>,
     /// New user namespace and its maps, for non-root callers.
     pub(crate) user_namespace: Option<UserNamespaceMaps<'a>>,
     /// The seccomp program; `None` only for the dangerous limits-only baseline
@@ -566,9 +575,14 @@ const CHILD_REPORT_FD: c_int = 3;
 const CHILD_LANDLOCK_FD: c_int = 4;
 const CHILD_CGROUP_FD: c_int = 5;
 const MAX_CGROUP_FDS: usize = 2;
+/// The program opened `O_PATH`, after the cgroup slots (see [`PROGRAM_BY_FD`]).
+const CHILD_PROGRAM_FD: usize = 5 + MAX_CGROUP_FDS;
+/// `execve` of the program through its descriptor at [`CHILD_PROGRAM_FD`]: the
+/// magic link is followed without searching the directories above the file.
+const PROGRAM_BY_FD: &CStr = c"/proc/self/fd/7";
 const MAX_RLIMITS: usize = 8;
-/// Slots: stdin, stdout, stderr, report, landlock, cgroup × 2.
-const FD_SLOTS: usize = 5 + MAX_CGROUP_FDS;
+/// Slots: stdin, stdout, stderr, report, landlock, cgroup × 2, program.
+const FD_SLOTS: usize = 6 + MAX_CGROUP_FDS;
 
 /// The spec lowered to raw values, built before the clone; the child only reads it.
 struct Lowered<'a> {
@@ -605,6 +619,9 @@ pub(crate) fn spawn_child(spec: &ChildSpec<'_>) -> io::Result<i32> {
     let cgroups = spec.cgroup_procs.iter().copied().map(Some);
     for (slot, fd) in fds.iter_mut().zip(listed.into_iter().chain(cgroups)) {
         *slot = fd.map_or(-1, |f| f.as_raw_fd());
+    }
+    if let (Some(slot), Some(fd)) = (fds.get_mut(CHILD_PROGRAM_FD), spec.program_fd) {
+        *slot = fd.as_raw_fd();
     }
     let high_fd = fds
         .iter()
@@ -754,14 +771,22 @@ fn child_after_clone(p: &Lowered<'_>) -> ! {
         step(enter_namespaces(p.spec.namespaces), ChildStep::Namespaces);
     }
     step(set_rlimits(p), ChildStep::Rlimit);
-    if p.spec.drop_capabilities {
-        step(drop_capabilities(), ChildStep::Capabilities);
-    }
+    // Before the identity change: the directories above the workspace need not
+    // be searchable by the tool's uid.
     // SAFETY: `cwd` is a valid NUL-terminated string built before the clone.
     step(
         unsafe { libc::chdir(p.spec.cwd.as_ptr()) } == 0,
         ChildStep::Chdir,
     );
+    if p.spec.drop_capabilities {
+        // Securebits and the bounding set need CAP_SETPCAP, the identity change
+        // CAP_SETUID and CAP_SETGID: in that order, then every set is cleared.
+        step(lock_securebits_and_bounding_set(), ChildStep::Capabilities);
+        if let Some((uid, gid)) = p.spec.identity {
+            step(change_identity(uid, gid), ChildStep::Identity);
+        }
+        step(clear_capabilities(), ChildStep::Capabilities);
+    }
     // SAFETY: prctl with integer arguments only.
     step(
         unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } == 0,
@@ -798,9 +823,13 @@ fn child_after_clone(p: &Lowered<'_>) -> ! {
             i32::try_from(listener).unwrap_or(-1),
         );
     }
+    let program = match (p.spec.identity, p.spec.program_fd) {
+        (Some(_), Some(_)) => PROGRAM_BY_FD,
+        _ => p.spec.program,
+    };
     // SAFETY: program, argv and envp are NUL-terminated strings and NULL-terminated
     // pointer arrays built before the clone; on success this call does not return.
-    unsafe { libc::execve(p.spec.program.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr()) };
+    unsafe { libc::execve(program.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr()) };
     fail(CHILD_REPORT_FD, ChildStep::Exec)
 }
 
@@ -836,7 +865,7 @@ fn arrange_descriptors(p: &Lowered<'_>) -> Result<(), ()> {
             return Err(());
         }
     }
-    let first_free = CHILD_CGROUP_FD as libc::c_uint + MAX_CGROUP_FDS as libc::c_uint;
+    let first_free = FD_SLOTS as libc::c_uint;
     // SAFETY: integer arguments; closes every descriptor from `first_free` up.
     let closed = unsafe { libc::syscall(libc::SYS_close_range, first_free, libc::c_uint::MAX, 0) };
     if closed == 0 { Ok(()) } else { Err(()) }
@@ -951,13 +980,12 @@ struct CapData {
     inheritable: u32,
 }
 
-/// Makes sure the tool runs with no capability, even as uid 0, in three calls:
-/// `SECBIT_NOROOT` (locked) so that executing as root grants none; no ambient
-/// capabilities (and no raising them); every capability set empty. With
-/// `no_new_privs` neither set-uid bits nor file capabilities can add any, so the
-/// bounding set — 41 separate `PR_CAPBSET_DROP` calls, about 45 µs — is left as is.
-fn drop_capabilities() -> bool {
-    const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+/// First half of the capability drop (needs `CAP_SETPCAP`): `SECBIT_NOROOT`
+/// (locked) so that executing as root grants none, no raising of ambient
+/// capabilities (locked), and an empty bounding set (one `PR_CAPBSET_DROP` per
+/// capability up to the kernel's last, about 45 µs) so that nothing — not even
+/// a file capability, were `no_new_privs` ever lifted — can add one back.
+fn lock_securebits_and_bounding_set() -> bool {
     const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
     const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;
     const SECBIT_NO_CAP_AMBIENT_RAISE: libc::c_ulong = 1 << 6;
@@ -967,7 +995,43 @@ fn drop_capabilities() -> bool {
         | SECBIT_NO_CAP_AMBIENT_RAISE
         | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
     // SAFETY: prctl with integer arguments.
-    let secure = unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0) == 0 };
+    if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0) } != 0 {
+        return false;
+    }
+    // Capabilities are numbered from 0; the first number past the kernel's last
+    // one fails with EINVAL (64 bounds the loop: the sets are 64 bits wide).
+    for cap in 0..64 {
+        // SAFETY: prctl with integer arguments.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
+            return errno() == libc::EINVAL && cap > 0;
+        }
+    }
+    true
+}
+
+/// Becomes `uid`/`gid` for good: no supplementary groups, then real, effective
+/// and saved group and user ids. Raw system calls: the C library's wrappers
+/// would signal every thread of the parent this child shares its memory with
+/// (to change their ids too). Leaving uid 0 clears the permitted and effective
+/// capabilities (no `SECBIT_KEEP_CAPS`).
+fn change_identity(uid: u32, gid: u32) -> bool {
+    let (uid, gid) = (libc::c_long::from(uid), libc::c_long::from(gid));
+    // SAFETY: a zero-length list with a NULL pointer; integer arguments.
+    if unsafe { libc::syscall(libc::SYS_setgroups, 0, ptr::null::<libc::gid_t>()) } != 0 {
+        return false;
+    }
+    // SAFETY: integer arguments.
+    if unsafe { libc::syscall(libc::SYS_setresgid, gid, gid, gid) } != 0 {
+        return false;
+    }
+    // SAFETY: integer arguments.
+    unsafe { libc::syscall(libc::SYS_setresuid, uid, uid, uid) == 0 }
+}
+
+/// Second half of the capability drop: no ambient capabilities, and the
+/// effective, permitted and inheritable sets empty (dropping needs no privilege).
+fn clear_capabilities() -> bool {
+    const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
     // SAFETY: prctl with integer arguments.
     let ambient = unsafe {
         libc::prctl(
@@ -989,7 +1053,7 @@ fn drop_capabilities() -> bool {
     }; 2];
     // SAFETY: version-3 capset reads one header and two data structs, both valid here.
     let cleared = unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) == 0 };
-    secure && ambient && cleared
+    ambient && cleared
 }
 
 /// Whether `path` (not followed if a symlink) carries the `user.knox` extended

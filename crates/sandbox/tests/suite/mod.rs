@@ -4,6 +4,7 @@ mod abi;
 mod corpus;
 mod exec;
 mod filesystem;
+mod identity;
 mod limits;
 mod network;
 mod support;

@@ -1,0 +1,233 @@
+//! Tools never run as root: a root caller's tools run under the unprivileged
+//! `run_as` ids with no groups and no capabilities; a SIGKILLed owner's cgroup
+//! pools are reclaimed by the next sandbox.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::os::unix::fs::MetadataExt as _;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use knox_sandbox::{Access, Family, RunAs, Sandbox, SandboxConfig, SandboxPolicy};
+
+use super::support::{Fixture, TestResult, probe};
+
+/// This process's effective uid (the owner of its `/proc/self`).
+fn euid() -> std::io::Result<u32> {
+    Ok(std::fs::metadata("/proc/self")?.uid())
+}
+
+fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+#[test]
+fn a_root_callers_tool_runs_as_run_as_with_no_group_and_no_capability() -> TestResult {
+    crate::require_kernel!();
+    let fx = Fixture::new()?;
+    let ids = RunAs::KNOX;
+    let sandbox = Sandbox::new(SandboxConfig {
+        run_as: Some(ids),
+        ..SandboxConfig::default()
+    })?;
+    let policy = SandboxPolicy::for_families(&[Family::Offline], &fx.workspace)?
+        .grant("/usr/bin/cat", &[Access::Read, Access::Execute])
+        .grant("/proc", &[Access::Read]);
+    let out = sandbox
+        .spawn(&policy, &["/usr/bin/cat", "/proc/self/status"], &[], b"")?
+        .wait()?;
+    assert!(out.success(), "{out:?}");
+    let status = String::from_utf8(out.stdout)?;
+    let me = euid()?;
+    let (uid, gid) = if me == 0 {
+        assert_eq!(sandbox.tool_identity(), Some(ids));
+        assert_eq!(out.enforcement.run_as, Some(ids));
+        (ids.uid, ids.gid)
+    } else {
+        // Not root: the tool runs as the caller (in its user namespace).
+        assert_eq!(sandbox.tool_identity(), None);
+        (me, std::fs::metadata("/proc/self")?.gid())
+    };
+    let four = |id: u32| [id; 4].map(|i| i.to_string()).join("\t");
+    assert_eq!(
+        status_field(&status, "Uid"),
+        Some(four(uid).as_str()),
+        "{status}"
+    );
+    assert_eq!(
+        status_field(&status, "Gid"),
+        Some(four(gid).as_str()),
+        "{status}"
+    );
+    assert_ne!(uid, 0);
+    assert_eq!(status_field(&status, "Groups"), Some(""), "{status}");
+    for caps in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert_eq!(
+            status_field(&status, caps),
+            Some("0000000000000000"),
+            "{caps}: {status}"
+        );
+    }
+    assert_eq!(status_field(&status, "NoNewPrivs"), Some("1"), "{status}");
+    Ok(())
+}
+
+#[test]
+fn run_as_executes_a_program_below_directories_its_uid_cannot_search() -> TestResult {
+    crate::require_kernel!();
+    if euid()? != 0 {
+        return Ok(());
+    }
+    // The fixture's root is a 0700 temporary directory of root's: the workspace
+    // inside it is entered before the identity changes; the probe copy there is
+    // executed through a descriptor opened as root.
+    let fx = Fixture::new()?;
+    let hidden = fx.outside.join("knox-probe");
+    std::fs::copy(probe(), &hidden)?;
+    let sandbox = Sandbox::new(SandboxConfig {
+        run_as: Some(RunAs::KNOX),
+        ..SandboxConfig::default()
+    })?;
+    let policy = SandboxPolicy::for_families(&[], &fx.workspace)?
+        .grant(&hidden, &[Access::Read, Access::Execute]);
+    let out = sandbox
+        .spawn(&policy, &[hidden.as_os_str(), "true".as_ref()], &[], b"")?
+        .wait()?;
+    assert!(out.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"ok\":true"));
+    Ok(())
+}
+
+#[test]
+fn run_as_refuses_root_ids() {
+    let made = Sandbox::new(SandboxConfig {
+        run_as: Some(RunAs { uid: 0, gid: 5 }),
+        ..SandboxConfig::default()
+    });
+    if euid().is_ok_and(|u| u == 0) {
+        assert!(matches!(made, Err(knox_sandbox::SandboxError::RunAs(_))));
+    }
+}
+
+const CHILD_ENV: &str = "KNOX_TEST_RECLAIM_CHILD";
+
+/// Not a test on its own: the child process of the test below (which sets
+/// [`CHILD_ENV`] to a workspace). Makes a pool, starts a confined `sleep` in it,
+/// prints the pool's directories and the tool's pid, then waits to be SIGKILLed.
+#[test]
+fn reclaim_child_process() -> TestResult {
+    let Some(workspace) = std::env::var_os(CHILD_ENV) else {
+        return Ok(());
+    };
+    let sandbox = Sandbox::new(SandboxConfig::default())?;
+    let policy = SandboxPolicy::for_families(&[Family::Offline], PathBuf::from(workspace))?
+        .grant("/usr/bin/sleep", &[Access::Read, Access::Execute]);
+    let tool = sandbox.spawn(&policy, &["/usr/bin/sleep", "600"], &[], b"")?;
+    let line = serde_json::json!({"dirs": sandbox.cgroup_pool_dirs(), "tool": tool.pid()});
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()?;
+    // Until the parent kills this process (or closes the pipe).
+    let _ = std::io::stdin().read(&mut [0_u8; 1]);
+    drop(tool);
+    Ok(())
+}
+
+/// Kills the test's own leftovers if an assertion failed before the reclaim.
+struct Leftovers {
+    tool: u32,
+    dirs: Vec<PathBuf>,
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-9", &self.tool.to_string()])
+            .stderr(Stdio::null())
+            .status();
+        for dir in &self.dirs {
+            if let Ok(slots) = std::fs::read_dir(dir) {
+                for slot in slots.flatten() {
+                    let _ = std::fs::remove_dir(slot.path());
+                }
+            }
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+fn cgroup_procs(dir: &std::path::Path) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for slot in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let text = std::fs::read_to_string(slot.path().join("cgroup.procs")).unwrap_or_default();
+        pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+    }
+    pids
+}
+
+#[test]
+fn a_sigkilled_owners_cgroups_are_reclaimed_by_the_next_sandbox() -> TestResult {
+    crate::require_kernel!();
+    if Sandbox::new(SandboxConfig::default())?
+        .cgroup_pool_dirs()
+        .is_empty()
+    {
+        eprintln!("skipping: no cgroups here");
+        return Ok(());
+    }
+    let fx = Fixture::new()?;
+    let mut child = Command::new(std::env::current_exe()?)
+        .args([
+            "--exact",
+            "suite::identity::reclaim_child_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, &fx.workspace)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let report = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        // The harness prints the test's name first, on the same line.
+        .find_map(|l| {
+            let (_, json) = l.split_once('{')?;
+            serde_json::from_str::<serde_json::Value>(&format!("{{{json}")).ok()
+        })
+        .ok_or("the child printed no report")?;
+    let dirs: Vec<PathBuf> = serde_json::from_value(report.get("dirs").cloned().ok_or("no dirs")?)?;
+    let tool = report.get("tool").and_then(serde_json::Value::as_u64);
+    let tool = u32::try_from(tool.ok_or("no tool pid")?)?;
+    let _leftovers = Leftovers {
+        tool,
+        dirs: dirs.clone(),
+    };
+    assert!(!dirs.is_empty());
+    assert!(dirs.iter().all(|d| d.exists()), "{dirs:?}");
+    let pids_dir = dirs.first().ok_or("no pool directory")?;
+    assert!(cgroup_procs(pids_dir).contains(&tool), "{dirs:?}");
+    // SIGKILL: the owner cannot remove its pool; the confined tool lives on in it.
+    child.kill()?;
+    child.wait()?;
+    let next = Sandbox::new(SandboxConfig::default())?;
+    // (Another test's sandbox may have reclaimed them first: either way, gone.)
+    for dir in &dirs {
+        assert!(
+            !dir.exists(),
+            "{} leaked; reclaimed: {:?}",
+            dir.display(),
+            next.reclaimed_cgroups()
+        );
+    }
+    let state = std::fs::read_to_string(format!("/proc/{tool}/stat")).unwrap_or_default();
+    let state = state.rsplit_once(')').map(|(_, r)| r.trim_start());
+    assert!(
+        state.is_none_or(|s| s.starts_with('Z')),
+        "the leaked tool {tool} still runs: {state:?}"
+    );
+    Ok(())
+}
