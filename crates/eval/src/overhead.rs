@@ -51,7 +51,8 @@ pub struct BundleCost {
 }
 
 /// Binds the bundle's chain head to the key with fresh evidence from `backend` (the
-/// bundle's `refresh` report) and returns how long producing it took.
+/// bundle's `refresh` report, which the re-signed summary names) and returns how long
+/// producing it took.
 pub fn attest(
     rt: &Runtime,
     backend: &dyn PlatformBackend,
@@ -64,7 +65,8 @@ pub fn attest(
         chain_head: Some(bundle.summary.chain_head.0),
     })?;
     let took = t.elapsed();
-    bundle.refresh = Some(evidence);
+    // The summary is signed again, naming the report, so every byte of it is bound.
+    knox_monitor::run::bind_refresh(rt, bundle, evidence)?;
     Ok(took)
 }
 

@@ -392,11 +392,12 @@ pub fn run_prompt(
     let t = Instant::now();
     let mut bundle = seal(rt, run_id, Some(prompt), apm, apm_attestation, models, aeg)?;
     if let Some(backend) = cfg.refresh {
-        bundle.refresh = Some(backend.collect(&KeyBinding {
+        let refresh = backend.collect(&KeyBinding {
             public_key: rt.key.public_bytes(),
             nonce: rt.platform.nonce.0.clone(),
             chain_head: Some(bundle.summary.chain_head.0),
-        })?);
+        })?;
+        bind_refresh(rt, &mut bundle, refresh)?;
     }
     sign_time += t.elapsed();
     let timings = RunTimings {
@@ -409,6 +410,22 @@ pub fn run_prompt(
         stats,
         timings,
     })
+}
+
+/// Adds a refresh report to a sealed bundle and signs the summary again, now naming
+/// the report's hash, so every byte of it is bound.
+pub fn bind_refresh(
+    rt: &Runtime,
+    bundle: &mut Bundle,
+    refresh: PlatformEvidence,
+) -> Result<(), RunError> {
+    bundle.summary.refresh = Some(knox_types::Digest::of_json(
+        knox_types::digest::tag::REFRESH,
+        &refresh,
+    )?);
+    bundle.envelope = knox_attest::dsse::sign(&rt.key, &bundle.summary.to_statement()?)?;
+    bundle.refresh = Some(refresh);
+    Ok(())
 }
 
 /// Signs a finished AEG and assembles the evidence bundle.
@@ -428,6 +445,7 @@ pub fn seal(
         structure_root: aeg.structure_root,
         apm_hash: apm_attestation.statement.apm_hash,
         counts: aeg.counts,
+        refresh: None,
     };
     let envelope = knox_attest::dsse::sign(&rt.key, &summary.to_statement()?)?;
     let prompt = prompt

@@ -85,6 +85,8 @@ pub struct AsWritten {
     pub prompt_hash: Option<Digest>,
     /// `H("knox/platform", platform evidence as written)`.
     pub platform_hash: Option<Digest>,
+    /// `H("knox/refresh", refresh report as written)`.
+    pub refresh_hash: Option<Digest>,
     /// Faults, in document order: the node concerned (by position) when there is one,
     /// and what is wrong, with where.
     pub faults: Vec<(Option<u64>, String)>,
@@ -187,6 +189,10 @@ pub struct Summary {
     pub apm_hash: Digest,
     /// Node counts.
     pub counts: Counts,
+    /// `H("knox/refresh", refresh report)`, when the bundle carries one: the in-TEE key
+    /// signs every byte of it (a TDX report's `attested_at` included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh: Option<Digest>,
 }
 
 /// Node counts by outcome.

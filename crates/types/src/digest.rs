@@ -49,6 +49,8 @@ pub mod tag {
     pub const BUNDLE: &str = "knox/bundle";
     /// The start-up platform evidence, as the APM attestation binds it.
     pub const PLATFORM: &str = "knox/platform";
+    /// A refresh report, as the signed summary binds it.
+    pub const REFRESH: &str = "knox/refresh";
 }
 
 /// A 32-byte SHA-256 digest.

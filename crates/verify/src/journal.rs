@@ -107,6 +107,7 @@ pub fn verify_journal(
             structure_root: Default::default(),
             apm_hash: Default::default(),
             counts: Counts::default(),
+            refresh: None,
         },
         envelope: knox_types::dsse::Envelope {
             payload: String::new(),

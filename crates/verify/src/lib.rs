@@ -166,7 +166,22 @@ pub fn verify_bundle(b: &Bundle, manifest: &ToolkitManifest, opts: Options<'_>) 
 
 /// A refresh report, when present, must bind the signed chain head to the same key.
 fn refresh_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) {
-    let Some(refresh) = &b.refresh else { return };
+    let Some(refresh) = &b.refresh else {
+        if b.summary.refresh.is_some() {
+            s.fail(
+                "refresh",
+                (
+                    None,
+                    "the signed summary names a refresh report the bundle does not carry".into(),
+                ),
+            );
+        }
+        return;
+    };
+    if let Some(why) = refresh_unbound(b, refresh) {
+        s.fail("refresh", (None, why));
+        return;
+    }
     let o = AppraisalOptions {
         dangerous_allow_simulated: opts.dangerous_allow_simulated,
         policy: opts.policy,
@@ -190,6 +205,32 @@ fn refresh_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) {
         }
         Err(e) => s.fail("refresh", (None, format!("refresh report: {e}"))),
     }
+}
+
+/// Whether the refresh report is the one the signed summary names (required in format
+/// v2 for every mode but simulated, whose evidence is fixed).
+fn refresh_unbound(b: &Bundle, refresh: &knox_types::bundle::PlatformEvidence) -> Option<String> {
+    let Some(signed) = b.summary.refresh else {
+        return (b.format == BUNDLE_FORMAT && refresh.mode != knox_attest::simulated::MODE).then(|| {
+            format!(
+                "the signed summary does not bind the `{}` refresh report: format v2 requires its hash for every mode but simulated",
+                refresh.mode
+            )
+        });
+    };
+    let written = b.as_written.as_ref().and_then(|w| w.refresh_hash);
+    let actual = match written {
+        Some(h) => h,
+        None => match knox_types::Digest::of_json(knox_types::digest::tag::REFRESH, refresh) {
+            Ok(h) => h,
+            Err(e) => return Some(e.to_string()),
+        },
+    };
+    (signed != actual).then(|| {
+        format!(
+            "the refresh report (hash {actual}) is not the one the signed summary binds ({signed})"
+        )
+    })
 }
 
 /// With a regulator policy, every model that has weights must have accepted weights.

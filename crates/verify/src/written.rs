@@ -149,6 +149,9 @@ impl Reader<'_> {
                     ));
                 }
             }
+            "/refresh" => {
+                self.found.refresh_hash = Some(Digest::tagged(tag::REFRESH, &[&canonical]));
+            }
             "/platform" => {
                 self.found.platform_hash = Some(Digest::tagged(tag::PLATFORM, &[&canonical]));
             }

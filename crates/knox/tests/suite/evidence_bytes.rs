@@ -198,7 +198,7 @@ fn forged_simulated_platform_evidence_is_tampered() {
     assert_tampered(
         "b.json",
         &b,
-        &["refresh", "simulated evidence must be exactly"],
+        &["refresh", "not the one the signed summary binds"],
     );
     let j = edit_header(|v| v["platform"]["evidence"] = fake.clone());
     assert_tampered(
@@ -235,6 +235,28 @@ fn the_apm_attestation_binds_the_platform_evidence() {
         "b.journal.jsonl",
         &j,
         &["not the one the APM attestation binds"],
+    );
+}
+
+/// The refresh report made at the end of a run is named by the signed summary: no byte
+/// of it can change, and it cannot be dropped.
+#[test]
+fn the_signed_summary_binds_the_refresh_report() {
+    let v: Value = serde_json::from_slice(&bundle()).unwrap();
+    assert!(v["summary"]["refresh"].is_string(), "{}", v["summary"]);
+    let tdx = json!({"quote": "00", "collateral": {}, "attested_at": 1_750_000_000u64});
+    let b = edit_bundle(|v| {
+        v["refresh"]["mode"] = json!("tdx");
+        v["refresh"]["evidence"] = tdx.clone();
+    });
+    assert_tampered("b.json", &b, &["not the one the signed summary binds"]);
+    let b = edit_bundle(|v| {
+        v.as_object_mut().unwrap().remove("refresh");
+    });
+    assert_tampered(
+        "b.json",
+        &b,
+        &["names a refresh report the bundle does not carry"],
     );
 }
 
