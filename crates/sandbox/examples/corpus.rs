@@ -30,7 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for mode in &modes {
             let r = corpus::run_case(&fixture, &sandbox, &case, *mode)?;
             println!(
-                "{:<11} {:<32} {:<20} succeeded={:<5} recorded={:<5} as_expected={:<5} {} {}",
+                "{:<11} {:<32} {:<20} succeeded={:<5} recorded={:<5} as_expected={:<5} {} {}{}",
                 case.category,
                 case.id,
                 format!("{mode:?}"),
@@ -38,7 +38,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 r.recorded,
                 r.as_expected,
                 r.stand_in.unwrap_or_default(),
-                r.detail
+                r.detail,
+                r.landlock_audit
+                    .map(|a| format!(" landlock_audit={a:?}"))
+                    .unwrap_or_default()
             );
         }
     }

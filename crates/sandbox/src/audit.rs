@@ -52,6 +52,7 @@ pub const AUDIT_LANDLOCK_ACCESS: u16 = 1423;
 pub const AUDIT_LANDLOCK_DOMAIN: u16 = 1424;
 const AUDIT_NLGRP_READLOG: u32 = 1;
 const AUDIT_STATUS_ENABLED: u32 = 1;
+const AUDIT_STATUS_BACKLOG_LIMIT: u32 = 0x10;
 const HEADER: usize = 16;
 /// How long a barrier may take to come back before the run's records are
 /// declared incomplete (the kernel's queue is normally drained in microseconds).
@@ -63,7 +64,7 @@ const MAX_PENDING: usize = 4096;
 /// tap lives as long as the process), i.e. the poll period.
 const POLL_MS: i32 = 500;
 /// Receive buffer of the reader's socket.
-const RECEIVE_BUFFER: i32 = 8 << 20;
+const RECEIVE_BUFFER: i32 = 32 << 20;
 
 /// Why Landlock's records cannot be read here.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -174,6 +175,21 @@ pub fn set_kernel_audit(on: bool) -> Result<AuditStatus, AuditError> {
     put_u32(&mut body, 0, AUDIT_STATUS_ENABLED);
     put_u32(&mut body, 4, u32::from(on));
     control.request(AUDIT_SET, &body, "AUDIT_SET enabled")?;
+    Ok(before)
+}
+
+/// Sets how many records the kernel queues before it drops new ones (the
+/// default, 64, is quickly exceeded by a tool looping on a denied call while no
+/// audit daemon drains the queue: the kernel then prints each record to its log,
+/// rate-limited); returns the status from before. A host decision, like
+/// [`enable_kernel_audit`].
+pub fn set_backlog_limit(records: u32) -> Result<AuditStatus, AuditError> {
+    let control = Control::open()?;
+    let before = control.status()?;
+    let mut body = [0_u8; 40];
+    put_u32(&mut body, 0, AUDIT_STATUS_BACKLOG_LIMIT);
+    put_u32(&mut body, 20, records);
+    control.request(AUDIT_SET, &body, "AUDIT_SET backlog_limit")?;
     Ok(before)
 }
 
@@ -439,12 +455,26 @@ fn read_loop(reader: &File, tap: &std::sync::Weak<Tap>) {
         };
         match reader.read(&mut buf) {
             Ok(n) => {
-                if let Some(record) = buf.get(..n).and_then(Record::parse) {
+                let msg = buf.get(..n).unwrap_or_default();
+                // Only what the tap uses is parsed (PROCTITLE, PATH, CWD, … are not).
+                let wanted = matches!(
+                    get_u16(msg, 4),
+                    Some(
+                        AUDIT_LANDLOCK_ACCESS
+                            | AUDIT_LANDLOCK_DOMAIN
+                            | AUDIT_SYSCALL
+                            | AUDIT_EOE
+                            | AUDIT_USER
+                    )
+                );
+                if let Some(record) = Some(msg).filter(|_| wanted).and_then(Record::parse) {
                     tap.take(record);
                 }
             }
             Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                 tap.overruns.fetch_add(1, Ordering::AcqRel);
+                // A barrier waiting now may have been among the lost records.
+                tap.seen.notify_all();
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => return,
@@ -544,6 +574,7 @@ impl Tap {
     /// barrier could not be sent or did not come back in time).
     pub(crate) fn barrier(&self) -> bool {
         let token = self.next_barrier.fetch_add(1, Ordering::AcqRel);
+        let overruns = self.overruns.load(Ordering::Acquire);
         let text = format!("knox-landlock-barrier={token}\0");
         if self
             .control
@@ -564,7 +595,9 @@ impl Tap {
                 return true;
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            // Records were lost meanwhile (the barrier perhaps among them): the
+            // run is incomplete whatever comes back.
+            if left.is_zero() || self.overruns.load(Ordering::Acquire) != overruns {
                 return false;
             }
             state = match self.seen.wait_timeout(state, left) {

@@ -329,6 +329,8 @@ pub struct CaseResult {
     /// Whether Landlock's audit records were read for this run (ABI ≥ 7 with
     /// the kernel's audit enabled): then Landlock's denials are kernel events.
     pub landlock_audited: bool,
+    /// What was read of them, and what may have been lost.
+    pub landlock_audit: Option<crate::audit::AuditReport>,
     /// For cases without a kernel event: the stand-in observable, and whether
     /// it was seen.
     pub stand_in: Option<String>,
@@ -445,6 +447,7 @@ fn skipped(case: &Case, mode: Mode, reason: &'static str) -> CaseResult {
         signal: None,
         recorded: false,
         landlock_audited: false,
+        landlock_audit: None,
         stand_in: None,
         as_expected: false,
         probe: None,
@@ -572,6 +575,7 @@ fn judge(
         signal: outcome.signal,
         recorded,
         landlock_audited: outcome.landlock_audit.is_some(),
+        landlock_audit: outcome.landlock_audit.clone(),
         stand_in,
         as_expected: matched && !attack_succeeded,
         probe,

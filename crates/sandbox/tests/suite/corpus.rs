@@ -282,6 +282,9 @@ fn every_landlock_abi_level_prevents_the_corpus_or_refuses() -> TestResult {
         );
         let (mut prevented, mut refused, mut recorded) = (0, Vec::new(), 0);
         let audited = audit.is_some() && layers.landlock_abi >= 7;
+        // Runs whose Landlock records may be incomplete (the kernel or the reader
+        // lost records meanwhile): reported, not hidden.
+        let mut incomplete = Vec::new();
         for case in &cases {
             match corpus::run_case(&fixture, &sandbox, case, Mode::Confined) {
                 Ok(r) if r.attack_succeeded => {
@@ -290,6 +293,9 @@ fn every_landlock_abi_level_prevents_the_corpus_or_refuses() -> TestResult {
                 Ok(r) => {
                     prevented += 1;
                     recorded += usize::from(r.recorded);
+                    if let Some(a) = r.landlock_audit.as_ref().filter(|a| !a.complete()) {
+                        incomplete.push(format!("{}: {a:?}", r.id));
+                    }
                     // Before ABI 7 nothing is read; at 7 (audit on) everything is.
                     if r.landlock_audited != audited
                         || r.stand_in.is_some() != expected_stand_in(&r)
@@ -316,6 +322,11 @@ fn every_landlock_abi_level_prevents_the_corpus_or_refuses() -> TestResult {
             layers.landlock_abi >= 6
                 || layers.enforced_by.get(&Protection::Signals) == Some(&Layer::SupervisorDeny)
         );
+        if !incomplete.is_empty() {
+            println!(
+                "abi {cap}: Landlock records not all kept (lost, or past the cap): {incomplete:?}"
+            );
+        }
         table.push(format!(
             "| {cap} | {} | {prevented}/{} | {} | {recorded} | {} |",
             layers.landlock_abi,
@@ -334,7 +345,7 @@ fn every_landlock_abi_level_prevents_the_corpus_or_refuses() -> TestResult {
     );
     assert!(
         failures.is_empty(),
-        "attacks that succeeded:\n{}",
+        "attacks that succeeded, or recorded otherwise than expected:\n{}",
         failures.join("\n")
     );
     Ok(())

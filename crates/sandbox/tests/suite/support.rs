@@ -144,12 +144,17 @@ pub fn is_root() -> bool {
         .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
 }
 
-/// Holders of [`AuditOn`] in this process, and whether audit was off before the first.
-static AUDIT_ON: std::sync::Mutex<(usize, bool)> = std::sync::Mutex::new((0, false));
+/// Holders of [`AuditOn`] in this process, whether audit was off before the
+/// first, and the backlog limit found.
+static AUDIT_ON: std::sync::Mutex<(usize, bool, u32)> = std::sync::Mutex::new((0, false, 0));
+/// Records the kernel may queue while a test holds [`AuditOn`]: the corpus's
+/// loops on denied calls make thousands of records in a burst.
+const TEST_BACKLOG: u32 = 1 << 16;
 
 /// The kernel's audit turned on for a test (the tests' explicit opt-in: Landlock
-/// writes its records only then), and put back as it was found when the last
-/// holder in this process drops it. Other tests running meanwhile may see it on.
+/// writes its records only then) with a backlog the corpus's bursts fit in, and
+/// both put back as they were found when the last holder in this process drops
+/// it. Other tests running meanwhile may see it on.
 #[derive(Debug)]
 pub struct AuditOn(());
 
@@ -175,6 +180,7 @@ impl AuditOn {
         let before = knox_sandbox::audit::enable_kernel_audit()?;
         if holders.0 == 0 {
             holders.1 = before.enabled == 0;
+            holders.2 = knox_sandbox::audit::set_backlog_limit(TEST_BACKLOG)?.backlog_limit;
         }
         holders.0 += 1;
         Ok(Some(Self(())))
@@ -187,8 +193,11 @@ impl Drop for AuditOn {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         holders.0 = holders.0.saturating_sub(1);
-        if holders.0 == 0 && holders.1 {
-            let _ = knox_sandbox::audit::set_kernel_audit(false);
+        if holders.0 == 0 {
+            let _ = knox_sandbox::audit::set_backlog_limit(holders.2);
+            if holders.1 {
+                let _ = knox_sandbox::audit::set_kernel_audit(false);
+            }
         }
     }
 }
