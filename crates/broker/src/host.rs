@@ -10,8 +10,8 @@ use std::time::Duration;
 use knox_attest::grant::{self, GrantError};
 use knox_monitor::tools::{RunContext, ToolHost, ToolResult, ToolRunner};
 use knox_sandbox::{
-    DeniedSyscall, LimitHit, PreparedPolicy, Sandbox, SandboxConfig, SandboxError, Worker,
-    WorkerReply,
+    DeniedSyscall, LimitHit, PreparedPolicy, RUN_AS_ENV, RunAs, Sandbox, SandboxConfig,
+    SandboxError, Worker, WorkerReply,
 };
 use knox_types::Action;
 use knox_types::grant::Grant;
@@ -34,6 +34,9 @@ pub enum BrokerError {
         /// The error.
         source: std::io::Error,
     },
+    /// The unprivileged identity tools run as is unusable.
+    #[error("tool identity: {0}")]
+    RunAs(String),
 }
 
 /// Runs allowed tool calls in confined workers.
@@ -42,25 +45,72 @@ pub struct Broker {
     sandbox: Sandbox,
     worker: Vec<OsString>,
     workspaces: PathBuf,
+    keep_workspaces: bool,
 }
 
 impl Broker {
     /// A broker launching `worker` (program path first; it must serve one
     /// [`Request`] on stdin) with per-run workspaces under `workspaces`.
+    ///
+    /// Tools never run as root: when this process is root, they run as
+    /// `config.run_as`, by default [`RunAs::from_env`] (`KNOX_RUN_AS=UID:GID`, else
+    /// [`RunAs::KNOX`], refused when a local account already has that id). Each
+    /// run's workspace is owned by that uid and removed after the run (see
+    /// [`Broker::keep_workspaces`]).
     pub fn new(
         worker: Vec<OsString>,
         workspaces: PathBuf,
-        config: SandboxConfig,
+        mut config: SandboxConfig,
     ) -> Result<Self, BrokerError> {
+        let chosen = config.run_as.is_some() || std::env::var_os(RUN_AS_ENV).is_some();
+        if config.run_as.is_none() {
+            config.run_as = Some(RunAs::from_env().map_err(BrokerError::RunAs)?);
+        }
         std::fs::create_dir_all(&workspaces).map_err(|source| BrokerError::Workspace {
             path: workspaces.clone(),
             source,
         })?;
+        let sandbox = Sandbox::new(config)?;
+        if let Some(ids) = sandbox.tool_identity().filter(|_| !chosen) {
+            ids.check_unassigned().map_err(BrokerError::RunAs)?;
+        }
         Ok(Self {
-            sandbox: Sandbox::new(config)?,
+            sandbox,
             worker,
             workspaces,
+            keep_workspaces: false,
         })
+    }
+
+    /// Keep each run's workspace after the run (`knox run --keep-workspaces`);
+    /// by default it is removed once the run's workers are gone.
+    #[must_use]
+    pub fn keep_workspaces(mut self, keep: bool) -> Self {
+        self.keep_workspaces = keep;
+        self
+    }
+
+    /// The uid and gid tools run as, when not this process's own (root callers).
+    pub fn tool_identity(&self) -> Option<RunAs> {
+        self.sandbox.tool_identity()
+    }
+
+    /// Creates `workspace` for one run: mode 0700, owned by the tools' uid and
+    /// gid, so that a tool can write its own workspace and nothing else.
+    fn create_workspace(&self, workspace: &std::path::Path) -> std::io::Result<()> {
+        use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(workspace)?;
+        if !std::fs::symlink_metadata(workspace)?.is_dir() {
+            return Err(std::io::Error::other("not a directory (a symbolic link?)"));
+        }
+        std::fs::set_permissions(workspace, std::fs::Permissions::from_mode(0o700))?;
+        if let Some(ids) = self.tool_identity() {
+            std::os::unix::fs::lchown(workspace, Some(ids.uid), Some(ids.gid))?;
+        }
+        Ok(())
     }
 }
 
@@ -71,6 +121,8 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// (confinement cannot be undone, so reuse is safe and amortizes the spawn).
 struct RunBroker<'r> {
     broker: &'r Broker,
+    /// This run's workspace, removed on drop unless the broker keeps workspaces.
+    workspace: PathBuf,
     cx: RunContext<'r>,
     prepared: PreparedPolicy,
     consumed: Mutex<HashSet<Vec<u8>>>,
@@ -85,23 +137,37 @@ impl Drop for RunBroker<'_> {
             // Closing its input ends a healthy worker; a stuck one is killed.
             let _ = w.shutdown_within(Duration::from_secs(2));
         }
+        // Every tool process is gone with its worker's cgroup. `remove_dir_all`
+        // does not follow the symbolic links a tool may have left there.
+        if !self.broker.keep_workspaces {
+            let _ = std::fs::remove_dir_all(&self.workspace);
+        }
     }
 }
 
 impl ToolHost for Broker {
     fn runner<'r>(&'r self, cx: RunContext<'r>) -> Result<Box<dyn ToolRunner + 'r>, String> {
-        let workspace = self.workspaces.join(cx.run_id);
-        std::fs::create_dir_all(&workspace)
-            .map_err(|e| format!("workspace `{}`: {e}", workspace.display()))?;
         let worker = self
             .worker
             .first()
             .map(PathBuf::from)
             .ok_or("no worker program")?;
+        let workspace = self.workspaces.join(cx.run_id);
+        self.create_workspace(&workspace)
+            .map_err(|e| format!("workspace `{}`: {e}", workspace.display()))?;
         let policy = crate::policy::from_auth(&cx.apm.guards.syscall, &workspace, &worker);
-        let prepared = self.sandbox.prepare(&policy).map_err(|e| e.to_string())?;
+        let prepared = match self.sandbox.prepare(&policy) {
+            Ok(p) => p,
+            Err(e) => {
+                if !self.keep_workspaces {
+                    let _ = std::fs::remove_dir_all(&workspace);
+                }
+                return Err(e.to_string());
+            }
+        };
         Ok(Box::new(RunBroker {
             broker: self,
+            workspace,
             cx,
             prepared,
             consumed: Mutex::new(HashSet::new()),
@@ -187,12 +253,16 @@ impl ToolRunner for RunBroker<'_> {
             Ok(r) => r,
             Err(e) => return failed(format!("the confined worker failed: {e}")),
         };
-        let result = result_of(
+        let mut result = result_of(
             &reply,
             self.prepared.landlock_abi(),
             self.prepared.layers(),
             self.prepared.notes(),
         );
+        let confinement = result.confinement.as_mut().and_then(Value::as_object_mut);
+        if let (Some(c), Some(ids)) = (confinement, self.broker.tool_identity()) {
+            c.insert("run_as".into(), json!({"uid": ids.uid, "gid": ids.gid}));
+        }
         if reply.exited.is_none() && reply.response.is_ok() {
             self.workers
                 .lock()

@@ -71,6 +71,10 @@ pub struct RunArgs {
     /// broker (grants checked, denied system calls recorded as evidence).
     #[arg(long, value_enum, default_value_t = Tools::Simulated)]
     pub tools: Tools,
+    /// With `--tools confined`: keep each run's workspace (`<out>/workspaces/<run>`,
+    /// owned by the tools' unprivileged uid) instead of removing it after the run.
+    #[arg(long)]
+    pub keep_workspaces: bool,
     /// Regulations in force and their configuration.
     #[command(flatten)]
     pub regulation: super::regulations::RegulationArgs,
@@ -146,7 +150,9 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         r.judge = models.judge();
     }
     let broker = match args.tools {
-        Tools::Confined => Some(session::broker(&args.out.join("workspaces"))?),
+        Tools::Confined => Some(
+            session::broker(&args.out.join("workspaces"))?.keep_workspaces(args.keep_workspaces),
+        ),
         Tools::Simulated => None,
     };
     let w = models.apply(WorkloadRun {

@@ -233,3 +233,171 @@ fn the_corpus_command_prevents_every_attack_and_its_evidence_verifies() {
         assert_eq!(verify(&bundle).outcome, Outcome::Complete);
     }
 }
+
+/// Runs `commands` through one runner of `b` (run id `run_id`), each with a fresh
+/// grant; returns each output.
+fn run_commands(b: &Broker, run_id: &str, commands: &[&str]) -> Vec<serde_json::Value> {
+    let rt = runtime();
+    let calls = commands
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            knox_types::apm::ExpectedCall::exact(
+                i as u32,
+                "TerminalExecute",
+                super::support::params(json!({ "command": c })),
+            )
+        })
+        .collect();
+    let h = super::support::harness(
+        vec![calls],
+        knox_types::apm::Topology {
+            kind: knox_types::apm::TopologyKind::StSa,
+            tasks: 1,
+            agents: 1,
+        },
+        knox_types::apm::StopPolicy::default(),
+    );
+    // Reading its own /proc/self/status needs a read grant on /proc (the grants
+    // are bound to the hash, which the broker takes as given).
+    let mut apm = h.apm.clone();
+    apm.guards.syscall.paths.push(knox_types::apm::PathGrant {
+        path: "/proc".into(),
+        access: [knox_types::apm::Access::Read].into_iter().collect(),
+    });
+    let canned = SimulatedTools::new(&rt.data, &rt.manifest);
+    let pk = rt.key.public_key();
+    let runner = b
+        .runner(RunContext {
+            apm: &apm,
+            apm_hash: h.apm_hash,
+            monitor_key: &pk,
+            run_id,
+            canned: &canned,
+        })
+        .unwrap();
+    commands
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let action = Action::new("TerminalExecute", json!({ "command": c })).unwrap();
+            let g = knox_attest::grant::issue(&rt.key, h.apm_hash, &action, "agent-0", i as u64)
+                .unwrap();
+            let r = runner.run(&action, Some(&g));
+            assert!(r.kernel.iter().all(|e| e.event != "refusal"), "{r:?}");
+            r.output
+        })
+        .collect()
+}
+
+fn caller_is_root() -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata("/proc/self").unwrap().uid() == 0
+}
+
+#[test]
+fn confined_tools_never_run_as_root_and_own_only_their_workspace() {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let dir = tempfile::tempdir().unwrap();
+    let Some(b) = broker(dir.path()) else { return };
+    let out = run_commands(
+        &b,
+        "identity",
+        &[
+            "id -u",
+            "id -G",
+            "cat /proc/self/status",
+            "mkdir made-by-the-tool",
+        ],
+    );
+    let uid = out[0]["output"].as_str().unwrap().trim().to_string();
+    assert_eq!(out[0]["exit_code"], 0, "{}", out[0]);
+    assert_ne!(uid, "0", "the tool ran as root");
+    let status = out[2]["output"].as_str().unwrap();
+    assert_eq!(out[2]["exit_code"], 0, "{}", out[2]);
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k)?.strip_prefix(':'))
+            .map(str::trim)
+            .unwrap_or_else(|| panic!("{k} missing: {status}"))
+    };
+    for caps in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert_eq!(field(caps), "0000000000000000", "{caps}: {status}");
+    }
+    assert_eq!(field("NoNewPrivs"), "1");
+    assert_eq!(out[3]["exit_code"], 0, "{}", out[3]);
+    if caller_is_root() {
+        let ids = b.tool_identity().unwrap();
+        assert_eq!(ids, knox_sandbox::RunAs::KNOX);
+        assert_eq!(uid, ids.uid.to_string());
+        // The primary group only: no supplementary group is kept.
+        assert_eq!(
+            out[1]["output"].as_str().unwrap().trim(),
+            ids.gid.to_string()
+        );
+        assert!(
+            field("Uid").split_whitespace().all(|u| u == uid),
+            "{status}"
+        );
+    }
+    // The run is over (its runner dropped): the workspace is gone.
+    assert!(!dir.path().join("identity").exists());
+
+    // Kept on request, owned by the tools' uid, private to it, with what the tool made.
+    let dir = tempfile::tempdir().unwrap();
+    let b = broker(dir.path()).unwrap().keep_workspaces(true);
+    run_commands(&b, "kept", &["mkdir made-by-the-tool"]);
+    let ws = dir.path().join("kept");
+    let made = ws.join("made-by-the-tool");
+    assert!(made.is_dir());
+    if caller_is_root() {
+        let meta = std::fs::metadata(&ws).unwrap();
+        assert_eq!(meta.uid(), knox_sandbox::RunAs::KNOX.uid);
+        assert_eq!(meta.gid(), knox_sandbox::RunAs::KNOX.gid);
+        assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+        assert_eq!(
+            std::fs::metadata(&made).unwrap().uid(),
+            knox_sandbox::RunAs::KNOX.uid
+        );
+    }
+}
+
+#[test]
+fn knox_run_removes_confined_workspaces_unless_asked_to_keep_them() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, keep) in [("removed", false), ("kept", true)] {
+        let out_dir = dir.path().join(name);
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_knox"));
+        cmd.args([
+            "run",
+            "--suite",
+            "terminal",
+            "--tools",
+            "confined",
+            "--workload",
+            "mt-sa-seq:2",
+            "--out",
+        ])
+        .arg(&out_dir);
+        if keep {
+            cmd.arg("--keep-workspaces");
+        }
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.code() == Some(69) && stderr.contains("kernel sandbox") {
+            assert!(std::env::var_os("CI").is_none(), "{stderr}");
+            eprintln!("skipping: kernel sandbox unavailable here: {stderr}");
+            return;
+        }
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let left: Vec<_> = std::fs::read_dir(out_dir.join("workspaces"))
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        if keep {
+            assert!(!left.is_empty(), "--keep-workspaces kept nothing");
+        } else {
+            assert!(left.is_empty(), "workspaces left after the run: {left:?}");
+        }
+    }
+}

@@ -147,6 +147,18 @@ impl Drop for Leftovers {
             .args(["-9", &self.tool.to_string()])
             .stderr(Stdio::null())
             .status();
+        // Until the killed tool has left its cgroup (bounded: cleanup only).
+        for _ in 0..200 {
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.tool));
+            let gone = stat.map_or(true, |s| {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+            });
+            if gone {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         for dir in &self.dirs {
             if let Ok(slots) = std::fs::read_dir(dir) {
                 for slot in slots.flatten() {
