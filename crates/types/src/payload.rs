@@ -299,8 +299,11 @@ pub struct KernelEvent {
     /// Process id inside the tool's process tree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
-    /// Raw arguments.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Raw arguments, written as `0x`-prefixed lowercase hex strings: canonical JSON
+    /// writes numbers as IEEE doubles, which cannot hold every 64-bit argument
+    /// (`AT_FDCWD` is `0xffffffffffffff9c`). Version-1 evidence wrote numbers; they are
+    /// still read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "hex_args")]
     pub args: Vec<u64>,
     /// Decoded pointer arguments (path, socket address), or the limit/refusal detail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -327,4 +330,74 @@ pub struct ProofOfInferencePayload {
     pub weights_hash: Option<Digest>,
     /// True when the hash was declared by a remote endpoint, not measured here.
     pub declared: bool,
+}
+
+/// 64-bit system call arguments as hex strings (see [`KernelEvent::args`]).
+mod hex_args {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(args: &[u64], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(args.iter().map(|a| format!("{a:#x}")))
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Arg {
+        Number(u64),
+        Hex(String),
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
+        Vec::<Arg>::deserialize(d)?
+            .into_iter()
+            .map(|a| match a {
+                Arg::Number(n) => Ok(n),
+                Arg::Hex(h) => h
+                    .strip_prefix("0x")
+                    .and_then(|digits| u64::from_str_radix(digits, 16).ok())
+                    .filter(|n| format!("{n:#x}") == h)
+                    .ok_or_else(|| {
+                        serde::de::Error::custom(format!(
+                            "system call argument `{h}` is not 0x-prefixed lowercase hex without leading zeros"
+                        ))
+                    }),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests")]
+mod kernel_event_tests {
+    use super::KernelEvent;
+
+    #[test]
+    fn every_64_bit_argument_survives_canonical_json() {
+        let e = KernelEvent {
+            event: "syscall".into(),
+            syscall: Some("openat".into()),
+            nr: Some(257),
+            pid: Some(7),
+            args: vec![0xffff_ffff_ffff_ff9c, 0, 1 << 60, 0x7ffd_1234_5678],
+            detail: None,
+        };
+        let bytes = crate::canon::to_canonical(&e).unwrap();
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        assert!(
+            text.contains(
+                r#""args":["0xffffffffffffff9c","0x0","0x1000000000000000","0x7ffd12345678"]"#
+            ),
+            "{text}"
+        );
+        let back: KernelEvent = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(back, e);
+        // Version 1 wrote numbers.
+        let v1: KernelEvent =
+            serde_json::from_str(r#"{"event":"syscall","args":[18446744073709551516,3]}"#).unwrap();
+        assert_eq!(v1.args, vec![0xffff_ffff_ffff_ff9c, 3]);
+        for bad in [r#""0XFF""#, r#""0x0ff""#, r#""ff""#, r#""0x""#, "1.5"] {
+            let doc = format!(r#"{{"event":"syscall","args":[{bad}]}}"#);
+            assert!(serde_json::from_str::<KernelEvent>(&doc).is_err(), "{bad}");
+        }
+    }
 }
