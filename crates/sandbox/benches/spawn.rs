@@ -41,6 +41,20 @@ fn spawn(c: &mut Criterion) {
                 .and_then(|c| c.wait())
         })
     });
+    // The broker's setting: the tool runs as an unprivileged uid (root callers).
+    let config = SandboxConfig {
+        run_as: Some(knox_sandbox::RunAs::KNOX),
+        ..SandboxConfig::default()
+    };
+    if let Ok(run_as) = Sandbox::new(config) {
+        group.bench_function("confined_prepared_run_as", |b| {
+            b.iter(|| {
+                run_as
+                    .spawn_prepared(&prepared, &[TRUE], &[], b"")
+                    .and_then(|c| c.wait())
+            })
+        });
+    }
     let config = SandboxConfig {
         cgroups: CgroupMode::DangerousDisabled,
         ..SandboxConfig::default()

@@ -778,7 +778,7 @@ fn child_after_clone(p: &Lowered<'_>) -> ! {
         unsafe { libc::chdir(p.spec.cwd.as_ptr()) } == 0,
         ChildStep::Chdir,
     );
-    if p.spec.drop_capabilities {
+    if p.spec.drop_capabilities || p.spec.identity.is_some() {
         // Securebits and the bounding set need CAP_SETPCAP, the identity change
         // CAP_SETUID and CAP_SETGID: in that order, then every set is cleared.
         step(lock_securebits_and_bounding_set(), ChildStep::Capabilities);
