@@ -17,7 +17,9 @@ use crate::session::{self, ExecutorKind, WorkloadRun};
 #[derive(Debug, clap::Args)]
 #[command(after_help = crate::exit_codes!(
     "  0   every bundle verified complete, no planned call blocked, no injected call allowed\
-   \n  1   the run finished, but a bundle did not verify complete or a guard decided wrongly"
+   \n  1   the run finished, but a bundle did not verify complete or a guard decided wrongly\
+   \n  SIGUSR1, SIGTERM or SIGINT stop the run as the stop file does (interrupts, sealed bundles,\
+   \n  the summary; the code as above); a second SIGTERM or SIGINT ends it at once: 143 or 130"
 ))]
 pub struct RunArgs {
     /// Workload: st-sa, mt-sa-seq:T, mt-sa-int:T or mt-ma:T:M.
