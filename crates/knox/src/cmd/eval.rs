@@ -243,6 +243,16 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
     let pool_out = args.out.join("pool.json");
     if let Some(p) = &args.pool {
         super::refuse_overwrite("--out", &pool_out, &[p])?;
+        // Any file under --out may be rewritten by this evaluation.
+        if let (Ok(pool), Ok(out)) = (p.canonicalize(), args.out.canonicalize())
+            && pool.starts_with(&out)
+        {
+            return Err(super::usage(format!(
+                "--pool `{}` is inside --out `{}`, which this evaluation rewrites: copy the pool elsewhere first",
+                p.display(),
+                args.out.display()
+            )));
+        }
     }
     let backend = session::backend(&args.platform)?;
     let rt = session::runtime_with(backend.as_ref(), b"knox-eval")?;

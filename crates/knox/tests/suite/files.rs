@@ -557,4 +557,11 @@ fn eval_refuses_to_overwrite_its_pool() {
     assert_eq!(code(&o), 64, "{}", text(&o));
     assert!(text(&o).contains("would overwrite"), "{}", text(&o));
     assert_eq!(std::fs::read(&pool).unwrap(), b"{}");
+    // Nor a pool anywhere under the folder the evaluation rewrites.
+    std::fs::create_dir_all(out.join("bundles")).unwrap();
+    let inner = out.join("bundles").join("old-pool.json");
+    std::fs::write(&inner, b"{}").unwrap();
+    let o = run(&["eval", "--force", "--out", s(&out), "--pool", s(&inner)]);
+    assert_eq!(code(&o), 64, "{}", text(&o));
+    assert!(text(&o).contains("is inside --out"), "{}", text(&o));
 }
