@@ -225,6 +225,20 @@ impl OutDir {
         if dir.exists() && !dir.is_dir() {
             return Err(OutDirError::NotADirectory(owned()));
         }
+        // Checked before the lock file is made (a refused folder is left as it was) and
+        // again once locked (another process may have written meanwhile).
+        let holds_files = || -> Result<bool, OutDirError> {
+            match std::fs::read_dir(dir) {
+                Ok(mut entries) => {
+                    Ok(entries.any(|e| e.map_or(true, |e| e.file_name() != LOCK_FILE)))
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(OutDirError::Io(owned(), e)),
+            }
+        };
+        if !force && holds_files()? {
+            return Err(OutDirError::NotEmpty(owned()));
+        }
         std::fs::create_dir_all(dir).map_err(|e| OutDirError::Io(owned(), e))?;
         let lock = OpenOptions::new()
             .read(true)
@@ -239,12 +253,8 @@ impl OutDir {
             Err(std::fs::TryLockError::WouldBlock) => return Err(OutDirError::Busy(owned())),
             Err(std::fs::TryLockError::Error(e)) => return Err(OutDirError::Io(owned(), e)),
         }
-        if !force {
-            let mut entries = std::fs::read_dir(dir).map_err(|e| OutDirError::Io(owned(), e))?;
-            let other = entries.any(|e| e.map_or(true, |e| e.file_name() != LOCK_FILE));
-            if other {
-                return Err(OutDirError::NotEmpty(owned()));
-            }
+        if !force && holds_files()? {
+            return Err(OutDirError::NotEmpty(owned()));
         }
         Ok(Self {
             path: owned(),
@@ -318,10 +328,15 @@ mod tests {
         assert!(matches!(OutDir::lock(&d, true), Err(OutDirError::Busy(_))));
         drop(held);
         std::fs::write(d.join("x"), b"").unwrap();
+        std::fs::remove_file(d.join(LOCK_FILE)).unwrap();
         assert!(matches!(
             OutDir::lock(&d, false),
             Err(OutDirError::NotEmpty(_))
         ));
+        assert!(
+            !d.join(LOCK_FILE).exists(),
+            "a refused folder is left as it was"
+        );
         assert!(OutDir::lock(&d, true).is_ok());
         std::fs::remove_dir_all(&d).unwrap();
     }
