@@ -101,7 +101,7 @@ pub fn run(cmd: &ProveCommand) -> Result<i32> {
         }
         ProveCommand::Check(a) => {
             let p: InclusionProof =
-                serde_json::from_slice(&super::read_input(&a.proof, super::SMALL)?).map_err(
+                knox_types::json::from_slice(&super::read_input(&a.proof, super::SMALL)?).map_err(
                     |e| super::bad_input(&a.proof, "an inclusion proof (`knox prove node`)", e),
                 )?;
             let root = Digest::from_hex(&a.root).map_err(|e| {
