@@ -418,6 +418,14 @@ pub(crate) fn tap() -> Result<Arc<Tap>, AuditError> {
     Ok(tap)
 }
 
+/// The process's tap if it was started (no request to the kernel).
+pub(crate) fn running() -> Option<Arc<Tap>> {
+    TAP.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+        .map(Arc::clone)
+}
+
 /// The tap for a policy at Landlock ABI `abi`, if its denials are to be read:
 /// requested (`audit`), ABI ≥ 7, and the kernel's audit enabled and readable
 /// here; otherwise `None`, with the reason in `notes` when it was wanted.

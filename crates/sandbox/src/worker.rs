@@ -186,7 +186,7 @@ impl Worker {
             .child
             .as_ref()
             .is_some_and(ConfinedChild::landlock_audited)
-            && let Ok(tap) = crate::audit::tap()
+            && let Some(tap) = crate::audit::running()
         {
             let _ = tap.barrier();
         }
