@@ -57,6 +57,8 @@ const HEADER: usize = 16;
 /// How long a barrier may take to come back before the run's records are
 /// declared incomplete (the kernel's queue is normally drained in microseconds).
 const BARRIER_WAIT: Duration = Duration::from_secs(5);
+/// When a barrier not yet back makes the tap ask whether audit is still on.
+const BARRIER_ASK: Duration = Duration::from_millis(20);
 /// Events kept while waiting for their end-of-event record; past it the oldest
 /// is assembled as it is.
 const MAX_PENDING: usize = 4096;
@@ -591,24 +593,40 @@ impl Tap {
         {
             return false;
         }
-        // With audit off the kernel acknowledges the message and drops it.
-        if self.control.status().map_or(true, |s| s.enabled == 0) {
-            return false;
-        }
-        let deadline = Instant::now() + BARRIER_WAIT;
+        let start = Instant::now();
+        let deadline = start + BARRIER_WAIT;
+        let mut asked = false;
         let mut state = self.lock();
         loop {
             if let Some(i) = state.barriers.iter().position(|t| *t == token) {
                 state.barriers.swap_remove(i);
                 return true;
             }
-            let left = deadline.saturating_duration_since(Instant::now());
+            let now = Instant::now();
+            let left = deadline.saturating_duration_since(now);
             // Records were lost meanwhile (the barrier perhaps among them): the
             // run is incomplete whatever comes back.
             if left.is_zero() || self.overruns.load(Ordering::Acquire) != overruns {
                 return false;
             }
-            state = match self.seen.wait_timeout(state, left) {
+            // Not back quickly: with audit off the kernel acknowledges the
+            // message and drops it. Asked once, late, because `AUDIT_GET`'s
+            // reply costs the kernel a thread (about 90 µs here).
+            if !asked && now.duration_since(start) >= BARRIER_ASK {
+                asked = true;
+                drop(state);
+                if self.control.status().map_or(true, |s| s.enabled == 0) {
+                    return false;
+                }
+                state = self.lock();
+                continue;
+            }
+            let wait = if asked {
+                left
+            } else {
+                BARRIER_ASK.saturating_sub(now.duration_since(start))
+            };
+            state = match self.seen.wait_timeout(state, wait) {
                 Ok((s, _)) => s,
                 Err(p) => p.into_inner().0,
             };
