@@ -161,7 +161,12 @@ pub fn run(cmd: &CorpusCommand) -> Result<i32> {
         mut kernel_events_total,
     ) = (0, 0, 0, 0, 0);
     let mut stand_ins = Vec::new();
+    let progress = crate::cmd::progress_bar(
+        cases.len() as u64,
+        "corpus: each case unconfined, under the monitor, under monitor + kernel",
+    );
     for (case, proposal) in cases.iter().zip(&raw) {
+        progress.inc(1);
         let baseline = corpus::run_case(&fixture, &sandbox, case, Mode::DangerousUnconfined)?;
         let confined = corpus::run_case(&fixture, &sandbox, case, Mode::Confined)?;
         // Monitor only: the monitor sees a planned, authorized tool call and allows it;
@@ -200,6 +205,7 @@ pub fn run(cmd: &CorpusCommand) -> Result<i32> {
             "denied": confined.denied.iter().map(|d| d.name.clone()).collect::<Vec<_>>(),
         }));
     }
+    progress.finish_and_clear();
     let aeg = monitor.finish();
     let bundle = knox_monitor::run::seal(
         &rt,

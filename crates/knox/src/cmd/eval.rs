@@ -115,13 +115,7 @@ impl Progress for Bar {
 }
 
 fn bar() -> Bar {
-    let pb = indicatif::ProgressBar::new(0);
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} (eta {eta})",
-    ) {
-        pb.set_style(style);
-    }
-    Bar(pb)
+    Bar(super::progress_bar(0, ""))
 }
 
 /// An executor named on the command line, loaded.

@@ -210,3 +210,17 @@ pub fn bad_input(p: &Path, what: &str, e: impl std::fmt::Display) -> anyhow::Err
 pub fn usage(message: impl Into<String>) -> anyhow::Error {
     fail(Kind::Usage, message)
 }
+
+/// A progress bar of `total` steps on standard error, labelled `msg`: drawn only when
+/// standard error is a terminal (indicatif hides it otherwise), so piped and `--json`
+/// output stay clean.
+pub fn progress_bar(total: u64, msg: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new(total);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} (eta {eta})",
+    ) {
+        pb.set_style(style);
+    }
+    pb.set_message(msg.to_owned());
+    pb
+}
