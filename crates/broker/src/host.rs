@@ -46,6 +46,7 @@ pub struct Broker {
     worker: Vec<OsString>,
     workspaces: PathBuf,
     keep_workspaces: bool,
+    degraded: std::collections::BTreeSet<knox_sandbox::Degraded>,
 }
 
 impl Broker {
@@ -79,7 +80,21 @@ impl Broker {
             worker,
             workspaces,
             keep_workspaces: false,
+            degraded: std::collections::BTreeSet::new(),
         })
+    }
+
+    /// Protections the user accepts to lose on a kernel that cannot enforce them
+    /// (`knox run --degraded MODE`); without it, such a run is refused naming the
+    /// missing kernel feature. What each worker actually got is in its
+    /// `confinement.layers`.
+    #[must_use]
+    pub fn accept_degraded(
+        mut self,
+        degraded: impl IntoIterator<Item = knox_sandbox::Degraded>,
+    ) -> Self {
+        self.degraded = degraded.into_iter().collect();
+        self
     }
 
     /// Keep each run's workspace after the run (`knox run --keep-workspaces`);
@@ -155,7 +170,8 @@ impl ToolHost for Broker {
         let workspace = self.workspaces.join(cx.run_id);
         self.create_workspace(&workspace)
             .map_err(|e| format!("workspace `{}`: {e}", workspace.display()))?;
-        let policy = crate::policy::from_auth(&cx.apm.guards.syscall, &workspace, &worker);
+        let mut policy = crate::policy::from_auth(&cx.apm.guards.syscall, &workspace, &worker);
+        policy.degraded.clone_from(&self.degraded);
         let prepared = match self.sandbox.prepare(&policy) {
             Ok(p) => p,
             Err(e) => {

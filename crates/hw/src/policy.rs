@@ -116,6 +116,15 @@ struct RawPolicy {
     gpu: Option<RawGpu>,
     #[serde(default)]
     models: Option<RawModels>,
+    #[serde(default)]
+    sandbox: Option<RawSandbox>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSandbox {
+    min_landlock_abi: u8,
+    require_confined_tools: bool,
 }
 
 #[derive(Deserialize)]
@@ -202,6 +211,17 @@ pub struct RegulatorPolicy {
     tdx: Option<TdxRules>,
     gpu: Option<GpuRules>,
     accepted_weights_sha256: Option<Vec<[u8; 32]>>,
+    sandbox: Option<SandboxRules>,
+}
+
+/// What a regulator requires of the kernel layer that confined the tools (the
+/// `[sandbox]` section; without it, nothing is required of the tools' confinement).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SandboxRules {
+    /// The oldest Landlock ABI accepted for a confined tool call.
+    pub min_landlock_abi: u8,
+    /// Whether every tool output must have come from a confined tool.
+    pub require_confined_tools: bool,
 }
 
 fn decode_hex(field: &str, value: &str, bytes: usize) -> Result<Vec<u8>, PolicyError> {
@@ -350,7 +370,17 @@ impl RegulatorPolicy {
                 dangerous_accept_unchecked_revocation: g.dangerous_accept_unchecked_revocation,
             }),
             accepted_weights_sha256,
+            sandbox: raw.sandbox.map(|r| SandboxRules {
+                min_landlock_abi: r.min_landlock_abi,
+                require_confined_tools: r.require_confined_tools,
+            }),
         })
+    }
+
+    /// The `[sandbox]` section, if the policy has one.
+    #[must_use]
+    pub fn sandbox(&self) -> Option<SandboxRules> {
+        self.sandbox
     }
 
     /// Appraises a verified quote; the first rule it breaks is returned.

@@ -354,6 +354,6 @@ pub fn broker(workspaces: &Path) -> Result<knox_broker::Broker> {
         knox_sandbox::SandboxConfig::default(),
     )
     .kind_context(Kind::Unavailable, || {
-        "starting the kernel sandbox (needs Landlock ABI ≥ 6 and seccomp user notification; run with --tools simulated where the kernel lacks them)".into()
+        "starting the kernel sandbox (needs Landlock, Linux 5.13+, and seccomp user notification; run with --tools simulated where the kernel lacks them)".into()
     })
 }

@@ -151,6 +151,7 @@ pub fn verify_bundle(b: &Bundle, manifest: &ToolkitManifest, opts: Options<'_>) 
     let apm_hash = apm_step(&mut s, b, manifest);
     prompt_step(&mut s, b);
     models_step(&mut s, b, opts);
+    sandbox_step(&mut s, b, opts);
     refresh_step(&mut s, b, opts);
     // Summary and its signature.
     match summary_step(b, apm_hash) {
@@ -246,6 +247,70 @@ fn models_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) {
     s.pass(
         "models",
         "every model's weights hash is accepted by the policy",
+    );
+}
+
+/// With a regulator policy that has a `[sandbox]` section: every confined tool call
+/// ran on a Landlock ABI at least the policy's minimum (as the tool output's
+/// `confinement.layers.landlock_abi` records it), and, when the policy requires it,
+/// every tool output came from a confined tool.
+fn sandbox_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) {
+    let Some(rules) = opts.policy.and_then(|p| p.sandbox()) else {
+        return;
+    };
+    let (mut confined, mut unconfined) = (0_usize, 0_usize);
+    for n in b
+        .nodes
+        .iter()
+        .filter(|n| n.kind == knox_types::aeg::NodeKind::ToolOutput)
+    {
+        let Some(confinement) = n.payload.get("confinement").filter(|c| !c.is_null()) else {
+            unconfined += 1;
+            if rules.require_confined_tools {
+                s.refuse(
+                    "sandbox",
+                    format!(
+                        "node {}: the tool ran unconfined, and the policy requires confined tools",
+                        n.seq
+                    ),
+                );
+                return;
+            }
+            continue;
+        };
+        let abi = confinement
+            .pointer("/layers/landlock_abi")
+            .and_then(serde_json::Value::as_u64);
+        match abi {
+            Some(a) if a >= u64::from(rules.min_landlock_abi) => confined += 1,
+            Some(a) => {
+                s.refuse(
+                    "sandbox",
+                    format!(
+                        "node {}: the tool ran on Landlock ABI {a}; the policy requires at least {}",
+                        n.seq, rules.min_landlock_abi
+                    ),
+                );
+                return;
+            }
+            None => {
+                s.refuse(
+                    "sandbox",
+                    format!(
+                        "node {}: the tool's confinement does not record its Landlock ABI; the policy requires at least {}",
+                        n.seq, rules.min_landlock_abi
+                    ),
+                );
+                return;
+            }
+        }
+    }
+    s.pass(
+        "sandbox",
+        format!(
+            "{confined} confined tool calls on Landlock ABI >= {}; {unconfined} unconfined",
+            rules.min_landlock_abi
+        ),
     );
 }
 

@@ -77,6 +77,12 @@ pub struct RunArgs {
     /// owned by the tools' unprivileged uid) instead of removing it after the run.
     #[arg(long)]
     pub keep_workspaces: bool,
+    /// With `--tools confined`: a protection to run without on a kernel that cannot
+    /// enforce it, instead of refusing the run (repeatable). `device-ioctl`: before
+    /// Landlock ABI 5 (Linux 6.10), `ioctl` on the devices the toolkits grant is not
+    /// restricted. The evidence records what each worker got.
+    #[arg(long, value_name = "MODE", value_parser = parse_degraded)]
+    pub degraded: Vec<knox_sandbox::Degraded>,
     /// Regulations in force and their configuration.
     #[command(flatten)]
     pub regulation: super::regulations::RegulationArgs,
@@ -153,7 +159,9 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     }
     let broker = match args.tools {
         Tools::Confined => Some(
-            session::broker(&args.out.join("workspaces"))?.keep_workspaces(args.keep_workspaces),
+            session::broker(&args.out.join("workspaces"))?
+                .keep_workspaces(args.keep_workspaces)
+                .accept_degraded(args.degraded.iter().copied()),
         ),
         Tools::Simulated => None,
     };
@@ -284,4 +292,10 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     }
     crate::outln!("  bundles and summary.json in {}", args.out.display());
     Ok(if correct { 0 } else { 1 })
+}
+
+/// A `--degraded` mode, by the name the sandbox gives it (`device-ioctl`).
+fn parse_degraded(s: &str) -> std::result::Result<knox_sandbox::Degraded, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned()))
+        .map_err(|_| format!("`{s}` is not a degraded mode (known: device-ioctl)"))
 }

@@ -474,3 +474,125 @@ fn a_sigkilled_confined_runs_cgroups_are_reclaimed_by_the_next_run() {
         assert!(!pool.exists(), "{} leaked", pool.display());
     }
 }
+
+/// On a kernel whose Landlock cannot restrict device `ioctl`s (ABI < 5, capped here),
+/// a run whose toolkits grant a device is refused naming the missing feature; with
+/// `--degraded device-ioctl` it runs, its evidence says so, and a regulator's policy
+/// that requires a newer Landlock ABI refuses it while one that accepts ABI 3 does not.
+#[test]
+fn an_older_landlock_abi_is_refused_or_degraded_by_name_and_a_regulator_can_require_a_minimum() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, degraded: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_knox"));
+        cmd.env("KNOX_LANDLOCK_ABI_MAX", "3")
+            .args([
+                "run",
+                "--suite",
+                "terminal",
+                "--tools",
+                "confined",
+                "--workload",
+                "st-sa",
+                "--out",
+            ])
+            .arg(dir.path().join(name));
+        if degraded {
+            cmd.args(["--degraded", "device-ioctl"]);
+        }
+        cmd.output().unwrap()
+    };
+    let refused = run("refused", false);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    if stderr.contains("kernel sandbox") && !stderr.contains("IOCTL_DEV") {
+        assert!(std::env::var_os("CI").is_none(), "{stderr}");
+        eprintln!("skipping: kernel sandbox unavailable here: {stderr}");
+        return;
+    }
+    assert_ne!(refused.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("LANDLOCK_ACCESS_FS_IOCTL_DEV"), "{stderr}");
+    assert!(
+        stderr.contains("device-ioctl"),
+        "names the opt-in: {stderr}"
+    );
+
+    let out = run("degraded", true);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bundle = std::fs::read_dir(dir.path().join("degraded"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "json") && !p.ends_with("summary.json"))
+        .unwrap();
+    let text = std::fs::read_to_string(&bundle).unwrap();
+    assert!(
+        text.contains(r#""device-ioctl":"degraded""#),
+        "the evidence says so"
+    );
+    assert!(text.contains(r#""landlock_abi":3"#), "{text}");
+
+    let verify_with = |min: u8| {
+        let policy = dir.path().join(format!("policy-{min}.toml"));
+        std::fs::write(
+            &policy,
+            format!(
+                "version = 1\n[sandbox]\nmin_landlock_abi = {min}\nrequire_confined_tools = true\n"
+            ),
+        )
+        .unwrap();
+        std::process::Command::new(env!("CARGO_BIN_EXE_knox"))
+            .args(["verify", "--allow-simulated", "--policy"])
+            .arg(&policy)
+            .arg(&bundle)
+            .output()
+            .unwrap()
+    };
+    let strict = verify_with(4);
+    let report = String::from_utf8_lossy(&strict.stdout);
+    assert_eq!(strict.status.code(), Some(3), "refused: {report}");
+    assert!(report.contains("Landlock ABI 3"), "{report}");
+    let lenient = verify_with(3);
+    assert_eq!(
+        lenient.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&lenient.stdout)
+    );
+}
+
+/// A regulator that requires confined tools refuses a run whose tools were simulated.
+#[test]
+fn a_policy_requiring_confined_tools_refuses_a_run_with_simulated_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("run");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_knox"))
+        .args(["run", "--workload", "st-sa", "--flows", "1", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[sandbox]\nmin_landlock_abi = 1\nrequire_confined_tools = true\n",
+    )
+    .unwrap();
+    let v = std::process::Command::new(env!("CARGO_BIN_EXE_knox"))
+        .args(["verify", "--allow-simulated", "--policy"])
+        .arg(&policy)
+        .arg(out_dir.join("st-sa-injected-0000.json"))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&v.stdout);
+    assert_eq!(v.status.code(), Some(3), "{report}");
+    assert!(report.contains("ran unconfined"), "{report}");
+}

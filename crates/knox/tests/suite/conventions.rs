@@ -600,5 +600,9 @@ fn corpus_finds_or_builds_its_probe() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["summary"]["cases"], 1);
     // The progress bar is drawn only on a terminal: nothing of it when piped.
-    assert!(!stderr(&out).contains("corpus: each case"), "{}", stderr(&out));
+    assert!(
+        !stderr(&out).contains("corpus: each case"),
+        "{}",
+        stderr(&out)
+    );
 }
