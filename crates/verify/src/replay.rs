@@ -454,8 +454,8 @@ impl<'a> Replayer<'a, '_> {
         if cut && checks.is_empty() {
             return Ok(j);
         }
-        let want = self.expected_checks(call, &p, &checks)?;
-        if cut && checks.len() < want.len() {
+        let (want, pending) = self.expected_checks(call, &p, &checks, cut)?;
+        if cut && (pending || checks.len() < want.len()) {
             // A journal cut inside this call's group: what is there must match.
             for ((n, got), w) in checks.iter().zip(&want) {
                 if got != w {
@@ -593,13 +593,18 @@ impl<'a> Replayer<'a, '_> {
         Ok(j + 1)
     }
 
-    /// The checks the monitor must have recorded for this call, recomputed.
+    /// The checks the monitor must have recorded for this call, recomputed, and whether
+    /// a further check applies that could only be recomputed from its recorded content
+    /// (the regulation check, the input check of a truncated proposal) but lies beyond
+    /// the end of a journal cut inside this call's group (`cut`). Outside a cut, such a
+    /// missing check is tampering.
     fn expected_checks(
         &mut self,
         call: &Node,
         p: &ToolCallPayload,
         got: &[(&Node, CheckPayload)],
-    ) -> Result<Vec<CheckPayload>, Fail> {
+        cut: bool,
+    ) -> Result<(Vec<CheckPayload>, bool), Fail> {
         let cx = self.cx;
         let st = self
             .agents
@@ -649,7 +654,7 @@ impl<'a> Replayer<'a, '_> {
             detail,
         }];
         if cause.is_some() {
-            return Ok(want);
+            return Ok((want, false));
         }
         // Input: re-classify what was recorded.
         let parsed = match (&p.actual, &p.raw) {
@@ -694,8 +699,9 @@ impl<'a> Replayer<'a, '_> {
                             },
                         )) => {
                             want.push(c.clone());
-                            return Ok(want);
+                            return Ok((want, false));
                         }
+                        None if cut => return Ok((want, true)),
                         _ => return fail(call, "truncated proposal without a failed input check"),
                     },
                 }
@@ -717,7 +723,7 @@ impl<'a> Replayer<'a, '_> {
                         error: Some(m.error),
                     },
                 });
-                return Ok(want);
+                return Ok((want, false));
             }
         };
         want.push(CheckPayload {
@@ -745,6 +751,11 @@ impl<'a> Replayer<'a, '_> {
         if entry.annotations.discloses.is_some() && !cx.apm.guards.regulation.regulations.is_empty()
         {
             let Some((n, recorded)) = got.get(want.len()) else {
+                // Cut before it: the checks before it must still match (the caller
+                // compares them).
+                if cut {
+                    return Ok((want, true));
+                }
                 return fail(call, "regulation check missing");
             };
             let CheckDetail::Regulation {
@@ -817,7 +828,7 @@ impl<'a> Replayer<'a, '_> {
                 }
             }
         }
-        Ok(want)
+        Ok((want, false))
     }
 
     /// A denial the kernel layer (or the broker) recorded while an allowed call ran: it
