@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use super::support::{knox, read_json, succeeds};
+use super::support::{knox, read_json, sandbox_unavailable, succeeds};
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
@@ -32,21 +32,6 @@ fn one_bundle(dir: &Path) -> std::path::PathBuf {
     );
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     dir.join("out/st-sa-injected-0000.json")
-}
-
-/// Whether the kernel sandbox refused to start (then a confined run is skipped
-/// outside CI).
-fn sandbox_unavailable(o: &Output) -> bool {
-    if code(o) == 69 && stderr(o).contains("kernel sandbox") {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "kernel sandbox unavailable in CI: {}",
-            stderr(o)
-        );
-        eprintln!("skipping: kernel sandbox unavailable here: {}", stderr(o));
-        return true;
-    }
-    false
 }
 
 #[test]

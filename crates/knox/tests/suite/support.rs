@@ -25,6 +25,21 @@ pub fn knox() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_knox"))
 }
 
+/// Whether a `knox` run could not start its kernel sandbox here (exit 69 naming it):
+/// the caller then skips, saying so. In CI the sandbox must be there: it fails instead.
+pub fn sandbox_unavailable(o: &std::process::Output) -> bool {
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    if o.status.code() != Some(69) || !stderr.contains("kernel sandbox") {
+        return false;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "kernel sandbox unavailable in CI: {stderr}"
+    );
+    eprintln!("skipping: kernel sandbox unavailable here: {stderr}");
+    true
+}
+
 /// Runs a `knox` invocation; fails the test with both output streams unless it
 /// succeeds, and returns its standard output.
 pub fn succeeds(cmd: &mut std::process::Command) -> String {
