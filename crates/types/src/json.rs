@@ -187,7 +187,8 @@ pub fn from_scanned<T: DeserializeOwned>(bytes: &[u8], scan: &Scan) -> serde_jso
 pub fn canonical_difference(written: &[u8]) -> Result<(Vec<u8>, Option<usize>), serde_json::Error> {
     let v: Value = serde_json::from_slice(written)?;
     let c = canon::canonical(&v);
-    Ok((c.clone(), first_difference(written, &c)))
+    let diff = first_difference(written, &c);
+    Ok((c, diff))
 }
 
 /// The first offset where `a` and `b` differ (`None` when equal).
