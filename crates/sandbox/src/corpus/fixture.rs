@@ -57,14 +57,28 @@ struct Victim {
 
 impl Victim {
     fn spawn(binary: &Path, secret: &str) -> Result<Self, CorpusError> {
-        let mut child = Command::new(binary)
-            .args(["victim", secret])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .map_err(CorpusError::io("starting the victim"))?;
+        let start = || {
+            Command::new(binary)
+                .args(["victim", secret])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .process_group(0)
+                .spawn()
+        };
+        // The binary was just copied: a process another thread forked while the copy's
+        // write descriptor was open holds it until that process execs, and `execve`
+        // fails with ETXTBSY meanwhile. That window is short: retry, bounded.
+        let mut tries = 0;
+        let mut child = loop {
+            match start() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                other => break other.map_err(CorpusError::io("starting the victim"))?,
+            }
+        };
         let stdin = child.stdin.take();
         let line = child.stdout.take().and_then(|out| {
             let mut line = String::new();
