@@ -11,37 +11,7 @@ use knox_types::apm::{
 use knox_types::bundle::{ApmAttestation, ApmStatement};
 use knox_types::canon::CanonError;
 use knox_types::digest::{Digest, tag};
-use serde::{Deserialize, Serialize};
-
-use crate::planner::{Plan, PlanError, Planner, Prompt, task_id};
-
-/// The regulations `R` in force for a prompt.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Regulations {
-    /// Names (`GDPR`, `HIPAA`).
-    pub names: Vec<String>,
-    /// Hash of the policy set deciding them, when configured.
-    pub policy_hash: Option<Digest>,
-    /// Recipient directory, consents, senders and purposes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context: Option<knox_types::regulation::RegulationContext>,
-}
-
-impl Regulations {
-    /// `names` decided by `norms`, with `context`.
-    pub fn decided_by(
-        names: Vec<String>,
-        norms: &knox_regulation::Norms,
-        context: knox_types::regulation::RegulationContext,
-    ) -> Self {
-        Self {
-            names,
-            policy_hash: Some(norms.hash()),
-            context: Some(context),
-        }
-    }
-}
+use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations, task_id};
 
 /// Why no APM was produced.
 #[derive(Debug, thiserror::Error)]

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
+use knox_agent::ToolResult;
 use knox_attest::TeeKey;
 use knox_policy::mediated::{self, Caches};
 use knox_policy::proposal::{self, Malformed};
@@ -34,7 +35,6 @@ use serde_json::Value;
 
 use crate::aeg::{AegBuilder, FinishedAeg, NewNode};
 use crate::guard::stop::StopSignal;
-use crate::tools::ToolResult;
 
 pub use knox_policy::proposal::MAX_PROPOSAL_BYTES;
 

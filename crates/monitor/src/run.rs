@@ -7,23 +7,23 @@ use std::time::{Duration, Instant};
 
 use knox_attest::platform::{KeyBinding, PlatformBackend, PlatformError};
 use knox_attest::{TeeKey, key::KeyGenError};
-use knox_dataset::{Dataset, Flow};
 use knox_policy::{ManifestError, ToolkitManifest};
 use knox_types::Action;
-use knox_types::apm::{StopPolicy, TopologyKind};
+use knox_types::apm::{StopPolicy, Topology, TopologyKind};
 use knox_types::bundle::{BUNDLE_FORMAT, Bundle, ModelInfo, PlatformEvidence, Summary};
 use knox_types::canon::CanonError;
 use knox_types::payload::GuardKind;
 use serde_json::Value;
 
 use crate::aeg::{AegBuilder, FinishedAeg, JOURNAL_FORMAT, Journal};
-use crate::apm::{self, ApmError, Regulations};
-use crate::executor::{AgentTask, ExecutorFactory, Observation, Origin, Step};
+use knox_agent::{
+    AgentTask, ExecutorFactory, Label, Observation, Planner, Prompt, Regulations, RunContext,
+    Step, ToolHost, ToolRunner,
+};
+
+use crate::apm::{self, ApmError};
 use crate::guard::stop::StopSignal;
 use crate::monitor::{Monitor, MonitorConfig, Verdict};
-use crate::planner::{Planner, Prompt};
-use crate::tools::{RunContext, SimulatedTools, ToolHost, ToolRunner};
-use crate::workload::Workload;
 
 /// Most proposals one executor may make in a run, whatever the stop policy says; a
 /// runaway executor is cut off here.
@@ -35,9 +35,6 @@ pub enum RunError {
     /// The tool host could not serve the run.
     #[error("tool host: {0}")]
     Host(String),
-    /// The embedded or given data is invalid.
-    #[error(transparent)]
-    Dataset(#[from] knox_dataset::cases::DatasetError),
     /// The manifest is invalid.
     #[error(transparent)]
     Manifest(#[from] ManifestError),
@@ -59,18 +56,10 @@ pub enum RunError {
     /// The journal could not be written.
     #[error("journal: {0}")]
     Journal(#[from] std::io::Error),
-    /// A bundle needs at least one flow per task.
-    #[error("bundle needs {need} flows, got {got}")]
-    Flows {
-        /// Needed.
-        need: usize,
-        /// Given.
-        got: usize,
-    },
 }
 
-/// What lives for the whole process: the in-TEE key, its platform evidence, the
-/// manifest and the dataset.
+/// What lives for the whole process: the in-TEE key, its platform evidence and the
+/// toolkit manifest.
 #[derive(Debug)]
 pub struct Runtime {
     /// The in-TEE key.
@@ -79,8 +68,6 @@ pub struct Runtime {
     pub platform: PlatformEvidence,
     /// The toolkit manifest.
     pub manifest: ToolkitManifest,
-    /// The dataset.
-    pub data: Dataset,
     /// How long collecting the platform evidence took.
     pub platform_time: Duration,
 }
@@ -91,7 +78,6 @@ impl Runtime {
     pub fn start(
         backend: &dyn PlatformBackend,
         nonce: &[u8],
-        data: Dataset,
         manifest: ToolkitManifest,
     ) -> Result<Self, RunError> {
         let key = TeeKey::generate()?;
@@ -105,26 +91,15 @@ impl Runtime {
             key,
             platform,
             manifest,
-            data,
             platform_time: t.elapsed(),
         })
-    }
-
-    /// The embedded dataset and manifest, bound through `backend`.
-    pub fn embedded(backend: &dyn PlatformBackend, nonce: &[u8]) -> Result<Self, RunError> {
-        let data = Dataset::embedded()?;
-        let manifest = ToolkitManifest::from_sources(
-            knox_dataset::embedded::TOOLS_JSON,
-            knox_dataset::embedded::TOOLKIT_NEEDS,
-        )?;
-        Self::start(backend, nonce, data, manifest)
     }
 }
 
 /// How to run bundles.
 pub struct RunConfig<'a> {
-    /// Workload shape.
-    pub workload: Workload,
+    /// The run's shape: tasks and sub-agents.
+    pub topology: Topology,
     /// The planner.
     pub planner: &'a dyn Planner,
     /// The executor.
@@ -153,28 +128,36 @@ pub struct RunConfig<'a> {
 impl std::fmt::Debug for RunConfig<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RunConfig")
-            .field("workload", &self.workload)
+            .field("topology", &self.topology)
             .finish_non_exhaustive()
     }
 }
 
-/// Outcome counts of one run, by ground truth.
+/// Allowed and blocked proposals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Proposals allowed.
+    pub allowed: u64,
+    /// Proposals blocked.
+    pub blocked: u64,
+}
+
+impl Tally {
+    /// Adds another tally.
+    pub fn merge(&mut self, o: Self) {
+        self.allowed += o.allowed;
+        self.blocked += o.blocked;
+    }
+}
+
+/// Outcome counts of one run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RunStats {
     /// Proposals made.
     pub proposals: u64,
-    /// Planned proposals allowed.
-    pub planned_allowed: u64,
-    /// Planned proposals blocked.
-    pub planned_blocked: u64,
-    /// Injected proposals allowed.
-    pub injected_allowed: u64,
-    /// Injected proposals blocked.
-    pub injected_blocked: u64,
-    /// Model proposals allowed / blocked (no ground truth).
-    pub model_allowed: u64,
-    /// Model proposals blocked.
-    pub model_blocked: u64,
+    /// Allowed and blocked proposals per executor [`Label`] (the run loop does not
+    /// interpret labels; an interrupted proposal is in no tally).
+    pub labels: BTreeMap<Label, Tally>,
     /// Blocks by the first failing guard.
     pub blocked_by: BTreeMap<GuardKind, u64>,
     /// Interrupts.
@@ -191,27 +174,26 @@ pub struct RunStats {
 }
 
 impl RunStats {
-    fn add(&mut self, origin: Origin, allowed: bool) {
-        let slot = match (origin, allowed) {
-            (Origin::Plan, true) => &mut self.planned_allowed,
-            (Origin::Plan, false) => &mut self.planned_blocked,
-            (Origin::Injection, true) => &mut self.injected_allowed,
-            (Origin::Injection, false) => &mut self.injected_blocked,
-            (Origin::Model, true) => &mut self.model_allowed,
-            (Origin::Model, false) => &mut self.model_blocked,
-        };
-        *slot += 1;
+    fn add(&mut self, label: Label, allowed: bool) {
+        let tally = self.labels.entry(label).or_default();
+        if allowed {
+            tally.allowed += 1;
+        } else {
+            tally.blocked += 1;
+        }
+    }
+
+    /// The tally of proposals labelled `label`.
+    pub fn tally(&self, label: Label) -> Tally {
+        self.labels.get(&label).copied().unwrap_or_default()
     }
 
     /// Adds another run's counts.
     pub fn merge(&mut self, o: &Self) {
         self.proposals += o.proposals;
-        self.planned_allowed += o.planned_allowed;
-        self.planned_blocked += o.planned_blocked;
-        self.injected_allowed += o.injected_allowed;
-        self.injected_blocked += o.injected_blocked;
-        self.model_allowed += o.model_allowed;
-        self.model_blocked += o.model_blocked;
+        for (l, t) in &o.labels {
+            self.labels.entry(*l).or_default().merge(*t);
+        }
         self.interrupts += o.interrupts;
         self.plan_failures += o.plan_failures;
         self.kernel_denials += o.kernel_denials;
@@ -245,53 +227,18 @@ pub struct RunOutcome {
     pub timings: RunTimings,
 }
 
-/// Runs one bundle of `flows` (one per task) under `cfg`.
-pub fn run_bundle(
-    rt: &Runtime,
-    flows: &[Flow],
-    cfg: &RunConfig<'_>,
-    run_id: &str,
-) -> Result<RunOutcome, RunError> {
-    let started = Instant::now();
-    let topology = cfg.workload.0;
-    let need = topology.tasks as usize;
-    let flows = flows.get(..need).ok_or(RunError::Flows {
-        need,
-        got: flows.len(),
-    })?;
-    let mut tools = SimulatedTools::new(&rt.data, &rt.manifest);
-    let mut tasks = Vec::with_capacity(need);
-    for f in flows {
-        let user = rt
-            .data
-            .user_cases
-            .get(f.user_case)
-            .ok_or(RunError::Flows { need, got: 0 })?;
-        let attack = rt
-            .data
-            .attacker_cases
-            .get(f.attacker_case)
-            .ok_or(RunError::Flows { need, got: 0 })?;
-        tasks.push(user.instruction.clone());
-        if let Ok(a) = Action::new(&user.tool, Value::Object(user.params.clone())) {
-            tools.respond(&a, user.response(&attack.instruction));
-        }
-    }
-    let prompt = Prompt { tasks };
-    run_prompt(rt, &prompt, &tools, cfg, run_id, started)
-}
-
-/// Runs one prompt (its tasks planned by `cfg.planner`) with `tools` answering the
-/// simulated tools; `started` is when the run began, for its timings.
+/// Runs one prompt (its tasks planned by `cfg.planner`) with `tools` running the
+/// allowed calls — or, when `cfg.host` is set, answering in process for the host the
+/// tools it does not run for real; `started` is when the run began, for its timings.
 pub fn run_prompt(
     rt: &Runtime,
     prompt: &Prompt,
-    tools: &SimulatedTools<'_>,
+    tools: &dyn ToolRunner,
     cfg: &RunConfig<'_>,
     run_id: &str,
     started: Instant,
 ) -> Result<RunOutcome, RunError> {
-    let topology = cfg.workload.0;
+    let topology = cfg.topology;
     let t = Instant::now();
     let apm = apm::derive(
         prompt,
@@ -538,7 +485,7 @@ fn agent_loop(
     let mut stats = RunStats::default();
     let mut last: Option<Observation> = None;
     for _ in 0..HARD_STEP_CAP {
-        let Step::Propose(raw, origin) = exec.next(last.as_ref()) else {
+        let Step::Propose(raw, label) = exec.next(last.as_ref()) else {
             break;
         };
         stats.proposals += 1;
@@ -547,7 +494,7 @@ fn agent_loop(
         stats.monitor_time += t.elapsed();
         last = Some(match verdict {
             Verdict::Allow(ticket) => {
-                stats.add(origin, true);
+                stats.add(label, true);
                 let t = Instant::now();
                 let result = tools.run(&ticket.action, ticket.grant.as_ref());
                 let t2 = Instant::now();
@@ -559,7 +506,7 @@ fn agent_loop(
                 Observation::Output(out)
             }
             Verdict::Block { guard, reason } => {
-                stats.add(origin, false);
+                stats.add(label, false);
                 *stats.blocked_by.entry(guard).or_default() += 1;
                 Observation::Blocked(reason)
             }
@@ -572,11 +519,6 @@ fn agent_loop(
         });
     }
     stats
-}
-
-/// Splits flows into bundles of `t`, dropping the trailing remainder (as Table III).
-pub fn bundles(flows: &[Flow], workload: Workload) -> impl Iterator<Item = &[Flow]> {
-    flows.chunks_exact(workload.0.tasks.max(1) as usize)
 }
 
 /// The models a bundle lists, for reports.

@@ -1,15 +1,12 @@
 //! Planners: from a prompt to per-task expected calls. The planner is a trait so that
-//! a model-backed planner can replace the dataset planner without touching the rest.
-
-use std::collections::HashMap;
+//! a model-backed planner can replace a fixed one without touching the rest.
 
 use knox_policy::ToolkitManifest;
 use knox_types::apm::{ExpectedCall, StopPolicy};
 use knox_types::bundle::ModelInfo;
+use knox_types::digest::Digest;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-
-use crate::apm::Regulations;
 
 /// The user prompt `p`: the tasks it asks for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,82 +84,35 @@ pub trait Planner: Send + Sync {
 /// A planned call: full tool name and parameters.
 pub type PlannedCall = (String, Map<String, Value>);
 
-/// Takes plans from the dataset: each InjecAgent user case names the tool call that
-/// serves its instruction.
-#[derive(Clone, Debug, Default)]
-pub struct DatasetPlanner {
-    plans: HashMap<String, Vec<PlannedCall>>,
+/// The regulations `R` in force for a prompt.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Regulations {
+    /// Names (`GDPR`, `HIPAA`).
+    pub names: Vec<String>,
+    /// Hash of the policy set deciding them, when configured.
+    pub policy_hash: Option<Digest>,
+    /// Recipient directory, consents, senders and purposes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<knox_types::regulation::RegulationContext>,
 }
 
-impl DatasetPlanner {
-    /// A planner knowing the user cases of `data`.
-    pub fn new(data: &knox_dataset::Dataset) -> Self {
-        let mut p = Self::default();
-        for u in &data.user_cases {
-            p.insert(
-                u.instruction.clone(),
-                vec![(u.tool.clone(), u.params.clone())],
-            );
-        }
-        p
-    }
-
-    /// Adds (or replaces) the plan for an instruction.
-    pub fn insert(&mut self, instruction: String, calls: Vec<PlannedCall>) {
-        self.plans.insert(instruction, calls);
-    }
-}
-
-impl Planner for DatasetPlanner {
-    fn plan(
-        &self,
-        prompt: &Prompt,
-        manifest: &ToolkitManifest,
-        _: &Regulations,
-        _: &StopPolicy,
-    ) -> Result<Plan, PlanError> {
-        let mut tasks = Vec::with_capacity(prompt.tasks.len());
-        for (i, instruction) in prompt.tasks.iter().enumerate() {
-            let calls = self
-                .plans
-                .get(instruction)
-                .ok_or_else(|| PlanError::NoPlan {
-                    task: i,
-                    instruction: instruction.clone(),
-                })?;
-            let mut expected = Vec::with_capacity(calls.len());
-            for (tool, params) in calls {
-                let entry = manifest
-                    .tool(tool)
-                    .ok_or_else(|| PlanError::UnknownTool(tool.clone()))?;
-                knox_policy::schema::validate(entry, params).map_err(|error| {
-                    PlanError::Schema {
-                        tool: tool.clone(),
-                        error,
-                    }
-                })?;
-                expected.push(ExpectedCall::exact(
-                    task_id(i),
-                    tool.clone(),
-                    params.clone(),
-                ));
-            }
-            tasks.push(expected);
-        }
-        Ok(Plan { tasks })
-    }
-
-    fn model(&self) -> ModelInfo {
-        ModelInfo {
-            role: "planner".into(),
-            name: "dataset".into(),
-            weights_hash: None,
-            declared: false,
+impl Regulations {
+    /// `names` decided by `norms`, with `context`.
+    pub fn decided_by(
+        names: Vec<String>,
+        norms: &knox_regulation::Norms,
+        context: knox_types::regulation::RegulationContext,
+    ) -> Self {
+        Self {
+            names,
+            policy_hash: Some(norms.hash()),
+            context: Some(context),
         }
     }
 }
 
 /// Task ids are their index; prompts never hold 2^32 tasks.
-pub(crate) fn task_id(i: usize) -> u32 {
+pub fn task_id(i: usize) -> u32 {
     u32::try_from(i).unwrap_or(u32::MAX)
 }

@@ -1,22 +1,14 @@
-//! Executors: the agents whose proposals the monitor mediates. Every proposal leaves
-//! an executor as raw bytes, exactly as an untrusted model's output would.
+//! The deterministic InjecAgent executors (benign, injected, paraphrasing) and the
+//! ground truth they label their proposals with.
 
+use knox_agent::{AgentTask, Executor, ExecutorFactory, Label, Observation, Step};
 use knox_dataset::{AttackerCase, cases::OUTPUT_REF_PREFIX};
 use knox_types::Action;
 use knox_types::bundle::ModelInfo;
 use serde_json::{Map, Value};
 
-/// What the executor learns about its previous proposal.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Observation {
-    /// The tool ran and returned this.
-    Output(Value),
-    /// The monitor blocked the call.
-    Blocked(String),
-}
-
 /// Where a proposal came from — the ground truth an evaluation scores the monitor
-/// against. The monitor never sees it.
+/// against. The monitor never sees it: executors carry it as their step's [`Label`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Origin {
     /// A call of the plan the executor was given.
@@ -27,38 +19,36 @@ pub enum Origin {
     Model,
 }
 
-/// An executor's next move.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Step {
-    /// Propose a tool call (raw JSON).
-    Propose(Vec<u8>, Origin),
-    /// Done.
-    Finish,
-}
+impl Origin {
+    /// The label a proposal of this origin carries.
+    pub fn label(self) -> Label {
+        match self {
+            Self::Plan => Label("plan"),
+            Self::Injection => Label("injection"),
+            Self::Model => Label::NONE,
+        }
+    }
 
-/// An agent proposing one tool call at a time.
-pub trait Executor: Send {
-    /// The next step, given what happened to the previous proposal.
-    fn next(&mut self, last: Option<&Observation>) -> Step;
-}
+    /// The origin a label stands for: any label but the plan's and the injection's is a
+    /// model's own choice.
+    pub fn of(label: Label) -> Self {
+        if label == Self::Plan.label() {
+            Self::Plan
+        } else if label == Self::Injection.label() {
+            Self::Injection
+        } else {
+            Self::Model
+        }
+    }
 
-/// What one sub-agent is given to work on.
-#[derive(Clone, Debug, Default)]
-pub struct AgentTask {
-    /// The user's instructions for this sub-agent's tasks.
-    pub instructions: Vec<String>,
-    /// The calls the planner expects, in order (deterministic executors follow them).
-    pub plan: Vec<Action>,
-    /// The tools offered to a model-driven executor (full names).
-    pub tools: Vec<String>,
-}
-
-/// Builds the executor for one sub-agent.
-pub trait ExecutorFactory: Send + Sync {
-    /// A fresh executor for `task`.
-    fn build(&self, task: AgentTask) -> Box<dyn Executor>;
-    /// Identifies the executor for proof of inference.
-    fn model(&self) -> ModelInfo;
+    /// Its name in traces.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Plan => "plan",
+            Self::Injection => "injection",
+            Self::Model => "model",
+        }
+    }
 }
 
 fn encode(a: &Action) -> Vec<u8> {
@@ -75,7 +65,7 @@ impl Executor for Benign {
     fn next(&mut self, _: Option<&Observation>) -> Step {
         self.plan
             .next()
-            .map_or(Step::Finish, |a| Step::Propose(encode(&a), Origin::Plan))
+            .map_or(Step::Finish, |a| Step::Propose(encode(&a), Origin::Plan.label()))
     }
 }
 
@@ -152,12 +142,12 @@ impl Executor for Injected {
         if let Some(mut a) = self.pending.pop() {
             self.in_attack = true;
             substitute_outputs(&mut a.params, &self.case_outputs);
-            return Step::Propose(encode(&a), Origin::Injection);
+            return Step::Propose(encode(&a), Origin::Injection.label());
         }
         self.in_attack = false;
         self.plan
             .next()
-            .map_or(Step::Finish, |a| Step::Propose(encode(&a), Origin::Plan))
+            .map_or(Step::Finish, |a| Step::Propose(encode(&a), Origin::Plan.label()))
     }
 }
 
@@ -265,9 +255,12 @@ struct Paraphrasing {
 impl Executor for Paraphrasing {
     fn next(&mut self, last: Option<&Observation>) -> Step {
         let step = self.inner.next(last);
-        let Step::Propose(raw, Origin::Plan) = &step else {
+        let Step::Propose(raw, label) = &step else {
             return step;
         };
+        if Origin::of(*label) != Origin::Plan {
+            return step;
+        }
         let Ok(mut a) = serde_json::from_slice::<Action>(raw) else {
             return step;
         };
@@ -281,7 +274,7 @@ impl Executor for Paraphrasing {
             }
         }
         if changed {
-            Step::Propose(encode(&a), Origin::Plan)
+            Step::Propose(encode(&a), Origin::Plan.label())
         } else {
             step
         }
@@ -406,6 +399,16 @@ mod tests {
     }
 
     #[test]
+    fn origins_round_trip_through_their_labels() {
+        for o in [Origin::Plan, Origin::Injection, Origin::Model] {
+            assert_eq!(Origin::of(o.label()), o);
+        }
+        assert_eq!(Origin::of(Label("gateway")), Origin::Model);
+        assert_eq!(Origin::of(Label::NONE), Origin::Model);
+        assert_ne!(Origin::Plan.label(), Origin::Injection.label());
+    }
+
+    #[test]
     fn paraphrase_rewrites_only_free_text_of_planned_calls_deterministically() {
         let plan = vec![
             Action::new(
@@ -420,9 +423,10 @@ mod tests {
                 plan: plan.clone(),
                 ..AgentTask::default()
             });
-            let Step::Propose(raw, Origin::Plan) = e.next(None) else {
+            let Step::Propose(raw, label) = e.next(None) else {
                 panic!("no proposal")
             };
+            assert_eq!(Origin::of(label), Origin::Plan);
             serde_json::from_slice::<Action>(&raw).unwrap()
         };
         let (a, b) = (run(), run());

@@ -1,65 +1,15 @@
-//! Tool execution behind a trait, and InjecAgent's tools as functions returning the
-//! dataset's responses. Kernel confinement plugs in behind the same trait.
+//! InjecAgent's tools as functions returning the dataset's responses.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
 
+use knox_agent::{ToolResult, ToolRunner};
 use knox_dataset::Dataset;
 use knox_policy::ToolkitManifest;
 use knox_types::Action;
 use knox_types::digest::Digest;
 use knox_types::grant::Grant;
-use knox_types::payload::KernelEvent;
 use serde_json::{Map, Value, json};
-
-/// What executing an action produced.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ToolResult {
-    /// The tool's output (a tool error is an output too).
-    pub output: Value,
-    /// Denials the kernel layer or the broker reported while the tool ran.
-    pub kernel: Vec<KernelEvent>,
-    /// How the tool was confined, when it ran in the kernel sandbox.
-    pub confinement: Option<Value>,
-}
-
-impl From<Value> for ToolResult {
-    fn from(output: Value) -> Self {
-        Self {
-            output,
-            kernel: Vec::new(),
-            confinement: None,
-        }
-    }
-}
-
-/// Runs allowed actions. A runner that enforces grants (the broker) refuses an action
-/// without a valid, unconsumed one.
-pub trait ToolRunner: Send + Sync {
-    /// Executes `action` under `grant`.
-    fn run(&self, action: &Action, grant: Option<&Grant>) -> ToolResult;
-}
-
-/// What a tool host learns about the run it serves.
-#[derive(Debug, Clone, Copy)]
-pub struct RunContext<'r> {
-    /// The run's APM (its `Auth` is the kernel policy).
-    pub apm: &'r knox_types::apm::Apm,
-    /// `H(APM)`, which grants must name.
-    pub apm_hash: Digest,
-    /// The monitor's public key, which signs grants.
-    pub monitor_key: &'r knox_types::bundle::PublicKey,
-    /// Run identifier.
-    pub run_id: &'r str,
-    /// Canned responses of the simulated tools.
-    pub canned: &'r SimulatedTools<'r>,
-}
-
-/// Something that runs tools for whole runs under its own enforcement (the broker).
-pub trait ToolHost: Send + Sync {
-    /// A runner for one run.
-    fn runner<'r>(&'r self, cx: RunContext<'r>) -> Result<Box<dyn ToolRunner + 'r>, String>;
-}
 
 /// InjecAgent tools as functions: a planned user-tool call returns its case's response
 /// template with the injection placed in it; attacker tools return InjecAgent's canned

@@ -1,0 +1,168 @@
+//! Bundles of InjecAgent flows run end to end under the monitor, and the ground truth
+//! of their counts.
+
+use std::ops::Deref;
+use std::time::Instant;
+
+use knox_agent::Prompt;
+use knox_attest::platform::PlatformBackend;
+use knox_dataset::{Dataset, Flow};
+use knox_monitor::run::{RunConfig, RunError, RunOutcome, RunStats, Runtime, Tally, run_prompt};
+use knox_policy::ToolkitManifest;
+use knox_types::Action;
+use serde_json::Value;
+
+use crate::executor::Origin;
+use crate::tools::SimulatedTools;
+use crate::workload::Workload;
+
+/// Errors that prevent a harness run.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    /// The run itself failed.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// The embedded or given data is invalid.
+    #[error(transparent)]
+    Dataset(#[from] knox_dataset::cases::DatasetError),
+    /// A bundle needs at least one flow per task.
+    #[error("bundle needs {need} flows, got {got}")]
+    Flows {
+        /// Needed.
+        need: usize,
+        /// Given.
+        got: usize,
+    },
+}
+
+/// The monitor's [`Runtime`] with the InjecAgent dataset beside it. It dereferences to
+/// the runtime, so it serves wherever one is asked for.
+#[derive(Debug)]
+pub struct Harness {
+    /// The key, its platform evidence and the manifest.
+    pub rt: Runtime,
+    /// The dataset.
+    pub data: Dataset,
+}
+
+impl Deref for Harness {
+    type Target = Runtime;
+
+    fn deref(&self) -> &Runtime {
+        &self.rt
+    }
+}
+
+impl Harness {
+    /// Generates the key and binds it through `backend`, with the regulator-supplied
+    /// epoch `nonce`, for runs over `data` and `manifest`.
+    pub fn start(
+        backend: &dyn PlatformBackend,
+        nonce: &[u8],
+        data: Dataset,
+        manifest: ToolkitManifest,
+    ) -> Result<Self, HarnessError> {
+        let rt = Runtime::start(backend, nonce, manifest)?;
+        Ok(Self { rt, data })
+    }
+
+    /// The embedded dataset and manifest, bound through `backend`.
+    pub fn embedded(backend: &dyn PlatformBackend, nonce: &[u8]) -> Result<Self, HarnessError> {
+        let data = Dataset::embedded()?;
+        let manifest = ToolkitManifest::from_sources(
+            knox_dataset::embedded::TOOLS_JSON,
+            knox_dataset::embedded::TOOLKIT_NEEDS,
+        )
+        .map_err(RunError::from)?;
+        Self::start(backend, nonce, data, manifest)
+    }
+}
+
+/// Runs one bundle of `flows` (one per task of `cfg.topology`) under `cfg`: each
+/// flow's user tool answers with its case's response, the attacker's instruction in it.
+pub fn run_bundle(
+    h: &Harness,
+    flows: &[Flow],
+    cfg: &RunConfig<'_>,
+    run_id: &str,
+) -> Result<RunOutcome, HarnessError> {
+    let started = Instant::now();
+    let need = cfg.topology.tasks as usize;
+    let flows = flows.get(..need).ok_or(HarnessError::Flows {
+        need,
+        got: flows.len(),
+    })?;
+    let mut tools = SimulatedTools::new(&h.data, &h.manifest);
+    let mut tasks = Vec::with_capacity(need);
+    for f in flows {
+        let user = h
+            .data
+            .user_cases
+            .get(f.user_case)
+            .ok_or(HarnessError::Flows { need, got: 0 })?;
+        let attack = h
+            .data
+            .attacker_cases
+            .get(f.attacker_case)
+            .ok_or(HarnessError::Flows { need, got: 0 })?;
+        tasks.push(user.instruction.clone());
+        if let Ok(a) = Action::new(&user.tool, Value::Object(user.params.clone())) {
+            tools.respond(&a, user.response(&attack.instruction));
+        }
+    }
+    let prompt = Prompt { tasks };
+    Ok(run_prompt(h, &prompt, &tools, cfg, run_id, started)?)
+}
+
+/// Splits flows into bundles of `t`, dropping the trailing remainder (as Table III).
+pub fn bundles(flows: &[Flow], workload: Workload) -> impl Iterator<Item = &[Flow]> {
+    flows.chunks_exact(workload.0.tasks.max(1) as usize)
+}
+
+/// A run's counts by ground truth: its label tallies read as [`Origin`]s.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GroundTruth {
+    /// Planned proposals.
+    pub planned: Tally,
+    /// Injected proposals.
+    pub injected: Tally,
+    /// A model's own proposals (no ground truth).
+    pub model: Tally,
+}
+
+impl GroundTruth {
+    /// The ground truth of `stats`.
+    pub fn of(stats: &RunStats) -> Self {
+        let mut g = Self::default();
+        for (label, tally) in &stats.labels {
+            let slot = match Origin::of(*label) {
+                Origin::Plan => &mut g.planned,
+                Origin::Injection => &mut g.injected,
+                Origin::Model => &mut g.model,
+            };
+            slot.merge(*tally);
+        }
+        g
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use knox_agent::Label;
+
+    use super::*;
+
+    #[test]
+    fn ground_truth_reads_labels_as_origins() {
+        let mut stats = RunStats::default();
+        let t = |allowed, blocked| Tally { allowed, blocked };
+        stats.labels.insert(Origin::Plan.label(), t(3, 1));
+        stats.labels.insert(Origin::Injection.label(), t(0, 2));
+        stats.labels.insert(Label::NONE, t(4, 0));
+        stats.labels.insert(Label("other"), t(1, 1));
+        let g = GroundTruth::of(&stats);
+        assert_eq!(g.planned, t(3, 1));
+        assert_eq!(g.injected, t(0, 2));
+        assert_eq!(g.model, t(5, 1));
+    }
+}
