@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use knox_agent::{RunContext, ToolHost, ToolResult, ToolRunner};
 use knox_attest::grant::{self, GrantError};
-use knox_monitor::tools::{RunContext, ToolHost, ToolResult, ToolRunner};
 use knox_sandbox::{
     DeniedSyscall, LimitHit, PreparedPolicy, RUN_AS_ENV, RunAs, Sandbox, SandboxConfig,
     SandboxError, Worker, WorkerReply,
@@ -238,7 +238,8 @@ impl ToolRunner for RunBroker<'_> {
             return refusal(reason);
         }
         let agent = grant.map_or_else(String::new, |g| g.body.agent.clone());
-        let canned = (action.tool != "TerminalExecute").then(|| self.cx.canned.respond_to(action));
+        let canned =
+            (action.tool != "TerminalExecute").then(|| self.cx.canned.run(action, None).output);
         let req = Request {
             tool: action.tool.clone(),
             params: action.params.clone(),

@@ -21,6 +21,9 @@ pub enum EvalError {
     /// A bundle could not be run.
     #[error(transparent)]
     Run(#[from] knox_monitor::run::RunError),
+    /// The harness could not start or run a bundle.
+    #[error(transparent)]
+    Harness(#[from] knox_harness::HarnessError),
     /// The data is invalid.
     #[error(transparent)]
     Dataset(#[from] knox_dataset::cases::DatasetError),

@@ -8,14 +8,14 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use knox_agent::{ExecutorFactory, Planner, Prompt};
 use knox_attest::PlatformBackend;
 use knox_dataset::syscall_attacks::syscall_attacks;
-use knox_monitor::executor::{BenignFactory, ExecutorFactory, InjectedFactory, ParaphraseFactory};
+use knox_harness::{
+    BenignFactory, Harness, InjectedFactory, ParaphraseFactory, SimulatedTools, Workload,
+};
 use knox_monitor::guard::stop::StopSignal;
-use knox_monitor::planner::{Planner, Prompt};
-use knox_monitor::run::{RunConfig, Runtime, run_prompt};
-use knox_monitor::tools::SimulatedTools;
-use knox_monitor::workload::Workload;
+use knox_monitor::run::{RunConfig, run_prompt};
 use knox_types::Action;
 use knox_verify::Outcome;
 use serde::Serialize;
@@ -119,7 +119,7 @@ pub const UNLABELLED_NEEDS: &str = "toolkits-without-info-types.toml";
 
 /// The runtime of a judge's cells: `rt`'s dataset under its manifest without
 /// information-type labels, whose needs file goes to [`UNLABELLED_NEEDS`] in the output.
-fn blind_runtime(rt: &Runtime, opts: &Options<'_>) -> Result<Runtime, EvalError> {
+fn blind_runtime(rt: &Harness, opts: &Options<'_>) -> Result<Harness, EvalError> {
     let manifest = rt
         .manifest
         .without_info_types()
@@ -130,7 +130,7 @@ fn blind_runtime(rt: &Runtime, opts: &Options<'_>) -> Result<Runtime, EvalError>
         .map_err(|e| EvalError::Invalid(format!("writing `{}`: {e}", path.display())))?;
     knox_monitor::files::write_atomic(&path, toml.as_bytes())
         .map_err(|e| EvalError::io(&path, e))?;
-    Ok(Runtime::start(
+    Ok(Harness::start(
         opts.backend,
         &rt.platform.nonce.0,
         rt.data.clone(),
@@ -240,7 +240,7 @@ struct Executors<'a> {
 }
 
 impl<'a> Executors<'a> {
-    fn new(rt: &Runtime, specs: &'a [ExecutorSpec<'a>]) -> Result<Self, EvalError> {
+    fn new(rt: &Harness, specs: &'a [ExecutorSpec<'a>]) -> Result<Self, EvalError> {
         let mut attacks = rt.data.attacker_cases.clone();
         attacks.extend(syscall_attacks(&rt.data)?.into_iter().map(|a| a.case));
         Ok(Self {
@@ -268,7 +268,7 @@ struct BundleRun {
 }
 
 struct Ctx<'a, 'o> {
-    rt: &'a Runtime,
+    rt: &'a Harness,
     opts: &'a Options<'o>,
     /// The judge consulted by the regulation guard (only in the judge's cells, whose
     /// runtime `rt` withholds the labels).
@@ -305,7 +305,7 @@ impl Ctx<'_, '_> {
             tasks: flows.iter().map(|f| f.instruction.clone()).collect(),
         };
         let cfg = RunConfig {
-            workload,
+            topology: workload.0,
             planner,
             executor: &recorder,
             norms: setup.norms.as_deref(),
@@ -364,7 +364,7 @@ pub fn bundle_count(flows: usize, w: Workload) -> usize {
 
 /// Runs the evaluation of `pool` on `rt`.
 pub fn run(
-    rt: &Runtime,
+    rt: &Harness,
     pool: &Pool,
     guards: &[Box<dyn GuardEval>],
     opts: &Options<'_>,
@@ -398,7 +398,7 @@ pub fn run(
         Some(_) => Some(blind_runtime(rt, opts)?),
         None => None,
     };
-    let mut passes: Vec<(&dyn GuardEval, &Runtime, Option<EvalJudge<'_>>)> =
+    let mut passes: Vec<(&dyn GuardEval, &Harness, Option<EvalJudge<'_>>)> =
         selected.iter().map(|g| (*g, rt, None)).collect();
     if let (Some((g, j)), Some(blind)) = (judged, blind.as_ref()) {
         passes.push((g, blind, Some(j)));

@@ -11,7 +11,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use knox_monitor::executor::{AgentTask, Executor, ExecutorFactory, Observation, Origin, Step};
+use knox_agent::{AgentTask, Executor, ExecutorFactory, Observation, Step};
+use knox_harness::Origin;
 use knox_monitor::guard::stop::StopHandle;
 use knox_types::Action;
 use knox_types::action::hash_call;
@@ -300,12 +301,12 @@ impl Executor for Scripted {
                 origin: Origin::Model,
                 tool: serde_json::from_slice::<Action>(raw).ok().map(|a| a.tool),
             });
-            return Step::Propose(raw.clone(), Origin::Model);
+            return Step::Propose(raw.clone(), Origin::Model.label());
         }
         let t = Instant::now();
         let step = self.inner.next(last);
         *lock(&self.shared.executor_time) += t.elapsed();
-        let Step::Propose(raw, origin) = step else {
+        let Step::Propose(raw, label) = step else {
             for &f in &self.mine {
                 self.shared.done(f);
             }
@@ -336,10 +337,10 @@ impl Executor for Scripted {
                 .or(self.current)
                 .or(self.mine.first().copied()),
             planned: planned.map(|(_, k)| k),
-            origin,
+            origin: Origin::of(label),
             tool: action.map(|a| a.tool),
         });
-        Step::Propose(raw, origin)
+        Step::Propose(raw, label)
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use knox_monitor::executor::Origin;
+use knox_harness::Origin;
 use knox_types::aeg::{Node, NodeKind};
 use knox_types::bundle::Bundle;
 use serde::Serialize;
@@ -72,11 +72,7 @@ pub struct FlowTrace {
 }
 
 fn origin_name(o: Origin) -> &'static str {
-    match o {
-        Origin::Plan => "plan",
-        Origin::Injection => "injection",
-        Origin::Model => "model",
-    }
+    o.name()
 }
 
 /// Pairs the wrapper's `logs` with the bundle's evidence; one trace per flow (`flows`

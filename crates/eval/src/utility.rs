@@ -10,8 +10,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use knox_monitor::apm::Regulations;
-use knox_monitor::planner::{Plan, PlanError, Planner, Prompt};
+use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations};
 use knox_policy::ToolkitManifest;
 use knox_types::apm::{ExpectedCall, ParamConstraint, StopPolicy};
 use knox_types::bundle::ModelInfo;

@@ -63,9 +63,9 @@ pub struct Benign {
 
 impl Executor for Benign {
     fn next(&mut self, _: Option<&Observation>) -> Step {
-        self.plan
-            .next()
-            .map_or(Step::Finish, |a| Step::Propose(encode(&a), Origin::Plan.label()))
+        self.plan.next().map_or(Step::Finish, |a| {
+            Step::Propose(encode(&a), Origin::Plan.label())
+        })
     }
 }
 
@@ -145,9 +145,9 @@ impl Executor for Injected {
             return Step::Propose(encode(&a), Origin::Injection.label());
         }
         self.in_attack = false;
-        self.plan
-            .next()
-            .map_or(Step::Finish, |a| Step::Propose(encode(&a), Origin::Plan.label()))
+        self.plan.next().map_or(Step::Finish, |a| {
+            Step::Propose(encode(&a), Origin::Plan.label())
+        })
     }
 }
 

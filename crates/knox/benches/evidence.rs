@@ -7,12 +7,12 @@ use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use knox::session::{self, ExecutorKind, WorkloadRun};
+use knox_agent::{Plan, Prompt, Regulations};
+use knox_harness::Harness;
 use knox_monitor::aeg::AegBuilder;
-use knox_monitor::apm::{self, Regulations};
+use knox_monitor::apm;
 use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
-use knox_monitor::planner::{Plan, Prompt};
-use knox_monitor::run::Runtime;
 use knox_types::apm::{ExpectedCall, StopPolicy, Topology, TopologyKind};
 use knox_types::bundle::Bundle;
 use serde_json::json;
@@ -45,7 +45,7 @@ fn proposals() -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn mediation(c: &mut Criterion, rt: &Runtime) {
+fn mediation(c: &mut Criterion, rt: &Harness) {
     let manifest = &rt.manifest;
     let prompt = Prompt {
         tasks: vec!["read my emails".into()],
@@ -134,7 +134,7 @@ fn mediation(c: &mut Criterion, rt: &Runtime) {
     g.finish();
 }
 
-fn bundle(rt: &Runtime, spec: &str, flows: usize) -> Bundle {
+fn bundle(rt: &Harness, spec: &str, flows: usize) -> Bundle {
     let mut out = None;
     session::run_workload(
         rt,
@@ -148,7 +148,7 @@ fn bundle(rt: &Runtime, spec: &str, flows: usize) -> Bundle {
     out.unwrap()
 }
 
-fn evidence(c: &mut Criterion, rt: &Runtime) {
+fn evidence(c: &mut Criterion, rt: &Harness) {
     let b = bundle(rt, "mt-sa-seq:6", 6);
     let node = b
         .nodes

@@ -4,14 +4,12 @@
 use std::path::Path;
 
 use anyhow::{Context as _, Result};
+use knox_agent::{ExecutorFactory, Planner, Prompt, Regulations, ToolHost};
 use knox_attest::simulated::Simulated;
 use knox_dataset::flows::injecagent_flows;
-use knox_monitor::apm::Regulations;
-use knox_monitor::executor::{BenignFactory, ExecutorFactory, InjectedFactory};
+use knox_harness::{BenignFactory, DatasetPlanner, Harness, InjectedFactory, Workload};
 use knox_monitor::guard::stop::StopSignal;
-use knox_monitor::planner::{DatasetPlanner, Planner};
-use knox_monitor::run::{self, RunConfig, RunOutcome, Runtime};
-use knox_monitor::workload::Workload;
+use knox_monitor::run::{self, RunConfig, RunOutcome};
 use knox_types::apm::StopPolicy;
 
 use crate::error::{Kind, KindExt as _};
@@ -75,22 +73,22 @@ pub fn backend(p: &PlatformArgs) -> Result<Box<dyn knox_attest::PlatformBackend>
     })
 }
 
-/// The embedded runtime bound through `backend`.
-pub fn runtime_with(backend: &dyn knox_attest::PlatformBackend, nonce: &[u8]) -> Result<Runtime> {
-    Runtime::embedded(backend, nonce).kind_context(Kind::Unavailable, || {
+/// The embedded runtime (the InjecAgent harness) bound through `backend`.
+pub fn runtime_with(backend: &dyn knox_attest::PlatformBackend, nonce: &[u8]) -> Result<Harness> {
+    Harness::embedded(backend, nonce).kind_context(Kind::Unavailable, || {
         format!("binding the key through `{}`", backend.mode())
     })
 }
 
 /// The runtime on the embedded dataset and manifest, with simulated platform evidence.
-pub fn embedded_runtime(nonce: &[u8]) -> Result<Runtime> {
-    Runtime::embedded(&Simulated, nonce).kind_context(Kind::Software, || {
+pub fn embedded_runtime(nonce: &[u8]) -> Result<Harness> {
+    Harness::embedded(&Simulated, nonce).kind_context(Kind::Software, || {
         "starting the runtime on the embedded defaults".into()
     })
 }
 
 /// The executor factory for `kind`.
-pub fn executor(rt: &Runtime, kind: ExecutorKind) -> Box<dyn ExecutorFactory> {
+pub fn executor(rt: &Harness, kind: ExecutorKind) -> Box<dyn ExecutorFactory> {
     match kind {
         ExecutorKind::Benign => Box::new(BenignFactory),
         ExecutorKind::Injected => Box::new(InjectedFactory::new(rt.data.attacker_cases.clone())),
@@ -113,7 +111,7 @@ pub struct WorkloadRun<'a> {
     /// Journal directory.
     pub journal_dir: Option<&'a Path>,
     /// Where tools run (default: simulated, in-process).
-    pub host: Option<&'a dyn knox_monitor::tools::ToolHost>,
+    pub host: Option<&'a dyn ToolHost>,
     /// A backend for end-of-run refresh reports binding each chain head.
     pub refresh: Option<&'a dyn knox_attest::PlatformBackend>,
     /// A model-driven executor replacing the deterministic one.
@@ -144,7 +142,7 @@ impl<'a> WorkloadRun<'a> {
         'a: 'c,
     {
         RunConfig {
-            workload: self.workload,
+            topology: self.workload.0,
             planner,
             executor,
             norms: None,
@@ -177,7 +175,7 @@ impl<'a> WorkloadRun<'a> {
 
 /// Runs every bundle of the workload; `each` sees every outcome as it is produced.
 pub fn run_workload(
-    rt: &Runtime,
+    rt: &Harness,
     w: &WorkloadRun<'_>,
     each: impl FnMut(&RunOutcome) -> Result<()>,
 ) -> Result<usize> {
@@ -205,7 +203,7 @@ impl std::fmt::Debug for RegulationSetup {
 
 /// [`run_workload`] with regulations in force.
 pub fn run_workload_regulated(
-    rt: &Runtime,
+    rt: &Harness,
     w: &WorkloadRun<'_>,
     regulation: Option<&RegulationSetup>,
     mut each: impl FnMut(&RunOutcome) -> Result<()>,
@@ -230,7 +228,7 @@ pub fn run_workload_regulated(
         cfg.judge = r.judge.as_deref();
     }
     let mut n = 0;
-    for (i, bundle) in run::bundles(&flows, w.workload).enumerate() {
+    for (i, bundle) in knox_harness::bundles(&flows, w.workload).enumerate() {
         let run_id = format!(
             "{}-{}-{i:04}",
             w.workload.spec().replace(':', "-"),
@@ -240,7 +238,7 @@ pub fn run_workload_regulated(
                 executor_name(w.executor)
             }
         );
-        let outcome = run::run_bundle(rt, bundle, &cfg, &run_id)
+        let outcome = knox_harness::run_bundle(rt, bundle, &cfg, &run_id)
             .with_context(|| format!("running bundle {run_id}"))?;
         each(&outcome)?;
         n += 1;
@@ -292,7 +290,7 @@ pub fn terminal_tasks() -> Result<Vec<TerminalTask>> {
 /// Runs terminal `tasks` bundled for `w.workload`: real commands, planned by the
 /// dataset planner, executed by the benign executor through `w.host`.
 pub fn run_terminal(
-    rt: &Runtime,
+    rt: &Harness,
     w: &WorkloadRun<'_>,
     tasks: &[TerminalTask],
     mut each: impl FnMut(&RunOutcome) -> Result<()>,
@@ -311,11 +309,11 @@ pub fn run_terminal(
     let factory = executor(rt, ExecutorKind::Benign);
     let cfg = w.config(&planner, factory.as_ref());
     let t = w.workload.0.tasks.max(1) as usize;
-    let tools = knox_monitor::tools::SimulatedTools::new(&rt.data, &rt.manifest);
+    let tools = knox_harness::SimulatedTools::new(&rt.data, &rt.manifest);
     let mut n = 0;
     for (i, chunk) in tasks.chunks_exact(t).enumerate() {
         let run_id = format!("terminal-{}-{i:04}", w.workload.spec().replace(':', "-"));
-        let prompt = knox_monitor::planner::Prompt {
+        let prompt = Prompt {
             tasks: chunk.iter().map(|t| t.instruction.clone()).collect(),
         };
         let outcome = run::run_prompt(

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use knox_monitor::executor::{AgentTask, Executor, ExecutorFactory, Observation, Origin, Step};
+use knox_agent::{AgentTask, Executor, ExecutorFactory, Label, Observation, Step};
 use knox_policy::ToolkitManifest;
 use knox_types::bundle::ModelInfo;
 use serde_json::{Value, json};
@@ -174,7 +174,7 @@ impl Executor for Loop {
                 self.sent = raw.clone();
                 self.messages.push(Message::call(call.clone()));
                 self.pending = Some(Pending::Call(call));
-                Step::Propose(raw, Origin::Model)
+                Step::Propose(raw, Label::NONE)
             }
             Ok(Reply::Malformed(text)) if refused.as_deref() == Some(text.as_bytes()) => {
                 self.done = true;
@@ -187,7 +187,7 @@ impl Executor for Loop {
                     .push(Message::new(Role::Assistant, text.clone()));
                 self.pending = Some(Pending::Malformed);
                 self.sent = text.clone().into_bytes();
-                Step::Propose(text.into_bytes(), Origin::Model)
+                Step::Propose(text.into_bytes(), Label::NONE)
             }
             Ok(Reply::Text(_)) | Err(_) => {
                 self.done = true;
@@ -262,7 +262,7 @@ mod tests {
             latency: Arc::default(),
             done: false,
         };
-        let Step::Propose(raw, Origin::Model) = l.next(None) else {
+        let Step::Propose(raw, Label::NONE) = l.next(None) else {
             unreachable!()
         };
         assert_eq!(

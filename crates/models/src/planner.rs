@@ -8,8 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use knox_monitor::apm::Regulations;
-use knox_monitor::planner::{Plan, PlanError, Planner, Prompt};
+use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations};
 use knox_policy::ToolkitManifest;
 use knox_policy::manifest::ToolEntry;
 use knox_types::apm::{ExpectedCall, ParamConstraint, StopPolicy};

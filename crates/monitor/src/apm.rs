@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations, task_id};
 use knox_attest::TeeKey;
 use knox_policy::{ToolkitManifest, auth};
 use knox_types::apm::{
@@ -11,7 +12,6 @@ use knox_types::apm::{
 use knox_types::bundle::{ApmAttestation, ApmStatement};
 use knox_types::canon::CanonError;
 use knox_types::digest::{Digest, tag};
-use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations, task_id};
 
 /// Why no APM was produced.
 #[derive(Debug, thiserror::Error)]

@@ -17,8 +17,8 @@ use serde_json::Value;
 
 use crate::aeg::{AegBuilder, FinishedAeg, JOURNAL_FORMAT, Journal};
 use knox_agent::{
-    AgentTask, ExecutorFactory, Label, Observation, Planner, Prompt, Regulations, RunContext,
-    Step, ToolHost, ToolRunner,
+    AgentTask, ExecutorFactory, Label, Observation, Planner, Prompt, Regulations, RunContext, Step,
+    ToolHost, ToolRunner,
 };
 
 use crate::apm::{self, ApmError};

@@ -3,7 +3,7 @@
 //! read from `cargo metadata` (the resolved graph of the locked workspace, as JSON), so
 //! the check does not depend on the layout of `cargo tree`'s output.
 
-#![expect(clippy::expect_used, reason = "tests")]
+#![expect(clippy::expect_used, clippy::indexing_slicing, reason = "tests")]
 
 use std::collections::{BTreeSet, HashMap};
 use std::process::Command;
@@ -94,10 +94,7 @@ fn the_monitor_depends_on_no_dataset_harness_or_evaluation() {
     for needed in ["knox-agent", "knox-types", "knox-policy", "serde_json"] {
         assert!(graph.contains(needed), "{needed} missing from {graph:?}");
     }
-    let banned: Vec<&str> = BANNED
-        .into_iter()
-        .filter(|b| graph.contains(*b))
-        .collect();
+    let banned: Vec<&str> = BANNED.into_iter().filter(|b| graph.contains(*b)).collect();
     assert!(banned.is_empty(), "knox-monitor depends on {banned:?}");
     // And the check is not vacuous: the banned crates exist, and the harness's graph,
     // read the same way, does reach the dataset.

@@ -2,12 +2,7 @@
 //! planner, a scripted executor and an in-process tool runner; the bundle it seals
 //! verifies `complete`, and proposals are tallied per executor label.
 
-#![expect(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::panic,
-    reason = "tests"
-)]
+#![expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 
 use std::sync::Mutex;
 use std::time::Instant;
@@ -197,7 +192,10 @@ fn a_dataset_free_run_is_mediated_tallied_per_label_and_verifies_complete() {
     // The executor saw the output, then the two blocks.
     let seen = factory.seen.lock().unwrap();
     assert!(matches!(&seen[0], Observation::Output(Value::Object(_))));
-    assert!(matches!(seen[1..], [Observation::Blocked(_), Observation::Blocked(_)]));
+    assert!(matches!(
+        seen[1..],
+        [Observation::Blocked(_), Observation::Blocked(_)]
+    ));
 
     let report = knox_verify::verify_bundle(&out.bundle, &manifest(), Options::DANGEROUS_SIMULATED);
     assert_eq!(report.outcome, Outcome::Complete, "{report:?}");

@@ -9,8 +9,8 @@ pub mod trajectory;
 
 use std::time::Duration;
 
-use knox_monitor::apm::Regulations;
-use knox_monitor::workload::Workload;
+use knox_agent::Regulations;
+use knox_harness::Workload;
 use knox_policy::ToolkitManifest;
 use knox_types::apm::StopPolicy;
 

@@ -16,8 +16,8 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
 
+use knox_agent::Regulations;
 use knox_dataset::AttackKind;
-use knox_monitor::apm::Regulations;
 use knox_policy::manifest::InfoType;
 use knox_regulation::Norms;
 use knox_types::regulation::{ConsentRecord, DirectoryEntry, RegulationContext, TaskContext};

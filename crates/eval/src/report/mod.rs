@@ -288,7 +288,7 @@ type Table3Row = (String, u32, u32, Vec<(Guard, usize, usize)>);
 fn table3_rows(meta: &Meta, pool: &Pool) -> Vec<Table3Row> {
     meta.workloads
         .iter()
-        .filter_map(|w| w.parse::<knox_monitor::workload::Workload>().ok())
+        .filter_map(|w| w.parse::<knox_harness::Workload>().ok())
         .map(|w| {
             let per: Vec<(Guard, usize, usize)> = Guard::ALL
                 .iter()

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use knox_monitor::run::Runtime;
-use knox_monitor::workload::{PAPER_WORKLOADS, Workload};
+use knox_harness::Harness;
+use knox_harness::{PAPER_WORKLOADS, Workload};
 use knox_policy::ToolkitManifest;
 use knox_verify::Outcome;
 
@@ -137,7 +137,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     Ok(0)
 }
 
-fn measure(rt: &Runtime, manifest: &ToolkitManifest, w: Workload, args: &BenchArgs) -> Result<Acc> {
+fn measure(rt: &Harness, manifest: &ToolkitManifest, w: Workload, args: &BenchArgs) -> Result<Acc> {
     let mut acc = Acc::default();
     let run = WorkloadRun::new(w, args.executor, args.bundles * w.0.tasks as usize);
     session::run_workload(rt, &run, |o| {

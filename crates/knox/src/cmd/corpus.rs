@@ -5,12 +5,11 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
+use knox_agent::{Plan, Prompt, Regulations, ToolResult};
 use knox_monitor::aeg::AegBuilder;
-use knox_monitor::apm::{self, Regulations};
+use knox_monitor::apm;
 use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
-use knox_monitor::planner::{Plan, Prompt};
-use knox_monitor::tools::ToolResult;
 use knox_sandbox::corpus::{self, CaseResult, Fixture, Mode};
 use knox_sandbox::{Sandbox, SandboxConfig};
 use knox_types::apm::{ExpectedCall, StopPolicy, Topology, TopologyKind};

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use knox_monitor::workload::Workload;
+use knox_harness::Workload;
 use knox_types::aeg::NodeKind;
 use serde_json::json;
 

@@ -13,8 +13,8 @@ use knox_eval::generate::PoolContext;
 use knox_eval::pool::{FLOWS_PER_TOOLKIT, Guard, POOL_FORMAT, Pool, PoolStatus};
 use knox_eval::report::{self, Corpus, Meta};
 use knox_eval::run::{ExecutorSpec, Options};
-use knox_monitor::run::Runtime;
-use knox_monitor::workload::{PAPER_WORKLOADS, Workload};
+use knox_harness::Harness;
+use knox_harness::{PAPER_WORKLOADS, Workload};
 use knox_verify::Outcome;
 
 use crate::error::{Kind, KindExt as _};
@@ -191,7 +191,7 @@ fn machine() -> String {
 
 /// Runs `knox corpus syscalls` (this binary, as a subprocess) with its bundle under
 /// `dir`, and verifies that bundle.
-fn corpus(dir: &Path, rt: &Runtime) -> Corpus {
+fn corpus(dir: &Path, rt: &Harness) -> Corpus {
     let run = || -> Result<Corpus> {
         let exe = std::env::current_exe()?;
         let out = std::process::Command::new(&exe)
@@ -384,7 +384,7 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
     Ok(if complete && !wrong { 0 } else { 1 })
 }
 
-fn generate(rt: &Runtime, seed: u64) -> Result<Pool> {
+fn generate(rt: &Harness, seed: u64) -> Result<Pool> {
     let cx = PoolContext {
         data: &rt.data,
         manifest: &rt.manifest,

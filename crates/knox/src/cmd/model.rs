@@ -7,12 +7,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
+use knox_agent::{ExecutorFactory, Planner};
 use knox_models::{
     Chat, ChatExecutor, ChatJudge, ChatPlanner, Format, LocalModel, LocalOptions, LocalSource,
     Message, ModelError, ModelSpec, Reply, SpecRole, catalog, pull,
 };
-use knox_monitor::executor::ExecutorFactory;
-use knox_monitor::planner::Planner;
 use serde_json::{Value, json};
 
 use crate::error::{Kind, fail};

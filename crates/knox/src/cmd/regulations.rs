@@ -197,7 +197,7 @@ impl RegulationArgs {
             None => knox_types::regulation::RegulationContext::default(),
         };
         Ok(Some(crate::session::RegulationSetup {
-            regulations: knox_monitor::apm::Regulations::decided_by(names, &norms, context),
+            regulations: knox_agent::Regulations::decided_by(names, &norms, context),
             norms,
             judge: None,
         }))

@@ -2,8 +2,9 @@
 //! commands run, denied system calls recorded as evidence and verified.
 
 use knox::session::{self, ExecutorKind, WorkloadRun};
+use knox_agent::{RunContext, ToolHost};
 use knox_broker::Broker;
-use knox_monitor::tools::{RunContext, SimulatedTools, ToolHost};
+use knox_harness::SimulatedTools;
 use knox_types::Action;
 use knox_types::aeg::NodeKind;
 use knox_verify::Outcome;
@@ -160,8 +161,7 @@ fn the_broker_runs_nothing_without_a_valid_unconsumed_grant() {
         })
         .unwrap();
     let id = Action::new("TerminalExecute", json!({"command": "id"})).unwrap();
-    let refused =
-        |r: &knox_monitor::tools::ToolResult| r.kernel.iter().any(|e| e.event == "refusal");
+    let refused = |r: &knox_agent::ToolResult| r.kernel.iter().any(|e| e.event == "refusal");
     // No grant.
     assert!(refused(&runner.run(&id, None)));
     // A genuine grant runs once, and only once.

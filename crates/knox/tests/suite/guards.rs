@@ -371,7 +371,7 @@ fn a_real_unix_signal_stops_the_run() {
 
 #[test]
 fn an_address_from_untrusted_content_cannot_be_a_recipient_unless_the_user_gave_it() {
-    use knox_monitor::planner::Prompt;
+    use knox_agent::Prompt;
     let prompt = Prompt {
         tasks: vec!["Read email e1 and forward it to bob@example.com".into()],
     };

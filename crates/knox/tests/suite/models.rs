@@ -421,12 +421,11 @@ mod local {
     use std::path::{Path, PathBuf};
     use std::sync::OnceLock;
 
+    use knox_agent::{Planner, Prompt, Regulations};
     use knox_models::{
         Chat, Format, LocalModel, LocalOptions, LocalSource, Message, Reply, Role, ToolCall,
         catalog,
     };
-    use knox_monitor::apm::Regulations;
-    use knox_monitor::planner::{Planner, Prompt};
     use knox_types::apm::StopPolicy;
 
     use super::*;

@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use knox::session::{ExecutorKind, WorkloadRun};
+use knox_agent::{PlanError, Planner, Prompt, Regulations};
 use knox_models::{ChatPlanner, Endpoint};
 use knox_monitor::aeg::{AegBuilder, NewNode};
-use knox_monitor::apm::{self as apm_mod, Regulations};
-use knox_monitor::planner::{PlanError, Planner, Prompt};
+use knox_monitor::apm as apm_mod;
 use knox_monitor::run::seal;
 use knox_policy::ToolkitManifest;
 use knox_types::aeg::{NodeKind, PLANNER_AGENT};
@@ -30,7 +30,7 @@ impl Planner for Refuses {
         _: &ToolkitManifest,
         _: &Regulations,
         _: &StopPolicy,
-    ) -> Result<knox_monitor::planner::Plan, PlanError> {
+    ) -> Result<knox_agent::Plan, PlanError> {
         Err(PlanError::Model(
             "task 0: no valid plan in 3 attempts: unknown tool `RootShell`".into(),
         ))
@@ -53,7 +53,7 @@ pub(super) fn refused_bundle(workload: &str) -> Bundle {
 }
 
 fn refused(workload: &str) -> knox_monitor::run::RunOutcome {
-    let w: knox_monitor::workload::Workload = workload.parse().unwrap();
+    let w: knox_harness::Workload = workload.parse().unwrap();
     let run = WorkloadRun {
         planner: Some(&Refuses),
         ..WorkloadRun::new(w, ExecutorKind::Injected, w.0.tasks as usize)

@@ -4,11 +4,10 @@
 
 use std::process::Command;
 
+use knox_agent::{Prompt, Regulations};
 use knox_monitor::Verdict;
 use knox_monitor::aeg::AegBuilder;
-use knox_monitor::apm::Regulations;
 use knox_monitor::guard::stop::StopSignal;
-use knox_monitor::planner::Prompt;
 use knox_types::aeg::NodeKind;
 use knox_types::apm::{ExpectedCall, StopPolicy, Topology, TopologyKind};
 use knox_types::bundle::Bundle;

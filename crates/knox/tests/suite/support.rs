@@ -3,13 +3,13 @@
 use std::sync::OnceLock;
 
 use knox::session::{self, ExecutorKind, WorkloadRun};
-use knox_monitor::run::{RunOutcome, Runtime};
+use knox_monitor::run::RunOutcome;
 use knox_policy::ToolkitManifest;
 use knox_types::bundle::Bundle;
 use knox_verify::{Options, Outcome, Report};
 
-pub fn runtime() -> &'static Runtime {
-    static RT: OnceLock<Runtime> = OnceLock::new();
+pub fn runtime() -> &'static knox_harness::Harness {
+    static RT: OnceLock<knox_harness::Harness> = OnceLock::new();
     RT.get_or_init(|| session::embedded_runtime(b"test-epoch").unwrap())
 }
 
@@ -88,7 +88,7 @@ pub fn bundle(spec: &str) -> Bundle {
 }
 
 fn spec_tasks(spec: &str) -> usize {
-    let w: knox_monitor::workload::Workload = spec.parse().unwrap();
+    let w: knox_harness::Workload = spec.parse().unwrap();
     w.0.tasks as usize
 }
 
@@ -108,11 +108,11 @@ pub fn assert_tampered(b: &Bundle, what: &str) -> Option<u64> {
     }
 }
 
+use knox_agent::{Plan, Prompt, Regulations};
 use knox_monitor::aeg::{AegBuilder, FinishedAeg};
-use knox_monitor::apm::{self as apm_mod, Regulations};
+use knox_monitor::apm as apm_mod;
 use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::monitor::{Monitor, MonitorConfig};
-use knox_monitor::planner::{Plan, Prompt};
 use knox_types::apm::{Apm, ExpectedCall, StopPolicy, Topology};
 use knox_types::bundle::{ApmAttestation, ModelInfo};
 use knox_types::digest::Digest;

@@ -2,7 +2,7 @@
 //! off-trajectory call blocked, every on-trajectory call allowed, every bundle complete.
 
 use knox::session::{ExecutorKind, WorkloadRun};
-use knox_monitor::workload::PAPER_WORKLOADS;
+use knox_harness::{GroundTruth, PAPER_WORKLOADS};
 use knox_types::aeg::NodeKind;
 use knox_types::payload::GuardKind;
 use knox_verify::Outcome;
@@ -18,24 +18,24 @@ fn every_workload_blocks_injections_allows_the_plan_and_verifies() {
             assert!(!runs.is_empty(), "{spec}");
             let (mut attempted, mut planned) = (0, 0);
             for o in &runs {
-                let s = &o.stats;
+                let s = GroundTruth::of(&o.stats);
                 assert_eq!(
-                    s.planned_blocked, 0,
+                    s.planned.blocked, 0,
                     "{spec} {kind:?}: an on-trajectory call was blocked"
                 );
                 assert_eq!(
-                    s.injected_allowed, 0,
+                    s.injected.allowed, 0,
                     "{spec} {kind:?}: an injected call was allowed"
                 );
-                attempted += s.injected_blocked;
-                planned += s.planned_allowed;
+                attempted += s.injected.blocked;
+                planned += s.planned.allowed;
                 let report = verify(&o.bundle);
                 assert_eq!(
                     report.outcome,
                     Outcome::Complete,
                     "{spec} {kind:?}: {report}"
                 );
-                assert_eq!(report.blocked.len() as u64, s.injected_blocked);
+                assert_eq!(report.blocked.len() as u64, s.injected.blocked);
             }
             assert_eq!(
                 planned,
