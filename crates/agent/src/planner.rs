@@ -116,3 +116,26 @@ impl Regulations {
 pub fn task_id(i: usize) -> u32 {
     u32::try_from(i).unwrap_or(u32::MAX)
 }
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompts_and_regulations_are_read_strictly_and_task_ids_saturate() {
+        let p: Prompt = serde_json::from_str(r#"{"tasks":["a","b"]}"#).unwrap();
+        assert_eq!(p.tasks, ["a", "b"]);
+        assert!(serde_json::from_str::<Prompt>(r#"{"tasks":[],"extra":1}"#).is_err());
+        let r = serde_json::to_value(Regulations::default()).unwrap();
+        assert_eq!(r, serde_json::json!({"names": [], "policy_hash": null}));
+        let back: Regulations = serde_json::from_value(r).unwrap();
+        assert_eq!(back, Regulations::default());
+        assert!(
+            serde_json::from_str::<Regulations>(r#"{"names":[],"policy_hash":null,"x":0}"#)
+                .is_err()
+        );
+        assert_eq!((task_id(0), task_id(7)), (0, 7));
+        assert_eq!(task_id(usize::MAX), u32::MAX);
+    }
+}

@@ -147,10 +147,69 @@ impl GroundTruth {
 }
 
 #[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests")]
 mod tests {
-    use knox_agent::Label;
+    use knox_agent::{ExecutorFactory, Label, Regulations};
+    use knox_attest::simulated::Simulated;
+    use knox_dataset::flows::injecagent_flows;
+    use knox_monitor::guard::stop::StopSignal;
+    use knox_types::apm::StopPolicy;
 
     use super::*;
+    use crate::{BenignFactory, DatasetPlanner, InjectedFactory};
+
+    fn config<'a>(
+        w: &str,
+        planner: &'a DatasetPlanner,
+        executor: &'a dyn ExecutorFactory,
+    ) -> RunConfig<'a> {
+        RunConfig {
+            topology: w.parse::<Workload>().unwrap().0,
+            planner,
+            executor,
+            norms: None,
+            judge: None,
+            regulations: Regulations::default(),
+            stop: StopPolicy::default(),
+            signal: StopSignal::new(),
+            journal_dir: None,
+            host: None,
+            refresh: None,
+        }
+    }
+
+    #[test]
+    fn bundles_run_with_their_ground_truth_and_too_few_flows_are_refused() {
+        let h = Harness::embedded(&Simulated, b"epoch").unwrap();
+        let planner = DatasetPlanner::new(&h.data);
+        let flows = injecagent_flows(&h.data, 4);
+        let benign = config("mt-sa-seq:2", &planner, &BenignFactory);
+        let short = flows.get(..1).unwrap();
+        assert!(matches!(
+            run_bundle(&h, short, &benign, "short"),
+            Err(HarnessError::Flows { need: 2, got: 1 })
+        ));
+        assert_eq!(
+            bundles(flows.get(..3).unwrap(), "mt-sa-seq:2".parse().unwrap()).count(),
+            1
+        );
+
+        let t = |allowed, blocked| Tally { allowed, blocked };
+        let out = run_bundle(&h, &flows, &benign, "benign").unwrap();
+        let g = GroundTruth::of(&out.stats);
+        assert_eq!(
+            (g.planned, g.injected, g.model),
+            (t(2, 0), t(0, 0), t(0, 0))
+        );
+
+        let injected = InjectedFactory::new(h.data.attacker_cases.clone());
+        let cfg = config("mt-sa-seq:2", &planner, &injected);
+        let out = run_bundle(&h, &flows, &cfg, "injected").unwrap();
+        let g = GroundTruth::of(&out.stats);
+        assert_eq!(g.planned, t(2, 0));
+        assert!(g.injected.blocked > 0 && g.injected.allowed == 0, "{g:?}");
+        assert_eq!(out.stats.proposals, 2 + g.injected.blocked);
+    }
 
     #[test]
     fn ground_truth_reads_labels_as_origins() {

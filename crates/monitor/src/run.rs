@@ -117,8 +117,8 @@ pub struct RunConfig<'a> {
     pub signal: StopSignal,
     /// Directory for journals, when journaling.
     pub journal_dir: Option<&'a Path>,
-    /// Where tools run: `None` runs the simulated tools in-process; a host (the broker)
-    /// runs them in confined workers under grants.
+    /// Where tools run: `None` runs them in process with [`run_prompt`]'s runner; a
+    /// host (the broker) runs them in confined workers under grants.
     pub host: Option<&'a dyn ToolHost>,
     /// When set, a refresh report from this backend binds each run's chain head to the
     /// same key with fresh platform evidence (one report per bundle).
