@@ -5,13 +5,13 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
+use knox_attacks::{self as corpus, CaseResult, Fixture, Mode};
 use knox_monitor::aeg::AegBuilder;
 use knox_monitor::apm::{self, Regulations};
 use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
 use knox_monitor::planner::{Plan, Prompt};
 use knox_monitor::tools::ToolResult;
-use knox_sandbox::corpus::{self, CaseResult, Fixture, Mode};
 use knox_sandbox::{Sandbox, SandboxConfig};
 use knox_types::apm::{ExpectedCall, StopPolicy, Topology, TopologyKind};
 use knox_types::bundle::ModelInfo;
@@ -325,7 +325,7 @@ pub fn locate_probe(explicit: Option<&Path>) -> Result<PathBuf> {
         return Ok(beside);
     }
     let how = format!(
-        "build it from the Knox sources with `cargo build --release -p knox-sandbox` and put `{PROBE}` beside `{}`, or pass --probe",
+        "build it from the Knox sources with `cargo build --release -p knox-attacks` and put `{PROBE}` beside `{}`, or pass --probe",
         exe.display()
     );
     let Some(build) = source_build(&exe) else {
@@ -345,7 +345,7 @@ pub fn locate_probe(explicit: Option<&Path>) -> Result<PathBuf> {
         .arg(build.root.join("Cargo.toml"))
         .args([
             "-p",
-            "knox-sandbox",
+            "knox-attacks",
             "--bin",
             PROBE,
             "--profile",
@@ -384,7 +384,7 @@ struct SourceBuild {
 
 /// The source build `exe` came from: it sits in `<target>/debug` or `<target>/release`
 /// and the workspace it was compiled from (this crate's manifest directory, two levels
-/// down) still has the sandbox crate.
+/// down) still has the attack corpus's crate.
 fn source_build(exe: &Path) -> Option<SourceBuild> {
     let dir = exe.parent()?;
     let profile = match dir.file_name()?.to_str()? {
@@ -395,7 +395,7 @@ fn source_build(exe: &Path) -> Option<SourceBuild> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?.parent()?;
     if !root
         .join("crates")
-        .join("sandbox")
+        .join("attacks")
         .join("Cargo.toml")
         .is_file()
     {

@@ -196,11 +196,11 @@ fn the_corpus_command_prevents_every_attack_and_its_evidence_verifies() {
             std::env::var_os("CI").is_none(),
             "knox-probe not built (cargo test --workspace builds it)"
         );
-        eprintln!("skipping: build knox-probe with `cargo build -p knox-sandbox`");
+        eprintln!("skipping: build knox-probe with `cargo build -p knox-attacks`");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    // A slice of the corpus (the whole corpus is tested in knox-sandbox): exec, network,
+    // A slice of the corpus (the whole corpus is tested in knox-attacks): exec, network,
     // file-system and privilege attacks.
     for only in ["exec-", "connect", "read-canary", "mount"] {
         let out = super::support::knox()
