@@ -353,7 +353,7 @@ impl Fixture {
         self.tcp.local_addr().map_or(0, |a| a.port())
     }
 
-    /// Port of the fixture's IPv6 loopback TCP listener ([::1]), if IPv6 is up.
+    /// Port of the fixture's IPv6 loopback TCP listener (`[::1]`), if IPv6 is up.
     pub fn tcp6_port(&self) -> Option<u16> {
         self.tcp6
             .as_ref()
