@@ -155,7 +155,7 @@ fn detect(parent: Option<&Path>) -> Result<(CgroupVersion, Vec<PathBuf>), Cgroup
 
 /// The directory of this process's own cgroup that holds the `pids` controller
 /// (the v1 `pids` hierarchy, or the v2 unified one), if any.
-pub(crate) fn own_pids_dir() -> Option<PathBuf> {
+pub fn own_pids_dir() -> Option<PathBuf> {
     detect(None).ok()?.1.into_iter().next()
 }
 

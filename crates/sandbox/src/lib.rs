@@ -5,7 +5,6 @@ pub mod audit;
 pub mod bpf;
 mod cgroup;
 mod child;
-pub mod corpus;
 mod decode;
 pub mod filter;
 pub mod frame;
@@ -22,7 +21,7 @@ mod sys;
 mod worker;
 mod workers;
 
-pub use cgroup::{CgroupError, CgroupVersion};
+pub use cgroup::{CgroupError, CgroupVersion, own_pids_dir};
 pub use child::{ConfinedChild, Enforcement, LimitHit, Outcome};
 pub use identity::{RUN_AS_ENV, RunAs};
 pub use layers::{Degraded, Layer, Layers, Protection};

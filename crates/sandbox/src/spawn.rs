@@ -363,7 +363,7 @@ impl Sandbox {
     /// calls cannot reach the host's mounts, host name or IPC objects; callers
     /// without root get a user namespace as well (and `RLIMIT_NPROC`, `RLIMIT_AS`
     /// without cgroups).
-    pub(crate) fn dangerous_spawn_limits_only<S: AsRef<OsStr>>(
+    pub fn dangerous_spawn_limits_only<S: AsRef<OsStr>>(
         &self,
         workspace: &Path,
         limits: &Limits,

@@ -1056,19 +1056,6 @@ fn clear_capabilities() -> bool {
     ambient && cleared
 }
 
-/// Whether `path` (not followed if a symlink) carries the `user.knox` extended
-/// attribute — the one the attack corpus's `setxattr` case tries to set.
-pub(crate) fn has_user_xattr(path: &std::path::Path) -> bool {
-    use std::os::unix::ffi::OsStrExt as _;
-    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: both strings are NUL-terminated and outlive the call; a NULL buffer
-    // of size 0 asks for the value's size only.
-    let n = unsafe { libc::lgetxattr(c.as_ptr(), c"user.knox".as_ptr(), ptr::null_mut(), 0) };
-    n >= 0
-}
-
 /// A `NETLINK_AUDIT` socket bound to `groups`: 0 for requests to the kernel
 /// (`AUDIT_GET`, `AUDIT_SET`, `AUDIT_USER`), `AUDIT_NLGRP_READLOG` (1) to read
 /// every record the kernel logs, read-only (`CAP_AUDIT_READ`), beside auditd.

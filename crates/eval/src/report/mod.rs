@@ -44,10 +44,10 @@ pub struct Meta {
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "snake_case", tag = "status")]
 pub enum Corpus {
-    /// `knox corpus syscalls --json`'s summary, and whether its bundle verified.
+    /// The experiment's summary ([`crate::corpus::run`]), and whether its bundle verified.
     Ran {
-        /// The summary object.
-        summary: Value,
+        /// The summary.
+        summary: crate::corpus::Summary,
         /// Its bundle's verification outcome.
         verified: String,
     },
@@ -457,17 +457,18 @@ fn corpus_csv(c: &Corpus) -> String {
     let (pm, pk, pn) = paper::CORPUS;
     match c {
         Corpus::Ran { summary, verified } => {
-            let g = |p: &str| summary.pointer(p).map(Value::to_string).unwrap_or_default();
+            // Percentages as JSON writes them (`100.0`, `0.0`).
+            let pct = |x: f64| Value::from(x).to_string();
             let _ = writeln!(
                 s,
                 "ran,{},{},{},{},{},{},{},{verified},{pm},{pk},{pn}",
-                g("/cases"),
-                g("/succeed_unconfined"),
-                g("/monitor_only/prevented_pct_of_successful_attacks"),
-                g("/monitor_kernel/prevented"),
-                g("/monitor_kernel/prevented_pct"),
-                g("/monitor_kernel/recorded_by_kernel_event"),
-                g("/evidence/kernel_events"),
+                summary.cases,
+                summary.succeed_unconfined,
+                pct(summary.monitor_only.prevented_pct_of_successful_attacks),
+                summary.monitor_kernel.prevented,
+                pct(summary.monitor_kernel.prevented_pct),
+                summary.monitor_kernel.recorded_by_kernel_event,
+                summary.evidence.kernel_events,
             );
         }
         Corpus::Skipped { reason } => {
@@ -786,11 +787,10 @@ fn corpus_section(s: &mut String, c: &Corpus, r: &Results) {
             );
         }
         Corpus::Ran { summary, verified } => {
-            let num = |p: &str| summary.pointer(p).and_then(Value::as_f64).unwrap_or(0.0);
-            let cases = num("/cases");
-            let ok = num("/succeed_unconfined");
-            let mon = num("/monitor_only/prevented_pct_of_successful_attacks");
-            let kern = num("/monitor_kernel/prevented_pct");
+            let cases = summary.cases as f64;
+            let ok = summary.succeed_unconfined as f64;
+            let mon = summary.monitor_only.prevented_pct_of_successful_attacks;
+            let kern = summary.monitor_kernel.prevented_pct;
             // The mediated pool's positives with the injected executor, all blocked by the
             // monitor, combined with the unmediated corpus.
             let med = r
@@ -826,8 +826,8 @@ fn corpus_section(s: &mut String, c: &Corpus, r: &Results) {
             }
             let _ = writeln!(
                 s,
-                "| kernel events recorded as `blocked` nodes; corpus bundle | {:.0} events; verifies `{verified}` | — |\n",
-                num("/evidence/kernel_events")
+                "| kernel events recorded as `blocked` nodes; corpus bundle | {} events; verifies `{verified}` | — |\n",
+                summary.evidence.kernel_events
             );
         }
     }

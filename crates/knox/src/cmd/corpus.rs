@@ -1,19 +1,12 @@
 //! `knox corpus syscalls`: the unmediated-attack corpus run three ways — unconfined
 //! (what succeeds), monitor only, monitor + kernel — with every kernel denial recorded in
-//! an evidence bundle that must verify.
+//! an evidence bundle that must verify. The experiment is [`knox_eval::corpus`]; this
+//! is its arguments, the probe's location and the printing.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use knox_agent::{Plan, Prompt, Regulations, ToolResult};
-use knox_monitor::aeg::AegBuilder;
-use knox_monitor::apm;
-use knox_monitor::guard::stop::StopSignal;
-use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
-use knox_sandbox::corpus::{self, CaseResult, Fixture, Mode};
-use knox_sandbox::{Sandbox, SandboxConfig};
-use knox_types::apm::{ExpectedCall, StopPolicy, Topology, TopologyKind};
-use knox_types::bundle::ModelInfo;
+use knox_eval::corpus::{BUNDLE_FILE, CorpusRun, CorpusRunError};
 use serde_json::json;
 
 use crate::error::{Kind, KindExt as _, fail};
@@ -56,23 +49,37 @@ pub struct CorpusArgs {
     pub only: Option<String>,
 }
 
-fn kernel_events(r: &CaseResult) -> Vec<knox_types::payload::KernelEvent> {
-    let mut ev: Vec<_> = r
-        .denied
-        .iter()
-        .map(knox_broker::host::syscall_event)
-        .collect();
-    ev.extend(
-        r.limit_hits
-            .iter()
-            .map(|h| knox_broker::host::limit_event(knox_broker::host::limit_name(h))),
-    );
-    if let Some(sig) = r.signal {
-        ev.push(knox_broker::host::limit_event(format!(
-            "killed by signal {sig}"
-        )));
+/// The progress bar of the run (drawn only on a terminal).
+struct Bar(indicatif::ProgressBar);
+
+impl knox_eval::Progress for Bar {
+    fn begin(&self, phase: &str, total: u64) {
+        self.0.set_length(total);
+        self.0.set_position(0);
+        self.0.set_message(phase.to_string());
     }
-    ev
+    fn advance(&self, n: u64) {
+        self.0.inc(n);
+    }
+    fn note(&self, line: &str) {
+        self.0.println(line);
+    }
+    fn end(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+/// Runs the experiment with `probe` on the embedded runtime (simulated platform
+/// evidence): a sandbox or fixture that cannot start is "unavailable" (69).
+pub fn experiment(probe: &Path, only: Option<&str>) -> Result<CorpusRun> {
+    let rt = session::embedded_runtime(b"knox-corpus")?;
+    let bar = Bar(crate::cmd::progress_bar(0, ""));
+    knox_eval::corpus::run(&rt, probe, only, &bar).map_err(|e| match e {
+        CorpusRunError::Sandbox(_) | CorpusRunError::Fixture(_) => {
+            fail(Kind::Unavailable, format!("{:#}", anyhow::Error::new(e)))
+        }
+        e => e.into(),
+    })
 }
 
 /// Runs the corpus; exit 0 when the kernel layer prevented every attack and the
@@ -85,218 +92,57 @@ pub fn run(cmd: &CorpusCommand) -> Result<i32> {
         .map(|d| crate::cmd::out_dir(d, args.force))
         .transpose()?;
     let probe = locate_probe(args.probe.as_deref())?;
-    let sandbox = Sandbox::new(SandboxConfig::default())
-        .kind_context(Kind::Unavailable, || "starting the kernel sandbox".into())?;
-    let fixture = Fixture::new(&probe)
-        .kind_context(Kind::Unavailable, || "creating the corpus fixture".into())?;
-    let cases: Vec<_> = corpus::cases()
-        .into_iter()
-        .filter(|c| args.only.as_ref().is_none_or(|o| c.id.contains(o.as_str())))
-        .collect();
-    // The monitor's view: each case is a planned TerminalExecute call running the probe.
-    let rt = session::embedded_runtime(b"knox-corpus")?;
-    let calls: Vec<ExpectedCall> = cases
-        .iter()
-        .map(|c| {
-            let params = json!({"command": format!("knox-probe {}", c.id)})
-                .as_object()
-                .cloned()
-                .unwrap_or_default();
-            ExpectedCall::exact(0, "TerminalExecute", params)
-        })
-        .collect();
-    let raw: Vec<Vec<u8>> = calls
-        .iter()
-        .map(|e| {
-            serde_json::to_vec(&json!({"tool": e.tool, "params": e.params})).unwrap_or_default()
-        })
-        .collect();
-    let prompt = Prompt {
-        tasks: vec!["run the system-call corpus".into()],
-    };
-    let topo = Topology {
-        kind: TopologyKind::StSa,
-        tasks: 1,
-        agents: 1,
-    };
-    let stop = StopPolicy::default();
-    let apm = apm::from_plan(
-        &prompt,
-        &rt.manifest,
-        &Regulations::default(),
-        &stop,
-        Plan { tasks: vec![calls] },
-        topo,
-    )?;
-    let apm_hash = apm.hash()?;
-    let att = apm::attest(&apm, apm_hash, &rt.key)?;
-    let models = vec![ModelInfo {
-        role: "executor".into(),
-        name: "corpus".into(),
-        weights_hash: None,
-        declared: false,
-    }];
-    let monitor = Monitor::start(
-        MonitorConfig {
-            apm: &apm,
-            apm_hash,
-            run_id: "corpus-syscalls",
-            manifest: &rt.manifest,
-            key: &rt.key,
-            models: &models,
-            signal: StopSignal::new(),
-            aeg: AegBuilder::default(),
-            grants: false,
-        },
-        knox_regulation::Regulator::new(&apm.guards.regulation, None)?,
-        None,
-    );
-    let mut rows = Vec::new();
-    let (
-        mut base_ok,
-        mut monitor_prevented,
-        mut kernel_prevented,
-        mut recorded,
-        mut kernel_events_total,
-    ) = (0, 0, 0, 0, 0);
-    let mut stand_ins = Vec::new();
-    let progress = crate::cmd::progress_bar(
-        cases.len() as u64,
-        "corpus: each case unconfined, under the monitor, under monitor + kernel",
-    );
-    for (case, proposal) in cases.iter().zip(&raw) {
-        progress.inc(1);
-        let baseline = corpus::run_case(&fixture, &sandbox, case, Mode::DangerousUnconfined)?;
-        let confined = corpus::run_case(&fixture, &sandbox, case, Mode::Confined)?;
-        // Monitor only: the monitor sees a planned, authorized tool call and allows it;
-        // what the tool then does unconfined is the baseline's outcome.
-        let verdict = monitor.mediate("agent-0", proposal);
-        let monitor_blocked = !matches!(verdict, Verdict::Allow(_));
-        let events = kernel_events(&confined);
-        kernel_events_total += events.len();
-        if let Verdict::Allow(ticket) = verdict {
-            let output = json!({"attack_succeeded": confined.attack_succeeded, "probe": confined.probe, "detail": confined.detail});
-            monitor.record_result(
-                ticket,
-                ToolResult {
-                    output,
-                    kernel: events,
-                    confinement: None,
-                },
-            );
-        }
-        let succeeded_unconfined = baseline.skipped.is_none() && baseline.attack_succeeded;
-        if succeeded_unconfined {
-            base_ok += 1;
-            monitor_prevented += usize::from(monitor_blocked);
-        }
-        kernel_prevented += usize::from(!confined.attack_succeeded);
-        recorded += usize::from(confined.recorded);
-        if let Some(s) = &confined.stand_in {
-            stand_ins.push(format!("{}: {s}", case.id));
-        }
-        rows.push(json!({
-            "id": case.id, "category": case.category,
-            "baseline": if let Some(s) = baseline.skipped { format!("skipped: {s}") } else if baseline.attack_succeeded { "succeeded".into() } else { "failed".into() },
-            "monitor_only": if monitor_blocked { "prevented" } else if succeeded_unconfined { "succeeded" } else { "failed" },
-            "monitor_kernel": if confined.attack_succeeded { "SUCCEEDED" } else { "prevented" },
-            "recorded": if confined.recorded { "kernel event".to_string() } else { confined.stand_in.clone().map_or_else(|| "NOT RECORDED".into(), |s| format!("stand-in: {s}")) },
-            "denied": confined.denied.iter().map(|d| d.name.clone()).collect::<Vec<_>>(),
-        }));
-    }
-    progress.finish_and_clear();
-    let aeg = monitor.finish();
-    let bundle = knox_monitor::run::seal(
-        &rt,
-        "corpus-syscalls",
-        Some(&prompt),
-        apm.clone(),
-        att,
-        models.clone(),
-        aeg,
-    )?;
-    let report = knox_verify::verify_bundle(
-        &bundle,
-        &rt.manifest,
-        knox_verify::Options::DANGEROUS_SIMULATED,
-    );
+    let run = experiment(&probe, args.only.as_deref())?;
     if let Some(dir) = &args.out {
-        crate::cmd::write_file(
-            &dir.join("corpus-syscalls.json"),
-            serde_json::to_vec(&bundle)?,
-        )?;
+        crate::cmd::write_file(&dir.join(BUNDLE_FILE), serde_json::to_vec(&run.bundle)?)?;
     }
-    let n = cases.len();
-    let pct = |a: usize, b: usize| {
-        if b == 0 {
-            0.0
-        } else {
-            100.0 * a as f64 / b as f64
-        }
-    };
-    let kernel_nodes = bundle
-        .nodes
-        .iter()
-        .filter(|x| x.kind == knox_types::aeg::NodeKind::Blocked)
-        .count();
-    let summary = json!({
-        "cases": n,
-        "succeed_unconfined": base_ok,
-        "monitor_only": {"prevented_pct_of_successful_attacks": pct(monitor_prevented, base_ok)},
-        "monitor_kernel": {"prevented": kernel_prevented, "prevented_pct": pct(kernel_prevented, n),
-                           "recorded_by_kernel_event": recorded, "recorded_pct": pct(recorded, n), "stand_ins": stand_ins},
-        "evidence": {"kernel_events": kernel_events_total, "blocked_nodes": kernel_nodes, "verified": report.outcome.name()},
-    });
+    let s = &run.summary;
     if args.json {
         crate::outln!(
             "{}",
-            serde_json::to_string_pretty(&json!({"summary": summary, "cases": rows}))?
+            serde_json::to_string_pretty(&json!({"summary": s, "cases": run.cases}))?
         );
     } else {
         crate::outln!(
             "| case | category | unconfined | monitor only | monitor + kernel | recorded |"
         );
         crate::outln!("|---|---|---|---|---|---|");
-        for r in &rows {
-            let s = |k: &str| {
-                r.get(k)
-                    .and_then(|v| v.as_str())
-                    .unwrap_or_default()
-                    .to_string()
-            };
+        for r in &run.cases {
             crate::outln!(
                 "| {} | {} | {} | {} | {} | {} |",
-                s("id"),
-                s("category"),
-                s("baseline"),
-                s("monitor_only"),
-                s("monitor_kernel"),
-                s("recorded")
+                r.id,
+                r.category,
+                r.unconfined,
+                r.monitor_only,
+                r.monitor_kernel,
+                r.recorded
             );
         }
-        crate::outln!("\n{n} cases; {base_ok} succeed unconfined (as root, inside the harness).");
+        let (n, k) = (s.cases, &s.monitor_kernel);
+        crate::outln!(
+            "\n{n} cases; {} succeed unconfined (as root, inside the harness).",
+            s.succeed_unconfined
+        );
         crate::outln!(
             "monitor only: {:.0} % of the successful attacks prevented (the monitor sees only the planned tool call).",
-            pct(monitor_prevented, base_ok)
+            s.monitor_only.prevented_pct_of_successful_attacks
         );
         crate::outln!(
-            "monitor + kernel: {kernel_prevented}/{n} prevented ({:.0} %); {recorded} ({:.0} %) recorded by a kernel event, {} by a named stand-in.",
-            pct(kernel_prevented, n),
-            pct(recorded, n),
-            stand_ins.len()
+            "monitor + kernel: {}/{n} prevented ({:.0} %); {} ({:.0} %) recorded by a kernel event, {} by a named stand-in.",
+            k.prevented,
+            k.prevented_pct,
+            k.recorded_by_kernel_event,
+            k.recorded_pct,
+            k.stand_ins.len()
         );
         crate::outln!(
-            "evidence: {kernel_events_total} kernel events as {kernel_nodes} blocked nodes; the bundle verifies `{}`.",
-            report.outcome.name()
+            "evidence: {} kernel events as {} blocked nodes; the bundle verifies `{}`.",
+            s.evidence.kernel_events,
+            s.evidence.blocked_nodes,
+            s.evidence.verified.name()
         );
     }
-    Ok(
-        if kernel_prevented == n && report.outcome == knox_verify::Outcome::Complete {
-            0
-        } else {
-            1
-        },
-    )
+    Ok(if run.passed() { 0 } else { 1 })
 }
 
 /// The probe's file name.
@@ -324,7 +170,7 @@ pub fn locate_probe(explicit: Option<&Path>) -> Result<PathBuf> {
         return Ok(beside);
     }
     let how = format!(
-        "build it from the Knox sources with `cargo build --release -p knox-sandbox` and put `{PROBE}` beside `{}`, or pass --probe",
+        "build it from the Knox sources with `cargo build --release -p knox-attacks` and put `{PROBE}` beside `{}`, or pass --probe",
         exe.display()
     );
     let Some(build) = source_build(&exe) else {
@@ -344,7 +190,7 @@ pub fn locate_probe(explicit: Option<&Path>) -> Result<PathBuf> {
         .arg(build.root.join("Cargo.toml"))
         .args([
             "-p",
-            "knox-sandbox",
+            "knox-attacks",
             "--bin",
             PROBE,
             "--profile",
@@ -383,7 +229,7 @@ struct SourceBuild {
 
 /// The source build `exe` came from: it sits in `<target>/debug` or `<target>/release`
 /// and the workspace it was compiled from (this crate's manifest directory, two levels
-/// down) still has the sandbox crate.
+/// down) still has the attack corpus's crate.
 fn source_build(exe: &Path) -> Option<SourceBuild> {
     let dir = exe.parent()?;
     let profile = match dir.file_name()?.to_str()? {
@@ -394,7 +240,7 @@ fn source_build(exe: &Path) -> Option<SourceBuild> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?.parent()?;
     if !root
         .join("crates")
-        .join("sandbox")
+        .join("attacks")
         .join("Cargo.toml")
         .is_file()
     {

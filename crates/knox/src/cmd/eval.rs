@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use knox_eval::Progress;
 use knox_eval::generate::PoolContext;
 use knox_eval::pool::{FLOWS_PER_TOOLKIT, Guard, POOL_FORMAT, Pool, PoolStatus};
@@ -189,44 +189,25 @@ fn machine() -> String {
     format!("{cpu}, {cores} cores")
 }
 
-/// Runs `knox corpus syscalls` (this binary, as a subprocess) with its bundle under
-/// `dir`, and verifies that bundle.
-fn corpus(dir: &Path, rt: &Harness) -> Corpus {
+/// Runs the unmediated system-call corpus ([`knox_eval::corpus`], as `knox corpus
+/// syscalls` does, on its own simulated runtime) and writes its bundle under `dir`; a
+/// corpus that cannot run (no root, no probe, no kernel sandbox) is skipped, with why.
+fn corpus(dir: &Path) -> Corpus {
     let run = || -> Result<Corpus> {
-        let exe = std::env::current_exe()?;
-        let out = std::process::Command::new(&exe)
-            // `--force`: this evaluation holds its output folder, the corpus's parent.
-            .args(["corpus", "syscalls", "--json", "--force", "--out"])
-            .arg(dir)
-            .output()
-            .context("running `knox corpus syscalls`")?;
-        let json: serde_json::Value = match serde_json::from_slice::<serde_json::Value>(&out.stdout)
-        {
-            Ok(v) if v.get("error").is_none() => v,
-            _ => {
-                return Ok(Corpus::Skipped {
-                    reason: format!(
-                        "`knox corpus syscalls` failed: {}",
-                        String::from_utf8_lossy(&out.stderr).trim()
-                    ),
-                });
-            }
-        };
-        let path = dir.join("corpus-syscalls.json");
-        let bundle =
-            knox_verify::parse_bundle(&crate::cmd::read_input(&path, crate::cmd::EVIDENCE)?)?;
-        let report = knox_verify::verify_bundle(
-            &bundle,
-            &rt.manifest,
-            knox_verify::Options::DANGEROUS_SIMULATED,
-        );
+        let probe = super::corpus::locate_probe(None)?;
+        let run = super::corpus::experiment(&probe, None)?;
+        super::create_dir(dir)?;
+        super::write_file(
+            &dir.join(knox_eval::corpus::BUNDLE_FILE),
+            serde_json::to_vec(&run.bundle)?,
+        )?;
         Ok(Corpus::Ran {
-            summary: json.get("summary").cloned().unwrap_or_default(),
-            verified: report.outcome.name().to_string(),
+            verified: run.summary.evidence.verified.name().to_string(),
+            summary: run.summary,
         })
     };
     run().unwrap_or_else(|e| Corpus::Skipped {
-        reason: format!("{e:#}"),
+        reason: format!("the corpus could not run: {e:#}"),
     })
 }
 
@@ -334,7 +315,7 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
         }
     } else {
         crate::outln!("running the unmediated system-call corpus …");
-        corpus(&args.out.join("bundles").join("corpus"), &rt)
+        corpus(&args.out.join("bundles").join("corpus"))
     };
     let mut columns = names.clone();
     if let Some(j) = &judge_name {

@@ -196,11 +196,11 @@ fn the_corpus_command_prevents_every_attack_and_its_evidence_verifies() {
             std::env::var_os("CI").is_none(),
             "knox-probe not built (cargo test --workspace builds it)"
         );
-        eprintln!("skipping: build knox-probe with `cargo build -p knox-sandbox`");
+        eprintln!("skipping: build knox-probe with `cargo build -p knox-attacks`");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    // A slice of the corpus (the whole corpus is tested in knox-sandbox): exec, network,
+    // A slice of the corpus (the whole corpus is tested in knox-attacks): exec, network,
     // file-system and privilege attacks.
     for only in ["exec-", "connect", "read-canary", "mount"] {
         let out = super::support::knox()
@@ -232,6 +232,81 @@ fn the_corpus_command_prevents_every_attack_and_its_evidence_verifies() {
         .unwrap();
         assert_eq!(verify(&bundle).outcome, Outcome::Complete);
     }
+}
+
+#[test]
+fn eval_runs_the_whole_corpus_and_reports_its_verified_bundle() {
+    let probe = std::path::Path::new(env!("CARGO_BIN_EXE_knox")).with_file_name("knox-probe");
+    if !probe.exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "knox-probe not built (cargo test --workspace builds it)"
+        );
+        eprintln!("skipping: build knox-probe with `cargo build -p knox-attacks`");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = super::support::knox()
+        .args([
+            "eval",
+            "--guard",
+            "syscall",
+            "--workload",
+            "st-sa",
+            "--executor",
+            "injected",
+            "--flows",
+            "4",
+            "--no-utility",
+            "--out",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("results.json")).unwrap()).unwrap();
+    let corpus = &results["corpus"];
+    assert_eq!(corpus["status"], "ran", "{corpus}");
+    assert_eq!(corpus["verified"], "complete");
+    let s = &corpus["summary"];
+    let cases = s["cases"].as_u64().unwrap();
+    assert_eq!(cases, knox_attacks::cases().len() as u64);
+    assert_eq!(s["monitor_kernel"]["prevented"], cases, "{s}");
+    assert_eq!(s["evidence"]["verified"], "complete");
+    assert_eq!(
+        s["evidence"]["kernel_events"],
+        s["evidence"]["blocked_nodes"]
+    );
+    let csv = std::fs::read_to_string(dir.path().join("corpus.csv")).unwrap();
+    assert!(
+        csv.lines()
+            .nth(1)
+            .unwrap()
+            .starts_with(&format!("ran,{cases},")),
+        "{csv}"
+    );
+    let report = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+    assert!(
+        report.contains(&format!("| cases | {cases} (")) && report.contains("verifies `complete`"),
+        "{report}"
+    );
+    let bundle: knox_types::bundle::Bundle = serde_json::from_slice(
+        &std::fs::read(
+            dir.path()
+                .join("bundles")
+                .join("corpus")
+                .join("corpus-syscalls.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(verify(&bundle).outcome, Outcome::Complete);
 }
 
 /// Runs `commands` through one runner of `b` (run id `run_id`), each with a fresh

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use knox_sandbox::corpus::{self, Baseline, CaseResult, Expected, Fixture, Mode};
+use knox_attacks::{self as corpus, Baseline, CaseResult, Expected, Fixture, Mode};
 use knox_sandbox::{Sandbox, SandboxConfig};
 
 use super::support::{TestResult, probe};
@@ -260,7 +260,7 @@ fn baseline() -> TestResult {
 /// above the kernel's own run at the kernel's ABI (the cap cannot raise it).
 #[test]
 fn every_landlock_abi_level_prevents_the_corpus_or_refuses() -> TestResult {
-    use knox_sandbox::corpus::CorpusError;
+    use knox_attacks::CorpusError;
     use knox_sandbox::ruleset::LandlockError;
     use knox_sandbox::{Layer, Protection, SandboxError};
     require_kernel!();

@@ -1,10 +1,10 @@
 //! Runs the attack corpus and prints one line per case: `cargo run --example corpus -- [confined|unconfined|both] [ID...]`.
 //!
 //! The probe is looked up next to the example's own directory (`target/*/knox-probe`);
-//! build it first (`cargo build -p knox-sandbox`). The unconfined baseline runs under
-//! its harness (see `knox_sandbox::corpus`) and needs root for its namespaces' sake.
+//! build it first (`cargo build -p knox-attacks`). The unconfined baseline runs under
+//! its harness (see `knox_attacks`) and needs root for its namespaces' sake.
 
-use knox_sandbox::corpus::{self, Fixture, Mode};
+use knox_attacks::{self as corpus, Fixture, Mode};
 use knox_sandbox::{Sandbox, SandboxConfig};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

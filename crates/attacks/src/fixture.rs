@@ -12,8 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::policy::{Access, Limits, SandboxPolicy};
-use crate::profile::Family;
+use knox_sandbox::{Access, Family, Limits, SandboxPolicy};
 
 use super::{CasePolicy, CorpusError};
 
@@ -226,7 +225,7 @@ impl Fixture {
             .map_err(CorpusError::io("abstract address"))?;
         let abstract_listener = UnixListener::bind_addr(&abstract_addr)
             .map_err(CorpusError::io("abstract listener"))?;
-        let decoy_cgroup = crate::cgroup::own_pids_dir()
+        let decoy_cgroup = knox_sandbox::own_pids_dir()
             .map(|d| {
                 d.join(format!(
                     "knox-corpus-decoy-{}",
@@ -354,7 +353,7 @@ impl Fixture {
         self.tcp.local_addr().map_or(0, |a| a.port())
     }
 
-    /// Port of the fixture's IPv6 loopback TCP listener ([::1]), if IPv6 is up.
+    /// Port of the fixture's IPv6 loopback TCP listener (`[::1]`), if IPv6 is up.
     pub fn tcp6_port(&self) -> Option<u16> {
         self.tcp6
             .as_ref()

@@ -15,18 +15,19 @@
 //! the probe itself ([`Baseline::FailsByConstruction`]); and cases that no form
 //! makes safe are not run ([`Baseline::Skipped`]).
 
+#![doc = include_str!("../README.md")]
+
 mod cases;
 mod fixture;
+mod sys;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::child::{LimitHit, Outcome};
-use crate::policy::{Limits, PolicyError};
-use crate::spawn::{Sandbox, SandboxError};
-use crate::supervisor::DeniedSyscall;
+use knox_sandbox::audit::AuditReport;
+use knox_sandbox::{DeniedSyscall, LimitHit, Limits, Outcome, PolicyError, Sandbox, SandboxError};
 
 pub use cases::cases;
 pub use fixture::{Fixture, VictimInfo};
@@ -330,7 +331,7 @@ pub struct CaseResult {
     /// the kernel's audit enabled): then Landlock's denials are kernel events.
     pub landlock_audited: bool,
     /// What was read of them, and what may have been lost.
-    pub landlock_audit: Option<crate::audit::AuditReport>,
+    pub landlock_audit: Option<AuditReport>,
     /// For cases without a kernel event: the stand-in observable, and whether
     /// it was seen.
     pub stand_in: Option<String>,
