@@ -128,6 +128,9 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
         inputs.extend(args.needs.as_deref());
         crate::files::refuse_overwrite("--receipt", out, &inputs)?;
     }
+    // The key is read before any verification: a bad key file is one error, not a
+    // report followed by an error.
+    let key = args.key.as_deref().map(crate::keys::load).transpose()?;
     let manifest = match &args.needs {
         Some(p) => {
             let needs = crate::files::read_text(p, crate::files::CONFIG)?;
@@ -227,13 +230,12 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
         };
         crate::outln!("{}", serde_json::to_string_pretty(&value)?);
     }
-    if let (Some(key), Some(out)) = (&args.key, &args.receipt) {
+    if let (Some(key), Some(out)) = (&key, &args.receipt) {
         let Some((bytes, report)) = signed else {
             return Ok(worst);
         };
-        let key = crate::keys::load(key)?;
         let receipt =
-            knox_verify::receipt::issue(&key, &bytes, &report, policy_bytes.as_deref(), now)?;
+            knox_verify::receipt::issue(key, &bytes, &report, policy_bytes.as_deref(), now)?;
         crate::files::write_file(out, serde_json::to_vec_pretty(&receipt)?)?;
         eprintln!(
             "receipt by key {} written to {}",
