@@ -5,6 +5,7 @@ pub mod dsse;
 pub mod grant;
 pub mod hardware;
 pub mod key;
+pub mod keyfile;
 pub mod platform;
 pub mod simulated;
 pub mod weights;

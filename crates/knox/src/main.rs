@@ -5,21 +5,13 @@ use std::process::ExitCode;
 use clap::{CommandFactory as _, Parser, Subcommand};
 use knox::cmd;
 use knox::error::{self, Kind};
-
-/// `knox --version`: the package version and the commit it was built from (`unknown`
-/// when built outside a git checkout, e.g. from a tarball).
-const VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (commit ",
-    env!("KNOX_COMMIT"),
-    ")"
-);
+use knox_verifier::cli::{self, write_stdout};
 
 /// Knox: a regulatory sandbox for AI agents. Every tool call an agent proposes is
 /// mediated against a policy derived from the prompt, and everything the agent did or
 /// tried is recorded as attested, tamper-evident evidence that regulators verify offline.
 #[derive(Debug, Parser)]
-#[command(name = "knox", version = VERSION, propagate_version = true)]
+#[command(name = "knox", version = knox_verifier::VERSION, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -90,22 +82,19 @@ struct ManArgs {
 impl Command {
     /// Whether the command was asked for JSON output (then a failure is a JSON object).
     fn json(&self) -> bool {
-        use cmd::hardware::{GpuCommand, QuoteCommand};
-        use cmd::prove::ProveCommand;
         use cmd::regulations::RegulationsCommand;
         match self {
             Self::Demo(a) => a.json,
             Self::Run(a) => a.json,
-            Self::Verify(a) => a.json || a.ear,
+            Self::Verify(a) => a.json(),
             Self::Bench(a) => a.json,
             Self::Eval(a) => a.json,
             Self::Receipts(a) => a.json,
             Self::Regulations(RegulationsCommand::Show(a)) => a.json,
             Self::Regulations(RegulationsCommand::Analyze(a)) => a.json,
-            Self::Quote(QuoteCommand::Verify(a)) => a.json,
-            Self::Gpu(GpuCommand::Verify(a)) => a.json,
-            Self::Prove(ProveCommand::Node(a)) => a.json,
-            Self::Prove(ProveCommand::Check(a)) => a.json,
+            Self::Quote(c) => c.json(),
+            Self::Gpu(c) => c.json(),
+            Self::Prove(c) => c.json(),
             Self::Corpus(cmd::corpus::CorpusCommand::Syscalls(a)) => a.json,
             Self::Model(c) => c.json(),
             Self::Keygen(_) | Self::Completions(_) | Self::Man(_) | Self::ToolWorker => false,
@@ -144,48 +133,10 @@ fn man(a: &ManArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Writes `bytes` to standard output, ignoring a closed pipe.
-fn write_stdout(bytes: &[u8]) -> anyhow::Result<()> {
-    use std::io::Write as _;
-    match std::io::stdout().lock().write_all(bytes) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(error::fail(
-            Kind::IoErr,
-            format!("writing to standard output: {e}"),
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// Reports a failure of `kind` (under `--json`, also as a JSON object on stdout) and
-/// returns its exit status.
-fn failed(kind: Kind, message: &str, json: bool) -> ExitCode {
-    if json {
-        knox::outln!("{}", error::json(kind, message));
-    }
-    eprintln!("error: {message}");
-    ExitCode::from(kind.code())
-}
-
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli: Cli = match cli::parse() {
         Ok(c) => c,
-        Err(e) => {
-            if !e.use_stderr() {
-                // --help, --version.
-                let _ = e.print();
-                return ExitCode::SUCCESS;
-            }
-            if std::env::args().any(|a| a == "--json") {
-                let message = e.render().to_string();
-                let first = message.lines().next().unwrap_or_default();
-                knox::outln!(
-                    "{}",
-                    error::json(Kind::Usage, first.trim_start_matches("error: "))
-                );
-            }
-            let _ = e.print();
-            return ExitCode::from(Kind::Usage.code());
-        }
+        Err(code) => return code,
     };
     let json = cli.command.json();
     // Before any work: a stop signal arriving while the run starts up stops it with
@@ -193,7 +144,7 @@ fn main() -> ExitCode {
     if matches!(cli.command, Command::Run(_))
         && let Err(e) = knox::signals::install()
     {
-        return failed(error::classify(&e), &format!("{e:#}"), json);
+        return cli::failed(error::classify(&e), &format!("{e:#}"), json);
     }
     let result = match &cli.command {
         Command::Demo(a) => cmd::demo::run(a),
@@ -213,8 +164,5 @@ fn main() -> ExitCode {
         Command::Man(a) => man(a),
         Command::ToolWorker => Ok(knox_broker::worker::serve()),
     };
-    match result {
-        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
-        Err(e) => failed(error::classify(&e), &format!("{e:#}"), json),
-    }
+    cli::finish(result, json)
 }

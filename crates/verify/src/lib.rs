@@ -1,7 +1,9 @@
 #![doc = include_str!("../README.md")]
 
 pub mod ear;
+pub mod evidence;
 pub mod journal;
+pub mod proof;
 pub mod receipt;
 pub mod replay;
 pub mod report;

@@ -1,0 +1,139 @@
+//! `regulations show`: the regulation policy set a verifier recomputes verdicts with,
+//! as a reviewer reads it; and loading a set (`--policy-set`).
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use knox_regulation::Norms;
+
+use crate::error::{Kind, KindExt as _, fail};
+
+/// `knox-verify regulations` subcommands (`knox regulations` adds `analyze`).
+#[derive(Debug, clap::Subcommand)]
+pub enum RegulationsCommand {
+    /// Load a policy set — every Cedar policy validated against the Knox schema, every
+    /// policy's must-match and must-not-match examples run, the set refused if one
+    /// fails — and list its regulations, policies, the provisions they cite, and its hash
+    /// (the hash an APM names and `knox verify` compares).
+    Show(ShowArgs),
+}
+
+impl RegulationsCommand {
+    /// Whether JSON output was asked for (then a failure is a JSON object).
+    pub fn json(&self) -> bool {
+        let Self::Show(a) = self;
+        a.json
+    }
+}
+
+/// Runs a `knox-verify regulations` subcommand.
+pub fn run(c: &RegulationsCommand) -> Result<i32> {
+    match c {
+        RegulationsCommand::Show(a) => show(a),
+    }
+}
+
+/// Arguments of `knox regulations show`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!("  0   the set loaded: every policy validated, every example passed (65 otherwise)"))]
+pub struct ShowArgs {
+    /// The policy set directory (default: the set embedded in this build, the
+    /// repository's `regulations/`).
+    #[arg(value_parser = crate::files::path, long, value_name = "DIR")]
+    pub policy_set: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Loads the set `dir` names, or the embedded one.
+pub fn load(dir: Option<&std::path::Path>) -> Result<Norms> {
+    match dir {
+        Some(d) => {
+            if !d.is_dir() {
+                return Err(fail(
+                    Kind::NoInput,
+                    format!(
+                        "regulation policy set `{}` is not a directory: name the directory holding `knox.cedarschema`",
+                        d.display()
+                    ),
+                ));
+            }
+            Norms::load_dir(d)
+                .map_err(|e| crate::files::bad_input(d, "a usable regulation policy set", e))
+        }
+        None => Norms::embedded().kind_context(Kind::Software, || {
+            "the embedded regulation policy set".into()
+        }),
+    }
+}
+
+/// Runs `regulations show`.
+pub fn show(args: &ShowArgs) -> Result<i32> {
+    let norms = load(args.policy_set.as_deref())?;
+    let mut regs = Vec::new();
+    for name in norms.regulations() {
+        let Some((policies, (default_id, default_provision))) = norms.listing(name) else {
+            continue;
+        };
+        let (title, _, examples) = norms.describe(name).unwrap_or_default();
+        regs.push(serde_json::json!({
+            "regulation": name,
+            "title": title,
+            "examples": examples,
+            "default": {"policy": default_id, "provision": default_provision},
+            "policies": policies.iter().map(|(id, p)| serde_json::json!({
+                "id": id, "kind": p.kind, "effect": p.effect,
+                "provision": p.provision, "summary": p.summary,
+            })).collect::<Vec<_>>(),
+        }));
+    }
+    if args.json {
+        crate::outln!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "hash": norms.hash(),
+                "files": norms.files(),
+                "regulations": regs,
+            }))?
+        );
+        return Ok(0);
+    }
+    crate::outln!("policy set {}", norms.hash());
+    for (file, sha) in norms.files() {
+        crate::outln!("  {file:<20} sha256:{sha}");
+    }
+    for r in &regs {
+        let text = |v: &serde_json::Value, p: &str| {
+            v.pointer(p)
+                .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
+                .unwrap_or_default()
+        };
+        crate::outln!(
+            "\n{} — {} ({} examples passed)",
+            text(r, "/regulation"),
+            text(r, "/title"),
+            text(r, "/examples")
+        );
+        for p in r
+            .pointer("/policies")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            crate::outln!(
+                "  {:<6} {:<7} {:<40} {}",
+                text(p, "/kind"),
+                text(p, "/effect"),
+                text(p, "/id"),
+                text(p, "/provision")
+            );
+        }
+        crate::outln!(
+            "  default        {:<40} {} (in scope, nothing permits)",
+            text(r, "/default/policy"),
+            text(r, "/default/provision")
+        );
+    }
+    Ok(0)
+}

@@ -1,0 +1,329 @@
+//! `knox verify`: offline verification of bundles and journals.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+use crate::error::KindExt as _;
+use knox_hw::policy::RegulatorPolicy;
+use knox_types::digest::Digest;
+pub use knox_verify::evidence::{AsRead, Evidence, of_bundle, verify_bytes, verify_evidence};
+use knox_verify::{Options, Outcome, Report};
+use serde_json::json;
+
+/// InjecAgent's `tools.json`, as embedded in this build (the same file `knox` runs
+/// with): the tool schemas of the toolkit manifest.
+pub const TOOLS_JSON: &str = include_str!("../../../data/injecagent/tools.json");
+/// Knox's reviewed toolkit needs, as embedded in this build (the default of `--needs`).
+pub const TOOLKIT_NEEDS: &str = include_str!("../../../data/toolkits.toml");
+
+/// The toolkit manifest embedded in this build, the one APMs are derived from by
+/// default. "internal" (70) if it does not load (a broken build).
+pub fn embedded_manifest() -> Result<knox_policy::ToolkitManifest> {
+    knox_policy::ToolkitManifest::from_sources(TOOLS_JSON, TOOLKIT_NEEDS)
+        .kind_context(crate::error::Kind::Software, || {
+            "loading the embedded toolkit manifest".into()
+        })
+}
+
+/// Exit code of a file that could not be read as evidence.
+pub const UNREADABLE: i32 = 4;
+
+/// Arguments of `knox verify`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!(
+    "  0   complete\
+   \n  1   tampered\
+   \n  2   prefix (an unfinished run, e.g. a journal)\
+   \n  3   refused (evidence not accepted: simulated without --allow-simulated, hardware the\
+   \n      policy does not accept, a regulation policy set other than the verifier's, or an\
+   \n      unknown toolkit manifest)\
+   \n  4   a FILE could not be read as evidence (missing, a directory, not a bundle)\
+   \n  With several FILEs, the worst of them, in the order tampered, unreadable, refused,\
+   \n  prefix, complete. --json prints one report object per FILE (an array for several),\
+   \n  each with `file` and, when complete, the signed `structure_root` for `knox prove check`."
+))]
+pub struct VerifyArgs {
+    /// Evidence bundles (`.json`) or run journals (`.journal.jsonl`); `-` reads
+    /// standard input. One report per file.
+    #[arg(required = true, value_name = "FILE", value_parser = crate::files::path_or_stdin)]
+    pub bundles: Vec<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long, conflicts_with = "ear")]
+    pub json: bool,
+    /// Print the result as an EAT Attestation Result (IETF RATS EAR) claims set.
+    #[arg(long)]
+    pub ear: bool,
+    /// INSECURE, not recommended: accept simulated platform evidence, which no hardware
+    /// vouches for. Only for development machines without a TEE.
+    #[arg(long)]
+    pub allow_simulated: bool,
+    /// The regulator's policy (TOML): accepted TCB statuses, platform flags, reference
+    /// measurements, GPU driver/VBIOS versions, model weights hashes.
+    #[arg(value_parser = crate::files::path, long, value_name = "TOML")]
+    pub policy: Option<PathBuf>,
+    /// Toolkit needs file the APM was derived from (default: the embedded one).
+    #[arg(value_parser = crate::files::path, long, value_name = "TOML")]
+    pub needs: Option<PathBuf>,
+    /// The regulator's regulation policy set: a directory with `knox.cedarschema` and,
+    /// per regulation, a manifest and Cedar file (default: the set embedded in this
+    /// build, the repository's `regulations/`). Regulation verdicts are recomputed with
+    /// it; a bundle whose APM names another set is refused.
+    #[arg(value_parser = crate::files::path, long, value_name = "DIR")]
+    pub policy_set: Option<PathBuf>,
+    /// The regulator's private key (`knox keygen`), to sign a receipt with.
+    #[arg(value_parser = crate::files::path, long, value_name = "KEY", requires = "receipt")]
+    pub key: Option<PathBuf>,
+    /// Write a signed verification receipt here (one FILE only).
+    #[arg(value_parser = crate::files::path, long, value_name = "FILE", requires = "key")]
+    pub receipt: Option<PathBuf>,
+}
+
+/// One file's verification.
+enum Checked {
+    /// Read and verified.
+    Verified {
+        bytes: Vec<u8>,
+        evidence: Box<Evidence>,
+    },
+    /// Not readable as evidence.
+    Unreadable(String),
+}
+
+/// How bad a file's result is, for the exit code of several.
+fn severity(code: i32) -> u8 {
+    match code {
+        1 => 4,
+        UNREADABLE => 3,
+        3 => 2,
+        2 => 1,
+        _ => 0,
+    }
+}
+
+impl VerifyArgs {
+    /// Whether JSON output was asked for (then a failure is a JSON object).
+    pub fn json(&self) -> bool {
+        self.json || self.ear
+    }
+}
+
+/// Verifies and prints; returns the process exit code.
+pub fn run(args: &VerifyArgs) -> Result<i32> {
+    if args.receipt.is_some() && args.bundles.len() != 1 {
+        return Err(crate::files::usage(
+            "--receipt signs a receipt for one FILE: verify the others separately",
+        ));
+    }
+    if args.bundles.iter().filter(|p| p.as_os_str() == "-").count() > 1 {
+        return Err(crate::files::usage(
+            "`-` (standard input) can be named once",
+        ));
+    }
+    if let Some(out) = &args.receipt {
+        let mut inputs: Vec<&Path> = args.bundles.iter().map(PathBuf::as_path).collect();
+        inputs.extend(args.key.as_deref());
+        inputs.extend(args.policy.as_deref());
+        inputs.extend(args.needs.as_deref());
+        crate::files::refuse_overwrite("--receipt", out, &inputs)?;
+    }
+    // The key is read before any verification: a bad key file is one error, not a
+    // report followed by an error.
+    let key = args.key.as_deref().map(crate::keys::load).transpose()?;
+    let manifest = match &args.needs {
+        Some(p) => {
+            let needs = crate::files::read_text(p, crate::files::CONFIG)?;
+            knox_policy::ToolkitManifest::from_sources(TOOLS_JSON, &needs)
+                .map_err(|e| crate::files::bad_input(p, "a toolkit needs file", e))?
+        }
+        None => embedded_manifest()?,
+    };
+    let policy_bytes = args
+        .policy
+        .as_deref()
+        .map(|p| crate::files::read_input(p, crate::files::CONFIG))
+        .transpose()?;
+    let policy = match (&args.policy, policy_bytes.as_deref()) {
+        (Some(p), Some(b)) => Some(
+            RegulatorPolicy::from_toml(b)
+                .map_err(|e| crate::files::bad_input(p, "a regulator policy", e))?,
+        ),
+        _ => None,
+    };
+    let norms = args
+        .policy_set
+        .as_deref()
+        .map(|d| crate::regulations::load(Some(d)))
+        .transpose()?;
+    let opts = Options {
+        dangerous_allow_simulated: args.allow_simulated,
+        policy: policy.as_ref(),
+        norms: norms.as_ref(),
+    };
+    let now = knox_attest::hardware::now_unix();
+    let policy_id = policy_bytes
+        .as_deref()
+        .map(|b| format!("sha256:{}", Digest::sha256(b)));
+    let several = args.bundles.len() > 1;
+    let mut worst = 0;
+    let mut objects = Vec::new();
+    let mut signed: Option<(Vec<u8>, Report)> = None;
+    for file in &args.bundles {
+        let shown = display_name(file);
+        let checked = match crate::files::read_input_or_stdin(file, crate::files::EVIDENCE) {
+            Err(e) => Checked::Unreadable(format!("{e:#}")),
+            Ok(bytes) => match verify_evidence(&bytes, &manifest, opts) {
+                Ok(evidence) => Checked::Verified {
+                    bytes,
+                    evidence: Box::new(evidence),
+                },
+                Err(e) => Checked::Unreadable(format!("`{shown}`: {e}")),
+            },
+        };
+        let code = match &checked {
+            Checked::Verified { evidence, .. } => evidence.report.outcome.exit_code(),
+            Checked::Unreadable(_) => UNREADABLE,
+        };
+        if severity(code) > severity(worst) {
+            worst = code;
+        }
+        match &checked {
+            Checked::Unreadable(message) => {
+                if args.json || args.ear {
+                    objects.push(json!({"file": shown, "error": {
+                        "code": UNREADABLE, "kind": "unreadable_evidence", "message": message}}));
+                } else {
+                    if several {
+                        crate::outln!("== {shown}");
+                    }
+                    crate::outln!("UNREADABLE: {message}");
+                    eprintln!("error: {message}");
+                }
+            }
+            Checked::Verified { bytes, evidence } => {
+                if args.json {
+                    objects.push(report_json(&shown, evidence));
+                } else if args.ear {
+                    let mut ear =
+                        knox_verify::ear::ear(&evidence.report, now, policy_id.as_deref());
+                    if let Some(o) = ear.as_object_mut() {
+                        o.insert("file".into(), json!(shown));
+                    }
+                    objects.push(ear);
+                } else {
+                    if several {
+                        crate::outln!("== {shown}");
+                    }
+                    crate::out!("{}", render(&evidence.report, evidence.as_read.as_ref()));
+                }
+                if args.receipt.is_some() {
+                    signed = Some((bytes.clone(), evidence.report.clone()));
+                }
+            }
+        }
+    }
+    if args.json || args.ear {
+        let value = match objects.as_slice() {
+            [one] if !several => one.clone(),
+            _ => json!(objects),
+        };
+        crate::outln!("{}", serde_json::to_string_pretty(&value)?);
+    }
+    if let (Some(key), Some(out)) = (&key, &args.receipt) {
+        let Some((bytes, report)) = signed else {
+            return Ok(worst);
+        };
+        let receipt =
+            knox_verify::receipt::issue(key, &bytes, &report, policy_bytes.as_deref(), now)?;
+        crate::files::write_file(out, serde_json::to_vec_pretty(&receipt)?)?;
+        eprintln!(
+            "receipt by key {} written to {}",
+            key.key_id(),
+            out.display()
+        );
+    }
+    Ok(worst)
+}
+
+/// The JSON report of one file: the verifier's report, the file, and the signed
+/// structure root (`null` unless complete).
+pub fn report_json(file: &str, e: &Evidence) -> serde_json::Value {
+    let mut v = serde_json::to_value(&e.report).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("file".into(), json!(file));
+        o.insert(
+            "structure_root".into(),
+            json!(e.structure_root.map(|d| d.to_hex())),
+        );
+        if !matches!(e.report.outcome, Outcome::Tampered { .. }) {
+            return v;
+        }
+        // A broken chain vouches for nothing: its counts are what was read.
+        for k in ["nodes", "tool_calls", "executed", "blocked", "interrupts"] {
+            o.remove(k);
+        }
+        if let Some(r) = e.as_read {
+            o.insert(
+                "as_read_unverified".into(),
+                json!({"nodes": r.nodes, "tool_calls": r.tool_calls, "blocked_nodes": r.blocked}),
+            );
+        }
+    }
+    v
+}
+
+/// The report as text. A tampered file's counts are not the verifier's (it stopped at
+/// the break): they are left out, and what the file itself says is shown as unverified.
+pub fn render(r: &Report, as_read: Option<&AsRead>) -> String {
+    let tampered = matches!(r.outcome, Outcome::Tampered { .. });
+    if !tampered {
+        return r.to_string();
+    }
+    let mut s = String::new();
+    let _ = writeln!(s, "run {}: {}", r.run_id, r.outcome.name().to_uppercase());
+    if let Outcome::Tampered { node, reason } = &r.outcome {
+        match node {
+            Some(n) => {
+                let _ = writeln!(s, "  first offending node: {n}: {reason}");
+            }
+            None => {
+                let _ = writeln!(s, "  {reason}");
+            }
+        }
+    }
+    let hw = if r.hardware_backed {
+        "hardware-backed"
+    } else {
+        "NOT hardware-backed"
+    };
+    let _ = writeln!(s, "  platform evidence: {} ({hw})", r.platform);
+    for st in &r.steps {
+        let _ = writeln!(s, "  [{:<7}] {}: {}", st.result, st.name, st.detail);
+    }
+    match as_read {
+        Some(a) => {
+            let _ = writeln!(
+                s,
+                "  as read, NOT verified (the chain is broken): {} nodes, {} tool calls, {} blocked nodes",
+                a.nodes, a.tool_calls, a.blocked
+            );
+        }
+        None => {
+            let _ = writeln!(s, "  counts left out: the chain is broken");
+        }
+    }
+    for w in &r.warnings {
+        let _ = writeln!(s, "  warning: {w}");
+    }
+    s
+}
+
+/// Shown path of `p` (`<stdin>` for `-`).
+pub fn display_name(p: &Path) -> String {
+    if p.as_os_str() == "-" {
+        "<stdin>".into()
+    } else {
+        p.display().to_string()
+    }
+}
