@@ -5,11 +5,7 @@
 //! single-field change of a node, re-measured so the chain check alone does not catch
 //! it, fails the replay (where the replay can recompute that field) and the bundle.
 
-#![expect(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    reason = "tests"
-)]
+#![expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 
 use std::sync::OnceLock;
 
