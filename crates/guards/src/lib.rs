@@ -229,6 +229,20 @@ impl<'m> Proposal<'m> {
         }
     }
 
+    /// The proposal `p` records, with the input guard's finding `input` (from
+    /// [`Input::reclassify`], or for a truncated proposal the recorded input failure).
+    pub fn recorded(p: ToolCallPayload, input: Input<'m>) -> Self {
+        Self {
+            actual: p.actual,
+            actual_hash: p.actual_hash,
+            raw: p.raw,
+            raw_len: p.raw_len,
+            input,
+        }
+    }
+}
+
+impl<'m> Input<'m> {
     /// Re-classifies the proposal a `tool_call` recorded (the verifier), with the same
     /// code the monitor classified it with. `Ok(None)`: the raw proposal was recorded
     /// truncated (over [`MAX_RECORDED_PROPOSAL`] bytes) and cannot be re-parsed; its
@@ -269,19 +283,7 @@ impl<'m> Proposal<'m> {
             }
             (None, None) => return Err(Misrecorded::Empty),
         };
-        Ok(Some(Self::recorded(p, input)))
-    }
-
-    /// The proposal `p` records, with the input guard's finding `input` (for a
-    /// truncated proposal, the recorded input failure).
-    pub fn recorded(p: &ToolCallPayload, input: Input<'m>) -> Self {
-        Self {
-            actual: p.actual.clone(),
-            actual_hash: p.actual_hash,
-            raw: p.raw.clone(),
-            raw_len: p.raw_len,
-            input,
-        }
+        Ok(Some(input))
     }
 }
 

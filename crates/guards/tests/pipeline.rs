@@ -357,40 +357,34 @@ fn what_the_monitor_recorded_reclassifies_to_the_same_input_and_changes_are_name
     };
     let well = record(&raw(&apm.agents[0].trajectory[0]));
     assert!(matches!(
-        Proposal::reclassify(&well, &m).unwrap().unwrap().input,
+        Input::reclassify(&well, &m).unwrap().unwrap(),
         Input::WellFormed { .. }
     ));
     let bad = record(br#"{"tool":"NoSuchTool","params":{}}"#);
     assert!(matches!(
-        Proposal::reclassify(&bad, &m).unwrap().unwrap().input,
+        Input::reclassify(&bad, &m).unwrap().unwrap(),
         Input::Malformed { error } if error == "unknown tool `NoSuchTool`"
     ));
     let big = record(&vec![b'x'; 5000]);
-    assert!(Proposal::reclassify(&big, &m).unwrap().is_none());
+    assert!(Input::reclassify(&big, &m).unwrap().is_none());
 
     let mut t = well.clone();
     t.actual.as_mut().unwrap().tool.push('x');
     assert_eq!(
-        Proposal::reclassify(&t, &m).unwrap_err(),
+        Input::reclassify(&t, &m).unwrap_err(),
         Misrecorded::ActionHash
     );
     let mut t = bad.clone();
     t.actual = None;
-    assert_eq!(
-        Proposal::reclassify(&t, &m).unwrap_err(),
-        Misrecorded::RawHash
-    );
+    assert_eq!(Input::reclassify(&t, &m).unwrap_err(), Misrecorded::RawHash);
     let mut t = bad.clone();
     t.raw = Some(String::from_utf8(raw(&apm.agents[0].trajectory[0])).unwrap());
     t.raw_len = t.raw.as_ref().unwrap().len() as u64;
     assert_eq!(
-        Proposal::reclassify(&t, &m).unwrap_err(),
+        Input::reclassify(&t, &m).unwrap_err(),
         Misrecorded::WellFormed
     );
     let mut t = well;
     t.actual = None;
-    assert_eq!(
-        Proposal::reclassify(&t, &m).unwrap_err(),
-        Misrecorded::Empty
-    );
+    assert_eq!(Input::reclassify(&t, &m).unwrap_err(), Misrecorded::Empty);
 }

@@ -450,7 +450,7 @@ impl<'a> Replayer<'a, '_> {
         if cut && checks.is_empty() {
             return Ok(j);
         }
-        let (eval, pending) = self.evaluate(call, &p, &checks, cut)?;
+        let (eval, pending) = self.evaluate(call, p, &checks, cut)?;
         let want = &eval.checks;
         if cut && (pending || checks.len() < want.len()) {
             // A journal cut inside this call's group: what is there must match.
@@ -553,7 +553,7 @@ impl<'a> Replayer<'a, '_> {
         if guard != GuardKind::Stop && call.block_reason != block_reason {
             return fail(call, "block reason differs from the failing check's");
         }
-        let tool = p.actual.as_ref().map(|a| a.tool.clone());
+        let tool = eval.call.actual.as_ref().map(|a| a.tool.clone());
         let reason = call.block_reason.clone().unwrap_or_default();
         if let Some(cause) = interrupt {
             if end.kind != NodeKind::Interrupt || parse::<InterruptPayload>(end)?.cause != cause {
@@ -593,7 +593,7 @@ impl<'a> Replayer<'a, '_> {
     fn evaluate(
         &mut self,
         call: &Node,
-        p: &ToolCallPayload,
+        p: ToolCallPayload,
         got: &[(&Node, CheckPayload)],
         cut: bool,
     ) -> Result<(Evaluation<'a>, bool), Fail> {
@@ -630,8 +630,8 @@ impl<'a> Replayer<'a, '_> {
             signal: *signal,
         };
         // Input: re-classify what was recorded.
-        let (proposal, truncated_cut) = match Proposal::reclassify(p, cx.manifest) {
-            Ok(Some(proposal)) => (proposal, false),
+        let (proposal, truncated_cut) = match Input::reclassify(&p, cx.manifest) {
+            Ok(Some(input)) => (Proposal::recorded(p, input), false),
             // A truncated proposal cannot be re-parsed: its recorded input failure can
             // only block, never admit (the pipeline's input check is a failure with the
             // recorded error, or with none if none was recorded: then it differs).
