@@ -14,21 +14,20 @@ use std::time::Instant;
 
 use knox_agent::ToolResult;
 use knox_attest::TeeKey;
-use knox_policy::mediated::{self, Caches};
-use knox_policy::proposal::{self, Malformed};
-use knox_policy::stop::RunState;
-use knox_policy::{ToolkitManifest, dataflow, stop};
+use knox_guards::{
+    AgentState, Clock, Decision, Disclosure, Pipeline, Proposal, RecordedOutput, RegulationSource,
+};
+use knox_policy::ToolkitManifest;
 use knox_regulation::{Judge, Regulator};
 use knox_types::Action;
 use knox_types::aeg::{NodeKind, PLANNER_AGENT};
 use knox_types::apm::{Apm, StopCause, TopologyKind};
 use knox_types::bundle::ModelInfo;
-use knox_types::digest::{Digest, tag};
+use knox_types::digest::Digest;
 use knox_types::grant::Grant;
 use knox_types::payload::{
-    AgentBranchPayload, AgentStepPayload, Assignment, BlockedPayload, CheckDetail, CheckPayload,
-    GuardKind, InterruptPayload, MAX_RECORDED_PROPOSAL, ProofOfInferencePayload, RootPayload,
-    ToolCallPayload, ToolOutputPayload,
+    AgentBranchPayload, AgentStepPayload, Assignment, BlockedPayload, CheckPayload, GuardKind,
+    InterruptPayload, ProofOfInferencePayload, RootPayload, ToolCallPayload, ToolOutputPayload,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -73,26 +72,46 @@ pub struct Ticket {
     pub grant: Option<Grant>,
 }
 
+/// One agent as the monitor keeps it: the guards' state and the node its next step
+/// hangs under.
 #[derive(Debug)]
-struct AgentState {
-    plan: usize,
-    pointer: u32,
-    actions: u32,
-    spent: u64,
+struct Agent {
+    state: AgentState,
     cursor: u64,
-    stopped: bool,
-    outputs: Vec<Option<Value>>,
-    /// Outputs of tools whose content others can write: the data-flow guard's taint.
-    tainted: Vec<(u64, Value)>,
-    /// Labelled outputs `(node, position, tool, output)`, for the regulation guard.
-    labelled: Vec<(u64, u32, String, Value)>,
 }
 
 #[derive(Debug)]
-struct Inner {
+struct Inner<'a> {
     aeg: AegBuilder,
-    agents: HashMap<String, AgentState>,
-    caches: Caches,
+    agents: HashMap<String, Agent>,
+    guards: Pipeline<'a>,
+}
+
+/// The monitor's regulation check: decided with its regulator, asking its judge when
+/// the labels leave the information types unknown.
+struct Decide<'r, 'a> {
+    regulator: &'r Regulator<'a>,
+    judge: Option<&'a dyn Judge>,
+    regulations: &'a [String],
+}
+
+impl RegulationSource for Decide<'_, '_> {
+    fn check(&mut self, d: &Disclosure<'_>) -> Option<CheckPayload> {
+        let flow = d.flow(self.regulator);
+        let opinion = match (self.judge, &flow) {
+            (Some(judge), Some(f)) if f.info_types.is_empty() => {
+                let content = knox_regulation::flow::content_text(d.entry, d.action);
+                let q = knox_regulation::JudgeQuestion {
+                    regulations: self.regulations,
+                    flow: f,
+                    content: &content,
+                };
+                knox_regulation::judge::opinion(judge, &q).ok()
+            }
+            _ => None,
+        };
+        Some(self.regulator.check(flow, opinion))
+    }
 }
 
 /// The reference monitor for one run.
@@ -106,9 +125,7 @@ pub struct Monitor<'a> {
     judge: Option<&'a dyn Judge>,
     signal: StopSignal,
     started: Instant,
-    inner: Mutex<Inner>,
-    /// The prompt's task instructions (the data-flow guard's authorized values).
-    prompt: Vec<&'a str>,
+    inner: Mutex<Inner<'a>>,
 }
 
 impl std::fmt::Debug for Monitor<'_> {
@@ -259,19 +276,11 @@ impl<'a> Monitor<'a> {
             } else {
                 root
             };
-            let outputs = vec![None; a.trajectory.len()];
             agents.insert(
                 a.id.clone(),
-                AgentState {
-                    plan: i,
-                    pointer: 0,
-                    actions: 0,
-                    spent: 0,
+                Agent {
+                    state: AgentState::new(apm, i),
                     cursor,
-                    stopped: false,
-                    outputs,
-                    tainted: Vec::new(),
-                    labelled: Vec::new(),
                 },
             );
         }
@@ -288,181 +297,103 @@ impl<'a> Monitor<'a> {
             inner: Mutex::new(Inner {
                 aeg,
                 agents,
-                caches: Caches::default(),
+                guards: Pipeline::new(apm, manifest),
             }),
-            prompt: apm.tasks.iter().map(|t| t.instruction.as_str()).collect(),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    fn lock(&self) -> MutexGuard<'_, Inner<'a>> {
         // A panic elsewhere cannot leave the graph half-committed: commits are atomic
         // under the lock, so a poisoned lock's state is still consistent.
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Mediates one raw proposal from `agent`'s executor.
+    /// Mediates one raw proposal from `agent`'s executor: the guards of
+    /// [`knox_guards::Pipeline`] decide, and this records what they return.
     pub fn mediate(&self, agent: &str, raw: &[u8]) -> Verdict {
         let elapsed_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let signal = self.apm.guards.stop.external && self.signal.is_set();
+        let clock = Clock {
+            elapsed_ms,
+            signal: self.apm.guards.stop.external && self.signal.is_set(),
+        };
         let mut guard = self.lock();
         let Inner {
             aeg,
             agents,
-            caches,
+            guards,
         } = &mut *guard;
         let Some(st) = agents.get_mut(agent) else {
             return Verdict::Stopped;
         };
-        if st.stopped {
+        if st.state.stopped || self.apm.agents.get(st.state.plan).is_none() {
             return Verdict::Stopped;
         }
-        let Some(plan) = self.apm.agents.get(st.plan) else {
+        let proposal = Proposal::classify(raw, self.manifest);
+        let mut regulation = Decide {
+            regulator: &self.regulator,
+            judge: self.judge,
+            regulations: &self.apm.guards.regulation.regulations,
+        };
+        let eval = guards.evaluate(&st.state, proposal, clock, &mut regulation);
+        if matches!(eval.decision, Decision::Undecided) {
+            // The monitor's regulation source always answers: nothing to record.
             return Verdict::Stopped;
-        };
-        let expected = plan.trajectory.get(st.pointer as usize);
-        let parsed = proposal::parse(raw, self.manifest);
-        let (actual, actual_hash) = match &parsed {
-            Ok((a, _))
-            | Err(Malformed {
-                action: Some(a), ..
-            }) => (Some(a.clone()), a.hash()),
-            Err(_) => (None, Digest::tagged(tag::PROPOSAL, &[raw])),
-        };
-        let call = ToolCallPayload {
-            ordinal: st.actions,
-            position: st.pointer,
-            expected: expected.cloned(),
-            actual,
-            actual_hash,
-            raw: parsed.is_err().then(|| lossy_prefix(raw)),
-            raw_len: raw.len() as u64,
-        };
-        let state = RunState {
-            actions: st.actions,
-            spent: st.spent,
-            elapsed_ms,
-            signal,
-        };
-        let cause = stop::evaluate(&self.apm.guards.stop, &state);
-        let mut checks = vec![CheckPayload {
-            guard: GuardKind::Stop,
-            passed: cause.is_none(),
-            detail: CheckDetail::Stop {
-                actions: state.actions,
-                spent: state.spent,
-                elapsed_ms,
-                signal,
-                cause,
-            },
-        }];
-        st.actions = st.actions.saturating_add(1);
-        if let Some(cause) = cause {
-            st.stopped = true;
-            let reason = format!("interrupted: {}", cause.as_str());
-            let call_seq = commit_call(aeg, st.cursor, agent, &call, Some(reason.clone()));
-            let check_seq = commit_checks(aeg, call_seq, agent, &checks);
-            let n = NewNode {
-                parent: Some(check_seq),
-                kind: NodeKind::Interrupt,
-                agent,
-                payload: payload(&InterruptPayload { cause }),
-                allowed: false,
-                block_reason: Some(reason),
-            };
-            st.cursor = aeg.commit(n, Some(self.key));
-            return Verdict::Interrupt { cause };
         }
-        let (action, entry) = match parsed {
-            Ok(ok) => ok,
-            Err(m) => {
-                checks.push(CheckPayload {
-                    guard: GuardKind::Input,
-                    passed: false,
-                    detail: CheckDetail::Input {
-                        error: Some(m.error.clone()),
-                    },
-                });
-                let reason = format!("malformed proposal: {}", m.error);
-                return block(aeg, st, agent, &call, &checks, GuardKind::Input, reason);
+        st.state.apply(eval.change());
+        let reason = eval.decision.block_reason();
+        let call_seq = commit_call(aeg, st.cursor, agent, &eval.call, reason.clone());
+        let last = commit_checks(aeg, call_seq, agent, &eval.checks);
+        match eval.decision {
+            Decision::Interrupt { cause } => {
+                let n = NewNode {
+                    parent: Some(last),
+                    kind: NodeKind::Interrupt,
+                    agent,
+                    payload: payload(&InterruptPayload { cause }),
+                    allowed: false,
+                    block_reason: reason,
+                };
+                st.cursor = aeg.commit(n, Some(self.key));
+                Verdict::Interrupt { cause }
             }
-        };
-        checks.push(CheckPayload {
-            guard: GuardKind::Input,
-            passed: true,
-            detail: CheckDetail::Input { error: None },
-        });
-        // Trajectory, mediated system calls, data flow: the same code the verifier runs.
-        let outputs = |k: u32| st.outputs.get(k as usize).cloned().flatten();
-        let tainted = dataflow::tainted(&st.tainted);
-        let view = mediated::AgentView {
-            expected,
-            outputs: &outputs,
-            tainted: &tainted,
-            prompt: &self.prompt,
-        };
-        checks.extend(mediated::checks(
-            entry,
-            &action,
-            &actual_hash,
-            &self.apm.guards.syscall,
-            view,
-            caches,
-        ));
-        // Regulation, for disclosures when regulations are in force.
-        if self.regulator.applies(entry) {
-            let seen = knox_regulation::flow::seen(self.manifest, &st.labelled);
-            let task = expected
-                .map(|e| e.task)
-                .or_else(|| plan.tasks.last().copied());
-            let flow = self.regulator.flow(entry, &action, expected, task, &seen);
-            let opinion = match (self.judge, &flow) {
-                (Some(judge), Some(f)) if f.info_types.is_empty() => {
-                    let content = knox_regulation::flow::content_text(entry, &action);
-                    let q = knox_regulation::JudgeQuestion {
-                        regulations: &self.apm.guards.regulation.regulations,
-                        flow: f,
-                        content: &content,
-                    };
-                    knox_regulation::judge::opinion(judge, &q).ok()
-                }
-                _ => None,
-            };
-            checks.push(self.regulator.check(flow, opinion));
-        }
-        let failure = checks
-            .iter()
-            .find_map(|c| mediated::block_reason(c, st.pointer).map(|reason| (c.guard, reason)));
-        if let Some((guard, reason)) = failure {
-            // A call that matched its expected call but was refused by a later guard still
-            // moves the pointer on: that step of the plan was attempted and refused (the
-            // verifier replays the same rule).
-            let matched = expected.is_some()
-                && checks
-                    .iter()
-                    .any(|c| c.guard == GuardKind::Trajectory && c.passed);
-            let verdict = block(aeg, st, agent, &call, &checks, guard, reason);
-            if matched {
-                st.pointer = st.pointer.saturating_add(1);
+            Decision::Block { guard, reason, .. } => {
+                let n = NewNode {
+                    parent: Some(last),
+                    kind: NodeKind::Blocked,
+                    agent,
+                    payload: payload(&BlockedPayload {
+                        guard,
+                        kernel: None,
+                    }),
+                    allowed: false,
+                    block_reason: Some(reason.clone()),
+                };
+                st.cursor = aeg.commit(n, None);
+                Verdict::Block { guard, reason }
             }
-            return verdict;
+            Decision::Allow {
+                position,
+                cost,
+                action,
+                ..
+            } => {
+                let grant = if self.grants {
+                    knox_attest::grant::issue(self.key, self.apm_hash, &action, agent, call_seq)
+                        .ok()
+                } else {
+                    None
+                };
+                Verdict::Allow(Box::new(Ticket {
+                    agent: agent.into(),
+                    tool_call: call_seq,
+                    position,
+                    cost,
+                    action,
+                    grant,
+                }))
+            }
+            Decision::Undecided => Verdict::Stopped,
         }
-        let call_seq = commit_call(aeg, st.cursor, agent, &call, None);
-        commit_checks(aeg, call_seq, agent, &checks);
-        let position = st.pointer;
-        st.pointer = st.pointer.saturating_add(1);
-        let grant = if self.grants {
-            knox_attest::grant::issue(self.key, self.apm_hash, &action, agent, call_seq).ok()
-        } else {
-            None
-        };
-        Verdict::Allow(Box::new(Ticket {
-            agent: agent.into(),
-            tool_call: call_seq,
-            position,
-            cost: entry.needs.cost,
-            action,
-            grant,
-        }))
     }
 
     /// Records the output of an allowed action (a tool error is an output too).
@@ -509,28 +440,12 @@ impl<'a> Monitor<'a> {
             };
             inner.aeg.commit(n, None);
         }
-        if let Some(slot) = st.outputs.get_mut(ticket.position as usize) {
-            *slot = Some(result.output.clone());
-        }
-        st.spent = st.spent.saturating_add(ticket.cost);
-        let external = self
-            .manifest
-            .tool(&ticket.action.tool)
-            .is_some_and(knox_policy::ToolEntry::returns_external);
-        let tainted_output = external.then(|| result.output.clone());
-        let labelled = self.regulator.evaluates()
-            && self
-                .manifest
-                .tool(&ticket.action.tool)
-                .and_then(|t| t.annotations.returns.as_ref())
-                .is_some_and(|r| !r.info_types.is_empty());
-        let labelled_output = labelled.then(|| result.output.clone());
         let n = NewNode {
             parent: Some(ticket.tool_call),
             kind: NodeKind::ToolOutput,
             agent: &ticket.agent,
             payload: payload(&ToolOutputPayload {
-                output: result.output,
+                output: result.output.clone(),
                 cost: ticket.cost,
                 confinement: result.confinement,
             }),
@@ -538,17 +453,15 @@ impl<'a> Monitor<'a> {
             block_reason: None,
         };
         st.cursor = inner.aeg.commit(n, None);
-        if let Some(output) = tainted_output {
-            st.tainted.push((st.cursor, output));
-        }
-        if let Some(output) = labelled_output {
-            st.labelled.push((
-                st.cursor,
-                ticket.position,
-                ticket.action.tool.clone(),
-                output,
-            ));
-        }
+        let out = RecordedOutput {
+            node: st.cursor,
+            position: ticket.position,
+            tool: ticket.action.tool,
+            cost: ticket.cost,
+            output: result.output,
+        };
+        st.state
+            .record_output(self.manifest, out, self.regulator.evaluates());
     }
 
     /// Ends the run.
@@ -599,36 +512,4 @@ fn commit_checks(aeg: &mut AegBuilder, call_seq: u64, agent: &str, checks: &[Che
         }
     }
     first_failed.unwrap_or(last)
-}
-
-fn block(
-    aeg: &mut AegBuilder,
-    st: &mut AgentState,
-    agent: &str,
-    call: &ToolCallPayload,
-    checks: &[CheckPayload],
-    guard: GuardKind,
-    reason: String,
-) -> Verdict {
-    let call_seq = commit_call(aeg, st.cursor, agent, call, Some(reason.clone()));
-    let failed = commit_checks(aeg, call_seq, agent, checks);
-    let n = NewNode {
-        parent: Some(failed),
-        kind: NodeKind::Blocked,
-        agent,
-        payload: payload(&BlockedPayload {
-            guard,
-            kernel: None,
-        }),
-        allowed: false,
-        block_reason: Some(reason.clone()),
-    };
-    st.cursor = aeg.commit(n, None);
-    Verdict::Block { guard, reason }
-}
-
-/// The first [`MAX_RECORDED_PROPOSAL`] bytes of a raw proposal, as text.
-fn lossy_prefix(raw: &[u8]) -> String {
-    let end = raw.len().min(MAX_RECORDED_PROPOSAL);
-    String::from_utf8_lossy(raw.get(..end).unwrap_or_default()).into_owned()
 }

@@ -1,31 +1,32 @@
 //! Replaying the AEG against the APM: chain, topology and policy consistency.
 //!
 //! The replay walks the nodes in commit order with the same per-agent state the monitor
-//! kept (trajectory pointer, proposal count, spent budget, outputs), recomputes every
-//! guard decision with `knox-policy`, and compares it with what each `check` node
-//! records. The monitor commits a `tool_call`, its checks and its `blocked` or
+//! kept ([`knox_guards::AgentState`]: trajectory pointer, proposal count, spent budget,
+//! outputs), recomputes every guard decision with the monitor's own pipeline
+//! ([`knox_guards::Pipeline`]), and compares it with what each `check` node records. The monitor commits a `tool_call`, its checks and its `blocked` or
 //! `interrupt` node contiguously; only a `tool_output` arrives later.
 
 use std::collections::HashMap;
 
 use knox_attest::key::key_id;
 use knox_attest::verify_signature;
-use knox_policy::mediated::{self, Caches};
-use knox_policy::stop::{self, RunState};
-use knox_policy::{ToolkitManifest, dataflow, proposal};
+use knox_guards::{
+    AgentState, Clock, Decision, Disclosure, Evaluation, Input, Pipeline, Proposal, RecordedOutput,
+    RegulationSource,
+};
+use knox_policy::ToolkitManifest;
 use knox_types::aeg::{
     NODE_ATTESTATION_CONTEXT, Node, NodeKind, PLANNER_AGENT, chain_start, chain_step,
 };
 use knox_types::apm::{AgentPlan, Apm, PlanningFailure, StopCause, TopologyKind};
 use knox_types::bundle::{Counts, ModelInfo, PublicKey};
-use knox_types::digest::{Digest, tag};
+use knox_types::digest::Digest;
 use knox_types::payload::{
     AgentBranchPayload, AgentStepPayload, Assignment, BlockedPayload, CheckDetail, CheckPayload,
     GuardKind, InterruptPayload, ProofOfInferencePayload, RootPayload, ToolCallPayload,
     ToolOutputPayload,
 };
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 
 use crate::report::BlockedAction;
 
@@ -83,22 +84,31 @@ pub struct Findings {
     pub warnings: Vec<String>,
 }
 
+/// One agent as the replay follows it: the guards' state, as the monitor kept it, and
+/// what the structural checks need.
 #[derive(Debug)]
 struct AgentReplay<'a> {
     plan: &'a AgentPlan,
-    pointer: u32,
-    actions: u32,
-    spent: u64,
+    state: AgentState,
+    /// The node the agent's next step hangs under.
     cursor: u64,
-    stopped: bool,
+    /// The elapsed time its last stop check recorded (it may not go backwards).
     last_elapsed: u64,
-    outputs: Vec<Option<Value>>,
-    awaiting: Option<(u64, u32, u64, bool)>,
-    /// Tool of the awaiting call.
-    awaiting_tool: String,
-    tainted: Vec<(u64, Value)>,
-    /// Every output `(node, position, tool, output)`, for the regulation guard.
-    labelled: Vec<(u64, u32, String, Value)>,
+    /// The allowed call whose output is still to come.
+    awaiting: Option<Awaiting>,
+}
+
+/// An allowed call waiting for its `tool_output`.
+#[derive(Debug)]
+struct Awaiting {
+    /// The `tool_call` node.
+    call: u64,
+    /// Its trajectory position.
+    position: u32,
+    /// The tool's cost.
+    cost: u64,
+    /// The tool.
+    tool: String,
 }
 
 /// How the regulation checks are replayed.
@@ -139,13 +149,7 @@ pub fn replay(cx: &Context<'_>, nodes: &[Node], finished: bool) -> Result<Findin
         cx,
         finished,
         agents: HashMap::new(),
-        caches: Caches::default(),
-        prompt: cx
-            .apm
-            .tasks
-            .iter()
-            .map(|t| t.instruction.as_str())
-            .collect(),
+        guards: Pipeline::new(cx.apm, cx.manifest),
         found: Findings::default(),
     };
     let mut i = match r.header(nodes) {
@@ -178,7 +182,7 @@ pub fn replay(cx: &Context<'_>, nodes: &[Node], finished: bool) -> Result<Findin
     let mut unfinished: Vec<u64> = r
         .agents
         .values()
-        .filter_map(|a| a.awaiting.map(|(s, _, _, _)| s))
+        .filter_map(|a| a.awaiting.as_ref().map(|w| w.call))
         .collect();
     unfinished.sort_unstable();
     r.found.unfinished = unfinished;
@@ -190,9 +194,8 @@ struct Replayer<'a, 'c> {
     /// False for a journal: the graph may stop in the middle of a call's group.
     finished: bool,
     agents: HashMap<&'a str, AgentReplay<'a>>,
-    caches: Caches,
-    /// The prompt's task instructions.
-    prompt: Vec<&'a str>,
+    /// The monitor's guards.
+    guards: Pipeline<'a>,
     found: Findings,
 }
 
@@ -291,7 +294,7 @@ impl<'a> Replayer<'a, '_> {
             }
             i += 1;
         }
-        for plan in &apm.agents {
+        for (k, plan) in apm.agents.iter().enumerate() {
             let cursor = if multi {
                 let Some(b) = nodes.get(i) else {
                     return Err((None, format!("branch of `{}` missing", plan.id)));
@@ -306,20 +309,12 @@ impl<'a> Replayer<'a, '_> {
             } else {
                 0
             };
-            let outputs = vec![None; plan.trajectory.len()];
             let st = AgentReplay {
                 plan,
-                pointer: 0,
-                actions: 0,
-                spent: 0,
+                state: AgentState::new(apm, k),
                 cursor,
-                stopped: false,
                 last_elapsed: 0,
-                outputs,
                 awaiting: None,
-                awaiting_tool: String::new(),
-                tainted: Vec::new(),
-                labelled: Vec::new(),
             };
             if self.agents.insert(plan.id.as_str(), st).is_some() {
                 return Err((None, format!("APM lists agent `{}` twice", plan.id)));
@@ -387,11 +382,14 @@ impl<'a> Replayer<'a, '_> {
         let Some(st) = self.agents.get_mut(call.agent.as_str()) else {
             return fail(call, format!("agent `{}` is not in the APM", call.agent));
         };
-        if st.stopped {
+        if st.state.stopped {
             return fail(call, "tool_call after the agent was interrupted");
         }
-        if let Some((prev, _, _, _)) = st.awaiting {
-            return fail(call, format!("allowed tool_call {prev} has no tool_output"));
+        if let Some(prev) = &st.awaiting {
+            return fail(
+                call,
+                format!("allowed tool_call {} has no tool_output", prev.call),
+            );
         }
         if call.parent != Some(st.cursor) {
             return fail(
@@ -406,23 +404,21 @@ impl<'a> Replayer<'a, '_> {
             return fail(call, "tool_call carries attestations");
         }
         let p: ToolCallPayload = parse(call)?;
-        if p.ordinal != st.actions || p.position != st.pointer {
+        let (actions, pointer) = (st.state.actions, st.state.pointer);
+        if p.ordinal != actions || p.position != pointer {
             return fail(
                 call,
                 format!(
-                    "ordinal/position {}/{} but replay is at {}/{}",
-                    p.ordinal, p.position, st.actions, st.pointer
+                    "ordinal/position {}/{} but replay is at {actions}/{pointer}",
+                    p.ordinal, p.position
                 ),
             );
         }
-        let expected = st.plan.trajectory.get(st.pointer as usize);
+        let expected = st.plan.trajectory.get(pointer as usize);
         if p.expected.as_ref() != expected {
             return fail(
                 call,
-                format!(
-                    "expected call differs from the APM trajectory at position {}",
-                    st.pointer
-                ),
+                format!("expected call differs from the APM trajectory at position {pointer}"),
             );
         }
         if let Some(e) = expected
@@ -454,10 +450,11 @@ impl<'a> Replayer<'a, '_> {
         if cut && checks.is_empty() {
             return Ok(j);
         }
-        let (want, pending) = self.expected_checks(call, &p, &checks, cut)?;
+        let (eval, pending) = self.evaluate(call, p, &checks, cut)?;
+        let want = &eval.checks;
         if cut && (pending || checks.len() < want.len()) {
             // A journal cut inside this call's group: what is there must match.
-            for ((n, got), w) in checks.iter().zip(&want) {
+            for ((n, got), w) in checks.iter().zip(want) {
                 if got != w {
                     return fail(
                         n,
@@ -470,10 +467,6 @@ impl<'a> Replayer<'a, '_> {
             }
             return Ok(j);
         }
-        let st = self
-            .agents
-            .get_mut(call.agent.as_str())
-            .ok_or((Some(call.seq), "agent vanished".to_string()))?;
         if checks.len() != want.len() {
             return fail(
                 call,
@@ -484,7 +477,7 @@ impl<'a> Replayer<'a, '_> {
                 ),
             );
         }
-        for ((n, got), w) in checks.iter().zip(&want) {
+        for ((n, got), w) in checks.iter().zip(want) {
             if got != w {
                 return fail(
                     n,
@@ -495,39 +488,46 @@ impl<'a> Replayer<'a, '_> {
                 );
             }
         }
-        st.actions = st.actions.saturating_add(1);
-        // A call that matched its expected call but was blocked by a later guard still
-        // moves the pointer on: that step of the plan was attempted and refused.
-        let matched = st.plan.trajectory.get(st.pointer as usize).is_some()
-            && checks
-                .iter()
-                .any(|(_, c)| c.guard == GuardKind::Trajectory && c.passed);
-        let first_failed = checks.iter().find(|(_, c)| !c.passed);
-        let Some((failed_node, failed)) = first_failed else {
-            if !call.allowed || call.block_reason.is_some() {
-                return fail(
-                    call,
-                    "every guard passed but the call is not marked allowed",
-                );
+        let st = self
+            .agents
+            .get_mut(call.agent.as_str())
+            .ok_or((Some(call.seq), "agent vanished".to_string()))?;
+        st.state.apply(eval.change());
+        let (guard, block_reason, interrupt) = match eval.decision {
+            Decision::Allow {
+                position,
+                cost,
+                action,
+                ..
+            } => {
+                if !call.allowed || call.block_reason.is_some() {
+                    return fail(
+                        call,
+                        "every guard passed but the call is not marked allowed",
+                    );
+                }
+                st.awaiting = Some(Awaiting {
+                    call: call.seq,
+                    position,
+                    cost,
+                    tool: action.tool,
+                });
+                return Ok(j);
             }
-            let entry = p.actual.as_ref().and_then(|a| cx.manifest.tool(&a.tool));
-            let cost = entry.map_or(0, |t| t.needs.cost);
-            let external = entry.is_some_and(knox_policy::ToolEntry::returns_external);
-            st.awaiting = Some((call.seq, st.pointer, cost, external));
-            st.awaiting_tool = p
-                .actual
-                .as_ref()
-                .map(|a| a.tool.clone())
-                .unwrap_or_default();
-            st.pointer = st.pointer.saturating_add(1);
-            return Ok(j);
+            // Checks equal to the recomputed ones decide: a pending decision left above.
+            Decision::Undecided => return Ok(j),
+            Decision::Block { guard, reason, .. } => (guard, Some(reason), None),
+            Decision::Interrupt { cause } => (GuardKind::Stop, None, Some(cause)),
+        };
+        let Some((failed_node, _)) = checks.iter().find(|(_, c)| !c.passed) else {
+            return fail(call, "a guard blocked but no check failed");
         };
         if call.allowed || call.block_reason.is_none() {
             return fail(
                 call,
                 format!(
                     "the `{}` guard failed but the call is marked allowed",
-                    failed.guard.as_str()
+                    guard.as_str()
                 ),
             );
         }
@@ -550,23 +550,16 @@ impl<'a> Replayer<'a, '_> {
                 "blocked/interrupt node is not attached to the failing check",
             );
         }
-        if failed.guard != GuardKind::Stop
-            && call.block_reason != mediated::block_reason(failed, p.position)
-        {
+        if guard != GuardKind::Stop && call.block_reason != block_reason {
             return fail(call, "block reason differs from the failing check's");
         }
-        let tool = p.actual.as_ref().map(|a| a.tool.clone());
+        let tool = eval.call.actual.as_ref().map(|a| a.tool.clone());
         let reason = call.block_reason.clone().unwrap_or_default();
-        if failed.guard == GuardKind::Stop {
-            let cause = match &failed.detail {
-                CheckDetail::Stop { cause: Some(c), .. } => *c,
-                _ => return fail(failed_node, "failed stop check without a cause"),
-            };
+        if let Some(cause) = interrupt {
             if end.kind != NodeKind::Interrupt || parse::<InterruptPayload>(end)?.cause != cause {
                 return fail(end, "stop guard fired but no matching interrupt follows");
             }
             check_attested(end, cx.key)?;
-            st.stopped = true;
             st.cursor = end.seq;
             self.found
                 .interrupts
@@ -574,43 +567,41 @@ impl<'a> Replayer<'a, '_> {
         } else {
             if end.kind != NodeKind::Blocked
                 || !end.attestations.is_empty()
-                || parse::<BlockedPayload>(end)?.guard != failed.guard
+                || parse::<BlockedPayload>(end)?.guard != guard
             {
                 return fail(end, "failed guard without its blocked node");
             }
             st.cursor = end.seq;
-            if matched {
-                st.pointer = st.pointer.saturating_add(1);
-            }
             self.found.blocked.push(BlockedAction {
                 node: call.seq,
                 agent: call.agent.clone(),
                 tool,
-                guard: failed.guard.as_str().into(),
+                guard: guard.as_str().into(),
                 reason,
             });
         }
         Ok(j + 1)
     }
 
-    /// The checks the monitor must have recorded for this call, recomputed, and whether
-    /// a further check applies that could only be recomputed from its recorded content
-    /// (the regulation check, the input check of a truncated proposal) but lies beyond
-    /// the end of a journal cut inside this call's group (`cut`). Outside a cut, such a
-    /// missing check is tampering.
-    fn expected_checks(
+    /// The monitor's evaluation of this call, recomputed by the same pipeline from what
+    /// was recorded: the stop guard's clock and signal (checked monotone and watched),
+    /// the proposal (re-classified), the regulation opinion (checked against the
+    /// declared judge models). `true` with it when a check that could only be
+    /// recomputed from its recorded content (the regulation check, the input check of a
+    /// truncated proposal) lies beyond the end of a journal cut inside this call's group
+    /// (`cut`); outside a cut, such a missing check is tampering.
+    fn evaluate(
         &mut self,
         call: &Node,
-        p: &ToolCallPayload,
+        p: ToolCallPayload,
         got: &[(&Node, CheckPayload)],
         cut: bool,
-    ) -> Result<(Vec<CheckPayload>, bool), Fail> {
+    ) -> Result<(Evaluation<'a>, bool), Fail> {
         let cx = self.cx;
         let st = self
             .agents
             .get_mut(call.agent.as_str())
             .ok_or((Some(call.seq), "unknown agent".to_string()))?;
-        let policy = &cx.apm.guards.stop;
         let Some((
             stop_node,
             CheckPayload {
@@ -624,7 +615,7 @@ impl<'a> Replayer<'a, '_> {
         else {
             return fail(call, "the stop guard's check is missing");
         };
-        if *signal && !policy.external {
+        if *signal && !cx.apm.guards.stop.external {
             return fail(
                 stop_node,
                 "external stop signal recorded although the APM does not watch one",
@@ -634,201 +625,52 @@ impl<'a> Replayer<'a, '_> {
             return fail(stop_node, "elapsed time went backwards");
         }
         st.last_elapsed = *elapsed_ms;
-        let state = RunState {
-            actions: st.actions,
-            spent: st.spent,
+        let clock = Clock {
             elapsed_ms: *elapsed_ms,
             signal: *signal,
         };
-        let cause = stop::evaluate(policy, &state);
-        let detail = CheckDetail::Stop {
-            actions: st.actions,
-            spent: st.spent,
-            elapsed_ms: *elapsed_ms,
-            signal: *signal,
-            cause,
-        };
-        let mut want = vec![CheckPayload {
-            guard: GuardKind::Stop,
-            passed: cause.is_none(),
-            detail,
-        }];
-        if cause.is_some() {
-            return Ok((want, false));
-        }
         // Input: re-classify what was recorded.
-        let parsed = match (&p.actual, &p.raw) {
-            (Some(a), None) => {
-                if a.hash() != p.actual_hash {
-                    return fail(call, "actual call's hash does not match its content");
-                }
-                proposal::check(a.clone(), cx.manifest)
-            }
-            (actual, Some(raw)) => {
-                let complete = raw.len() as u64 == p.raw_len;
-                if complete
-                    && actual.is_none()
-                    && Digest::tagged(tag::PROPOSAL, &[raw.as_bytes()]) != p.actual_hash
-                {
-                    return fail(call, "raw proposal's hash does not match its content");
-                }
-                if let Some(a) = actual
-                    && a.hash() != p.actual_hash
-                {
-                    return fail(call, "actual call's hash does not match its content");
-                }
-                match complete.then(|| proposal::parse(raw.as_bytes(), cx.manifest)) {
-                    Some(Ok(_)) => {
-                        return fail(
-                            call,
-                            "recorded as malformed but the proposal is well formed",
-                        );
-                    }
-                    Some(Err(m)) if m.action != *actual => {
-                        return fail(call, "recorded action differs from the raw proposal");
-                    }
-                    Some(Err(m)) => Err(m),
-                    // A truncated proposal (over 4 KiB) cannot be re-parsed; its recorded
-                    // input failure can only block, never admit, an action.
-                    None => match got.get(1) {
-                        Some((
-                            _,
-                            c @ CheckPayload {
-                                detail: CheckDetail::Input { error: Some(_) },
-                                ..
-                            },
-                        )) => {
-                            want.push(c.clone());
-                            return Ok((want, false));
-                        }
-                        None if cut => return Ok((want, true)),
-                        _ => return fail(call, "truncated proposal without a failed input check"),
-                    },
-                }
-            }
-            (None, None) => {
-                return fail(
-                    call,
-                    "tool_call records neither an action nor a raw proposal",
-                );
-            }
-        };
-        let (action, entry) = match parsed {
-            Ok(ok) => ok,
-            Err(m) => {
-                want.push(CheckPayload {
-                    guard: GuardKind::Input,
-                    passed: false,
-                    detail: CheckDetail::Input {
-                        error: Some(m.error),
-                    },
+        let (proposal, truncated_cut) = match Input::reclassify(&p, cx.manifest) {
+            Ok(Some(input)) => (Proposal::recorded(p, input), false),
+            // A truncated proposal cannot be re-parsed: its recorded input failure can
+            // only block, never admit (the pipeline's input check is a failure with the
+            // recorded error, or with none if none was recorded: then it differs).
+            Ok(None) => {
+                let recorded = got.get(1).and_then(|(_, c)| match &c.detail {
+                    CheckDetail::Input { error: Some(e) } => Some(e.clone()),
+                    _ => None,
                 });
-                return Ok((want, false));
+                let pending = cut && got.get(1).is_none();
+                let error = recorded.unwrap_or_default();
+                (Proposal::recorded(p, Input::Malformed { error }), pending)
             }
+            Err(e) => return fail(call, e.to_string()),
         };
-        want.push(CheckPayload {
-            guard: GuardKind::Input,
-            passed: true,
-            detail: CheckDetail::Input { error: None },
-        });
-        let expected = st.plan.trajectory.get(st.pointer as usize);
-        let outputs = |k: u32| st.outputs.get(k as usize).cloned().flatten();
-        let tainted = dataflow::tainted(&st.tainted);
-        let view = mediated::AgentView {
-            expected,
-            outputs: &outputs,
-            tainted: &tainted,
-            prompt: &self.prompt,
+        let mut source = Recorded {
+            mode: cx.regulation,
+            models: cx.models,
+            call: call.seq,
+            got,
+            cut,
+            error: None,
+            flagged: 0,
+            warnings: Vec::new(),
         };
-        want.extend(mediated::checks(
-            entry,
-            &action,
-            &p.actual_hash,
-            &cx.apm.guards.syscall,
-            view,
-            &mut self.caches,
-        ));
-        if entry.annotations.discloses.is_some() && !cx.apm.guards.regulation.regulations.is_empty()
-        {
-            let Some((n, recorded)) = got.get(want.len()) else {
-                // Cut before it: the checks before it must still match (the caller
-                // compares them).
-                if cut {
-                    return Ok((want, true));
-                }
-                return fail(call, "regulation check missing");
-            };
-            let CheckDetail::Regulation {
-                verdict,
-                policies,
-                judge,
-                ..
-            } = &recorded.detail
-            else {
-                return fail(n, "regulation check expected");
-            };
-            if !matches!(
-                verdict.as_str(),
-                "compliant" | "non_compliant" | "not_applicable"
-            ) {
-                return fail(n, format!("unknown regulation verdict `{verdict}`"));
-            }
-            if verdict == "not_applicable" {
-                self.found.flagged += 1;
-            }
-            match cx.regulation {
-                RegulationReplay::NotConfigured => {
-                    if verdict != "not_applicable" || !policies.is_empty() {
-                        return fail(
-                            n,
-                            "regulation verdict without a policy set must be not_applicable",
-                        );
-                    }
-                    want.push(recorded.clone());
-                }
-                RegulationReplay::Unavailable => {
-                    self.found.warnings.push(format!(
-                        "node {}: regulation verdict taken as recorded (the APM's policy set is not the verifier's)",
-                        n.seq
-                    ));
-                    if recorded.passed != (verdict != "non_compliant") {
-                        return fail(n, "regulation check's result differs from its verdict");
-                    }
-                    want.push(recorded.clone());
-                }
-                RegulationReplay::Recompute(regulator) => {
-                    let judge = match judge.as_deref() {
-                        Some(j) => {
-                            let declared = cx.models.iter().any(|m| {
-                                m.role == "judge"
-                                    && m.name == j.model
-                                    && m.weights_hash == j.weights_hash
-                            });
-                            if !declared {
-                                return fail(
-                                    n,
-                                    format!(
-                                        "judge `{}` is not a declared judge model of the bundle",
-                                        j.model
-                                    ),
-                                );
-                            }
-                            let mut j = j.clone();
-                            j.agrees = None;
-                            Some(j)
-                        }
-                        None => None,
-                    };
-                    let seen = knox_regulation::flow::seen(cx.manifest, &st.labelled);
-                    let task = expected
-                        .map(|e| e.task)
-                        .or_else(|| st.plan.tasks.last().copied());
-                    let flow = regulator.flow(entry, &action, expected, task, &seen);
-                    want.push(regulator.check(flow, judge));
-                }
-            }
+        let mut eval = self
+            .guards
+            .evaluate(&st.state, proposal, clock, &mut source);
+        if let Some(e) = source.error {
+            return Err(e);
         }
-        Ok((want, false))
+        self.found.flagged += source.flagged;
+        self.found.warnings.append(&mut source.warnings);
+        if truncated_cut && eval.checks.len() > 1 {
+            // Only the stop check can be compared.
+            eval.checks.truncate(1);
+            eval.decision = Decision::Undecided;
+        }
+        let pending = matches!(eval.decision, Decision::Undecided);
+        Ok((eval, pending))
     }
 
     /// A denial the kernel layer (or the broker) recorded while an allowed call ran: it
@@ -837,7 +679,7 @@ impl<'a> Replayer<'a, '_> {
         let Some(st) = self.agents.get_mut(n.agent.as_str()) else {
             return fail(n, format!("agent `{}` is not in the APM", n.agent));
         };
-        let Some((call, _, _, _)) = st.awaiting else {
+        let Some(call) = st.awaiting.as_ref().map(|w| w.call) else {
             return fail(n, "blocked node without the checks it follows");
         };
         if n.parent != Some(call)
@@ -882,7 +724,13 @@ impl<'a> Replayer<'a, '_> {
         let Some(st) = self.agents.get_mut(n.agent.as_str()) else {
             return fail(n, format!("agent `{}` is not in the APM", n.agent));
         };
-        let Some((call, position, cost, external)) = st.awaiting else {
+        let Some(Awaiting {
+            call,
+            position,
+            cost,
+            ..
+        }) = st.awaiting
+        else {
             return fail(n, "tool_output without an allowed tool_call awaiting it");
         };
         if n.parent != Some(call)
@@ -902,24 +750,119 @@ impl<'a> Replayer<'a, '_> {
                 format!("cost {} differs from the tool's cost {cost}", p.cost),
             );
         }
-        if external {
-            st.tainted.push((n.seq, p.output.clone()));
-        }
-        if matches!(self.cx.regulation, RegulationReplay::Recompute(_)) {
-            st.labelled.push((
-                n.seq,
-                position,
-                std::mem::take(&mut st.awaiting_tool),
-                p.output.clone(),
-            ));
-        }
-        if let Some(slot) = st.outputs.get_mut(position as usize) {
-            *slot = Some(p.output);
-        }
-        st.spent = st.spent.saturating_add(cost);
+        let tool = st.awaiting.take().map(|w| w.tool).unwrap_or_default();
+        let out = RecordedOutput {
+            node: n.seq,
+            position,
+            tool,
+            cost,
+            output: p.output,
+        };
+        let labels = matches!(self.cx.regulation, RegulationReplay::Recompute(_));
+        st.state.record_output(self.cx.manifest, out, labels);
         st.cursor = n.seq;
-        st.awaiting = None;
         Ok(())
+    }
+}
+
+/// The verifier's regulation source: the recorded check at the pipeline's index,
+/// validated, and recomputed when the verifier has the APM's policy set (with the
+/// recorded judge opinion, if its model is a declared judge).
+struct Recorded<'r, 'n> {
+    mode: &'r RegulationReplay<'n>,
+    models: &'r [ModelInfo],
+    /// The `tool_call` node.
+    call: u64,
+    got: &'r [(&'r Node, CheckPayload)],
+    cut: bool,
+    /// The first problem found with the recorded check.
+    error: Option<Fail>,
+    flagged: u64,
+    warnings: Vec<String>,
+}
+
+impl Recorded<'_, '_> {
+    fn refuse(&mut self, node: u64, why: impl Into<String>) -> Option<CheckPayload> {
+        self.error = Some((Some(node), why.into()));
+        None
+    }
+}
+
+impl RegulationSource for Recorded<'_, '_> {
+    fn check(&mut self, d: &Disclosure<'_>) -> Option<CheckPayload> {
+        let Some((n, recorded)) = self.got.get(d.index) else {
+            // Cut before it: the checks before it must still match (the caller
+            // compares them).
+            if self.cut {
+                return None;
+            }
+            return self.refuse(self.call, "regulation check missing");
+        };
+        let CheckDetail::Regulation {
+            verdict,
+            policies,
+            judge,
+            ..
+        } = &recorded.detail
+        else {
+            return self.refuse(n.seq, "regulation check expected");
+        };
+        if !matches!(
+            verdict.as_str(),
+            "compliant" | "non_compliant" | "not_applicable"
+        ) {
+            return self.refuse(n.seq, format!("unknown regulation verdict `{verdict}`"));
+        }
+        if verdict == "not_applicable" {
+            self.flagged += 1;
+        }
+        match self.mode {
+            RegulationReplay::NotConfigured => {
+                if verdict != "not_applicable" || !policies.is_empty() {
+                    return self.refuse(
+                        n.seq,
+                        "regulation verdict without a policy set must be not_applicable",
+                    );
+                }
+                Some(recorded.clone())
+            }
+            RegulationReplay::Unavailable => {
+                self.warnings.push(format!(
+                    "node {}: regulation verdict taken as recorded (the APM's policy set is not the verifier's)",
+                    n.seq
+                ));
+                if recorded.passed != (verdict != "non_compliant") {
+                    return self
+                        .refuse(n.seq, "regulation check's result differs from its verdict");
+                }
+                Some(recorded.clone())
+            }
+            RegulationReplay::Recompute(regulator) => {
+                let judge = match judge.as_deref() {
+                    Some(j) => {
+                        let declared = self.models.iter().any(|m| {
+                            m.role == "judge"
+                                && m.name == j.model
+                                && m.weights_hash == j.weights_hash
+                        });
+                        if !declared {
+                            return self.refuse(
+                                n.seq,
+                                format!(
+                                    "judge `{}` is not a declared judge model of the bundle",
+                                    j.model
+                                ),
+                            );
+                        }
+                        let mut j = j.clone();
+                        j.agrees = None;
+                        Some(j)
+                    }
+                    None => None,
+                };
+                Some(regulator.check(d.flow(regulator), judge))
+            }
+        }
     }
 }
 

@@ -1,0 +1,608 @@
+#![doc = include_str!("../README.md")]
+
+use knox_policy::dataflow::Tainted;
+use knox_policy::mediated::{self, Caches};
+use knox_policy::proposal::{self, Malformed};
+use knox_policy::stop::{self, RunState};
+use knox_policy::{ToolEntry, ToolkitManifest};
+use knox_regulation::Regulator;
+use knox_regulation::flow::Seen;
+use knox_types::Action;
+use knox_types::apm::{Apm, ExpectedCall, StopCause};
+use knox_types::digest::{Digest, tag};
+use knox_types::payload::{
+    CheckDetail, CheckPayload, GuardKind, MAX_RECORDED_PROPOSAL, ToolCallPayload,
+};
+use knox_types::regulation::InfoFlow;
+use serde_json::Value;
+
+/// An output of a tool whose content others can write: the data-flow guard's taint.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaintedOutput {
+    /// Sequence number of the `tool_output` node.
+    pub node: u64,
+    /// The output.
+    pub output: Value,
+}
+
+/// An output of a tool whose results carry data labels, for the regulation guard.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LabelledOutput {
+    /// Sequence number of the `tool_output` node.
+    pub node: u64,
+    /// Trajectory position of the call that produced it.
+    pub position: u32,
+    /// The producing tool.
+    pub tool: String,
+    /// The output.
+    pub output: Value,
+}
+
+/// The output of an allowed call, as it is recorded into the agent's state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordedOutput {
+    /// Sequence number of the `tool_output` node.
+    pub node: u64,
+    /// Trajectory position of the call ([`Decision::Allow`]'s `position`).
+    pub position: u32,
+    /// The tool that ran.
+    pub tool: String,
+    /// Its cost ([`Decision::Allow`]'s `cost`).
+    pub cost: u64,
+    /// The output, as its canonical bytes read back.
+    pub output: Value,
+}
+
+/// What the guards know of one agent: the same for the monitor and the verifier.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AgentState {
+    /// Index of the agent's plan in the APM's agents.
+    pub plan: usize,
+    /// Trajectory pointer `j`.
+    pub pointer: u32,
+    /// Proposals made so far.
+    pub actions: u32,
+    /// Cost units spent on executed actions.
+    pub spent: u64,
+    /// Whether the stop guard fired: the agent proposes nothing more.
+    pub stopped: bool,
+    /// Output of each executed trajectory call, by position.
+    pub outputs: Vec<Option<Value>>,
+    /// Untrusted outputs received, in order.
+    pub tainted: Vec<TaintedOutput>,
+    /// Labelled outputs received, in order.
+    pub labelled: Vec<LabelledOutput>,
+}
+
+impl AgentState {
+    /// The state of agent `plan` of `apm` before its first proposal.
+    pub fn new(apm: &Apm, plan: usize) -> Self {
+        let len = apm.agents.get(plan).map_or(0, |p| p.trajectory.len());
+        Self {
+            plan,
+            outputs: vec![None; len],
+            ..Self::default()
+        }
+    }
+
+    /// Applies the state change of one evaluated proposal.
+    pub fn apply(&mut self, change: StateChange) {
+        if !change.counted {
+            return;
+        }
+        self.actions = self.actions.saturating_add(1);
+        if change.advances {
+            self.pointer = self.pointer.saturating_add(1);
+        }
+        if change.stops {
+            self.stopped = true;
+        }
+    }
+
+    /// Records what an allowed call returned: its output at its position, its cost, and
+    /// the output as taint (a tool others can write to) and — when `labels`, that is when
+    /// a policy set decides the regulation checks — as labelled data (a tool whose
+    /// results carry information types).
+    pub fn record_output(&mut self, manifest: &ToolkitManifest, out: RecordedOutput, labels: bool) {
+        let RecordedOutput {
+            node,
+            position,
+            tool,
+            cost,
+            output,
+        } = out;
+        let entry = manifest.tool(&tool);
+        self.spent = self.spent.saturating_add(cost);
+        if entry.is_some_and(ToolEntry::returns_external) {
+            self.tainted.push(TaintedOutput {
+                node,
+                output: output.clone(),
+            });
+        }
+        let labelled = labels
+            && entry
+                .and_then(|t| t.annotations.returns.as_ref())
+                .is_some_and(|r| !r.info_types.is_empty());
+        if labelled {
+            self.labelled.push(LabelledOutput {
+                node,
+                position,
+                tool,
+                output: output.clone(),
+            });
+        }
+        if let Some(slot) = self.outputs.get_mut(position as usize) {
+            *slot = Some(output);
+        }
+    }
+}
+
+/// The stop guard's view of time and the external signal.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Clock {
+    /// Milliseconds since the run started.
+    pub elapsed_ms: u64,
+    /// Whether an external stop signal is present (only if the APM watches one).
+    pub signal: bool,
+}
+
+/// What the input guard found.
+#[derive(Clone, Debug)]
+pub enum Input<'m> {
+    /// A well-formed call of a known tool.
+    WellFormed {
+        /// The action.
+        action: Action,
+        /// Its tool.
+        entry: &'m ToolEntry,
+    },
+    /// Not a well-formed call of a known tool.
+    Malformed {
+        /// Why.
+        error: String,
+    },
+}
+
+/// A proposal, classified: what its `tool_call` records of it and what the input guard
+/// decides.
+#[derive(Clone, Debug)]
+pub struct Proposal<'m> {
+    /// The parsed action, when it parsed that far.
+    pub actual: Option<Action>,
+    /// `H(α)` for a parsed action, `H("knox/proposal", raw bytes)` otherwise.
+    pub actual_hash: Digest,
+    /// The raw proposal's recorded prefix, when it is malformed.
+    pub raw: Option<String>,
+    /// Size in bytes of the raw proposal.
+    pub raw_len: u64,
+    /// The input guard's finding.
+    pub input: Input<'m>,
+}
+
+/// Why a recorded `tool_call`'s proposal does not re-classify as recorded.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Misrecorded {
+    /// The recorded action does not hash to the recorded hash.
+    #[error("actual call's hash does not match its content")]
+    ActionHash,
+    /// The recorded raw proposal does not hash to the recorded hash.
+    #[error("raw proposal's hash does not match its content")]
+    RawHash,
+    /// Recorded as malformed, but it parses.
+    #[error("recorded as malformed but the proposal is well formed")]
+    WellFormed,
+    /// The recorded action is not what the raw proposal parses to.
+    #[error("recorded action differs from the raw proposal")]
+    ActionDiffers,
+    /// Nothing to classify.
+    #[error("tool_call records neither an action nor a raw proposal")]
+    Empty,
+}
+
+impl<'m> Proposal<'m> {
+    /// Classifies the raw bytes an executor proposed (the monitor).
+    pub fn classify(raw: &[u8], manifest: &'m ToolkitManifest) -> Self {
+        let parsed = proposal::parse(raw, manifest);
+        let (actual, actual_hash) = match &parsed {
+            Ok((a, _))
+            | Err(Malformed {
+                action: Some(a), ..
+            }) => (Some(a.clone()), a.hash()),
+            Err(_) => (None, Digest::tagged(tag::PROPOSAL, &[raw])),
+        };
+        let raw_len = raw.len() as u64;
+        match parsed {
+            Ok((action, entry)) => Self {
+                actual,
+                actual_hash,
+                raw: None,
+                raw_len,
+                input: Input::WellFormed { action, entry },
+            },
+            Err(m) => Self {
+                actual,
+                actual_hash,
+                raw: Some(lossy_prefix(raw)),
+                raw_len,
+                input: Input::Malformed { error: m.error },
+            },
+        }
+    }
+
+    /// The proposal `p` records, with the input guard's finding `input` (from
+    /// [`Input::reclassify`], or for a truncated proposal the recorded input failure).
+    pub fn recorded(p: ToolCallPayload, input: Input<'m>) -> Self {
+        Self {
+            actual: p.actual,
+            actual_hash: p.actual_hash,
+            raw: p.raw,
+            raw_len: p.raw_len,
+            input,
+        }
+    }
+}
+
+impl<'m> Input<'m> {
+    /// Re-classifies the proposal a `tool_call` recorded (the verifier), with the same
+    /// code the monitor classified it with. `Ok(None)`: the raw proposal was recorded
+    /// truncated (over [`MAX_RECORDED_PROPOSAL`] bytes) and cannot be re-parsed; its
+    /// recorded input failure is all there is (it can only block, never admit).
+    pub fn reclassify(
+        p: &ToolCallPayload,
+        manifest: &'m ToolkitManifest,
+    ) -> Result<Option<Self>, Misrecorded> {
+        let input = match (&p.actual, &p.raw) {
+            (Some(a), None) => {
+                if a.hash() != p.actual_hash {
+                    return Err(Misrecorded::ActionHash);
+                }
+                match proposal::check(a.clone(), manifest) {
+                    Ok((action, entry)) => Input::WellFormed { action, entry },
+                    Err(m) => Input::Malformed { error: m.error },
+                }
+            }
+            (actual, Some(raw)) => {
+                let complete = raw.len() as u64 == p.raw_len;
+                if complete
+                    && actual.is_none()
+                    && Digest::tagged(tag::PROPOSAL, &[raw.as_bytes()]) != p.actual_hash
+                {
+                    return Err(Misrecorded::RawHash);
+                }
+                if let Some(a) = actual
+                    && a.hash() != p.actual_hash
+                {
+                    return Err(Misrecorded::ActionHash);
+                }
+                match complete.then(|| proposal::parse(raw.as_bytes(), manifest)) {
+                    Some(Ok(_)) => return Err(Misrecorded::WellFormed),
+                    Some(Err(m)) if m.action != *actual => return Err(Misrecorded::ActionDiffers),
+                    Some(Err(m)) => Input::Malformed { error: m.error },
+                    None => return Ok(None),
+                }
+            }
+            (None, None) => return Err(Misrecorded::Empty),
+        };
+        Ok(Some(input))
+    }
+}
+
+/// A disclosing call under regulations in force: what its regulation check is about.
+#[derive(Debug)]
+pub struct Disclosure<'x> {
+    /// The disclosing tool.
+    pub entry: &'x ToolEntry,
+    /// The action.
+    pub action: &'x Action,
+    /// `e_j`, when the trajectory has one at the pointer.
+    pub expected: Option<&'x ExpectedCall>,
+    /// The task the action belongs to (the expected call's, or the agent's last).
+    pub task: Option<u32>,
+    /// The labelled outputs the agent received before it.
+    pub seen: &'x [Seen<'x>],
+    /// How many checks precede the regulation check (its index among the call's checks).
+    pub index: usize,
+}
+
+impl Disclosure<'_> {
+    /// `φ` of the disclosure, as `regulator` derives it.
+    pub fn flow(&self, regulator: &Regulator<'_>) -> Option<InfoFlow> {
+        regulator.flow(self.entry, self.action, self.expected, self.task, self.seen)
+    }
+}
+
+/// Where the regulation check of a disclosure comes from: the one guard input the
+/// monitor and the verifier do not share (the monitor decides, asking its judge; the
+/// verifier recomputes with the recorded opinion, or takes what was recorded when it
+/// cannot recompute).
+pub trait RegulationSource {
+    /// The regulation check of `d`; `None` when there is none to have (a journal cut
+    /// before it): the evaluation is then [`Decision::Undecided`].
+    fn check(&mut self, d: &Disclosure<'_>) -> Option<CheckPayload>;
+}
+
+/// The pipeline's decision on one proposal.
+#[derive(Clone, Debug)]
+pub enum Decision<'m> {
+    /// Every guard passed.
+    Allow {
+        /// Trajectory position of the call.
+        position: u32,
+        /// The tool's cost.
+        cost: u64,
+        /// The action.
+        action: Action,
+        /// Its tool.
+        entry: &'m ToolEntry,
+    },
+    /// A guard failed: not executed.
+    Block {
+        /// The first guard that failed.
+        guard: GuardKind,
+        /// Why, as the `block_reason` records it.
+        reason: String,
+        /// Whether the trajectory pointer moves on: the call matched its expected call
+        /// and a later guard refused it (that step of the plan was attempted).
+        advances: bool,
+    },
+    /// The stop guard fired: the agent stops.
+    Interrupt {
+        /// What fired.
+        cause: StopCause,
+    },
+    /// The regulation check could not be had ([`RegulationSource::check`] gave none):
+    /// `checks` holds those evaluated before it, and the state does not change.
+    Undecided,
+}
+
+impl Decision<'_> {
+    /// The `block_reason` the `tool_call` records (`None` when allowed or undecided).
+    pub fn block_reason(&self) -> Option<String> {
+        match self {
+            Self::Allow { .. } | Self::Undecided => None,
+            Self::Block { reason, .. } => Some(reason.clone()),
+            Self::Interrupt { cause } => Some(format!("interrupted: {}", cause.as_str())),
+        }
+    }
+}
+
+/// How one evaluated proposal changes the agent's state ([`AgentState::apply`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StateChange {
+    /// The proposal counts (every decided proposal does).
+    pub counted: bool,
+    /// The trajectory pointer moves on.
+    pub advances: bool,
+    /// The agent stops.
+    pub stops: bool,
+}
+
+/// The guards' evaluation of one proposal.
+#[derive(Clone, Debug)]
+pub struct Evaluation<'m> {
+    /// The `tool_call` payload.
+    pub call: ToolCallPayload,
+    /// One `check` per guard evaluated, in order.
+    pub checks: Vec<CheckPayload>,
+    /// The decision.
+    pub decision: Decision<'m>,
+}
+
+impl Evaluation<'_> {
+    /// The state change this evaluation makes.
+    pub fn change(&self) -> StateChange {
+        match &self.decision {
+            Decision::Allow { .. } => StateChange {
+                counted: true,
+                advances: true,
+                stops: false,
+            },
+            Decision::Block { advances, .. } => StateChange {
+                counted: true,
+                advances: *advances,
+                stops: false,
+            },
+            Decision::Interrupt { .. } => StateChange {
+                counted: true,
+                advances: false,
+                stops: true,
+            },
+            Decision::Undecided => StateChange::default(),
+        }
+    }
+}
+
+/// The guards of one run: the APM, the manifest, and per-run memos.
+#[derive(Debug)]
+pub struct Pipeline<'a> {
+    apm: &'a Apm,
+    manifest: &'a ToolkitManifest,
+    /// The prompt's task instructions (the data-flow guard's authorized values).
+    prompt: Vec<&'a str>,
+    caches: Caches,
+}
+
+impl<'a> Pipeline<'a> {
+    /// The guards of a run under `apm`, derived from `manifest`.
+    pub fn new(apm: &'a Apm, manifest: &'a ToolkitManifest) -> Self {
+        Self {
+            apm,
+            manifest,
+            prompt: apm.tasks.iter().map(|t| t.instruction.as_str()).collect(),
+            caches: Caches::default(),
+        }
+    }
+
+    /// The APM.
+    pub fn apm(&self) -> &'a Apm {
+        self.apm
+    }
+
+    /// The toolkit manifest.
+    pub fn manifest(&self) -> &'a ToolkitManifest {
+        self.manifest
+    }
+
+    /// Evaluates the guards on `proposal` by the agent in state `st`, in order: stop
+    /// (with `clock`), input, trajectory, mediated system call, data flow, and — for a
+    /// disclosing tool when regulations are in force — regulation (from `regulation`).
+    /// Evaluation stops at a fired stop guard or a failed input guard; the first failing
+    /// check decides the block. Nothing is changed: apply [`Evaluation::change`].
+    pub fn evaluate(
+        &mut self,
+        st: &AgentState,
+        proposal: Proposal<'a>,
+        clock: Clock,
+        regulation: &mut dyn RegulationSource,
+    ) -> Evaluation<'a> {
+        let plan = self.apm.agents.get(st.plan);
+        let expected = plan.and_then(|p| p.trajectory.get(st.pointer as usize));
+        let Proposal {
+            actual,
+            actual_hash,
+            raw,
+            raw_len,
+            input,
+        } = proposal;
+        let call = ToolCallPayload {
+            ordinal: st.actions,
+            position: st.pointer,
+            expected: expected.cloned(),
+            actual,
+            actual_hash,
+            raw,
+            raw_len,
+        };
+        let state = RunState {
+            actions: st.actions,
+            spent: st.spent,
+            elapsed_ms: clock.elapsed_ms,
+            signal: clock.signal,
+        };
+        let cause = stop::evaluate(&self.apm.guards.stop, &state);
+        let mut checks = vec![CheckPayload {
+            guard: GuardKind::Stop,
+            passed: cause.is_none(),
+            detail: CheckDetail::Stop {
+                actions: state.actions,
+                spent: state.spent,
+                elapsed_ms: state.elapsed_ms,
+                signal: state.signal,
+                cause,
+            },
+        }];
+        let done = |call, checks, decision| Evaluation {
+            call,
+            checks,
+            decision,
+        };
+        if let Some(cause) = cause {
+            return done(call, checks, Decision::Interrupt { cause });
+        }
+        let (action, entry) = match input {
+            Input::WellFormed { action, entry } => (action, entry),
+            Input::Malformed { error } => {
+                let reason = format!("malformed proposal: {error}");
+                checks.push(CheckPayload {
+                    guard: GuardKind::Input,
+                    passed: false,
+                    detail: CheckDetail::Input { error: Some(error) },
+                });
+                let decision = Decision::Block {
+                    guard: GuardKind::Input,
+                    reason,
+                    advances: false,
+                };
+                return done(call, checks, decision);
+            }
+        };
+        checks.push(CheckPayload {
+            guard: GuardKind::Input,
+            passed: true,
+            detail: CheckDetail::Input { error: None },
+        });
+        let outputs = |k: u32| st.outputs.get(k as usize).cloned().flatten();
+        let tainted: Vec<Tainted<'_>> = st
+            .tainted
+            .iter()
+            .map(|t| Tainted {
+                node: t.node,
+                output: &t.output,
+            })
+            .collect();
+        let view = mediated::AgentView {
+            expected,
+            outputs: &outputs,
+            tainted: &tainted,
+            prompt: &self.prompt,
+        };
+        checks.extend(mediated::checks(
+            entry,
+            &action,
+            &call.actual_hash,
+            &self.apm.guards.syscall,
+            view,
+            &mut self.caches,
+        ));
+        if !self.apm.guards.regulation.regulations.is_empty()
+            && entry.annotations.discloses.is_some()
+        {
+            let seen: Vec<Seen<'_>> = st
+                .labelled
+                .iter()
+                .map(|l| Seen {
+                    node: l.node,
+                    position: l.position,
+                    labels: self
+                        .manifest
+                        .tool(&l.tool)
+                        .and_then(|t| t.annotations.returns.as_ref()),
+                    output: &l.output,
+                })
+                .collect();
+            let task = expected
+                .map(|e| e.task)
+                .or_else(|| plan.and_then(|p| p.tasks.last().copied()));
+            let d = Disclosure {
+                entry,
+                action: &action,
+                expected,
+                task,
+                seen: &seen,
+                index: checks.len(),
+            };
+            match regulation.check(&d) {
+                Some(c) => checks.push(c),
+                None => return done(call, checks, Decision::Undecided),
+            }
+        }
+        let failure = checks
+            .iter()
+            .find_map(|c| mediated::block_reason(c, st.pointer).map(|r| (c.guard, r)));
+        if let Some((guard, reason)) = failure {
+            let advances = expected.is_some()
+                && checks
+                    .iter()
+                    .any(|c| c.guard == GuardKind::Trajectory && c.passed);
+            let decision = Decision::Block {
+                guard,
+                reason,
+                advances,
+            };
+            return done(call, checks, decision);
+        }
+        let decision = Decision::Allow {
+            position: st.pointer,
+            cost: entry.needs.cost,
+            action,
+            entry,
+        };
+        done(call, checks, decision)
+    }
+}
+
+/// The first [`MAX_RECORDED_PROPOSAL`] bytes of a raw proposal, as text.
+fn lossy_prefix(raw: &[u8]) -> String {
+    let end = raw.len().min(MAX_RECORDED_PROPOSAL);
+    String::from_utf8_lossy(raw.get(..end).unwrap_or_default()).into_owned()
+}

@@ -1,0 +1,390 @@
+//! The pipeline's order, decisions, state changes and output recording, on the APM of
+//! the v1 evidence fixture (an MT-SA run over the embedded InjecAgent manifest).
+
+#![expect(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "tests"
+)]
+
+use knox_guards::{
+    AgentState, Clock, Decision, Disclosure, Input, Misrecorded, Pipeline, Proposal,
+    RecordedOutput, RegulationSource, StateChange,
+};
+use knox_policy::ToolkitManifest;
+use knox_types::apm::{Apm, ExpectedCall, StopCause};
+use knox_types::payload::{CheckDetail, CheckPayload, GuardKind};
+use serde_json::{Value, json};
+
+fn manifest() -> ToolkitManifest {
+    ToolkitManifest::from_sources(
+        knox_dataset::embedded::TOOLS_JSON,
+        knox_dataset::embedded::TOOLKIT_NEEDS,
+    )
+    .unwrap()
+}
+
+/// The fixture's APM: agent-0 plans `AmazonGetProductDetails` then
+/// `GoogleCalendarReadEvents`; Auth grants Amazon and GoogleCalendar.
+fn apm() -> Apm {
+    let b: Value = serde_json::from_str(include_str!(
+        "../../knox/tests/fixtures/evidence-v1/bundle.json"
+    ))
+    .unwrap();
+    serde_json::from_value(b["apm"].clone()).unwrap()
+}
+
+fn raw(e: &ExpectedCall) -> Vec<u8> {
+    serde_json::to_vec(&json!({"tool": e.tool, "params": e.params})).unwrap()
+}
+
+fn guards(checks: &[CheckPayload]) -> Vec<GuardKind> {
+    checks.iter().map(|c| c.guard).collect()
+}
+
+/// A regulation source that counts its questions and answers with `answer`.
+struct Fixed {
+    asked: Vec<usize>,
+    answer: Option<CheckPayload>,
+}
+
+impl RegulationSource for Fixed {
+    fn check(&mut self, d: &Disclosure<'_>) -> Option<CheckPayload> {
+        self.asked.push(d.index);
+        self.answer.clone()
+    }
+}
+
+fn never() -> Fixed {
+    Fixed {
+        asked: Vec::new(),
+        answer: None,
+    }
+}
+
+fn regulation(passed: bool) -> CheckPayload {
+    CheckPayload {
+        guard: GuardKind::Regulation,
+        passed,
+        detail: CheckDetail::Regulation {
+            verdict: if passed { "compliant" } else { "non_compliant" }.into(),
+            policies: if passed {
+                vec![]
+            } else {
+                vec!["gdpr-x".into()]
+            },
+            flow: None,
+            decisions: vec![],
+            judge: None,
+            note: None,
+        },
+    }
+}
+
+#[test]
+fn a_planned_call_passes_every_guard_in_order_and_moves_the_pointer() {
+    let (apm, m) = (apm(), manifest());
+    let mut p = Pipeline::new(&apm, &m);
+    let mut st = AgentState::new(&apm, 0);
+    assert_eq!(st.outputs.len(), 2);
+    let planned = &apm.agents[0].trajectory[0];
+    let e = p.evaluate(
+        &st,
+        Proposal::classify(&raw(planned), &m),
+        Clock::default(),
+        &mut never(),
+    );
+    assert_eq!(
+        guards(&e.checks),
+        [
+            GuardKind::Stop,
+            GuardKind::Input,
+            GuardKind::Trajectory,
+            GuardKind::Syscall
+        ]
+    );
+    assert!(e.checks.iter().all(|c| c.passed));
+    assert_eq!((e.call.ordinal, e.call.position), (0, 0));
+    assert_eq!(e.call.expected.as_ref(), Some(planned));
+    assert_eq!(e.call.raw, None);
+    let Decision::Allow { position, cost, .. } = &e.decision else {
+        panic!("{:?}", e.decision);
+    };
+    assert_eq!(
+        (*position, *cost),
+        (0, m.tool(&planned.tool).unwrap().needs.cost)
+    );
+    assert_eq!(e.decision.block_reason(), None);
+    st.apply(e.change());
+    assert_eq!((st.actions, st.pointer, st.stopped), (1, 1, false));
+}
+
+#[test]
+fn an_off_plan_call_is_blocked_by_the_trajectory_guard_without_moving_the_pointer() {
+    let (apm, m) = (apm(), manifest());
+    let mut p = Pipeline::new(&apm, &m);
+    let mut st = AgentState::new(&apm, 0);
+    // The plan's second call, proposed first.
+    let e = p.evaluate(
+        &st,
+        Proposal::classify(&raw(&apm.agents[0].trajectory[1]), &m),
+        Clock::default(),
+        &mut never(),
+    );
+    let Decision::Block {
+        guard,
+        reason,
+        advances,
+    } = &e.decision
+    else {
+        panic!("{:?}", e.decision);
+    };
+    assert_eq!((*guard, *advances), (GuardKind::Trajectory, false));
+    assert!(
+        reason.starts_with("off trajectory at position 0"),
+        "{reason}"
+    );
+    // Every guard after the failing one is still evaluated and recorded.
+    assert_eq!(e.checks.len(), 4);
+    st.apply(e.change());
+    assert_eq!((st.actions, st.pointer), (1, 0));
+}
+
+#[test]
+fn malformed_bytes_fail_the_input_guard_and_nothing_after_it_runs() {
+    let (apm, m) = (apm(), manifest());
+    let mut p = Pipeline::new(&apm, &m);
+    let st = AgentState::new(&apm, 0);
+    let e = p.evaluate(
+        &st,
+        Proposal::classify(b"\xff not json", &m),
+        Clock::default(),
+        &mut never(),
+    );
+    assert_eq!(guards(&e.checks), [GuardKind::Stop, GuardKind::Input]);
+    assert!(!e.checks[1].passed);
+    assert_eq!(e.call.raw_len, 10);
+    assert!(e.call.raw.is_some() && e.call.actual.is_none());
+    let reason = e.decision.block_reason().unwrap();
+    assert!(
+        reason.starts_with("malformed proposal: not a tool call"),
+        "{reason}"
+    );
+    assert_eq!(
+        e.change(),
+        StateChange {
+            counted: true,
+            advances: false,
+            stops: false
+        }
+    );
+}
+
+#[test]
+fn the_stop_guard_fires_first_on_the_given_clock_and_stops_the_agent() {
+    let (mut apm, m) = (apm(), manifest());
+    apm.guards.stop.timeout_ms = Some(100);
+    apm.guards.stop.max_actions = Some(1);
+    let mut p = Pipeline::new(&apm, &m);
+    let mut st = AgentState::new(&apm, 0);
+    let planned = raw(&apm.agents[0].trajectory[0]);
+    let late = Clock {
+        elapsed_ms: 100,
+        signal: false,
+    };
+    let e = p.evaluate(&st, Proposal::classify(&planned, &m), late, &mut never());
+    assert!(matches!(
+        e.decision,
+        Decision::Interrupt {
+            cause: StopCause::Timeout
+        }
+    ));
+    assert_eq!(guards(&e.checks), [GuardKind::Stop]);
+    assert_eq!(
+        e.decision.block_reason().as_deref(),
+        Some("interrupted: timeout")
+    );
+    // The signal outranks the timeout, but only when the APM watches one.
+    let signalled = Clock {
+        elapsed_ms: 100,
+        signal: true,
+    };
+    let e = p.evaluate(
+        &st,
+        Proposal::classify(&planned, &m),
+        signalled,
+        &mut never(),
+    );
+    assert!(matches!(
+        e.decision,
+        Decision::Interrupt {
+            cause: StopCause::Signal
+        }
+    ));
+    st.actions = 1;
+    let e = p.evaluate(
+        &st,
+        Proposal::classify(b"junk", &m),
+        Clock::default(),
+        &mut never(),
+    );
+    assert!(matches!(
+        e.decision,
+        Decision::Interrupt {
+            cause: StopCause::ActionCap
+        }
+    ));
+    st.apply(e.change());
+    assert!(st.stopped);
+    assert_eq!(st.actions, 2);
+}
+
+#[test]
+fn a_disclosure_asks_the_regulation_source_last_and_its_answer_decides() {
+    let (mut apm, m) = (apm(), manifest());
+    let disclose = ExpectedCall::exact(
+        0,
+        "GoogleCalendarCreateOrUpdateEvent",
+        json!({"event_name": "x", "attendees": ["a@example.com"]})
+            .as_object()
+            .cloned()
+            .unwrap(),
+    );
+    apm.agents[0].trajectory = vec![disclose.clone()];
+    let call = raw(&disclose);
+    let st = AgentState::new(&apm, 0);
+
+    // No regulations in force: not asked.
+    let mut p = Pipeline::new(&apm, &m);
+    let mut source = never();
+    let e = p.evaluate(
+        &st,
+        Proposal::classify(&call, &m),
+        Clock::default(),
+        &mut source,
+    );
+    assert!(source.asked.is_empty());
+    assert!(matches!(e.decision, Decision::Allow { .. }));
+
+    apm.guards.regulation.regulations = vec!["GDPR".into()];
+    let mut p = Pipeline::new(&apm, &m);
+    // No answer (a journal cut before the check): undecided, nothing changes.
+    let mut source = never();
+    let e = p.evaluate(
+        &st,
+        Proposal::classify(&call, &m),
+        Clock::default(),
+        &mut source,
+    );
+    assert!(matches!(e.decision, Decision::Undecided));
+    assert_eq!(source.asked, [e.checks.len()]);
+    assert_eq!(e.checks.last().unwrap().guard, GuardKind::DataFlow);
+    assert_eq!(e.change(), StateChange::default());
+
+    // A non-compliant answer blocks; the call matched its plan step, so it moves on.
+    let mut source = Fixed {
+        asked: Vec::new(),
+        answer: Some(regulation(false)),
+    };
+    let e = p.evaluate(
+        &st,
+        Proposal::classify(&call, &m),
+        Clock::default(),
+        &mut source,
+    );
+    let Decision::Block {
+        guard, advances, ..
+    } = e.decision
+    else {
+        panic!("{:?}", e.decision);
+    };
+    assert_eq!((guard, advances), (GuardKind::Regulation, true));
+    assert_eq!(e.checks.last().unwrap(), &regulation(false));
+    assert_eq!(
+        e.change(),
+        StateChange {
+            counted: true,
+            advances: true,
+            stops: false
+        }
+    );
+}
+
+#[test]
+fn outputs_are_recorded_as_taint_and_as_labelled_data_only_when_asked() {
+    let (apm, m) = (apm(), manifest());
+    let mut st = AgentState::new(&apm, 0);
+    let out = |node, position, tool: &str| RecordedOutput {
+        node,
+        position,
+        tool: tool.into(),
+        cost: 2,
+        output: json!({"product": "B08KFQ9HK5"}),
+    };
+    // External content with labels, no policy set deciding: taint only.
+    st.record_output(&m, out(7, 0, "AmazonGetProductDetails"), false);
+    assert_eq!(st.spent, 2);
+    assert_eq!(st.outputs[0], Some(json!({"product": "B08KFQ9HK5"})));
+    assert_eq!(st.tainted.len(), 1);
+    assert_eq!(st.tainted[0].node, 7);
+    assert!(st.labelled.is_empty());
+    // With a policy set deciding: labelled too.
+    st.record_output(&m, out(9, 1, "AmazonGetProductDetails"), true);
+    assert_eq!(st.labelled.len(), 1);
+    assert_eq!((st.labelled[0].node, st.labelled[0].position), (9, 1));
+    // A user-sourced tool is not taint; a position past the plan records no slot.
+    st.record_output(&m, out(11, 5, "AmazonViewCart"), true);
+    assert_eq!(st.tainted.len(), 2);
+    assert_eq!(st.labelled.len(), 2);
+    assert_eq!(st.spent, 6);
+    assert_eq!(st.outputs.len(), 2);
+}
+
+#[test]
+fn what_the_monitor_recorded_reclassifies_to_the_same_input_and_changes_are_named() {
+    let (apm, m) = (apm(), manifest());
+    let mut p = Pipeline::new(&apm, &m);
+    let st = AgentState::new(&apm, 0);
+    let mut record = |bytes: &[u8]| {
+        p.evaluate(
+            &st,
+            Proposal::classify(bytes, &m),
+            Clock::default(),
+            &mut never(),
+        )
+        .call
+    };
+    let well = record(&raw(&apm.agents[0].trajectory[0]));
+    assert!(matches!(
+        Input::reclassify(&well, &m).unwrap().unwrap(),
+        Input::WellFormed { .. }
+    ));
+    let bad = record(br#"{"tool":"NoSuchTool","params":{}}"#);
+    assert!(matches!(
+        Input::reclassify(&bad, &m).unwrap().unwrap(),
+        Input::Malformed { error } if error == "unknown tool `NoSuchTool`"
+    ));
+    let big = record(&vec![b'x'; 5000]);
+    assert!(Input::reclassify(&big, &m).unwrap().is_none());
+
+    let mut t = well.clone();
+    t.actual.as_mut().unwrap().tool.push('x');
+    assert_eq!(
+        Input::reclassify(&t, &m).unwrap_err(),
+        Misrecorded::ActionHash
+    );
+    let mut t = bad.clone();
+    t.actual = None;
+    assert_eq!(Input::reclassify(&t, &m).unwrap_err(), Misrecorded::RawHash);
+    let mut t = bad.clone();
+    t.raw = Some(String::from_utf8(raw(&apm.agents[0].trajectory[0])).unwrap());
+    t.raw_len = t.raw.as_ref().unwrap().len() as u64;
+    assert_eq!(
+        Input::reclassify(&t, &m).unwrap_err(),
+        Misrecorded::WellFormed
+    );
+    let mut t = well;
+    t.actual = None;
+    assert_eq!(Input::reclassify(&t, &m).unwrap_err(), Misrecorded::Empty);
+}

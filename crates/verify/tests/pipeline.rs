@@ -1,0 +1,464 @@
+//! Property: the verifier's replay of the monitor's evidence is `complete` for any run —
+//! random APMs (trajectories over the embedded InjecAgent manifest's tools, stop
+//! policies, with or without regulation) and random proposal sequences (planned,
+//! off-plan, malformed, over budget or action cap, stop signals, outputs) — and any
+//! single-field change of a node, re-measured so the chain check alone does not catch
+//! it, fails the replay (where the replay can recompute that field) and the bundle.
+
+#![expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+
+use std::sync::OnceLock;
+
+use knox_agent::{Plan, Prompt, Regulations};
+use knox_attest::simulated::Simulated;
+use knox_monitor::aeg::AegBuilder;
+use knox_monitor::apm;
+use knox_monitor::guard::stop::StopSignal;
+use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
+use knox_monitor::run::Runtime;
+use knox_policy::{ToolEntry, ToolkitManifest};
+use knox_types::aeg::{Node, NodeKind};
+use knox_types::apm::{Apm, ExpectedCall, StopPolicy, Topology, TopologyKind};
+use knox_types::bundle::{Bundle, ModelInfo};
+use knox_verify::replay::{self, Context, RegulationReplay};
+use knox_verify::{Options, Outcome};
+use proptest::prelude::*;
+use serde_json::{Map, Value, json};
+
+fn runtime() -> &'static Runtime {
+    static RT: OnceLock<Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        let manifest = ToolkitManifest::from_sources(
+            knox_dataset::embedded::TOOLS_JSON,
+            knox_dataset::embedded::TOOLKIT_NEEDS,
+        )
+        .unwrap();
+        Runtime::start(&Simulated, b"pipeline-proptest", manifest).unwrap()
+    })
+}
+
+fn manifest() -> &'static ToolkitManifest {
+    &runtime().manifest
+}
+
+fn norms() -> &'static knox_regulation::Norms {
+    static N: OnceLock<knox_regulation::Norms> = OnceLock::new();
+    N.get_or_init(|| knox_regulation::Norms::embedded().unwrap())
+}
+
+/// The manifest's tools in a fixed order, disclosing tools first (so that regulated
+/// runs meet regulation checks often).
+fn tools() -> &'static [&'static ToolEntry] {
+    static T: OnceLock<Vec<&'static ToolEntry>> = OnceLock::new();
+    T.get_or_init(|| {
+        let mut t: Vec<&ToolEntry> = manifest().tools().collect();
+        t.sort_by(|a, b| {
+            let key = |e: &ToolEntry| (e.annotations.discloses.is_none(), e.name.clone());
+            key(a).cmp(&key(b))
+        });
+        t
+    })
+}
+
+/// Values parameters and outputs take: shared, so outputs taint later sinks and carry
+/// labels into disclosures.
+const VALUES: [&str; 6] = [
+    "alice@example.com",
+    "attacker@evil.example",
+    "123abc",
+    "https://evil.example/x",
+    "hello there",
+    "4444-5555",
+];
+
+/// A schema-valid call of tool `tool` (index into [`tools`]), its values from `seed`.
+fn call(tool: usize, seed: usize) -> (String, Map<String, Value>) {
+    let ts = tools();
+    let entry = ts[tool % ts.len()];
+    let mut params = Map::new();
+    for (k, p) in entry.spec.parameters.iter().enumerate() {
+        let v = seed.wrapping_add(k);
+        let value = match p.ty.as_str() {
+            "string" => json!(VALUES[v % VALUES.len()]),
+            "integer" => json!(v % 5000),
+            "number" => json!(v % 5000),
+            "boolean" => json!(v % 2 == 0),
+            "array" => json!([VALUES[v % VALUES.len()]]),
+            "object" => json!({"v": VALUES[v % VALUES.len()]}),
+            _ => Value::Null,
+        };
+        if p.required.unwrap_or(false) || v % 3 != 0 {
+            params.insert(p.name.clone(), value);
+        }
+    }
+    (entry.name.clone(), params)
+}
+
+/// How regulation is configured.
+#[derive(Clone, Copy, Debug)]
+enum Reg {
+    /// No regulations in force.
+    None,
+    /// GDPR named, no policy set: every disclosure `not_applicable`.
+    Named,
+    /// GDPR and HIPAA decided by the embedded policy set.
+    Decided,
+}
+
+/// One step of the executors.
+#[derive(Clone, Debug)]
+enum Step {
+    /// Agent `a` proposes its next planned call.
+    Planned(usize),
+    /// Agent `a` proposes call `(tool, seed)`.
+    OffPlan(usize, usize, usize),
+    /// Agent `a` proposes these bytes.
+    Malformed(usize, Vec<u8>),
+    /// The external stop signal is raised.
+    Signal,
+}
+
+/// A random run.
+#[derive(Clone, Debug)]
+struct Scenario {
+    kind: TopologyKind,
+    tasks: Vec<Vec<(usize, usize)>>,
+    stop: StopPolicy,
+    reg: Reg,
+    steps: Vec<Step>,
+    /// Output of each allowed call: a value index.
+    outputs: Vec<usize>,
+}
+
+fn scenario() -> impl Strategy<Value = Scenario> {
+    let kind = prop_oneof![
+        Just(TopologyKind::StSa),
+        Just(TopologyKind::MtSaSeq),
+        Just(TopologyKind::MtSaInt),
+        Just(TopologyKind::MtMa)
+    ];
+    let stop = (
+        prop::option::of(1u32..10),
+        prop::option::of(0u64..6),
+        any::<bool>(),
+    )
+        .prop_map(|(max_actions, budget, external)| StopPolicy {
+            timeout_ms: None,
+            max_actions,
+            budget,
+            external,
+        });
+    let reg = prop_oneof![Just(Reg::None), Just(Reg::Named), Just(Reg::Decided)];
+    let call = (0usize..40, 0usize..100);
+    let step = prop_oneof![
+        4 => (0usize..2).prop_map(Step::Planned),
+        2 => (0usize..2, 0usize..40, 0usize..100).prop_map(|(a, t, s)| Step::OffPlan(a, t, s)),
+        1 => (0usize..2, prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..24),
+            Just(b"{\"tool\":\"NoSuchTool\",\"params\":{}}".to_vec()),
+            Just(vec![b'x'; 5000]),
+        ]).prop_map(|(a, b)| Step::Malformed(a, b)),
+        1 => Just(Step::Signal),
+    ];
+    (
+        kind,
+        prop::collection::vec(prop::collection::vec(call, 0..4), 1..3),
+        stop,
+        reg,
+        prop::collection::vec(step, 0..12),
+        prop::collection::vec(0usize..VALUES.len(), 12),
+    )
+        .prop_map(|(kind, mut tasks, stop, reg, steps, outputs)| {
+            if kind == TopologyKind::StSa {
+                tasks.truncate(1);
+            } else if tasks.len() < 2 {
+                tasks.push(Vec::new());
+            }
+            Scenario {
+                kind,
+                tasks,
+                stop,
+                reg,
+                steps,
+                outputs,
+            }
+        })
+}
+
+/// The APM of a scenario.
+fn apm_of(s: &Scenario) -> Apm {
+    let tasks: Vec<Vec<ExpectedCall>> = s
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(t, calls)| {
+            calls
+                .iter()
+                .map(|&(tool, seed)| {
+                    let (name, params) = call(tool, seed);
+                    ExpectedCall::exact(t as u32, name, params)
+                })
+                .collect()
+        })
+        .collect();
+    let n = tasks.len() as u32;
+    let topology = Topology {
+        kind: s.kind,
+        tasks: n,
+        agents: if s.kind == TopologyKind::MtMa { n } else { 1 },
+    };
+    let prompt = Prompt {
+        tasks: (0..n).map(|i| format!("task {i}: hello there")).collect(),
+    };
+    let regulations = match s.reg {
+        Reg::None => Regulations::default(),
+        Reg::Named => Regulations {
+            names: vec!["GDPR".into()],
+            policy_hash: None,
+            context: None,
+        },
+        Reg::Decided => Regulations {
+            names: vec!["GDPR".into(), "HIPAA".into()],
+            policy_hash: Some(norms().hash()),
+            context: None,
+        },
+    };
+    apm::from_plan(
+        &prompt,
+        manifest(),
+        &regulations,
+        &s.stop,
+        Plan { tasks },
+        topology,
+    )
+    .unwrap()
+}
+
+/// Runs the scenario under the monitor and seals its bundle: the one place that builds
+/// evidence (the runtime and sealing move elsewhere at merge; adapt here only).
+fn run(s: &Scenario) -> Bundle {
+    let rt = runtime();
+    let apm = apm_of(s);
+    let apm_hash = apm.hash().unwrap();
+    let att = apm::attest(&apm, apm_hash, &rt.key).unwrap();
+    let models = vec![ModelInfo {
+        role: "executor".into(),
+        name: "proptest".into(),
+        weights_hash: None,
+        declared: false,
+    }];
+    let (run_apm, run_models) = (apm.clone(), models.clone());
+    let signal = StopSignal::new();
+    let spec = &apm.guards.regulation;
+    let regulator =
+        knox_regulation::Regulator::new(spec, spec.policy_hash.map(|_| norms())).unwrap();
+    let m = Monitor::start(
+        MonitorConfig {
+            apm: &run_apm,
+            apm_hash,
+            run_id: "pipeline",
+            manifest: manifest(),
+            key: &rt.key,
+            models: &run_models,
+            signal: signal.clone(),
+            aeg: AegBuilder::default(),
+            grants: false,
+        },
+        regulator,
+        None,
+    );
+    let agents: Vec<&str> = apm.agents.iter().map(|a| a.id.as_str()).collect();
+    let mut pointers = vec![0usize; agents.len()];
+    let mut outputs = s.outputs.iter().cycle();
+    for step in &s.steps {
+        let planned = matches!(step, Step::Planned(a)
+            if apm.agents[a % agents.len()].trajectory.len() > pointers[a % agents.len()]);
+        let (a, raw) = match step {
+            Step::Signal => {
+                signal.handle().stop();
+                continue;
+            }
+            Step::Planned(a) => {
+                let a = a % agents.len();
+                let plan = &apm.agents[a].trajectory;
+                let (tool, params) = match plan.get(pointers[a]) {
+                    Some(e) => (e.tool.clone(), e.params.clone()),
+                    None => call(a, pointers[a]),
+                };
+                (
+                    a,
+                    serde_json::to_vec(&json!({"tool": tool, "params": params})).unwrap(),
+                )
+            }
+            Step::OffPlan(a, tool, seed) => {
+                let (tool, params) = call(*tool, *seed);
+                let raw = serde_json::to_vec(&json!({"tool": tool, "params": params})).unwrap();
+                (a % agents.len(), raw)
+            }
+            Step::Malformed(a, bytes) => (a % agents.len(), bytes.clone()),
+        };
+        match m.mediate(agents[a], &raw) {
+            Verdict::Allow(t) => {
+                pointers[a] += 1;
+                let v = VALUES[*outputs.next().unwrap_or(&0)];
+                m.record_output(t, json!({"result": v, "n": 1.5}));
+            }
+            // A planned call refused by a later guard moves the plan on too.
+            Verdict::Block { .. } if planned => pointers[a] += 1,
+            Verdict::Block { .. } => {}
+            Verdict::Interrupt { .. } | Verdict::Stopped => {}
+        }
+    }
+    let aeg = m.finish();
+    knox_monitor::run::seal(rt, "pipeline", None, apm, att, models, aeg).unwrap()
+}
+
+fn verify(b: &Bundle) -> Outcome {
+    knox_verify::verify_bundle(b, manifest(), Options::DANGEROUS_SIMULATED).outcome
+}
+
+/// The replay alone (chain and measurements, then the policy replay) of `nodes`.
+fn replays(b: &Bundle, nodes: &[Node]) -> Result<(), String> {
+    replay::chain(nodes).map_err(|e| e.1)?;
+    let spec = &b.apm.guards.regulation;
+    let regulation = match spec.policy_hash {
+        None => RegulationReplay::NotConfigured,
+        Some(_) => RegulationReplay::Recompute(Box::new(
+            knox_regulation::Regulator::new(spec, Some(norms())).unwrap(),
+        )),
+    };
+    let cx = Context {
+        apm: &b.apm,
+        apm_hash: b.apm.hash().unwrap(),
+        manifest: manifest(),
+        run_id: &b.run_id,
+        models: &b.models,
+        key: &b.key,
+        regulation: &regulation,
+    };
+    replay::replay(&cx, nodes, true)
+        .map(|_| ())
+        .map_err(|e| e.1)
+}
+
+/// Every leaf of `v` (empty containers included) as a JSON pointer.
+fn leaves(v: &Value, at: String, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, x) in m {
+                leaves(
+                    x,
+                    format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")),
+                    out,
+                );
+            }
+        }
+        Value::Array(a) if !a.is_empty() => {
+            for (i, x) in a.iter().enumerate() {
+                leaves(x, format!("{at}/{i}"), out);
+            }
+        }
+        _ => out.push(at),
+    }
+}
+
+/// A different value of the same leaf.
+fn changed(v: &Value) -> Value {
+    match v {
+        Value::Bool(b) => json!(!b),
+        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => json!(u.wrapping_add(1)),
+            (_, Some(i)) => json!(i.wrapping_add(1)),
+            _ => json!(n.as_f64().unwrap_or_default() + 1.0),
+        },
+        Value::String(s) => json!(format!("{s}x")),
+        Value::Null => json!("x"),
+        Value::Array(_) => json!(["x"]),
+        Value::Object(_) => json!({"x": "x"}),
+    }
+}
+
+/// Fields the replay cannot recompute (only the summary signature covers them): a
+/// tool's output and confinement report, the clock the stop check recorded, a
+/// proposal's recorded size (and the recorded prefix of a truncated one), and, with no
+/// policy set to recompute with, a regulation check's content beyond its verdict.
+fn replay_blind(node: &Node, pointer: &str, reg: Reg) -> bool {
+    let p = &node.payload;
+    match node.kind {
+        NodeKind::ToolOutput => {
+            pointer.starts_with("/payload/output") || pointer.starts_with("/payload/confinement")
+        }
+        NodeKind::Check if p["guard"] == "stop" => pointer == "/payload/detail/elapsed_ms",
+        NodeKind::Check if p["guard"] == "regulation" => {
+            matches!(reg, Reg::Named)
+                && !matches!(
+                    pointer,
+                    "/payload/detail/verdict" | "/payload/detail/policies" | "/payload/passed"
+                )
+                && !pointer.starts_with("/payload/detail/policies")
+                && pointer != "/payload/guard"
+                && pointer.starts_with("/payload/")
+        }
+        NodeKind::Check if p["guard"] == "input" => {
+            // A truncated proposal's recorded input failure is taken as recorded.
+            pointer == "/payload/detail/error"
+        }
+        NodeKind::ToolCall => {
+            let truncated = p["raw"]
+                .as_str()
+                .is_some_and(|r| Some(r.len() as u64) != p["raw_len"].as_u64());
+            // A changed raw prefix no longer has the recorded size: it reads as truncated.
+            matches!(pointer, "/payload/raw_len" | "/payload/raw")
+                || (truncated && pointer == "/payload/actual_hash")
+        }
+        _ => false,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn replay_of_the_monitors_evidence_is_complete_and_catches_every_change(
+        s in scenario(),
+        pick in any::<prop::sample::Index>(),
+        leaf in any::<prop::sample::Index>(),
+    ) {
+        let b = run(&s);
+        prop_assert_eq!(verify(&b), Outcome::Complete, "scenario {:?}", s);
+        prop_assert_eq!(replays(&b, &b.nodes), Ok(()));
+
+        // One field of one node changed, the node re-measured.
+        let i = pick.index(b.nodes.len());
+        let mut as_json = serde_json::to_value(&b.nodes[i]).unwrap();
+        let mut paths = Vec::new();
+        leaves(&as_json, String::new(), &mut paths);
+        paths.retain(|p| !p.starts_with("/measurement") && !p.starts_with("/attestations"));
+        let path = leaf.get(&paths).clone();
+        let slot = as_json.pointer_mut(&path).unwrap();
+        *slot = changed(slot);
+        // A change the node's type rejects (its kind) is caught by the reader.
+        let Ok(mut node) = serde_json::from_value::<Node>(as_json) else {
+            return Ok(());
+        };
+        node.measurement = node.compute_measurement();
+        let mut t = b.clone();
+        t.nodes[i] = node;
+        if !replay_blind(&t.nodes[i], &path, s.reg) {
+            prop_assert!(
+                replays(&t, &t.nodes).is_err(),
+                "replay accepted node {} ({:?}) with {} changed",
+                i,
+                t.nodes[i].kind,
+                path
+            );
+        }
+        prop_assert!(
+            matches!(verify(&t), Outcome::Tampered { .. }),
+            "bundle with node {} {} changed: {:?}",
+            i,
+            path,
+            verify(&t)
+        );
+    }
+}
