@@ -3,6 +3,7 @@
 mod cli;
 mod confined;
 mod conventions;
+mod crate_graph;
 mod eval;
 mod evidence_bytes;
 mod files;
