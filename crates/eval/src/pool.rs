@@ -216,13 +216,13 @@ impl Pool {
     /// Writes the pool as pretty JSON (atomically: a temporary file renamed).
     pub fn write(&self, path: &Path) -> Result<(), EvalError> {
         let bytes = serde_json::to_vec_pretty(self)?;
-        knox_monitor::files::write_atomic(path, &bytes).map_err(|e| EvalError::io(path, e))
+        knox_files::write_atomic(path, &bytes).map_err(|e| EvalError::io(path, e))
     }
 
     /// Reads a pool written by [`Pool::write`]: a regular file of at most
     /// [`MAX_POOL_BYTES`].
     pub fn read(path: &Path) -> Result<Self, EvalError> {
-        let bytes = knox_monitor::files::read_capped(path, MAX_POOL_BYTES)
+        let bytes = knox_files::read_capped(path, MAX_POOL_BYTES)
             .map_err(|e| EvalError::Invalid(e.to_string()))?;
         Self::parse(path, &bytes)
     }

@@ -128,8 +128,7 @@ fn blind_runtime(rt: &Harness, opts: &Options<'_>) -> Result<Harness, EvalError>
     let toml = manifest
         .needs_toml()
         .map_err(|e| EvalError::Invalid(format!("writing `{}`: {e}", path.display())))?;
-    knox_monitor::files::write_atomic(&path, toml.as_bytes())
-        .map_err(|e| EvalError::io(&path, e))?;
+    knox_files::write_atomic(&path, toml.as_bytes()).map_err(|e| EvalError::io(&path, e))?;
     Ok(Harness::start(
         opts.backend,
         &rt.platform.nonce.0,
@@ -326,7 +325,7 @@ impl Ctx<'_, '_> {
         let traces = trace::traces(&outcome.bundle, flows.len(), &logs)?;
         std::fs::create_dir_all(dir).map_err(|e| EvalError::io(dir, e))?;
         let path = dir.join(format!("{run_id}.json"));
-        knox_monitor::files::write_atomic(&path, &serde_json::to_vec(&outcome.bundle)?)
+        knox_files::write_atomic(&path, &serde_json::to_vec(&outcome.bundle)?)
             .map_err(|e| EvalError::io(&path, e))?;
         self.verification.bundles += 1;
         match &report.outcome {

@@ -33,7 +33,7 @@ impl Journal {
     pub fn create(path: &Path, header: &impl Serialize) -> io::Result<Self> {
         let mut line = serde_json::to_vec(header).map_err(io::Error::other)?;
         line.push(b'\n');
-        let file = crate::files::create_with_header(path, &line)?;
+        let file = knox_files::create_with_header(path, &line)?;
         Ok(Self {
             file,
             line: Vec::with_capacity(1024),

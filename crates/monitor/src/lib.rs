@@ -2,7 +2,6 @@
 
 pub mod aeg;
 pub mod apm;
-pub mod files;
 pub mod guard;
 pub mod monitor;
 pub mod run;

@@ -3,17 +3,14 @@
 //! so a failure names the file, says what to do, and has a kind (hence an exit code)
 //! once.
 //!
-//! The bounded read ([`read_capped`]) and atomic write ([`write_atomic_with`]) are the
-//! same as `knox_monitor::files`, which the verifier may not link (it brings the
-//! monitor).
+//! The bounded read and the atomic write themselves are `knox_files`' (std only, so
+//! the verifier links it); this module gives their failures a kind and an exit code.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read as _, Write as _};
-use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _};
+use std::io::{self, Read as _};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Result;
+pub use knox_files::{ReadError, WriteOptions, identity, read_capped, write_atomic_with};
 
 use crate::error::{Kind, fail};
 
@@ -75,71 +72,6 @@ pub fn path_or_stdin(s: &str) -> Result<PathBuf, String> {
     path(s)
 }
 
-/// `O_NONBLOCK` on Linux: opening a FIFO with no writer returns at once instead of
-/// waiting (the file is then refused as not a regular file).
-const O_NONBLOCK: i32 = 0o4000;
-
-/// Why an input file was not read.
-#[derive(Debug, thiserror::Error)]
-pub enum ReadError {
-    /// It does not exist.
-    #[error("`{0}` does not exist: check the path")]
-    NotFound(PathBuf),
-    /// It is a directory, a FIFO, a device or a socket.
-    #[error("`{0}` is {1}, not a regular file: name a file")]
-    NotRegular(PathBuf, &'static str),
-    /// It is larger than the cap for what it is.
-    #[error("`{0}` is larger than {1} bytes, the most knox reads for this input")]
-    TooLarge(PathBuf, u64),
-    /// Opening or reading it failed.
-    #[error("`{0}` cannot be read: {1}")]
-    Io(PathBuf, io::Error),
-}
-
-/// What a file of type `t` is, in words, when it is not a regular file.
-fn not_regular(t: std::fs::FileType) -> Option<&'static str> {
-    if t.is_file() {
-        None
-    } else if t.is_dir() {
-        Some("a directory")
-    } else if t.is_fifo() {
-        Some("a FIFO (named pipe)")
-    } else if t.is_char_device() || t.is_block_device() {
-        Some("a device")
-    } else if t.is_socket() {
-        Some("a socket")
-    } else {
-        Some("not a regular file")
-    }
-}
-
-/// Reads the regular file `path`, of at most `cap` bytes. Never blocks on a FIFO (it is
-/// opened non-blocking and refused), never reads more than `cap + 1` bytes, never
-/// allocates for more than it read.
-pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, ReadError> {
-    let owned = || path.to_path_buf();
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(O_NONBLOCK)
-        .open(path)
-        .map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => ReadError::NotFound(owned()),
-            _ => ReadError::Io(owned(), e),
-        })?;
-    let meta = file.metadata().map_err(|e| ReadError::Io(owned(), e))?;
-    if let Some(what) = not_regular(meta.file_type()) {
-        return Err(ReadError::NotRegular(owned(), what));
-    }
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len().min(cap)).unwrap_or(0));
-    file.take(cap.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(|e| ReadError::Io(owned(), e))?;
-    if bytes.len() as u64 > cap {
-        return Err(ReadError::TooLarge(owned(), cap));
-    }
-    Ok(bytes)
-}
-
 /// A failure to read the input `p` as "missing input" (66: absent, unreadable, not a
 /// regular file) or "bad input" (65: larger than its cap), naming the file.
 fn input_error(e: ReadError) -> anyhow::Error {
@@ -193,12 +125,6 @@ pub fn read_text(p: &Path, cap: Cap) -> Result<String> {
     })
 }
 
-/// The identity (device, inode) of an existing file, for telling whether an output
-/// would overwrite an input; `None` when `path` does not exist.
-pub fn identity(path: &Path) -> Option<(u64, u64)> {
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
-}
-
 /// Refuses `output` (named by `option`) when it is one of `inputs` (the same path, or
 /// the same file through another name): writing it would destroy what was read.
 /// "usage" (64).
@@ -214,76 +140,6 @@ pub fn refuse_overwrite(option: &str, output: &Path, inputs: &[&Path]) -> Result
         }
     }
     Ok(())
-}
-
-/// A name for a temporary file beside `path`, unique in this process.
-fn temporary(path: &Path) -> io::Result<PathBuf> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::other("the path names no file"))?;
-    let mut tmp = std::ffi::OsString::from(".");
-    tmp.push(name);
-    tmp.push(format!(
-        ".tmp-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    Ok(path.with_file_name(tmp))
-}
-
-/// The directory holding `path`.
-fn parent(path: &Path) -> &Path {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    }
-}
-
-/// Options of [`write_atomic_with`].
-#[derive(Debug, Clone, Copy)]
-pub struct WriteOptions {
-    /// The file's mode (e.g. 0o600 for a private key).
-    pub mode: u32,
-    /// Refuse when `path` exists instead of replacing it.
-    pub create_new: bool,
-}
-
-impl Default for WriteOptions {
-    fn default() -> Self {
-        Self {
-            mode: 0o644,
-            create_new: false,
-        }
-    }
-}
-
-/// Writes `bytes` to `path` atomically: a temporary file in the same directory,
-/// written, fsynced and renamed over `path` (or, with `create_new`, linked into place,
-/// which fails if the name exists, even under a race); then the directory is fsynced.
-pub fn write_atomic_with(path: &Path, bytes: &[u8], opts: WriteOptions) -> io::Result<()> {
-    let tmp = temporary(path)?;
-    let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(opts.mode)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        if opts.create_new {
-            std::fs::hard_link(&tmp, path)?;
-            std::fs::remove_file(&tmp)?;
-        } else {
-            std::fs::rename(&tmp, path)?;
-        }
-        File::open(parent(path))?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 /// Writes the output file `p` atomically (a temporary file in the same directory,

@@ -162,7 +162,7 @@ pub fn write(
     let mut w = Written::default();
     let mut put = |name: &str, body: String| -> Result<(), EvalError> {
         let p = out.join(name);
-        knox_monitor::files::write_atomic(&p, body.as_bytes()).map_err(|e| EvalError::io(&p, e))?;
+        knox_files::write_atomic(&p, body.as_bytes()).map_err(|e| EvalError::io(&p, e))?;
         w.files.push(name.to_string());
         Ok(())
     };

@@ -48,8 +48,8 @@ pub fn absolute_cache_dir(p: Option<&Path>) -> Result<Option<PathBuf>> {
 /// Takes the output directory `p` of a command for the whole command: created if
 /// needed, locked (a second knox process writing into it is refused), and, unless
 /// `force`, refused when it already holds files. "cannot create output" (73).
-pub fn out_dir(p: &Path, force: bool) -> Result<knox_monitor::files::OutDir> {
-    knox_monitor::files::OutDir::lock(p, force).map_err(|e| fail(Kind::CantCreate, e.to_string()))
+pub fn out_dir(p: &Path, force: bool) -> Result<knox_files::OutDir> {
+    knox_files::OutDir::lock(p, force).map_err(|e| fail(Kind::CantCreate, e.to_string()))
 }
 
 /// Creates the output directory `p` (and its parents); "cannot create output" (73)

@@ -1,14 +1,4 @@
-//! Crash-safe, concurrent-safe and bounded file handling, shared by every writer and
-//! reader of Knox's files (the `knox` commands, journals, the evaluation):
-//!
-//! - [`write_atomic`]: a whole output file is written to a temporary file in the same
-//!   directory, fsynced, renamed over the name and the directory fsynced — a reader (or
-//!   a crash) sees the old file or the new one, never a part or an empty file;
-//! - [`create_with_header`]: an append-only file (a journal) born with its header line
-//!   already on disk, fsynced, so it is never empty;
-//! - [`read_capped`]: an input read only when it is a regular file, at most a cap —
-//!   a FIFO, a device or a directory is refused without blocking or reading;
-//! - [`OutDir::lock`]: one process at a time writes into an output directory.
+#![doc = include_str!("../README.md")]
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read as _, Write as _};
