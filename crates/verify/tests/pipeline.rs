@@ -25,13 +25,15 @@ use knox_verify::{Options, Outcome};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
-fn runtime() -> &'static Runtime {
-    static RT: OnceLock<Runtime> = OnceLock::new();
-    RT.get_or_init(|| Runtime::embedded(&Simulated, b"pipeline-proptest").unwrap())
-}
-
 fn manifest() -> &'static ToolkitManifest {
-    &runtime().manifest
+    static M: OnceLock<ToolkitManifest> = OnceLock::new();
+    M.get_or_init(|| {
+        ToolkitManifest::from_sources(
+            knox_dataset::embedded::TOOLS_JSON,
+            knox_dataset::embedded::TOOLKIT_NEEDS,
+        )
+        .unwrap()
+    })
 }
 
 fn norms() -> &'static knox_regulation::Norms {
@@ -265,7 +267,8 @@ fn apm_of(s: &Scenario) -> Apm {
 /// Runs the scenario under the monitor and seals its bundle: the one place that builds
 /// evidence (the runtime and sealing move elsewhere at merge; adapt here only).
 fn run(s: &Scenario) -> Bundle {
-    let rt = runtime();
+    static RT: OnceLock<Runtime> = OnceLock::new();
+    let rt = RT.get_or_init(|| Runtime::embedded(&Simulated, b"pipeline-proptest").unwrap());
     let apm = apm_of(s);
     let apm_hash = apm.hash().unwrap();
     let att = apm::attest(&apm, apm_hash, &rt.key).unwrap();
