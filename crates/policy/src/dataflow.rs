@@ -26,17 +26,6 @@ pub struct Tainted<'a> {
     pub output: &'a Value,
 }
 
-/// The untrusted outputs `(node, output)` an agent received, as the guard reads them.
-pub fn tainted(outputs: &[(u64, Value)]) -> Vec<Tainted<'_>> {
-    outputs
-        .iter()
-        .map(|(node, output)| Tainted {
-            node: *node,
-            output,
-        })
-        .collect()
-}
-
 /// Checks every sink parameter of `action`; the result lists one entry per sink present.
 pub fn check(
     sinks: &[String],

@@ -42,26 +42,6 @@ pub struct Seen<'a> {
     pub output: &'a Value,
 }
 
-/// An agent's recorded outputs `(node, position, tool, output)` as [`Seen`], with each
-/// producing tool's labels from `manifest` — how the monitor and the verifier both
-/// present what an agent received.
-pub fn seen<'a>(
-    manifest: &'a knox_policy::ToolkitManifest,
-    outputs: &'a [(u64, u32, String, Value)],
-) -> Vec<Seen<'a>> {
-    outputs
-        .iter()
-        .map(|(node, position, tool, output)| Seen {
-            node: *node,
-            position: *position,
-            labels: manifest
-                .tool(tool)
-                .and_then(|t| t.annotations.returns.as_ref()),
-            output,
-        })
-        .collect()
-}
-
 /// The run's recipient directory and consent records, indexed once per run.
 #[derive(Clone, Debug, Default)]
 pub struct Directory {
