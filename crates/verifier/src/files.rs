@@ -310,3 +310,69 @@ pub fn bad_input(p: &Path, what: &str, e: impl std::fmt::Display) -> anyhow::Err
 pub fn usage(message: impl Into<String>) -> anyhow::Error {
     fail(Kind::Usage, message)
 }
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inputs_are_regular_files_within_their_cap() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("a.json");
+        std::fs::write(&p, b"12345").unwrap();
+        assert_eq!(read_capped(&p, 5).unwrap(), b"12345");
+        assert!(matches!(read_capped(&p, 4), Err(ReadError::TooLarge(_, 4))));
+        assert!(matches!(
+            read_capped(d.path(), 5),
+            Err(ReadError::NotRegular(_, "a directory"))
+        ));
+        let missing = d.path().join("missing");
+        assert!(matches!(
+            read_capped(&missing, 5),
+            Err(ReadError::NotFound(_))
+        ));
+        // Kinds: too large is bad input (65), the others missing input (66).
+        let kind = |e: anyhow::Error| crate::error::classify(&e);
+        let too_large = Cap {
+            what: "test",
+            bytes: 4,
+        };
+        assert_eq!(kind(read_input(&p, too_large).unwrap_err()), Kind::DataErr);
+        assert_eq!(
+            kind(read_input(&missing, SMALL).unwrap_err()),
+            Kind::NoInput
+        );
+        // A FIFO with no writer is refused at once, not waited on.
+        let fifo = d.path().join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            assert!(matches!(
+                read_capped(&fifo, 5),
+                Err(ReadError::NotRegular(_, "a FIFO (named pipe)"))
+            ));
+        }
+    }
+
+    #[test]
+    fn outputs_replace_atomically_and_never_overwrite_an_input() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("r.json");
+        write_file(&p, b"one").unwrap();
+        write_file(&p, b"two").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        let opts = WriteOptions {
+            mode: 0o600,
+            create_new: true,
+        };
+        assert!(write_atomic_with(&p, b"three", opts).is_err());
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        // No temporary file left behind.
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+        // The same file under another name is the same input.
+        let link = d.path().join("link.json");
+        std::fs::hard_link(&p, &link).unwrap();
+        assert!(refuse_overwrite("--receipt", &link, &[&p]).is_err());
+        assert!(refuse_overwrite("--receipt", &d.path().join("new.json"), &[&p]).is_ok());
+    }
+}

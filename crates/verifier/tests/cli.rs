@@ -83,10 +83,25 @@ fn help_and_version() {
     }
     let o = run(&["verify", "--help"], &[]);
     let text = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        text.contains("Exit codes:") && text.contains("  3   refused"),
-        "{text}"
-    );
+    assert!(text.contains("  3   refused"), "{text}");
+    for cmd in [
+        &["verify"][..],
+        &["receipts"],
+        &["prove", "node"],
+        &["prove", "check"],
+        &["quote", "verify"],
+        &["gpu", "verify"],
+        &["regulations", "show"],
+        &["keygen"],
+    ] {
+        let o = run(&[cmd, &["--help"]].concat(), &[]);
+        assert_eq!(code(&o), 0, "{cmd:?}");
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            text.contains("Exit codes:\n") && text.contains("  64  usage"),
+            "{cmd:?}: {text}"
+        );
+    }
 }
 
 #[test]
