@@ -22,11 +22,11 @@ pub enum EngineError {
         mode: String,
         /// Why.
         #[source]
-        source: RunError,
+        source: Box<RunError>,
     },
     /// The embedded InjecAgent data or manifest could not be loaded.
     #[error("loading the embedded suite")]
-    Suite(#[source] HarnessError),
+    Suite(#[source] Box<HarnessError>),
     /// A workload needs more flows than it was given.
     #[error("workload `{workload}` needs at least {need} flows, got {got}: raise --flows")]
     Flows {
@@ -55,7 +55,7 @@ pub enum EngineError {
         run_id: String,
         /// Why.
         #[source]
-        source: HarnessError,
+        source: Box<HarnessError>,
     },
     /// A live run was started twice, or used after it was finished.
     #[error("this run was already started")]
@@ -91,7 +91,7 @@ impl EngineError {
     pub(crate) fn bundle(run_id: &str, source: impl Into<HarnessError>) -> Self {
         Self::Bundle {
             run_id: run_id.into(),
-            source: source.into(),
+            source: Box::new(source.into()),
         }
     }
 }

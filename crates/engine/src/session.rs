@@ -41,7 +41,7 @@ impl Core {
 /// Where the toolkit manifest comes from.
 enum Tools {
     /// The caller's manifest.
-    Manifest(ToolkitManifest),
+    Manifest(Box<ToolkitManifest>),
     /// The embedded InjecAgent suite: its manifest, data, planner and simulated tools.
     Embedded,
 }
@@ -105,7 +105,7 @@ impl SessionBuilder {
     /// The toolkit manifest `C`. This or [`embedded_suite`](Self::embedded_suite) is
     /// required.
     pub fn manifest(mut self, manifest: ToolkitManifest) -> Self {
-        self.tools = Some(Tools::Manifest(manifest));
+        self.tools = Some(Tools::Manifest(Box::new(manifest)));
         self
     }
 
@@ -235,18 +235,18 @@ impl SessionBuilder {
         }
         let platform_error = |source| EngineError::Platform {
             mode: platform.mode().to_string(),
-            source,
+            source: Box::new(source),
         };
         let core = match tools {
             Tools::Manifest(m) => Core::Plain(
-                Runtime::start(platform.as_ref(), &self.nonce, m).map_err(platform_error)?,
+                Runtime::start(platform.as_ref(), &self.nonce, *m).map_err(platform_error)?,
             ),
             Tools::Embedded => Core::Suite(
                 Harness::embedded(platform.as_ref(), &self.nonce).map_err(|e| match e {
                     knox_harness::HarnessError::Run(r @ run::RunError::Platform(_)) => {
                         platform_error(r)
                     }
-                    other => EngineError::Suite(other),
+                    other => EngineError::Suite(Box::new(other)),
                 })?,
             ),
         };

@@ -2,7 +2,12 @@
 //! executor, a live run driven from outside, builder errors, the embedded suite's
 //! workloads — every bundle checked by the offline verifier.
 
-#![expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+#![expect(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "tests"
+)]
 
 use std::sync::{Arc, Mutex};
 
