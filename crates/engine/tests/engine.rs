@@ -417,3 +417,48 @@ fn tempfile_dir(tag: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+#[test]
+fn sub_agents_of_a_live_run_propose_from_their_own_threads() {
+    fn shared<T: Sync + Send>(_: &T) {}
+    let session = tiny()
+        .topology(knox_types::apm::Topology {
+            kind: knox_types::apm::TopologyKind::MtMa,
+            tasks: 2,
+            agents: 2,
+        })
+        .build()
+        .unwrap();
+    let prompt = Prompt {
+        tasks: vec!["read my mail".into(), "read it again".into()],
+    };
+    let mut open = session.open(&prompt, None).unwrap();
+    let agents: Vec<String> = open.agents().iter().map(|a| a.to_string()).collect();
+    assert_eq!(agents, ["agent-0", "agent-1"]);
+    let live = open.live().unwrap();
+    shared(&live);
+    std::thread::scope(|s| {
+        for agent in &agents {
+            let live = &live;
+            s.spawn(move || {
+                let Verdict::Allow(ticket) = live.propose(agent, &read()) else {
+                    panic!("{agent}: the planned read was not allowed")
+                };
+                live.record(ticket, ToolResult::from(json!({"email": {}})));
+                assert!(matches!(
+                    live.propose(agent, &send()),
+                    Verdict::Block { .. }
+                ));
+            });
+        }
+    });
+    let bundle = live.finish().unwrap();
+    assert_eq!(
+        (
+            bundle.summary.counts.executed,
+            bundle.summary.counts.blocked
+        ),
+        (2, 2)
+    );
+    complete(&bundle, &manifest());
+}
