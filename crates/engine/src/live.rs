@@ -12,15 +12,63 @@
 //! let bundle = live.finish()?;                // sealed, verifiable evidence
 //! ```
 
-use knox_agent::{Prompt, ToolResult};
+use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations, ToolResult};
 use knox_monitor::aeg::Journal;
 use knox_monitor::monitor::{Monitor, Ticket, Verdict};
 use knox_monitor::run::{self, Guarding, PlanSpec, Planned};
+use knox_policy::ToolkitManifest;
 use knox_types::apm::Apm;
+use knox_types::apm::StopPolicy;
 use knox_types::bundle::{Bundle, ModelInfo};
 
 use crate::error::EngineError;
 use crate::session::Session;
+
+/// A plan the host brought, served for the prompt it was opened with.
+#[derive(Debug)]
+struct HostPlan(Plan);
+
+impl Planner for HostPlan {
+    /// The host's plan, checked as any planner's: one list of calls per task, every
+    /// tool in the manifest, every exact call within its tool's schema.
+    fn plan(
+        &self,
+        prompt: &Prompt,
+        manifest: &ToolkitManifest,
+        _: &Regulations,
+        _: &StopPolicy,
+    ) -> Result<Plan, PlanError> {
+        for (i, instruction) in prompt.tasks.iter().enumerate() {
+            let calls = self.0.tasks.get(i).ok_or_else(|| PlanError::NoPlan {
+                task: i,
+                instruction: instruction.clone(),
+            })?;
+            for e in calls {
+                let entry = manifest
+                    .tool(&e.tool)
+                    .ok_or_else(|| PlanError::UnknownTool(e.tool.clone()))?;
+                if e.constraints.is_none() {
+                    knox_policy::schema::validate(entry, &e.params).map_err(|error| {
+                        PlanError::Schema {
+                            tool: e.tool.clone(),
+                            error,
+                        }
+                    })?;
+                }
+            }
+        }
+        Ok(self.0.clone())
+    }
+
+    fn model(&self) -> ModelInfo {
+        ModelInfo {
+            role: "planner".into(),
+            name: "host-plan".into(),
+            weights_hash: None,
+            declared: false,
+        }
+    }
+}
 
 /// A planned run not yet mediating: its APM is derived and attested (and its journal
 /// opened). [`OpenRun::live`] starts the monitor on it.
@@ -41,8 +89,30 @@ impl Session {
         prompt: &Prompt,
         executor: Option<ModelInfo>,
     ) -> Result<OpenRun<'_>, EngineError> {
+        self.open_with(prompt, self.planner.as_ref(), executor)
+    }
+
+    /// [`open`](Self::open) with the host's own `plan` for the prompt's tasks instead of
+    /// the session's planner (the bundle lists the planner as `host-plan`, with no
+    /// weights hash). A plan that does not fit the prompt or the manifest still
+    /// opens: the run then holds one attested `plan_failed` interrupt.
+    pub fn open_plan(
+        &self,
+        prompt: &Prompt,
+        plan: Plan,
+        executor: Option<ModelInfo>,
+    ) -> Result<OpenRun<'_>, EngineError> {
+        self.open_with(prompt, &HostPlan(plan), executor)
+    }
+
+    fn open_with(
+        &self,
+        prompt: &Prompt,
+        planner: &dyn Planner,
+        executor: Option<ModelInfo>,
+    ) -> Result<OpenRun<'_>, EngineError> {
         let run_id = self.next_run_id();
-        let mut models = vec![self.planner.model()];
+        let mut models = vec![planner.model()];
         models.extend(executor);
         if let Some(j) = self.regulation.as_ref().and_then(|r| r.judge.as_deref()) {
             models.push(j.model());
@@ -50,7 +120,7 @@ impl Session {
         let regulations = self.regulations();
         let spec = PlanSpec {
             topology: self.topology_for(prompt),
-            planner: self.planner.as_ref(),
+            planner,
             regulations: &regulations,
             stop: &self.stop,
             models,

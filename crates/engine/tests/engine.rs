@@ -462,3 +462,49 @@ fn sub_agents_of_a_live_run_propose_from_their_own_threads() {
     );
     complete(&bundle, &manifest());
 }
+
+#[test]
+fn a_host_brings_its_own_plan_and_a_plan_that_does_not_fit_fails_attested() {
+    let session = tiny().build().unwrap();
+    let prompt = Prompt {
+        tasks: vec!["read message 2".into()],
+    };
+    let params = json!({"id": "2"}).as_object().cloned().unwrap();
+    let plan = Plan {
+        tasks: vec![vec![ExpectedCall::exact(0, "MailRead", params)]],
+    };
+    let mut open = session.open_plan(&prompt, plan, None).unwrap();
+    assert!(!open.plan_failed());
+    let live = open.live().unwrap();
+    // The session's planner would read message 1: the host's plan says 2.
+    assert!(matches!(
+        live.propose("agent-0", &read()),
+        Verdict::Block {
+            guard: GuardKind::Trajectory,
+            ..
+        }
+    ));
+    let two = br#"{"tool": "MailRead", "params": {"id": "2"}}"#;
+    let Verdict::Allow(ticket) = live.propose("agent-0", two) else {
+        panic!("the host's planned read was not allowed")
+    };
+    live.record(ticket, ToolResult::from(json!({"email": {}})));
+    let bundle = live.finish().unwrap();
+    let models: Vec<&str> = bundle.models.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(models, ["host-plan"]);
+    complete(&bundle, &manifest());
+
+    // A plan for a tool the manifest lacks: the run opens, refuses every proposal, and
+    // its bundle holds the attested `plan_failed` interrupt.
+    let params = json!({"id": "2"}).as_object().cloned().unwrap();
+    let bad = Plan {
+        tasks: vec![vec![ExpectedCall::exact(0, "NoSuchTool", params)]],
+    };
+    let mut open = session.open_plan(&prompt, bad, None).unwrap();
+    assert!(open.plan_failed());
+    let live = open.live().unwrap();
+    assert!(matches!(live.propose("agent-0", two), Verdict::Stopped));
+    let bundle = live.finish().unwrap();
+    assert_eq!(bundle.summary.counts.interrupts, 1);
+    complete(&bundle, &manifest());
+}
