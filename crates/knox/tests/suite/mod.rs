@@ -16,4 +16,3 @@ mod regulation;
 mod repository;
 mod support;
 mod tamper;
-mod workloads;
