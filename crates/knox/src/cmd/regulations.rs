@@ -154,25 +154,18 @@ pub struct RegulationArgs {
 
 impl RegulationArgs {
     /// The setup these options ask for (`None` when no regulation is in force).
-    pub fn setup(&self) -> Result<Option<crate::session::RegulationSetup>> {
+    pub fn setup(&self) -> Result<Option<knox_engine::RegulationSetup>> {
         if self.regulations.is_empty() {
             return Ok(None);
         }
         let norms = load(self.policy_set.as_deref())?;
-        let mut names = Vec::new();
-        for r in &self.regulations {
-            let name = r.trim().to_ascii_uppercase();
-            if !norms.defines(&name) {
-                return Err(super::usage(format!(
-                    "--regulations: `{r}` is not defined by the policy set (it defines {})",
-                    norms.regulations().collect::<Vec<_>>().join(", ")
-                )));
-            }
-            if !names.contains(&name) {
-                names.push(name);
-            }
-        }
-        let context = match &self.regulation_context {
+        let mut setup = knox_engine::RegulationSetup::new(
+            &self.regulations,
+            norms,
+            knox_types::regulation::RegulationContext::default(),
+        )
+        .map_err(|e| super::usage(e.to_string()))?;
+        setup.regulations.context = Some(match &self.regulation_context {
             Some(p) => {
                 let text = super::read_text(p, super::CONFIG)?;
                 knox_regulation::flow::context_from_toml(&text).map_err(|e| {
@@ -184,11 +177,7 @@ impl RegulationArgs {
                 })?
             }
             None => knox_types::regulation::RegulationContext::default(),
-        };
-        Ok(Some(crate::session::RegulationSetup {
-            regulations: knox_agent::Regulations::decided_by(names, &norms, context),
-            norms,
-            judge: None,
-        }))
+        });
+        Ok(Some(setup))
     }
 }

@@ -146,7 +146,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         ));
     }
     let cache_dir = super::absolute_cache_dir(args.models.cache.cache_dir.as_deref())?;
-    let models = crate::cmd::model::Models::load(
+    let models = crate::cmd::model::load(
         &args.models.planner,
         &executor,
         args.regulation.judge.as_ref(),
@@ -165,18 +165,21 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         ),
         Tools::Simulated => None,
     };
-    let w = models.apply(WorkloadRun {
-        workload: args.workload,
-        executor: ExecutorKind::Benign,
-        flows: args.flows,
-        stop,
-        signal,
-        journal_dir: args.journal.then_some(args.out.as_path()),
-        host: broker.as_ref().map(|b| b as &dyn knox_agent::ToolHost),
-        refresh: args.refresh.then_some(backend.as_ref()),
-        model: None,
-        planner: None,
-    });
+    let w = crate::cmd::model::apply(
+        &models,
+        WorkloadRun {
+            workload: args.workload,
+            executor: ExecutorKind::Benign,
+            flows: args.flows,
+            stop,
+            signal,
+            journal_dir: args.journal.then_some(args.out.as_path()),
+            host: broker.as_ref().map(|b| b as &dyn knox_agent::ToolHost),
+            refresh: args.refresh.then_some(backend.as_ref()),
+            model: None,
+            planner: None,
+        },
+    );
     let mut stats = RunStats::default();
     let (mut complete, mut other) = (0u64, Vec::new());
     let mut nodes = 0u64;

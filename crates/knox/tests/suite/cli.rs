@@ -148,3 +148,55 @@ fn one_node_is_proven_and_a_changed_node_is_not() {
         Some(1)
     );
 }
+
+/// The engine's and the model registry's typed errors keep their exit codes through
+/// the CLI: too few flows and an undefined regulation are usage errors (64), a model
+/// not pulled is unavailable (69) and names the command that pulls it.
+#[test]
+fn library_errors_keep_their_exit_codes() {
+    let run = |args: &[&str]| {
+        let dir = tempfile::tempdir().unwrap();
+        let o = knox()
+            .arg("run")
+            .args(args)
+            .arg("--out")
+            .arg(dir.path().join("out"))
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["--workload", "mt-sa-seq:4", "--flows", "2"]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(
+        err.contains("needs at least 4 flows, got 2: raise --flows"),
+        "{err}"
+    );
+
+    let (code, err) = run(&["--workload", "st-sa", "--regulations", "CCPA"]);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(
+        err.contains("`CCPA` is not defined by the policy set"),
+        "{err}"
+    );
+
+    let cache = tempfile::tempdir().unwrap();
+    let cache_dir = cache.path().display().to_string();
+    let (code, err) = run(&[
+        "--workload",
+        "st-sa",
+        "--planner",
+        "local:smollm2",
+        "--cache-dir",
+        &cache_dir,
+    ]);
+    assert_eq!(code, Some(69), "{err}");
+    assert!(
+        err.contains(&format!(
+            "run `knox model pull smollm2 --cache-dir {cache_dir}`"
+        )),
+        "{err}"
+    );
+}

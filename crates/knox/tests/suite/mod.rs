@@ -17,4 +17,3 @@ mod regulation;
 mod repository;
 mod support;
 mod tamper;
-mod workloads;

@@ -1,13 +1,47 @@
 //! All 13 workloads of the paper with both deterministic executors: every
 //! off-trajectory call blocked, every on-trajectory call allowed, every bundle complete.
 
-use knox::session::{ExecutorKind, WorkloadRun};
-use knox_harness::{GroundTruth, PAPER_WORKLOADS};
-use knox_types::aeg::NodeKind;
-use knox_types::payload::GuardKind;
-use knox_verify::Outcome;
+#![expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 
-use super::support::{outcomes, verify};
+use std::sync::OnceLock;
+
+use knox_engine::workload::{embedded_manifest, run_workload};
+use knox_engine::{EngineError, ExecutorKind, RunOutcome, Simulated, WorkloadRun};
+use knox_harness::{GroundTruth, Harness, PAPER_WORKLOADS};
+use knox_policy::ToolkitManifest;
+use knox_types::aeg::NodeKind;
+use knox_types::bundle::Bundle;
+use knox_types::payload::GuardKind;
+use knox_verify::{Options, Outcome, Report};
+
+fn runtime() -> &'static Harness {
+    static RT: OnceLock<Harness> = OnceLock::new();
+    RT.get_or_init(|| Harness::embedded(&Simulated, b"test-epoch").unwrap())
+}
+
+fn manifest() -> &'static ToolkitManifest {
+    static M: OnceLock<ToolkitManifest> = OnceLock::new();
+    M.get_or_init(|| embedded_manifest().unwrap())
+}
+
+fn verify(b: &Bundle) -> Report {
+    knox_verify::verify_bundle(b, manifest(), Options::DANGEROUS_SIMULATED)
+}
+
+/// Every outcome of a workload run.
+fn outcomes(w: &WorkloadRun<'_>) -> Vec<RunOutcome> {
+    let mut out = Vec::new();
+    run_workload::<EngineError>(runtime(), w, None, |o| {
+        out.push(RunOutcome {
+            bundle: o.bundle.clone(),
+            stats: o.stats.clone(),
+            timings: o.timings,
+        });
+        Ok(())
+    })
+    .unwrap();
+    out
+}
 
 #[test]
 fn every_workload_blocks_injections_allows_the_plan_and_verifies() {

@@ -1,0 +1,510 @@
+//! The front door end to end: a prompt run with a tiny manifest and a scripted
+//! executor, a live run driven from outside, builder errors, the embedded suite's
+//! workloads — every bundle checked by the offline verifier.
+
+#![expect(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "tests"
+)]
+
+use std::sync::{Arc, Mutex};
+
+use knox_agent::{
+    AgentTask, Executor, ExecutorFactory, Label, Observation, Plan, PlanError, Planner,
+    Regulations, Step, ToolRunner,
+};
+use knox_engine::workload::Suite;
+use knox_engine::{EngineError, ExecutorKind, Prompt, Session, Simulated, ToolResult, Verdict};
+use knox_policy::ToolkitManifest;
+use knox_types::Action;
+use knox_types::apm::{ExpectedCall, StopPolicy};
+use knox_types::bundle::{Bundle, ModelInfo};
+use knox_types::grant::Grant;
+use knox_types::payload::GuardKind;
+use knox_verify::{Options, report::Outcome};
+use serde_json::{Value, json};
+
+const TOOLS: &str = r#"[
+  {"toolkit": "Mail", "name_for_model": "Mail", "name_for_human": "Mail", "description_for_model": "d", "description_for_human": "d",
+   "tools": [
+     {"name": "Send", "summary": "s", "parameters": [
+        {"name": "to", "type": "string", "description": "d", "required": true},
+        {"name": "body", "type": "string", "description": "d", "required": true}],
+      "returns": [{"name": "success", "type": "boolean", "description": "d"}]},
+     {"name": "Read", "summary": "s", "parameters": [
+        {"name": "id", "type": "string", "description": "d", "required": true}],
+      "returns": [{"name": "email", "type": "object", "description": "d"}]}]}
+]"#;
+
+const NEEDS: &str = r#"
+version = 1
+[runtime]
+syscalls = ["read", "write", "exit_group"]
+paths = [{ path = "/usr/lib", access = ["read", "execute"] }]
+limits = { max_processes = 16, max_file_bytes = 1048576, max_memory_bytes = 268435456, cpu_seconds = 5, max_open_files = 64 }
+
+[toolkits.Mail]
+profile = "network-client"
+syscalls = ["socket", "connect"]
+endpoints = [{ host = "mail.example", port = 443 }]
+cost = 2
+[toolkits.Mail.tools.Send]
+sinks = ["to"]
+"#;
+
+fn manifest() -> ToolkitManifest {
+    ToolkitManifest::from_sources(TOOLS, NEEDS).unwrap()
+}
+
+fn model(role: &str, name: &str) -> ModelInfo {
+    ModelInfo {
+        role: role.into(),
+        name: name.into(),
+        weights_hash: None,
+        declared: false,
+    }
+}
+
+fn complete(bundle: &Bundle, manifest: &ToolkitManifest) {
+    let report = knox_verify::verify_bundle(bundle, manifest, Options::DANGEROUS_SIMULATED);
+    assert_eq!(report.outcome, Outcome::Complete, "{report:?}");
+}
+
+/// Plans every task as one `MailRead` of message `1`.
+struct ReadPlanner;
+
+impl Planner for ReadPlanner {
+    fn plan(
+        &self,
+        prompt: &Prompt,
+        _: &ToolkitManifest,
+        _: &Regulations,
+        _: &StopPolicy,
+    ) -> Result<Plan, PlanError> {
+        let read = |i| {
+            let params = json!({"id": "1"}).as_object().cloned().unwrap();
+            vec![ExpectedCall::exact(i, "MailRead", params)]
+        };
+        Ok(Plan {
+            tasks: (0..prompt.tasks.len()).map(|i| read(i as u32)).collect(),
+        })
+    }
+
+    fn model(&self) -> ModelInfo {
+        model("planner", "fixed")
+    }
+}
+
+/// Proposes its plan, then an off-plan send, then garbage; records what it saw.
+struct Scripted {
+    script: std::vec::IntoIter<Vec<u8>>,
+    seen: Arc<Mutex<Vec<Observation>>>,
+}
+
+impl Executor for Scripted {
+    fn next(&mut self, last: Option<&Observation>) -> Step {
+        if let Some(o) = last {
+            self.seen.lock().unwrap().push(o.clone());
+        }
+        self.script
+            .next()
+            .map_or(Step::Finish, |raw| Step::Propose(raw, Label::NONE))
+    }
+}
+
+#[derive(Clone, Default)]
+struct ScriptedFactory {
+    seen: Arc<Mutex<Vec<Observation>>>,
+}
+
+impl ExecutorFactory for ScriptedFactory {
+    fn build(&self, task: AgentTask) -> Box<dyn Executor> {
+        let mut script: Vec<Vec<u8>> = task
+            .plan
+            .iter()
+            .map(|a| serde_json::to_vec(a).unwrap())
+            .collect();
+        script.push(send());
+        script.push(b"not a proposal".to_vec());
+        Box::new(Scripted {
+            script: script.into_iter(),
+            seen: self.seen.clone(),
+        })
+    }
+
+    fn model(&self) -> ModelInfo {
+        model("executor", "scripted")
+    }
+}
+
+fn send() -> Vec<u8> {
+    let a = Action::new("MailSend", json!({"to": "eve@x", "body": "hi"})).unwrap();
+    serde_json::to_vec(&a).unwrap()
+}
+
+fn read() -> Vec<u8> {
+    br#"{"tool": "MailRead", "params": {"id": "1"}}"#.to_vec()
+}
+
+/// Answers every call in process and counts the calls.
+#[derive(Clone, Default)]
+struct Echo {
+    calls: Arc<Mutex<Vec<String>>>,
+}
+
+impl ToolRunner for Echo {
+    fn run(&self, action: &Action, grant: Option<&Grant>) -> ToolResult {
+        assert!(grant.is_none(), "no host: no grants");
+        self.calls.lock().unwrap().push(action.tool.clone());
+        ToolResult::from(json!({"email": {"from": "bob@x", "text": "lunch?"}}))
+    }
+}
+
+fn tiny() -> knox_engine::SessionBuilder {
+    Session::builder()
+        .platform(Simulated)
+        .nonce(b"epoch".to_vec())
+        .manifest(manifest())
+        .planner(ReadPlanner)
+}
+
+#[test]
+fn a_prompt_run_with_a_tiny_manifest_and_a_scripted_executor_verifies_complete() {
+    let out_dir = tempfile_dir("prompt");
+    let (tools, factory) = (Echo::default(), ScriptedFactory::default());
+    let session = tiny()
+        .executor(factory.clone())
+        .tools(tools.clone())
+        .output(&out_dir)
+        .run_prefix("tiny")
+        .build()
+        .unwrap();
+    let prompt = Prompt {
+        tasks: vec!["read my mail".into()],
+    };
+    let out = session.run_prompt(&prompt).unwrap();
+    assert_eq!(*tools.calls.lock().unwrap(), ["MailRead"]);
+    assert_eq!(out.stats.proposals, 3);
+    assert_eq!(out.stats.blocked_by.get(&GuardKind::Trajectory), Some(&1));
+    assert_eq!(out.stats.blocked_by.get(&GuardKind::Input), Some(&1));
+    let seen = factory.seen.lock().unwrap().clone();
+    assert!(matches!(&seen[0], Observation::Output(Value::Object(_))));
+    assert_eq!(out.bundle.run_id, "tiny-0000");
+    complete(&out.bundle, session.manifest());
+    let models: Vec<&str> = out.bundle.models.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(models, ["fixed", "scripted"]);
+    // The output directory holds the same bundle, and it verifies as read back.
+    let written = std::fs::read(out_dir.join("tiny-0000.json")).unwrap();
+    let back = knox_verify::parse_bundle(&written).unwrap();
+    complete(&back, &manifest());
+
+    // A second prompt with two tasks: the next run id, the tasks run in sequence.
+    let two = Prompt {
+        tasks: vec!["read my mail".into(), "read it again".into()],
+    };
+    let out = session.run_prompt(&two).unwrap();
+    assert_eq!(out.bundle.run_id, "tiny-0001");
+    assert_eq!(out.bundle.summary.counts.executed, 2);
+    complete(&out.bundle, session.manifest());
+    std::fs::remove_dir_all(&out_dir).unwrap();
+}
+
+#[test]
+fn a_live_run_driven_from_outside_records_blocks_and_seals_a_complete_bundle() {
+    let session = tiny().build().unwrap();
+    let prompt = Prompt {
+        tasks: vec!["read my mail".into()],
+    };
+    let mut open = session
+        .open(&prompt, Some(model("executor", "gateway")))
+        .unwrap();
+    assert_eq!(open.agents(), ["agent-0"]);
+    assert!(!open.plan_failed());
+    let live = open.live().unwrap();
+
+    // The planned read is allowed with a ticket for exactly that action.
+    let Verdict::Allow(ticket) = live.propose("agent-0", &read()) else {
+        panic!("the planned read was not allowed")
+    };
+    assert_eq!(ticket.action.tool, "MailRead");
+    assert!(ticket.grant.is_none(), "no tool host: no grant");
+    live.record(ticket, ToolResult::from(json!({"email": {"text": "hi"}})));
+    // Off the plan: blocked by the trajectory guard.
+    assert!(matches!(
+        live.propose("agent-0", &send()),
+        Verdict::Block {
+            guard: GuardKind::Trajectory,
+            ..
+        }
+    ));
+    // Not a proposal at all: blocked by the input guard, no panic.
+    for bad in [&b"\xff\xfe garbage"[..], b"{\"tool\": 3}", b""] {
+        assert!(matches!(
+            live.propose("agent-0", bad),
+            Verdict::Block {
+                guard: GuardKind::Input,
+                ..
+            }
+        ));
+    }
+    // An agent the APM does not name is refused without a record.
+    assert!(matches!(live.propose("agent-9", &read()), Verdict::Stopped));
+    let bundle = live.finish().unwrap();
+    assert_eq!(bundle.summary.counts.executed, 1);
+    assert_eq!(bundle.summary.counts.blocked, 4);
+    let models: Vec<&str> = bundle.models.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(models, ["fixed", "gateway"]);
+    complete(&bundle, &manifest());
+
+    // A run starts once.
+    assert!(matches!(open.live(), Err(EngineError::AlreadyStarted)));
+}
+
+#[test]
+fn a_live_run_that_proposes_nothing_still_seals_a_complete_bundle() {
+    let session = tiny().build().unwrap();
+    let prompt = Prompt {
+        tasks: vec!["read my mail".into()],
+    };
+    let mut open = session.open(&prompt, None).unwrap();
+    let bundle = open.live().unwrap().finish().unwrap();
+    assert_eq!(bundle.summary.counts.tool_calls, 0);
+    complete(&bundle, &manifest());
+}
+
+#[test]
+fn the_builder_names_the_missing_piece() {
+    let missing = |b: knox_engine::SessionBuilder| match b.build() {
+        Err(EngineError::Missing(what)) => what,
+        other => panic!("expected a missing piece, got {other:?}"),
+    };
+    assert_eq!(missing(Session::builder()), "platform");
+    assert_eq!(missing(Session::builder().platform(Simulated)), "manifest");
+    assert_eq!(
+        missing(Session::builder().platform(Simulated).manifest(manifest())),
+        "planner"
+    );
+    // A prompt run needs an executor and tools; a live run needs neither.
+    let session = tiny().build().unwrap();
+    let prompt = Prompt {
+        tasks: vec!["read my mail".into()],
+    };
+    let e = session.run_prompt(&prompt).unwrap_err();
+    assert!(matches!(e, EngineError::Missing("executor")), "{e}");
+    assert!(e.is_usage());
+    let session = tiny().executor(ScriptedFactory::default()).build().unwrap();
+    let e = session.run_prompt(&prompt).unwrap_err();
+    assert!(matches!(e, EngineError::Missing("tools")), "{e}");
+    // Workloads need the embedded suite.
+    let e = session
+        .run_workload::<EngineError>(
+            Suite::Injecagent,
+            "st-sa".parse().unwrap(),
+            ExecutorKind::Benign,
+            1,
+            |_| Ok(()),
+        )
+        .unwrap_err();
+    assert!(matches!(e, EngineError::Missing("embedded_suite")), "{e}");
+    // Regulations naming another policy set than the one given are refused.
+    let mut setup = knox_engine::RegulationSetup::new(
+        ["GDPR"],
+        knox_regulation::Norms::embedded().unwrap(),
+        Default::default(),
+    )
+    .unwrap();
+    setup.regulations.policy_hash = Some(knox_types::Digest([7; 32]));
+    assert!(matches!(
+        tiny().regulations(setup).build(),
+        Err(EngineError::Invalid(_))
+    ));
+    // A topology with no agent is refused.
+    let none = knox_types::apm::Topology {
+        kind: knox_types::apm::TopologyKind::StSa,
+        tasks: 1,
+        agents: 0,
+    };
+    assert!(matches!(
+        tiny().topology(none).build(),
+        Err(EngineError::Invalid(_))
+    ));
+}
+
+#[test]
+fn the_embedded_suite_runs_workloads_with_the_sessions_settings() {
+    let out_dir = tempfile_dir("workload");
+    let session = Session::builder()
+        .platform(Simulated)
+        .embedded_suite()
+        .output(&out_dir)
+        .build()
+        .unwrap();
+    let manifest = knox_engine::workload::embedded_manifest().unwrap();
+    let mut ids = Vec::new();
+    let n = session
+        .run_workload::<EngineError>(
+            Suite::Injecagent,
+            "mt-sa-seq:2".parse().unwrap(),
+            ExecutorKind::Injected,
+            5,
+            |o| {
+                complete(&o.bundle, &manifest);
+                let g = knox_harness::GroundTruth::of(&o.stats);
+                assert_eq!((g.planned.blocked, g.injected.allowed), (0, 0));
+                ids.push(o.bundle.run_id.clone());
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert_eq!(n, 2);
+    assert_eq!(
+        ids,
+        ["mt-sa-seq-2-injected-0000", "mt-sa-seq-2-injected-0001"]
+    );
+    assert!(out_dir.join("mt-sa-seq-2-injected-0001.json").is_file());
+    // Too few flows for the workload: a usage error naming the workload.
+    let e = session
+        .run_workload::<EngineError>(
+            Suite::Injecagent,
+            "mt-sa-seq:4".parse().unwrap(),
+            ExecutorKind::Benign,
+            2,
+            |_| Ok(()),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            EngineError::Flows {
+                need: 4,
+                got: 2,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.is_usage());
+    std::fs::remove_dir_all(&out_dir).unwrap();
+}
+
+#[test]
+fn the_readme_embed_example_is_the_crate_docs() {
+    let snippet = |text: &str| -> String {
+        let start = text.find("## Embed Knox").unwrap();
+        let rest = &text[start..];
+        let open = rest.find("```rust\n").unwrap() + "```rust\n".len();
+        let close = rest[open..].find("```").unwrap();
+        rest[open..open + close]
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let here = env!("CARGO_MANIFEST_DIR");
+    let crate_doc = std::fs::read_to_string(format!("{here}/README.md")).unwrap();
+    let top = std::fs::read_to_string(format!("{here}/../../README.md")).unwrap();
+    assert_eq!(
+        snippet(&top),
+        snippet(&crate_doc),
+        "the top-level README's \"Embed Knox\" code differs from crates/engine/README.md (the doc-tested one)"
+    );
+}
+
+fn tempfile_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("knox-engine-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn sub_agents_of_a_live_run_propose_from_their_own_threads() {
+    fn shared<T: Sync + Send>(_: &T) {}
+    let session = tiny()
+        .topology(knox_types::apm::Topology {
+            kind: knox_types::apm::TopologyKind::MtMa,
+            tasks: 2,
+            agents: 2,
+        })
+        .build()
+        .unwrap();
+    let prompt = Prompt {
+        tasks: vec!["read my mail".into(), "read it again".into()],
+    };
+    let mut open = session.open(&prompt, None).unwrap();
+    let agents: Vec<String> = open.agents().iter().map(|a| a.to_string()).collect();
+    assert_eq!(agents, ["agent-0", "agent-1"]);
+    let live = open.live().unwrap();
+    shared(&live);
+    std::thread::scope(|s| {
+        for agent in &agents {
+            let live = &live;
+            s.spawn(move || {
+                let Verdict::Allow(ticket) = live.propose(agent, &read()) else {
+                    panic!("{agent}: the planned read was not allowed")
+                };
+                live.record(ticket, ToolResult::from(json!({"email": {}})));
+                assert!(matches!(
+                    live.propose(agent, &send()),
+                    Verdict::Block { .. }
+                ));
+            });
+        }
+    });
+    let bundle = live.finish().unwrap();
+    assert_eq!(
+        (
+            bundle.summary.counts.executed,
+            bundle.summary.counts.blocked
+        ),
+        (2, 2)
+    );
+    complete(&bundle, &manifest());
+}
+
+#[test]
+fn a_host_brings_its_own_plan_and_a_plan_that_does_not_fit_fails_attested() {
+    let session = tiny().build().unwrap();
+    let prompt = Prompt {
+        tasks: vec!["read message 2".into()],
+    };
+    let params = json!({"id": "2"}).as_object().cloned().unwrap();
+    let plan = Plan {
+        tasks: vec![vec![ExpectedCall::exact(0, "MailRead", params)]],
+    };
+    let mut open = session.open_plan(&prompt, plan, None).unwrap();
+    assert!(!open.plan_failed());
+    let live = open.live().unwrap();
+    // The session's planner would read message 1: the host's plan says 2.
+    assert!(matches!(
+        live.propose("agent-0", &read()),
+        Verdict::Block {
+            guard: GuardKind::Trajectory,
+            ..
+        }
+    ));
+    let two = br#"{"tool": "MailRead", "params": {"id": "2"}}"#;
+    let Verdict::Allow(ticket) = live.propose("agent-0", two) else {
+        panic!("the host's planned read was not allowed")
+    };
+    live.record(ticket, ToolResult::from(json!({"email": {}})));
+    let bundle = live.finish().unwrap();
+    let models: Vec<&str> = bundle.models.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(models, ["host-plan"]);
+    complete(&bundle, &manifest());
+
+    // A plan for a tool the manifest lacks: the run opens, refuses every proposal, and
+    // its bundle holds the attested `plan_failed` interrupt.
+    let params = json!({"id": "2"}).as_object().cloned().unwrap();
+    let bad = Plan {
+        tasks: vec![vec![ExpectedCall::exact(0, "NoSuchTool", params)]],
+    };
+    let mut open = session.open_plan(&prompt, bad, None).unwrap();
+    assert!(open.plan_failed());
+    let live = open.live().unwrap();
+    assert!(matches!(live.propose("agent-0", two), Verdict::Stopped));
+    let bundle = live.finish().unwrap();
+    assert_eq!(bundle.summary.counts.interrupts, 1);
+    complete(&bundle, &manifest());
+}
