@@ -12,8 +12,8 @@ use knox_types::aeg::{
 use knox_types::bundle::Counts;
 use knox_types::digest::Digest;
 use knox_types::merkle;
+use knox_types::payload::Body;
 use serde::Serialize;
-use serde_json::Value;
 
 /// Format identifier of the first line of a journal.
 pub const JOURNAL_FORMAT: &str = knox_types::bundle::JOURNAL_FORMAT;
@@ -64,8 +64,8 @@ pub struct NewNode<'a> {
     pub kind: NodeKind,
     /// Acting agent.
     pub agent: &'a str,
-    /// Payload.
-    pub payload: Value,
+    /// Body.
+    pub payload: Body,
     /// Allowed flag.
     pub allowed: bool,
     /// Block reason.

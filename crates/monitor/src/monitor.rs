@@ -15,7 +15,8 @@ use std::time::Instant;
 use knox_agent::ToolResult;
 use knox_attest::TeeKey;
 use knox_guards::{
-    AgentState, Clock, Decision, Disclosure, Pipeline, Proposal, RecordedOutput, RegulationSource,
+    AgentState, Clock, Decision, Disclosure, Evaluation, Pipeline, Proposal, RecordedOutput,
+    RegulationSource,
 };
 use knox_policy::ToolkitManifest;
 use knox_regulation::{Judge, Regulator};
@@ -26,10 +27,10 @@ use knox_types::bundle::ModelInfo;
 use knox_types::digest::Digest;
 use knox_types::grant::Grant;
 use knox_types::payload::{
-    AgentBranchPayload, AgentStepPayload, Assignment, BlockedPayload, CheckPayload, GuardKind,
-    InterruptPayload, ProofOfInferencePayload, RootPayload, ToolCallPayload, ToolOutputPayload,
+    AgentBranchPayload, AgentStepPayload, Assignment, BlockedPayload, Body, CheckPayload,
+    GuardKind, InterruptPayload, ProofOfInferencePayload, RootPayload, ToolCallPayload,
+    ToolOutputPayload,
 };
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::aeg::{AegBuilder, FinishedAeg, NewNode};
@@ -160,11 +161,6 @@ pub struct MonitorConfig<'a> {
     pub grants: bool,
 }
 
-fn payload<T: Serialize>(p: &T) -> Value {
-    // Payload types are plain data: serialization cannot fail.
-    serde_json::to_value(p).unwrap_or(Value::Null)
-}
-
 impl<'a> Monitor<'a> {
     /// Starts the run: commits the root, proof-of-inference nodes and, for multi-agent
     /// runs, the planner's decomposition and one branch per sub-agent.
@@ -197,7 +193,7 @@ impl<'a> Monitor<'a> {
                 None,
                 NodeKind::Root,
                 "monitor",
-                payload(&RootPayload {
+                Body::from(RootPayload {
                     run_id: run_id.into(),
                     apm_hash,
                     topology: apm.topology,
@@ -217,7 +213,7 @@ impl<'a> Monitor<'a> {
                     Some(root),
                     NodeKind::ProofOfInference,
                     "monitor",
-                    payload(&p),
+                    Body::from(p),
                 ),
                 None,
             );
@@ -233,7 +229,7 @@ impl<'a> Monitor<'a> {
                         parent: Some(root),
                         kind: NodeKind::Interrupt,
                         agent: PLANNER_AGENT,
-                        payload: payload(&InterruptPayload {
+                        payload: Body::from(InterruptPayload {
                             cause: StopCause::PlanFailed,
                         }),
                         allowed: false,
@@ -258,7 +254,7 @@ impl<'a> Monitor<'a> {
                     Some(root),
                     NodeKind::AgentStep,
                     PLANNER_AGENT,
-                    payload(&AgentStepPayload { decomposition }),
+                    Body::from(AgentStepPayload { decomposition }),
                 ),
                 None,
             );
@@ -270,7 +266,7 @@ impl<'a> Monitor<'a> {
                     tasks: a.tasks.clone(),
                 };
                 aeg.commit(
-                    node(Some(root), NodeKind::AgentBranch, &a.id, payload(&p)),
+                    node(Some(root), NodeKind::AgentBranch, &a.id, Body::from(p)),
                     None,
                 )
             } else {
@@ -341,15 +337,20 @@ impl<'a> Monitor<'a> {
         }
         st.state.apply(eval.change());
         let reason = eval.decision.block_reason();
-        let call_seq = commit_call(aeg, st.cursor, agent, &eval.call, reason.clone());
-        let last = commit_checks(aeg, call_seq, agent, &eval.checks);
-        match eval.decision {
+        let Evaluation {
+            call,
+            checks,
+            decision,
+        } = eval;
+        let call_seq = commit_call(aeg, st.cursor, agent, call, reason.clone());
+        let last = commit_checks(aeg, call_seq, agent, checks);
+        match decision {
             Decision::Interrupt { cause } => {
                 let n = NewNode {
                     parent: Some(last),
                     kind: NodeKind::Interrupt,
                     agent,
-                    payload: payload(&InterruptPayload { cause }),
+                    payload: Body::from(InterruptPayload { cause }),
                     allowed: false,
                     block_reason: reason,
                 };
@@ -361,7 +362,7 @@ impl<'a> Monitor<'a> {
                     parent: Some(last),
                     kind: NodeKind::Blocked,
                     agent,
-                    payload: payload(&BlockedPayload {
+                    payload: Body::from(BlockedPayload {
                         guard,
                         kernel: None,
                     }),
@@ -431,7 +432,7 @@ impl<'a> Monitor<'a> {
                 parent: Some(ticket.tool_call),
                 kind: NodeKind::Blocked,
                 agent: &ticket.agent,
-                payload: payload(&BlockedPayload {
+                payload: Body::from(BlockedPayload {
                     guard,
                     kernel: Some(event.clone()),
                 }),
@@ -444,7 +445,7 @@ impl<'a> Monitor<'a> {
             parent: Some(ticket.tool_call),
             kind: NodeKind::ToolOutput,
             agent: &ticket.agent,
-            payload: payload(&ToolOutputPayload {
+            payload: Body::from(ToolOutputPayload {
                 output: result.output.clone(),
                 cost: ticket.cost,
                 confinement: result.confinement,
@@ -478,14 +479,14 @@ fn commit_call(
     aeg: &mut AegBuilder,
     parent: u64,
     agent: &str,
-    call: &ToolCallPayload,
+    call: ToolCallPayload,
     reason: Option<String>,
 ) -> u64 {
     let n = NewNode {
         parent: Some(parent),
         kind: NodeKind::ToolCall,
         agent,
-        payload: payload(call),
+        payload: Body::from(call),
         allowed: reason.is_none(),
         block_reason: reason,
     };
@@ -494,20 +495,26 @@ fn commit_call(
 
 /// Commits the checks under `call_seq`; returns the first failing check's sequence
 /// number, or the last check's when all passed.
-fn commit_checks(aeg: &mut AegBuilder, call_seq: u64, agent: &str, checks: &[CheckPayload]) -> u64 {
+fn commit_checks(
+    aeg: &mut AegBuilder,
+    call_seq: u64,
+    agent: &str,
+    checks: Vec<CheckPayload>,
+) -> u64 {
     let mut first_failed = None;
     let mut last = call_seq;
     for c in checks {
+        let passed = c.passed;
         let n = NewNode {
             parent: Some(call_seq),
             kind: NodeKind::Check,
             agent,
-            payload: payload(c),
-            allowed: c.passed,
+            payload: Body::from(c),
+            allowed: passed,
             block_reason: None,
         };
         last = aeg.commit(n, None);
-        if !c.passed && first_failed.is_none() {
+        if !passed && first_failed.is_none() {
             first_failed = Some(last);
         }
     }
