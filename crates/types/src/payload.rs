@@ -13,9 +13,9 @@ use serde_json::Value;
 use crate::action::Action;
 use crate::aeg::NodeKind;
 use crate::apm::{ExpectedCall, StopCause, Topology};
-use crate::canon;
 use crate::digest::Digest;
 use crate::regulation::{InfoFlow, RegulationDecision};
+use crate::{canon, canon_ser};
 
 /// Longest raw proposal text kept in a `tool_call` node (its hash covers all of it).
 pub const MAX_RECORDED_PROPOSAL: usize = 4096;
@@ -661,7 +661,26 @@ impl Body {
         match self {
             Self::Verbatim(b) => canon::write_value(&b.raw, out),
             Self::Invalid { raw, .. } => canon::write_value(raw, out),
-            typed => canon::write_value(&typed.to_value(), out),
+            typed => {
+                let start = out.len();
+                let written = match typed {
+                    Self::Root(p) => canon_ser::write(p, out),
+                    Self::AgentStep(p) => canon_ser::write(p, out),
+                    Self::AgentBranch(p) => canon_ser::write(p, out),
+                    Self::ToolCall(p) => canon_ser::write(p, out),
+                    Self::Check(p) => canon_ser::write(p, out),
+                    Self::ToolOutput(p) => canon_ser::write(p, out),
+                    Self::Blocked(p) => canon_ser::write(p, out),
+                    Self::Interrupt(p) => canon_ser::write(p, out),
+                    Self::ProofOfInference(p) => canon_ser::write(p, out),
+                    Self::Verbatim(_) | Self::Invalid { .. } => Ok(()),
+                };
+                // Payloads are plain data: the direct writer does not fail on them.
+                if written.is_err() {
+                    out.truncate(start);
+                    canon::write_value(&typed.to_value(), out);
+                }
+            }
         }
     }
 }
