@@ -178,8 +178,26 @@ impl Node {
         })
     }
 
+    /// [`Node::compute_measurement`] with the body's canonical JSON already written
+    /// (`body`: what [`Body::write_canonical`] writes for `self.payload`), so that a
+    /// committer can serialize the body before it knows the node's sequence number.
+    pub fn compute_measurement_with_body(&self, body: &[u8]) -> Digest {
+        let mut buf = Vec::with_capacity(body.len() + 160);
+        self.write_head(&mut buf);
+        buf.extend_from_slice(body);
+        self.write_tail(&mut buf);
+        Digest::tagged(tag::NODE, &[&buf])
+    }
+
     /// Canonical JSON of the measured fields, keys in RFC 8785 order.
     pub fn write_body(&self, buf: &mut Vec<u8>) {
+        self.write_head(buf);
+        self.payload.write_canonical(buf);
+        self.write_tail(buf);
+    }
+
+    /// The measured fields before the body, up to `"payload":`.
+    fn write_head(&self, buf: &mut Vec<u8>) {
         buf.extend_from_slice(b"{\"agent\":");
         canon::write_string(&self.agent, buf);
         buf.extend_from_slice(if self.allowed {
@@ -200,7 +218,10 @@ impl Node {
             None => buf.extend_from_slice(b"null"),
         }
         buf.extend_from_slice(b",\"payload\":");
-        self.payload.write_canonical(buf);
+    }
+
+    /// The measured fields after the body.
+    fn write_tail(&self, buf: &mut Vec<u8>) {
         buf.extend_from_slice(b",\"seq\":");
         buf.extend_from_slice(self.seq.to_string().as_bytes());
         buf.push(b'}');
@@ -273,6 +294,21 @@ mod tests {
         assert_eq!(
             String::from_utf8(fast).unwrap(),
             String::from_utf8(canon::canonical(&v)).unwrap()
+        );
+    }
+
+    #[test]
+    fn measurement_with_a_prewritten_body_is_the_measurement() {
+        let n = node();
+        let mut body = Vec::new();
+        n.payload.write_canonical(&mut body);
+        assert_eq!(
+            n.compute_measurement_with_body(&body),
+            n.compute_measurement()
+        );
+        assert_ne!(
+            n.compute_measurement_with_body(b"{}"),
+            n.compute_measurement()
         );
     }
 
