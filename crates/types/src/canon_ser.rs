@@ -186,11 +186,13 @@ impl<'o> ser::Serializer for Writer<'o> {
         if self.out.len() > MAX_BUFFER {
             return Err(SerError("value too large".into()));
         }
+        self.out.push(b'{');
         let base = self.out.len();
         Ok(Object {
             out: self.out,
             base,
             members: Vec::new(),
+            sorted: true,
             key: None,
         })
     }
@@ -303,15 +305,28 @@ impl ser::SerializeStructVariant for Variant<Object<'_>> {
     }
 }
 
-/// An object: members are written to the buffer as they come, then reordered.
+/// An object: members (`"name":value`) are written to the buffer as they come, comma
+/// separated; when their names did not come in canonical order (or one repeats), they
+/// are reordered once the object is complete.
 struct Object<'o> {
     out: &'o mut Vec<u8>,
-    /// Where the object's members start.
+    /// Where the object's members start (after the `{`).
     base: usize,
-    /// Name and the range of its value in `out`.
+    /// Each member's name and the range of `"name":value` in `out`.
     members: Vec<(std::borrow::Cow<'static, str>, usize, usize)>,
+    /// Whether the names so far came strictly in canonical order.
+    sorted: bool,
     /// A map key waiting for its value.
     key: Option<String>,
+}
+
+/// RFC 8785 member order: by UTF-16 code units (byte order for ASCII names).
+fn name_order(a: &str, b: &str) -> std::cmp::Ordering {
+    if a.is_ascii() && b.is_ascii() {
+        a.as_bytes().cmp(b.as_bytes())
+    } else {
+        a.encode_utf16().cmp(b.encode_utf16())
+    }
 }
 
 impl Object<'_> {
@@ -320,24 +335,30 @@ impl Object<'_> {
         key: std::borrow::Cow<'static, str>,
         value: &T,
     ) -> Result<(), SerError> {
+        if let Some((prev, _, _)) = self.members.last() {
+            self.out.push(b',');
+            self.sorted &= name_order(prev, &key).is_lt();
+        }
         let start = self.out.len();
+        canon::write_string(&key, self.out);
+        self.out.push(b':');
         value.serialize(Writer { out: self.out })?;
         self.members.push((key, start, self.out.len()));
         Ok(())
     }
 }
 
-/// Sorts and writes the members of `o` (shared by maps, structs and struct variants).
+/// Closes the object of `o`, reordering its members first when they need it (shared by
+/// maps, structs and struct variants).
 fn finish_object(o: &mut Object<'_>) {
-    let values = o.out.split_off(o.base);
-    let members = &mut o.members;
-    let ascii = members.iter().all(|(k, _, _)| k.is_ascii());
-    if ascii {
-        members.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-    } else {
-        members.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+    if o.sorted {
+        o.out.push(b'}');
+        return;
     }
-    o.out.push(b'{');
+    let written = o.out.split_off(o.base);
+    let members = &mut o.members;
+    // Stable: of equal names, the last one written stays last.
+    members.sort_by(|a, b| name_order(&a.0, &b.0));
     let mut first = true;
     let mut i = 0;
     while let Some((key, start, end)) = members.get(i) {
@@ -350,10 +371,8 @@ fn finish_object(o: &mut Object<'_>) {
             o.out.push(b',');
         }
         first = false;
-        canon::write_string(key, o.out);
-        o.out.push(b':');
-        if let Some(v) = values.get(start - o.base..end - o.base) {
-            o.out.extend_from_slice(v);
+        if let Some(m) = written.get(start - o.base..end - o.base) {
+            o.out.extend_from_slice(m);
         }
     }
     o.out.push(b'}');
@@ -555,6 +574,26 @@ mod tests {
             "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
             "literals": [null, true, false]}"#;
         same(&serde_json::from_str(input).unwrap());
+    }
+
+    #[test]
+    fn a_repeated_name_keeps_the_last_value_as_a_json_map_does() {
+        struct Dup;
+        impl serde::Serialize for Dup {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeMap;
+                let mut m = s.serialize_map(None)?;
+                m.serialize_entry("b", &1)?;
+                m.serialize_entry("a", &2)?;
+                m.serialize_entry("b", &3)?;
+                m.end()
+            }
+        }
+        let mut direct = Vec::new();
+        super::write(&Dup, &mut direct).unwrap();
+        assert_eq!(String::from_utf8(direct).unwrap(), r#"{"a":2,"b":3}"#);
+        let v = serde_json::to_value(Dup).unwrap();
+        assert_eq!(crate::canon::canonical(&v), br#"{"a":2,"b":3}"#);
     }
 
     #[test]
