@@ -25,20 +25,15 @@ use knox_verify::{Options, Outcome};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
-fn runtime() -> &'static Runtime {
-    static RT: OnceLock<Runtime> = OnceLock::new();
-    RT.get_or_init(|| {
-        let manifest = ToolkitManifest::from_sources(
+fn manifest() -> &'static ToolkitManifest {
+    static M: OnceLock<ToolkitManifest> = OnceLock::new();
+    M.get_or_init(|| {
+        ToolkitManifest::from_sources(
             knox_dataset::embedded::TOOLS_JSON,
             knox_dataset::embedded::TOOLKIT_NEEDS,
         )
-        .unwrap();
-        Runtime::start(&Simulated, b"pipeline-proptest", manifest).unwrap()
+        .unwrap()
     })
-}
-
-fn manifest() -> &'static ToolkitManifest {
-    &runtime().manifest
 }
 
 fn norms() -> &'static knox_regulation::Norms {
@@ -103,6 +98,36 @@ enum Reg {
     Named,
     /// GDPR and HIPAA decided by the embedded policy set.
     Decided,
+    /// Decided, with a judge for content no label reaches.
+    Judged,
+}
+
+/// A judge that finds health data in content naming a value of [`VALUES`] that ends
+/// in a digit, and always says `non_compliant` (recorded, never obeyed).
+struct Judge;
+
+impl knox_regulation::Judge for Judge {
+    fn model(&self) -> ModelInfo {
+        ModelInfo {
+            role: "judge".into(),
+            name: "proptest-judge".into(),
+            weights_hash: None,
+            declared: false,
+        }
+    }
+
+    fn ask(&self, prompt: &str) -> Result<knox_regulation::JudgeAnswer, String> {
+        let mut a = knox_regulation::JudgeAnswer {
+            rationale: "digits".into(),
+            verdict: Some("non_compliant".into()),
+            ..Default::default()
+        };
+        if prompt.contains("123abc") || prompt.contains("4444-5555") {
+            a.info_types.insert("health".into());
+            a.purpose = Some("marketing".into());
+        }
+        Ok(a)
+    }
 }
 
 /// One step of the executors.
@@ -148,7 +173,12 @@ fn scenario() -> impl Strategy<Value = Scenario> {
             budget,
             external,
         });
-    let reg = prop_oneof![Just(Reg::None), Just(Reg::Named), Just(Reg::Decided)];
+    let reg = prop_oneof![
+        Just(Reg::None),
+        Just(Reg::Named),
+        Just(Reg::Decided),
+        Just(Reg::Judged)
+    ];
     let call = (0usize..40, 0usize..100);
     let step = prop_oneof![
         4 => (0usize..2).prop_map(Step::Planned),
@@ -217,7 +247,7 @@ fn apm_of(s: &Scenario) -> Apm {
             policy_hash: None,
             context: None,
         },
-        Reg::Decided => Regulations {
+        Reg::Decided | Reg::Judged => Regulations {
             names: vec!["GDPR".into(), "HIPAA".into()],
             policy_hash: Some(norms().hash()),
             context: None,
@@ -237,16 +267,28 @@ fn apm_of(s: &Scenario) -> Apm {
 /// Runs the scenario under the monitor and seals its bundle: the one place that builds
 /// evidence (the runtime and sealing move elsewhere at merge; adapt here only).
 fn run(s: &Scenario) -> Bundle {
-    let rt = runtime();
+    static RT: OnceLock<Runtime> = OnceLock::new();
+    let rt = RT.get_or_init(|| {
+        let manifest = ToolkitManifest::from_sources(
+            knox_dataset::embedded::TOOLS_JSON,
+            knox_dataset::embedded::TOOLKIT_NEEDS,
+        )
+        .unwrap();
+        Runtime::start(&Simulated, b"pipeline-proptest", manifest).unwrap()
+    });
     let apm = apm_of(s);
     let apm_hash = apm.hash().unwrap();
     let att = apm::attest(&apm, apm_hash, &rt.key).unwrap();
-    let models = vec![ModelInfo {
+    let mut models = vec![ModelInfo {
         role: "executor".into(),
         name: "proptest".into(),
         weights_hash: None,
         declared: false,
     }];
+    let judge = matches!(s.reg, Reg::Judged).then_some(&Judge as &dyn knox_regulation::Judge);
+    if let Some(j) = judge {
+        models.push(j.model());
+    }
     let (run_apm, run_models) = (apm.clone(), models.clone());
     let signal = StopSignal::new();
     let spec = &apm.guards.regulation;
@@ -265,7 +307,7 @@ fn run(s: &Scenario) -> Bundle {
             grants: false,
         },
         regulator,
-        None,
+        judge,
     );
     let agents: Vec<&str> = apm.agents.iter().map(|a| a.id.as_str()).collect();
     let mut pointers = vec![0usize; agents.len()];
@@ -380,8 +422,9 @@ fn changed(v: &Value) -> Value {
 
 /// Fields the replay cannot recompute (only the summary signature covers them): a
 /// tool's output and confinement report, the clock the stop check recorded, a
-/// proposal's recorded size (and the recorded prefix of a truncated one), and, with no
-/// policy set to recompute with, a regulation check's content beyond its verdict.
+/// proposal's recorded size and raw prefix (a changed prefix reads as truncated), the
+/// judge's question digest and rationale, and, with no policy set to recompute with, a
+/// regulation check's content beyond its verdict.
 fn replay_blind(node: &Node, pointer: &str, reg: Reg) -> bool {
     let p = &node.payload.to_value();
     match node.kind {
@@ -389,6 +432,19 @@ fn replay_blind(node: &Node, pointer: &str, reg: Reg) -> bool {
             pointer.starts_with("/payload/output") || pointer.starts_with("/payload/confinement")
         }
         NodeKind::Check if p["guard"] == "stop" => pointer == "/payload/detail/elapsed_ms",
+        // What the judge was asked and why it answered so are recorded, not recomputed
+        // (its answer is a model's output); its model, what it found and its verdict
+        // are checked.
+        NodeKind::Check
+            if p["guard"] == "regulation" && pointer.starts_with("/payload/detail/judge/") =>
+        {
+            matches!(
+                pointer,
+                "/payload/detail/judge/prompt_version"
+                    | "/payload/detail/judge/prompt"
+                    | "/payload/detail/judge/rationale"
+            )
+        }
         NodeKind::Check if p["guard"] == "regulation" => {
             matches!(reg, Reg::Named)
                 && !matches!(
@@ -416,7 +472,7 @@ fn replay_blind(node: &Node, pointer: &str, reg: Reg) -> bool {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
     fn replay_of_the_monitors_evidence_is_complete_and_catches_every_change(
