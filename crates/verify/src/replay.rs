@@ -850,6 +850,21 @@ impl RegulationSource for Recorded<'_, '_> {
                                 ),
                             );
                         }
+                        // The monitor records only these verdicts (anything else a
+                        // judge says is dropped): another one was written afterwards.
+                        if let Some(v) = j.verdict.as_deref()
+                            && !matches!(v, "compliant" | "non_compliant" | "not_applicable")
+                        {
+                            return self.refuse(n.seq, format!("unknown judge verdict `{v}`"));
+                        }
+                        if let Some(t) = j
+                            .info_types
+                            .iter()
+                            .find(|t| !knox_regulation::judge::INFO_TYPES.contains(&t.as_str()))
+                        {
+                            return self
+                                .refuse(n.seq, format!("unknown judge information type `{t}`"));
+                        }
                         let mut j = j.clone();
                         j.agrees = None;
                         Some(j)
