@@ -144,10 +144,11 @@ fn injected_calls_fail_the_trajectory_guard_and_unauthorized_toolkits_the_syscal
                 .all(|g| *g == GuardKind::Trajectory)
         );
         for n in o.bundle.nodes.iter().filter(|n| n.kind == NodeKind::Check) {
-            if n.payload["guard"] == "syscall" && n.payload["passed"] == false {
+            if n.payload.to_value()["guard"] == "syscall" && n.payload.to_value()["passed"] == false
+            {
                 syscall_failures += 1;
                 assert!(
-                    n.payload["detail"]["missing"]
+                    n.payload.to_value()["detail"]["missing"]
                         .as_array()
                         .is_some_and(|m| !m.is_empty())
                 );

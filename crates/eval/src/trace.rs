@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use knox_harness::Origin;
 use knox_types::aeg::{Node, NodeKind};
 use knox_types::bundle::Bundle;
+use knox_types::payload::{CheckDetail, CheckPayload, InterruptPayload};
 use serde::Serialize;
 
 use crate::EvalError;
@@ -190,44 +191,22 @@ fn outcome(call: &Node, children: &HashMap<u64, Vec<&Node>>) -> CallOutcome {
                 .collect()
         })
         .unwrap_or_default();
-    let failed: Vec<String> = checks
+    let typed: Vec<&CheckPayload> = checks.iter().filter_map(|c| c.payload.check()).collect();
+    let failed: Vec<String> = typed
         .iter()
-        .filter(|c| c.payload.get("passed").and_then(serde_json::Value::as_bool) == Some(false))
-        .filter_map(|c| {
-            c.payload
-                .get("guard")
-                .and_then(|g| g.as_str())
-                .map(String::from)
-        })
+        .filter(|c| !c.passed)
+        .map(|c| c.guard.as_str().to_string())
         .collect();
-    let toolkit = checks
-        .iter()
-        .find(|c| c.payload.get("guard").and_then(|g| g.as_str()) == Some("syscall"))
-        .and_then(|c| c.payload.pointer("/detail/toolkit"))
-        .and_then(|t| t.as_str())
-        .map(String::from);
-    let regulation = checks
-        .iter()
-        .find(|c| c.payload.get("guard").and_then(|g| g.as_str()) == Some("regulation"))
-        .map(|c| {
-            let verdict = c
-                .payload
-                .pointer("/detail/verdict")
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_string();
-            let policies = c
-                .payload
-                .pointer("/detail/policies")
-                .and_then(|v| v.as_array())
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|p| p.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default();
-            (verdict, policies)
-        });
+    let toolkit = typed.iter().find_map(|c| match &c.detail {
+        CheckDetail::Syscall { toolkit, .. } => Some(toolkit.clone()),
+        _ => None,
+    });
+    let regulation = typed.iter().find_map(|c| match &c.detail {
+        CheckDetail::Regulation {
+            verdict, policies, ..
+        } => Some((verdict.to_string(), policies.clone())),
+        _ => None,
+    });
     let interrupt = checks
         .iter()
         .filter_map(|c| children.get(&c.seq))
@@ -237,10 +216,8 @@ fn outcome(call: &Node, children: &HashMap<u64, Vec<&Node>>) -> CallOutcome {
         Some(i) => Outcome::Interrupted {
             cause: i
                 .payload
-                .get("cause")
-                .and_then(|c| c.as_str())
-                .unwrap_or("unknown")
-                .to_string(),
+                .get::<InterruptPayload>()
+                .map_or_else(|_| "unknown".to_string(), |p| p.cause.as_str().to_string()),
         },
         None if call.allowed => Outcome::Allowed,
         None => Outcome::Blocked,

@@ -12,8 +12,8 @@ use knox_types::aeg::{
 use knox_types::bundle::Counts;
 use knox_types::digest::Digest;
 use knox_types::merkle;
+use knox_types::payload::Body;
 use serde::Serialize;
-use serde_json::Value;
 
 /// Format identifier of the first line of a journal.
 pub const JOURNAL_FORMAT: &str = knox_types::bundle::JOURNAL_FORMAT;
@@ -64,12 +64,30 @@ pub struct NewNode<'a> {
     pub kind: NodeKind,
     /// Acting agent.
     pub agent: &'a str,
-    /// Payload.
-    pub payload: Value,
+    /// Body.
+    pub payload: Body,
     /// Allowed flag.
     pub allowed: bool,
     /// Block reason.
     pub block_reason: Option<String>,
+}
+
+impl<'a> NewNode<'a> {
+    /// Serializes the body now (outside any lock), so that committing the node only
+    /// numbers, measures and chains it.
+    pub fn prepare(self) -> Prepared<'a> {
+        let mut body = Vec::with_capacity(256);
+        self.payload.write_canonical(&mut body);
+        Prepared { node: self, body }
+    }
+}
+
+/// A node whose body is already written as canonical JSON (see [`NewNode::prepare`]).
+#[derive(Debug)]
+pub struct Prepared<'a> {
+    /// The node (its parent may still be set: it is not part of the body).
+    pub node: NewNode<'a>,
+    body: Vec<u8>,
 }
 
 /// The AEG under construction.
@@ -105,6 +123,12 @@ impl AegBuilder {
     /// Commits a node: assigns the next sequence number, measures it, signs its
     /// measurement with `attest` when given, extends the chain and the journal.
     pub fn commit(&mut self, n: NewNode<'_>, attest: Option<&TeeKey>) -> u64 {
+        self.commit_prepared(n.prepare(), attest)
+    }
+
+    /// [`AegBuilder::commit`] of a node whose body is already written.
+    pub fn commit_prepared(&mut self, p: Prepared<'_>, attest: Option<&TeeKey>) -> u64 {
+        let Prepared { node: n, body } = p;
         let seq = self.nodes.len() as u64;
         let mut node = Node {
             seq,
@@ -117,7 +141,7 @@ impl AegBuilder {
             measurement: Digest::default(),
             attestations: Vec::new(),
         };
-        node.measurement = node.compute_measurement();
+        node.measurement = node.compute_measurement_with_body(&body);
         if let Some(key) = attest {
             node.attestations.push(NodeAttestation {
                 alg: knox_attest::key::ALG.into(),

@@ -15,7 +15,8 @@ use std::time::Instant;
 use knox_agent::ToolResult;
 use knox_attest::TeeKey;
 use knox_guards::{
-    AgentState, Clock, Decision, Disclosure, Pipeline, Proposal, RecordedOutput, RegulationSource,
+    AgentState, Clock, Decision, Disclosure, Evaluation, Pipeline, Proposal, RecordedOutput,
+    RegulationSource,
 };
 use knox_policy::ToolkitManifest;
 use knox_regulation::{Judge, Regulator};
@@ -26,13 +27,12 @@ use knox_types::bundle::ModelInfo;
 use knox_types::digest::Digest;
 use knox_types::grant::Grant;
 use knox_types::payload::{
-    AgentBranchPayload, AgentStepPayload, Assignment, BlockedPayload, CheckPayload, GuardKind,
-    InterruptPayload, ProofOfInferencePayload, RootPayload, ToolCallPayload, ToolOutputPayload,
+    AgentBranchPayload, AgentStepPayload, Assignment, BlockedPayload, Body, CheckPayload,
+    GuardKind, InterruptPayload, ProofOfInferencePayload, RootPayload, ToolOutputPayload,
 };
-use serde::Serialize;
 use serde_json::Value;
 
-use crate::aeg::{AegBuilder, FinishedAeg, NewNode};
+use crate::aeg::{AegBuilder, FinishedAeg, NewNode, Prepared};
 use crate::guard::stop::StopSignal;
 
 pub use knox_policy::proposal::MAX_PROPOSAL_BYTES;
@@ -72,19 +72,22 @@ pub struct Ticket {
     pub grant: Option<Grant>,
 }
 
-/// One agent as the monitor keeps it: the guards' state and the node its next step
-/// hangs under.
+/// One agent as the monitor keeps it: the guards' state, the node its next step
+/// hangs under, and its own guard pipeline (with its memos). Each agent has its own
+/// lock: sub-agents are mediated in parallel, and meet only in the short critical
+/// section that appends their nodes to the graph.
 #[derive(Debug)]
-struct Agent {
+struct Agent<'a> {
     state: AgentState,
     cursor: u64,
+    guards: Pipeline<'a>,
 }
 
-#[derive(Debug)]
-struct Inner<'a> {
-    aeg: AegBuilder,
-    agents: HashMap<String, Agent>,
-    guards: Pipeline<'a>,
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere cannot leave a half-made change: the graph's commits and an
+    // agent's state changes are whole under their locks, so a poisoned lock's state is
+    // still consistent.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The monitor's regulation check: decided with its regulator, asking its judge when
@@ -125,7 +128,11 @@ pub struct Monitor<'a> {
     judge: Option<&'a dyn Judge>,
     signal: StopSignal,
     started: Instant,
-    inner: Mutex<Inner<'a>>,
+    /// The graph: numbering, measurement and chaining of nodes whose bodies are
+    /// already written (see [`NewNode::prepare`]), one whole group per critical section.
+    aeg: Mutex<AegBuilder>,
+    /// The agents, fixed at the start; each behind its own lock (taken before `aeg`).
+    agents: HashMap<String, Mutex<Agent<'a>>>,
 }
 
 impl std::fmt::Debug for Monitor<'_> {
@@ -160,11 +167,6 @@ pub struct MonitorConfig<'a> {
     pub grants: bool,
 }
 
-fn payload<T: Serialize>(p: &T) -> Value {
-    // Payload types are plain data: serialization cannot fail.
-    serde_json::to_value(p).unwrap_or(Value::Null)
-}
-
 impl<'a> Monitor<'a> {
     /// Starts the run: commits the root, proof-of-inference nodes and, for multi-agent
     /// runs, the planner's decomposition and one branch per sub-agent.
@@ -197,7 +199,7 @@ impl<'a> Monitor<'a> {
                 None,
                 NodeKind::Root,
                 "monitor",
-                payload(&RootPayload {
+                Body::from(RootPayload {
                     run_id: run_id.into(),
                     apm_hash,
                     topology: apm.topology,
@@ -217,7 +219,7 @@ impl<'a> Monitor<'a> {
                     Some(root),
                     NodeKind::ProofOfInference,
                     "monitor",
-                    payload(&p),
+                    Body::from(p),
                 ),
                 None,
             );
@@ -233,7 +235,7 @@ impl<'a> Monitor<'a> {
                         parent: Some(root),
                         kind: NodeKind::Interrupt,
                         agent: PLANNER_AGENT,
-                        payload: payload(&InterruptPayload {
+                        payload: Body::from(InterruptPayload {
                             cause: StopCause::PlanFailed,
                         }),
                         allowed: false,
@@ -258,7 +260,7 @@ impl<'a> Monitor<'a> {
                     Some(root),
                     NodeKind::AgentStep,
                     PLANNER_AGENT,
-                    payload(&AgentStepPayload { decomposition }),
+                    Body::from(AgentStepPayload { decomposition }),
                 ),
                 None,
             );
@@ -270,7 +272,7 @@ impl<'a> Monitor<'a> {
                     tasks: a.tasks.clone(),
                 };
                 aeg.commit(
-                    node(Some(root), NodeKind::AgentBranch, &a.id, payload(&p)),
+                    node(Some(root), NodeKind::AgentBranch, &a.id, Body::from(p)),
                     None,
                 )
             } else {
@@ -278,10 +280,11 @@ impl<'a> Monitor<'a> {
             };
             agents.insert(
                 a.id.clone(),
-                Agent {
+                Mutex::new(Agent {
                     state: AgentState::new(apm, i),
                     cursor,
-                },
+                    guards: Pipeline::new(apm, manifest),
+                }),
             );
         }
         Self {
@@ -294,36 +297,24 @@ impl<'a> Monitor<'a> {
             judge,
             signal,
             started: Instant::now(),
-            inner: Mutex::new(Inner {
-                aeg,
-                agents,
-                guards: Pipeline::new(apm, manifest),
-            }),
+            aeg: Mutex::new(aeg),
+            agents,
         }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Inner<'a>> {
-        // A panic elsewhere cannot leave the graph half-committed: commits are atomic
-        // under the lock, so a poisoned lock's state is still consistent.
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Mediates one raw proposal from `agent`'s executor: the guards of
     /// [`knox_guards::Pipeline`] decide, and this records what they return.
     pub fn mediate(&self, agent: &str, raw: &[u8]) -> Verdict {
+        let Some(slot) = self.agents.get(agent) else {
+            return Verdict::Stopped;
+        };
+        let mut st = lock(slot);
+        let st = &mut *st;
+        // Read under the agent's lock: the agent's clock never goes backwards.
         let elapsed_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let clock = Clock {
             elapsed_ms,
             signal: self.apm.guards.stop.external && self.signal.is_set(),
-        };
-        let mut guard = self.lock();
-        let Inner {
-            aeg,
-            agents,
-            guards,
-        } = &mut *guard;
-        let Some(st) = agents.get_mut(agent) else {
-            return Verdict::Stopped;
         };
         if st.state.stopped || self.apm.agents.get(st.state.plan).is_none() {
             return Verdict::Stopped;
@@ -334,43 +325,102 @@ impl<'a> Monitor<'a> {
             judge: self.judge,
             regulations: &self.apm.guards.regulation.regulations,
         };
-        let eval = guards.evaluate(&st.state, proposal, clock, &mut regulation);
+        let eval = st
+            .guards
+            .evaluate(&st.state, proposal, clock, &mut regulation);
         if matches!(eval.decision, Decision::Undecided) {
             // The monitor's regulation source always answers: nothing to record.
             return Verdict::Stopped;
         }
         st.state.apply(eval.change());
         let reason = eval.decision.block_reason();
-        let call_seq = commit_call(aeg, st.cursor, agent, &eval.call, reason.clone());
-        let last = commit_checks(aeg, call_seq, agent, &eval.checks);
-        match eval.decision {
-            Decision::Interrupt { cause } => {
-                let n = NewNode {
-                    parent: Some(last),
+        let Evaluation {
+            call,
+            checks,
+            decision,
+        } = eval;
+        // Everything but numbering, measuring and chaining happens before the graph's
+        // lock: the bodies are written here, and the group is appended whole (the
+        // verifier reads a call's checks right after it).
+        let call = NewNode {
+            parent: Some(st.cursor),
+            kind: NodeKind::ToolCall,
+            agent,
+            payload: Body::from(call),
+            allowed: reason.is_none(),
+            block_reason: reason.clone(),
+        }
+        .prepare();
+        let checks: Vec<Prepared<'_>> = checks
+            .into_iter()
+            .map(|c| {
+                let allowed = c.passed;
+                NewNode {
+                    parent: None,
+                    kind: NodeKind::Check,
+                    agent,
+                    payload: Body::from(c),
+                    allowed,
+                    block_reason: None,
+                }
+                .prepare()
+            })
+            .collect();
+        let end = match &decision {
+            Decision::Interrupt { cause } => Some((
+                NewNode {
+                    parent: None,
                     kind: NodeKind::Interrupt,
                     agent,
-                    payload: payload(&InterruptPayload { cause }),
+                    payload: Body::from(InterruptPayload { cause: *cause }),
                     allowed: false,
                     block_reason: reason,
-                };
-                st.cursor = aeg.commit(n, Some(self.key));
-                Verdict::Interrupt { cause }
-            }
-            Decision::Block { guard, reason, .. } => {
-                let n = NewNode {
-                    parent: Some(last),
+                }
+                .prepare(),
+                Some(self.key),
+            )),
+            Decision::Block { guard, reason, .. } => Some((
+                NewNode {
+                    parent: None,
                     kind: NodeKind::Blocked,
                     agent,
-                    payload: payload(&BlockedPayload {
-                        guard,
+                    payload: Body::from(BlockedPayload {
+                        guard: *guard,
                         kernel: None,
                     }),
                     allowed: false,
                     block_reason: Some(reason.clone()),
-                };
-                st.cursor = aeg.commit(n, None);
-                Verdict::Block { guard, reason }
+                }
+                .prepare(),
+                None,
+            )),
+            Decision::Allow { .. } | Decision::Undecided => None,
+        };
+        let (call_seq, end_seq) = {
+            let mut aeg = lock(&self.aeg);
+            let call_seq = aeg.commit_prepared(call, None);
+            let mut first_failed = None;
+            let mut last = call_seq;
+            for mut c in checks {
+                c.node.parent = Some(call_seq);
+                let passed = c.node.allowed;
+                last = aeg.commit_prepared(c, None);
+                if !passed && first_failed.is_none() {
+                    first_failed = Some(last);
+                }
             }
+            let end_seq = end.map(|(mut n, attest)| {
+                n.node.parent = Some(first_failed.unwrap_or(last));
+                aeg.commit_prepared(n, attest)
+            });
+            (call_seq, end_seq)
+        };
+        if let Some(e) = end_seq {
+            st.cursor = e;
+        }
+        match decision {
+            Decision::Interrupt { cause } => Verdict::Interrupt { cause },
+            Decision::Block { guard, reason, .. } => Verdict::Block { guard, reason },
             Decision::Allow {
                 position,
                 cost,
@@ -407,11 +457,11 @@ impl<'a> Monitor<'a> {
     pub fn record_result(&self, ticket: Box<Ticket>, mut result: ToolResult) {
         // Decide on the output the verifier will read back from its canonical bytes.
         knox_types::canon::normalize_numbers(&mut result.output);
-        let mut guard = self.lock();
-        let inner = &mut *guard;
-        let Some(st) = inner.agents.get_mut(&ticket.agent) else {
+        let Some(slot) = self.agents.get(&ticket.agent) else {
             return;
         };
+        let mut st = lock(slot);
+        let mut group = Vec::with_capacity(result.kernel.len() + 1);
         for event in result.kernel {
             let guard = if event.event == "refusal" {
                 GuardKind::Broker
@@ -431,20 +481,20 @@ impl<'a> Monitor<'a> {
                 parent: Some(ticket.tool_call),
                 kind: NodeKind::Blocked,
                 agent: &ticket.agent,
-                payload: payload(&BlockedPayload {
+                payload: Body::from(BlockedPayload {
                     guard,
                     kernel: Some(event.clone()),
                 }),
                 allowed: false,
                 block_reason: Some(format!("{} denied {what}{detail}", guard.as_str())),
             };
-            inner.aeg.commit(n, None);
+            group.push(n.prepare());
         }
         let n = NewNode {
             parent: Some(ticket.tool_call),
             kind: NodeKind::ToolOutput,
             agent: &ticket.agent,
-            payload: payload(&ToolOutputPayload {
+            payload: Body::from(ToolOutputPayload {
                 output: result.output.clone(),
                 cost: ticket.cost,
                 confinement: result.confinement,
@@ -452,7 +502,13 @@ impl<'a> Monitor<'a> {
             allowed: true,
             block_reason: None,
         };
-        st.cursor = inner.aeg.commit(n, None);
+        group.push(n.prepare());
+        {
+            let mut aeg = lock(&self.aeg);
+            for n in group {
+                st.cursor = aeg.commit_prepared(n, None);
+            }
+        }
         let out = RecordedOutput {
             node: st.cursor,
             position: ticket.position,
@@ -466,50 +522,9 @@ impl<'a> Monitor<'a> {
 
     /// Ends the run.
     pub fn finish(self) -> FinishedAeg {
-        self.inner
+        self.aeg
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner)
-            .aeg
             .finish()
     }
-}
-
-fn commit_call(
-    aeg: &mut AegBuilder,
-    parent: u64,
-    agent: &str,
-    call: &ToolCallPayload,
-    reason: Option<String>,
-) -> u64 {
-    let n = NewNode {
-        parent: Some(parent),
-        kind: NodeKind::ToolCall,
-        agent,
-        payload: payload(call),
-        allowed: reason.is_none(),
-        block_reason: reason,
-    };
-    aeg.commit(n, None)
-}
-
-/// Commits the checks under `call_seq`; returns the first failing check's sequence
-/// number, or the last check's when all passed.
-fn commit_checks(aeg: &mut AegBuilder, call_seq: u64, agent: &str, checks: &[CheckPayload]) -> u64 {
-    let mut first_failed = None;
-    let mut last = call_seq;
-    for c in checks {
-        let n = NewNode {
-            parent: Some(call_seq),
-            kind: NodeKind::Check,
-            agent,
-            payload: payload(c),
-            allowed: c.passed,
-            block_reason: None,
-        };
-        last = aeg.commit(n, None);
-        if !c.passed && first_failed.is_none() {
-            first_failed = Some(last);
-        }
-    }
-    first_failed.unwrap_or(last)
 }

@@ -8,6 +8,7 @@ use crate::bytes::HexBytes;
 use crate::canon;
 use crate::digest::{Digest, tag};
 use crate::merkle;
+use crate::payload::Body;
 
 /// The kinds of AEG node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -99,8 +100,7 @@ pub const PLANNER_AGENT: &str = "planner";
 pub const NODE_ATTESTATION_CONTEXT: &[u8] = b"knox/node-attestation/v1\0";
 
 /// One AEG node.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Node {
     /// Commit sequence number, from 0, without gaps.
     pub seq: u64,
@@ -110,9 +110,9 @@ pub struct Node {
     pub kind: NodeKind,
     /// Acting agent (`planner`, `monitor` or a sub-agent id).
     pub agent: String,
-    /// Kind-specific content (see [`crate::payload`]), written in its canonical form.
-    #[serde(serialize_with = "crate::json::canonical_value")]
-    pub payload: Value,
+    /// Kind-specific content (see [`crate::payload`]), tagged by `kind`, written in its
+    /// canonical form.
+    pub payload: Body,
     /// Whether the step was allowed.
     pub allowed: bool,
     /// Why it was not, when it was not.
@@ -122,6 +122,39 @@ pub struct Node {
     /// Signatures over `m_i`; not part of the measurement, each self-verifying.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attestations: Vec<NodeAttestation>,
+}
+
+/// A node as written: its body is read once its kind is known (see [`Body::read`]).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodeWire {
+    seq: u64,
+    parent: Option<u64>,
+    kind: NodeKind,
+    agent: String,
+    payload: Value,
+    allowed: bool,
+    block_reason: Option<String>,
+    measurement: Digest,
+    #[serde(default)]
+    attestations: Vec<NodeAttestation>,
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = NodeWire::deserialize(d)?;
+        Ok(Self {
+            seq: w.seq,
+            parent: w.parent,
+            kind: w.kind,
+            agent: w.agent,
+            payload: Body::read(w.kind, w.payload),
+            allowed: w.allowed,
+            block_reason: w.block_reason,
+            measurement: w.measurement,
+            attestations: w.attestations,
+        })
+    }
 }
 
 impl Node {
@@ -145,8 +178,26 @@ impl Node {
         })
     }
 
+    /// [`Node::compute_measurement`] with the body's canonical JSON already written
+    /// (`body`: what [`Body::write_canonical`] writes for `self.payload`), so that a
+    /// committer can serialize the body before it knows the node's sequence number.
+    pub fn compute_measurement_with_body(&self, body: &[u8]) -> Digest {
+        let mut buf = Vec::with_capacity(body.len() + 160);
+        self.write_head(&mut buf);
+        buf.extend_from_slice(body);
+        self.write_tail(&mut buf);
+        Digest::tagged(tag::NODE, &[&buf])
+    }
+
     /// Canonical JSON of the measured fields, keys in RFC 8785 order.
     pub fn write_body(&self, buf: &mut Vec<u8>) {
+        self.write_head(buf);
+        self.payload.write_canonical(buf);
+        self.write_tail(buf);
+    }
+
+    /// The measured fields before the body, up to `"payload":`.
+    fn write_head(&self, buf: &mut Vec<u8>) {
         buf.extend_from_slice(b"{\"agent\":");
         canon::write_string(&self.agent, buf);
         buf.extend_from_slice(if self.allowed {
@@ -167,7 +218,10 @@ impl Node {
             None => buf.extend_from_slice(b"null"),
         }
         buf.extend_from_slice(b",\"payload\":");
-        canon::write_value(&self.payload, buf);
+    }
+
+    /// The measured fields after the body.
+    fn write_tail(&self, buf: &mut Vec<u8>) {
         buf.extend_from_slice(b",\"seq\":");
         buf.extend_from_slice(self.seq.to_string().as_bytes());
         buf.push(b'}');
@@ -220,7 +274,7 @@ mod tests {
             parent: Some(1),
             kind: NodeKind::ToolCall,
             agent: "agent-0".into(),
-            payload: json!({"b": 1, "a": "é"}),
+            payload: Body::read(NodeKind::ToolCall, json!({"b": 1, "a": "é"})),
             allowed: true,
             block_reason: None,
             measurement: Digest::default(),
@@ -240,6 +294,21 @@ mod tests {
         assert_eq!(
             String::from_utf8(fast).unwrap(),
             String::from_utf8(canon::canonical(&v)).unwrap()
+        );
+    }
+
+    #[test]
+    fn measurement_with_a_prewritten_body_is_the_measurement() {
+        let n = node();
+        let mut body = Vec::new();
+        n.payload.write_canonical(&mut body);
+        assert_eq!(
+            n.compute_measurement_with_body(&body),
+            n.compute_measurement()
+        );
+        assert_ne!(
+            n.compute_measurement_with_body(b"{}"),
+            n.compute_measurement()
         );
     }
 

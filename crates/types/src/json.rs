@@ -216,7 +216,7 @@ pub fn canonical_value<S: serde::Serializer>(value: &Value, s: S) -> Result<S::O
     raw(canon::canonical(value), s)
 }
 
-fn raw<S: serde::Serializer>(bytes: Vec<u8>, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn raw<S: serde::Serializer>(bytes: Vec<u8>, s: S) -> Result<S::Ok, S::Error> {
     let text = String::from_utf8(bytes).map_err(serde::ser::Error::custom)?;
     let raw = RawValue::from_string(text).map_err(serde::ser::Error::custom)?;
     raw.serialize(s)

@@ -6,6 +6,7 @@ pub mod apm;
 pub mod bundle;
 pub mod bytes;
 pub mod canon;
+pub mod canon_ser;
 pub mod digest;
 pub mod dsse;
 pub mod grant;

@@ -1,8 +1,9 @@
 //! Typed payloads of AEG nodes, one per node kind.
 //!
-//! A node stores its payload as JSON; the monitor builds it from these types and the
-//! verifier parses it back with `deny_unknown_fields`, so an altered or extended
-//! payload is caught before any check reads it.
+//! A node stores its payload as a [`Body`], one arm per kind, written as the payload's
+//! JSON; a body read from evidence is parsed with `deny_unknown_fields`, so an altered
+//! or extended payload is caught before any check reads it (and reported naming its
+//! node: see [`Body::Invalid`]).
 
 use std::collections::BTreeSet;
 
@@ -10,9 +11,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::action::Action;
+use crate::aeg::NodeKind;
 use crate::apm::{ExpectedCall, StopCause, Topology};
 use crate::digest::Digest;
 use crate::regulation::{InfoFlow, RegulationDecision};
+use crate::{canon, canon_ser};
 
 /// Longest raw proposal text kept in a `tool_call` node (its hash covers all of it).
 pub const MAX_RECORDED_PROPOSAL: usize = 4096;
@@ -399,5 +402,303 @@ mod kernel_event_tests {
             let doc = format!(r#"{{"event":"syscall","args":[{bad}]}}"#);
             assert!(serde_json::from_str::<KernelEvent>(&doc).is_err(), "{bad}");
         }
+    }
+}
+
+/// A node's body: the payload of its kind, or, for a body read from evidence that is
+/// not one, the body as written and why it is not.
+///
+/// The body is tagged by the node's [`NodeKind`] (a sibling field of the node), not by
+/// a field of its own, so it serializes to exactly the payload's JSON: the evidence
+/// format is the one the payload structs define. A body read from evidence is parsed
+/// with its node ([`Body::read`]); a body that does not parse is kept verbatim as
+/// [`Body::Invalid`] (the node's measurement is still over what was written, and the
+/// verifier reports the node), and a body that parses but whose payload would not write
+/// it back byte for byte (a version-1 encoding) is kept verbatim beside its payload
+/// ([`Body::Verbatim`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Body {
+    /// `root`.
+    Root(RootPayload),
+    /// `agent_step`.
+    AgentStep(AgentStepPayload),
+    /// `agent_branch`.
+    AgentBranch(AgentBranchPayload),
+    /// `tool_call`.
+    ToolCall(Box<ToolCallPayload>),
+    /// `check`.
+    Check(Box<CheckPayload>),
+    /// `tool_output`.
+    ToolOutput(Box<ToolOutputPayload>),
+    /// `blocked`.
+    Blocked(BlockedPayload),
+    /// `interrupt`.
+    Interrupt(InterruptPayload),
+    /// `proof_of_inference`.
+    ProofOfInference(ProofOfInferencePayload),
+    /// A body read from evidence that parses as its kind's payload, but which that
+    /// payload would not write back byte for byte: the payload, and what was written.
+    Verbatim(Box<Verbatim>),
+    /// A body read from evidence that is not its kind's payload.
+    Invalid {
+        /// What was written.
+        raw: Value,
+        /// Why it does not parse.
+        error: String,
+    },
+}
+
+/// See [`Body::Verbatim`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verbatim {
+    /// The parsed payload (never itself `Verbatim` or `Invalid`).
+    pub body: Body,
+    /// The body as written, which its measurement covers.
+    pub raw: Value,
+}
+
+/// Why a node's body cannot be read as the payload asked for.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BodyError {
+    /// The body was written but does not parse as its kind's payload.
+    #[error("`{kind}` payload does not parse: {error}")]
+    Invalid {
+        /// The node's kind.
+        kind: &'static str,
+        /// The parse error.
+        error: String,
+    },
+    /// The body is another kind's payload.
+    #[error("`{found}` payload where a `{wanted}` payload was expected")]
+    Kind {
+        /// The kind asked for.
+        wanted: &'static str,
+        /// The body's kind.
+        found: &'static str,
+    },
+}
+
+/// Payload types: one per node kind, each the content of one [`Body`] arm.
+pub trait Payload: Sized + Serialize + serde::de::DeserializeOwned {
+    /// The node kind that carries this payload.
+    const KIND: NodeKind;
+    /// This payload, when `body` is it.
+    fn of(body: &Body) -> Option<&Self>;
+    /// The body carrying this payload.
+    fn into_body(self) -> Body;
+}
+
+macro_rules! payload_arm {
+    ($ty:ty, $arm:ident, boxed) => {
+        impl Payload for $ty {
+            const KIND: NodeKind = NodeKind::$arm;
+            fn of(body: &Body) -> Option<&Self> {
+                match body.typed() {
+                    Some(Body::$arm(p)) => Some(p),
+                    _ => None,
+                }
+            }
+            fn into_body(self) -> Body {
+                Body::$arm(Box::new(self))
+            }
+        }
+        impl From<$ty> for Body {
+            fn from(p: $ty) -> Self {
+                p.into_body()
+            }
+        }
+    };
+    ($ty:ty, $arm:ident) => {
+        impl Payload for $ty {
+            const KIND: NodeKind = NodeKind::$arm;
+            fn of(body: &Body) -> Option<&Self> {
+                match body.typed() {
+                    Some(Body::$arm(p)) => Some(p),
+                    _ => None,
+                }
+            }
+            fn into_body(self) -> Body {
+                Body::$arm(self)
+            }
+        }
+        impl From<$ty> for Body {
+            fn from(p: $ty) -> Self {
+                p.into_body()
+            }
+        }
+    };
+}
+
+payload_arm!(RootPayload, Root);
+payload_arm!(AgentStepPayload, AgentStep);
+payload_arm!(AgentBranchPayload, AgentBranch);
+payload_arm!(ToolCallPayload, ToolCall, boxed);
+payload_arm!(CheckPayload, Check, boxed);
+payload_arm!(ToolOutputPayload, ToolOutput, boxed);
+payload_arm!(BlockedPayload, Blocked);
+payload_arm!(InterruptPayload, Interrupt);
+payload_arm!(ProofOfInferencePayload, ProofOfInference);
+
+impl Body {
+    /// Reads the body of a node of `kind` written as `raw`: typed when it parses as
+    /// that kind's payload, [`Body::Invalid`] when it does not (never an error: the
+    /// node is reported where its body is read), [`Body::Verbatim`] when the payload
+    /// would not write it back as it was written.
+    pub fn read(kind: NodeKind, raw: Value) -> Self {
+        fn typed<T: Payload>(raw: &Value) -> Result<Body, String> {
+            T::deserialize(raw)
+                .map(T::into_body)
+                .map_err(|e| e.to_string())
+        }
+        let parsed = match kind {
+            NodeKind::Root => typed::<RootPayload>(&raw),
+            NodeKind::AgentStep => typed::<AgentStepPayload>(&raw),
+            NodeKind::AgentBranch => typed::<AgentBranchPayload>(&raw),
+            NodeKind::ToolCall => typed::<ToolCallPayload>(&raw),
+            NodeKind::Check => typed::<CheckPayload>(&raw),
+            NodeKind::ToolOutput => typed::<ToolOutputPayload>(&raw),
+            NodeKind::Blocked => typed::<BlockedPayload>(&raw),
+            NodeKind::Interrupt => typed::<InterruptPayload>(&raw),
+            NodeKind::ProofOfInference => typed::<ProofOfInferencePayload>(&raw),
+        };
+        match parsed {
+            Err(error) => Self::Invalid { raw, error },
+            Ok(body) => {
+                let mut again = Vec::new();
+                body.write_canonical(&mut again);
+                if again == canon::canonical(&raw) {
+                    body
+                } else {
+                    Self::Verbatim(Box::new(Verbatim { body, raw }))
+                }
+            }
+        }
+    }
+
+    /// The node kind whose payload this is (`None` for an invalid body).
+    pub fn kind(&self) -> Option<NodeKind> {
+        Some(match self {
+            Self::Root(_) => NodeKind::Root,
+            Self::AgentStep(_) => NodeKind::AgentStep,
+            Self::AgentBranch(_) => NodeKind::AgentBranch,
+            Self::ToolCall(_) => NodeKind::ToolCall,
+            Self::Check(_) => NodeKind::Check,
+            Self::ToolOutput(_) => NodeKind::ToolOutput,
+            Self::Blocked(_) => NodeKind::Blocked,
+            Self::Interrupt(_) => NodeKind::Interrupt,
+            Self::ProofOfInference(_) => NodeKind::ProofOfInference,
+            Self::Verbatim(v) => return v.body.kind(),
+            Self::Invalid { .. } => return None,
+        })
+    }
+
+    /// The typed payload (through [`Body::Verbatim`]); `None` for an invalid body.
+    pub fn typed(&self) -> Option<&Self> {
+        match self {
+            Self::Verbatim(v) => Some(&v.body),
+            Self::Invalid { .. } => None,
+            other => Some(other),
+        }
+    }
+
+    /// The payload `T`, or why the body is not one (`kind`: the node's kind, named in
+    /// the error).
+    pub fn get<T: Payload>(&self) -> Result<&T, BodyError> {
+        if let Some(p) = T::of(self) {
+            return Ok(p);
+        }
+        Err(match self {
+            Self::Invalid { error, .. } => BodyError::Invalid {
+                kind: T::KIND.as_str(),
+                error: error.clone(),
+            },
+            other => BodyError::Kind {
+                wanted: T::KIND.as_str(),
+                found: other.kind().map_or("invalid", NodeKind::as_str),
+            },
+        })
+    }
+
+    /// The `check` payload, when this is one.
+    pub fn check(&self) -> Option<&CheckPayload> {
+        CheckPayload::of(self)
+    }
+
+    /// The `tool_call` payload, when this is one.
+    pub fn tool_call(&self) -> Option<&ToolCallPayload> {
+        ToolCallPayload::of(self)
+    }
+
+    /// The `tool_output` payload, when this is one.
+    pub fn tool_output(&self) -> Option<&ToolOutputPayload> {
+        ToolOutputPayload::of(self)
+    }
+
+    /// The body as a JSON value (what [`Body::write_canonical`] writes).
+    pub fn to_value(&self) -> Value {
+        fn v<T: Serialize>(p: &T) -> Value {
+            // Payload types are plain data with string keys: serialization cannot fail.
+            serde_json::to_value(p).unwrap_or(Value::Null)
+        }
+        match self {
+            Self::Root(p) => v(p),
+            Self::AgentStep(p) => v(p),
+            Self::AgentBranch(p) => v(p),
+            Self::ToolCall(p) => v(p),
+            Self::Check(p) => v(p),
+            Self::ToolOutput(p) => v(p),
+            Self::Blocked(p) => v(p),
+            Self::Interrupt(p) => v(p),
+            Self::ProofOfInference(p) => v(p),
+            Self::Verbatim(b) => b.raw.clone(),
+            Self::Invalid { raw, .. } => raw.clone(),
+        }
+    }
+
+    /// Appends the body's canonical JSON: the payload's, or what was written for a
+    /// body kept verbatim.
+    pub fn write_canonical(&self, out: &mut Vec<u8>) {
+        match self {
+            Self::Verbatim(b) => canon::write_value(&b.raw, out),
+            Self::Invalid { raw, .. } => canon::write_value(raw, out),
+            typed => {
+                let start = out.len();
+                let written = match typed {
+                    Self::Root(p) => canon_ser::write(p, out),
+                    Self::AgentStep(p) => canon_ser::write(p, out),
+                    Self::AgentBranch(p) => canon_ser::write(p, out),
+                    Self::ToolCall(p) => canon_ser::write(p, out),
+                    Self::Check(p) => canon_ser::write(p, out),
+                    Self::ToolOutput(p) => canon_ser::write(p, out),
+                    Self::Blocked(p) => canon_ser::write(p, out),
+                    Self::Interrupt(p) => canon_ser::write(p, out),
+                    Self::ProofOfInference(p) => canon_ser::write(p, out),
+                    Self::Verbatim(_) | Self::Invalid { .. } => Ok(()),
+                };
+                // Payloads are plain data: the direct writer does not fail on them.
+                if written.is_err() {
+                    out.truncate(start);
+                    canon::write_value(&typed.to_value(), out);
+                }
+            }
+        }
+    }
+}
+
+impl Serialize for Body {
+    /// The canonical JSON of the body, verbatim (also inside a pretty printer).
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut bytes = Vec::with_capacity(256);
+        self.write_canonical(&mut bytes);
+        crate::json::raw(bytes, s)
+    }
+}
+
+impl std::fmt::Display for Body {
+    /// The body's canonical JSON.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut bytes = Vec::with_capacity(256);
+        self.write_canonical(&mut bytes);
+        f.write_str(&String::from_utf8_lossy(&bytes))
     }
 }

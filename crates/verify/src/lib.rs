@@ -266,7 +266,12 @@ fn sandbox_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) {
         .iter()
         .filter(|n| n.kind == knox_types::aeg::NodeKind::ToolOutput)
     {
-        let Some(confinement) = n.payload.get("confinement").filter(|c| !c.is_null()) else {
+        let Some(confinement) = n
+            .payload
+            .tool_output()
+            .and_then(|o| o.confinement.as_ref())
+            .filter(|c| !c.is_null())
+        else {
             unconfined += 1;
             if rules.require_confined_tools {
                 s.refuse(

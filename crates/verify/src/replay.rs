@@ -23,10 +23,9 @@ use knox_types::bundle::{Counts, ModelInfo, PublicKey};
 use knox_types::digest::Digest;
 use knox_types::payload::{
     AgentBranchPayload, AgentStepPayload, Assignment, BlockedPayload, CheckDetail, CheckPayload,
-    GuardKind, InterruptPayload, ProofOfInferencePayload, RootPayload, ToolCallPayload,
+    GuardKind, InterruptPayload, Payload, ProofOfInferencePayload, RootPayload, ToolCallPayload,
     ToolOutputPayload,
 };
-use serde::de::DeserializeOwned;
 
 use crate::report::BlockedAction;
 
@@ -199,13 +198,10 @@ struct Replayer<'a, 'c> {
     found: Findings,
 }
 
-fn parse<T: DeserializeOwned>(n: &Node) -> Result<T, Fail> {
-    T::deserialize(&n.payload).map_err(|e| {
-        (
-            Some(n.seq),
-            format!("`{}` payload does not parse: {e}", n.kind.as_str()),
-        )
-    })
+fn parse<T: Payload>(n: &Node) -> Result<&T, Fail> {
+    n.payload
+        .get::<T>()
+        .map_err(|e| (Some(n.seq), e.to_string()))
 }
 
 fn expect_plain(n: &Node, kind: NodeKind, parent: Option<u64>, agent: &str) -> Result<(), Fail> {
@@ -242,7 +238,7 @@ impl<'a> Replayer<'a, '_> {
             return Err((None, "the graph has no root node".into()));
         };
         expect_plain(root, NodeKind::Root, None, "monitor")?;
-        let rp: RootPayload = parse(root)?;
+        let rp = parse::<RootPayload>(root)?;
         if rp.apm_hash != self.cx.apm_hash {
             return fail(root, "root names another APM");
         }
@@ -255,7 +251,7 @@ impl<'a> Replayer<'a, '_> {
                 return Err((None, "proof_of_inference nodes missing".into()));
             };
             expect_plain(n, NodeKind::ProofOfInference, Some(0), "monitor")?;
-            let p: ProofOfInferencePayload = parse(n)?;
+            let p = parse::<ProofOfInferencePayload>(n)?;
             let same = p.role == m.role
                 && p.model == m.name
                 && p.weights_hash == m.weights_hash
@@ -280,7 +276,7 @@ impl<'a> Replayer<'a, '_> {
                 return Err((None, "agent_step missing".into()));
             };
             expect_plain(step, NodeKind::AgentStep, Some(0), PLANNER_AGENT)?;
-            let p: AgentStepPayload = parse(step)?;
+            let p = parse::<AgentStepPayload>(step)?;
             let want: Vec<Assignment> = apm
                 .agents
                 .iter()
@@ -300,7 +296,7 @@ impl<'a> Replayer<'a, '_> {
                     return Err((None, format!("branch of `{}` missing", plan.id)));
                 };
                 expect_plain(b, NodeKind::AgentBranch, Some(0), &plan.id)?;
-                let p: AgentBranchPayload = parse(b)?;
+                let p = parse::<AgentBranchPayload>(b)?;
                 if p.agent != plan.id || p.tasks != plan.tasks {
                     return fail(b, format!("branch does not match sub-agent `{}`", plan.id));
                 }
@@ -403,7 +399,7 @@ impl<'a> Replayer<'a, '_> {
         if !call.attestations.is_empty() {
             return fail(call, "tool_call carries attestations");
         }
-        let p: ToolCallPayload = parse(call)?;
+        let p = parse::<ToolCallPayload>(call)?;
         let (actions, pointer) = (st.state.actions, st.state.pointer);
         if p.ordinal != actions || p.position != pointer {
             return fail(
@@ -428,7 +424,7 @@ impl<'a> Replayer<'a, '_> {
         }
         // Gather the checks.
         let mut j = i + 1;
-        let mut checks: Vec<(&Node, CheckPayload)> = Vec::new();
+        let mut checks: Vec<(&Node, &CheckPayload)> = Vec::new();
         while let Some(n) = nodes
             .get(j)
             .filter(|n| n.kind == NodeKind::Check && n.parent == Some(call.seq))
@@ -439,7 +435,7 @@ impl<'a> Replayer<'a, '_> {
                     "check node's agent, attestations or block reason are inconsistent",
                 );
             }
-            let c: CheckPayload = parse(n)?;
+            let c = parse::<CheckPayload>(n)?;
             if n.allowed != c.passed {
                 return fail(n, "check's allowed flag differs from its result");
             }
@@ -450,12 +446,12 @@ impl<'a> Replayer<'a, '_> {
         if cut && checks.is_empty() {
             return Ok(j);
         }
-        let (eval, pending) = self.evaluate(call, p, &checks, cut)?;
+        let (eval, pending) = self.evaluate(call, p.clone(), &checks, cut)?;
         let want = &eval.checks;
         if cut && (pending || checks.len() < want.len()) {
             // A journal cut inside this call's group: what is there must match.
             for ((n, got), w) in checks.iter().zip(want) {
-                if got != w {
+                if *got != w {
                     return fail(
                         n,
                         format!(
@@ -478,7 +474,7 @@ impl<'a> Replayer<'a, '_> {
             );
         }
         for ((n, got), w) in checks.iter().zip(want) {
-            if got != w {
+            if *got != w {
                 return fail(
                     n,
                     format!(
@@ -594,7 +590,7 @@ impl<'a> Replayer<'a, '_> {
         &mut self,
         call: &Node,
         p: ToolCallPayload,
-        got: &[(&Node, CheckPayload)],
+        got: &[(&Node, &CheckPayload)],
         cut: bool,
     ) -> Result<(Evaluation<'a>, bool), Fail> {
         let cx = self.cx;
@@ -689,7 +685,7 @@ impl<'a> Replayer<'a, '_> {
         {
             return fail(n, "kernel denial not attached to the running call");
         }
-        let p: BlockedPayload = parse(n)?;
+        let p = parse::<BlockedPayload>(n)?;
         let Some(event) = p
             .kernel
             .as_ref()
@@ -743,7 +739,7 @@ impl<'a> Replayer<'a, '_> {
                 format!("tool_output is not attached to allowed call {call}"),
             );
         }
-        let p: ToolOutputPayload = parse(n)?;
+        let p = parse::<ToolOutputPayload>(n)?;
         if p.cost != cost {
             return fail(
                 n,
@@ -756,7 +752,7 @@ impl<'a> Replayer<'a, '_> {
             position,
             tool,
             cost,
-            output: p.output,
+            output: p.output.clone(),
         };
         let labels = matches!(self.cx.regulation, RegulationReplay::Recompute(_));
         st.state.record_output(self.cx.manifest, out, labels);
@@ -773,7 +769,7 @@ struct Recorded<'r, 'n> {
     models: &'r [ModelInfo],
     /// The `tool_call` node.
     call: u64,
-    got: &'r [(&'r Node, CheckPayload)],
+    got: &'r [(&'r Node, &'r CheckPayload)],
     cut: bool,
     /// The first problem found with the recorded check.
     error: Option<Fail>,
@@ -824,7 +820,7 @@ impl RegulationSource for Recorded<'_, '_> {
                         "regulation verdict without a policy set must be not_applicable",
                     );
                 }
-                Some(recorded.clone())
+                Some((*recorded).clone())
             }
             RegulationReplay::Unavailable => {
                 self.warnings.push(format!(
@@ -835,7 +831,7 @@ impl RegulationSource for Recorded<'_, '_> {
                     return self
                         .refuse(n.seq, "regulation check's result differs from its verdict");
                 }
-                Some(recorded.clone())
+                Some((*recorded).clone())
             }
             RegulationReplay::Recompute(regulator) => {
                 let judge = match judge.as_deref() {
@@ -853,6 +849,21 @@ impl RegulationSource for Recorded<'_, '_> {
                                     j.model
                                 ),
                             );
+                        }
+                        // The monitor records only these verdicts (anything else a
+                        // judge says is dropped): another one was written afterwards.
+                        if let Some(v) = j.verdict.as_deref()
+                            && !matches!(v, "compliant" | "non_compliant" | "not_applicable")
+                        {
+                            return self.refuse(n.seq, format!("unknown judge verdict `{v}`"));
+                        }
+                        if let Some(t) = j
+                            .info_types
+                            .iter()
+                            .find(|t| !knox_regulation::judge::INFO_TYPES.contains(&t.as_str()))
+                        {
+                            return self
+                                .refuse(n.seq, format!("unknown judge information type `{t}`"));
                         }
                         let mut j = j.clone();
                         j.agrees = None;

@@ -421,7 +421,7 @@ fn changed(v: &Value) -> Value {
 /// judge's question digest and rationale, and, with no policy set to recompute with, a
 /// regulation check's content beyond its verdict.
 fn replay_blind(node: &Node, pointer: &str, reg: Reg) -> bool {
-    let p = &node.payload;
+    let p = &node.payload.to_value();
     match node.kind {
         NodeKind::ToolOutput => {
             pointer.starts_with("/payload/output") || pointer.starts_with("/payload/confinement")

@@ -13,6 +13,7 @@
     reason = "tests"
 )]
 
+use knox_types::payload::Body;
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -207,7 +208,7 @@ fn modifying_any_field_of_any_node_names_that_node() {
                     }
                 }),
                 ("payload", |n| {
-                    n.payload = json!({"forged": n.payload.clone()})
+                    n.payload = Body::read(n.kind, json!({"forged": n.payload.to_value()}))
                 }),
                 ("measurement", |n| n.measurement.0[0] ^= 1),
             ];
@@ -463,8 +464,8 @@ fn apply(b: &mut Bundle, m: &Mutation) -> bool {
             };
             let mut bytes = text.into_bytes();
             bytes[pos] = bytes[pos].to_ascii_uppercase();
-            match serde_json::from_slice(&bytes) {
-                Ok(v) if v != node.payload => node.payload = v,
+            match serde_json::from_slice::<serde_json::Value>(&bytes) {
+                Ok(v) if v != node.payload.to_value() => node.payload = Body::read(node.kind, v),
                 _ => return false,
             }
         }

@@ -145,14 +145,22 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
                 .iter()
                 .filter(|n| n.kind == NodeKind::ProofOfInference)
             {
-                let field = |k: &str| n.payload.get(k).and_then(|v| v.as_str()).unwrap_or("-");
+                let p = n
+                    .payload
+                    .get::<knox_types::payload::ProofOfInferencePayload>()
+                    .ok();
+                let role = p.map_or("-", |p| p.role.as_str());
+                let model = p.map_or("-", |p| p.model.as_str());
+                let weights = p
+                    .and_then(|p| p.weights_hash)
+                    .map_or_else(|| "-".to_string(), |h| h.to_hex());
                 say!(
                     "   proof of inference: {:<8} {} (weights sha256 {})",
-                    field("role"),
-                    field("model"),
-                    field("weights_hash")
+                    role,
+                    model,
+                    weights
                 );
-                proofs.push(json!({"role": field("role"), "model": field("model"), "weights_sha256": field("weights_hash")}));
+                proofs.push(json!({"role": role, "model": model, "weights_sha256": weights}));
             }
             if let Some(failure) = &b.apm.planning {
                 say!(
@@ -164,15 +172,15 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
             for n in b.nodes.iter().filter(|n| n.kind == NodeKind::ToolCall) {
                 let tool = n
                     .payload
-                    .pointer("/actual/tool")
-                    .and_then(|t| t.as_str())
-                    .unwrap_or("<malformed>");
+                    .tool_call()
+                    .and_then(|c| c.actual.as_ref())
+                    .map_or("<malformed>", |a| a.tool.as_str());
                 // Every guard that failed, not only the first.
                 let failed: Vec<&str> = b
                     .nodes
                     .iter()
                     .filter(|c| c.kind == NodeKind::Check && c.parent == Some(n.seq) && !c.allowed)
-                    .filter_map(|c| c.payload.get("guard").and_then(|g| g.as_str()))
+                    .filter_map(|c| c.payload.check().map(|c| c.guard.as_str()))
                     .collect();
                 match &n.block_reason {
                     None => say!("   allowed  {:<8} {tool}", n.agent),
@@ -281,7 +289,7 @@ fn regulation_lines(b: &knox_types::bundle::Bundle, seq: u64) -> Vec<String> {
                     ..
                 },
             ..
-        }) = serde_json::from_value::<CheckPayload>(c.payload.clone())
+        }) = c.payload.get::<CheckPayload>()
         else {
             continue;
         };
@@ -292,7 +300,7 @@ fn regulation_lines(b: &knox_types::bundle::Bundle, seq: u64) -> Vec<String> {
             } else {
                 format!(" ({})", policies.join(", "))
             },
-            note.map(|n| format!(": {n}")).unwrap_or_default()
+            note.as_ref().map(|n| format!(": {n}")).unwrap_or_default()
         ));
         if let Some(j) = judge {
             let types: Vec<&str> = j.info_types.iter().map(String::as_str).collect();

@@ -7,6 +7,7 @@ use knox_broker::Broker;
 use knox_harness::SimulatedTools;
 use knox_types::Action;
 use knox_types::aeg::NodeKind;
+use knox_types::payload::Body;
 use knox_verify::Outcome;
 use serde_json::json;
 
@@ -70,10 +71,10 @@ fn terminal_commands_run_confined_and_denied_system_calls_become_verified_eviden
         for n in b
             .nodes
             .iter()
-            .filter(|n| n.kind == NodeKind::Blocked && n.payload["guard"] == "kernel")
+            .filter(|n| n.kind == NodeKind::Blocked && n.payload.to_value()["guard"] == "kernel")
         {
             denied.push(
-                n.payload["kernel"]["syscall"]
+                n.payload.to_value()["kernel"]["syscall"]
                     .as_str()
                     .unwrap_or_default()
                     .to_string(),
@@ -82,7 +83,7 @@ fn terminal_commands_run_confined_and_denied_system_calls_become_verified_eviden
         // Every command ran for real inside the confinement, with the ABI recorded.
         for n in b.nodes.iter().filter(|n| n.kind == NodeKind::ToolOutput) {
             assert!(
-                n.payload["confinement"]["landlock_abi"]
+                n.payload.to_value()["confinement"]["landlock_abi"]
                     .as_i64()
                     .unwrap_or(0)
                     >= 6,
@@ -99,10 +100,10 @@ fn terminal_commands_run_confined_and_denied_system_calls_become_verified_eviden
         );
     }
     // The benign `ls -la` really listed the workspace; the canary stayed unread.
-    let outputs: Vec<&serde_json::Value> = bundles
+    let outputs: Vec<serde_json::Value> = bundles
         .iter()
         .flat_map(|b| b.nodes.iter().filter(|n| n.kind == NodeKind::ToolOutput))
-        .map(|n| &n.payload["output"])
+        .map(|n| n.payload.to_value()["output"].clone())
         .collect();
     assert_eq!(outputs[0]["exit_code"], 0, "{}", outputs[0]);
     assert!(
@@ -120,10 +121,12 @@ fn terminal_commands_run_confined_and_denied_system_calls_become_verified_eviden
         .nodes
         .iter()
         .enumerate()
-        .find(|(_, n)| n.payload["guard"] == "kernel")
+        .find(|(_, n)| n.payload.to_value()["guard"] == "kernel")
         .unwrap();
     let mut t = bundles[1].clone();
-    t.nodes[i].payload["kernel"]["syscall"] = json!("read");
+    let mut v = t.nodes[i].payload.to_value();
+    v["kernel"]["syscall"] = json!("read");
+    t.nodes[i].payload = Body::read(t.nodes[i].kind, v);
     assert!(matches!(verify(&t).outcome, Outcome::Tampered { node: Some(n), .. } if n == i as u64));
     // Dropping it (and re-measuring) is detected too: the signed head no longer matches.
     let mut t = bundles[1].clone();

@@ -223,9 +223,9 @@ fn eval_with_a_judge_adds_label_blind_regulation_columns_decided_on_its_answers(
         );
         assert!(b.models.iter().any(|m| m.role == "judge"));
         for n in &b.nodes {
-            let d = &n.payload["detail"];
+            let d = &n.payload.to_value()["detail"];
             if n.kind == knox_types::aeg::NodeKind::Check
-                && n.payload["guard"] == "regulation"
+                && n.payload.to_value()["guard"] == "regulation"
                 && d["judge"].is_object()
             {
                 judged_checks += 1;

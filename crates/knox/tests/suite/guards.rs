@@ -1,6 +1,7 @@
 //! The monitor's guards on hand-made plans: stop conditions, malformed proposals,
 //! declared parameter constraints.
 
+use knox_types::payload::Body;
 use std::collections::BTreeMap;
 
 use knox_monitor::aeg::AegBuilder;
@@ -325,11 +326,14 @@ fn declared_constraints_admit_free_text_but_not_injected_values() {
             .nodes
             .iter()
             .rev()
-            .find(|n| n.kind == NodeKind::Check && n.payload["guard"] == "trajectory")
+            .find(|n| n.kind == NodeKind::Check && n.payload.to_value()["guard"] == "trajectory")
             .unwrap();
-        assert_eq!(traj.payload["detail"]["mode"], "constraints");
+        assert_eq!(traj.payload.to_value()["detail"]["mode"], "constraints");
         assert_eq!(
-            traj.payload["detail"]["params"].as_array().unwrap().len(),
+            traj.payload.to_value()["detail"]["params"]
+                .as_array()
+                .unwrap()
+                .len(),
             3
         );
     }
@@ -442,9 +446,9 @@ fn an_address_from_untrusted_content_cannot_be_a_recipient_unless_the_user_gave_
             .nodes
             .iter()
             .rev()
-            .find(|n| n.kind == NodeKind::Check && n.payload["guard"] == "data_flow")
+            .find(|n| n.kind == NodeKind::Check && n.payload.to_value()["guard"] == "data_flow")
             .unwrap();
-        let sink = &flow.payload["detail"]["sinks"][0];
+        let sink = &flow.payload.to_value()["detail"]["sinks"][0];
         let source = b
             .nodes
             .iter()
@@ -459,7 +463,9 @@ fn an_address_from_untrusted_content_cannot_be_a_recipient_unless_the_user_gave_
         // Flipping the recorded verdict is caught by the replay.
         let mut t = b.clone();
         let i = flow.seq as usize;
-        t.nodes[i].payload["detail"]["sinks"][0]["authorized"] = json!(!allowed);
+        let mut v = t.nodes[i].payload.to_value();
+        v["detail"]["sinks"][0]["authorized"] = json!(!allowed);
+        t.nodes[i].payload = Body::read(t.nodes[i].kind, v);
         t.nodes[i].measurement = t.nodes[i].compute_measurement();
         assert!(matches!(verify(&t).outcome, Outcome::Tampered { .. }));
     }

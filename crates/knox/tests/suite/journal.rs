@@ -221,7 +221,7 @@ fn a_regulation_check_missing_before_the_end_is_still_tampering() {
     assert_eq!(check(&journal(&nodes)).outcome, Outcome::Prefix);
     let at = nodes
         .iter()
-        .position(|n| n.kind == NodeKind::Check && n.payload["guard"] == "regulation")
+        .position(|n| n.kind == NodeKind::Check && n.payload.to_value()["guard"] == "regulation")
         // A regulated run records a regulation check.
         .unwrap();
     let mut forged = nodes.clone();

@@ -124,10 +124,10 @@ fn tool_calls(b: &Bundle) -> Vec<&Node> {
 fn proof(b: &Bundle, role: &str) -> Value {
     b.nodes
         .iter()
-        .find(|n| n.kind == NodeKind::ProofOfInference && n.payload["role"] == role)
+        .find(|n| n.kind == NodeKind::ProofOfInference && n.payload.to_value()["role"] == role)
         .unwrap()
         .payload
-        .clone()
+        .to_value()
 }
 
 #[test]
@@ -589,14 +589,14 @@ mod local {
                 .collect();
             let mut position = 0;
             for n in tool_calls(b) {
-                let tool = n.payload.pointer("/actual/tool").and_then(Value::as_str);
-                let params = n.payload.pointer("/actual/params");
+                let actual = n.payload.tool_call().and_then(|c| c.actual.as_ref());
+                let tool = actual.map(|a| a.tool.as_str());
+                let params = actual.map(|a| Value::Object(a.params.clone()));
                 // Allowed only when the call is the next planned one, as planned (the
                 // dataset's plans are exact calls).
                 let expected = b.apm.agents[0].trajectory.get(position);
                 let on_plan = expected.is_some_and(|e| {
-                    tool == Some(e.tool.as_str())
-                        && params == Some(&Value::Object(e.params.clone()))
+                    tool == Some(e.tool.as_str()) && params == Some(Value::Object(e.params.clone()))
                 });
                 // A planned call moves the trajectory on, even when a later guard
                 // refuses it.
@@ -800,8 +800,8 @@ fn a_judge_on_an_openai_server_classifies_unlabelled_disclosures_from_the_cli() 
         let b: Bundle = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
         assert_eq!(proof(&b, "judge")["declared"], true);
         for n in &b.nodes {
-            if n.kind == NodeKind::Check && n.payload["guard"] == "regulation" {
-                let d = &n.payload["detail"];
+            if n.kind == NodeKind::Check && n.payload.to_value()["guard"] == "regulation" {
+                let d = &n.payload.to_value()["detail"];
                 if d["judge"].is_object() {
                     judged += 1;
                     assert_eq!(d["flow"]["sources"], json!(["judge"]));

@@ -3,6 +3,7 @@
 //! interrupt under the root, nothing runs, and the verifier accepts exactly that shape
 //! and rejects a monitor that misstates it.
 
+use knox_types::payload::Body;
 use std::sync::Arc;
 
 use knox::session::{ExecutorKind, WorkloadRun};
@@ -87,7 +88,7 @@ fn a_failed_plan_ends_in_one_attested_interrupt_and_the_bundle_verifies() {
         let stop = &b.nodes[3];
         assert_eq!(stop.parent, Some(0));
         assert_eq!(stop.agent, PLANNER_AGENT);
-        assert_eq!(stop.payload["cause"], "plan_failed");
+        assert_eq!(stop.payload.to_value()["cause"], "plan_failed");
         assert_eq!(
             stop.block_reason.as_deref(),
             Some(failure.interrupt_reason().as_str())
@@ -150,8 +151,10 @@ fn forge(apm: &knox_types::apm::Apm, nodes: &[knox_types::aeg::Node]) -> Bundle 
     for n in nodes {
         let mut payload = n.payload.clone();
         if n.kind == NodeKind::Root {
-            payload["apm_hash"] = json!(apm_hash);
-            payload["run_id"] = json!("forged");
+            let mut v = payload.to_value();
+            v["apm_hash"] = json!(apm_hash);
+            v["run_id"] = json!("forged");
+            payload = Body::read(n.kind, v);
         }
         aeg.commit(
             NewNode {
@@ -169,8 +172,8 @@ fn forge(apm: &knox_types::apm::Apm, nodes: &[knox_types::aeg::Node]) -> Bundle 
         .iter()
         .filter(|n| n.kind == NodeKind::ProofOfInference)
         .map(|n| ModelInfo {
-            role: n.payload["role"].as_str().unwrap().into(),
-            name: n.payload["model"].as_str().unwrap().into(),
+            role: n.payload.to_value()["role"].as_str().unwrap().into(),
+            name: n.payload.to_value()["model"].as_str().unwrap().into(),
             weights_hash: None,
             declared: false,
         })
@@ -193,7 +196,7 @@ fn a_monitor_misstating_a_planning_failure_is_caught() {
     );
 
     let mut other_cause = b.nodes.clone();
-    other_cause[3].payload = json!({"cause": "signal"});
+    other_cause[3].payload = Body::read(NodeKind::Interrupt, json!({"cause": "signal"}));
     assert_eq!(
         assert_tampered(&forge(&b.apm, &other_cause), "cause"),
         Some(3)

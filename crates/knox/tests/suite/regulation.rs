@@ -164,8 +164,8 @@ fn regulated() -> Regulations {
 fn regulation_checks(b: &Bundle) -> Vec<Value> {
     b.nodes
         .iter()
-        .filter(|n| n.kind == NodeKind::Check && n.payload["guard"] == "regulation")
-        .map(|n| n.payload["detail"].clone())
+        .filter(|n| n.kind == NodeKind::Check && n.payload.to_value()["guard"] == "regulation")
+        .map(|n| n.payload.to_value()["detail"].clone())
         .collect()
 }
 
@@ -325,9 +325,9 @@ fn a_monitor_that_misstates_the_facts_is_caught_by_recomputation() {
     let check = b
         .nodes
         .iter()
-        .find(|n| n.kind == NodeKind::Check && n.payload["guard"] == "regulation")
+        .find(|n| n.kind == NodeKind::Check && n.payload.to_value()["guard"] == "regulation")
         .unwrap();
-    assert_eq!(check.payload["detail"]["verdict"], "compliant");
+    assert_eq!(check.payload.to_value()["detail"]["verdict"], "compliant");
     match &report.outcome {
         Outcome::Tampered { node, reason } => assert_eq!(*node, Some(check.seq), "{reason}"),
         other => panic!("expected tampered, got {other:?}\n{report}"),

@@ -4,6 +4,7 @@
 //! made bundles of every topology verify complete, and a run whose planning failed
 //! (which only the prover can make) is tamper-evident node by node.
 
+use knox_types::payload::Body;
 use std::sync::OnceLock;
 
 use knox_types::aeg::NodeKind;
@@ -41,7 +42,10 @@ fn a_failed_plans_bundle_names_every_edited_dropped_or_swapped_node() {
         t.nodes[i].allowed = !t.nodes[i].allowed;
         assert_eq!(assert_tampered(&t, "allowed"), Some(i as u64));
         let mut t = b.clone();
-        t.nodes[i].payload = json!({"forged": t.nodes[i].payload.clone()});
+        t.nodes[i].payload = Body::read(
+            t.nodes[i].kind,
+            json!({"forged": t.nodes[i].payload.to_value()}),
+        );
         assert_eq!(assert_tampered(&t, "payload"), Some(i as u64));
         let mut t = b.clone();
         t.nodes.remove(i);
