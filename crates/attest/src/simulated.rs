@@ -4,7 +4,7 @@
 //! own media type and in its evidence, that nothing vouches for it. It never imitates
 //! a vendor structure.
 
-use knox_types::bundle::PlatformEvidence;
+use knox_types::bundle::{PlatformEvidence, PlatformMode};
 use knox_types::bytes::HexBytes;
 use serde_json::json;
 
@@ -25,8 +25,8 @@ pub const NOTE: &str = "not hardware-backed: simulated platform evidence, no roo
 pub struct Simulated;
 
 impl PlatformBackend for Simulated {
-    fn mode(&self) -> &'static str {
-        MODE
+    fn mode(&self) -> knox_types::bundle::PlatformMode {
+        PlatformMode::Simulated
     }
 
     fn collect(&self, b: &KeyBinding) -> Result<PlatformEvidence, PlatformError> {
@@ -37,7 +37,7 @@ impl PlatformBackend for Simulated {
             });
         }
         Ok(PlatformEvidence {
-            mode: MODE.into(),
+            mode: PlatformMode::Simulated,
             media_type: MEDIA_TYPE.into(),
             report_data: HexBytes(
                 binding::refresh_report_data(&b.public_key, &b.nonce, None, b.chain_head.as_ref())

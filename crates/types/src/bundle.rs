@@ -225,8 +225,8 @@ pub struct PublicKey {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlatformEvidence {
-    /// `simulated`, `tdx`, `tdx+nvidia`, …
-    pub mode: String,
+    /// The platform mode (`simulated`, `tdx`).
+    pub mode: PlatformMode,
     /// Media type of `evidence`.
     pub media_type: String,
     /// The 64-byte report_data the hardware report carries.
@@ -242,11 +242,101 @@ pub struct PlatformEvidence {
 #[serde(deny_unknown_fields)]
 pub struct ModelInfo {
     /// `planner`, `executor` or `judge`.
-    pub role: String,
+    pub role: ModelRole,
     /// Model name (`dataset`, `benign`, `local:…`, `openai:…`).
     pub name: String,
     /// SHA-256 of the weights, when there are weights.
     pub weights_hash: Option<Digest>,
     /// True when the hash was declared rather than measured.
     pub declared: bool,
+}
+
+/// A string-named closed set read from evidence: the known names are variants, any
+/// other name is kept in `Other` so that an untrusted bundle naming it still parses and
+/// the verifier can refuse it, naming it. Serialised as the bare name.
+macro_rules! named_set {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $var:ident = $s:literal,)+ }) => {
+        $(#[$m])*
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            $($(#[$vm])* $var,)+
+            /// A name outside the known set, as read from evidence.
+            Other(String),
+        }
+
+        impl $name {
+            /// The name as written in evidence.
+            #[must_use]
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $(Self::$var => $s,)+
+                    Self::Other(s) => s,
+                }
+            }
+
+            /// Whether the name is one of the known set.
+            #[must_use]
+            pub const fn is_known(&self) -> bool {
+                !matches!(self, Self::Other(_))
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                match s {
+                    $($s => Self::$var,)+
+                    other => Self::Other(other.to_owned()),
+                }
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(s: String) -> Self {
+                match s.as_str() {
+                    $($s => Self::$var,)+
+                    _ => Self::Other(s),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                String::deserialize(d).map(Self::from)
+            }
+        }
+    };
+}
+
+named_set! {
+    /// How a bundle's platform evidence was produced.
+    PlatformMode {
+        /// `simulated`: no root of trust, accepted only when explicitly allowed.
+        Simulated = "simulated",
+        /// `tdx`: an Intel TDX quote, optionally with NVIDIA GPU evidence.
+        Tdx = "tdx",
+    }
+}
+
+named_set! {
+    /// The part a model plays in a run.
+    ModelRole {
+        /// `planner`: writes the plan the APM fixes.
+        Planner = "planner",
+        /// `executor`: proposes the tool calls.
+        Executor = "executor",
+        /// `judge`: classifies information flows for the regulation guard.
+        Judge = "judge",
+    }
 }
