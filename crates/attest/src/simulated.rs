@@ -143,6 +143,29 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_mode_is_refused_naming_it() {
+        let k = TeeKey::generate().unwrap();
+        let mut ev = Simulated
+            .collect(&KeyBinding {
+                public_key: k.public_bytes(),
+                nonce: Vec::new(),
+                chain_head: None,
+            })
+            .unwrap();
+        assert_eq!(ev.mode.as_str(), MODE);
+        assert_eq!(PlatformMode::from(crate::hardware::MODE), PlatformMode::Tdx);
+        ev.mode = PlatformMode::from("sev-snp");
+        let allow = AppraisalOptions {
+            dangerous_allow_simulated: true,
+            policy: None,
+            chain_head: None,
+        };
+        let e = appraise(&ev, &k.public_key(), allow).unwrap_err();
+        assert_eq!(e, PlatformError::UnknownMode("sev-snp".into()));
+        assert!(e.to_string().contains("`sev-snp`"));
+    }
+
+    #[test]
     fn simulated_evidence_content_is_bound() {
         let k = TeeKey::generate().unwrap();
         let mut ev = Simulated

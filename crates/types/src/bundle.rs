@@ -340,3 +340,44 @@ named_set! {
         Judge = "judge",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![expect(clippy::unwrap_used, reason = "tests")]
+
+    use super::{ModelRole, PlatformMode};
+
+    #[test]
+    fn known_and_unknown_names_write_back_their_bytes() {
+        for (name, mode) in [
+            ("simulated", PlatformMode::Simulated),
+            ("tdx", PlatformMode::Tdx),
+            ("tdx+nvidia", PlatformMode::Other("tdx+nvidia".into())),
+            ("", PlatformMode::Other(String::new())),
+        ] {
+            let json = serde_json::to_string(name).unwrap();
+            let read: PlatformMode = serde_json::from_str(&json).unwrap();
+            assert_eq!(read, mode);
+            assert_eq!(read.is_known(), !matches!(mode, PlatformMode::Other(_)));
+            assert_eq!(serde_json::to_string(&read).unwrap(), json);
+            assert_eq!(read.to_string(), name);
+        }
+        for (name, role) in [
+            ("planner", ModelRole::Planner),
+            ("executor", ModelRole::Executor),
+            ("judge", ModelRole::Judge),
+            ("Judge", ModelRole::Other("Judge".into())),
+        ] {
+            let json = serde_json::to_string(name).unwrap();
+            let read: ModelRole = serde_json::from_str(&json).unwrap();
+            assert_eq!(read, role);
+            assert_eq!(serde_json::to_string(&read).unwrap(), json);
+            assert_eq!(ModelRole::from(name), role);
+            let mut canonical = Vec::new();
+            crate::canon_ser::write(&role, &mut canonical).unwrap();
+            assert_eq!(canonical, json.as_bytes());
+        }
+        // Not a string: still an error, never a panic.
+        assert!(serde_json::from_str::<ModelRole>("3").is_err());
+    }
+}
