@@ -183,10 +183,10 @@ pub fn now_unix() -> u64 {
 pub mod collect {
     use std::path::PathBuf;
 
-    use knox_types::bundle::PlatformEvidence;
+    use knox_types::bundle::{PlatformEvidence, PlatformMode};
     use knox_types::bytes::HexBytes;
 
-    use super::{GpuEntry, MEDIA_TYPE, MODE, TdxEvidence, gpu_digest, now_unix};
+    use super::{GpuEntry, MEDIA_TYPE, TdxEvidence, gpu_digest, now_unix};
     use crate::binding;
     use crate::platform::{KeyBinding, PlatformBackend, PlatformError};
 
@@ -203,8 +203,8 @@ pub mod collect {
     }
 
     impl PlatformBackend for TdxBackend {
-        fn mode(&self) -> &'static str {
-            MODE
+        fn mode(&self) -> PlatformMode {
+            PlatformMode::Tdx
         }
 
         fn collect(&self, b: &KeyBinding) -> Result<PlatformEvidence, PlatformError> {
@@ -244,7 +244,7 @@ pub mod collect {
                 gpus,
             };
             Ok(PlatformEvidence {
-                mode: MODE.into(),
+                mode: PlatformMode::Tdx,
                 media_type: MEDIA_TYPE.into(),
                 report_data: HexBytes(report_data.to_vec()),
                 nonce: HexBytes(b.nonce.clone()),

@@ -1,7 +1,7 @@
 //! The platform-evidence trait that hardware backends implement, and appraisal of
 //! the evidence a bundle carries.
 
-use knox_types::bundle::{PlatformEvidence, PublicKey};
+use knox_types::bundle::{PlatformEvidence, PlatformMode, PublicKey};
 
 use crate::binding;
 
@@ -63,8 +63,8 @@ pub struct KeyBinding {
 
 /// A source of platform evidence.
 pub trait PlatformBackend: Send + Sync {
-    /// The mode name written into bundles.
-    fn mode(&self) -> &'static str;
+    /// The mode written into bundles.
+    fn mode(&self) -> PlatformMode;
     /// Produces evidence whose report_data commits to `binding`.
     fn collect(&self, binding: &KeyBinding) -> Result<PlatformEvidence, PlatformError>;
 }
@@ -84,7 +84,7 @@ pub struct AppraisalOptions<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Appraisal {
     /// The evidence mode.
-    pub mode: String,
+    pub mode: PlatformMode,
     /// Whether hardware vouches for the key.
     pub hardware_backed: bool,
     /// What the appraisal established, for reports.
@@ -109,8 +109,8 @@ pub fn appraise(
             binding::MAX_NONCE
         )));
     }
-    match evidence.mode.as_str() {
-        crate::simulated::MODE => {
+    match &evidence.mode {
+        PlatformMode::Simulated => {
             crate::simulated::check(evidence, &pk, opts.chain_head.as_ref())?;
             if !opts.dangerous_allow_simulated {
                 return Err(PlatformError::SimulatedRefused);
@@ -121,7 +121,7 @@ pub fn appraise(
                 detail: crate::simulated::NOTE.into(),
             })
         }
-        crate::hardware::MODE => {
+        PlatformMode::Tdx => {
             let a =
                 crate::hardware::appraise(evidence, &pk, opts.policy, opts.chain_head.as_ref())?;
             Ok(Appraisal {
@@ -130,6 +130,6 @@ pub fn appraise(
                 detail: a.describe(),
             })
         }
-        other => Err(PlatformError::UnknownMode(other.to_string())),
+        PlatformMode::Other(other) => Err(PlatformError::UnknownMode(other.clone())),
     }
 }

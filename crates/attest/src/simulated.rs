@@ -4,7 +4,7 @@
 //! own media type and in its evidence, that nothing vouches for it. It never imitates
 //! a vendor structure.
 
-use knox_types::bundle::PlatformEvidence;
+use knox_types::bundle::{PlatformEvidence, PlatformMode};
 use knox_types::bytes::HexBytes;
 use serde_json::json;
 
@@ -25,8 +25,8 @@ pub const NOTE: &str = "not hardware-backed: simulated platform evidence, no roo
 pub struct Simulated;
 
 impl PlatformBackend for Simulated {
-    fn mode(&self) -> &'static str {
-        MODE
+    fn mode(&self) -> knox_types::bundle::PlatformMode {
+        PlatformMode::Simulated
     }
 
     fn collect(&self, b: &KeyBinding) -> Result<PlatformEvidence, PlatformError> {
@@ -37,7 +37,7 @@ impl PlatformBackend for Simulated {
             });
         }
         Ok(PlatformEvidence {
-            mode: MODE.into(),
+            mode: PlatformMode::Simulated,
             media_type: MEDIA_TYPE.into(),
             report_data: HexBytes(
                 binding::refresh_report_data(&b.public_key, &b.nonce, None, b.chain_head.as_ref())
@@ -140,6 +140,29 @@ mod tests {
             ),
             Err(PlatformError::BindingMismatch)
         );
+    }
+
+    #[test]
+    fn an_unknown_mode_is_refused_naming_it() {
+        let k = TeeKey::generate().unwrap();
+        let mut ev = Simulated
+            .collect(&KeyBinding {
+                public_key: k.public_bytes(),
+                nonce: Vec::new(),
+                chain_head: None,
+            })
+            .unwrap();
+        assert_eq!(ev.mode.as_str(), MODE);
+        assert_eq!(PlatformMode::from(crate::hardware::MODE), PlatformMode::Tdx);
+        ev.mode = PlatformMode::from("sev-snp");
+        let allow = AppraisalOptions {
+            dangerous_allow_simulated: true,
+            policy: None,
+            chain_head: None,
+        };
+        let e = appraise(&ev, &k.public_key(), allow).unwrap_err();
+        assert_eq!(e, PlatformError::UnknownMode("sev-snp".into()));
+        assert!(e.to_string().contains("`sev-snp`"));
     }
 
     #[test]

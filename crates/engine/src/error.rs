@@ -19,7 +19,7 @@ pub enum EngineError {
     #[error("binding the key through `{mode}`")]
     Platform {
         /// The backend's mode.
-        mode: String,
+        mode: knox_types::bundle::PlatformMode,
         /// Why.
         #[source]
         source: Box<RunError>,

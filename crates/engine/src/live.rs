@@ -19,7 +19,7 @@ use knox_monitor::run::{self, Guarding, PlanSpec, Planned};
 use knox_policy::ToolkitManifest;
 use knox_types::apm::Apm;
 use knox_types::apm::StopPolicy;
-use knox_types::bundle::{Bundle, ModelInfo};
+use knox_types::bundle::{Bundle, ModelInfo, ModelRole};
 
 use crate::error::EngineError;
 use crate::session::Session;
@@ -62,7 +62,7 @@ impl Planner for HostPlan {
 
     fn model(&self) -> ModelInfo {
         ModelInfo {
-            role: "planner".into(),
+            role: ModelRole::Planner,
             name: "host-plan".into(),
             weights_hash: None,
             declared: false,

@@ -234,7 +234,7 @@ impl SessionBuilder {
             ));
         }
         let platform_error = |source| EngineError::Platform {
-            mode: platform.mode().to_string(),
+            mode: platform.mode(),
             source: Box::new(source),
         };
         let core = match tools {

@@ -23,7 +23,7 @@ use knox_monitor::run::{RunError, Runtime};
 use knox_sandbox::{Sandbox, SandboxConfig, SandboxError};
 use knox_types::aeg::NodeKind;
 use knox_types::apm::{ExpectedCall, StopPolicy, Topology, TopologyKind};
-use knox_types::bundle::{Bundle, ModelInfo};
+use knox_types::bundle::{Bundle, ModelInfo, ModelRole};
 use knox_types::canon::CanonError;
 use knox_types::payload::KernelEvent;
 use knox_verify::Outcome;
@@ -346,7 +346,7 @@ pub fn run(
     let apm_hash = apm.hash()?;
     let att = apm::attest(&apm, apm_hash, &rt.key)?;
     let models = vec![ModelInfo {
-        role: "executor".into(),
+        role: ModelRole::Executor,
         name: "corpus".into(),
         weights_hash: None,
         declared: false,

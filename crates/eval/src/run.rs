@@ -408,7 +408,7 @@ pub fn run(
         judge: None,
         verdicts,
         verification: Verification {
-            platform: rt.platform.mode.clone(),
+            platform: rt.platform.mode.to_string(),
             dir: bundles_dir.display().to_string(),
             ..Verification::default()
         },

@@ -13,7 +13,7 @@ use std::collections::{BTreeSet, HashMap};
 use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations};
 use knox_policy::ToolkitManifest;
 use knox_types::apm::{ExpectedCall, ParamConstraint, StopPolicy};
-use knox_types::bundle::ModelInfo;
+use knox_types::bundle::{ModelInfo, ModelRole};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -224,7 +224,7 @@ impl Planner for PoolPlanner {
 
     fn model(&self) -> ModelInfo {
         ModelInfo {
-            role: "planner".into(),
+            role: ModelRole::Planner,
             name: match self.matching {
                 Matching::Exact => "eval-pool".into(),
                 Matching::Constraints => "eval-pool+constraints".into(),

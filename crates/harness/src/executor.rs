@@ -4,7 +4,7 @@
 use knox_agent::{AgentTask, Executor, ExecutorFactory, Label, Observation, Step};
 use knox_dataset::{AttackerCase, cases::OUTPUT_REF_PREFIX};
 use knox_types::Action;
-use knox_types::bundle::ModelInfo;
+use knox_types::bundle::{ModelInfo, ModelRole};
 use serde_json::{Map, Value};
 
 /// Where a proposal came from — the ground truth an evaluation scores the monitor
@@ -82,7 +82,7 @@ impl ExecutorFactory for BenignFactory {
 
     fn model(&self) -> ModelInfo {
         ModelInfo {
-            role: "executor".into(),
+            role: ModelRole::Executor,
             name: "benign".into(),
             weights_hash: None,
             declared: false,
@@ -198,7 +198,7 @@ impl ExecutorFactory for InjectedFactory {
 
     fn model(&self) -> ModelInfo {
         ModelInfo {
-            role: "executor".into(),
+            role: ModelRole::Executor,
             name: "injected".into(),
             weights_hash: None,
             declared: false,

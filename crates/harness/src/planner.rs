@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use knox_agent::{Plan, PlanError, PlannedCall, Planner, Prompt, Regulations, task_id};
 use knox_policy::ToolkitManifest;
 use knox_types::apm::{ExpectedCall, StopPolicy};
-use knox_types::bundle::ModelInfo;
+use knox_types::bundle::{ModelInfo, ModelRole};
 
 /// Takes plans from the dataset: each InjecAgent user case names the tool call that
 /// serves its instruction.
@@ -75,7 +75,7 @@ impl Planner for DatasetPlanner {
 
     fn model(&self) -> ModelInfo {
         ModelInfo {
-            role: "planner".into(),
+            role: ModelRole::Planner,
             name: "dataset".into(),
             weights_hash: None,
             declared: false,

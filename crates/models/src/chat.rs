@@ -2,7 +2,7 @@
 //! schema the reply must follow, in; text or a tool call out — so the planner and the
 //! executor are written once over it.
 
-use knox_types::bundle::ModelInfo;
+use knox_types::bundle::{ModelInfo, ModelRole};
 use serde_json::Value;
 
 /// Who said a message.
@@ -170,5 +170,5 @@ pub trait Chat: Send + Sync + std::fmt::Debug {
     fn complete(&self, messages: &[Message], format: &Format) -> Result<Reply, ModelError>;
 
     /// Identifies the model in role `role` (`planner`, `executor`) for proof of inference.
-    fn info(&self, role: &str) -> ModelInfo;
+    fn info(&self, role: ModelRole) -> ModelInfo;
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use knox_agent::{AgentTask, Executor, ExecutorFactory, Label, Observation, Step};
 use knox_policy::ToolkitManifest;
-use knox_types::bundle::ModelInfo;
+use knox_types::bundle::{ModelInfo, ModelRole};
 use serde_json::{Value, json};
 
 use crate::chat::{Chat, Format, Message, Reply, Role, ToolCall, ToolDef};
@@ -78,7 +78,7 @@ impl ExecutorFactory for ChatExecutor<'_> {
     }
 
     fn model(&self) -> ModelInfo {
-        self.chat.info("executor")
+        self.chat.info(ModelRole::Executor)
     }
 }
 
@@ -224,9 +224,9 @@ mod tests {
                 r.remove(0)
             })
         }
-        fn info(&self, role: &str) -> ModelInfo {
+        fn info(&self, role: ModelRole) -> ModelInfo {
             ModelInfo {
-                role: role.into(),
+                role,
                 name: "canned".into(),
                 weights_hash: None,
                 declared: true,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use knox_regulation::judge::INFO_TYPES;
 use knox_regulation::{Judge, JudgeAnswer};
-use knox_types::bundle::ModelInfo;
+use knox_types::bundle::{ModelInfo, ModelRole};
 use serde_json::{Value, json};
 
 use crate::chat::{Chat, Format, Message, Reply, Role};
@@ -110,7 +110,7 @@ pub fn parse_answer(text: &str) -> Result<JudgeAnswer, String> {
 
 impl Judge for ChatJudge {
     fn model(&self) -> ModelInfo {
-        self.chat.info("judge")
+        self.chat.info(ModelRole::Judge)
     }
 
     fn ask(&self, prompt: &str) -> Result<JudgeAnswer, String> {

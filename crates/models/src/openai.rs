@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use knox_types::bundle::ModelInfo;
+use knox_types::bundle::{ModelInfo, ModelRole};
 use knox_types::digest::Digest;
 use serde_json::{Value, json};
 
@@ -166,9 +166,9 @@ impl Chat for Endpoint {
         parse_reply(&self.post(&self.body(messages, format))?)
     }
 
-    fn info(&self, role: &str) -> ModelInfo {
+    fn info(&self, role: ModelRole) -> ModelInfo {
         ModelInfo {
-            role: role.into(),
+            role,
             name: self.spec(),
             weights_hash: self.declared_weights,
             declared: true,

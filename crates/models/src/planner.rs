@@ -12,7 +12,7 @@ use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations};
 use knox_policy::ToolkitManifest;
 use knox_policy::manifest::ToolEntry;
 use knox_types::apm::{ExpectedCall, ParamConstraint, StopPolicy};
-use knox_types::bundle::ModelInfo;
+use knox_types::bundle::{ModelInfo, ModelRole};
 use serde_json::{Map, Value};
 
 use crate::chat::{Chat, Format, Message, Reply, Role};
@@ -247,7 +247,7 @@ impl Planner for ChatPlanner {
     }
 
     fn model(&self) -> ModelInfo {
-        self.chat.info("planner")
+        self.chat.info(ModelRole::Planner)
     }
 }
 

@@ -330,7 +330,7 @@ impl Chat for Shown {
         reply
     }
 
-    fn info(&self, role: &str) -> knox_types::bundle::ModelInfo {
+    fn info(&self, role: knox_types::bundle::ModelRole) -> knox_types::bundle::ModelInfo {
         self.model.info(role)
     }
 }

@@ -225,8 +225,8 @@ pub struct PublicKey {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlatformEvidence {
-    /// `simulated`, `tdx`, `tdx+nvidia`, …
-    pub mode: String,
+    /// The platform mode (`simulated`, `tdx`).
+    pub mode: PlatformMode,
     /// Media type of `evidence`.
     pub media_type: String,
     /// The 64-byte report_data the hardware report carries.
@@ -242,11 +242,142 @@ pub struct PlatformEvidence {
 #[serde(deny_unknown_fields)]
 pub struct ModelInfo {
     /// `planner`, `executor` or `judge`.
-    pub role: String,
+    pub role: ModelRole,
     /// Model name (`dataset`, `benign`, `local:…`, `openai:…`).
     pub name: String,
     /// SHA-256 of the weights, when there are weights.
     pub weights_hash: Option<Digest>,
     /// True when the hash was declared rather than measured.
     pub declared: bool,
+}
+
+/// A string-named closed set read from evidence: the known names are variants, any
+/// other name is kept in `Other` so that an untrusted bundle naming it still parses and
+/// the verifier can refuse it, naming it. Serialised as the bare name.
+macro_rules! named_set {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $var:ident = $s:literal,)+ }) => {
+        $(#[$m])*
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            $($(#[$vm])* $var,)+
+            /// A name outside the known set, as read from evidence.
+            Other(String),
+        }
+
+        impl $name {
+            /// The name as written in evidence.
+            #[must_use]
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $(Self::$var => $s,)+
+                    Self::Other(s) => s,
+                }
+            }
+
+            /// Whether the name is one of the known set.
+            #[must_use]
+            pub const fn is_known(&self) -> bool {
+                !matches!(self, Self::Other(_))
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                match s {
+                    $($s => Self::$var,)+
+                    other => Self::Other(other.to_owned()),
+                }
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(s: String) -> Self {
+                match s.as_str() {
+                    $($s => Self::$var,)+
+                    _ => Self::Other(s),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                String::deserialize(d).map(Self::from)
+            }
+        }
+    };
+}
+
+named_set! {
+    /// How a bundle's platform evidence was produced.
+    PlatformMode {
+        /// `simulated`: no root of trust, accepted only when explicitly allowed.
+        Simulated = "simulated",
+        /// `tdx`: an Intel TDX quote, optionally with NVIDIA GPU evidence.
+        Tdx = "tdx",
+    }
+}
+
+named_set! {
+    /// The part a model plays in a run.
+    ModelRole {
+        /// `planner`: writes the plan the APM fixes.
+        Planner = "planner",
+        /// `executor`: proposes the tool calls.
+        Executor = "executor",
+        /// `judge`: classifies information flows for the regulation guard.
+        Judge = "judge",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![expect(clippy::unwrap_used, reason = "tests")]
+
+    use super::{ModelRole, PlatformMode};
+
+    #[test]
+    fn known_and_unknown_names_write_back_their_bytes() {
+        for (name, mode) in [
+            ("simulated", PlatformMode::Simulated),
+            ("tdx", PlatformMode::Tdx),
+            ("tdx+nvidia", PlatformMode::Other("tdx+nvidia".into())),
+            ("", PlatformMode::Other(String::new())),
+        ] {
+            let json = serde_json::to_string(name).unwrap();
+            let read: PlatformMode = serde_json::from_str(&json).unwrap();
+            assert_eq!(read, mode);
+            assert_eq!(read.is_known(), !matches!(mode, PlatformMode::Other(_)));
+            assert_eq!(serde_json::to_string(&read).unwrap(), json);
+            assert_eq!(read.to_string(), name);
+        }
+        for (name, role) in [
+            ("planner", ModelRole::Planner),
+            ("executor", ModelRole::Executor),
+            ("judge", ModelRole::Judge),
+            ("Judge", ModelRole::Other("Judge".into())),
+        ] {
+            let json = serde_json::to_string(name).unwrap();
+            let read: ModelRole = serde_json::from_str(&json).unwrap();
+            assert_eq!(read, role);
+            assert_eq!(serde_json::to_string(&read).unwrap(), json);
+            assert_eq!(ModelRole::from(name), role);
+            let mut canonical = Vec::new();
+            crate::canon_ser::write(&role, &mut canonical).unwrap();
+            assert_eq!(canonical, json.as_bytes());
+        }
+        // Not a string: still an error, never a panic.
+        assert!(serde_json::from_str::<ModelRole>("3").is_err());
+    }
 }

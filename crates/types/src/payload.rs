@@ -326,7 +326,7 @@ pub struct InterruptPayload {
 #[serde(deny_unknown_fields)]
 pub struct ProofOfInferencePayload {
     /// `planner`, `executor` or `judge`.
-    pub role: String,
+    pub role: crate::bundle::ModelRole,
     /// Model name.
     pub model: String,
     /// SHA-256 of the weights file, when measured or declared.

@@ -125,6 +125,7 @@ pub fn verify_journal(
     let (platform, hw) = crate::evidence_step(&mut s, &bundle, opts);
     let apm_hash = crate::apm_step(&mut s, &bundle, manifest);
     crate::prompt_step(&mut s, &bundle);
+    crate::roles_step(&mut s, &bundle);
     s.skip("signature", "journal: the run never signed a summary");
     let findings = crate::graph_steps(&mut s, &bundle, manifest, apm_hash, false, opts.norms);
     let mut report = crate::build_report(s, &bundle, platform, hw, findings, false);

@@ -11,7 +11,7 @@ mod written;
 
 use knox_attest::platform::{self, AppraisalOptions, PlatformError};
 use knox_policy::ToolkitManifest;
-use knox_types::bundle::{BUNDLE_FORMAT, BUNDLE_FORMAT_V1, Bundle, MAX_BUNDLE_BYTES};
+use knox_types::bundle::{BUNDLE_FORMAT, BUNDLE_FORMAT_V1, Bundle, MAX_BUNDLE_BYTES, PlatformMode};
 use knox_types::dsse::{APM_PREDICATE, SUMMARY_PREDICATE};
 use knox_types::merkle;
 
@@ -100,10 +100,7 @@ impl Steps {
     }
 
     pub(crate) fn fail(&mut self, name: &'static str, f: Fail) {
-        let detail = match f.0 {
-            Some(n) => format!("node {n}: {}", f.1),
-            None => f.1.clone(),
-        };
+        let detail = f.to_string();
         self.steps.push(Step {
             name,
             result: "fail",
@@ -131,9 +128,9 @@ impl Steps {
 
     pub(crate) fn outcome(&self, finished: bool) -> Outcome {
         match (&self.tampered, &self.refused) {
-            (Some((node, reason)), _) => Outcome::Tampered {
-                node: *node,
-                reason: reason.clone(),
+            (Some(f), _) => Outcome::Tampered {
+                node: f.node,
+                reason: f.reason.clone(),
             },
             (None, Some(reason)) => Outcome::Refused {
                 reason: reason.clone(),
@@ -161,7 +158,7 @@ pub fn verify_bundle(b: &Bundle, manifest: &ToolkitManifest, opts: Options<'_>) 
             "signature",
             "summary signed by the in-TEE key (DSSE, in-toto Statement v1)",
         ),
-        Err(why) => s.fail("signature", (None, why)),
+        Err(why) => s.fail("signature", Fail::unplaced(why)),
     }
     let findings = graph_steps(&mut s, b, manifest, apm_hash, true, opts.norms);
     build_report(s, b, platform, hardware_backed, findings, true)
@@ -173,16 +170,15 @@ fn refresh_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) {
         if b.summary.refresh.is_some() {
             s.fail(
                 "refresh",
-                (
-                    None,
-                    "the signed summary names a refresh report the bundle does not carry".into(),
+                Fail::unplaced(
+                    "the signed summary names a refresh report the bundle does not carry",
                 ),
             );
         }
         return;
     };
     if let Some(why) = refresh_unbound(b, refresh) {
-        s.fail("refresh", (None, why));
+        s.fail("refresh", Fail::unplaced(why));
         return;
     }
     let o = AppraisalOptions {
@@ -206,7 +202,7 @@ fn refresh_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) {
         ) => {
             s.refuse("refresh", e.to_string());
         }
-        Err(e) => s.fail("refresh", (None, format!("refresh report: {e}"))),
+        Err(e) => s.fail("refresh", Fail::unplaced(format!("refresh report: {e}"))),
     }
 }
 
@@ -214,7 +210,7 @@ fn refresh_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) {
 /// v2 for every mode but simulated, whose evidence is fixed).
 fn refresh_unbound(b: &Bundle, refresh: &knox_types::bundle::PlatformEvidence) -> Option<String> {
     let Some(signed) = b.summary.refresh else {
-        return (b.format == BUNDLE_FORMAT && refresh.mode != knox_attest::simulated::MODE).then(|| {
+        return (b.format == BUNDLE_FORMAT && refresh.mode != PlatformMode::Simulated).then(|| {
             format!(
                 "the signed summary does not bind the `{}` refresh report: format v2 requires its hash for every mode but simulated",
                 refresh.mode
@@ -236,8 +232,27 @@ fn refresh_unbound(b: &Bundle, refresh: &knox_types::bundle::PlatformEvidence) -
     })
 }
 
+/// Every model plays a role this verifier knows: a bundle or journal naming another
+/// role is refused, naming it. Adds a step only when one does not.
+pub(crate) fn roles_step(s: &mut Steps, b: &Bundle) -> bool {
+    let Some(m) = b.models.iter().find(|m| !m.role.is_known()) else {
+        return true;
+    };
+    s.refuse(
+        "models",
+        format!(
+            "model `{}` has the role `{}`, which this verifier does not know (planner, executor or judge)",
+            m.name, m.role
+        ),
+    );
+    false
+}
+
 /// With a regulator policy, every model that has weights must have accepted weights.
 fn models_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) {
+    if !roles_step(s, b) {
+        return;
+    }
     let Some(policy) = opts.policy else { return };
     for m in &b.models {
         let Some(h) = m.weights_hash else { continue };
@@ -340,7 +355,7 @@ fn summary_step(b: &Bundle, apm_hash: Option<knox_types::Digest>) -> Result<(), 
 }
 
 /// Step 1: the platform evidence binds the key and is acceptable.
-pub(crate) fn evidence_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) -> (String, bool) {
+pub(crate) fn evidence_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) -> (PlatformMode, bool) {
     let appraisal = platform::appraise(
         &b.platform,
         &b.key,
@@ -376,7 +391,7 @@ pub(crate) fn evidence_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) -> (St
             (b.platform.mode.clone(), false)
         }
         Err(e) => {
-            s.fail("evidence", (None, e.to_string()));
+            s.fail("evidence", Fail::unplaced(e.to_string()));
             (b.platform.mode.clone(), false)
         }
     }
@@ -395,9 +410,13 @@ pub(crate) fn encoding_step(s: &mut Steps, b: &Bundle) {
             "strict JSON (no repeated key); format v1: parts canonicalised before hashing, the APM hashed as written",
         ),
         Some(f) => {
-            let mut f = f.clone();
+            let mut f = Fail::from(f.clone());
             if w.faults.len() > 1 {
-                f.1 = format!("{} (and {} more encoding faults)", f.1, w.faults.len() - 1);
+                f.reason = format!(
+                    "{} (and {} more encoding faults)",
+                    f.reason,
+                    w.faults.len() - 1
+                );
             }
             s.fail("encoding", f);
         }
@@ -421,15 +440,15 @@ pub(crate) fn prompt_step(s: &mut Steps, b: &Bundle) {
         }
         Ok(h) => s.fail(
             "prompt",
-            (
-                None,
-                format!(
-                    "the prompt in clear (hash {h}) is not the one the APM attests (inputs.prompt {})",
-                    b.apm.inputs.prompt
-                ),
-            ),
+            Fail::unplaced(format!(
+                "the prompt in clear (hash {h}) is not the one the APM attests (inputs.prompt {})",
+                b.apm.inputs.prompt
+            )),
         ),
-        Err(e) => s.fail("prompt", (None, format!("the prompt in clear: {e}"))),
+        Err(e) => s.fail(
+            "prompt",
+            Fail::unplaced(format!("the prompt in clear: {e}")),
+        ),
     }
 }
 
@@ -456,7 +475,7 @@ fn platform_unbound(b: &Bundle) -> Option<String> {
 fn platform_required(b: &Bundle) -> Option<String> {
     (b.apm_attestation.statement.platform.is_none()
         && b.format == BUNDLE_FORMAT
-        && b.platform.mode != knox_attest::simulated::MODE)
+        && b.platform.mode != PlatformMode::Simulated)
         .then(|| {
             format!(
                 "the APM attestation does not bind the `{}` platform evidence: format v2 requires its hash for every mode but simulated (whose evidence is fixed)",
@@ -477,7 +496,7 @@ pub(crate) fn apm_step(
     let apm_hash = match written.map_or_else(|| apm.hash(), Ok) {
         Ok(h) => h,
         Err(e) => {
-            s.fail("apm", (None, e.to_string()));
+            s.fail("apm", Fail::unplaced(e.to_string()));
             return None;
         }
     };
@@ -489,17 +508,14 @@ pub(crate) fn apm_step(
             Err(e) => Err(e.to_string()),
         });
     if let Err(e) = signed {
-        s.fail("apm", (None, format!("APM attestation: {e}")));
+        s.fail("apm", Fail::unplaced(format!("APM attestation: {e}")));
     } else if att.statement.apm_hash != apm_hash || att.statement.inputs != apm.inputs {
         s.fail(
             "apm",
-            (
-                None,
-                "the APM differs from the one its attestation binds".into(),
-            ),
+            Fail::unplaced("the APM differs from the one its attestation binds"),
         );
     } else if let Some(why) = platform_unbound(b).or_else(|| platform_required(b)) {
-        s.fail("apm", (None, why));
+        s.fail("apm", Fail::unplaced(why));
     } else if apm.inputs.manifest != manifest.hash() {
         s.refuse(
             "apm",
@@ -546,13 +562,14 @@ pub(crate) fn graph_steps(
     if finished {
         if head != b.summary.chain_head {
             let last = b.nodes.last().map(|n| n.seq);
-            chain_failures.push((
-                last,
-                "chain head differs from the signed one: nodes were edited, dropped or appended"
-                    .into(),
-            ));
+            chain_failures.push(Fail {
+                node: last,
+                reason:
+                    "chain head differs from the signed one: nodes were edited, dropped or appended"
+                        .into(),
+            });
         } else if counts != b.summary.counts {
-            chain_failures.push((None, "node counts differ from the signed summary".into()));
+            chain_failures.push(Fail::unplaced("node counts differ from the signed summary"));
         }
     }
     let findings = policy_step(s, b, manifest, apm_hash, finished, norms);
@@ -579,7 +596,7 @@ pub(crate) fn graph_steps(
         } else {
             s.fail(
                 "topology",
-                (None, "structure root differs from the signed one".into()),
+                Fail::unplaced("structure root differs from the signed one"),
             );
         }
     }
@@ -666,10 +683,10 @@ fn policy_step(
             if finished && !f.unfinished.is_empty() {
                 s.fail(
                     "policy",
-                    (
-                        f.unfinished.first().copied(),
-                        "allowed call without its output in a finished run".into(),
-                    ),
+                    Fail {
+                        node: f.unfinished.first().copied(),
+                        reason: "allowed call without its output in a finished run".into(),
+                    },
                 );
             } else {
                 s.pass("policy", "every guard decision recomputed from the APM and matches; topology as dispatched");
@@ -686,7 +703,7 @@ fn policy_step(
 pub(crate) fn build_report(
     s: Steps,
     b: &Bundle,
-    platform: String,
+    platform: PlatformMode,
     hardware_backed: bool,
     f: Option<replay::Findings>,
     finished: bool,

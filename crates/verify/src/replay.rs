@@ -19,7 +19,7 @@ use knox_types::aeg::{
     NODE_ATTESTATION_CONTEXT, Node, NodeKind, PLANNER_AGENT, chain_start, chain_step,
 };
 use knox_types::apm::{AgentPlan, Apm, PlanningFailure, StopCause, TopologyKind};
-use knox_types::bundle::{Counts, ModelInfo, PublicKey};
+use knox_types::bundle::{Counts, ModelInfo, ModelRole, PublicKey};
 use knox_types::digest::Digest;
 use knox_types::payload::{
     AgentBranchPayload, AgentStepPayload, Assignment, BlockedPayload, CheckDetail, CheckPayload,
@@ -30,10 +30,49 @@ use knox_types::payload::{
 use crate::report::BlockedAction;
 
 /// A failure: the first offending node, when one can be named, and why.
-pub type Fail = (Option<u64>, String);
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fail {
+    /// The first offending node, when one can be named.
+    pub node: Option<u64>,
+    /// Why the evidence is refused as tampered.
+    pub reason: String,
+}
+
+impl Fail {
+    /// A failure at node `seq`.
+    pub fn at(seq: u64, reason: impl Into<String>) -> Self {
+        Self {
+            node: Some(seq),
+            reason: reason.into(),
+        }
+    }
+
+    /// A failure no single node can be named for (something is missing).
+    pub fn unplaced(reason: impl Into<String>) -> Self {
+        Self {
+            node: None,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl From<(Option<u64>, String)> for Fail {
+    fn from((node, reason): (Option<u64>, String)) -> Self {
+        Self { node, reason }
+    }
+}
+
+impl std::fmt::Display for Fail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.node {
+            Some(n) => write!(f, "node {n}: {}", self.reason),
+            None => f.write_str(&self.reason),
+        }
+    }
+}
 
 fn fail<T>(node: &Node, why: impl Into<String>) -> Result<T, Fail> {
-    Err((Some(node.seq), why.into()))
+    Err(Fail::at(node.seq, why))
 }
 
 /// Recomputes every measurement, the sequence numbers and the chain; returns `c_N`,
@@ -49,7 +88,7 @@ pub fn chain(nodes: &[Node]) -> Result<(Digest, Vec<Digest>, Counts), Fail> {
                 "node at position {i} has sequence number {}: a node was dropped, inserted or reordered",
                 n.seq
             );
-            return Err((Some(i as u64), why));
+            return Err(Fail::at(i as u64, why));
         }
         if n.compute_measurement() != n.measurement {
             return fail(n, "measurement does not match the node's content");
@@ -153,7 +192,7 @@ pub fn replay(cx: &Context<'_>, nodes: &[Node], finished: bool) -> Result<Findin
     };
     let mut i = match r.header(nodes) {
         Ok(i) => i,
-        Err((None, _)) if !finished => return Ok(r.found),
+        Err(Fail { node: None, .. }) if !finished => return Ok(r.found),
         Err(e) => return Err(e),
     };
     while let Some(n) = nodes.get(i) {
@@ -201,7 +240,7 @@ struct Replayer<'a, 'c> {
 fn parse<T: Payload>(n: &Node) -> Result<&T, Fail> {
     n.payload
         .get::<T>()
-        .map_err(|e| (Some(n.seq), e.to_string()))
+        .map_err(|e| Fail::at(n.seq, e.to_string()))
 }
 
 fn expect_plain(n: &Node, kind: NodeKind, parent: Option<u64>, agent: &str) -> Result<(), Fail> {
@@ -235,7 +274,7 @@ impl<'a> Replayer<'a, '_> {
     fn header(&mut self, nodes: &[Node]) -> Result<usize, Fail> {
         let apm = self.cx.apm;
         let Some(root) = nodes.first() else {
-            return Err((None, "the graph has no root node".into()));
+            return Err(Fail::unplaced("the graph has no root node"));
         };
         expect_plain(root, NodeKind::Root, None, "monitor")?;
         let rp = parse::<RootPayload>(root)?;
@@ -248,7 +287,7 @@ impl<'a> Replayer<'a, '_> {
         let mut i = 1;
         for m in self.cx.models {
             let Some(n) = nodes.get(i) else {
-                return Err((None, "proof_of_inference nodes missing".into()));
+                return Err(Fail::unplaced("proof_of_inference nodes missing"));
             };
             expect_plain(n, NodeKind::ProofOfInference, Some(0), "monitor")?;
             let p = parse::<ProofOfInferencePayload>(n)?;
@@ -273,7 +312,7 @@ impl<'a> Replayer<'a, '_> {
         let multi = apm.topology.kind == TopologyKind::MtMa;
         if multi {
             let Some(step) = nodes.get(i) else {
-                return Err((None, "agent_step missing".into()));
+                return Err(Fail::unplaced("agent_step missing"));
             };
             expect_plain(step, NodeKind::AgentStep, Some(0), PLANNER_AGENT)?;
             let p = parse::<AgentStepPayload>(step)?;
@@ -293,7 +332,7 @@ impl<'a> Replayer<'a, '_> {
         for (k, plan) in apm.agents.iter().enumerate() {
             let cursor = if multi {
                 let Some(b) = nodes.get(i) else {
-                    return Err((None, format!("branch of `{}` missing", plan.id)));
+                    return Err(Fail::unplaced(format!("branch of `{}` missing", plan.id)));
                 };
                 expect_plain(b, NodeKind::AgentBranch, Some(0), &plan.id)?;
                 let p = parse::<AgentBranchPayload>(b)?;
@@ -313,7 +352,10 @@ impl<'a> Replayer<'a, '_> {
                 awaiting: None,
             };
             if self.agents.insert(plan.id.as_str(), st).is_some() {
-                return Err((None, format!("APM lists agent `{}` twice", plan.id)));
+                return Err(Fail::unplaced(format!(
+                    "APM lists agent `{}` twice",
+                    plan.id
+                )));
             }
         }
         Ok(i)
@@ -332,13 +374,13 @@ impl<'a> Replayer<'a, '_> {
         if apm.agents.iter().any(|a| !a.trajectory.is_empty())
             || !apm.guards.syscall.toolkits.is_empty()
         {
-            return Err((
-                Some(0),
-                "the APM records a planning failure but permits tool calls".into(),
+            return Err(Fail::at(
+                0,
+                "the APM records a planning failure but permits tool calls",
             ));
         }
         let Some(n) = nodes.get(i) else {
-            return Err((None, "the plan_failed interrupt is missing".into()));
+            return Err(Fail::unplaced("the plan_failed interrupt is missing"));
         };
         let reason = failure.interrupt_reason();
         let well_formed = n.kind == NodeKind::Interrupt
@@ -531,9 +573,9 @@ impl<'a> Replayer<'a, '_> {
             if !self.finished {
                 return Ok(j);
             }
-            return Err((
-                Some(call.seq),
-                "the graph ends before the blocked/interrupt node of this call".into(),
+            return Err(Fail::at(
+                call.seq,
+                "the graph ends before the blocked/interrupt node of this call",
             ));
         };
         if end.parent != Some(failed_node.seq)
@@ -779,7 +821,7 @@ struct Recorded<'r, 'n> {
 
 impl Recorded<'_, '_> {
     fn refuse(&mut self, node: u64, why: impl Into<String>) -> Option<CheckPayload> {
-        self.error = Some((Some(node), why.into()));
+        self.error = Some(Fail::at(node, why));
         None
     }
 }
@@ -837,7 +879,7 @@ impl RegulationSource for Recorded<'_, '_> {
                 let judge = match judge.as_deref() {
                     Some(j) => {
                         let declared = self.models.iter().any(|m| {
-                            m.role == "judge"
+                            m.role == ModelRole::Judge
                                 && m.name == j.model
                                 && m.weights_hash == j.weights_hash
                         });
@@ -886,5 +928,5 @@ fn check_attested(n: &Node, key: &PublicKey) -> Result<(), Fail> {
         return fail(n, "interrupt attestation names another key");
     }
     verify_signature(key, NODE_ATTESTATION_CONTEXT, &n.measurement.0, &a.sig)
-        .map_err(|e| (Some(n.seq), format!("interrupt attestation: {e}")))
+        .map_err(|e| Fail::at(n.seq, format!("interrupt attestation: {e}")))
 }

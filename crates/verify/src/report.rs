@@ -85,7 +85,7 @@ pub struct Report {
     /// Run identifier.
     pub run_id: String,
     /// Platform evidence mode.
-    pub platform: String,
+    pub platform: knox_types::bundle::PlatformMode,
     /// Whether hardware vouches for the signing key.
     pub hardware_backed: bool,
     /// Steps.

@@ -19,7 +19,7 @@ use knox_monitor::run::Runtime;
 use knox_policy::{ToolEntry, ToolkitManifest};
 use knox_types::aeg::{Node, NodeKind};
 use knox_types::apm::{Apm, ExpectedCall, StopPolicy, Topology, TopologyKind};
-use knox_types::bundle::{Bundle, ModelInfo};
+use knox_types::bundle::{Bundle, ModelInfo, ModelRole};
 use knox_verify::replay::{self, Context, RegulationReplay};
 use knox_verify::{Options, Outcome};
 use proptest::prelude::*;
@@ -109,7 +109,7 @@ struct Judge;
 impl knox_regulation::Judge for Judge {
     fn model(&self) -> ModelInfo {
         ModelInfo {
-            role: "judge".into(),
+            role: ModelRole::Judge,
             name: "proptest-judge".into(),
             weights_hash: None,
             declared: false,
@@ -275,7 +275,7 @@ fn run(s: &Scenario) -> Bundle {
     let apm_hash = apm.hash().unwrap();
     let att = apm::attest(&apm, apm_hash, &rt.key).unwrap();
     let mut models = vec![ModelInfo {
-        role: "executor".into(),
+        role: ModelRole::Executor,
         name: "proptest".into(),
         weights_hash: None,
         declared: false,
@@ -356,7 +356,7 @@ fn verify(b: &Bundle) -> Outcome {
 
 /// The replay alone (chain and measurements, then the policy replay) of `nodes`.
 fn replays(b: &Bundle, nodes: &[Node]) -> Result<(), String> {
-    replay::chain(nodes).map_err(|e| e.1)?;
+    replay::chain(nodes).map_err(|e| e.reason)?;
     let spec = &b.apm.guards.regulation;
     let regulation = match spec.policy_hash {
         None => RegulationReplay::NotConfigured,
@@ -375,7 +375,7 @@ fn replays(b: &Bundle, nodes: &[Node]) -> Result<(), String> {
     };
     replay::replay(&cx, nodes, true)
         .map(|_| ())
-        .map_err(|e| e.1)
+        .map_err(|e| e.reason)
 }
 
 /// Every leaf of `v` (empty containers included) as a JSON pointer.

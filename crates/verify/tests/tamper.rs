@@ -534,3 +534,78 @@ fn one_node_is_proven_against_the_signed_structure_root() {
         Err(proof::ProofError::NoSuchNode { .. })
     ));
 }
+
+/// A bundle read from `bytes` (which must parse) and its report, verified from those
+/// bytes with simulated evidence allowed.
+fn parse_and_verify(bytes: &str) -> (Bundle, Report) {
+    let b = knox_verify::parse_bundle(bytes.as_bytes()).unwrap();
+    let r = knox_verify::evidence::verify_bytes(bytes.as_bytes(), manifest(), ALLOW).unwrap();
+    (b, r)
+}
+
+/// The result and detail of the step `name` of `r`.
+fn step<'r>(r: &'r Report, name: &str) -> (&'static str, &'r str) {
+    let s = r
+        .steps
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no `{name}` step: {r}"));
+    (s.result, &s.detail)
+}
+
+#[test]
+fn an_unknown_platform_mode_is_read_and_refused_naming_it() {
+    use knox_types::bundle::PlatformMode;
+    let text = String::from_utf8(fixture("topologies/st-sa.json")).unwrap();
+    let edited = text.replace(r#""mode":"simulated""#, r#""mode":"sgx""#);
+    assert_ne!(edited, text);
+    let (b, r) = parse_and_verify(&edited);
+    assert_eq!(b.platform.mode, PlatformMode::Other("sgx".into()));
+    // Read back as written: the unknown name is kept, not dropped or renamed.
+    assert!(
+        serde_json::to_string(&b.platform)
+            .unwrap()
+            .contains(r#""mode":"sgx""#)
+    );
+    assert!(!matches!(r.outcome, Outcome::Complete), "{r}");
+    let (result, detail) = step(&r, "evidence");
+    assert_eq!(result, "refused", "{r}");
+    assert!(
+        detail.contains("unknown platform evidence mode `sgx`"),
+        "{detail}"
+    );
+    assert_eq!(r.platform, PlatformMode::Other("sgx".into()));
+}
+
+#[test]
+fn an_unknown_model_role_is_read_and_refused_naming_it() {
+    use knox_types::bundle::ModelRole;
+    let text = String::from_utf8(fixture("topologies/st-sa.json")).unwrap();
+    let edited = text.replace(r#""role":"executor""#, r#""role":"critic""#);
+    assert_ne!(edited, text);
+    let (b, r) = parse_and_verify(&edited);
+    assert!(
+        b.models
+            .iter()
+            .any(|m| m.role == ModelRole::Other("critic".into())),
+        "{:?}",
+        b.models
+    );
+    assert!(!matches!(r.outcome, Outcome::Complete), "{r}");
+    let (result, detail) = step(&r, "models");
+    assert_eq!(result, "refused", "{r}");
+    assert!(detail.contains("role `critic`"), "{detail}");
+
+    // A journal naming it is read and refused too.
+    let text = String::from_utf8(fixture("topologies/mt-ma-4-2.journal.jsonl")).unwrap();
+    let edited = text.replace(r#""role":"executor""#, r#""role":"critic""#);
+    assert_ne!(edited, text);
+    let r = knox_verify::evidence::verify_bytes(edited.as_bytes(), manifest(), ALLOW).unwrap();
+    assert!(
+        !matches!(r.outcome, Outcome::Complete | Outcome::Prefix),
+        "{r}"
+    );
+    let (result, detail) = step(&r, "models");
+    assert_eq!(result, "refused", "{r}");
+    assert!(detail.contains("role `critic`"), "{detail}");
+}

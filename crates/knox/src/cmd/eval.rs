@@ -279,7 +279,7 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
         .cloned()
         .unwrap_or_default();
     let progress = bar();
-    let simulated = backend.mode() == "simulated";
+    let simulated = backend.mode() == knox_types::bundle::PlatformMode::Simulated;
     let opts = Options {
         guards: guards.clone(),
         workloads: workloads.clone(),

@@ -221,7 +221,11 @@ fn eval_with_a_judge_adds_label_blind_regulation_columns_decided_on_its_answers(
             "{}",
             f.display()
         );
-        assert!(b.models.iter().any(|m| m.role == "judge"));
+        assert!(
+            b.models
+                .iter()
+                .any(|m| m.role == knox_types::bundle::ModelRole::Judge)
+        );
         for n in &b.nodes {
             let d = &n.payload.to_value()["detail"];
             if n.kind == knox_types::aeg::NodeKind::Check

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use knox::session::{ExecutorKind, WorkloadRun};
 use knox_models::{ChatExecutor, ChatPlanner, Endpoint};
 use knox_types::aeg::{Node, NodeKind};
-use knox_types::bundle::Bundle;
+use knox_types::bundle::{Bundle, ModelRole};
 use knox_verify::Outcome;
 use serde_json::{Value, json};
 
@@ -228,9 +228,9 @@ fn a_model_planner_is_validated_retried_and_identified() {
             .contains("unknown tool `RootShellExecute`")
     );
     assert!(
-        b.models
-            .iter()
-            .any(|m| m.role == "planner" && m.declared && m.name.ends_with("#planner-model"))
+        b.models.iter().any(|m| m.role == ModelRole::Planner
+            && m.declared
+            && m.name.ends_with("#planner-model"))
     );
     assert_eq!(planner.latency().totals().calls, 2);
 }
@@ -539,7 +539,7 @@ mod local {
             }
         }
 
-        fn info(&self, role: &str) -> knox_types::bundle::ModelInfo {
+        fn info(&self, role: ModelRole) -> knox_types::bundle::ModelInfo {
             self.model.info(role)
         }
     }

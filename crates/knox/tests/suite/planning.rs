@@ -15,7 +15,7 @@ use knox_monitor::run::seal;
 use knox_policy::ToolkitManifest;
 use knox_types::aeg::{NodeKind, PLANNER_AGENT};
 use knox_types::apm::{ExpectedCall, StopPolicy};
-use knox_types::bundle::{Bundle, ModelInfo};
+use knox_types::bundle::{Bundle, ModelInfo, ModelRole};
 use knox_verify::Outcome;
 use serde_json::{Value, json};
 
@@ -39,7 +39,7 @@ impl Planner for Refuses {
 
     fn model(&self) -> ModelInfo {
         ModelInfo {
-            role: "planner".into(),
+            role: ModelRole::Planner,
             name: "refuses".into(),
             weights_hash: None,
             declared: false,
@@ -137,7 +137,7 @@ fn a_model_planner_out_of_attempts_is_recorded_not_an_error() {
     assert!(
         b.models
             .iter()
-            .any(|m| m.role == "planner" && m.name.ends_with("#stubborn-planner"))
+            .any(|m| m.role == ModelRole::Planner && m.name.ends_with("#stubborn-planner"))
     );
 }
 

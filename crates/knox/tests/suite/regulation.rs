@@ -10,7 +10,7 @@ use knox_monitor::aeg::AegBuilder;
 use knox_monitor::guard::stop::StopSignal;
 use knox_types::aeg::NodeKind;
 use knox_types::apm::{ExpectedCall, StopPolicy, Topology, TopologyKind};
-use knox_types::bundle::Bundle;
+use knox_types::bundle::{Bundle, ModelRole};
 use knox_types::payload::GuardKind;
 use knox_types::regulation::{ConsentRecord, DirectoryEntry, RegulationContext, TaskContext};
 use knox_verify::Outcome;
@@ -423,7 +423,7 @@ struct KeywordJudge;
 impl knox_regulation::Judge for KeywordJudge {
     fn model(&self) -> knox_types::bundle::ModelInfo {
         knox_types::bundle::ModelInfo {
-            role: "judge".into(),
+            role: ModelRole::Judge,
             name: "keyword-judge".into(),
             weights_hash: None,
             declared: false,
@@ -505,7 +505,7 @@ fn a_judge_classifies_unlabelled_content_and_its_opinion_is_recorded_not_obeyed(
     assert_eq!(report.outcome, Outcome::Complete, "{report}");
     // Dropping the judge from the declared models is caught.
     let mut undeclared = b.clone();
-    undeclared.models.retain(|m| m.role != "judge");
+    undeclared.models.retain(|m| m.role != ModelRole::Judge);
     assert!(matches!(
         verify(&undeclared).outcome,
         Outcome::Tampered { .. }

@@ -114,7 +114,7 @@ use knox_monitor::apm as apm_mod;
 use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::monitor::{Monitor, MonitorConfig};
 use knox_types::apm::{Apm, ExpectedCall, StopPolicy, Topology};
-use knox_types::bundle::{ApmAttestation, ModelInfo};
+use knox_types::bundle::{ApmAttestation, ModelInfo, ModelRole};
 use knox_types::digest::Digest;
 
 /// A hand-made plan under the monitor, for guard-level tests.
@@ -166,7 +166,7 @@ pub fn harness_regulated(
     let apm_hash = apm.hash().unwrap();
     let att = apm_mod::attest(&apm, apm_hash, &runtime().key).unwrap();
     let models = vec![ModelInfo {
-        role: "executor".into(),
+        role: ModelRole::Executor,
         name: "test-script".into(),
         weights_hash: None,
         declared: false,

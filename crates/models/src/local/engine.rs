@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use knox_types::bundle::ModelInfo;
+use knox_types::bundle::{ModelInfo, ModelRole};
 use knox_types::digest::Digest;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::LlamaContextParams;
@@ -290,9 +290,9 @@ impl Chat for LocalModel {
         Ok(interpret(text, format, || self.next_call_id()))
     }
 
-    fn info(&self, role: &str) -> ModelInfo {
+    fn info(&self, role: ModelRole) -> ModelInfo {
         ModelInfo {
-            role: role.into(),
+            role,
             name: self.name.clone(),
             weights_hash: Some(self.weights),
             declared: false,

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use knox_types::bundle::ModelInfo;
+use knox_types::bundle::{ModelInfo, ModelRole};
 use knox_types::digest::Digest;
 
 use super::{InferenceStats, LocalOptions};
@@ -47,7 +47,7 @@ impl Chat for LocalModel {
         match self.never {}
     }
 
-    fn info(&self, _: &str) -> ModelInfo {
+    fn info(&self, _: ModelRole) -> ModelInfo {
         match self.never {}
     }
 }
