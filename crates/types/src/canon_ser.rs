@@ -61,7 +61,8 @@ impl<'o> ser::Serializer for Writer<'o> {
     }
     fn serialize_i64(self, v: i64) -> Result<(), SerError> {
         if v.unsigned_abs() <= (1u64 << 53) {
-            self.out.extend_from_slice(v.to_string().as_bytes());
+            self.out
+                .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
         } else {
             number(v.into(), self.out);
         }
@@ -78,7 +79,8 @@ impl<'o> ser::Serializer for Writer<'o> {
     }
     fn serialize_u64(self, v: u64) -> Result<(), SerError> {
         if v <= (1u64 << 53) {
-            self.out.extend_from_slice(v.to_string().as_bytes());
+            self.out
+                .extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
         } else {
             number(v.into(), self.out);
         }

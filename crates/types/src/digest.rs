@@ -81,7 +81,16 @@ impl Digest {
 
     /// Lowercase hex.
     pub fn to_hex(&self) -> String {
-        hex::encode(self.0)
+        let mut buf = [0u8; 64];
+        self.write_hex(&mut buf).to_owned()
+    }
+
+    /// Lowercase hex written into `buf`, without allocating (digests are written into
+    /// every node's canonical bytes).
+    pub fn write_hex<'b>(&self, buf: &'b mut [u8; 64]) -> &'b str {
+        // 32 bytes always fit 64 hex digits, and hex digits are ASCII.
+        let _ = hex::encode_to_slice(self.0, buf);
+        std::str::from_utf8(buf).unwrap_or_default()
     }
 
     /// Parses exactly 64 lowercase hex digits (the only form Knox writes).
@@ -120,7 +129,7 @@ impl fmt::Display for Digest {
 
 impl Serialize for Digest {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_hex())
+        s.serialize_str(self.write_hex(&mut [0u8; 64]))
     }
 }
 
