@@ -10,4 +10,4 @@ pub mod spec;
 pub mod stop;
 pub mod trajectory;
 
-pub use manifest::{ManifestError, ToolEntry, ToolkitManifest};
+pub use manifest::{Effect, ManifestError, ToolEntry, ToolkitManifest};

@@ -153,6 +153,31 @@ pub struct ToolAnnotations {
     /// Sensitive parameters that must not take untrusted values.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sinks: Vec<String>,
+    /// What the tool does to the world (see [`Effect`]); absent: derived by
+    /// [`ToolEntry::effect`], conservatively.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<Effect>,
+    /// Parameters the executor may compose freely (prose: an email body, a tweet). Every
+    /// other parameter is controlled: a plan fixes it exactly, to an enumerated set, a
+    /// bounded range or a named field of an earlier output.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prose: Vec<String>,
+}
+
+/// What a tool does to the world, from the least to the most consequential. The
+/// trajectory policy lets `read` calls repeat and reorder; the others stay exactly as
+/// planned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    /// Observes state the user may see; changes nothing and sends nothing anywhere.
+    Read,
+    /// Changes state (creates, updates, deletes), without sending data to anyone.
+    Write,
+    /// Transmits data to a recipient outside the user.
+    Disclose,
+    /// Runs code or a command.
+    Execute,
 }
 
 /// Which parameters name the recipient and carry the content of a disclosure.
@@ -263,6 +288,16 @@ pub struct ToolEntry {
 }
 
 impl ToolEntry {
+    /// The tool's effect: the declared one, else `disclose` for a tool that discloses,
+    /// else `write` (an undeclared tool is never assumed harmless).
+    pub fn effect(&self) -> Effect {
+        match (self.annotations.effect, &self.annotations.discloses) {
+            (Some(e), _) => e,
+            (None, Some(_)) => Effect::Disclose,
+            (None, None) => Effect::Write,
+        }
+    }
+
     /// Whether the tool's output can carry content written by someone other than the
     /// user (an injection vector, and the data-flow guard's taint).
     pub fn returns_external(&self) -> bool {
@@ -571,6 +606,25 @@ limits = { max_processes = 64, max_file_bytes = 1048576, max_memory_bytes = 2684
             64
         );
         assert!(m.tool("MailDelete").is_none());
+    }
+
+    #[test]
+    fn effects_are_declared_or_derived_conservatively() {
+        let m = manifest();
+        assert_eq!(m.tool("MailSend").unwrap().effect(), Effect::Disclose);
+        // Not declared, not disclosing: never assumed to be a harmless read.
+        assert_eq!(m.tool("MailRead").unwrap().effect(), Effect::Write);
+        let declared = NEEDS.replace(
+            "[toolkits.Mail.tools.Read]\n",
+            "[toolkits.Mail.tools.Read]\neffect = \"read\"\n",
+        );
+        let m = ToolkitManifest::from_sources(TOOLS, &declared).unwrap();
+        assert_eq!(m.tool("MailRead").unwrap().effect(), Effect::Read);
+        let bad = NEEDS.replace(
+            "[toolkits.Mail.tools.Read]\n",
+            "[toolkits.Mail.tools.Read]\neffect = \"peek\"\n",
+        );
+        assert!(ToolkitManifest::from_sources(TOOLS, &bad).is_err());
     }
 
     #[test]
