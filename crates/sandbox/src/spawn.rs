@@ -303,6 +303,31 @@ impl Sandbox {
         Worker::new(child, stdin, stdout, self.config.max_output_bytes)
     }
 
+    /// Spawns `argv` under `prepared` as a long-lived process speaking its own
+    /// protocol on its standard input and output (an MCP server over stdio, say),
+    /// which are handed back as the write end of its stdin and the read end of its
+    /// stdout (blocking pipes); standard error is collected into the
+    /// [`crate::Outcome`]. Denials stream through [`ConfinedChild::denied_events`];
+    /// the process is killed when the returned child is dropped.
+    pub fn spawn_piped<S: AsRef<OsStr>>(
+        &self,
+        prepared: &PreparedPolicy,
+        argv: &[S],
+        env: &[(String, String)],
+    ) -> Result<(ConfinedChild, std::fs::File, std::fs::File), SandboxError> {
+        let (started, lease, enforcement) = self.launch(prepared, argv, env)?;
+        let (child, stdin, stdout) = ConfinedChild::assemble_worker(
+            started,
+            lease,
+            &prepared.policy.limits,
+            enforcement,
+            &self.config,
+            &self.workers,
+        );
+        let stdout = stdout.ok_or(SandboxError::Protocol("stdout was not kept"))?;
+        Ok((child, stdin, stdout))
+    }
+
     /// Authorizes `argv`, leases a cgroup and starts the confined child.
     fn launch<S: AsRef<OsStr>>(
         &self,

@@ -1,0 +1,452 @@
+//! `servers.toml`: the MCP servers a run may use, how each is reached, and what each
+//! stdio server needs from the kernel (see `docs/mcp.md`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use knox_types::apm::{Access, Endpoint, PathGrant};
+use serde::{Deserialize, Serialize};
+
+use crate::McpError;
+
+/// Version of `servers.toml` this crate reads.
+pub const SERVERS_VERSION: u32 = 1;
+
+/// Largest `servers.toml` read, in bytes.
+pub const MAX_SERVERS_BYTES: u64 = 1 << 20;
+
+/// Default per-call timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Longest per-call timeout a server may declare.
+pub const MAX_TIMEOUT_SECS: u64 = 3600;
+
+/// The parsed `servers.toml`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServersFile {
+    /// [`SERVERS_VERSION`].
+    pub version: u32,
+    /// The servers, in the order declared.
+    #[serde(default, rename = "server")]
+    pub servers: Vec<ServerSpec>,
+}
+
+/// One MCP server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSpec {
+    /// Its name, `[A-Za-z0-9_-]{1,64}`: the server's tools are called `NAME.TOOL`.
+    pub name: String,
+    /// Stdio server: the program (absolute, or looked up on `PATH` when the file is
+    /// loaded). Exactly one of `command` and `url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// Stdio server: its arguments, passed verbatim.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Stdio server: its whole environment (nothing is inherited from Knox's).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Streamable-HTTP server: its one endpoint (`http://` or `https://`); Knox sends
+    /// nothing anywhere else (no redirects, no proxy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Seconds one tool call may take (default 30); past it a stdio server's whole
+    /// process tree is killed and restarted at the next call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
+    /// The toolkit manifest of the server's tools (relative to this file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<PathBuf>,
+    /// The directories Knox answers `roots/list` with; each must lie within a path the
+    /// needs grant read on. Default: none (an empty list: a server then keeps what
+    /// its arguments say, which the kernel still confines to the needs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roots: Option<Vec<String>>,
+    /// What a stdio server's process may do; ignored (must be absent) for HTTP.
+    #[serde(default)]
+    pub needs: Needs,
+}
+
+/// A stdio server's kernel needs: everything else is denied, and each denied system
+/// call is recorded.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Needs {
+    /// Seccomp families on top of the runtime baseline (`offline`,
+    /// `network-client`, `terminal`).
+    #[serde(default)]
+    pub profile: BTreeSet<knox_sandbox::Family>,
+    /// System calls beyond the baseline and the families.
+    #[serde(default)]
+    pub syscalls: BTreeSet<String>,
+    /// Path grants (absolute paths). The program gets read and execute implicitly.
+    #[serde(default)]
+    pub paths: Vec<PathGrant>,
+    /// TCP endpoints the server may connect to (the port is what the kernel enforces).
+    #[serde(default)]
+    pub endpoints: Vec<Endpoint>,
+    /// Resource limits over the server's whole life (default: [`default_limits`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<knox_types::apm::Limits>,
+}
+
+/// Limits of a server process that declares none: a long-lived interpreter (node,
+/// python) needs more threads and CPU over a run than one tool call.
+pub fn default_limits() -> knox_types::apm::Limits {
+    knox_types::apm::Limits {
+        max_processes: 64,
+        max_file_bytes: 64 << 20,
+        max_memory_bytes: 1 << 30,
+        cpu_seconds: 600,
+        max_open_files: 1024,
+    }
+}
+
+/// How a server is reached, once validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// A process Knox starts in the kernel sandbox.
+    Stdio {
+        /// Absolute program path.
+        program: PathBuf,
+        /// Arguments.
+        args: Vec<String>,
+        /// Environment.
+        env: Vec<(String, String)>,
+    },
+    /// A Streamable-HTTP endpoint.
+    Http {
+        /// The URL.
+        url: String,
+    },
+}
+
+/// A validated server.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Server {
+    /// Its name.
+    pub name: String,
+    /// How it is reached.
+    pub reach: Reach,
+    /// Per-call timeout.
+    pub timeout: Duration,
+    /// Kernel needs (stdio).
+    pub needs: Needs,
+    /// What `roots/list` answers, as absolute directory paths.
+    pub roots: Vec<String>,
+    /// The manifest path, resolved against the file's directory.
+    pub manifest: Option<PathBuf>,
+}
+
+/// Whether `name` is a valid server name.
+pub fn valid_server_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Whether `path` is absolute and normalized (no `.`, `..`, `//`, trailing `/`).
+fn normalized_absolute(path: &str) -> bool {
+    path == "/"
+        || (path.starts_with('/')
+            && !path.ends_with('/')
+            && path
+                .split('/')
+                .skip(1)
+                .all(|c| !c.is_empty() && c != "." && c != ".."))
+}
+
+/// Whether `inner` is `outer` or beneath it (component-wise).
+pub fn within(inner: &str, outer: &str) -> bool {
+    outer == "/"
+        || inner == outer
+        || inner
+            .strip_prefix(outer)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// Looks `program` up on `PATH` unless it is absolute.
+fn resolve_program(program: &str) -> Result<PathBuf, McpError> {
+    let p = Path::new(program);
+    if p.is_absolute() {
+        return Ok(p.to_path_buf());
+    }
+    if program.contains('/') || program.is_empty() {
+        return Err(McpError::Config(format!(
+            "command `{program}` must be absolute or a bare name found on PATH"
+        )));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|c| c.is_file())
+        .ok_or_else(|| McpError::Config(format!("command `{program}` is not on PATH")))
+}
+
+impl ServersFile {
+    /// Parses `servers.toml` text.
+    pub fn parse(text: &str) -> Result<Self, McpError> {
+        let file: Self = toml::from_str(text).map_err(|e| McpError::Config(e.to_string()))?;
+        if file.version != SERVERS_VERSION {
+            return Err(McpError::Config(format!(
+                "version {} is not supported (expected {SERVERS_VERSION})",
+                file.version
+            )));
+        }
+        Ok(file)
+    }
+
+    /// Reads and validates `servers.toml`; relative manifest paths are resolved
+    /// against its directory.
+    pub fn load(path: &Path) -> Result<Vec<Server>, McpError> {
+        let io = |e: std::io::Error| McpError::Config(format!("{}: {e}", path.display()));
+        let len = std::fs::metadata(path).map_err(io)?.len();
+        if len > MAX_SERVERS_BYTES {
+            return Err(McpError::Config(format!(
+                "{}: {len} bytes, limit {MAX_SERVERS_BYTES}",
+                path.display()
+            )));
+        }
+        let text = std::fs::read_to_string(path).map_err(io)?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::parse(&text)?.validate(base)
+    }
+
+    /// Checks every server and resolves programs and manifests.
+    pub fn validate(self, base: &Path) -> Result<Vec<Server>, McpError> {
+        let mut seen = BTreeSet::new();
+        self.servers
+            .into_iter()
+            .map(|s| {
+                if !seen.insert(s.name.clone()) {
+                    return Err(McpError::Config(format!("server `{}` twice", s.name)));
+                }
+                s.validate(base)
+            })
+            .collect()
+    }
+}
+
+impl ServerSpec {
+    /// A stdio server spec with the given needs.
+    pub fn stdio(name: &str, command: &str, args: &[String], needs: Needs) -> Self {
+        Self {
+            name: name.to_owned(),
+            command: Some(command.to_owned()),
+            args: args.to_vec(),
+            env: BTreeMap::new(),
+            url: None,
+            timeout_secs: None,
+            manifest: None,
+            roots: None,
+            needs,
+        }
+    }
+
+    /// A Streamable-HTTP server spec.
+    pub fn http(name: &str, url: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            command: None,
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            url: Some(url.to_owned()),
+            timeout_secs: None,
+            manifest: None,
+            roots: None,
+            needs: Needs::default(),
+        }
+    }
+
+    /// Validates one server.
+    pub fn validate(self, base: &Path) -> Result<Server, McpError> {
+        let name = self.name;
+        let bad = |why: String| McpError::Config(format!("server `{name}`: {why}"));
+        if !valid_server_name(&name) {
+            return Err(McpError::Config(format!(
+                "server name `{name}` is not 1-64 of [A-Za-z0-9_-]"
+            )));
+        }
+        let timeout_secs = self
+            .timeout_secs
+            .unwrap_or(DEFAULT_TIMEOUT.as_secs())
+            .clamp(1, MAX_TIMEOUT_SECS);
+        for g in &self.needs.paths {
+            if !normalized_absolute(&g.path) {
+                return Err(bad(format!("path `{}` is not absolute and normalized", g.path)));
+            }
+        }
+        for s in &self.needs.syscalls {
+            if knox_sandbox::filter::syscall_number(s).is_none() {
+                return Err(bad(format!("unknown system call `{s}`")));
+            }
+        }
+        let reach = match (self.command, self.url) {
+            (Some(cmd), None) => {
+                let program = resolve_program(&cmd).map_err(|e| bad(e.to_string()))?;
+                if let Some(k) = self.env.keys().find(|k| k.is_empty() || k.contains('=')) {
+                    return Err(bad(format!("environment variable name `{k}`")));
+                }
+                Reach::Stdio {
+                    program,
+                    args: self.args,
+                    env: self.env.into_iter().collect(),
+                }
+            }
+            (None, Some(url)) => {
+                check_url(&url).map_err(bad)?;
+                if self.needs != Needs::default() || !self.args.is_empty() {
+                    return Err(bad(
+                        "an HTTP server runs elsewhere: no `needs` or `args`".into(),
+                    ));
+                }
+                Reach::Http { url }
+            }
+            _ => return Err(bad("exactly one of `command` and `url`".into())),
+        };
+        let granted: Vec<&str> = self
+            .needs
+            .paths
+            .iter()
+            .filter(|g| g.access.contains(&Access::Read))
+            .map(|g| g.path.as_str())
+            .collect();
+        let roots = match self.roots {
+            None => Vec::new(),
+            Some(asked) => {
+                for r in &asked {
+                    if !normalized_absolute(r) || !granted.iter().any(|g| within(r, g)) {
+                        return Err(bad(format!(
+                            "root `{r}` is not within a path the needs grant read on"
+                        )));
+                    }
+                }
+                asked
+            }
+        };
+        Ok(Server {
+            name,
+            reach,
+            timeout: Duration::from_secs(timeout_secs),
+            needs: self.needs,
+            roots,
+            manifest: self.manifest.map(|m| base.join(m)),
+        })
+    }
+}
+
+/// Accepts `http://HOST[:PORT]/…` and `https://…` URLs without credentials.
+pub fn check_url(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| format!("url `{url}` is not http:// or https://"))?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.is_empty() || authority.contains('@') || url.chars().any(char::is_whitespace) {
+        return Err(format!("url `{url}` has no host, or carries credentials"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_validates_a_servers_file() {
+        let text = r#"
+version = 1
+[[server]]
+name = "fs"
+command = "/usr/bin/true"
+args = ["/srv/a"]
+roots = ["/srv/a/docs"]
+timeout_secs = 5
+[server.needs]
+profile = ["offline"]
+syscalls = ["epoll_create1"]
+paths = [{ path = "/srv/a", access = ["read"] }, { path = "/srv/b", access = ["write"] }]
+
+[[server]]
+name = "web"
+url = "http://127.0.0.1:9/mcp"
+manifest = "web.toml"
+"#;
+        let servers = ServersFile::parse(text)
+            .unwrap()
+            .validate(Path::new("/etc/knox"))
+            .unwrap();
+        assert_eq!(servers.len(), 2);
+        assert_eq!(servers[0].roots, ["/srv/a/docs"]);
+        assert!(servers[1].roots.is_empty());
+        assert_eq!(servers[0].timeout, Duration::from_secs(5));
+        assert_eq!(
+            servers[1].manifest.as_deref(),
+            Some(Path::new("/etc/knox/web.toml"))
+        );
+        assert!(matches!(servers[1].reach, Reach::Http { .. }));
+    }
+
+    #[test]
+    fn refuses_what_would_widen_or_confuse() {
+        let one = |body: &str| {
+            ServersFile::parse(&format!("version = 1\n[[server]]\n{body}"))
+                .and_then(|f| f.validate(Path::new("/")))
+        };
+        // A root outside the grants.
+        let e = one(r#"name = "a"
+command = "/usr/bin/true"
+roots = ["/etc"]
+needs = { paths = [{ path = "/srv", access = ["read"] }] }"#)
+        .unwrap_err();
+        assert!(e.to_string().contains("root `/etc`"), "{e}");
+        // `/srvx` is not within `/srv`.
+        assert!(
+            one(r#"name = "a"
+command = "/usr/bin/true"
+roots = ["/srvx"]
+needs = { paths = [{ path = "/srv", access = ["read"] }] }"#)
+            .is_err()
+        );
+        assert!(one(r#"name = "a.b"
+command = "/usr/bin/true""#)
+        .is_err());
+        assert!(one(r#"name = "a"
+command = "/usr/bin/true"
+url = "http://x/""#)
+        .is_err());
+        assert!(one(r#"name = "a"
+url = "file:///etc/passwd""#)
+        .is_err());
+        assert!(one(r#"name = "a"
+url = "http://user:pw@host/""#)
+        .is_err());
+        assert!(one(r#"name = "a"
+command = "/usr/bin/true"
+needs = { paths = [{ path = "/srv/../etc", access = ["read"] }] }"#)
+        .is_err());
+        assert!(one(r#"name = "a"
+command = "/usr/bin/true"
+needs = { syscalls = ["not_a_call"] }"#)
+        .is_err());
+        assert!(one(r#"name = "a"
+command = "/usr/bin/true"
+surprise = 1"#)
+        .is_err());
+        assert!(ServersFile::parse("version = 2").is_err());
+        assert!(ServersFile::parse("not toml [").is_err());
+    }
+
+    #[test]
+    fn within_is_component_wise() {
+        assert!(within("/a/b", "/a"));
+        assert!(within("/a", "/a"));
+        assert!(!within("/ab", "/a"));
+        assert!(within("/x", "/"));
+    }
+}

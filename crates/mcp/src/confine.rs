@@ -1,0 +1,109 @@
+//! From a stdio server's needs to the kernel policy its process runs under.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use knox_sandbox::{Access as KAccess, Limits as KLimits, PathRule, Profile, SandboxPolicy};
+use knox_types::apm::Access;
+
+use crate::McpError;
+use crate::config::{Needs, default_limits};
+
+/// System calls every server needs to start: `execve` of its own program (the
+/// supervisor lets it through only under an execute grant).
+pub const LAUNCH: [&str; 1] = ["execve"];
+
+fn access(a: Access) -> KAccess {
+    match a {
+        Access::Read => KAccess::Read,
+        Access::Write => KAccess::Write,
+        Access::Create => KAccess::Create,
+        Access::Remove => KAccess::Remove,
+        Access::Execute => KAccess::Execute,
+    }
+}
+
+/// The kernel policy of a server running `program` in `workspace` under `needs`:
+/// the runtime baseline, the needs' families and system calls, the needs' paths
+/// plus read and execute on the program, TCP connect to the needs' endpoint ports,
+/// the needs' limits. Nothing else.
+pub fn policy(needs: &Needs, program: &Path, workspace: &Path) -> Result<SandboxPolicy, McpError> {
+    let sandbox = |e: knox_sandbox::ProfileError| McpError::Sandbox(e.to_string());
+    let mut syscalls: BTreeSet<String> = Profile::runtime().map_err(sandbox)?.syscalls().clone();
+    for family in &needs.profile {
+        syscalls.extend(
+            Profile::family(*family)
+                .map_err(sandbox)?
+                .syscalls()
+                .iter()
+                .cloned(),
+        );
+    }
+    syscalls.extend(needs.syscalls.iter().cloned());
+    syscalls.extend(LAUNCH.iter().map(|s| (*s).to_owned()));
+    let mut paths: Vec<PathRule> = needs
+        .paths
+        .iter()
+        .map(|g| PathRule {
+            path: PathBuf::from(&g.path),
+            access: g.access.iter().copied().map(access).collect(),
+        })
+        .collect();
+    paths.push(PathRule {
+        path: program.to_path_buf(),
+        access: [KAccess::Read, KAccess::Execute].into_iter().collect(),
+    });
+    let l = needs.limits.unwrap_or_else(default_limits);
+    let policy = SandboxPolicy {
+        paths,
+        tcp_connect_ports: needs.endpoints.iter().map(|e| e.port).collect(),
+        tcp_bind_ports: BTreeSet::new(),
+        syscalls,
+        limits: KLimits {
+            max_processes: l.max_processes,
+            max_file_bytes: l.max_file_bytes,
+            max_memory_bytes: l.max_memory_bytes,
+            cpu_seconds: u64::from(l.cpu_seconds),
+            max_open_files: u64::from(l.max_open_files),
+            max_address_space_bytes: None,
+        },
+        workspace: workspace.to_path_buf(),
+        min_landlock_abi: None,
+        degraded: BTreeSet::new(),
+    };
+    policy
+        .validate()
+        .map_err(|e| McpError::Sandbox(e.to_string()))?;
+    Ok(policy)
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+    use knox_types::apm::PathGrant;
+
+    #[test]
+    fn a_policy_holds_the_needs_and_nothing_more() {
+        let needs = Needs {
+            profile: [knox_sandbox::Family::Offline].into_iter().collect(),
+            syscalls: ["epoll_create1".to_owned()].into_iter().collect(),
+            paths: vec![PathGrant {
+                path: "/srv/data".into(),
+                access: [Access::Read].into_iter().collect(),
+            }],
+            endpoints: vec![],
+            limits: None,
+        };
+        let p = policy(&needs, Path::new("/usr/bin/node"), Path::new("/tmp")).unwrap();
+        assert!(p.syscalls.contains("epoll_create1") && p.syscalls.contains("getdents64"));
+        assert!(!p.syscalls.contains("socket"), "offline: no sockets");
+        assert!(!p.syscalls.contains("ptrace"));
+        assert!(p.tcp_connect_ports.is_empty() && p.tcp_bind_ports.is_empty());
+        assert_eq!(p.paths.len(), 2);
+        assert!(p.paths.iter().any(|r| r.path == Path::new("/usr/bin/node")
+            && r.access.contains(&KAccess::Execute)));
+        assert!(p.paths.iter().any(|r| r.path == Path::new("/srv/data")
+            && r.access == [KAccess::Read].into_iter().collect()));
+    }
+}

@@ -1,0 +1,228 @@
+//! `knox toolkit import --mcp-stdio` / `--mcp-http`: a manifest skeleton from a
+//! server's `tools/list`, every guess marked for review.
+//!
+//! The importer works on its own small types ([`Skeleton`], [`ImportedTool`]); the
+//! one function that knows the user manifest format is [`to_manifest`], so that the
+//! format can change without touching what is learned from the server.
+
+use knox_types::payload::KernelEvent;
+use rmcp::model::Tool;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// What a tool does to the world (the manifest's effect vocabulary).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    /// Observes; changes nothing, sends nothing anywhere.
+    Read,
+    /// Changes state without sending data to anyone.
+    Write,
+    /// Transmits data to a recipient outside the user (the open world).
+    Disclose,
+    /// Runs code or a command.
+    Execute,
+}
+
+/// The MCP annotations a server gave one tool (hints: the server's own claims).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hints {
+    /// `readOnlyHint`.
+    pub read_only: Option<bool>,
+    /// `destructiveHint`.
+    pub destructive: Option<bool>,
+    /// `idempotentHint`.
+    pub idempotent: Option<bool>,
+    /// `openWorldHint`.
+    pub open_world: Option<bool>,
+}
+
+/// One tool as imported.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ImportedTool {
+    /// `SERVER.TOOL`.
+    pub name: String,
+    /// The server's description (untrusted text: review it).
+    pub description: String,
+    /// The `inputSchema` as sent.
+    pub input_schema: Value,
+    /// The effect guessed from the hints.
+    pub effect: Effect,
+    /// The hints it was guessed from.
+    pub hints: Hints,
+    /// Every guess made for this tool, for a person to check.
+    pub review: Vec<String>,
+}
+
+/// Everything the importer learned from one server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Skeleton {
+    /// The server's name (the tools' namespace).
+    pub server: String,
+    /// How it was reached: `stdio: CMD ARGS…` or `http: URL`.
+    pub source: String,
+    /// Its tools.
+    pub tools: Vec<ImportedTool>,
+    /// What the kernel denied while the server was listing its tools.
+    pub kernel: Vec<KernelEvent>,
+}
+
+/// Names that suggest running code: such a tool is guessed `execute`.
+const EXECUTE_WORDS: [&str; 6] = ["exec", "run_command", "shell", "eval", "command", "script"];
+
+/// The effect of a tool from its MCP hints, conservatively (MCP's defaults for
+/// absent hints: not read-only, destructive, open world), with the reason.
+pub fn effect_of(name: &str, hints: Hints) -> (Effect, String) {
+    let read_only = hints.read_only.unwrap_or(false);
+    let open_world = hints.open_world.unwrap_or(true);
+    let lower = name.to_ascii_lowercase();
+    if let Some(w) = EXECUTE_WORDS.iter().find(|w| lower.contains(**w)) {
+        return (
+            Effect::Execute,
+            format!("effect `execute` guessed from the name (`{w}`); hints are not trusted for it"),
+        );
+    }
+    let show = |v: Option<bool>| v.map_or_else(|| "absent".to_owned(), |b| b.to_string());
+    let basis = format!(
+        "readOnlyHint={}, destructiveHint={}, openWorldHint={}",
+        show(hints.read_only),
+        show(hints.destructive),
+        show(hints.open_world)
+    );
+    let (effect, why) = match (read_only, open_world) {
+        (true, false) => (Effect::Read, "read-only, closed world"),
+        // A read of the open world sends its parameters there (a URL, a query).
+        (true, true) => (Effect::Disclose, "read-only but open world: its parameters leave the machine"),
+        (false, true) => (Effect::Disclose, "changes the open world"),
+        (false, false) => (Effect::Write, "changes local state only"),
+    };
+    (
+        effect,
+        format!("effect `{}` from {basis} ({why}); hints are the server's own claims", effect_name(effect)),
+    )
+}
+
+fn effect_name(e: Effect) -> &'static str {
+    match e {
+        Effect::Read => "read",
+        Effect::Write => "write",
+        Effect::Disclose => "disclose",
+        Effect::Execute => "execute",
+    }
+}
+
+/// The tools of `server`, namespaced and annotated.
+pub fn imported(server: &str, tools: &[Tool]) -> Vec<ImportedTool> {
+    tools
+        .iter()
+        .map(|t| {
+            let hints = t.annotations.as_ref().map_or_else(Hints::default, |a| Hints {
+                read_only: a.read_only_hint,
+                destructive: a.destructive_hint,
+                idempotent: a.idempotent_hint,
+                open_world: a.open_world_hint,
+            });
+            let (effect, why) = effect_of(&t.name, hints);
+            let mut review = vec![why];
+            if t.annotations.is_none() {
+                review.push("no annotations: MCP's defaults assumed".into());
+            }
+            review.push(
+                "sinks, output labels and disclosure fields are not inferred: declare them".into(),
+            );
+            if !valid_tool_name(&t.name) {
+                review.push(format!(
+                    "tool name `{}` is outside [A-Za-z0-9_.-]{{1,128}}: rename it",
+                    t.name
+                ));
+            }
+            ImportedTool {
+                name: format!("{server}.{}", t.name),
+                description: t.description.as_deref().unwrap_or_default().to_owned(),
+                input_schema: Value::Object((*t.input_schema).clone()),
+                effect,
+                hints,
+                review,
+            }
+        })
+        .collect()
+}
+
+/// Whether `name` is a tool name as MCP and OpenAI write them.
+pub fn valid_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+}
+
+/// FORMAT BOUNDARY: the skeleton written as a user manifest document. Everything the
+/// importer knows is in `skeleton`; this is the only function that knows the
+/// manifest's shape (`knox-toolkit-skeleton/1`, JSON, documented in `docs/mcp.md`),
+/// to be pointed at the manifest format of `knox_policy::manifest` when they meet.
+pub fn to_manifest(skeleton: &Skeleton, needs: &crate::config::Needs) -> Value {
+    json!({
+        "format": "knox-toolkit-skeleton/1",
+        "generated_by": "knox toolkit import",
+        "review_required": true,
+        "server": {
+            "name": skeleton.server,
+            "source": skeleton.source,
+            "needs": needs,
+            "needs_review": "the needs the server was imported under; tighten them to what its tools need",
+        },
+        "tools": skeleton.tools.iter().map(|t| json!({
+            "name": t.name,
+            "description": t.description,
+            "inputSchema": t.input_schema,
+            "effect": t.effect,
+            "mcp_hints": t.hints,
+            "needs": "server",
+            "labels": [],
+            "sinks": [],
+            "review": t.review,
+        })).collect::<Vec<_>>(),
+        "kernel_denials_during_import": skeleton.kernel,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(read_only: Option<bool>, destructive: Option<bool>, open_world: Option<bool>) -> Hints {
+        Hints {
+            read_only,
+            destructive,
+            idempotent: None,
+            open_world,
+        }
+    }
+
+    #[test]
+    fn effects_follow_the_hints_conservatively() {
+        assert_eq!(effect_of("read_file", h(Some(true), None, Some(false))).0, Effect::Read);
+        assert_eq!(
+            effect_of("write_file", h(Some(false), Some(true), Some(false))).0,
+            Effect::Write
+        );
+        // Absent hints take MCP's defaults: not read-only, open world.
+        assert_eq!(effect_of("post", h(None, None, None)).0, Effect::Disclose);
+        assert_eq!(effect_of("fetch", h(Some(true), None, None)).0, Effect::Disclose);
+        // The name wins over a read-only claim for code execution.
+        assert_eq!(
+            effect_of("run_command", h(Some(true), None, Some(false))).0,
+            Effect::Execute
+        );
+        assert!(effect_of("x", h(None, None, None)).1.contains("readOnlyHint=absent"));
+    }
+
+    #[test]
+    fn tool_names_as_mcp_writes_them() {
+        assert!(valid_tool_name("github.create_issue"));
+        assert!(valid_tool_name("send-money_2"));
+        assert!(!valid_tool_name("a b"));
+        assert!(!valid_tool_name(""));
+        assert!(!valid_tool_name(&"x".repeat(129)));
+    }
+}
