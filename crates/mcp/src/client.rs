@@ -18,9 +18,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use knox_types::payload::KernelEvent;
 use rmcp::ClientHandler;
 use rmcp::model::{
-    ClientCapabilities, ClientConfig,
-    CreateMessageRequestParams, CreateMessageResult, ErrorCode, ErrorData, Implementation,
-    ListRootsResult, Root, RootsCapabilities,
+    ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult, ErrorCode,
+    ErrorData, Implementation, ListRootsResult, Root, RootsCapabilities,
 };
 use rmcp::service::{RequestContext, RoleClient};
 

@@ -43,10 +43,12 @@ pub struct ServerSpec {
     /// loaded). Exactly one of `command` and `url`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
-    /// Stdio server: its arguments, passed verbatim.
+    /// Stdio server: its arguments, passed verbatim but for `{workspace}`, replaced
+    /// by the run's workspace of the server (its working directory).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
-    /// Stdio server: its whole environment (nothing is inherited from Knox's).
+    /// Stdio server: its whole environment (nothing is inherited from Knox's);
+    /// `{workspace}` in a value is replaced as in `args`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
     /// Streamable-HTTP server: its one endpoint (`http://` or `https://`); Knox sends
@@ -277,7 +279,10 @@ impl ServerSpec {
             .clamp(1, MAX_TIMEOUT_SECS);
         for g in &self.needs.paths {
             if !normalized_absolute(&g.path) {
-                return Err(bad(format!("path `{}` is not absolute and normalized", g.path)));
+                return Err(bad(format!(
+                    "path `{}` is not absolute and normalized",
+                    g.path
+                )));
             }
         }
         for s in &self.needs.syscalls {
@@ -301,7 +306,7 @@ impl ServerSpec {
                 check_url(&url).map_err(bad)?;
                 if self.needs != Needs::default() || !self.args.is_empty() {
                     return Err(bad(
-                        "an HTTP server runs elsewhere: no `needs` or `args`".into(),
+                        "an HTTP server runs elsewhere: no `needs` or `args`".into()
                     ));
                 }
                 Reach::Http { url }
@@ -413,31 +418,45 @@ roots = ["/srvx"]
 needs = { paths = [{ path = "/srv", access = ["read"] }] }"#)
             .is_err()
         );
-        assert!(one(r#"name = "a.b"
+        assert!(
+            one(r#"name = "a.b"
 command = "/usr/bin/true""#)
-        .is_err());
-        assert!(one(r#"name = "a"
+            .is_err()
+        );
+        assert!(
+            one(r#"name = "a"
 command = "/usr/bin/true"
 url = "http://x/""#)
-        .is_err());
-        assert!(one(r#"name = "a"
+            .is_err()
+        );
+        assert!(
+            one(r#"name = "a"
 url = "file:///etc/passwd""#)
-        .is_err());
-        assert!(one(r#"name = "a"
+            .is_err()
+        );
+        assert!(
+            one(r#"name = "a"
 url = "http://user:pw@host/""#)
-        .is_err());
-        assert!(one(r#"name = "a"
+            .is_err()
+        );
+        assert!(
+            one(r#"name = "a"
 command = "/usr/bin/true"
 needs = { paths = [{ path = "/srv/../etc", access = ["read"] }] }"#)
-        .is_err());
-        assert!(one(r#"name = "a"
+            .is_err()
+        );
+        assert!(
+            one(r#"name = "a"
 command = "/usr/bin/true"
 needs = { syscalls = ["not_a_call"] }"#)
-        .is_err());
-        assert!(one(r#"name = "a"
+            .is_err()
+        );
+        assert!(
+            one(r#"name = "a"
 command = "/usr/bin/true"
 surprise = 1"#)
-        .is_err());
+            .is_err()
+        );
         assert!(ServersFile::parse("version = 2").is_err());
         assert!(ServersFile::parse("not toml [").is_err());
     }

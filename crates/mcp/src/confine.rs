@@ -101,8 +101,12 @@ mod tests {
         assert!(!p.syscalls.contains("ptrace"));
         assert!(p.tcp_connect_ports.is_empty() && p.tcp_bind_ports.is_empty());
         assert_eq!(p.paths.len(), 2);
-        assert!(p.paths.iter().any(|r| r.path == Path::new("/usr/bin/node")
-            && r.access.contains(&KAccess::Execute)));
+        assert!(
+            p.paths
+                .iter()
+                .any(|r| r.path == Path::new("/usr/bin/node")
+                    && r.access.contains(&KAccess::Execute))
+        );
         assert!(p.paths.iter().any(|r| r.path == Path::new("/srv/data")
             && r.access == [KAccess::Read].into_iter().collect()));
     }

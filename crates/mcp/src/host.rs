@@ -26,6 +26,10 @@ use crate::McpError;
 use crate::client::{Events, KnoxClient};
 use crate::config::{Reach, Server, ServersFile};
 
+/// Replaced, in a stdio server's arguments and environment values, by the path of
+/// the server's workspace for the run (its working directory, writable by it).
+pub const WORKSPACE: &str = "{workspace}";
+
 /// How long a server is given to exit after its session is closed.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
@@ -139,9 +143,9 @@ impl McpHost {
     /// `knox toolkit import` uses. Returns the tools and the kernel events the server
     /// caused meanwhile.
     pub fn list_tools(&self, server: &Server) -> Result<(Vec<Tool>, Vec<KernelEvent>), McpError> {
-        let workspace = self
-            .workspaces
-            .join(format!("import-{}-{}", server.name, std::process::id()));
+        let workspace =
+            self.workspaces
+                .join(format!("import-{}-{}", server.name, std::process::id()));
         self.create_workspace(&workspace)?;
         let result = self.connect(server, &workspace).and_then(|mut c| {
             let tools = c.list_tools(&self.rt);
@@ -196,14 +200,20 @@ impl McpHost {
         let prepared = sandbox
             .prepare(&policy)
             .map_err(|e| McpError::Sandbox(e.to_string()))?;
+        let here = workspace.to_string_lossy();
         let mut argv: Vec<std::ffi::OsString> = vec![program.as_os_str().to_owned()];
-        argv.extend(args.iter().map(Into::into));
-        let (mut child, stdin, stdout) = sandbox
-            .spawn_piped(&prepared, &argv, env)
-            .map_err(|e| McpError::Start {
-                server: server.name.clone(),
-                why: e.to_string(),
-            })?;
+        argv.extend(args.iter().map(|a| a.replace(WORKSPACE, &here).into()));
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.replace(WORKSPACE, &here)))
+            .collect();
+        let (mut child, stdin, stdout) =
+            sandbox
+                .spawn_piped(&prepared, &argv, &env)
+                .map_err(|e| McpError::Start {
+                    server: server.name.clone(),
+                    why: e.to_string(),
+                })?;
         let denied = child.denied_events();
         let mut confinement = json!({
             "mcp_server": server.name,
@@ -241,10 +251,7 @@ impl McpHost {
                 return Ok(conn);
             }
             Ok(Ok(Err(e))) => format!("the MCP handshake failed: {e}"),
-            Ok(Err(_)) => format!(
-                "no MCP handshake within {} s",
-                server.timeout.as_secs()
-            ),
+            Ok(Err(_)) => format!("no MCP handshake within {} s", server.timeout.as_secs()),
             Err(e) => format!("its pipes: {e}"),
         };
         Err(conn.fail_start(failure))
@@ -279,7 +286,10 @@ impl McpHost {
             Err(_) => {
                 return Err(McpError::Start {
                     server: server.name.clone(),
-                    why: format!("no MCP handshake with {url} within {} s", server.timeout.as_secs()),
+                    why: format!(
+                        "no MCP handshake with {url} within {} s",
+                        server.timeout.as_secs()
+                    ),
                 });
             }
         };
@@ -334,7 +344,8 @@ impl Connection {
         };
         let peer = service.peer().clone();
         let timeout = self.timeout;
-        match rt.block_on(async move { tokio::time::timeout(timeout, peer.list_all_tools()).await }) {
+        match rt.block_on(async move { tokio::time::timeout(timeout, peer.list_all_tools()).await })
+        {
             Ok(Ok(tools)) => Ok(tools),
             Ok(Err(e)) => Err(McpError::Call {
                 server: self.server.clone(),
@@ -363,7 +374,9 @@ impl Connection {
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = Some(args);
         let timeout = self.timeout;
-        match rt.block_on(async move { tokio::time::timeout(timeout, peer.call_tool(params)).await }) {
+        match rt
+            .block_on(async move { tokio::time::timeout(timeout, peer.call_tool(params)).await })
+        {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(CallError {
                 protocol: matches!(e, rmcp::ServiceError::McpError(_)),
@@ -382,6 +395,9 @@ impl Connection {
     /// Kernel denials and protocol refusals since the last drain.
     pub fn drain(&mut self) -> Vec<KernelEvent> {
         let mut out: Vec<KernelEvent> = Vec::new();
+        if let Some(child) = &self.child {
+            child.audit_barrier();
+        }
         if let Some(rx) = &self.denied {
             for d in rx.try_iter() {
                 self.reported += 1;
@@ -512,7 +528,10 @@ impl ToolHost for McpHost {
 impl Drop for McpRun<'_> {
     fn drop(&mut self) {
         for slot in self.sessions.values_mut() {
-            let conn = slot.get_mut().unwrap_or_else(PoisonError::into_inner).take();
+            let conn = slot
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
             if let Some(c) = conn {
                 let _ = c.close(&self.host.rt);
             }
@@ -575,10 +594,7 @@ impl ToolRunner for McpRun<'_> {
             return refusal(reason);
         }
         let Some((name, tool)) = split_tool(&action.tool) else {
-            return refusal(format!(
-                "tool `{}` is not named SERVER.TOOL",
-                action.tool
-            ));
+            return refusal(format!("tool `{}` is not named SERVER.TOOL", action.tool));
         };
         let (Some(slot), Some(server)) = (
             self.sessions.get(name),
@@ -589,10 +605,10 @@ impl ToolRunner for McpRun<'_> {
         // One call at a time per server: its denials are then this call's.
         let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
         let mut kernel = Vec::new();
-        if slot.as_ref().is_some_and(|c| !c.alive()) {
-            if let Some(mut dead) = slot.take() {
-                kernel.extend(dead.finish(true));
-            }
+        if slot.as_ref().is_some_and(|c| !c.alive())
+            && let Some(mut dead) = slot.take()
+        {
+            kernel.extend(dead.finish(true));
         }
         if slot.is_none() {
             match self.host.connect(server, &self.workspace) {
@@ -614,8 +630,9 @@ impl ToolRunner for McpRun<'_> {
         kernel.extend(conn.drain());
         let confinement = conn.confinement().cloned();
         let output = match called {
-            Ok(result) => serde_json::to_value(&result)
-                .unwrap_or_else(|e| json!({"error": format!("the result does not serialize: {e}")})),
+            Ok(result) => serde_json::to_value(&result).unwrap_or_else(
+                |e| json!({"error": format!("the result does not serialize: {e}")}),
+            ),
             Err(CallError {
                 why,
                 protocol: true,

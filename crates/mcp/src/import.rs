@@ -92,13 +92,19 @@ pub fn effect_of(name: &str, hints: Hints) -> (Effect, String) {
     let (effect, why) = match (read_only, open_world) {
         (true, false) => (Effect::Read, "read-only, closed world"),
         // A read of the open world sends its parameters there (a URL, a query).
-        (true, true) => (Effect::Disclose, "read-only but open world: its parameters leave the machine"),
+        (true, true) => (
+            Effect::Disclose,
+            "read-only but open world: its parameters leave the machine",
+        ),
         (false, true) => (Effect::Disclose, "changes the open world"),
         (false, false) => (Effect::Write, "changes local state only"),
     };
     (
         effect,
-        format!("effect `{}` from {basis} ({why}); hints are the server's own claims", effect_name(effect)),
+        format!(
+            "effect `{}` from {basis} ({why}); hints are the server's own claims",
+            effect_name(effect)
+        ),
     )
 }
 
@@ -116,12 +122,15 @@ pub fn imported(server: &str, tools: &[Tool]) -> Vec<ImportedTool> {
     tools
         .iter()
         .map(|t| {
-            let hints = t.annotations.as_ref().map_or_else(Hints::default, |a| Hints {
-                read_only: a.read_only_hint,
-                destructive: a.destructive_hint,
-                idempotent: a.idempotent_hint,
-                open_world: a.open_world_hint,
-            });
+            let hints = t
+                .annotations
+                .as_ref()
+                .map_or_else(Hints::default, |a| Hints {
+                    read_only: a.read_only_hint,
+                    destructive: a.destructive_hint,
+                    idempotent: a.idempotent_hint,
+                    open_world: a.open_world_hint,
+                });
             let (effect, why) = effect_of(&t.name, hints);
             let mut review = vec![why];
             if t.annotations.is_none() {
@@ -201,20 +210,30 @@ mod tests {
 
     #[test]
     fn effects_follow_the_hints_conservatively() {
-        assert_eq!(effect_of("read_file", h(Some(true), None, Some(false))).0, Effect::Read);
+        assert_eq!(
+            effect_of("read_file", h(Some(true), None, Some(false))).0,
+            Effect::Read
+        );
         assert_eq!(
             effect_of("write_file", h(Some(false), Some(true), Some(false))).0,
             Effect::Write
         );
         // Absent hints take MCP's defaults: not read-only, open world.
         assert_eq!(effect_of("post", h(None, None, None)).0, Effect::Disclose);
-        assert_eq!(effect_of("fetch", h(Some(true), None, None)).0, Effect::Disclose);
+        assert_eq!(
+            effect_of("fetch", h(Some(true), None, None)).0,
+            Effect::Disclose
+        );
         // The name wins over a read-only claim for code execution.
         assert_eq!(
             effect_of("run_command", h(Some(true), None, Some(false))).0,
             Effect::Execute
         );
-        assert!(effect_of("x", h(None, None, None)).1.contains("readOnlyHint=absent"));
+        assert!(
+            effect_of("x", h(None, None, None))
+                .1
+                .contains("readOnlyHint=absent")
+        );
     }
 
     #[test]

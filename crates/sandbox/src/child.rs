@@ -248,6 +248,18 @@ impl ConfinedChild {
         self.events.take()
     }
 
+    /// Landlock's audit records arrive after the calls that caused them: waits
+    /// (bounded) until those of what the tool did so far have been read and sent
+    /// to [`ConfinedChild::denied_events`], so that draining the stream next
+    /// yields them. Does nothing when Landlock's denials are not audited.
+    pub fn audit_barrier(&self) {
+        if self.landlock_audited()
+            && let Some(tap) = crate::audit::running()
+        {
+            let _ = tap.barrier();
+        }
+    }
+
     /// Kills the tool and everything it started (its cgroup, and its process group).
     pub fn kill_tree(&self) {
         if !self.reaped {
