@@ -72,6 +72,9 @@ pub enum EngineError {
     /// Serialising a bundle failed.
     #[error("serialising the bundle")]
     Serialize(#[source] serde_json::Error),
+    /// The MCP tool host could not be set up (`servers.toml`, the kernel sandbox).
+    #[error("MCP tool servers")]
+    Mcp(#[source] knox_mcp::McpError),
 }
 
 impl EngineError {

@@ -2,6 +2,7 @@
 
 pub mod error;
 pub mod live;
+pub mod mcp;
 pub mod regulation;
 pub mod session;
 pub mod workload;

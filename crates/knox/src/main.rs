@@ -57,6 +57,9 @@ enum Command {
     /// Print the man page (roff) on stdout, or write one page per command into a directory.
     #[command(after_help = knox::exit_codes!("  0   printed or written"))]
     Man(ManArgs),
+    /// MCP tool servers: import one's tools into a manifest skeleton.
+    #[command(subcommand)]
+    Mcp(cmd::mcp::McpCommand),
     /// Internal: the confined tool worker the broker launches (one request on stdin).
     #[command(hide = true)]
     ToolWorker,
@@ -97,7 +100,11 @@ impl Command {
             Self::Prove(c) => c.json(),
             Self::Corpus(cmd::corpus::CorpusCommand::Syscalls(a)) => a.json,
             Self::Model(c) => c.json(),
-            Self::Keygen(_) | Self::Completions(_) | Self::Man(_) | Self::ToolWorker => false,
+            Self::Keygen(_)
+            | Self::Completions(_)
+            | Self::Man(_)
+            | Self::Mcp(_)
+            | Self::ToolWorker => false,
         }
     }
 }
@@ -162,6 +169,7 @@ fn main() -> ExitCode {
         Command::Model(c) => cmd::model::run(c),
         Command::Completions(a) => completions(a),
         Command::Man(a) => man(a),
+        Command::Mcp(cmd::mcp::McpCommand::Import(a)) => cmd::mcp::import(a),
         Command::ToolWorker => Ok(knox_broker::worker::serve()),
     };
     cli::finish(result, json)

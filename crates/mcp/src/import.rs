@@ -195,6 +195,107 @@ pub fn to_manifest(skeleton: &Skeleton, needs: &crate::config::Needs) -> Value {
     })
 }
 
+/// System calls of an interpreter's event loop (node's libuv, Python's asyncio)
+/// beyond the baseline and the `offline` and `network-client` families.
+pub const EVENT_LOOP_SYSCALLS: [&str; 7] = [
+    "capget",
+    "epoll_create1",
+    "epoll_ctl",
+    "epoll_wait",
+    "epoll_pwait",
+    "eventfd2",
+    "socketpair",
+];
+
+/// The needs `knox toolkit import --mcp-stdio` runs a server under when the user
+/// names none: the `offline` and `network-client` families (asyncio's self-pipe is a
+/// UNIX socket pair; no TCP port is granted, so nothing is reachable), an event loop,
+/// read on `extra_reads`, and read on what the command line points at — for an
+/// argument that is an existing absolute path, the enclosing `node_modules` or
+/// virtual environment if there is one, else its directory — and, for a Python
+/// interpreter, its standard library and virtual environment; node's OpenSSL
+/// configuration. Every grant is written into the skeleton for review.
+pub fn starter_needs(
+    program: &std::path::Path,
+    args: &[String],
+    extra_reads: &[std::path::PathBuf],
+) -> crate::config::Needs {
+    use std::path::{Path, PathBuf};
+    let mut reads: Vec<PathBuf> = extra_reads.to_vec();
+    let package_root = |p: &Path| -> PathBuf {
+        let mut best = None;
+        for a in p.ancestors() {
+            if a.file_name().is_some_and(|n| n == "node_modules") || a.join("pyvenv.cfg").is_file()
+            {
+                best = Some(a.to_path_buf());
+            }
+        }
+        best.unwrap_or_else(|| {
+            if p.is_dir() {
+                p.to_path_buf()
+            } else {
+                p.parent()
+                    .map_or_else(|| p.to_path_buf(), Path::to_path_buf)
+            }
+        })
+    };
+    for a in args {
+        let p = Path::new(a);
+        if p.is_absolute() && p.exists() {
+            reads.push(package_root(
+                &std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()),
+            ));
+        }
+    }
+    // A venv's interpreter: the venv itself, and the real interpreter's library.
+    if program
+        .parent()
+        .and_then(Path::parent)
+        .is_some_and(|v| v.join("pyvenv.cfg").is_file())
+        && let Some(venv) = program.parent().and_then(Path::parent)
+    {
+        reads.push(venv.to_path_buf());
+    }
+    let real = std::fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf());
+    if let Some(name) = real.file_name().and_then(|n| n.to_str())
+        && name.starts_with("python3")
+        && let Some(prefix) = real.parent().and_then(Path::parent)
+    {
+        let lib = prefix.join("lib").join(name);
+        if lib.is_dir() {
+            reads.push(lib);
+        }
+    }
+    let openssl = Path::new("/etc/ssl/openssl.cnf");
+    if real.file_name().is_some_and(|n| n == "node") && openssl.is_file() {
+        reads.push(openssl.to_path_buf());
+    }
+    reads.sort();
+    reads.dedup();
+    crate::config::Needs {
+        profile: [
+            knox_sandbox::Family::Offline,
+            knox_sandbox::Family::NetworkClient,
+        ]
+        .into_iter()
+        .collect(),
+        syscalls: EVENT_LOOP_SYSCALLS
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
+        paths: reads
+            .into_iter()
+            .filter_map(|p| p.to_str().map(str::to_owned))
+            .map(|path| knox_types::apm::PathGrant {
+                path,
+                access: [knox_types::apm::Access::Read].into_iter().collect(),
+            })
+            .collect(),
+        endpoints: Vec::new(),
+        limits: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,6 +335,36 @@ mod tests {
                 .1
                 .contains("readOnlyHint=absent")
         );
+    }
+
+    #[test]
+    fn starter_needs_cover_the_package_and_nothing_wide() {
+        let dir = std::env::temp_dir().join(format!("knox-mcp-starter-{}", std::process::id()));
+        let script = dir.join("node_modules/@x/server/dist/index.js");
+        std::fs::create_dir_all(script.parent().unwrap_or(&dir)).ok();
+        std::fs::write(&script, "").ok();
+        let needs = starter_needs(
+            std::path::Path::new("/usr/bin/node"),
+            &[
+                script.to_string_lossy().into_owned(),
+                "relative".into(),
+                "/no/such/path".into(),
+            ],
+            &[],
+        );
+        let paths: Vec<&str> = needs.paths.iter().map(|g| g.path.as_str()).collect();
+        let modules = std::fs::canonicalize(dir.join("node_modules")).unwrap_or_default();
+        assert!(
+            paths.contains(&modules.to_string_lossy().as_ref()),
+            "{paths:?}"
+        );
+        assert!(
+            !paths.iter().any(|p| *p == "/" || p.starts_with("/no/")),
+            "{paths:?}"
+        );
+        assert!(needs.endpoints.is_empty());
+        assert!(needs.paths.iter().all(|g| g.access.len() == 1));
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

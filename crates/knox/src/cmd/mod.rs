@@ -18,6 +18,7 @@ pub mod demo;
 pub mod eval;
 pub mod hardware;
 pub mod keys;
+pub mod mcp;
 pub mod model;
 pub mod prove;
 pub mod receipts;

@@ -1,0 +1,146 @@
+//! MCP tool servers: `import` (until `knox toolkit import` takes these flags, also
+//! reachable as `knox mcp import`), and the `--mcp servers.toml` tool host of `run`.
+//!
+//! `knox toolkit import --mcp-stdio "CMD ARGS…"` / `--mcp-http URL` runs the server
+//! (a stdio one confined in the kernel sandbox), asks `tools/list` and writes a
+//! manifest skeleton with effects from the MCP annotations and every guess marked for
+//! review. The skeleton's shape is `knox_mcp::import::to_manifest`'s.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use knox_mcp::config::{ServerSpec, valid_server_name};
+use knox_mcp::{McpHost, import};
+
+use crate::cmd::{path, usage, write_file};
+use crate::error::{Kind, fail};
+
+/// `knox mcp …`.
+#[derive(Debug, clap::Subcommand)]
+pub enum McpCommand {
+    /// Run an MCP server (stdio: confined), ask `tools/list`, write a manifest skeleton.
+    Import(ImportArgs),
+}
+
+/// Arguments of the MCP import (`knox toolkit import --mcp-stdio|--mcp-http`).
+#[derive(Debug, clap::Args)]
+pub struct ImportArgs {
+    /// A stdio server's command line, split like a shell without being one (no
+    /// operators, no expansion); the program absolute or found on PATH.
+    #[arg(
+        long,
+        value_name = "CMD ARGS…",
+        conflicts_with = "mcp_http",
+        required_unless_present = "mcp_http"
+    )]
+    pub mcp_stdio: Option<String>,
+    /// A Streamable-HTTP server's endpoint; nothing else is contacted.
+    #[arg(long, value_name = "URL")]
+    pub mcp_http: Option<String>,
+    /// The server's name: the namespace of its tools (`NAME.TOOL`).
+    #[arg(long, default_value = "server")]
+    pub name: String,
+    /// Grant the server read on PATH while importing (repeatable), beyond what
+    /// its command line points at.
+    #[arg(long = "read", value_name = "PATH", value_parser = path)]
+    pub read: Vec<PathBuf>,
+    /// Seconds the server has to start and answer.
+    #[arg(long, default_value_t = 30)]
+    pub timeout_secs: u64,
+    /// Where the skeleton is written (default: standard output).
+    #[arg(long, short, value_name = "FILE", value_parser = path)]
+    pub output: Option<PathBuf>,
+    /// Directory for the server's workspace while it runs.
+    #[arg(long, value_name = "DIR", value_parser = path)]
+    pub workspaces: Option<PathBuf>,
+}
+
+/// Runs the import; prints where the skeleton went and what needs review.
+pub fn import(a: &ImportArgs) -> Result<i32> {
+    if !valid_server_name(&a.name) {
+        return Err(usage(format!("--name `{}`: 1-64 of [A-Za-z0-9_-]", a.name)));
+    }
+    let (mut spec, source, needs) = match (&a.mcp_stdio, &a.mcp_http) {
+        (Some(cmdline), None) => {
+            let argv = knox_broker::worker::split_command(cmdline)
+                .map_err(|e| usage(format!("--mcp-stdio: {e}")))?;
+            let Some((program, args)) = argv.split_first() else {
+                return Err(usage("--mcp-stdio: empty command"));
+            };
+            let probe = ServerSpec::stdio(&a.name, program, args, knox_mcp::Needs::default())
+                .validate(std::path::Path::new("/"))
+                .map_err(|e| usage(e.to_string()))?;
+            let knox_mcp::Reach::Stdio { program, .. } = &probe.reach else {
+                return Err(usage("--mcp-stdio: not a stdio server"));
+            };
+            let needs = import::starter_needs(program, args, &a.read);
+            (
+                ServerSpec::stdio(&a.name, &program.to_string_lossy(), args, needs.clone()),
+                format!("stdio: {cmdline}"),
+                needs,
+            )
+        }
+        (None, Some(url)) => (
+            ServerSpec::http(&a.name, url),
+            format!("http: {url}"),
+            knox_mcp::Needs::default(),
+        ),
+        _ => return Err(usage("exactly one of --mcp-stdio and --mcp-http")),
+    };
+    spec.timeout_secs = Some(a.timeout_secs);
+    let server = spec
+        .validate(std::path::Path::new("/"))
+        .map_err(|e| usage(e.to_string()))?;
+    let workspaces = a
+        .workspaces
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("knox-mcp-import"));
+    let host = McpHost::new(
+        vec![server.clone()],
+        workspaces,
+        knox_sandbox::SandboxConfig::default(),
+    )
+    .map_err(|e| fail(Kind::Unavailable, e.to_string()))?;
+    let (tools, kernel) = host
+        .list_tools(&server)
+        .map_err(|e| fail(Kind::Unavailable, e.to_string()))?;
+    let skeleton = import::Skeleton {
+        server: a.name.clone(),
+        source,
+        tools: import::imported(&a.name, &tools),
+        kernel,
+    };
+    let doc = import::to_manifest(&skeleton, &needs);
+    let mut bytes = serde_json::to_vec_pretty(&doc)?;
+    bytes.push(b'\n');
+    match &a.output {
+        Some(p) => {
+            write_file(p, &bytes)?;
+            eprintln!(
+                "{} tools of `{}` written to {}: every `review` entry is a guess to check",
+                skeleton.tools.len(),
+                a.name,
+                p.display()
+            );
+        }
+        None => knox_verifier::cli::write_stdout(&bytes)?,
+    }
+    for d in &skeleton.kernel {
+        eprintln!(
+            "note: the kernel denied {} while the server listed its tools{}",
+            d.syscall.as_deref().unwrap_or(&d.event),
+            d.detail
+                .as_deref()
+                .map(|x| format!(" ({x})"))
+                .unwrap_or_default()
+        );
+    }
+    Ok(0)
+}
+
+/// The tool host of `knox run --mcp servers.toml`: every server of the file, each
+/// run's server workspaces under `workspaces`. The run command hands it to
+/// `knox_engine::SessionBuilder::host` (or uses `SessionBuilder::mcp_servers`).
+pub fn host(servers: &std::path::Path, workspaces: PathBuf) -> Result<McpHost> {
+    McpHost::from_file(servers, workspaces).map_err(|e| fail(Kind::DataErr, e.to_string()))
+}
