@@ -67,6 +67,10 @@ pub struct ServerSpec {
     /// its arguments say, which the kernel still confines to the needs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub roots: Option<Vec<String>>,
+    /// Knox tool names served by this server under another MCP name (`KnoxName =
+    /// "mcp_name"`), for manifests whose tool names are not `SERVER.TOOL`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tools: BTreeMap<String, String>,
     /// What a stdio server's process may do; ignored (must be absent) for HTTP.
     #[serde(default)]
     pub needs: Needs,
@@ -141,6 +145,8 @@ pub struct Server {
     pub roots: Vec<String>,
     /// The manifest path, resolved against the file's directory.
     pub manifest: Option<PathBuf>,
+    /// Knox tool name → the server's tool name.
+    pub aliases: BTreeMap<String, String>,
 }
 
 /// Whether `name` is a valid server name.
@@ -227,6 +233,13 @@ impl ServersFile {
                 if !seen.insert(s.name.clone()) {
                     return Err(McpError::Config(format!("server `{}` twice", s.name)));
                 }
+                for alias in s.tools.keys() {
+                    if !seen.insert(format!("tool:{alias}")) {
+                        return Err(McpError::Config(format!(
+                            "tool `{alias}` is served by two servers"
+                        )));
+                    }
+                }
                 s.validate(base)
             })
             .collect()
@@ -245,6 +258,7 @@ impl ServerSpec {
             timeout_secs: None,
             manifest: None,
             roots: None,
+            tools: BTreeMap::new(),
             needs,
         }
     }
@@ -260,6 +274,7 @@ impl ServerSpec {
             timeout_secs: None,
             manifest: None,
             roots: None,
+            tools: BTreeMap::new(),
             needs: Needs::default(),
         }
     }
@@ -333,7 +348,15 @@ impl ServerSpec {
                 asked
             }
         };
+        if let Some((k, v)) = self
+            .tools
+            .iter()
+            .find(|(k, v)| k.is_empty() || v.is_empty() || k.len() > 128 || v.len() > 128)
+        {
+            return Err(bad(format!("tool alias `{k}` = `{v}`")));
+        }
         Ok(Server {
+            aliases: self.tools,
             name,
             reach,
             timeout: Duration::from_secs(timeout_secs),

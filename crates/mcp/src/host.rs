@@ -593,8 +593,16 @@ impl ToolRunner for McpRun<'_> {
         if let Err(reason) = self.admit(action, grant) {
             return refusal(reason);
         }
-        let Some((name, tool)) = split_tool(&action.tool) else {
-            return refusal(format!("tool `{}` is not named SERVER.TOOL", action.tool));
+        let aliased = self.host.servers.iter().find_map(|s| {
+            s.aliases
+                .get(&action.tool)
+                .map(|t| (s.name.as_str(), t.as_str()))
+        });
+        let Some((name, tool)) = aliased.or_else(|| split_tool(&action.tool)) else {
+            return refusal(format!(
+                "tool `{}` is not named SERVER.TOOL nor served under an alias",
+                action.tool
+            ));
         };
         let (Some(slot), Some(server)) = (
             self.sessions.get(name),
