@@ -67,6 +67,17 @@ pub fn import(a: &ImportArgs) -> Result<i32> {
             let Some((program, args)) = argv.split_first() else {
                 return Err(usage("--mcp-stdio: empty command"));
             };
+            // `./venv/bin/python`: relative to the current directory; a bare name is
+            // looked up on PATH.
+            let program = if program.contains('/') {
+                path(program)
+                    .map_err(|e| usage(format!("--mcp-stdio: {e}")))?
+                    .to_string_lossy()
+                    .into_owned()
+            } else {
+                program.clone()
+            };
+            let program = &program;
             let probe = ServerSpec::stdio(&a.name, program, args, knox_mcp::Needs::default())
                 .validate(std::path::Path::new("/"))
                 .map_err(|e| usage(e.to_string()))?;

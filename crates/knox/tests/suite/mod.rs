@@ -11,6 +11,7 @@ mod fuzz_corpus;
 mod guards;
 mod hardware;
 mod journal;
+mod mcp;
 mod models;
 mod planning;
 mod regulation;
