@@ -33,6 +33,23 @@ pub const WORKSPACE: &str = "{workspace}";
 /// How long a server is given to exit after its session is closed.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
+/// Runs `f` to completion on `rt` from synchronous code — also when the caller is
+/// itself inside a tokio runtime (an async gateway), where `block_on` would panic:
+/// then from a scoped thread of its own.
+fn block<F>(rt: &tokio::runtime::Runtime, f: F) -> F::Output
+where
+    F: std::future::Future + Send,
+    F::Output: Send,
+{
+    if tokio::runtime::Handle::try_current().is_err() {
+        return rt.block_on(f);
+    }
+    std::thread::scope(|s| match s.spawn(|| rt.block_on(f)).join() {
+        Ok(v) => v,
+        Err(p) => std::panic::resume_unwind(p),
+    })
+}
+
 /// Runs the tools of MCP servers for whole runs. Holds the kernel sandbox (and its
 /// cgroup pool) and the async runtime rmcp needs, so callers stay synchronous.
 #[derive(Debug)]
@@ -228,7 +245,7 @@ impl McpHost {
         }
         let events: Events = Arc::default();
         let handler = KnoxClient::new(&server.name, &server.roots, Arc::clone(&events));
-        let started = self.rt.block_on(async {
+        let started = block(&self.rt, async {
             let w = tokio::net::unix::pipe::Sender::from_file(stdin)?;
             let r = tokio::net::unix::pipe::Receiver::from_file(stdout)?;
             Ok::<_, std::io::Error>(
@@ -271,7 +288,7 @@ impl McpHost {
         let events: Events = Arc::default();
         let handler = KnoxClient::new(&server.name, &server.roots, Arc::clone(&events));
         let config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
-        let started = self.rt.block_on(async {
+        let started = block(&self.rt, async {
             let transport = StreamableHttpClientTransport::with_client(client, config);
             tokio::time::timeout(server.timeout, handler.serve(transport)).await
         });
@@ -344,8 +361,9 @@ impl Connection {
         };
         let peer = service.peer().clone();
         let timeout = self.timeout;
-        match rt.block_on(async move { tokio::time::timeout(timeout, peer.list_all_tools()).await })
-        {
+        match block(rt, async move {
+            tokio::time::timeout(timeout, peer.list_all_tools()).await
+        }) {
             Ok(Ok(tools)) => Ok(tools),
             Ok(Err(e)) => Err(McpError::Call {
                 server: self.server.clone(),
@@ -374,9 +392,9 @@ impl Connection {
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = Some(args);
         let timeout = self.timeout;
-        match rt
-            .block_on(async move { tokio::time::timeout(timeout, peer.call_tool(params)).await })
-        {
+        match block(rt, async move {
+            tokio::time::timeout(timeout, peer.call_tool(params)).await
+        }) {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(CallError {
                 protocol: matches!(e, rmcp::ServiceError::McpError(_)),
@@ -419,7 +437,7 @@ impl Connection {
     /// limits hit, how it ended).
     pub fn close(mut self, rt: &tokio::runtime::Runtime) -> Vec<KernelEvent> {
         if let Some(mut service) = self.service.take() {
-            let _ = rt.block_on(service.close_with_timeout(CLOSE_GRACE));
+            let _ = block(rt, service.close_with_timeout(CLOSE_GRACE));
         }
         self.finish(false)
     }

@@ -606,6 +606,17 @@ fn calls_need_a_valid_unconsumed_grant_and_a_declared_server() {
     let forger = knox_attest::TeeKey::generate().unwrap();
     let g = knox_attest::grant::issue(&forger, run.apm_hash, &action, "agent-0", 2).unwrap();
     assert!(refused(&runner.run(&action, Some(&g))), "forged");
+    // From inside an async runtime (a gateway's), a call works the same.
+    let g = knox_attest::grant::issue(&run.key, run.apm_hash, &action, "agent-0", 3).unwrap();
+    let inside = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(async { runner.run(&action, Some(&g)) });
+    assert_eq!(
+        inside.output["structuredContent"]["result"], 3,
+        "{}",
+        inside.output
+    );
     for tool in ["nope.add", "add", "py."] {
         let r = run.call(&*runner, tool, json!({}));
         assert!(refused(&r), "{tool}: {r:?}");
