@@ -36,19 +36,27 @@ const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// Runs `f` to completion on `rt` from synchronous code — also when the caller is
 /// itself inside a tokio runtime (an async gateway), where `block_on` would panic:
 /// then from a scoped thread of its own.
-fn block<F>(rt: &tokio::runtime::Runtime, f: F) -> F::Output
+fn block<F>(rt: &Rt, f: F) -> Result<F::Output, McpError>
 where
     F: std::future::Future + Send,
     F::Output: Send,
 {
+    let rt = rt
+        .as_ref()
+        .ok_or_else(|| McpError::Runtime("the host is shutting down".into()))?;
     if tokio::runtime::Handle::try_current().is_err() {
-        return rt.block_on(f);
+        return Ok(rt.block_on(f));
     }
     std::thread::scope(|s| match s.spawn(|| rt.block_on(f)).join() {
-        Ok(v) => v,
+        Ok(v) => Ok(v),
         Err(p) => std::panic::resume_unwind(p),
     })
 }
+
+/// The host's runtime: `None` only while the host is dropped (it is then shut down
+/// in the background, which is allowed inside an async context, where dropping a
+/// runtime is not).
+type Rt = Option<tokio::runtime::Runtime>;
 
 /// Runs the tools of MCP servers for whole runs. Holds the kernel sandbox (and its
 /// cgroup pool) and the async runtime rmcp needs, so callers stay synchronous.
@@ -59,7 +67,15 @@ pub struct McpHost {
     workspaces: PathBuf,
     keep_workspaces: bool,
     degraded: BTreeSet<knox_sandbox::Degraded>,
-    rt: tokio::runtime::Runtime,
+    rt: Rt,
+}
+
+impl Drop for McpHost {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 impl McpHost {
@@ -105,7 +121,7 @@ impl McpHost {
             workspaces,
             keep_workspaces: false,
             degraded: BTreeSet::new(),
-            rt,
+            rt: Some(rt),
         })
     }
 
@@ -251,7 +267,7 @@ impl McpHost {
             Ok::<_, std::io::Error>(
                 tokio::time::timeout(server.timeout, handler.serve((r, w))).await,
             )
-        });
+        })?;
         let mut conn = Connection {
             server: server.name.clone(),
             service: None,
@@ -291,7 +307,7 @@ impl McpHost {
         let started = block(&self.rt, async {
             let transport = StreamableHttpClientTransport::with_client(client, config);
             tokio::time::timeout(server.timeout, handler.serve(transport)).await
-        });
+        })?;
         let service = match started {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
@@ -355,7 +371,7 @@ impl Connection {
     }
 
     /// `tools/list`, every page.
-    pub fn list_tools(&mut self, rt: &tokio::runtime::Runtime) -> Result<Vec<Tool>, McpError> {
+    pub fn list_tools(&mut self, rt: &Rt) -> Result<Vec<Tool>, McpError> {
         let Some(service) = &self.service else {
             return Err(McpError::Closed(self.server.clone()));
         };
@@ -363,7 +379,7 @@ impl Connection {
         let timeout = self.timeout;
         match block(rt, async move {
             tokio::time::timeout(timeout, peer.list_all_tools()).await
-        }) {
+        })? {
             Ok(Ok(tools)) => Ok(tools),
             Ok(Err(e)) => Err(McpError::Call {
                 server: self.server.clone(),
@@ -378,7 +394,7 @@ impl Connection {
 
     fn call(
         &mut self,
-        rt: &tokio::runtime::Runtime,
+        rt: &Rt,
         tool: &str,
         args: serde_json::Map<String, Value>,
     ) -> Result<CallToolResult, CallError> {
@@ -392,9 +408,14 @@ impl Connection {
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = Some(args);
         let timeout = self.timeout;
-        match block(rt, async move {
+        let answer = block(rt, async move {
             tokio::time::timeout(timeout, peer.call_tool(params)).await
-        }) {
+        })
+        .map_err(|e| CallError {
+            why: e.to_string(),
+            protocol: false,
+        })?;
+        match answer {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(CallError {
                 protocol: matches!(e, rmcp::ServiceError::McpError(_)),
@@ -435,7 +456,7 @@ impl Connection {
 
     /// Closes the session and ends the process: what it left unreported (denials,
     /// limits hit, how it ended).
-    pub fn close(mut self, rt: &tokio::runtime::Runtime) -> Vec<KernelEvent> {
+    pub fn close(mut self, rt: &Rt) -> Vec<KernelEvent> {
         if let Some(mut service) = self.service.take() {
             let _ = block(rt, service.close_with_timeout(CLOSE_GRACE));
         }

@@ -608,10 +608,10 @@ fn calls_need_a_valid_unconsumed_grant_and_a_declared_server() {
     assert!(refused(&runner.run(&action, Some(&g))), "forged");
     // From inside an async runtime (a gateway's), a call works the same.
     let g = knox_attest::grant::issue(&run.key, run.apm_hash, &action, "agent-0", 3).unwrap();
-    let inside = tokio::runtime::Builder::new_current_thread()
+    let outer = tokio::runtime::Builder::new_current_thread()
         .build()
-        .unwrap()
-        .block_on(async { runner.run(&action, Some(&g)) });
+        .unwrap();
+    let inside = outer.block_on(async { runner.run(&action, Some(&g)) });
     assert_eq!(
         inside.output["structuredContent"]["result"], 3,
         "{}",
@@ -621,6 +621,9 @@ fn calls_need_a_valid_unconsumed_grant_and_a_declared_server() {
         let r = run.call(&*runner, tool, json!({}));
         assert!(refused(&r), "{tool}: {r:?}");
     }
+    // Ending the run and dropping the host inside an async runtime does not panic.
+    outer.block_on(async move { drop(runner) });
+    outer.block_on(async move { drop(h) });
 }
 
 #[test]
