@@ -10,7 +10,8 @@
 //!   *purpose* or *information type* is a vocabulary term (or synonym) that occurs in
 //!   the field as a run of 1–4 words, the longest at each place: for a role the last
 //!   one outside parentheses (the head of the phrase: "Family Physician" is a
-//!   physician), for a purpose the first, for `Type` every one; nothing found is
+//!   physician), for a purpose the most specific (the longest run, the leftmost of
+//!   equally long ones), for `Type` every one; nothing found is
 //!   `unknown` (roles), `unspecified` (purpose) or no type, and the field is counted
 //!   *unmapped*;
 //! - `Sender Role` → sender role, `Recipient Role` → recipient role, `About Role` →
@@ -24,6 +25,8 @@
 //! - consent: `Consented By` names someone (it is not `None`, `N/A`, `not …`, and it
 //!   does not say the consent was declined or revoked); it is a HIPAA authorization when it names the subject (the `About` person, or the words
 //!   *patient* or *individual*) or says *authoriz…*;
+//! - a party whose role is business associate is under a business associate
+//!   agreement (45 CFR 160.103 defines it by that arrangement);
 //! - to the subject: the recipient is the `About` person (same name) or has the role
 //!   of patient while the subject does;
 //! - the cases are HIPAA cases: they are decided under HIPAA.
@@ -103,11 +106,11 @@ impl Mapped {
 }
 
 /// The vocabulary terms of `kind` occurring in `text` as runs of words, leftmost
-/// first, the longest run at each place.
-fn terms_in(v: &Vocabulary, kind: TermKind, text: &str) -> Vec<String> {
+/// first, the longest run at each place: `(words in the run, term)`.
+fn matches(v: &Vocabulary, kind: TermKind, text: &str) -> Vec<(usize, String)> {
     let k = key(text);
     let words: Vec<&str> = k.split('_').filter(|w| !w.is_empty()).collect();
-    let mut out: Vec<String> = Vec::new();
+    let mut out = Vec::new();
     let mut i = 0;
     while i < words.len() {
         let mut step = 1;
@@ -116,9 +119,7 @@ fn terms_in(v: &Vocabulary, kind: TermKind, text: &str) -> Vec<String> {
                 continue;
             };
             if let Some(t) = v.term(kind, &run.join("_")) {
-                if !out.iter().any(|o| o == t) {
-                    out.push(t.to_string());
-                }
+                out.push((n, t.to_string()));
                 step = n;
                 break;
             }
@@ -126,6 +127,28 @@ fn terms_in(v: &Vocabulary, kind: TermKind, text: &str) -> Vec<String> {
         i += step;
     }
     out
+}
+
+/// The distinct terms of [`matches`], in order.
+fn terms_in(v: &Vocabulary, kind: TermKind, text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (_, t) in matches(v, kind, text) {
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    out
+}
+
+/// The most specific term: the longest run, the leftmost of equally long ones.
+fn most_specific(v: &Vocabulary, kind: TermKind, text: &str) -> Option<String> {
+    let mut best: Option<(usize, String)> = None;
+    for (n, t) in matches(v, kind, text) {
+        if best.as_ref().is_none_or(|(b, _)| n > *b) {
+            best = Some((n, t));
+        }
+    }
+    best.map(|(_, t)| t)
 }
 
 /// `text` without its parenthesised parts.
@@ -199,15 +222,12 @@ pub fn map_case(v: &Vocabulary, case: &Case) -> Mapped {
     if info_types.is_empty() {
         unmapped.push("Type".into());
     }
-    let purpose = terms_in(v, TermKind::Purpose, field("Purpose"))
-        .into_iter()
-        .next()
-        .unwrap_or_else(|| {
-            if !absent(field("Purpose")) {
-                unmapped.push("Purpose".into());
-            }
-            "unspecified".to_string()
-        });
+    let purpose = most_specific(v, TermKind::Purpose, field("Purpose")).unwrap_or_else(|| {
+        if !absent(field("Purpose")) {
+            unmapped.push("Purpose".into());
+        }
+        "unspecified".to_string()
+    });
     let mut conditions: BTreeSet<String> = BTreeSet::new();
     for f in [
         "Purpose",
@@ -247,13 +267,15 @@ pub fn map_case(v: &Vocabulary, case: &Case) -> Mapped {
     }
     let to_subject = same_person(recipient, about)
         || (recipient_role == "patient" && subject_role == "patient" && !swapped);
+    // A business associate is one by its arrangement with the covered entity
+    // (45 CFR 160.103): a party the case calls so is under an agreement.
     let party = |role: String| Party {
+        baa: role == "business_associate" || role == "subcontractor",
         role,
         jurisdiction: "us".into(),
         id: String::new(),
         listed: true,
         organisation: String::new(),
-        baa: false,
         safeguards: false,
     };
     Mapped {
@@ -458,7 +480,7 @@ pub fn report(scores: &[SplitScore]) -> String {
 }
 
 #[cfg(test)]
-#[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+#[expect(clippy::unwrap_used, reason = "tests")]
 mod tests {
     use super::*;
 
