@@ -52,7 +52,7 @@ pub fn run(c: &RegulationsCommand) -> Result<i32> {
 ))]
 pub struct DecideArgs {
     /// The flow file (one JSON flow, or JSON Lines), or `-` for standard input.
-    #[arg(value_parser = crate::files::path, value_name = "FLOW.json|-")]
+    #[arg(value_parser = crate::files::path_or_stdin, value_name = "FLOW.json|-")]
     pub file: PathBuf,
     /// The policy set directory (default: the embedded one).
     #[arg(value_parser = crate::files::path, long, value_name = "DIR")]
