@@ -95,6 +95,7 @@ impl Command {
             Self::Receipts(a) => a.json,
             Self::Regulations(RegulationsCommand::Show(a)) => a.json,
             Self::Regulations(RegulationsCommand::Analyze(a)) => a.json,
+            Self::Regulations(RegulationsCommand::Decide(a)) => a.json,
             Self::Quote(c) => c.json(),
             Self::Gpu(c) => c.json(),
             Self::Prove(c) => c.json(),

@@ -232,7 +232,7 @@ fn facts_key(flow: &InfoFlow, r: &knox_types::regulation::RecipientFacts) -> Str
 /// The overall verdict: non-compliant if any regulation finds any recipient
 /// non-compliant (or the evaluation failed), else compliant if any decided compliant,
 /// else not applicable; with the deciding policies of that verdict.
-fn combine(decisions: &[RegulationDecision], failed: bool) -> (String, Vec<String>) {
+pub(crate) fn combine(decisions: &[RegulationDecision], failed: bool) -> (String, Vec<String>) {
     let pick = |v: &str| {
         let mut ids: Vec<String> = decisions
             .iter()
@@ -276,7 +276,17 @@ fn note(
             format!("{} for {}: {}", d.regulation, d.recipient, cites.join(", "))
         })
         .collect();
+    let mut warnings: Vec<&str> = decisions
+        .iter()
+        .flat_map(|d| d.warnings.iter().map(String::as_str))
+        .collect();
+    warnings.sort_unstable();
+    warnings.dedup();
     match verdict {
+        "not_applicable" if !warnings.is_empty() => format!(
+            "the norms cannot decide: {}: flagged for manual review",
+            warnings.join("; ")
+        ),
         "not_applicable" if flow.info_types.is_empty() => {
             "no data label reaches the disclosed content: flagged for manual review".into()
         }

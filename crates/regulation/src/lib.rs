@@ -9,8 +9,12 @@ pub mod check;
 pub mod flow;
 pub mod judge;
 pub mod norms;
+pub mod phi;
+pub mod vocab;
 
 pub use check::{Regulator, RegulatorError};
 pub use flow::{Directory, Seen};
 pub use judge::{Judge, JudgeAnswer, JudgeQuestion};
-pub use norms::{NormError, Norms};
+pub use norms::{FlowExtra, NormError, Norms};
+pub use phi::{FlowDecision, Phi};
+pub use vocab::{TermKind, Vocabulary};

@@ -24,7 +24,8 @@ use knox_types::regulation::{InfoFlow, PartyFacts, RecipientFacts, RegulationDec
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
-use crate::address;
+use crate::phi::Phi;
+use crate::vocab::{TermKind, UnknownTerm, VOCABULARY_FILE, Vocabulary};
 
 /// The schema file every policy set holds.
 pub const SCHEMA_FILE: &str = "knox.cedarschema";
@@ -33,7 +34,11 @@ pub const SCHEMA_FILE: &str = "knox.cedarschema";
 const MAX_FILE: u64 = 1 << 20;
 
 /// The policy set Knox ships (`regulations/`), embedded at build time.
-pub const EMBEDDED: [(&str, &str); 5] = [
+pub const EMBEDDED: [(&str, &str); 6] = [
+    (
+        VOCABULARY_FILE,
+        include_str!("../../../regulations/vocabulary.toml"),
+    ),
     (
         SCHEMA_FILE,
         include_str!("../../../regulations/knox.cedarschema"),
@@ -129,6 +134,41 @@ pub struct Norms {
     sender: EntityUid,
     recipient: EntityUid,
     action: EntityUid,
+    vocab: Vocabulary,
+}
+
+/// The facts of a flow beyond [`InfoFlow`] (a run derives none of them: the public
+/// flow format of [`Phi`] states them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlowExtra {
+    /// The data subject's role (`patient`, `employee`, `child`, …; `unknown`).
+    pub subject_role: String,
+    /// The purpose the data was collected for (`unspecified` when not stated).
+    pub collected_for: String,
+    /// Facts of the transmission principle (`court_order`, `deidentified`, …).
+    pub conditions: BTreeSet<String>,
+}
+
+impl Default for FlowExtra {
+    fn default() -> Self {
+        Self {
+            subject_role: "unknown".into(),
+            collected_for: "unspecified".into(),
+            conditions: BTreeSet::new(),
+        }
+    }
+}
+
+/// A flow's terms after normalisation.
+#[derive(Debug)]
+struct Terms {
+    sender_role: String,
+    recipient_role: String,
+    purpose: String,
+    info_types: BTreeSet<String>,
+    subject_role: String,
+    collected_for: String,
+    conditions: BTreeSet<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -150,7 +190,7 @@ struct Example {
     expect: Expect,
     #[serde(default)]
     verdict: Option<String>,
-    flow: ExampleFlow,
+    flow: Phi,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -158,97 +198,6 @@ struct Example {
 enum Expect {
     Match,
     NoMatch,
-}
-
-fn yes() -> bool {
-    true
-}
-fn user() -> String {
-    "user".into()
-}
-fn unspecified() -> String {
-    "unspecified".into()
-}
-fn example_tool() -> String {
-    "Example".into()
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ExampleParty {
-    role: String,
-    jurisdiction: String,
-    #[serde(default)]
-    id: String,
-    #[serde(default = "yes")]
-    listed: bool,
-    #[serde(default)]
-    organisation: String,
-    #[serde(default)]
-    baa: bool,
-    #[serde(default)]
-    safeguards: bool,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ExampleFlow {
-    sender: ExampleParty,
-    recipient: ExampleParty,
-    #[serde(default)]
-    info_types: Vec<String>,
-    #[serde(default = "user")]
-    subject: String,
-    #[serde(default = "unspecified")]
-    purpose: String,
-    #[serde(default)]
-    consent: bool,
-    #[serde(default)]
-    explicit_consent: bool,
-    #[serde(default)]
-    authorization: bool,
-    #[serde(default)]
-    to_subject: bool,
-    #[serde(default = "example_tool")]
-    tool: String,
-}
-
-impl ExampleParty {
-    fn facts(&self, fallback: &str) -> PartyFacts {
-        crate::flow::party_facts(
-            if self.id.is_empty() {
-                fallback
-            } else {
-                &self.id
-            },
-            self.listed,
-            &self.role,
-            &self.organisation,
-            &self.jurisdiction,
-            self.baa,
-            self.safeguards,
-        )
-    }
-}
-
-impl ExampleFlow {
-    fn flow(&self) -> InfoFlow {
-        InfoFlow {
-            tool: self.tool.clone(),
-            sender: self.sender.facts("sender"),
-            recipients: vec![RecipientFacts {
-                party: self.recipient.facts("recipient"),
-                consent: self.consent || self.explicit_consent,
-                explicit_consent: self.explicit_consent,
-                authorization: self.authorization,
-                to_subject: self.to_subject,
-            }],
-            subject: address::label(&self.subject),
-            info_types: self.info_types.iter().map(|t| address::label(t)).collect(),
-            purpose: address::label(&self.purpose),
-            sources: vec![],
-        }
-    }
 }
 
 fn sha256_hex(s: &str) -> String {
@@ -319,6 +268,12 @@ impl Norms {
         let validator = Validator::new(schema.clone());
         let mut used = BTreeMap::new();
         used.insert(SCHEMA_FILE.to_string(), sha256_hex(schema_text));
+        let vocab_text = file(VOCABULARY_FILE)?;
+        let vocab = Vocabulary::parse(vocab_text).map_err(|reason| NormError::File {
+            file: VOCABULARY_FILE.into(),
+            reason,
+        })?;
+        used.insert(VOCABULARY_FILE.to_string(), sha256_hex(vocab_text));
         let mut norms = Self {
             regulations: BTreeMap::new(),
             files: BTreeMap::new(),
@@ -327,10 +282,14 @@ impl Norms {
             sender: uid(r#"Knox::Party::"sender""#)?,
             recipient: uid(r#"Knox::Party::"recipient""#)?,
             action: uid(r#"Knox::Action::"disclose""#)?,
+            vocab,
         };
         let mut all_ids = BTreeSet::new();
         let mut pending = Vec::new();
-        for (name, text) in files.iter().filter(|(n, _)| n.ends_with(".toml")) {
+        for (name, text) in files
+            .iter()
+            .filter(|(n, _)| n.ends_with(".toml") && *n != VOCABULARY_FILE)
+        {
             let m: Manifest = toml::from_str(text).map_err(|e| NormError::File {
                 file: name.clone(),
                 reason: e.to_string(),
@@ -486,26 +445,95 @@ impl Norms {
 
     /// Decides `flow` for its recipient number `k` under each regulation of `names`
     /// (one Cedar request, evaluated against each regulation's scope and norms).
+    /// Every role, purpose and information type is normalised through the set's
+    /// vocabulary first; a term it does not define makes every decision
+    /// `not_applicable` with a warning naming the term.
     pub fn decide(
         &self,
         names: &[String],
         flow: &InfoFlow,
         k: usize,
     ) -> Result<Vec<RegulationDecision>, NormError> {
+        self.decide_extra(names, flow, k, &FlowExtra::default())
+    }
+
+    /// [`Norms::decide`] with the facts a run does not derive (subject role, the
+    /// purpose of collection, conditions of the transmission principle).
+    pub fn decide_extra(
+        &self,
+        names: &[String],
+        flow: &InfoFlow,
+        k: usize,
+        extra: &FlowExtra,
+    ) -> Result<Vec<RegulationDecision>, NormError> {
         let recipient = flow
             .recipients
             .get(k)
             .ok_or_else(|| NormError::Request(format!("no recipient #{k}")))?;
-        let (request, entities) = self.request(flow, recipient, None)?;
-        let mut out = Vec::with_capacity(names.len());
+        let mut regs = Vec::with_capacity(names.len());
         for name in names {
             let upper = name.trim().to_ascii_uppercase();
             let reg = self.regulations.get(&upper).ok_or_else(|| {
                 NormError::Request(format!("no policies for regulation `{name}`"))
             })?;
-            out.push(self.decide_with(reg, upper, recipient, &request, &entities));
+            regs.push((upper, reg));
         }
-        Ok(out)
+        let (facts, unknown) = self.normalise(flow, recipient, extra);
+        if !unknown.is_empty() {
+            let warnings: Vec<String> = unknown.iter().map(ToString::to_string).collect();
+            return Ok(regs
+                .into_iter()
+                .map(|(regulation, _)| RegulationDecision {
+                    regulation,
+                    recipient: recipient.party.id.clone(),
+                    verdict: "not_applicable".into(),
+                    policies: vec![],
+                    provisions: vec![],
+                    warnings: warnings.clone(),
+                })
+                .collect());
+        }
+        let (request, entities) = self.request(flow, recipient, &facts, None)?;
+        Ok(regs
+            .into_iter()
+            .map(|(upper, reg)| self.decide_with(reg, upper, recipient, &request, &entities))
+            .collect())
+    }
+
+    /// The vocabulary flows are normalised with.
+    pub fn vocabulary(&self) -> &Vocabulary {
+        &self.vocab
+    }
+
+    /// The normalised terms of `flow` for `recipient`, and the terms the vocabulary
+    /// does not define.
+    fn normalise(
+        &self,
+        flow: &InfoFlow,
+        recipient: &RecipientFacts,
+        extra: &FlowExtra,
+    ) -> (Terms, Vec<UnknownTerm>) {
+        let v = &self.vocab;
+        let mut unknown = Vec::new();
+        let mut u = |kind, field: &str, raw: &str| v.normalise(kind, field, raw, &mut unknown);
+        let terms = Terms {
+            sender_role: u(TermKind::Role, "sender.role", &flow.sender.role),
+            recipient_role: u(TermKind::Role, "recipient.role", &recipient.party.role),
+            purpose: u(TermKind::Purpose, "purpose", &flow.purpose),
+            info_types: flow
+                .info_types
+                .iter()
+                .map(|t| u(TermKind::InfoType, "info_types", t))
+                .collect(),
+            subject_role: u(TermKind::Role, "subject_role", &extra.subject_role),
+            collected_for: u(TermKind::Purpose, "collected_for", &extra.collected_for),
+            conditions: extra
+                .conditions
+                .iter()
+                .map(|c| u(TermKind::Condition, "conditions", c))
+                .collect(),
+        };
+        (terms, unknown)
     }
 
     fn decide_with(
@@ -522,6 +550,7 @@ impl Norms {
             verdict: String::new(),
             policies: vec![],
             provisions: vec![],
+            warnings: vec![],
         };
         let scope = self.authorizer.is_authorized(request, &reg.scope, entities);
         if scope.decision() != Decision::Allow {
@@ -571,22 +600,23 @@ impl Norms {
         decision
     }
 
-    /// The Cedar request of `flow` for `recipient` (the parties travel in the context,
-    /// so the entity store is empty).
+    /// The Cedar request of `flow` for `recipient` with its normalised `terms` (the
+    /// parties travel in the context, so the entity store is empty).
     fn request(
         &self,
         flow: &InfoFlow,
         recipient: &RecipientFacts,
+        terms: &Terms,
         schema: Option<&Schema>,
     ) -> Result<(Request, Entities), NormError> {
         let err = |e: &dyn std::fmt::Display| NormError::Request(e.to_string());
         let s = |v: &str| RestrictedExpression::new_string(v.to_string());
         let b = RestrictedExpression::new_bool;
-        let party = |p: &PartyFacts| {
+        let party = |p: &PartyFacts, role: &str| {
             RestrictedExpression::new_record([
                 ("id".to_string(), s(&p.id)),
                 ("listed".to_string(), b(p.listed)),
-                ("role".to_string(), s(&p.role)),
+                ("role".to_string(), s(role)),
                 ("organisation".to_string(), s(&p.organisation)),
                 ("jurisdiction".to_string(), s(&p.jurisdiction)),
                 ("in_eea".to_string(), b(p.in_eea)),
@@ -596,16 +626,23 @@ impl Norms {
             ])
             .map_err(|e| err(&e))
         };
+        let set = |v: &BTreeSet<String>| RestrictedExpression::new_set(v.iter().map(|t| s(t)));
         let context = Context::from_pairs([
-            ("sender".to_string(), party(&flow.sender)?),
-            ("recipient".to_string(), party(&recipient.party)?),
-            ("tool".to_string(), s(&flow.tool)),
             (
-                "info_types".to_string(),
-                RestrictedExpression::new_set(flow.info_types.iter().map(|t| s(t))),
+                "sender".to_string(),
+                party(&flow.sender, &terms.sender_role)?,
             ),
+            (
+                "recipient".to_string(),
+                party(&recipient.party, &terms.recipient_role)?,
+            ),
+            ("tool".to_string(), s(&flow.tool)),
+            ("info_types".to_string(), set(&terms.info_types)),
             ("subject".to_string(), s(&flow.subject)),
-            ("purpose".to_string(), s(&flow.purpose)),
+            ("subject_role".to_string(), s(&terms.subject_role)),
+            ("purpose".to_string(), s(&terms.purpose)),
+            ("collected_for".to_string(), s(&terms.collected_for)),
+            ("conditions".to_string(), set(&terms.conditions)),
             ("consent".to_string(), b(recipient.consent)),
             (
                 "explicit_consent".to_string(),
@@ -651,15 +688,19 @@ impl Norms {
             let Some(policy) = set.policy(&PolicyId::new(&ex.policy)) else {
                 return Err(fail(format!("no policy `{}` in {reg_name}", ex.policy)));
             };
-            let flow = ex.flow.flow();
+            let (flow, extra) = ex.flow.to_flow();
             let recipient = flow
                 .recipients
                 .first()
                 .ok_or_else(|| fail("example without a recipient".into()))?;
+            let (terms, unknown) = self.normalise(&flow, recipient, &extra);
+            if let Some(u) = unknown.first() {
+                return Err(fail(u.to_string()));
+            }
             // Built against the schema: the examples also prove the request builder
             // produces what the schema describes.
             let (request, entities) = self
-                .request(&flow, recipient, Some(schema))
+                .request(&flow, recipient, &terms, Some(schema))
                 .map_err(|e| fail(e.to_string()))?;
             let single =
                 PolicySet::from_policies([policy.clone()]).map_err(|e| fail(e.to_string()))?;
@@ -690,8 +731,10 @@ impl Norms {
             }
             if let Some(want) = &ex.verdict {
                 let got = self
-                    .decide_one(reg_name, &flow, 0)
-                    .map_err(|e| fail(e.to_string()))?;
+                    .decide_extra(&[reg_name.to_string()], &flow, 0, &extra)
+                    .map_err(|e| fail(e.to_string()))?
+                    .pop()
+                    .ok_or_else(|| fail("no decision".into()))?;
                 if &got.verdict != want {
                     return Err(fail(format!(
                         "{reg_name} decides `{}` ({}), the example says `{want}`",
@@ -799,8 +842,8 @@ mod tests {
         let mut f = files();
         let h = f.get_mut("hipaa.cedar").unwrap();
         *h = h.replace(
-            r#"when { context.purpose == "marketing" && !context.authorization };"#,
-            r#"when { context.purpose == "marketing" && !context.authorization && context.consent };"#,
+            r#"context.purpose == "marketing" && !context.authorization &&"#,
+            r#"context.purpose == "marketing" && !context.authorization && context.consent &&"#,
         );
         let e = Norms::from_files(f).unwrap_err().to_string();
         assert!(
@@ -813,7 +856,7 @@ mod tests {
     fn a_policy_that_does_not_fit_the_schema_is_refused() {
         let mut f = files();
         let h = f.get_mut("gdpr.cedar").unwrap();
-        *h = h.replace("context.consent }", "context.consented }");
+        *h = h.replace("context.consent &&", "context.consented &&");
         let e = Norms::from_files(f).unwrap_err().to_string();
         assert!(e.contains("schema validation"), "{e}");
     }

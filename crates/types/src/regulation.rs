@@ -164,4 +164,8 @@ pub struct RegulationDecision {
     /// The provisions those policies cite.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub provisions: Vec<String>,
+    /// Why the norms could not decide, in words: a term of the flow the regulation
+    /// vocabulary does not define (the verdict is then `not_applicable`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }

@@ -1,5 +1,6 @@
 //! `regulations show`: the regulation policy set a verifier recomputes verdicts with,
-//! as a reviewer reads it; and loading a set (`--policy-set`).
+//! as a reviewer reads it; `regulations decide`: flows in the public format decided
+//! from outside a run; and loading a set (`--policy-set`).
 
 use std::path::PathBuf;
 
@@ -16,13 +17,23 @@ pub enum RegulationsCommand {
     /// fails — and list its regulations, policies, the provisions they cite, and its hash
     /// (the hash an APM names and `knox verify` compares).
     Show(ShowArgs),
+    /// Decide flows given from outside a run: one flow φ as JSON, or JSON Lines of
+    /// flows, in the public format of `docs/regulation.md` ("Deciding a flow from
+    /// outside"). Every role, purpose, information type and condition is normalised
+    /// through the set's vocabulary; an unknown term is named and decided
+    /// `not_applicable`. Prints one verdict per flow with its deciding policies and
+    /// provisions; `--explain` adds the policies' summaries, the facts the flow left
+    /// unstated and the single facts that would make a non-compliant flow compliant.
+    Decide(DecideArgs),
 }
 
 impl RegulationsCommand {
     /// Whether JSON output was asked for (then a failure is a JSON object).
     pub fn json(&self) -> bool {
-        let Self::Show(a) = self;
-        a.json
+        match self {
+            Self::Show(a) => a.json,
+            Self::Decide(a) => a.json,
+        }
     }
 }
 
@@ -30,7 +41,92 @@ impl RegulationsCommand {
 pub fn run(c: &RegulationsCommand) -> Result<i32> {
     match c {
         RegulationsCommand::Show(a) => show(a),
+        RegulationsCommand::Decide(a) => decide(a),
     }
+}
+
+/// Arguments of `regulations decide`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!(
+    "  0   every flow was decided, none non-compliant\n  1   a flow is non-compliant"
+))]
+pub struct DecideArgs {
+    /// The flow file (one JSON flow, or JSON Lines), or `-` for standard input.
+    #[arg(value_parser = crate::files::path_or_stdin, value_name = "FLOW.json|-")]
+    pub file: PathBuf,
+    /// The policy set directory (default: the embedded one).
+    #[arg(value_parser = crate::files::path, long, value_name = "DIR")]
+    pub policy_set: Option<PathBuf>,
+    /// Explain each decision: deciding policies with provision and summary, facts
+    /// left unstated, facts that would make a non-compliant flow compliant.
+    #[arg(long)]
+    pub explain: bool,
+    /// Print one JSON object per flow (JSON Lines), in input order.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `regulations decide`.
+pub fn decide(args: &DecideArgs) -> Result<i32> {
+    let bytes = crate::files::read_input_or_stdin(&args.file, crate::files::EVIDENCE)?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        fail(
+            Kind::DataErr,
+            format!("`{}` is not UTF-8 text", args.file.display()),
+        )
+    })?;
+    let flows = knox_regulation::phi::parse_flows(&text).map_err(|e| {
+        crate::files::bad_input(&args.file, "a flow (JSON) or flows (JSON Lines)", e)
+    })?;
+    let norms = load(args.policy_set.as_deref())?;
+    let mut any_non_compliant = false;
+    for (i, phi) in flows.iter().enumerate() {
+        let d = norms.decide_phi(phi, args.explain).map_err(|e| {
+            crate::files::bad_input(&args.file, "flows the policy set can decide", e)
+        })?;
+        any_non_compliant |= d.verdict == "non_compliant";
+        if args.json {
+            crate::outln!("{}", serde_json::to_string(&d)?);
+            continue;
+        }
+        let name = d.id.clone().unwrap_or_else(|| format!("flow {}", i + 1));
+        crate::outln!("{name}: {}", d.verdict);
+        for r in &d.decisions {
+            let cites: Vec<String> = r
+                .policies
+                .iter()
+                .zip(&r.provisions)
+                .map(|(p, c)| format!("{p} ({c})"))
+                .collect();
+            crate::outln!(
+                "  {:<6} {:<15} {}",
+                r.regulation,
+                r.verdict,
+                cites.join(", ")
+            );
+        }
+        for w in &d.warnings {
+            crate::outln!("  warning: {w}");
+        }
+        if let Some(e) = &d.explanation {
+            for c in &e.cited {
+                crate::outln!(
+                    "  because {} {} {}: {}",
+                    c.regulation,
+                    c.effect,
+                    c.policy,
+                    c.summary
+                );
+            }
+            if !e.missing.is_empty() {
+                crate::outln!("  not stated: {}", e.missing.join(", "));
+            }
+            if !e.would_permit.is_empty() {
+                crate::outln!("  would be compliant with: {}", e.would_permit.join(", "));
+            }
+        }
+    }
+    Ok(i32::from(any_non_compliant))
 }
 
 /// Arguments of `knox regulations show`.

@@ -3,6 +3,7 @@
 //! trace. The runner ([`crate::run`]) is the same for every guard.
 
 pub mod regulation;
+pub mod regulation_cases;
 pub mod stop;
 pub mod syscall;
 pub mod trajectory;

@@ -42,9 +42,12 @@ pub struct EvalArgs {
     /// corpus: well under a minute, for CI.
     #[arg(long)]
     pub quick: bool,
-    /// Only this guard (repeatable): regulation, trajectory, syscall, stop.
+    /// Only this guard (repeatable): regulation, trajectory, syscall, stop; or
+    /// `regulation-cases`: the regulation norms on the vendored labelled cases
+    /// (GoldCoin HIPAA, train and validation; `docs/regulation.md`), judge off —
+    /// accuracy, violations caught, permits allowed, written as `regulation-cases.*`.
     #[arg(long = "guard", value_name = "G", value_parser = parse_guard)]
-    pub guards: Vec<Guard>,
+    pub guards: Vec<GuardArg>,
     /// Only this workload (repeatable; default: the paper's 13).
     #[arg(long = "workload", value_name = "W", value_parser = clap::value_parser!(Workload))]
     pub workloads: Vec<Workload>,
@@ -90,8 +93,56 @@ pub struct EvalArgs {
     pub platform: session::PlatformArgs,
 }
 
-fn parse_guard(s: &str) -> Result<Guard, String> {
-    s.parse::<Guard>().map_err(|e| e.to_string())
+/// A `--guard` value: a guard of the flow pool, or the labelled regulation cases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardArg {
+    /// A guard of the pool.
+    Pool(Guard),
+    /// `regulation-cases`.
+    RegulationCases,
+}
+
+fn parse_guard(s: &str) -> Result<GuardArg, String> {
+    if s.trim() == "regulation-cases" {
+        return Ok(GuardArg::RegulationCases);
+    }
+    s.parse::<Guard>()
+        .map(GuardArg::Pool)
+        .map_err(|e| format!("{e} (or `regulation-cases`)"))
+}
+
+/// `--guard regulation-cases`: the embedded norms on the vendored labelled cases;
+/// writes `regulation-cases.md`, `.json` and `.jsonl` (one line per case) in `out`.
+fn regulation_cases(out: &Path, json: bool) -> Result<()> {
+    use knox_eval::guards::regulation_cases as rc;
+    let norms = knox_regulation::Norms::embedded().kind_context(Kind::Software, || {
+        "the embedded regulation policy set".into()
+    })?;
+    let (scores, outcomes) = rc::run(&norms).kind(Kind::DataErr)?;
+    let md = rc::report(&scores);
+    let write = |name: &str, text: &str| {
+        let p = out.join(name);
+        std::fs::write(&p, text)
+            .kind_context(Kind::CantCreate, || format!("writing `{}`", p.display()))
+    };
+    write("regulation-cases.md", &md)?;
+    let results = serde_json::json!({ "policy_set": norms.hash(), "splits": scores });
+    write(
+        "regulation-cases.json",
+        &serde_json::to_string_pretty(&results)?,
+    )?;
+    let mut lines = String::new();
+    for o in &outcomes {
+        lines.push_str(&serde_json::to_string(o)?);
+        lines.push('\n');
+    }
+    write("regulation-cases.jsonl", &lines)?;
+    if json {
+        crate::outln!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        crate::outln!("{md}");
+    }
+    Ok(())
 }
 
 /// A progress bar on standard error (drawn only on a terminal).
@@ -215,6 +266,20 @@ fn corpus(dir: &Path) -> Corpus {
 /// scored a flow wrong.
 pub fn run(args: &EvalArgs) -> Result<i32> {
     let _out = super::out_dir(&args.out, args.force)?;
+    if args.guards.contains(&GuardArg::RegulationCases) {
+        regulation_cases(&args.out, args.json)?;
+    }
+    let pool_guards: Vec<Guard> = args
+        .guards
+        .iter()
+        .filter_map(|g| match g {
+            GuardArg::Pool(g) => Some(*g),
+            GuardArg::RegulationCases => None,
+        })
+        .collect();
+    if !args.guards.is_empty() && pool_guards.is_empty() {
+        return Ok(0);
+    }
     let pool_out = args.out.join("pool.json");
     if let Some(p) = &args.pool {
         super::refuse_overwrite("--out", &pool_out, &[p])?;
@@ -246,10 +311,10 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
     } else {
         args.workloads.clone()
     };
-    let guards = if args.guards.is_empty() {
+    let guards = if pool_guards.is_empty() {
         Guard::ALL.to_vec()
     } else {
-        args.guards.clone()
+        pool_guards
     };
     if args.judge.is_some() && !guards.contains(&Guard::Regulation) {
         return Err(super::usage(

@@ -17,6 +17,10 @@ pub enum RegulationsCommand {
     /// fails — and list its regulations, policies, the provisions they cite, and its hash
     /// (the hash an APM names and `knox verify` compares).
     Show(knox_verifier::regulations::ShowArgs),
+    /// Decide flows given from outside a run (one JSON flow φ, or JSON Lines) in the
+    /// public format of `docs/regulation.md`; `--explain` for the deciding policies,
+    /// the facts left unstated and what would make a flow compliant.
+    Decide(knox_verifier::regulations::DecideArgs),
     /// Before a run: does any disclosure the plan (an APM, or a bundle's APM) permits
     /// exceed the regulation baseline for some content the plan lets reach it? Decides
     /// every combination of the information types earlier planned calls return; prints
@@ -47,6 +51,7 @@ pub struct AnalyzeArgs {
 pub fn run(c: &RegulationsCommand) -> Result<i32> {
     match c {
         RegulationsCommand::Show(a) => knox_verifier::regulations::show(a),
+        RegulationsCommand::Decide(a) => knox_verifier::regulations::decide(a),
         RegulationsCommand::Analyze(a) => analyze(a),
     }
 }

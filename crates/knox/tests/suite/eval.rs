@@ -259,3 +259,33 @@ fn eval_with_a_judge_adds_label_blind_regulation_columns_decided_on_its_answers(
     assert_eq!(verify(Some(&needs)), Some(0), "complete");
     assert_eq!(verify(None), Some(3), "refused");
 }
+
+#[test]
+fn eval_regulation_cases_reports_the_labelled_cases_without_running_a_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = knox()
+        .args(["eval", "--guard", "regulation-cases", "--json", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let splits = v["splits"].as_array().unwrap();
+    assert_eq!(splits.len(), 2);
+    assert_eq!(splits[0]["split"], "validation");
+    assert_eq!(splits[0]["compliance_cases"], 20);
+    assert_eq!(splits[0]["applicability_cases"], 40);
+    assert_eq!(splits[1]["applicability_cases"], 618);
+    // Every case is listed with its mapped flow and decision; no pool was generated.
+    let lines = std::fs::read_to_string(out.join("regulation-cases.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 658);
+    assert!(out.join("regulation-cases.md").is_file());
+    assert!(!out.join("pool.json").exists());
+}

@@ -358,9 +358,14 @@ fn changing_one_policy_file_after_a_run_makes_knox_verify_report_the_mismatch() 
     assert_eq!(out.status.code(), Some(0), "{text}");
     // A reviewer edits GDPR's consent norm (still passing its examples).
     let gdpr = set.join("gdpr.cedar");
-    let edited = std::fs::read_to_string(&gdpr).unwrap().replace(
-        "when { context.consent };",
-        "when { context.consent || context.explicit_consent };",
+    let text = std::fs::read_to_string(&gdpr).unwrap();
+    let edited = text.replace(
+        "  context.consent &&\n",
+        "  (context.consent || context.explicit_consent) &&\n",
+    );
+    assert_ne!(
+        edited, text,
+        "the consent norm's text changed: update this edit"
     );
     std::fs::write(&gdpr, edited).unwrap();
     let out = verify();
@@ -510,4 +515,75 @@ fn a_judge_classifies_unlabelled_content_and_its_opinion_is_recorded_not_obeyed(
         verify(&undeclared).outcome,
         Outcome::Tampered { .. }
     ));
+}
+
+#[test]
+fn knox_regulations_decide_decides_flows_from_outside_and_explains() {
+    use std::io::Write as _;
+    let decide = |args: &[&str], input: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_knox"))
+            .args(["regulations", "decide"])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    // Two flows as JSON Lines: a lawful one (law enforcement under a warrant) and one
+    // without any path of 164.512(f); free-form terms normalised by the vocabulary.
+    let flows = concat!(
+        r#"{"id": "warrant", "sender": {"role": "Hospital", "jurisdiction": "US"}, "recipient": {"role": "Police Officer", "jurisdiction": "us"}, "info_types": ["Medical Records"], "purpose": "law enforcement investigation", "conditions": ["Search Warrant"], "regulations": ["HIPAA"]}"#,
+        "\n",
+        r#"{"id": "asked", "sender": {"role": "hospital", "jurisdiction": "us"}, "recipient": {"role": "police", "jurisdiction": "us"}, "info_types": ["health"], "purpose": "law_enforcement", "regulations": ["HIPAA"]}"#,
+        "\n"
+    );
+    let out = decide(&["-", "--json", "--explain"], flows);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines[0]["id"], "warrant");
+    assert_eq!(lines[0]["verdict"], "compliant");
+    assert_eq!(lines[0]["policies"][0], "hipaa-164.512-f1-legal-process");
+    assert_eq!(lines[1]["verdict"], "non_compliant");
+    let would: Vec<&str> = lines[1]["explanation"]["would_permit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert!(would.contains(&"condition:warrant"), "{would:?}");
+    // An unknown term is named, and the flow is not applicable (exit 0).
+    let out = decide(
+        &["-"],
+        r#"{"sender": {"role": "hospital"}, "recipient": {"role": "astrologer"}, "info_types": ["health"]}"#,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("not_applicable") && text.contains("`astrologer`"),
+        "{text}"
+    );
+    // A flow with an unknown field is refused as bad input.
+    let out = decide(
+        &["-"],
+        r#"{"sender": {"role": "x"}, "recipient": {"role": "y"}, "colour": 1}"#,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(65),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
