@@ -163,7 +163,7 @@ pub fn decide(
         Ok(r) => r,
         Err(e) => return deny(Check::Structure, e),
     };
-    let (cost, impact) = match resolve(contract, &req) {
+    let (cost, impact) = match boundary(contract, &req) {
         Ok(c) => c,
         Err(d) => return d,
     };
@@ -234,9 +234,10 @@ pub fn decide_json(
     decide(&c, &c.hash(), action, approval, state, now_ms)
 }
 
-/// Capability resolution and the path / argv / endpoint checks; the capability's cost
-/// and impact on success.
-fn resolve(contract: &Contract, req: &Request) -> Result<(u64, Impact), Decision> {
+/// Capability resolution and the path / argv / endpoint checks (no budget, cap or
+/// approval: the executor re-checks the boundary with this before it acts); the
+/// capability's cost and impact on success, the denial otherwise.
+pub fn boundary(contract: &Contract, req: &Request) -> Result<(u64, Impact), Decision> {
     let no_cap = |kind: &str, id: &str| {
         deny(
             Check::Capability,
