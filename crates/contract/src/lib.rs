@@ -6,6 +6,7 @@ pub mod decide;
 pub mod example;
 pub mod format;
 pub mod ledger;
+pub mod session;
 pub mod signed;
 pub mod url;
 

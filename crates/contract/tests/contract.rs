@@ -526,3 +526,66 @@ proptest! {
         prop_assert_eq!(allowed, fits);
     }
 }
+
+#[test]
+fn the_journal_recomputes_every_decision_and_refuses_a_forged_one() {
+    use knox_contract::session::{ContractSession, JournalError, verify_journal};
+    let authority = TeeKey::from_seed([9; 32]);
+    let monitor = TeeKey::from_seed([7; 32]);
+    let c = contract(&TeeKey::from_seed([1; 32]));
+    let v = signed::verify(
+        &signed::sign(&authority, &c).unwrap(),
+        &authority.public_key(),
+    )
+    .unwrap();
+    let mut s = ContractSession::new(v.clone(), &monitor);
+    let ok = act("ContractExec", json!({"exe": "wc", "args": ["-l", "a"]}));
+    let bad = act("ContractExec", json!({"exe": "sh", "args": ["-c", "id"]}));
+    let p = s.propose(&ok, None, NOW).unwrap();
+    let (id, _grant) = p.grant.unwrap();
+    s.settle(id, None, NOW).unwrap();
+    let p2 = s.propose(&ok, None, NOW).unwrap();
+    assert!(s.propose(&bad, None, NOW).unwrap().grant.is_none());
+    // crash here: the second reservation is held
+    let prefix = s.journal().clone();
+    let r = verify_journal(&prefix, &v, &monitor.public_key()).unwrap();
+    assert_eq!(
+        (r.status, r.held, r.spent_cents, r.denied),
+        ("prefix", 1, 2, 1)
+    );
+    s.settle(p2.grant.unwrap().0, Some("pinned_digest".into()), NOW)
+        .unwrap();
+    let j = s.seal();
+    let r = verify_journal(&j, &v, &monitor.public_key()).unwrap();
+    assert_eq!(
+        (r.status, r.decisions, r.allowed, r.held, r.spent_cents),
+        ("complete", 4 - 1, 2, 0, 2)
+    );
+    // a denial rewritten as an allow does not follow from the contract
+    let mut forged = j.clone();
+    if let knox_contract::session::Entry::Decision { decision, .. } = &mut forged.entries[3] {
+        *decision = j
+            .entries
+            .iter()
+            .find_map(|e| match e {
+                knox_contract::session::Entry::Decision {
+                    decision: d @ Decision::Allow(_),
+                    ..
+                } => Some(d.clone()),
+                _ => None,
+            })
+            .unwrap();
+    }
+    assert!(matches!(
+        verify_journal(&forged, &v, &monitor.public_key()),
+        Err(JournalError::Decision { .. })
+    ));
+    // dropping an entry breaks the sequence; another monitor's seal is refused
+    let mut dropped = j.clone();
+    dropped.entries.remove(1);
+    assert!(verify_journal(&dropped, &v, &monitor.public_key()).is_err());
+    assert_eq!(
+        verify_journal(&j, &v, &TeeKey::from_seed([6; 32]).public_key()),
+        Err(JournalError::Seal)
+    );
+}
