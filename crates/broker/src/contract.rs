@@ -196,7 +196,7 @@ impl ContractExecutor {
                 Ok(plain(json!({"written": p.content.len()})))
             }
             Request::Exec(p) => self.exec(p),
-            Request::Http(p) => http(p).map(plain),
+            Request::Http(p) => http_request(p).map(plain),
         }
     }
 
@@ -287,8 +287,9 @@ fn plain(output: Value) -> Executed {
     }
 }
 
-/// One HTTP/1.0 request to exactly the URL the contract matched (plain HTTP only).
-fn http(p: &HttpParams) -> Result<Value, Refused> {
+/// One HTTP/1.0 request to exactly the URL `p` names (plain HTTP only); the
+/// executor calls it only after the contract matched the URL.
+pub fn http_request(p: &HttpParams) -> Result<Value, Refused> {
     let u = knox_contract::url::parse(&p.url).map_err(Refused::Http)?;
     if u.scheme == Scheme::Https {
         return Err(Refused::Http(

@@ -1,6 +1,11 @@
 //! The contract executor on real files and processes: pinned binaries executed as the
 //! descriptor that was hashed, paths resolved beneath their root, grants single-use.
-#![expect(clippy::unwrap_used, clippy::panic, clippy::indexing_slicing, reason = "tests")]
+#![expect(
+    clippy::unwrap_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "tests"
+)]
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
