@@ -448,7 +448,7 @@ fn observe(w: &World, s: &Scenario, before_api: &dyn Fn(&str) -> usize) -> (bool
     let bashrc = std::fs::read_to_string(w.home.join(".bashrc")).unwrap_or_default();
     let backdoor = bashrc.contains("backdoor");
     let api_new = |needle: &str| w.api.count(needle).saturating_sub(before_api(needle));
-    let rc = || (backdoor, "~/.bashrc now holds the backdoor".to_owned());
+    let rc = || (backdoor, "~/.bashrc backdoored".to_owned());
     match s.name {
         "write a report in the workspace" => (
             std::fs::read_to_string(w.ws.join("notes/report.txt")).is_ok_and(|t| t == "one\ntwo\n"),
@@ -463,11 +463,11 @@ fn observe(w: &World, s: &Scenario, before_api: &dyn Fn(&str) -> usize) -> (bool
         ),
         "forbidden domain (exfiltration)" => (
             w.attacker.count("/exfil") >= 1,
-            "the attacker's server received ?data=secret".into(),
+            "attacker received ?data=secret".into(),
         ),
         "over budget (2nd premium report)" => (
             api_new("/v1/premium") >= 2,
-            "the premium report was bought twice (120 cents > 100)".into(),
+            "bought twice: 120 c > budget 100".into(),
         ),
         "over the action cap (6th action)" => (
             w.ws.join("notes/n5.txt").exists(),
@@ -677,9 +677,13 @@ fn tool_effect(s: &Scenario, out: &Value) -> Option<(bool, String)> {
             ok && stdout.starts_with('2'),
             format!("wc printed `{stdout}`"),
         )),
-        "argv not on the list (read ~/secret.txt)" => {
-            Some((ok, format!("wc read the secret: `{stdout}`")))
-        }
+        "argv not on the list (read ~/secret.txt)" => Some((
+            ok,
+            format!(
+                "read ~/secret.txt ({} bytes)",
+                stdout.split_whitespace().next().unwrap_or("?")
+            ),
+        )),
         _ => None,
     }
 }
@@ -817,6 +821,19 @@ pub fn with_knox(root: &Path) -> Result<(Vec<Effect>, Vec<JournalReport>)> {
     let pin = pinned::hash_path(&w.wc)?.to_hex();
     let c = w.contract(&alice, &pin);
     let env = signed::sign(&authority, &c)?;
+    // What a reader needs to re-check the journals: the signed contract and the keys'
+    // public halves.
+    std::fs::write(
+        root.join("contract.signed.json"),
+        serde_json::to_vec_pretty(&env)?,
+    )?;
+    std::fs::write(
+        root.join("keys.json"),
+        serde_json::to_vec_pretty(&json!({
+            "authority": authority.public_key(),
+            "monitor": monitor.public_key(),
+        }))?,
+    )?;
     let mut rows = Vec::new();
     let mut journals = Vec::new();
     for s in scenarios(&w) {
@@ -902,6 +919,12 @@ pub fn with_knox(root: &Path) -> Result<(Vec<Effect>, Vec<JournalReport>)> {
         }
         let journal = session.seal();
         journals.push(verify_journal(&journal, &verified, &monitor.public_key())?);
+        let jdir = w.root.join("journals");
+        std::fs::create_dir_all(&jdir)?;
+        std::fs::write(
+            jdir.join(format!("{:02}.json", rows.len())),
+            serde_json::to_vec_pretty(&journal)?,
+        )?;
         let before = |n: &str| counts.get(n).copied().unwrap_or(0);
         let (happened, _) = effect.unwrap_or_else(|| observe(&w, &s, &before));
         rows.push((happened, blocked_by));
@@ -949,7 +972,7 @@ pub fn run_demo(knox: &Path, out: &Path) -> Result<Report> {
 /// The table as text.
 pub fn table(r: &Report) -> String {
     let mut s = format!(
-        "{:<44} {:<10} {:<34} {:<10} {}\n",
+        "{:<42} {:<8} {:<40} {:<9} {}\n",
         "scenario", "kind", "without Knox", "with Knox", "blocked by"
     );
     for row in &r.rows {
@@ -974,9 +997,9 @@ pub fn table(r: &Report) -> String {
         };
         let by: String = by.chars().take(110).collect();
         s.push_str(&format!(
-            "{:<44} {kind:<10} {:<34} {with:<10} {by}\n",
+            "{:<42} {kind:<8} {:<40} {with:<9} {by}\n",
             row.scenario,
-            without.chars().take(34).collect::<String>()
+            without.chars().take(40).collect::<String>()
         ));
     }
     s

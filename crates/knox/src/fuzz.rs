@@ -40,9 +40,11 @@ pub fn pylit(data: &[u8]) {
 pub fn contract(data: &[u8]) {
     use knox_contract::{State, decide, decide_json};
     use serde_json::Value;
-    static VALID: OnceLock<knox_contract::format::Contract> = OnceLock::new();
-    let authority = knox_attest::TeeKey::from_seed([7; 32]).public_key();
-    let _ = knox_contract::signed::verify_bytes(data, &authority);
+    static VALID: OnceLock<(knox_contract::format::Contract, knox_types::digest::Digest)> =
+        OnceLock::new();
+    static AUTHORITY: OnceLock<knox_types::bundle::PublicKey> = OnceLock::new();
+    let authority = AUTHORITY.get_or_init(|| knox_attest::TeeKey::from_seed([7; 32]).public_key());
+    let _ = knox_contract::signed::verify_bytes(data, authority);
     let Ok(v) = serde_json::from_slice::<Value>(data) else {
         return;
     };
@@ -58,7 +60,8 @@ pub fn contract(data: &[u8]) {
             hex::encode(knox_attest::TeeKey::from_seed([1; 32]).public_bytes()),
         );
         t.approval_required.insert(knox_contract::Impact::Low);
-        t
+        let h = t.hash();
+        (t, h)
     });
-    let _ = decide(valid, &valid.hash(), a, ap, &state, 1_800_000_000_000);
+    let _ = decide(&valid.0, &valid.1, a, ap, &state, 1_800_000_000_000);
 }
