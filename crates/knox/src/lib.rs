@@ -5,6 +5,7 @@
 pub use knox_verifier::{exit_codes, out, outln};
 
 pub mod cmd;
+pub mod contract_demo;
 pub mod error;
 pub mod fuzz;
 pub mod session;

@@ -21,6 +21,11 @@ struct Cli {
 enum Command {
     /// Run a benign and an injected agent, verify their evidence, and show a tampered copy caught.
     Demo(cmd::demo::DemoArgs),
+    /// Signed capability contracts: create, sign, check, show.
+    #[command(subcommand)]
+    Contract(cmd::contract::ContractCommand),
+    /// Sign an approval token for a pending contract action.
+    Approve(cmd::contract::ApproveArgs),
     /// Run InjecAgent flows (or the terminal suite) bundled for a workload; one evidence bundle per bundle.
     Run(cmd::run::RunArgs),
     /// Verify an evidence bundle or run journal offline.
@@ -87,7 +92,14 @@ impl Command {
     fn json(&self) -> bool {
         use cmd::regulations::RegulationsCommand;
         match self {
-            Self::Demo(a) => a.json,
+            Self::Demo(a) => match &a.what {
+                Some(cmd::demo::DemoCommand::Contracts(c)) => c.json,
+                None => a.json,
+            },
+            Self::Contract(
+                cmd::contract::ContractCommand::Check(a) | cmd::contract::ContractCommand::Show(a),
+            ) => a.json,
+            Self::Contract(_) | Self::Approve(_) => false,
             Self::Run(a) => a.json,
             Self::Verify(a) => a.json(),
             Self::Bench(a) => a.json,
@@ -157,6 +169,8 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Demo(a) => cmd::demo::run(a),
         Command::Run(a) => cmd::run::run(a),
+        Command::Contract(c) => cmd::contract::run(c),
+        Command::Approve(a) => cmd::contract::approve(a),
         Command::Verify(a) => cmd::verify::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Eval(a) => cmd::eval::run(a),

@@ -328,6 +328,42 @@ impl Sandbox {
         Ok((child, stdin, stdout))
     }
 
+    /// Spawns the program open at `program` — a descriptor the caller opened and
+    /// checked (for example hashed against a pinned digest) — with `argv` (`argv[0]`
+    /// is only the name the tool sees) under `prepared`. The child executes **that
+    /// descriptor** (through `/proc/self/fd/N`, as `fexecve` does): no path is looked
+    /// up again between the caller's check and the `execve`, so a file swapped at the
+    /// path meanwhile is not what runs. The file must still be under an execute grant
+    /// of the policy: Landlock and the supervisor check the file the descriptor names.
+    pub fn spawn_fd<S: AsRef<OsStr>>(
+        &self,
+        prepared: &PreparedPolicy,
+        program: OwnedFd,
+        argv: &[S],
+        env: &[(String, String)],
+        stdin: &[u8],
+    ) -> Result<ConfinedChild, SandboxError> {
+        let path = prepared.command_fd(&program)?;
+        let argv = argv
+            .iter()
+            .map(|a| cstring(a.as_ref().as_bytes()))
+            .collect::<Result<Vec<_>, _>>()?;
+        if argv.is_empty() {
+            return Err(SandboxError::EmptyArgv);
+        }
+        let (started, lease, enforcement) =
+            self.launch_with(prepared, path, argv, env, Some(program))?;
+        Ok(ConfinedChild::assemble(
+            started,
+            lease,
+            &prepared.policy.limits,
+            enforcement,
+            stdin,
+            &self.config,
+            &self.workers,
+        ))
+    }
+
     /// Authorizes `argv`, leases a cgroup and starts the confined child.
     fn launch<S: AsRef<OsStr>>(
         &self,
@@ -336,6 +372,19 @@ impl Sandbox {
         env: &[(String, String)],
     ) -> Result<(Started, Option<Lease>, Enforcement), SandboxError> {
         let (program, argv) = prepared.command(argv)?;
+        self.launch_with(prepared, program, argv, env, None)
+    }
+
+    /// Leases a cgroup and starts the confined child running `program` (already
+    /// authorized), or the descriptor `given` when there is one.
+    fn launch_with(
+        &self,
+        prepared: &PreparedPolicy,
+        program: CString,
+        argv: Vec<CString>,
+        env: &[(String, String)],
+        given: Option<OwnedFd>,
+    ) -> Result<(Started, Option<Lease>, Enforcement), SandboxError> {
         let envp = envp(env)?;
         let lease = self.lease(&prepared.policy.limits)?;
         let user_namespace = self.euid != 0 && lease.is_none();
@@ -358,9 +407,10 @@ impl Sandbox {
         let rlimits = rlimits(&prepared.policy.limits, lease.is_some(), user_namespace);
         let (uid_map, gid_map) = (self.id_map(self.euid), self.id_map(self.egid));
         // Opened as root: the tool's uid executes it through this descriptor.
-        let program_fd = match self.identity {
-            Some(_) => Some(open_path(&program)?),
-            None => None,
+        let program_fd = match (given, self.identity) {
+            (Some(fd), _) => Some(fd),
+            (None, Some(_)) => Some(open_path(&program)?),
+            (None, None) => None,
         };
         let launch = Launch {
             program: &program,
@@ -580,6 +630,19 @@ impl PreparedPolicy {
     }
 
     /// Resolves and authorizes `argv[0]`; returns the program to execute and argv.
+    /// The canonical path of the file open at `program`, when it is under an
+    /// execute grant of the policy.
+    fn command_fd(&self, program: &OwnedFd) -> Result<CString, SandboxError> {
+        use std::os::fd::AsRawFd as _;
+        let link = PathBuf::from(format!("/proc/self/fd/{}", program.as_raw_fd()));
+        let canonical = std::fs::read_link(&link)
+            .ok()
+            .filter(|c| c.is_absolute())
+            .filter(|c| self.mediation.exec_roots.iter().any(|r| c.starts_with(r)))
+            .ok_or(SandboxError::ProgramNotAuthorized { program: link })?;
+        cstring(canonical.as_os_str().as_bytes())
+    }
+
     fn command<S: AsRef<OsStr>>(
         &self,
         argv: &[S],

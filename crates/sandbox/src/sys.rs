@@ -556,7 +556,8 @@ pub(crate) struct ChildSpec<'a> {
     /// The child then executes the program through `program_fd`, so that
     /// directories above it need not be searchable by that uid.
     pub(crate) identity: Option<(u32, u32)>,
-    /// The program, opened `O_PATH` before the clone (used with `identity`).
+    /// The program's descriptor, executed instead of `program` when present: opened
+    /// `O_PATH` before the clone for `identity`, or given by the caller (`spawn_fd`).
     pub(crate) program_fd: Option<BorrowedFd<'a>>,
     /// New user namespace and its maps, for non-root callers.
     pub(crate) user_namespace: Option<UserNamespaceMaps<'a>>,
@@ -823,9 +824,11 @@ fn child_after_clone(p: &Lowered<'_>) -> ! {
             i32::try_from(listener).unwrap_or(-1),
         );
     }
-    let program = match (p.spec.identity, p.spec.program_fd) {
-        (Some(_), Some(_)) => PROGRAM_BY_FD,
-        _ => p.spec.program,
+    // A program descriptor (the root caller's `O_PATH` open, or a descriptor the
+    // caller opened and hashed: `Sandbox::spawn_fd`) is executed as such.
+    let program = match p.spec.program_fd {
+        Some(_) => PROGRAM_BY_FD,
+        None => p.spec.program,
     };
     // SAFETY: program, argv and envp are NUL-terminated strings and NULL-terminated
     // pointer arrays built before the clone; on success this call does not return.

@@ -38,6 +38,17 @@ pub struct DemoArgs {
     /// Print what the demo did as one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Another demo instead of the default one.
+    #[command(subcommand)]
+    pub what: Option<DemoCommand>,
+}
+
+/// The other demos.
+#[derive(Debug, clap::Subcommand)]
+pub enum DemoCommand {
+    /// Signed capability contracts: the EBP-CA scenarios without Knox (in throwaway
+    /// namespaces) and under Knox, as a table.
+    Contracts(super::contract::DemoContractsArgs),
 }
 
 /// The demo's folder when `--out` is not given: `$XDG_DATA_HOME/knox/demo` (an absolute
@@ -60,6 +71,9 @@ pub fn default_out() -> PathBuf {
 
 /// Runs the demo.
 pub fn run(args: &DemoArgs) -> Result<i32> {
+    if let Some(DemoCommand::Contracts(a)) = &args.what {
+        return super::contract::demo(a);
+    }
     // The default folder is the demo's own: each demo replaces the last one's files.
     let out = args.out.clone().unwrap_or_else(default_out);
     let _out = super::out_dir(&out, args.force || args.out.is_none())?;

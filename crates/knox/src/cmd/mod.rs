@@ -13,6 +13,7 @@ use anyhow::Result;
 use crate::error::{Kind, fail};
 
 pub mod bench;
+pub mod contract;
 pub mod corpus;
 pub mod demo;
 pub mod eval;

@@ -29,4 +29,5 @@ fn seed_corpora_never_panic() {
     assert!(replay("proposal", knox::fuzz::proposal) >= 5);
     assert!(replay("evidence", knox::fuzz::evidence) >= 3);
     assert!(replay("pylit", knox::fuzz::pylit) >= 2);
+    assert!(replay("contract", knox::fuzz::contract) >= 5);
 }

@@ -2,6 +2,7 @@
 
 mod cli;
 mod confined;
+mod contracts;
 mod conventions;
 mod crate_graph;
 mod eval;

@@ -1,0 +1,351 @@
+//! `knox contract new|sign|check|show`, `knox approve` and `knox demo contracts`:
+//! signed capability contracts (`knox-contract`).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use knox_contract::format::Contract;
+use knox_contract::signed::{self, Verified};
+use knox_contract::{State, approval, decide};
+use knox_types::bundle::PublicKey;
+use serde_json::{Value, json};
+
+use crate::cmd::{CONFIG, KEY, SMALL, bad_input, read_input, write_file};
+use crate::error::{Kind, fail};
+
+/// `knox contract …`.
+#[derive(Debug, clap::Subcommand)]
+pub enum ContractCommand {
+    /// Write a starting contract (unsigned JSON) to edit, with `wc` pinned by its digest.
+    #[command(after_help = crate::exit_codes!("  0   written"))]
+    New(NewArgs),
+    /// Validate a contract and sign it with an authority key (a DSSE envelope).
+    #[command(after_help = crate::exit_codes!("  0   signed\n  65  the contract is invalid"))]
+    Sign(SignArgs),
+    /// Verify a signed contract under the authority's public key; with `--action`,
+    /// decide that action under it.
+    #[command(after_help = crate::exit_codes!("  0   valid (and the action allowed)\n  1   the action is denied or pending\n  65  the contract does not verify"))]
+    Check(CheckArgs),
+    /// Print a signed contract's capabilities, budget and approvers.
+    #[command(after_help = crate::exit_codes!("  0   printed\n  65  the contract does not verify"))]
+    Show(CheckArgs),
+}
+
+/// Arguments of `knox contract new`.
+#[derive(Debug, clap::Args)]
+pub struct NewArgs {
+    /// The contract file to write.
+    #[arg(long, value_parser = crate::cmd::path)]
+    pub out: PathBuf,
+    /// Days it stays valid from now.
+    #[arg(long, default_value_t = 30)]
+    pub valid_days: u64,
+}
+
+/// Arguments of `knox contract sign`.
+#[derive(Debug, clap::Args)]
+pub struct SignArgs {
+    /// The contract (JSON).
+    #[arg(value_parser = crate::cmd::path)]
+    pub contract: PathBuf,
+    /// The authority's private key (`knox keygen`).
+    #[arg(long, value_parser = crate::cmd::path)]
+    pub key: PathBuf,
+    /// The signed contract to write.
+    #[arg(long, value_parser = crate::cmd::path)]
+    pub out: PathBuf,
+}
+
+/// Arguments of `knox contract check` and `show`.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The signed contract.
+    #[arg(value_parser = crate::cmd::path)]
+    pub contract: PathBuf,
+    /// The authority's public key (`knox keygen`'s `.pub`).
+    #[arg(long, value_parser = crate::cmd::path)]
+    pub authority: PathBuf,
+    /// An action (`{"tool", "params"}`) to decide under the contract.
+    #[arg(long, value_parser = crate::cmd::path)]
+    pub action: Option<PathBuf>,
+    /// An approval token for the action (`knox approve`).
+    #[arg(long, value_parser = crate::cmd::path)]
+    pub approval: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `knox approve`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!("  0   the token is written"))]
+pub struct ApproveArgs {
+    /// The pending action (`{"tool", "params"}`) to approve.
+    #[arg(value_parser = crate::cmd::path)]
+    pub pending: PathBuf,
+    /// The signed contract it runs under.
+    #[arg(long, value_parser = crate::cmd::path)]
+    pub contract: PathBuf,
+    /// The authority's public key.
+    #[arg(long, value_parser = crate::cmd::path)]
+    pub authority: PathBuf,
+    /// The approver's private key (`knox keygen`).
+    #[arg(long, value_parser = crate::cmd::path)]
+    pub key: PathBuf,
+    /// The approver's name in the contract.
+    #[arg(long)]
+    pub name: String,
+    /// Seconds the token is valid (capped by the contract).
+    #[arg(long, default_value_t = 60)]
+    pub ttl: u64,
+    /// The token file to write.
+    #[arg(long, value_parser = crate::cmd::path)]
+    pub out: PathBuf,
+}
+
+/// Arguments of `knox demo contracts`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!("  0   every hostile action escaped without Knox and was blocked with it, every legitimate one ran\n  1   some row did not"))]
+pub struct DemoContractsArgs {
+    /// Working folder (default: a fresh one under the temporary directory).
+    #[arg(long, value_parser = crate::cmd::path)]
+    pub out: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Internal: the without-Knox half, inside its throwaway namespaces.
+    #[arg(long, hide = true, value_parser = crate::cmd::path)]
+    pub inside_namespace: Option<PathBuf>,
+}
+
+/// Never replaces an existing file (a contract or a token is evidence of a decision).
+fn refuse_existing(p: &Path) -> Result<()> {
+    if p.symlink_metadata().is_ok() {
+        return Err(fail(
+            Kind::CantCreate,
+            format!("`{}` exists: refusing to overwrite it", p.display()),
+        ));
+    }
+    Ok(())
+}
+
+fn authority(p: &Path) -> Result<PublicKey> {
+    let bytes = read_input(p, KEY)?;
+    knox_types::json::from_slice(&bytes)
+        .map_err(|e| bad_input(p, "a public key written by `knox keygen`", e))
+}
+
+fn verified(contract: &Path, auth: &Path) -> Result<Verified> {
+    let key = authority(auth)?;
+    let bytes = read_input(contract, CONFIG)?;
+    signed::verify_bytes(&bytes, &key).map_err(|e| bad_input(contract, "a signed contract", e))
+}
+
+/// Runs `knox contract …`.
+pub fn run(c: &ContractCommand) -> Result<i32> {
+    match c {
+        ContractCommand::New(a) => {
+            refuse_existing(&a.out)?;
+            let now = knox_attest::grant::now_ms();
+            let pin = knox_broker::pinned::hash_path(Path::new("/usr/bin/wc"))
+                .map(|d| d.to_hex())
+                .unwrap_or_else(|_| "0".repeat(64));
+            let contract = knox_contract::example::template(
+                now,
+                now.saturating_add(a.valid_days.saturating_mul(86_400_000)),
+                &pin,
+            );
+            write_file(&a.out, serde_json::to_vec_pretty(&contract)?)?;
+            crate::outln!(
+                "contract template written to {} (edit, then `knox contract sign`)",
+                a.out.display()
+            );
+            Ok(0)
+        }
+        ContractCommand::Sign(a) => {
+            let bytes = read_input(&a.contract, CONFIG)?;
+            let contract: Contract = knox_types::json::from_slice(&bytes)
+                .map_err(|e| bad_input(&a.contract, "a contract", e))?;
+            contract
+                .validate()
+                .map_err(|e| bad_input(&a.contract, "a valid contract", e))?;
+            let key = crate::cmd::keys::load(&a.key)?;
+            let env =
+                signed::sign(&key, &contract).map_err(|e| fail(Kind::Software, e.to_string()))?;
+            write_file(&a.out, serde_json::to_vec_pretty(&env)?)?;
+            crate::outln!("contract {} signed: {}", contract.hash(), a.out.display());
+            Ok(0)
+        }
+        ContractCommand::Check(a) => {
+            let v = verified(&a.contract, &a.authority)?;
+            let Some(action) = &a.action else {
+                if a.json {
+                    crate::outln!("{}", json!({"contract": v.hash, "valid": true}));
+                } else {
+                    crate::outln!("contract {} verifies under the authority key", v.hash);
+                }
+                return Ok(0);
+            };
+            let act: Value = knox_types::json::from_slice(&read_input(action, SMALL)?)
+                .map_err(|e| bad_input(action, "JSON", e))?;
+            let tok: Option<Value> = match &a.approval {
+                Some(p) => Some(
+                    knox_types::json::from_slice(&read_input(p, SMALL)?)
+                        .map_err(|e| bad_input(p, "JSON", e))?,
+                ),
+                None => None,
+            };
+            let d = decide(
+                &v.contract,
+                &v.hash,
+                &act,
+                tok.as_ref(),
+                &State::default(),
+                knox_attest::grant::now_ms(),
+            );
+            crate::outln!("{}", serde_json::to_string_pretty(&d)?);
+            Ok(if d.is_allow() { 0 } else { 1 })
+        }
+        ContractCommand::Show(a) => {
+            let v = verified(&a.contract, &a.authority)?;
+            if a.json {
+                crate::outln!(
+                    "{}",
+                    serde_json::to_string_pretty(&json!({"hash": v.hash, "contract": v.contract}))?
+                );
+                return Ok(0);
+            }
+            show(&v);
+            Ok(0)
+        }
+    }
+}
+
+fn show(v: &Verified) {
+    let c = &v.contract;
+    crate::outln!("contract {} ({}), hash {}", c.id, c.format, v.hash);
+    crate::outln!(
+        "  valid {} .. {} ms; budget {} cents; {} actions",
+        c.valid_from_ms,
+        c.valid_until_ms,
+        c.budget_cents,
+        c.max_actions
+    );
+    for (id, d) in &c.directories {
+        crate::outln!(
+            "  dir  {id:<16} {:?} {} ({} c, {:?})",
+            d.access,
+            d.root,
+            d.cost_cents,
+            d.impact
+        );
+    }
+    for (id, e) in &c.executables {
+        crate::outln!(
+            "  exe  {id:<16} {}/{} sha256 {} ({} templates, {} c, {:?})",
+            e.root,
+            e.path,
+            e.sha256,
+            e.argv.len(),
+            e.cost_cents,
+            e.impact
+        );
+    }
+    for (id, e) in &c.endpoints {
+        crate::outln!(
+            "  net  {id:<16} {}://{}:{}{} {:?} ({} c, {:?})",
+            e.scheme.as_str(),
+            e.host,
+            e.port,
+            e.path_prefix,
+            e.methods,
+            e.cost_cents,
+            e.impact
+        );
+    }
+    for (name, k) in &c.approvers {
+        crate::outln!("  approver {name}: {k}");
+    }
+    crate::outln!("  approval required for: {:?}", c.approval_required);
+}
+
+/// Runs `knox approve`.
+pub fn approve(a: &ApproveArgs) -> Result<i32> {
+    refuse_existing(&a.out)?;
+    let v = verified(&a.contract, &a.authority)?;
+    let act: knox_types::Action = knox_types::json::from_slice(&read_input(&a.pending, SMALL)?)
+        .map_err(|e| bad_input(&a.pending, "an action", e))?;
+    let key = crate::cmd::keys::load(&a.key)?;
+    if v.contract.approver(&a.name).map(|k| k.public_key.0) != Some(key.public_bytes().to_vec()) {
+        return Err(fail(
+            Kind::DataErr,
+            format!(
+                "`{}` is not an approver of this contract with this key",
+                a.name
+            ),
+        ));
+    }
+    let ttl = a
+        .ttl
+        .saturating_mul(1000)
+        .min(v.contract.max_approval_ttl_ms);
+    let tok = approval::sign(
+        &key,
+        &a.name,
+        v.hash,
+        act.hash(),
+        knox_attest::grant::now_ms(),
+        ttl,
+    )
+    .map_err(|e| fail(Kind::Software, e.to_string()))?;
+    write_file(&a.out, serde_json::to_vec_pretty(&tok)?)?;
+    crate::outln!(
+        "approval of {} written to {} (valid {} s, single use)",
+        act.hash(),
+        a.out.display(),
+        ttl / 1000
+    );
+    Ok(0)
+}
+
+/// Runs `knox demo contracts`.
+pub fn demo(a: &DemoContractsArgs) -> Result<i32> {
+    if let Some(root) = &a.inside_namespace {
+        let rows = crate::contract_demo::inside_namespace(root)?;
+        crate::outln!("{}", serde_json::to_string(&rows)?);
+        return Ok(0);
+    }
+    let out = a.out.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("knox-demo-contracts-{}", std::process::id()))
+    });
+    let exe = std::env::current_exe().map_err(|e| fail(Kind::Software, e.to_string()))?;
+    let report = crate::contract_demo::run_demo(&exe, &out)?;
+    if a.json {
+        crate::outln!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        crate::outln!(
+            "Knox demo — signed capability contracts (EBP-CA scenarios), in {}\n",
+            out.display()
+        );
+        crate::out!("{}", crate::contract_demo::table(&report));
+        if let Some(why) = &report.without_unavailable {
+            crate::outln!("\nwithout Knox: not run ({why})");
+        }
+        for (i, j) in report.journals.iter().enumerate() {
+            if j.status != "complete" {
+                crate::outln!("journal {i}: {}", j.status);
+            }
+        }
+        crate::outln!(
+            "\n{} session journals verified ({} complete): every decision recomputed from the signed contract",
+            report.journals.len(),
+            report
+                .journals
+                .iter()
+                .filter(|j| j.status == "complete")
+                .count()
+        );
+        crate::outln!("{}", if report.passed() { "PASS" } else { "FAIL" });
+    }
+    Ok(if report.passed() { 0 } else { 1 })
+}
