@@ -78,6 +78,16 @@ pub enum ManifestError {
     /// A tool name that is not 1–128 ASCII letters and digits.
     #[error("invalid tool name `{0}`")]
     ToolName(String),
+    /// Bytes that describe a manifest but are not its canonical form.
+    #[error(
+        "manifest bytes are not canonical: they hash to {written}, the manifest they describe to {read}"
+    )]
+    NotCanonical {
+        /// `H("knox/manifest", bytes)`.
+        written: Digest,
+        /// The hash of the manifest read from them.
+        read: Digest,
+    },
 }
 
 /// The reviewed needs file (`data/toolkits.toml`).
@@ -315,6 +325,7 @@ pub struct ToolkitManifest {
     needs: NeedsFile,
     tools: HashMap<String, ToolEntry>,
     hash: Digest,
+    canonical: Vec<u8>,
 }
 
 impl ToolkitManifest {
@@ -378,13 +389,44 @@ impl ToolkitManifest {
             }
         }
         let body = serde_json::json!({"tools": toolkits, "needs": needs});
-        let hash = Digest::tagged(tag::MANIFEST, &[&knox_types::canon::canonical(&body)]);
+        let canonical = knox_types::canon::canonical(&body);
+        let hash = Digest::tagged(tag::MANIFEST, &[&canonical]);
         Ok(Self {
             toolkits,
             needs,
             tools,
             hash,
+            canonical,
         })
+    }
+
+    /// Reads a manifest back from its canonical bytes ([`Self::canonical_bytes`], as a
+    /// bundle embeds them). The bytes must be exactly the canonical form of what they
+    /// describe: a manifest whose hash differs from `H("knox/manifest", bytes)` (a field
+    /// this build drops, a non-canonical encoding) is refused, so the hash of the bytes
+    /// is the hash of the manifest used.
+    pub fn from_canonical(bytes: &[u8]) -> Result<Self, ManifestError> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Body {
+            tools: Vec<ToolkitSpec>,
+            needs: NeedsFile,
+        }
+        let body: Body = serde_json::from_slice(bytes)?;
+        let m = Self::from_parts(body.tools, body.needs)?;
+        if m.canonical != bytes {
+            return Err(ManifestError::NotCanonical {
+                written: Digest::tagged(tag::MANIFEST, &[bytes]),
+                read: m.hash,
+            });
+        }
+        Ok(m)
+    }
+
+    /// The manifest's canonical bytes: what [`Self::hash`] is computed over, and what a
+    /// bundle embeds so that a verifier can check a run with tools it does not know.
+    pub fn canonical_bytes(&self) -> &[u8] {
+        &self.canonical
     }
 
     /// This manifest with every information-type label removed: no tool output carries
