@@ -45,6 +45,9 @@ enum Command {
     /// Inclusion proofs: show one node of a bundle against its signed structure root.
     #[command(subcommand)]
     Prove(cmd::prove::ProveCommand),
+    /// User toolkit manifests: check one, import a skeleton, convert a legacy one.
+    #[command(subcommand)]
+    Toolkit(cmd::toolkit::ToolkitCommand),
     /// Attack corpora.
     #[command(subcommand)]
     Corpus(cmd::corpus::CorpusCommand),
@@ -97,6 +100,7 @@ impl Command {
             Self::Prove(c) => c.json(),
             Self::Corpus(cmd::corpus::CorpusCommand::Syscalls(a)) => a.json,
             Self::Model(c) => c.json(),
+            Self::Toolkit(c) => c.json(),
             Self::Keygen(_) | Self::Completions(_) | Self::Man(_) | Self::ToolWorker => false,
         }
     }
@@ -160,6 +164,7 @@ fn main() -> ExitCode {
         Command::Corpus(c) => cmd::corpus::run(c),
         Command::Prove(c) => cmd::prove::run(c),
         Command::Model(c) => cmd::model::run(c),
+        Command::Toolkit(c) => cmd::toolkit::run(c),
         Command::Completions(a) => completions(a),
         Command::Man(a) => man(a),
         Command::ToolWorker => Ok(knox_broker::worker::serve()),

@@ -9,6 +9,7 @@ pub mod schema;
 pub mod shipped;
 pub mod spec;
 pub mod stop;
+pub mod toolkit;
 pub mod trajectory;
 
 pub use manifest::{Effect, ManifestError, ToolEntry, ToolkitManifest};
