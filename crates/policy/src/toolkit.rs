@@ -202,9 +202,7 @@ impl ToolkitDoc {
     /// Checks the format, the server and tool names and each input schema's shape,
     /// and lowers the document to the tool specifications, the needs file and each
     /// tool's input schema (by full name).
-    pub(crate) fn lower(
-        &self,
-    ) -> Result<Lowered, ManifestError> {
+    pub(crate) fn lower(&self) -> Result<Lowered, ManifestError> {
         if self.format != FORMAT {
             return Err(ManifestError::Format(self.format.clone()));
         }
