@@ -22,7 +22,7 @@ enum Command {
     /// Run a benign and an injected agent, verify their evidence, and show a tampered copy caught.
     Demo(cmd::demo::DemoArgs),
     /// Run InjecAgent flows (or the terminal suite) bundled for a workload; one evidence bundle per bundle.
-    Run(cmd::run::RunArgs),
+    Run(Box<cmd::run::RunArgs>),
     /// Verify an evidence bundle or run journal offline.
     Verify(cmd::verify::VerifyArgs),
     /// Measure the monitor's overhead per workload beside the paper's figures.

@@ -277,6 +277,91 @@ impl Planner for ChatPlanner {
     }
 }
 
+/// Plans written by the user (`knox run --plan`), one per run in the order the runs
+/// are made: each task's calls are validated against the manifest exactly as a model's
+/// are (known tools, input schema, links naming an earlier call and a field), and
+/// become expected calls the same way — declared prose the user did not take from the
+/// task is bounded by length, every other parameter is exact or a link.
+///
+/// A plan is `{"tasks": [{"calls": [{"tool": NAME, "params": {...}}, …]}, …]}` with one
+/// entry per task of the prompt, or `{"calls": [...]}` for a one-task prompt.
+#[derive(Debug)]
+pub struct UserPlans {
+    queue: std::sync::Mutex<std::collections::VecDeque<Value>>,
+    max_calls: usize,
+}
+
+impl UserPlans {
+    /// The plans of the next runs, in order; at most `max_calls` calls per task.
+    pub fn new(plans: impl IntoIterator<Item = Value>, max_calls: usize) -> Self {
+        Self {
+            queue: std::sync::Mutex::new(plans.into_iter().collect()),
+            max_calls: max_calls.max(1),
+        }
+    }
+
+    /// Validates one plan for `prompt` against `manifest`.
+    pub fn validate(
+        plan: &Value,
+        prompt: &Prompt,
+        manifest: &ToolkitManifest,
+        max_calls: usize,
+    ) -> Result<Plan, String> {
+        let tasks: Vec<&Value> = match (plan.get("tasks"), plan.get("calls")) {
+            (Some(Value::Array(t)), None) => t.iter().collect(),
+            (None, Some(_)) => vec![plan],
+            _ => {
+                return Err(
+                    "a plan is {\"tasks\": [{\"calls\": [...]}, ...]} or {\"calls\": [...]}".into(),
+                );
+            }
+        };
+        if tasks.len() != prompt.tasks.len() {
+            return Err(format!(
+                "the plan has {} task(s), the prompt {}",
+                tasks.len(),
+                prompt.tasks.len()
+            ));
+        }
+        let mut out = Vec::with_capacity(tasks.len());
+        for (i, (t, instruction)) in tasks.iter().zip(&prompt.tasks).enumerate() {
+            let task = u32::try_from(i).unwrap_or(u32::MAX);
+            let calls = validate(&t.to_string(), task, instruction, manifest, max_calls)
+                .map_err(|e| format!("task {i}: {e}"))?;
+            out.push(calls);
+        }
+        Ok(Plan { tasks: out })
+    }
+}
+
+impl Planner for UserPlans {
+    fn plan(
+        &self,
+        prompt: &Prompt,
+        manifest: &ToolkitManifest,
+        _: &Regulations,
+        _: &StopPolicy,
+    ) -> Result<Plan, PlanError> {
+        let next = self
+            .queue
+            .lock()
+            .map_err(|_| PlanError::Model("user plans: poisoned".into()))?
+            .pop_front()
+            .ok_or_else(|| PlanError::Model("user plans: no plan left for this run".into()))?;
+        Self::validate(&next, prompt, manifest, self.max_calls)
+            .map_err(|e| PlanError::Model(format!("user plan: {e}")))
+    }
+
+    fn model(&self) -> ModelInfo {
+        ModelInfo {
+            role: ModelRole::Planner,
+            name: "user-plan".into(),
+            weights_hash: None,
+            declared: false,
+        }
+    }
+}
+
 #[cfg(test)]
 #[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 mod tests {
@@ -517,5 +602,36 @@ mod tests {
                 assert!(tool.annotations.prose.contains(p), "{}: `{p}`", tool.name);
             }
         }
+    }
+
+    #[test]
+    fn user_plans_are_validated_like_a_models() {
+        let m = manifest();
+        let prompt = Prompt {
+            tasks: vec!["Email amy@example.com to say hello".into()],
+        };
+        let good = json!({"calls": [{"tool": "GmailSendEmail", "params": {
+            "to": "amy@example.com", "subject": "Hello", "body": "Hi Amy!"}}]});
+        let plan = UserPlans::validate(&good, &prompt, &m, 16).unwrap();
+        let k = plan.tasks[0][0].constraints.as_ref().unwrap();
+        assert_eq!(k["body"].kind(), "length");
+        assert_eq!(k["to"].kind(), "exact");
+        for (bad, fault) in [
+            (json!({"calls": [{"tool": "Nope"}]}), "unknown tool"),
+            (json!({"tasks": []}), "0 task(s)"),
+            (json!({"x": 1}), "a plan is"),
+            (
+                json!({"calls": [{"tool": "GmailSendEmail", "params": {"to": 1}}]}),
+                "GmailSendEmail",
+            ),
+        ] {
+            let e = UserPlans::validate(&bad, &prompt, &m, 16).unwrap_err();
+            assert!(e.contains(fault), "{bad}: {e}");
+        }
+        let p = UserPlans::new([good], 16);
+        let r = Regulations::default();
+        let stop = StopPolicy::default();
+        assert!(p.plan(&prompt, &m, &r, &stop).is_ok());
+        assert!(p.plan(&prompt, &m, &r, &stop).is_err(), "one plan, one run");
     }
 }

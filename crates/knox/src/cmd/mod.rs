@@ -19,6 +19,7 @@ pub mod eval;
 pub mod hardware;
 pub mod keys;
 pub mod model;
+pub mod prompt;
 pub mod prove;
 pub mod receipts;
 pub mod regulations;

@@ -17,3 +17,4 @@ mod regulation;
 mod repository;
 mod support;
 mod tamper;
+mod toolkit;
