@@ -348,14 +348,22 @@ pub struct InputSchema {
 
 impl InputSchema {
     /// Checks the schema against the JSON Schema 2020-12 meta-schema and compiles it
-    /// (no reference is ever retrieved: a `$ref` outside the schema fails).
+    /// (no reference is ever retrieved: a `$ref` outside the schema fails; `pattern`s
+    /// are RE2 syntax, matched in linear time: a look-around is refused).
     pub fn compile(tool: &str, schema: &serde_json::Value) -> Result<Self, ManifestError> {
         let bad = |reason: String| ManifestError::InputSchema {
             tool: tool.to_string(),
             reason,
         };
         jsonschema::meta::validate(schema).map_err(|e| bad(e.to_string()))?;
-        let validator = jsonschema::draft202012::new(schema).map_err(|e| bad(e.to_string()))?;
+        // Patterns run on untrusted proposals, also in a verifier replaying a bundle's
+        // embedded manifest: the linear-time engine (RE2 syntax, as `pattern`
+        // constraints), never a backtracking one.
+        let validator = jsonschema::options()
+            .with_draft(jsonschema::Draft::Draft202012)
+            .with_pattern_options(jsonschema::PatternOptions::regex())
+            .build(schema)
+            .map_err(|e| bad(e.to_string()))?;
         Ok(Self {
             schema: schema.clone(),
             validator: std::sync::Arc::new(validator),

@@ -789,6 +789,13 @@ inputSchema = { type = "object", properties = { limit = { type = "integer", mini
                 .to_string();
             assert!(err.contains(want), "{err} should contain {want}");
         }
+        // A backtracking pattern (a look-ahead) is refused: patterns run in linear time.
+        let lookahead = DOC.replace("^[A-Z]{2}[0-9]{6}$", "^(?=DE)[A-Z]{2}[0-9]{6}$");
+        let err = ToolkitDoc::parse(&lookahead)
+            .and_then(ToolkitManifest::from_doc)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("invalid input schema"), "{err}");
         // A schema that refers outside itself is refused (no retrieval, ever).
         let remote_ref = DOC.replace(
             "memo = { type = \"string\", maxLength = 140 }",
