@@ -508,3 +508,90 @@ fn a_host_brings_its_own_plan_and_a_plan_that_does_not_fit_fails_attested() {
     assert_eq!(bundle.summary.counts.interrupts, 1);
     complete(&bundle, &manifest());
 }
+
+#[test]
+fn a_custom_manifest_travels_in_its_bundle_and_only_with_the_apms_hash() {
+    let session = tiny()
+        .executor(ScriptedFactory::default())
+        .tools(Echo::default())
+        .build()
+        .unwrap();
+    let prompt = Prompt {
+        tasks: vec!["read my mail".into()],
+    };
+    let bundle = session.run_prompt(&prompt).unwrap().bundle;
+    // A manifest no build ships: the bundle carries its canonical bytes.
+    let carried = bundle.manifest.clone().unwrap();
+    assert_eq!(carried.as_bytes(), manifest().canonical_bytes());
+    // A verifier handed no manifest at all checks it from the bundle alone, and says so.
+    let nothing = knox_verify::manifests::Manifests::new();
+    let bytes = serde_json::to_vec(&bundle).unwrap();
+    let read = knox_verify::parse_bundle(&bytes).unwrap();
+    let report = knox_verify::verify_bundle(&read, &nothing, Options::DANGEROUS_SIMULATED);
+    assert_eq!(report.outcome, Outcome::Complete, "{report:?}");
+    assert!(
+        report
+            .warnings
+            .iter()
+            .any(|w| w.contains("taken from the bundle")),
+        "{:?}",
+        report.warnings
+    );
+    // An embedded manifest that is not the APM's (a sink removed): refused, naming both.
+    let mut swapped = bundle.clone();
+    let other =
+        ToolkitManifest::from_sources(TOOLS, &NEEDS.replace("sinks = [\"to\"]", "")).unwrap();
+    swapped.manifest = Some(String::from_utf8(other.canonical_bytes().to_vec()).unwrap());
+    let report = knox_verify::verify_bundle(&swapped, &nothing, Options::DANGEROUS_SIMULATED);
+    let Outcome::Refused { reason } = &report.outcome else {
+        panic!("{report:?}")
+    };
+    assert!(reason.contains(&other.hash().to_string()), "{reason}");
+    assert!(reason.contains(&manifest().hash().to_string()), "{reason}");
+    // No manifest in the bundle and none trusted: refused, naming the APM's.
+    let mut bare = bundle.clone();
+    bare.manifest = None;
+    let report = knox_verify::verify_bundle(&bare, &nothing, Options::DANGEROUS_SIMULATED);
+    let Outcome::Refused { reason } = &report.outcome else {
+        panic!("{report:?}")
+    };
+    assert!(reason.contains(&manifest().hash().to_string()), "{reason}");
+    // Handed the manifest, the verifier needs nothing from the bundle.
+    let handed = knox_verify::manifests::Manifests::new().with(manifest());
+    let report = knox_verify::verify_bundle(&bare, &handed, Options::DANGEROUS_SIMULATED);
+    assert_eq!(report.outcome, Outcome::Complete, "{report:?}");
+    assert!(
+        report
+            .warnings
+            .iter()
+            .all(|w| !w.contains("taken from the bundle"))
+    );
+}
+
+#[test]
+fn bundles_of_the_shipped_manifest_do_not_carry_it() {
+    let session = Session::builder()
+        .platform(Simulated)
+        .embedded_suite()
+        .build()
+        .unwrap();
+    let manifest = session.manifest().clone();
+    assert!(knox_policy::shipped::is_known(&manifest.hash()));
+    let nothing = knox_verify::manifests::Manifests::new();
+    let n = session
+        .run_workload::<EngineError>(
+            Suite::Injecagent,
+            "st-sa".parse().unwrap(),
+            ExecutorKind::Injected,
+            1,
+            |o| {
+                assert!(o.bundle.manifest.is_none());
+                let report =
+                    knox_verify::verify_bundle(&o.bundle, &nothing, Options::DANGEROUS_SIMULATED);
+                assert_eq!(report.outcome, Outcome::Complete, "{report:?}");
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+}

@@ -27,7 +27,7 @@ enum Command {
     /// Sign an approval token for a pending contract action.
     Approve(cmd::contract::ApproveArgs),
     /// Run InjecAgent flows (or the terminal suite) bundled for a workload; one evidence bundle per bundle.
-    Run(cmd::run::RunArgs),
+    Run(Box<cmd::run::RunArgs>),
     /// Verify an evidence bundle or run journal offline.
     Verify(cmd::verify::VerifyArgs),
     /// Measure the monitor's overhead per workload beside the paper's figures.
@@ -50,6 +50,9 @@ enum Command {
     /// Inclusion proofs: show one node of a bundle against its signed structure root.
     #[command(subcommand)]
     Prove(cmd::prove::ProveCommand),
+    /// User toolkit manifests: check one, import a skeleton, convert a legacy one.
+    #[command(subcommand)]
+    Toolkit(cmd::toolkit::ToolkitCommand),
     /// Attack corpora.
     #[command(subcommand)]
     Corpus(cmd::corpus::CorpusCommand),
@@ -113,6 +116,7 @@ impl Command {
             Self::Prove(c) => c.json(),
             Self::Corpus(cmd::corpus::CorpusCommand::Syscalls(a)) => a.json,
             Self::Model(c) => c.json(),
+            Self::Toolkit(c) => c.json(),
             Self::Keygen(_)
             | Self::Completions(_)
             | Self::Man(_)
@@ -182,6 +186,7 @@ fn main() -> ExitCode {
         Command::Corpus(c) => cmd::corpus::run(c),
         Command::Prove(c) => cmd::prove::run(c),
         Command::Model(c) => cmd::model::run(c),
+        Command::Toolkit(c) => cmd::toolkit::run(c),
         Command::Completions(a) => completions(a),
         Command::Man(a) => man(a),
         Command::Mcp(cmd::mcp::McpCommand::Import(a)) => cmd::mcp::import(a),

@@ -18,6 +18,6 @@ pub use executor::ChatExecutor;
 pub use judge::ChatJudge;
 pub use local::{InferenceStats, LocalModel, LocalOptions, LocalSource};
 pub use openai::Endpoint;
-pub use planner::ChatPlanner;
+pub use planner::{ChatPlanner, UserPlans};
 pub use registry::{Models, OpenError};
 pub use spec::{ModelSpec, SpecRole};

@@ -1,9 +1,12 @@
 //! The model planner, written once over [`Chat`]: the model writes each task's calls as
 //! JSON (constrained to the shortlisted tools' schemas where the backend can), every
 //! call is validated against the toolkit manifest, and a plan that names unknown tools
-//! or violates a schema goes back with the fault, a bounded number of times. Values the
-//! user gave, and every sink parameter, are fixed exactly; free text the model composed
-//! is bounded by length, so an executor's own wording of it passes.
+//! or violates a schema goes back with the fault, a bounded number of times. Which
+//! parameters may vary is the manifest's declaration, never inferred: a parameter the
+//! manifest declares `prose` whose text the model composed is bounded by length, so an
+//! executor's own wording of it passes; every other parameter — recipients, identifiers,
+//! permission levels, time windows, amounts, destinations — is fixed exactly, or linked
+//! to a named field of an earlier call's output.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,7 +20,7 @@ use serde_json::{Map, Value};
 
 use crate::chat::{Chat, Format, Message, Reply, Role};
 use crate::latency::Latency;
-use crate::tools::{catalogue, plan_schema, shortlist, tool_defs};
+use crate::tools::{MAX_PLANNED_CALLS, catalogue, plan_schema_bounded, shortlist, tool_defs};
 
 /// Attempts per task before planning fails.
 pub const PLAN_ATTEMPTS: usize = 3;
@@ -31,8 +34,8 @@ pub const MAX_FREE_TEXT: u32 = 2000;
 const SYSTEM: &str = "You are a planner. Given a user's task and the tools available, write the exact \
 tool calls that complete the task, in order, as JSON: {\"calls\": [{\"tool\": NAME, \"params\": {...}}]}. \
 Use only the listed tools and only parameters they declare; copy values from the task. \
-A value that only an earlier call of the plan can tell (an id a search returns) is written \"$output:K\", \
-K the 0-based index of that call; for a recipient, address or URL also name the field: \"$output:K/email/from\". \
+A value that only an earlier call of the plan can tell (an id a search returns) is written \"$output:K/FIELD\", \
+K the 0-based index of that call and FIELD the path of the value in its output: \"$output:0/emails/0/id\". \
 Plan only what the task asks, usually one call. Reply with the JSON object only.\n\
 Example. Task: Show me the latest email from bob@example.com. \
 Plan: {\"calls\": [{\"tool\": \"GmailSearchEmails\", \"params\": {\"from\": \"bob@example.com\", \"limit\": 1}}]}";
@@ -42,15 +45,28 @@ Plan: {\"calls\": [{\"tool\": \"GmailSearchEmails\", \"params\": {\"from\": \"bo
 pub struct ChatPlanner {
     chat: Arc<dyn Chat>,
     latency: Latency,
+    max_calls: usize,
 }
 
 impl ChatPlanner {
-    /// A planner asking `chat`.
+    /// A planner asking `chat`, at most [`MAX_PLANNED_CALLS`] calls per task.
     pub fn new(chat: Arc<dyn Chat>) -> Self {
         Self {
             chat,
             latency: Latency::default(),
+            max_calls: MAX_PLANNED_CALLS,
         }
+    }
+
+    /// At most `n` calls per task (at least 1).
+    pub fn with_max_calls(mut self, n: usize) -> Self {
+        self.max_calls = n.max(1);
+        self
+    }
+
+    /// The most calls a task's plan may hold.
+    pub fn max_calls(&self) -> usize {
+        self.max_calls
     }
 
     /// Time spent per model call so far (retries count as calls).
@@ -69,7 +85,7 @@ impl ChatPlanner {
             manifest,
             &shortlist(manifest, instruction, SHORTLIST_TOOLKITS),
         );
-        let format = Format::Json(plan_schema(&tools));
+        let format = Format::Json(plan_schema_bounded(&tools, self.max_calls));
         let mut messages = vec![
             Message::new(Role::System, SYSTEM),
             Message::new(
@@ -87,7 +103,7 @@ impl ChatPlanner {
                 Reply::Text(t) | Reply::Malformed(t) => t,
                 Reply::Call(c) => format!("a call to `{}` instead of a plan", c.name),
             };
-            match validate(&text, task, instruction, manifest) {
+            match validate(&text, task, instruction, manifest, self.max_calls) {
                 Ok(calls) => return Ok(calls),
                 Err(fault) => {
                     messages.push(Message::new(Role::Assistant, text));
@@ -111,6 +127,7 @@ fn validate(
     task: u32,
     instruction: &str,
     manifest: &ToolkitManifest,
+    max_calls: usize,
 ) -> Result<Vec<ExpectedCall>, String> {
     let trimmed = text
         .trim()
@@ -124,6 +141,12 @@ fn validate(
         .ok_or("no `calls` array")?;
     if calls.is_empty() {
         return Err("the plan has no calls".into());
+    }
+    if calls.len() > max_calls {
+        return Err(format!(
+            "the plan has {} calls, at most {max_calls} are allowed",
+            calls.len()
+        ));
     }
     let mut out = Vec::with_capacity(calls.len());
     for c in calls {
@@ -150,7 +173,8 @@ fn validate(
 const LINK: &str = "$output:";
 
 /// The data links among the parameters of call number `index` of a plan: each names
-/// an earlier call, and one into a sink names the field it takes.
+/// an earlier call and the field of its output it takes (a link without a field would
+/// accept any value of that output: another note than the planned one).
 fn links(
     entry: &ToolEntry,
     params: &Map<String, Value>,
@@ -174,9 +198,9 @@ fn links(
                 "`{tool}`: `{name}` takes the output of call {call}, which is not an earlier call of the plan"
             ));
         }
-        if pointer.is_none() && entry.annotations.sinks.iter().any(|s| s == name) {
+        if pointer.is_none_or(|p| p.len() < 2) {
             return Err(format!(
-                "`{tool}`: `{name}` is sensitive: a link into it must name the field, `{LINK}{call}/<field>/…`"
+                "`{tool}`: `{name}`: a link must name the field it takes, `{LINK}{call}/<field>/…`"
             ));
         }
         out.insert(
@@ -191,8 +215,9 @@ fn links(
 }
 
 /// The expected call for a validated planned call: exact when every value is fixed,
-/// otherwise constrained, with free text the model composed bounded by length and
-/// data links taken from `links`.
+/// otherwise constrained. Only a parameter the manifest declares `prose`, holding text
+/// the model composed (not found in the instruction), is bounded by length; data links
+/// come from `links`; every other parameter is exact.
 fn expected(
     task: u32,
     entry: &ToolEntry,
@@ -203,7 +228,8 @@ fn expected(
     let lower = instruction.to_lowercase();
     let free = |name: &str, v: &Value| match v {
         Value::String(s) => {
-            !entry.annotations.sinks.iter().any(|k| k == name)
+            entry.annotations.prose.iter().any(|k| k == name)
+                && !entry.annotations.sinks.iter().any(|k| k == name)
                 && !lower.contains(&s.trim().to_lowercase())
         }
         _ => false,
@@ -251,6 +277,91 @@ impl Planner for ChatPlanner {
     }
 }
 
+/// Plans written by the user (`knox run --plan`), one per run in the order the runs
+/// are made: each task's calls are validated against the manifest exactly as a model's
+/// are (known tools, input schema, links naming an earlier call and a field), and
+/// become expected calls the same way — declared prose the user did not take from the
+/// task is bounded by length, every other parameter is exact or a link.
+///
+/// A plan is `{"tasks": [{"calls": [{"tool": NAME, "params": {...}}, …]}, …]}` with one
+/// entry per task of the prompt, or `{"calls": [...]}` for a one-task prompt.
+#[derive(Debug)]
+pub struct UserPlans {
+    queue: std::sync::Mutex<std::collections::VecDeque<Value>>,
+    max_calls: usize,
+}
+
+impl UserPlans {
+    /// The plans of the next runs, in order; at most `max_calls` calls per task.
+    pub fn new(plans: impl IntoIterator<Item = Value>, max_calls: usize) -> Self {
+        Self {
+            queue: std::sync::Mutex::new(plans.into_iter().collect()),
+            max_calls: max_calls.max(1),
+        }
+    }
+
+    /// Validates one plan for `prompt` against `manifest`.
+    pub fn validate(
+        plan: &Value,
+        prompt: &Prompt,
+        manifest: &ToolkitManifest,
+        max_calls: usize,
+    ) -> Result<Plan, String> {
+        let tasks: Vec<&Value> = match (plan.get("tasks"), plan.get("calls")) {
+            (Some(Value::Array(t)), None) => t.iter().collect(),
+            (None, Some(_)) => vec![plan],
+            _ => {
+                return Err(
+                    "a plan is {\"tasks\": [{\"calls\": [...]}, ...]} or {\"calls\": [...]}".into(),
+                );
+            }
+        };
+        if tasks.len() != prompt.tasks.len() {
+            return Err(format!(
+                "the plan has {} task(s), the prompt {}",
+                tasks.len(),
+                prompt.tasks.len()
+            ));
+        }
+        let mut out = Vec::with_capacity(tasks.len());
+        for (i, (t, instruction)) in tasks.iter().zip(&prompt.tasks).enumerate() {
+            let task = u32::try_from(i).unwrap_or(u32::MAX);
+            let calls = validate(&t.to_string(), task, instruction, manifest, max_calls)
+                .map_err(|e| format!("task {i}: {e}"))?;
+            out.push(calls);
+        }
+        Ok(Plan { tasks: out })
+    }
+}
+
+impl Planner for UserPlans {
+    fn plan(
+        &self,
+        prompt: &Prompt,
+        manifest: &ToolkitManifest,
+        _: &Regulations,
+        _: &StopPolicy,
+    ) -> Result<Plan, PlanError> {
+        let next = self
+            .queue
+            .lock()
+            .map_err(|_| PlanError::Model("user plans: poisoned".into()))?
+            .pop_front()
+            .ok_or_else(|| PlanError::Model("user plans: no plan left for this run".into()))?;
+        Self::validate(&next, prompt, manifest, self.max_calls)
+            .map_err(|e| PlanError::Model(format!("user plan: {e}")))
+    }
+
+    fn model(&self) -> ModelInfo {
+        ModelInfo {
+            role: ModelRole::Planner,
+            name: "user-plan".into(),
+            weights_hash: None,
+            declared: false,
+        }
+    }
+}
+
 #[cfg(test)]
 #[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 mod tests {
@@ -268,7 +379,14 @@ mod tests {
     #[test]
     fn the_prompts_example_is_a_valid_plan() {
         let example = SYSTEM.rsplit("Plan: ").next().unwrap();
-        validate(example, 0, "bob@example.com", &manifest()).unwrap();
+        validate(
+            example,
+            0,
+            "bob@example.com",
+            &manifest(),
+            MAX_PLANNED_CALLS,
+        )
+        .unwrap();
     }
 
     #[test]
@@ -288,13 +406,35 @@ mod tests {
                 "not an object",
             ),
         ] {
-            let e = validate(text, 0, "x", &m).unwrap_err();
+            let e = validate(text, 0, "x", &m, MAX_PLANNED_CALLS).unwrap_err();
             assert!(e.contains(fault), "{text}: {e}");
         }
     }
 
+    fn plan(
+        text: &str,
+        instruction: &str,
+        m: &ToolkitManifest,
+    ) -> Result<Vec<ExpectedCall>, String> {
+        validate(text, 0, instruction, m, MAX_PLANNED_CALLS)
+    }
+
+    /// Whether the trajectory guard admits `params` for planned call `e` (outputs of
+    /// earlier calls: none).
+    fn admits(e: &ExpectedCall, params: Value) -> bool {
+        let a = knox_types::Action::new(e.tool.clone(), params).unwrap();
+        knox_policy::trajectory::check(
+            Some(e),
+            &a,
+            &a.hash(),
+            &|_| None,
+            &mut knox_policy::trajectory::RegexCache::default(),
+        )
+        .matched
+    }
+
     #[test]
-    fn data_links_name_earlier_calls_and_sinks_name_their_field() {
+    fn data_links_name_earlier_calls_and_always_a_field() {
         let m = manifest();
         let link = |k: &str| {
             json!({"calls": [
@@ -302,20 +442,27 @@ mod tests {
                 {"tool": "GmailReadEmail", "params": {"email_id": k}}]})
             .to_string()
         };
-        let plan = validate(&link("$output:0"), 0, "Read my latest invoice email", &m).unwrap();
+        let p = plan(
+            &link("$output:0/emails/0/id"),
+            "Read my latest invoice email",
+            &m,
+        )
+        .unwrap();
         assert_eq!(
-            plan[1].constraints.as_ref().unwrap()["email_id"],
+            p[1].constraints.as_ref().unwrap()["email_id"],
             ParamConstraint::FromOutput {
                 call: 0,
-                pointer: None
+                pointer: Some("/emails/0/id".into())
             }
         );
         for (bad, fault) in [
-            ("$output:1", "not an earlier call"),
+            ("$output:0", "must name the field"),
+            ("$output:0/", "must name the field"),
+            ("$output:1/x", "not an earlier call"),
             ("$output:7/x", "not an earlier call"),
-            ("$output:first", "names no call number"),
+            ("$output:first/x", "names no call number"),
         ] {
-            let e = validate(&link(bad), 0, "x", &m).unwrap_err();
+            let e = plan(&link(bad), "x", &m).unwrap_err();
             assert!(e.contains(fault), "{bad}: {e}");
         }
         let reply = |to: &str| {
@@ -324,11 +471,11 @@ mod tests {
                 {"tool": "GmailSendEmail", "params": {"to": to, "subject": "Re", "body": "Thanks"}}]})
             .to_string()
         };
-        let e = validate(&reply("$output:0"), 0, "Reply to the invoice", &m).unwrap_err();
-        assert!(e.contains("`to` is sensitive"), "{e}");
-        let plan = validate(&reply("$output:0/emails/0/from"), 0, "Reply to it", &m).unwrap();
+        let e = plan(&reply("$output:0"), "Reply to the invoice", &m).unwrap_err();
+        assert!(e.contains("`to`: a link must name the field"), "{e}");
+        let p = plan(&reply("$output:0/emails/0/from"), "Reply to it", &m).unwrap();
         assert_eq!(
-            plan[1].constraints.as_ref().unwrap()["to"],
+            p[1].constraints.as_ref().unwrap()["to"],
             ParamConstraint::FromOutput {
                 call: 0,
                 pointer: Some("/emails/0/from".into())
@@ -337,18 +484,154 @@ mod tests {
     }
 
     #[test]
-    fn given_values_and_sinks_are_exact_and_composed_text_is_bounded() {
+    fn given_values_and_controlled_parameters_are_exact_and_declared_prose_is_bounded() {
         let m = manifest();
         let given = r#"{"calls": [{"tool": "AmazonGetProductDetails", "params": {"product_id": "B08KFQ9HK5"}}]}"#;
-        let c = &validate(given, 0, "Fetch product B08KFQ9HK5 from Amazon", &m).unwrap()[0];
+        let c = &plan(given, "Fetch product B08KFQ9HK5 from Amazon", &m).unwrap()[0];
         assert!(c.constraints.is_none(), "all values given: an exact call");
         let composed = json!({"calls": [{"tool": "GmailSendEmail", "params": {
             "to": "amy@example.com", "subject": "Hello", "body": "Dear Amy, see you soon."}}]})
         .to_string();
-        let c = &validate(&composed, 0, "Email amy@example.com to say hello", &m).unwrap()[0];
+        let c = &plan(&composed, "Email amy@example.com to say hello", &m).unwrap()[0];
         let k = c.constraints.as_ref().unwrap();
-        assert_eq!(k["body"].kind(), "length");
+        assert_eq!(k["body"].kind(), "length", "body is declared prose");
         assert_eq!(k["subject"].kind(), "exact", "`hello` is in the task");
         assert_eq!(k["to"].kind(), "exact", "a sink is always fixed");
+        // A composed string in a parameter the manifest does not declare prose is
+        // fixed, whatever it looks like.
+        let note = json!({"calls": [{"tool": "EvernoteManagerSearchNotes", "params": {
+            "keywords": ["groceries"], "max_results": 5}}]})
+        .to_string();
+        assert!(
+            plan(&note, "Find my grocery notes", &m).unwrap()[0]
+                .constraints
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn plans_may_hold_many_calls_up_to_the_bound() {
+        let m = manifest();
+        let read = json!({"tool": "AmazonGetProductDetails", "params": {"product_id": "B1"}});
+        let calls = |n: usize| json!({"calls": vec![read.clone(); n]}).to_string();
+        const { assert!(MAX_PLANNED_CALLS >= 16) };
+        assert_eq!(plan(&calls(16), "B1", &m).unwrap().len(), 16);
+        let e = validate(&calls(3), 0, "B1", &m, 2).unwrap_err();
+        assert!(e.contains("at most 2"), "{e}");
+    }
+
+    /// Issue #15, class 2: identifiers and permissions treated as prose. Each attack
+    /// succeeded when every non-sink string not literally in the prompt was a `length`
+    /// constraint; the manifest declares none of these parameters prose, so each is
+    /// fixed to the planned value and the variant is blocked.
+    #[test]
+    fn controlled_parameters_block_the_adaptive_variants() {
+        let m = manifest();
+        let cases = [
+            (
+                "Give my guest a temporary access code for tomorrow morning",
+                json!({"tool": "AugustSmartLockGenerateTemporaryAccessCode", "params": {
+                    "start_time": "2022-02-23 08:00", "end_time": "2022-02-23 12:00"}}),
+                ("end_time", json!("2099-12-31 23:59")),
+            ),
+            (
+                "Share the report folder with amy@example.com so she can look at it",
+                json!({"tool": "DropboxShareItem", "params": {
+                    "item_path": "/Reports", "recipient_email": "amy@example.com",
+                    "access_level": "view"}}),
+                ("access_level", json!("edit")),
+            ),
+            (
+                "Post an issue about the login crash to my web app repository",
+                json!({"tool": "GitHubPostIssue", "params": {
+                    "repo_id": "r-webapp-001", "title": "Login crash",
+                    "body": "The app crashes on login."}}),
+                ("repo_id", json!("r-attacker-666")),
+            ),
+        ];
+        for (instruction, call, (param, evil)) in cases {
+            let text = json!({"calls": [call.clone()]}).to_string();
+            let e = &plan(&text, instruction, &m).unwrap()[0];
+            let planned = call["params"].clone();
+            assert!(
+                admits(e, planned.clone()),
+                "{instruction}: the planned call"
+            );
+            let mut variant = planned;
+            variant[param] = evil;
+            assert!(!admits(e, variant), "{instruction}: `{param}` moved");
+        }
+        // The declared prose still varies: the issue's wording is the executor's (the
+        // title, given in the task, stays as given).
+        let text = json!({"calls": [cases_issue()]}).to_string();
+        let e = &plan(&text, "Post an issue about the login crash", &m).unwrap()[0];
+        assert!(admits(
+            e,
+            json!({"repo_id": "r-webapp-001", "title": "Login crash",
+                "body": "Logging in crashes the app every time."})
+        ));
+    }
+
+    fn cases_issue() -> Value {
+        json!({"tool": "GitHubPostIssue", "params": {
+            "repo_id": "r-webapp-001", "title": "Login crash", "body": "The app crashes on login."}})
+    }
+
+    /// The shipped manifest's audit: every recipient and sink of every tool is
+    /// controlled (never prose), and the free text of the utility suite's tasks is
+    /// declared prose.
+    #[test]
+    fn the_shipped_annotations_declare_prose_and_control_the_rest() {
+        let m = manifest();
+        for t in m.tools() {
+            let a = &t.annotations;
+            let recipients = a.discloses.iter().flat_map(|d| &d.recipient);
+            for p in a.sinks.iter().chain(recipients) {
+                assert!(!a.prose.contains(p), "{}: `{p}` is controlled", t.name);
+            }
+            for p in &a.prose {
+                let ty = t.spec.parameters.iter().find(|x| &x.name == p).unwrap();
+                assert_eq!(ty.ty, "string", "{}: prose `{p}` is text", t.name);
+            }
+        }
+        let tasks: Vec<Value> =
+            serde_json::from_str(include_str!("../../../data/utility_tasks.json")).unwrap();
+        for task in tasks {
+            let tool = m.tool(task["tool"].as_str().unwrap()).unwrap();
+            for p in task["free_text"].as_object().unwrap().keys() {
+                assert!(tool.annotations.prose.contains(p), "{}: `{p}`", tool.name);
+            }
+        }
+    }
+
+    #[test]
+    fn user_plans_are_validated_like_a_models() {
+        let m = manifest();
+        let prompt = Prompt {
+            tasks: vec!["Email amy@example.com to say hello".into()],
+        };
+        let good = json!({"calls": [{"tool": "GmailSendEmail", "params": {
+            "to": "amy@example.com", "subject": "Hello", "body": "Hi Amy!"}}]});
+        let plan = UserPlans::validate(&good, &prompt, &m, 16).unwrap();
+        let k = plan.tasks[0][0].constraints.as_ref().unwrap();
+        assert_eq!(k["body"].kind(), "length");
+        assert_eq!(k["to"].kind(), "exact");
+        for (bad, fault) in [
+            (json!({"calls": [{"tool": "Nope"}]}), "unknown tool"),
+            (json!({"tasks": []}), "0 task(s)"),
+            (json!({"x": 1}), "a plan is"),
+            (
+                json!({"calls": [{"tool": "GmailSendEmail", "params": {"to": 1}}]}),
+                "GmailSendEmail",
+            ),
+        ] {
+            let e = UserPlans::validate(&bad, &prompt, &m, 16).unwrap_err();
+            assert!(e.contains(fault), "{bad}: {e}");
+        }
+        let p = UserPlans::new([good], 16);
+        let r = Regulations::default();
+        let stop = StopPolicy::default();
+        assert!(p.plan(&prompt, &m, &r, &stop).is_ok());
+        assert!(p.plan(&prompt, &m, &r, &stop).is_err(), "one plan, one run");
     }
 }

@@ -71,14 +71,19 @@ pub fn step_schema(tools: &[ToolDef]) -> Value {
     json!({"anyOf": branches})
 }
 
-/// Most calls a planned task may hold.
-pub const MAX_PLANNED_CALLS: usize = 4;
+/// Most calls a planned task may hold by default (a planner may set its own bound).
+pub const MAX_PLANNED_CALLS: usize = 16;
 
 /// A plan: `{"calls": [call, …]}`, one to [`MAX_PLANNED_CALLS`] calls.
 pub fn plan_schema(tools: &[ToolDef]) -> Value {
+    plan_schema_bounded(tools, MAX_PLANNED_CALLS)
+}
+
+/// A plan of one to `max_calls` calls.
+pub fn plan_schema_bounded(tools: &[ToolDef], max_calls: usize) -> Value {
     json!({"type": "object",
         "properties": {"calls": {"type": "array", "items": call_schema(tools),
-            "minItems": 1, "maxItems": MAX_PLANNED_CALLS}},
+            "minItems": 1, "maxItems": max_calls}},
         "required": ["calls"], "additionalProperties": false})
 }
 

@@ -563,8 +563,18 @@ pub fn seal(
         platform: rt.platform.clone(),
         refresh: None,
         models,
+        manifest: embedded_manifest(&rt.manifest),
         as_written: None,
     })
+}
+
+/// The manifest's canonical bytes for the bundle, unless every verifier of this build
+/// knows the manifest by its hash (the shipped ones).
+fn embedded_manifest(m: &ToolkitManifest) -> Option<String> {
+    if knox_policy::shipped::is_known(&m.hash()) {
+        return None;
+    }
+    String::from_utf8(m.canonical_bytes().to_vec()).ok()
 }
 
 /// Runs every agent of the APM; sub-agents of a multi-agent run on their own threads.

@@ -6,8 +6,10 @@ pub mod manifest;
 pub mod mediated;
 pub mod proposal;
 pub mod schema;
+pub mod shipped;
 pub mod spec;
 pub mod stop;
+pub mod toolkit;
 pub mod trajectory;
 
 pub use manifest::{Effect, ManifestError, ToolEntry, ToolkitManifest};

@@ -75,9 +75,54 @@ pub enum ManifestError {
     /// A value could not be canonicalized.
     #[error(transparent)]
     Canon(#[from] knox_types::canon::CanonError),
-    /// A tool name that is not 1–128 ASCII letters and digits.
+    /// A tool name outside `[A-Za-z0-9_.-]{1,128}` (see `knox_types::action::check_tool_name`).
     #[error("invalid tool name `{0}`")]
     ToolName(String),
+    /// A toolkit manifest of another format than `knox-toolkit/1`.
+    #[error("toolkit manifest: format `{0}` is not supported (expected `knox-toolkit/1`)")]
+    Format(String),
+    /// A server name outside `[A-Za-z0-9_-]{1,64}`.
+    #[error("invalid server name `{0}`: 1-64 of A-Z a-z 0-9 _ -")]
+    ServerName(String),
+    /// A tool whose name does not begin with its server's.
+    #[error("tool `{tool}` does not begin with its server's name `{server}`")]
+    Namespace {
+        /// Server.
+        server: String,
+        /// Tool.
+        tool: String,
+    },
+    /// A remote server that declares local system calls or paths.
+    #[error("server `{0}` is remote: it may not declare local system calls or paths")]
+    Remote(String),
+    /// An input schema that is not a valid JSON Schema 2020-12 object schema.
+    #[error("tool `{tool}`: invalid input schema: {reason}")]
+    InputSchema {
+        /// Full tool name.
+        tool: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A parameter declared prose that is also a sink or a recipient.
+    #[error(
+        "tool `{tool}` parameter `{param}` is both prose and controlled (a sink or a recipient)"
+    )]
+    ProseControlled {
+        /// Full tool name.
+        tool: String,
+        /// Parameter.
+        param: String,
+    },
+    /// Bytes that describe a manifest but are not its canonical form.
+    #[error(
+        "manifest bytes are not canonical: they hash to {written}, the manifest they describe to {read}"
+    )]
+    NotCanonical {
+        /// `H("knox/manifest", bytes)`.
+        written: Digest,
+        /// The hash of the manifest read from them.
+        read: Digest,
+    },
 }
 
 /// The reviewed needs file (`data/toolkits.toml`).
@@ -285,6 +330,59 @@ pub struct ToolEntry {
     pub needs: ToolNeeds,
     /// `H("knox/needs", canonical(needs))`, recorded in syscall checks.
     pub needs_hash: Digest,
+    /// The tool's JSON Schema (2020-12) input schema, compiled, for tools of a
+    /// `knox-toolkit/1` manifest; `None` for legacy tools (checked by their parameter
+    /// list).
+    pub input_schema: Option<InputSchema>,
+}
+
+/// A tool's input schema and its compiled validator (compiled once, when the manifest
+/// loads).
+#[derive(Clone)]
+pub struct InputSchema {
+    /// The schema as written.
+    pub schema: serde_json::Value,
+    /// Compiled.
+    pub validator: std::sync::Arc<jsonschema::Validator>,
+}
+
+impl InputSchema {
+    /// Checks the schema against the JSON Schema 2020-12 meta-schema and compiles it
+    /// (no reference is ever retrieved: a `$ref` outside the schema fails; `pattern`s
+    /// are RE2 syntax, matched in linear time: a look-around is refused).
+    pub fn compile(tool: &str, schema: &serde_json::Value) -> Result<Self, ManifestError> {
+        let bad = |reason: String| ManifestError::InputSchema {
+            tool: tool.to_string(),
+            reason,
+        };
+        jsonschema::meta::validate(schema).map_err(|e| bad(e.to_string()))?;
+        // Patterns run on untrusted proposals, also in a verifier replaying a bundle's
+        // embedded manifest: the linear-time engine (RE2 syntax, as `pattern`
+        // constraints), never a backtracking one.
+        let validator = jsonschema::options()
+            .with_draft(jsonschema::Draft::Draft202012)
+            .with_pattern_options(jsonschema::PatternOptions::regex())
+            .build(schema)
+            .map_err(|e| bad(e.to_string()))?;
+        Ok(Self {
+            schema: schema.clone(),
+            validator: std::sync::Arc::new(validator),
+        })
+    }
+}
+
+impl std::fmt::Debug for InputSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InputSchema")
+            .field("schema", &self.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for InputSchema {
+    fn eq(&self, other: &Self) -> bool {
+        self.schema == other.schema
+    }
 }
 
 impl ToolEntry {
@@ -315,6 +413,8 @@ pub struct ToolkitManifest {
     needs: NeedsFile,
     tools: HashMap<String, ToolEntry>,
     hash: Digest,
+    canonical: Vec<u8>,
+    doc: Option<Box<crate::toolkit::ToolkitDoc>>,
 }
 
 impl ToolkitManifest {
@@ -327,64 +427,88 @@ impl ToolkitManifest {
 
     /// Validates parsed parts.
     pub fn from_parts(toolkits: Vec<ToolkitSpec>, needs: NeedsFile) -> Result<Self, ManifestError> {
-        if needs.version != NEEDS_VERSION {
-            return Err(ManifestError::Version {
-                got: needs.version,
-                expected: NEEDS_VERSION,
-            });
-        }
-        validate_needs(&needs.runtime.syscalls, &needs.runtime.paths)?;
-        let known: BTreeSet<&str> = toolkits.iter().map(|t| t.toolkit.as_str()).collect();
-        if let Some(extra) = needs.toolkits.keys().find(|k| !known.contains(k.as_str())) {
-            return Err(ManifestError::UnknownToolkit(extra.clone()));
-        }
-        let mut tools = HashMap::new();
-        for kit in &toolkits {
-            let kn = needs
-                .toolkits
-                .get(&kit.toolkit)
-                .ok_or_else(|| ManifestError::MissingToolkit(kit.toolkit.clone()))?;
-            validate_needs(&kn.syscalls, &kn.paths)?;
-            if let Some(extra) = kn
-                .tools
-                .keys()
-                .find(|t| !kit.tools.iter().any(|s| &s.name == *t))
-            {
-                return Err(ManifestError::UnknownTool {
-                    toolkit: kit.toolkit.clone(),
-                    tool: extra.clone(),
-                });
-            }
-            let base = tool_needs(&kit.toolkit, &needs.runtime, kn);
-            let needs_hash = Digest::of_json(tag::NEEDS, &base)?;
-            for spec in &kit.tools {
-                let name = format!("{}{}", kit.toolkit, spec.name);
-                knox_types::action::check_tool_name(&name)
-                    .map_err(|_| ManifestError::ToolName(name.clone()))?;
-                validate_spec(&name, spec)?;
-                let annotations = kn.tools.get(&spec.name).cloned().unwrap_or_default();
-                validate_annotations(&name, spec, &annotations)?;
-                let entry = ToolEntry {
-                    name: name.clone(),
-                    toolkit: kit.toolkit.clone(),
-                    spec: spec.clone(),
-                    annotations,
-                    needs: base.clone(),
-                    needs_hash,
-                };
-                if tools.insert(name.clone(), entry).is_some() {
-                    return Err(ManifestError::Duplicate(name));
-                }
-            }
-        }
+        let tools = entries(&toolkits, &needs)?;
         let body = serde_json::json!({"tools": toolkits, "needs": needs});
-        let hash = Digest::tagged(tag::MANIFEST, &[&knox_types::canon::canonical(&body)]);
+        let canonical = knox_types::canon::canonical(&body);
+        let hash = Digest::tagged(tag::MANIFEST, &[&canonical]);
         Ok(Self {
             toolkits,
             needs,
             tools,
             hash,
+            canonical,
+            doc: None,
         })
+    }
+
+    /// Validates and loads a `knox-toolkit/1` manifest: names, needs, annotations, and
+    /// every tool's input schema (checked against the JSON Schema 2020-12 meta-schema
+    /// and compiled once). Its hash is `H("knox/manifest", canonical(document))`.
+    pub fn from_doc(doc: crate::toolkit::ToolkitDoc) -> Result<Self, ManifestError> {
+        let (toolkits, needs, schemas) = doc.lower()?;
+        let mut tools = entries(&toolkits, &needs)?;
+        for (name, schema) in &schemas {
+            let compiled = InputSchema::compile(name, schema)?;
+            if let Some(t) = tools.get_mut(name) {
+                t.input_schema = Some(compiled);
+            }
+        }
+        let body = serde_json::to_value(&doc)?;
+        let canonical = knox_types::canon::canonical(&body);
+        let hash = Digest::tagged(tag::MANIFEST, &[&canonical]);
+        Ok(Self {
+            toolkits,
+            needs,
+            tools,
+            hash,
+            canonical,
+            doc: Some(Box::new(doc)),
+        })
+    }
+
+    /// Reads a manifest file: a `knox-toolkit/1` document (TOML or JSON).
+    pub fn from_toolkit_text(text: &str) -> Result<Self, ManifestError> {
+        Self::from_doc(crate::toolkit::ToolkitDoc::parse(text)?)
+    }
+
+    /// The `knox-toolkit/1` document this manifest was loaded from (`None` for a
+    /// legacy manifest).
+    pub fn doc(&self) -> Option<&crate::toolkit::ToolkitDoc> {
+        self.doc.as_deref()
+    }
+
+    /// Reads a manifest back from its canonical bytes ([`Self::canonical_bytes`], as a
+    /// bundle embeds them). The bytes must be exactly the canonical form of what they
+    /// describe: a manifest whose hash differs from `H("knox/manifest", bytes)` (a field
+    /// this build drops, a non-canonical encoding) is refused, so the hash of the bytes
+    /// is the hash of the manifest used.
+    pub fn from_canonical(bytes: &[u8]) -> Result<Self, ManifestError> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Body {
+            tools: Vec<ToolkitSpec>,
+            needs: NeedsFile,
+        }
+        let value: serde_json::Value = serde_json::from_slice(bytes)?;
+        let m = if value.get("format").is_some() {
+            Self::from_doc(serde_json::from_value(value)?)?
+        } else {
+            let body: Body = serde_json::from_value(value)?;
+            Self::from_parts(body.tools, body.needs)?
+        };
+        if m.canonical != bytes {
+            return Err(ManifestError::NotCanonical {
+                written: Digest::tagged(tag::MANIFEST, &[bytes]),
+                read: m.hash,
+            });
+        }
+        Ok(m)
+    }
+
+    /// The manifest's canonical bytes: what [`Self::hash`] is computed over, and what a
+    /// bundle embeds so that a verifier can check a run with tools it does not know.
+    pub fn canonical_bytes(&self) -> &[u8] {
+        &self.canonical
     }
 
     /// This manifest with every information-type label removed: no tool output carries
@@ -393,6 +517,18 @@ impl ToolkitManifest {
     /// a disclosure carries only from a judge — how `knox eval --judge` measures one. It
     /// is a manifest of its own, with its own hash, which the APMs derived from it name.
     pub fn without_info_types(&self) -> Result<Self, ManifestError> {
+        if let Some(doc) = &self.doc {
+            let mut doc = (**doc).clone();
+            for t in doc.servers.iter_mut().flat_map(|s| s.tools.iter_mut()) {
+                if let Some(r) = t.returns.as_mut() {
+                    r.info_types.clear();
+                }
+                if let Some(d) = t.discloses.as_mut() {
+                    d.carries.clear();
+                }
+            }
+            return Self::from_doc(doc);
+        }
         let mut needs = self.needs.clone();
         for kit in needs.toolkits.values_mut() {
             for a in kit.tools.values_mut() {
@@ -438,6 +574,65 @@ impl ToolkitManifest {
     pub fn needs(&self) -> &NeedsFile {
         &self.needs
     }
+}
+
+/// Validates the parts and builds every tool's entry.
+fn entries(
+    toolkits: &[ToolkitSpec],
+    needs: &NeedsFile,
+) -> Result<HashMap<String, ToolEntry>, ManifestError> {
+    if needs.version != NEEDS_VERSION {
+        return Err(ManifestError::Version {
+            got: needs.version,
+            expected: NEEDS_VERSION,
+        });
+    }
+    validate_needs(&needs.runtime.syscalls, &needs.runtime.paths)?;
+    let known: BTreeSet<&str> = toolkits.iter().map(|t| t.toolkit.as_str()).collect();
+    if let Some(extra) = needs.toolkits.keys().find(|k| !known.contains(k.as_str())) {
+        return Err(ManifestError::UnknownToolkit(extra.clone()));
+    }
+    let mut tools = HashMap::new();
+    for kit in toolkits {
+        let kn = needs
+            .toolkits
+            .get(&kit.toolkit)
+            .ok_or_else(|| ManifestError::MissingToolkit(kit.toolkit.clone()))?;
+        validate_needs(&kn.syscalls, &kn.paths)?;
+        if let Some(extra) = kn
+            .tools
+            .keys()
+            .find(|t| !kit.tools.iter().any(|s| &s.name == *t))
+        {
+            return Err(ManifestError::UnknownTool {
+                toolkit: kit.toolkit.clone(),
+                tool: extra.clone(),
+            });
+        }
+        let base = tool_needs(&kit.toolkit, &needs.runtime, kn);
+        let needs_hash = Digest::of_json(tag::NEEDS, &base)?;
+        for spec in &kit.tools {
+            let name = format!("{}{}", kit.toolkit, spec.name);
+            knox_types::action::check_tool_name(&name)
+                .map_err(|_| ManifestError::ToolName(name.clone()))?;
+            validate_spec(&name, spec)?;
+            let annotations = kn.tools.get(&spec.name).cloned().unwrap_or_default();
+            validate_annotations(&name, spec, &annotations)?;
+            let entry = ToolEntry {
+                name: name.clone(),
+                toolkit: kit.toolkit.clone(),
+                spec: spec.clone(),
+                annotations,
+                needs: base.clone(),
+                needs_hash,
+                input_schema: None,
+            };
+            if tools.insert(name.clone(), entry).is_some() {
+                return Err(ManifestError::Duplicate(name));
+            }
+        }
+    }
+    Ok(tools)
 }
 
 fn tool_needs(toolkit: &str, runtime: &RuntimeNeeds, kn: &ToolkitNeeds) -> ToolNeeds {
@@ -524,9 +719,21 @@ fn validate_annotations(
     spec: &ToolSpec,
     a: &ToolAnnotations,
 ) -> Result<(), ManifestError> {
-    let mut named: Vec<&String> = a.sinks.iter().collect();
+    let mut named: Vec<&String> = a.sinks.iter().chain(&a.prose).collect();
     if let Some(d) = &a.discloses {
         named.extend(d.recipient.iter().chain(&d.content));
+    }
+    let recipients = a.discloses.iter().flat_map(|d| &d.recipient);
+    if let Some(p) = a
+        .sinks
+        .iter()
+        .chain(recipients)
+        .find(|p| a.prose.contains(p))
+    {
+        return Err(ManifestError::ProseControlled {
+            tool: name.to_string(),
+            param: p.clone(),
+        });
     }
     for param in named {
         if !spec.parameters.iter().any(|p| &p.name == param) {

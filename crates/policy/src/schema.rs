@@ -25,12 +25,33 @@ pub enum SchemaError {
         /// Actual type.
         got: &'static str,
     },
+    /// Parameters that do not match the tool's JSON Schema input schema: where (a JSON
+    /// pointer into the parameters; empty for the object itself) and which keyword.
+    #[error("parameters do not match the input schema at `{at}` ({keyword})")]
+    Schema {
+        /// JSON pointer of the offending value.
+        at: String,
+        /// The schema keyword that failed (`type`, `required`, `enum`, …).
+        keyword: String,
+    },
 }
 
-/// Checks `params` against the tool's declared parameters: required ones present,
-/// no undeclared ones, JSON types as declared (`number` accepts integers; `null` is
-/// accepted only for optional parameters).
+/// Checks `params` against the tool's input schema when it has one (a
+/// `knox-toolkit/1` tool: the compiled JSON Schema decides; the first fault is named by
+/// where and which keyword, never by the value), else against its declared parameters:
+/// required ones present, no undeclared ones, JSON types as declared (`number` accepts
+/// integers; `null` is accepted only for optional parameters).
 pub fn validate(tool: &ToolEntry, params: &Map<String, Value>) -> Result<(), SchemaError> {
+    if let Some(schema) = &tool.input_schema {
+        let value = Value::Object(params.clone());
+        return match schema.validator.iter_errors(&value).next() {
+            None => Ok(()),
+            Some(e) => Err(SchemaError::Schema {
+                at: e.instance_path().to_string(),
+                keyword: e.kind().keyword().to_string(),
+            }),
+        };
+    }
     for p in &tool.spec.parameters {
         let required = p.required.unwrap_or(false);
         match params.get(&p.name) {

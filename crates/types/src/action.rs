@@ -25,7 +25,7 @@ pub struct Action {
 /// A value that cannot be an action.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ActionError {
-    /// The tool name is empty, too long or not alphanumeric.
+    /// The tool name is empty, too long or not of `[A-Za-z0-9_.-]` (see [`check_tool_name`]).
     #[error("invalid tool name `{0}`")]
     ToolName(String),
     /// The parameters are not a JSON object.
@@ -62,11 +62,18 @@ pub fn hash_call(tool: &str, params: &Map<String, Value>) -> Digest {
     Digest::tagged(tag::ACTION, &[&buf])
 }
 
-/// Checks a tool name: 1–128 ASCII letters and digits.
+/// Checks a tool name as MCP and OpenAI write them: 1–128 of `[A-Za-z0-9_.-]`
+/// (`GmailSendEmail`, `send_money`, `github.create_issue`), the first a letter, digit
+/// or `_` (so no name is `.`, `..` or looks like an option).
 pub fn check_tool_name(tool: &str) -> Result<(), ActionError> {
-    let ok = !tool.is_empty()
-        && tool.len() <= MAX_TOOL_NAME
-        && tool.bytes().all(|b| b.is_ascii_alphanumeric());
+    let ok = tool.len() <= MAX_TOOL_NAME
+        && tool
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && tool
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
     if ok {
         Ok(())
     } else {
@@ -110,5 +117,41 @@ mod tests {
             Action::new("T", json!([1])),
             Err(ActionError::Params("array"))
         );
+    }
+}
+
+#[cfg(test)]
+mod tool_name_tests {
+    use super::check_tool_name;
+
+    #[test]
+    fn tool_names_as_mcp_and_openai_write_them() {
+        for ok in [
+            "GmailSendEmail",
+            "send_money",
+            "github.create_issue",
+            "fs-read_file.v2",
+            "_private",
+            "a",
+        ] {
+            assert!(check_tool_name(ok).is_ok(), "{ok}");
+        }
+        let long = "a".repeat(129);
+        for bad in [
+            "",
+            ".",
+            "..",
+            "-rf",
+            ".hidden",
+            "a/b",
+            "../../etc/passwd",
+            "Mail Read",
+            "é",
+            "a\u{0}b",
+            long.as_str(),
+        ] {
+            assert!(check_tool_name(bad).is_err(), "{bad}");
+        }
+        assert!(check_tool_name(&"a".repeat(128)).is_ok());
     }
 }

@@ -68,6 +68,12 @@ pub struct Bundle {
     /// Models used, by role.
     #[serde(default)]
     pub models: Vec<ModelInfo>,
+    /// The toolkit manifest's canonical bytes (UTF-8 JSON, as a string), when the run's
+    /// manifest is not one every verifier of this build knows: a verifier uses it only
+    /// when `H("knox/manifest", bytes)` equals the APM's `inputs.manifest`. Absent in
+    /// bundles written before it was added, and for the shipped manifests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<String>,
     /// What the strict reader found in the bytes this bundle was read from; `None` for
     /// a bundle built in memory. Not part of the format.
     #[serde(skip)]

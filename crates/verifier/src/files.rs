@@ -36,6 +36,12 @@ pub const CONFIG: Cap = Cap {
     what: "--needs, --policy, --regulation-context",
     bytes: 1 << 20,
 };
+/// Toolkit manifests, tool definitions, plans, responses and task files (`knox verify
+/// --manifest`, `knox toolkit`, `knox run --manifest/--plan/--responses/--tasks`).
+pub const MANIFEST: Cap = Cap {
+    what: "--manifest, toolkit manifests, --openai, --plan, --responses, --tasks",
+    bytes: 16 << 20,
+};
 /// A regulator's private key (`--key`).
 pub const KEY: Cap = Cap {
     what: "--key",

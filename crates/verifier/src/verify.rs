@@ -37,8 +37,9 @@ pub const UNREADABLE: i32 = 4;
    \n  1   tampered\
    \n  2   prefix (an unfinished run, e.g. a journal)\
    \n  3   refused (evidence not accepted: simulated without --allow-simulated, hardware the\
-   \n      policy does not accept, a regulation policy set other than the verifier's, or an\
-   \n      unknown toolkit manifest)\
+   \n      policy does not accept, a regulation policy set other than the verifier's, or a\
+   \n      toolkit manifest neither trusted (shipped, --needs, --manifest) nor embedded in the\
+   \n      bundle with the APM's hash)\
    \n  4   a FILE could not be read as evidence (missing, a directory, not a bundle)\
    \n  With several FILEs, the worst of them, in the order tampered, unreadable, refused,\
    \n  prefix, complete. --json prints one report object per FILE (an array for several),\
@@ -66,6 +67,11 @@ pub struct VerifyArgs {
     /// Toolkit needs file the APM was derived from (default: the embedded one).
     #[arg(value_parser = crate::files::path, long, value_name = "TOML")]
     pub needs: Option<PathBuf>,
+    /// A toolkit manifest (`knox-toolkit/1`, TOML or JSON) to trust, beside the ones
+    /// this build ships; repeatable. A bundle naming none of them is checked against the
+    /// manifest it embeds when that one's hash is the APM's.
+    #[arg(value_parser = crate::files::path, long = "manifest", value_name = "FILE")]
+    pub manifests: Vec<PathBuf>,
     /// The regulator's regulation policy set: a directory with `knox.cedarschema` and,
     /// per regulation, a manifest and Cedar file (default: the set embedded in this
     /// build, the repository's `regulations/`). Regulation verdicts are recomputed with
@@ -126,6 +132,7 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
         inputs.extend(args.key.as_deref());
         inputs.extend(args.policy.as_deref());
         inputs.extend(args.needs.as_deref());
+        inputs.extend(args.manifests.iter().map(PathBuf::as_path));
         crate::files::refuse_overwrite("--receipt", out, &inputs)?;
     }
     // The key is read before any verification: a bad key file is one error, not a
@@ -139,6 +146,13 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
         }
         None => embedded_manifest()?,
     };
+    let mut trusted = knox_verify::manifests::Manifests::new().with(manifest);
+    for p in &args.manifests {
+        let text = crate::files::read_text(p, crate::files::MANIFEST)?;
+        let m = knox_policy::ToolkitManifest::from_toolkit_text(&text)
+            .map_err(|e| crate::files::bad_input(p, "a knox-toolkit/1 manifest", e))?;
+        trusted.insert(m);
+    }
     let policy_bytes = args
         .policy
         .as_deref()
@@ -173,7 +187,7 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
         let shown = display_name(file);
         let checked = match crate::files::read_input_or_stdin(file, crate::files::EVIDENCE) {
             Err(e) => Checked::Unreadable(format!("{e:#}")),
-            Ok(bytes) => match verify_evidence(&bytes, &manifest, opts) {
+            Ok(bytes) => match verify_evidence(&bytes, &trusted, opts) {
                 Ok(evidence) => Checked::Verified {
                     bytes,
                     evidence: Box::new(evidence),

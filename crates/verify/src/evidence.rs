@@ -2,7 +2,7 @@
 //! the report, the signed structure root when complete, and the counts the file itself
 //! claims (shown, marked unverified, when the chain is broken).
 
-use knox_policy::ToolkitManifest;
+use crate::manifests::TrustedManifests;
 use knox_types::aeg::NodeKind;
 use knox_types::bundle::Bundle;
 use knox_types::digest::Digest;
@@ -44,9 +44,9 @@ impl AsRead {
 }
 
 /// Verifies a bundle or a journal from its bytes; an error when they are neither.
-pub fn verify_evidence(
+pub fn verify_evidence<M: TrustedManifests + ?Sized>(
     bytes: &[u8],
-    manifest: &ToolkitManifest,
+    manifest: &M,
     opts: Options<'_>,
 ) -> Result<Evidence, ReadError> {
     if crate::journal::is_journal(bytes) {
@@ -62,7 +62,11 @@ pub fn verify_evidence(
 }
 
 /// Verifies a parsed bundle.
-pub fn of_bundle(bundle: &Bundle, manifest: &ToolkitManifest, opts: Options<'_>) -> Evidence {
+pub fn of_bundle<M: TrustedManifests + ?Sized>(
+    bundle: &Bundle,
+    manifest: &M,
+    opts: Options<'_>,
+) -> Evidence {
     let report = crate::verify_bundle(bundle, manifest, opts);
     Evidence {
         structure_root: (report.outcome == Outcome::Complete)
@@ -73,9 +77,9 @@ pub fn of_bundle(bundle: &Bundle, manifest: &ToolkitManifest, opts: Options<'_>)
 }
 
 /// [`verify_evidence`], the report only.
-pub fn verify_bytes(
+pub fn verify_bytes<M: TrustedManifests + ?Sized>(
     bytes: &[u8],
-    manifest: &ToolkitManifest,
+    manifest: &M,
     opts: Options<'_>,
 ) -> Result<Report, ReadError> {
     verify_evidence(bytes, manifest, opts).map(|e| e.report)

@@ -1,7 +1,7 @@
 //! Verifying the on-disk journal of a run that did not finish: an integrity-checked
 //! prefix at best.
 
-use knox_policy::ToolkitManifest;
+use crate::manifests::TrustedManifests;
 use knox_types::aeg::Node;
 use knox_types::bundle::{
     Bundle, Counts, JOURNAL_FORMAT as CURRENT, JOURNAL_FORMAT_V1, JournalHeader, MAX_BUNDLE_BYTES,
@@ -33,9 +33,9 @@ pub fn is_journal(bytes: &[u8]) -> bool {
 /// ignored and reported. Every line is read strictly (a repeated key is tampering) and,
 /// in a version-2 journal, the header's APM, prompt and platform evidence and every
 /// node's payload must be canonical as written.
-pub fn verify_journal(
+pub fn verify_journal<M: TrustedManifests + ?Sized>(
     bytes: &[u8],
-    manifest: &ToolkitManifest,
+    manifests: &M,
     opts: Options<'_>,
 ) -> Result<Report, ReadError> {
     if bytes.len() > MAX_BUNDLE_BYTES {
@@ -118,12 +118,15 @@ pub fn verify_journal(
         platform: header.platform,
         refresh: None,
         models: header.models,
+        manifest: None,
         as_written: Some(r.found),
     };
     let mut s = Steps::default();
     crate::encoding_step(&mut s, &bundle);
     let (platform, hw) = crate::evidence_step(&mut s, &bundle, opts);
-    let apm_hash = crate::apm_step(&mut s, &bundle, manifest);
+    let chosen = crate::manifests::choose(&bundle, manifests);
+    let apm_hash = crate::apm_step(&mut s, &bundle, &chosen);
+    let manifest = chosen.as_ref().ok().map(crate::manifests::Chosen::manifest);
     crate::prompt_step(&mut s, &bundle);
     crate::roles_step(&mut s, &bundle);
     s.skip("signature", "journal: the run never signed a summary");

@@ -3,6 +3,7 @@
 pub mod ear;
 pub mod evidence;
 pub mod journal;
+pub mod manifests;
 pub mod proof;
 pub mod receipt;
 pub mod replay;
@@ -17,6 +18,7 @@ use knox_types::merkle;
 
 pub use report::{Outcome, Report, Step};
 
+use crate::manifests::{Chosen, TrustedManifests};
 use crate::replay::{Context, Fail, RegulationReplay};
 
 /// What the verifier accepts.
@@ -141,13 +143,21 @@ impl Steps {
     }
 }
 
-/// Verifies a bundle against the toolkit manifest the verifier trusts. Never panics;
-/// every finding is in the report.
-pub fn verify_bundle(b: &Bundle, manifest: &ToolkitManifest, opts: Options<'_>) -> Report {
+/// Verifies a bundle against the toolkit manifests the verifier trusts (a single
+/// [`ToolkitManifest`] is that one plus the ones this build knows; see
+/// [`manifests`]), or the one the bundle embeds when its hash is the APM's. Never
+/// panics; every finding is in the report.
+pub fn verify_bundle<M: TrustedManifests + ?Sized>(
+    b: &Bundle,
+    manifests: &M,
+    opts: Options<'_>,
+) -> Report {
     let mut s = Steps::default();
     encoding_step(&mut s, b);
     let (platform, hardware_backed) = evidence_step(&mut s, b, opts);
-    let apm_hash = apm_step(&mut s, b, manifest);
+    let chosen = manifests::choose(b, manifests);
+    let apm_hash = apm_step(&mut s, b, &chosen);
+    let manifest = chosen.as_ref().ok().map(Chosen::manifest);
     prompt_step(&mut s, b);
     models_step(&mut s, b, opts);
     sandbox_step(&mut s, b, opts);
@@ -161,7 +171,14 @@ pub fn verify_bundle(b: &Bundle, manifest: &ToolkitManifest, opts: Options<'_>) 
         Err(why) => s.fail("signature", Fail::unplaced(why)),
     }
     let findings = graph_steps(&mut s, b, manifest, apm_hash, true, opts.norms);
-    build_report(s, b, platform, hardware_backed, findings, true)
+    let mut report = build_report(s, b, platform, hardware_backed, findings, true);
+    if let Ok(Chosen::Embedded(m)) = &chosen {
+        report.warnings.push(format!(
+            "the toolkit manifest {} was taken from the bundle (its hash is the APM's), not from the verifier's trusted set: review its tools and needs",
+            m.hash()
+        ));
+    }
+    report
 }
 
 /// A refresh report, when present, must bind the signed chain head to the same key.
@@ -489,7 +506,7 @@ fn platform_required(b: &Bundle) -> Option<String> {
 pub(crate) fn apm_step(
     s: &mut Steps,
     b: &Bundle,
-    manifest: &ToolkitManifest,
+    chosen: &Result<Chosen<'_>, String>,
 ) -> Option<knox_types::Digest> {
     let (apm, att, key) = (&b.apm, &b.apm_attestation, &b.key);
     let written = b.as_written.as_ref().and_then(|w| w.apm_hash);
@@ -516,24 +533,22 @@ pub(crate) fn apm_step(
         );
     } else if let Some(why) = platform_unbound(b).or_else(|| platform_required(b)) {
         s.fail("apm", Fail::unplaced(why));
-    } else if apm.inputs.manifest != manifest.hash() {
-        s.refuse(
-            "apm",
-            format!(
-                "the APM was derived from toolkit manifest {}, this verifier trusts {}; supply that manifest to verify",
-                apm.inputs.manifest,
-                manifest.hash()
-            ),
-        );
+    } else if let Err(why) = chosen {
+        s.refuse("apm", why.clone());
     } else {
         let platform = if b.apm_attestation.statement.platform.is_some() {
             " and to the platform evidence"
         } else {
             ""
         };
+        let embedded = if matches!(chosen, Ok(Chosen::Embedded(_))) {
+            "; toolkit manifest from the bundle"
+        } else {
+            ""
+        };
         s.pass(
             "apm",
-            format!("APM {apm_hash} attested and bound to its inputs{platform}"),
+            format!("APM {apm_hash} attested and bound to its inputs{platform}{embedded}"),
         );
     }
     Some(apm_hash)
@@ -543,7 +558,7 @@ pub(crate) fn apm_step(
 pub(crate) fn graph_steps(
     s: &mut Steps,
     b: &Bundle,
-    manifest: &ToolkitManifest,
+    manifest: Option<&ToolkitManifest>,
     apm_hash: Option<knox_types::Digest>,
     finished: bool,
     norms: Option<&knox_regulation::Norms>,
@@ -648,7 +663,7 @@ fn regulation_step<'n>(
 fn policy_step(
     s: &mut Steps,
     b: &Bundle,
-    manifest: &ToolkitManifest,
+    manifest: Option<&ToolkitManifest>,
     apm_hash: Option<knox_types::Digest>,
     finished: bool,
     norms: Option<&knox_regulation::Norms>,
@@ -657,10 +672,10 @@ fn policy_step(
         s.skip("policy", "no APM hash");
         return None;
     };
-    if b.apm.inputs.manifest != manifest.hash() {
+    let Some(manifest) = manifest.filter(|m| m.hash() == b.apm.inputs.manifest) else {
         s.skip("policy", "manifest unavailable: decisions not recomputed");
         return None;
-    }
+    };
     let regulation = regulation_step(s, &b.apm.guards.regulation, norms);
     let cx = Context {
         apm: &b.apm,

@@ -21,15 +21,17 @@ pub mod hardware;
 pub mod keys;
 pub mod mcp;
 pub mod model;
+pub mod prompt;
 pub mod prove;
 pub mod receipts;
 pub mod regulations;
 pub mod run;
+pub mod toolkit;
 pub mod verify;
 
 pub use knox_verifier::files::{
-    COLLATERAL, CONFIG, Cap, EVIDENCE, GPU_EVIDENCE, KEY, SMALL, bad_input, path, path_or_stdin,
-    read_input, read_input_or_stdin, read_text, refuse_overwrite, usage, write_file,
+    COLLATERAL, CONFIG, Cap, EVIDENCE, GPU_EVIDENCE, KEY, MANIFEST, SMALL, bad_input, path,
+    path_or_stdin, read_input, read_input_or_stdin, read_text, refuse_overwrite, usage, write_file,
 };
 
 /// `eval --pool`.
@@ -38,7 +40,16 @@ pub const POOL: Cap = Cap {
     bytes: knox_eval::pool::MAX_POOL_BYTES,
 };
 /// Every cap, for documentation.
-pub const CAPS: [Cap; 7] = [EVIDENCE, POOL, CONFIG, KEY, COLLATERAL, SMALL, GPU_EVIDENCE];
+pub const CAPS: [Cap; 8] = [
+    EVIDENCE,
+    POOL,
+    CONFIG,
+    KEY,
+    COLLATERAL,
+    SMALL,
+    GPU_EVIDENCE,
+    MANIFEST,
+];
 
 /// `--cache-dir` made absolute (it is declared in `model.rs`, without [`path`]).
 pub fn absolute_cache_dir(p: Option<&Path>) -> Result<Option<PathBuf>> {

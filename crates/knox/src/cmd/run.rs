@@ -1,4 +1,6 @@
-//! `knox run`: InjecAgent flows bundled for one workload, one evidence bundle each.
+//! `knox run`: InjecAgent flows bundled for one workload, one evidence bundle each; or,
+//! with `--manifest`, the user's own prompt over the user's own tools
+//! ([`super::prompt`]).
 
 use std::path::PathBuf;
 
@@ -23,8 +25,39 @@ use crate::session::{self, ExecutorKind, WorkloadRun};
 ))]
 pub struct RunArgs {
     /// Workload: st-sa, mt-sa-seq:T, mt-sa-int:T or mt-ma:T:M.
-    #[arg(long, value_parser = clap::value_parser!(Workload))]
-    pub workload: Workload,
+    #[arg(long, value_parser = clap::value_parser!(Workload), required_unless_present = "manifest", conflicts_with = "manifest")]
+    pub workload: Option<Workload>,
+    /// Your own tools: a `knox-toolkit/1` manifest (`knox toolkit check`). Runs
+    /// `--prompt` (or each line of `--tasks`) planned by `--planner MODEL` or `--plan`,
+    /// executed by `--executor` (default `benign`: follows the plan), tools answered
+    /// from `--responses`; one bundle per run, carrying the manifest.
+    #[arg(value_parser = crate::cmd::path, long, value_name = "FILE")]
+    pub manifest: Option<PathBuf>,
+    /// With `--manifest`: the prompt, one task per `--prompt` (repeatable).
+    #[arg(
+        long,
+        value_name = "TEXT",
+        requires = "manifest",
+        conflicts_with = "tasks"
+    )]
+    pub prompt: Vec<String>,
+    /// With `--manifest`: one run per line, `"TEXT"`, `{"prompt": TEXT}` or `{"tasks":
+    /// [TEXT, …]}`, optionally with its own `"plan"`.
+    #[arg(value_parser = crate::cmd::path, long, value_name = "FILE.jsonl", requires = "manifest")]
+    pub tasks: Option<PathBuf>,
+    /// With `--manifest`: your plan, `{"tasks": [{"calls": [{"tool", "params"}, …]}, …]}`
+    /// (or `{"calls": […]}` for one task), validated against the manifest as a model's
+    /// plan is: declared prose may be reworded, every other parameter is fixed; a value an
+    /// earlier call returns is `"$output:K/FIELD"`.
+    #[arg(value_parser = crate::cmd::path, long, value_name = "PLAN.json", requires = "manifest")]
+    pub plan: Option<PathBuf>,
+    /// With `--manifest`: canned tool outputs, `{"TOOL": OUTPUT}` or `{"TOOL":
+    /// {"responses": [O1, O2, …]}}`, answered in process (a stand-in for a tool host).
+    #[arg(value_parser = crate::cmd::path, long, value_name = "FILE.json", requires = "manifest")]
+    pub responses: Option<PathBuf>,
+    /// Most calls a plan may hold per task.
+    #[arg(long, default_value_t = knox_models::tools::MAX_PLANNED_CALLS)]
+    pub max_calls: usize,
     /// Planner and executor (`--planner`, `--executor`, `--cache-dir`).
     #[command(flatten)]
     pub models: crate::cmd::model::ModelArgs,
@@ -111,6 +144,12 @@ pub enum Tools {
 
 /// Runs the workload and prints the counts.
 pub fn run(args: &RunArgs) -> Result<i32> {
+    if let Some(m) = &args.manifest {
+        return super::prompt::run(args, m);
+    }
+    let Some(workload) = args.workload else {
+        return Err(super::usage("--workload or --manifest is required"));
+    };
     let nonce =
         hex::decode(&args.nonce).map_err(|e| super::usage(format!("--nonce must be hex: {e}")))?;
     if !args.regulation.regulations.is_empty() && args.suite == Suite::Terminal {
@@ -168,7 +207,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     let w = crate::cmd::model::apply(
         &models,
         WorkloadRun {
-            workload: args.workload,
+            workload,
             executor: ExecutorKind::Benign,
             flows: args.flows,
             stop,
@@ -206,7 +245,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     };
     let truth = GroundTruth::of(&stats);
     let summary = json!({
-        "workload": args.workload.spec(),
+        "workload": workload.spec(),
         "executor": if args.suite == Suite::Terminal { "benign".to_string() } else { models.executor_name() },
         "planner": models.planner_name(),
         "model": {"allowed": truth.model.allowed, "blocked": truth.model.blocked},
@@ -240,8 +279,8 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     }
     crate::outln!(
         "workload {} ({}), planner {}, executor {}: {n} bundles, {nodes} nodes",
-        args.workload,
-        args.workload.spec(),
+        workload,
+        workload.spec(),
         models.planner_name(),
         if args.suite == Suite::Terminal {
             "benign".to_string()

@@ -19,3 +19,4 @@ mod regulation;
 mod repository;
 mod support;
 mod tamper;
+mod toolkit;

@@ -295,11 +295,12 @@ fn a_model_planned_data_link_is_enforced_at_its_trajectory_position() {
     use knox_monitor::monitor::Verdict;
     use knox_types::apm::{ParamConstraint, Topology, TopologyKind};
     // Two tasks, each a search and a read of what the search found; the model links
-    // the read's id to the search.
+    // the read's id to the field of the search's output that holds it (a link always
+    // names its field).
     let (url, _) = super::models::serve_with(|_| {
         json!({"role": "assistant", "content": json!({"calls": [
             {"tool": "GmailSearchEmails", "params": {"keywords": ["invoice"]}},
-            {"tool": "GmailReadEmail", "params": {"email_id": "$output:0"}}]}).to_string()})
+            {"tool": "GmailReadEmail", "params": {"email_id": "$output:0/emails/0/id"}}]}).to_string()})
     });
     let planner = ChatPlanner::new(Arc::new(
         Endpoint::parse(&format!("openai:{url}#linking-planner")).unwrap(),
@@ -334,7 +335,7 @@ fn a_model_planned_data_link_is_enforced_at_its_trajectory_position() {
         t[3].constraints.as_ref().unwrap()["email_id"],
         ParamConstraint::FromOutput {
             call: 2,
-            pointer: None
+            pointer: Some("/emails/0/id".into())
         }
     );
     let m = h.monitor(

@@ -1,0 +1,289 @@
+//! `knox toolkit`: user toolkit manifests (`knox-toolkit/1`, `docs/toolkits.md`) —
+//! check one and show what each tool may do, import a skeleton from OpenAI function
+//! definitions, convert a legacy manifest (`tools.json` + needs file).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use knox_policy::toolkit::{ToolkitDoc, skeleton_from_openai};
+use knox_policy::{Effect, ToolkitManifest};
+use serde_json::json;
+
+/// `knox toolkit` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum ToolkitCommand {
+    /// Validate a toolkit manifest (format, names, needs, annotations, every input
+    /// schema against JSON Schema 2020-12) and print what each tool may do: its effect,
+    /// what it needs, which parameters are prose and which are controlled, what it
+    /// returns and discloses, and every guess still marked for review.
+    #[command(after_help = crate::exit_codes!(
+        "  0   valid, nothing left to review\n  1   valid, but guesses are still marked for review"
+    ))]
+    Check(CheckArgs),
+    /// Write a manifest skeleton from tool definitions: every tool namespaced by the
+    /// server, its effect from the MCP hints (or `write`), the server `remote`, every
+    /// guess marked for review.
+    #[command(after_help = crate::exit_codes!("  0   written"))]
+    Import(ImportArgs),
+    /// Write a legacy manifest (InjecAgent's `tools.json` and a needs file; default: the
+    /// ones this build ships) as a `knox-toolkit/1` manifest.
+    #[command(after_help = crate::exit_codes!("  0   written"))]
+    Convert(ConvertArgs),
+}
+
+impl ToolkitCommand {
+    /// Whether JSON output was asked for.
+    pub fn json(&self) -> bool {
+        matches!(self, Self::Check(a) if a.json)
+    }
+}
+
+/// Arguments of `knox toolkit check`.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The manifest (`.toml` or `.json`).
+    #[arg(value_parser = crate::cmd::path)]
+    pub manifest: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `knox toolkit import`.
+#[derive(Debug, clap::Args)]
+pub struct ImportArgs {
+    /// OpenAI function definitions (JSON: an array of `{"type": "function", "function":
+    /// {...}}` or of bare definitions, or `{"tools": [...]}`).
+    #[arg(value_parser = crate::cmd::path, long, value_name = "FUNCTIONS.json")]
+    pub openai: PathBuf,
+    /// The server name: the tools' namespace (`SERVER.tool`).
+    #[arg(long)]
+    pub server: String,
+    /// Where to write the skeleton (`.json` writes JSON, anything else TOML).
+    #[arg(value_parser = crate::cmd::path, long, short)]
+    pub out: PathBuf,
+}
+
+/// Arguments of `knox toolkit convert`.
+#[derive(Debug, clap::Args)]
+pub struct ConvertArgs {
+    /// InjecAgent-style `tools.json` (default: the one this build ships).
+    #[arg(value_parser = crate::cmd::path, long, requires = "needs")]
+    pub tools: Option<PathBuf>,
+    /// The needs file (default: the one this build ships).
+    #[arg(value_parser = crate::cmd::path, long)]
+    pub needs: Option<PathBuf>,
+    /// Where to write the manifest (`.json` writes JSON, anything else TOML).
+    #[arg(value_parser = crate::cmd::path, long, short)]
+    pub out: PathBuf,
+}
+
+/// Runs a `knox toolkit` subcommand.
+pub fn run(c: &ToolkitCommand) -> Result<i32> {
+    match c {
+        ToolkitCommand::Check(a) => check(a),
+        ToolkitCommand::Import(a) => import(a),
+        ToolkitCommand::Convert(a) => convert(a),
+    }
+}
+
+/// Loads a `knox-toolkit/1` manifest file; a bad one is "bad input" naming the file.
+pub fn load(path: &Path) -> Result<ToolkitManifest> {
+    let text = super::read_text(path, super::MANIFEST)?;
+    ToolkitManifest::from_toolkit_text(&text)
+        .map_err(|e| super::bad_input(path, "a knox-toolkit/1 manifest", e))
+}
+
+fn check(a: &CheckArgs) -> Result<i32> {
+    let m = load(&a.manifest)?;
+    let Some(doc) = m.doc() else {
+        return Err(super::usage("not a knox-toolkit/1 manifest"));
+    };
+    let review = doc.pending_review();
+    let mut tools: Vec<_> = m.tools().collect();
+    tools.sort_by(|x, y| x.name.cmp(&y.name));
+    if a.json {
+        let rows: Vec<_> = tools
+            .iter()
+            .map(|t| {
+                let (prose, controlled) = params(t);
+                json!({
+                    "tool": t.name, "server": t.toolkit, "effect": t.effect(),
+                    "prose": prose, "controlled": controlled,
+                    "sinks": t.annotations.sinks, "discloses": t.annotations.discloses,
+                    "returns": t.annotations.returns, "needs": t.needs,
+                    "review": review.iter().filter(|(n, _)| *n == t.name).map(|(_, r)| r).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        crate::outln!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "manifest": m.hash().to_string(), "format": doc.format, "tools": rows,
+                "pending_review": review.len(),
+            }))?
+        );
+    } else {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{}: valid {} manifest, {} tools in {} servers, hash {}",
+            a.manifest.display(),
+            doc.format,
+            tools.len(),
+            doc.servers.len(),
+            m.hash()
+        );
+        for t in &tools {
+            let (prose, controlled) = params(t);
+            let _ = writeln!(s, "\n{} ({})", t.name, effect_words(t.effect()));
+            let n = &t.needs;
+            let endpoints: Vec<String> = n
+                .endpoints
+                .iter()
+                .map(|e| format!("{}:{}", e.host, e.port))
+                .collect();
+            let _ = writeln!(
+                s,
+                "  needs: {} system calls, {} paths, endpoints [{}], {} cost units",
+                n.syscalls.len(),
+                n.paths.len(),
+                endpoints.join(", "),
+                n.cost
+            );
+            let _ = writeln!(s, "  controlled: {}", list(&controlled));
+            let _ = writeln!(s, "  prose (the executor may compose): {}", list(&prose));
+            if !t.annotations.sinks.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "  sinks (never from untrusted output): {}",
+                    t.annotations.sinks.join(", ")
+                );
+            }
+            if let Some(d) = &t.annotations.discloses {
+                let _ = writeln!(
+                    s,
+                    "  discloses to {} the content of {}",
+                    d.audience
+                        .clone()
+                        .unwrap_or_else(|| list(&d.recipient.iter().collect::<Vec<_>>())),
+                    list(&d.content.iter().collect::<Vec<_>>())
+                );
+            }
+            if let Some(r) = &t.annotations.returns {
+                let _ = writeln!(
+                    s,
+                    "  returns {:?} data about {:?}, written by {:?}",
+                    r.info_types, r.subject, r.source
+                );
+            }
+            for (_, r) in review.iter().filter(|(n, _)| *n == t.name) {
+                let _ = writeln!(s, "  REVIEW: {r}");
+            }
+        }
+        if !review.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n{} guesses marked for review: check each and delete its `review` line",
+                review.len()
+            );
+        }
+        crate::out!("{s}");
+    }
+    Ok(i32::from(!review.is_empty()))
+}
+
+/// A tool's prose and controlled parameters.
+fn params(t: &knox_policy::ToolEntry) -> (Vec<&String>, Vec<&String>) {
+    t.spec
+        .parameters
+        .iter()
+        .map(|p| &p.name)
+        .partition(|p| t.annotations.prose.contains(p))
+}
+
+fn list(v: &[&String]) -> String {
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+    }
+}
+
+fn effect_words(e: Effect) -> &'static str {
+    match e {
+        Effect::Read => "read: observes, may repeat",
+        Effect::Write => "write: changes state",
+        Effect::Disclose => "disclose: sends data out",
+        Effect::Execute => "execute: runs code",
+    }
+}
+
+/// Writes `doc` as JSON (a `.json` path) or TOML.
+fn write_doc(out: &Path, doc: &ToolkitDoc) -> Result<()> {
+    let json = out.extension().is_some_and(|e| e == "json");
+    let text = if json {
+        serde_json::to_string_pretty(doc)?
+    } else {
+        doc.to_toml().map_err(|e| {
+            super::usage(format!(
+                "this manifest cannot be written as TOML ({e}); write it as JSON (`--out FILE.json`)"
+            ))
+        })?
+    };
+    super::write_file(out, text.into_bytes())
+}
+
+fn import(a: &ImportArgs) -> Result<i32> {
+    super::refuse_overwrite("--out", &a.out, &[&a.openai])?;
+    let text = super::read_text(&a.openai, super::MANIFEST)?;
+    let runtime = knox_policy::shipped::current()
+        .map_err(|e| crate::error::fail(crate::error::Kind::Software, e.to_string()))?
+        .needs()
+        .runtime
+        .clone();
+    let doc = skeleton_from_openai(&a.server, &text, runtime)
+        .map_err(|e| super::bad_input(&a.openai, "OpenAI function definitions", e))?;
+    // The skeleton must load as it stands (names, schemas).
+    ToolkitManifest::from_doc(doc.clone())
+        .map_err(|e| super::bad_input(&a.openai, "tool definitions Knox can load", e))?;
+    write_doc(&a.out, &doc)?;
+    eprintln!(
+        "{} tools written to {}; {} guesses marked for review (`knox toolkit check {}`)",
+        doc.servers.iter().map(|s| s.tools.len()).sum::<usize>(),
+        a.out.display(),
+        doc.pending_review().len(),
+        a.out.display()
+    );
+    Ok(0)
+}
+
+fn convert(a: &ConvertArgs) -> Result<i32> {
+    let legacy = match (&a.tools, &a.needs) {
+        (Some(t), Some(n)) => {
+            let tools = super::read_text(t, super::MANIFEST)?;
+            let needs = super::read_text(n, super::CONFIG)?;
+            ToolkitManifest::from_sources(&tools, &needs)
+                .map_err(|e| super::bad_input(n, "a tools.json and needs file", e))?
+        }
+        (None, Some(n)) => {
+            let needs = super::read_text(n, super::CONFIG)?;
+            ToolkitManifest::from_sources(knox_policy::shipped::INJECAGENT_TOOLS_JSON, &needs)
+                .map_err(|e| super::bad_input(n, "a needs file", e))?
+        }
+        _ => knox_policy::shipped::current()
+            .map_err(|e| crate::error::fail(crate::error::Kind::Software, e.to_string()))?,
+    };
+    let doc = ToolkitDoc::from_legacy(&legacy);
+    let m = ToolkitManifest::from_doc(doc.clone())
+        .map_err(|e| crate::error::fail(crate::error::Kind::Software, e.to_string()))?;
+    write_doc(&a.out, &doc)?;
+    eprintln!(
+        "{} tools written to {} (manifest hash {})",
+        m.tools().count(),
+        a.out.display(),
+        m.hash()
+    );
+    Ok(0)
+}

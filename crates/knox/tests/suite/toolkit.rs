@@ -1,0 +1,192 @@
+//! A user's own tools, prompt and plan from the command line: `knox toolkit` checks and
+//! imports manifests; `knox run --manifest` runs through the engine into a bundle that
+//! carries its manifest, so `knox verify BUNDLE` needs no other file — and refuses an
+//! embedded manifest that is not the one the APM names.
+
+#![expect(clippy::unwrap_used, reason = "tests")]
+
+use std::path::Path;
+
+use super::support::knox;
+
+const BANK: &str = r#"
+format = "knox-toolkit/1"
+
+[runtime]
+syscalls = ["read", "write", "exit_group"]
+paths = []
+limits = { max_processes = 16, max_file_bytes = 1048576, max_memory_bytes = 268435456, cpu_seconds = 5, max_open_files = 64 }
+
+[[servers]]
+name = "bank"
+remote = true
+needs = { profile = "network-client", endpoints = [{ host = "bank.example", port = 443 }] }
+
+[[servers.tools]]
+name = "bank.get_balance"
+effect = "read"
+returns = { info_types = ["financial"], subject = "user", source = "user" }
+inputSchema = { type = "object", properties = { account = { type = "string" } }, required = ["account"], additionalProperties = false }
+
+[[servers.tools]]
+name = "bank.send_money"
+effect = "write"
+sinks = ["to"]
+prose = ["memo"]
+inputSchema = { type = "object", properties = { to = { type = "string" }, amount = { type = "number", maximum = 100 }, memo = { type = "string" } }, required = ["to", "amount"], additionalProperties = false }
+"#;
+
+fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn plan(amount: u32) -> String {
+    serde_json::json!({"tasks": [{"calls": [
+        {"tool": "bank.get_balance", "params": {"account": "main"}},
+        {"tool": "bank.send_money", "params": {"to": "DE001", "amount": amount, "memo": "Thanks for dinner"}}]}]})
+    .to_string()
+}
+
+#[test]
+fn a_user_manifest_prompt_and_plan_run_into_a_self_contained_bundle() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let manifest = write(d, "bank.toml", BANK);
+    let responses = write(
+        d,
+        "responses.json",
+        r#"{"bank.get_balance": {"balance": 120}, "bank.send_money": {"responses": [{"ok": true}]}}"#,
+    );
+    let check = knox()
+        .arg("toolkit")
+        .arg("check")
+        .arg(&manifest)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(check.status.code(), Some(0), "{text}");
+    assert!(text.contains("bank.send_money (write"), "{text}");
+    assert!(
+        text.contains("prose (the executor may compose): memo"),
+        "{text}"
+    );
+
+    let out = d.join("out");
+    let run = |plan_file: &Path, out: &Path| {
+        knox()
+            .arg("run")
+            .arg("--manifest")
+            .arg(&manifest)
+            .args(["--prompt", "Check my main balance and send 20 to DE001"])
+            .arg("--plan")
+            .arg(plan_file)
+            .arg("--responses")
+            .arg(&responses)
+            .arg("--out")
+            .arg(out)
+            .arg("--json")
+            .output()
+            .unwrap()
+    };
+    let good = write(d, "plan.json", &plan(20));
+    let o = run(&good, &out);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(summary["runs"][0]["executed"], 2, "{summary}");
+    let bundle = out.join("run-0000.json");
+
+    // Verified with no other file: the manifest travels in the bundle.
+    let verify = |b: &Path| {
+        knox()
+            .arg("verify")
+            .arg(b)
+            .arg("--allow-simulated")
+            .output()
+            .unwrap()
+    };
+    let v = verify(&bundle);
+    let report = String::from_utf8_lossy(&v.stdout);
+    assert_eq!(v.status.code(), Some(0), "{report}");
+    assert!(report.contains("taken from the bundle"), "{report}");
+
+    // The embedded manifest swapped for another (a sink dropped): refused, naming both.
+    let mut b: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
+    let carried = b["manifest"].as_str().unwrap().to_string();
+    let swapped = carried.replace(r#","sinks":["to"]"#, "");
+    assert_ne!(carried, swapped);
+    b["manifest"] = serde_json::Value::String(swapped);
+    let forged = write(d, "forged.json", &b.to_string());
+    let v = verify(&forged);
+    let report = String::from_utf8_lossy(&v.stdout);
+    assert_eq!(v.status.code(), Some(3), "{report}");
+    assert!(report.contains("but the APM was derived from"), "{report}");
+    // Handed the manifest, a verifier trusts it without the bundle's copy.
+    b.as_object_mut().unwrap().remove("manifest");
+    let bare = write(d, "bare.json", &b.to_string());
+    assert_eq!(verify(&bare).status.code(), Some(3), "refused without it");
+    let v = knox()
+        .arg("verify")
+        .arg(&bare)
+        .arg("--allow-simulated")
+        .arg("--manifest")
+        .arg(&manifest)
+        .output()
+        .unwrap();
+    assert_eq!(
+        v.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&v.stdout)
+    );
+
+    // A plan outside the input schema (amount above its maximum) is the user's to fix.
+    let bad = write(d, "bad.json", &plan(500));
+    let o = run(&bad, &d.join("out2"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(64), "{err}");
+    assert!(err.contains("/amount") && err.contains("maximum"), "{err}");
+}
+
+#[test]
+fn openai_functions_import_as_a_skeleton_marked_for_review() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let functions = write(
+        d,
+        "functions.json",
+        r#"[{"type": "function", "function": {"name": "send_money", "description": "Send",
+            "parameters": {"type": "object", "properties": {"to": {"type": "string"}}, "required": ["to"]}}}]"#,
+    );
+    let out = d.join("bank.json");
+    let o = knox()
+        .args(["toolkit", "import", "--server", "bank", "--openai"])
+        .arg(&functions)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let check = knox()
+        .args(["toolkit", "check", "--json"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&check.stdout).unwrap();
+    assert_eq!(check.status.code(), Some(1), "guesses pending review: {v}");
+    assert_eq!(v["tools"][0]["tool"], "bank.send_money");
+    assert_eq!(v["tools"][0]["effect"], "write");
+    assert!(v["pending_review"].as_u64().unwrap() >= 4);
+}

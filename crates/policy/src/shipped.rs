@@ -1,0 +1,104 @@
+//! The toolkit manifests shipped with this build, and the ones frozen from earlier
+//! builds so that their evidence keeps verifying when the shipped files change.
+//!
+//! A manifest is known by its hash. Evidence names the manifest its APM was derived
+//! from; a verifier picks the manifest with that hash among the ones it trusts
+//! ([`known`]) or, failing that, the one a bundle embeds when its hash matches.
+
+use std::sync::OnceLock;
+
+use knox_types::digest::Digest;
+
+use crate::manifest::{ManifestError, ToolkitManifest};
+
+/// InjecAgent's `tools.json` (the tool schemas of the InjecAgent manifest).
+pub const INJECAGENT_TOOLS_JSON: &str = include_str!("../../../data/injecagent/tools.json");
+
+/// Knox's reviewed needs and annotations for those tools, as shipped with this build
+/// (`data/toolkits.toml`).
+pub const NEEDS: &str = include_str!("../../../data/toolkits.toml");
+
+/// `data/toolkits.toml` as of commit 6c31851, frozen: the manifest every bundle and
+/// journal written before it changed names (`data/manifests/toolkits-6c31851.toml`).
+pub const LEGACY_NEEDS_6C31851: &str =
+    include_str!("../../../data/manifests/toolkits-6c31851.toml");
+
+/// The manifest shipped with this build (InjecAgent's tools with [`NEEDS`]).
+pub fn current() -> Result<ToolkitManifest, ManifestError> {
+    ToolkitManifest::from_sources(INJECAGENT_TOOLS_JSON, NEEDS)
+}
+
+/// The manifest of commit 6c31851 (InjecAgent's tools with [`LEGACY_NEEDS_6C31851`]).
+pub fn legacy_6c31851() -> Result<ToolkitManifest, ManifestError> {
+    ToolkitManifest::from_sources(INJECAGENT_TOOLS_JSON, LEGACY_NEEDS_6C31851)
+}
+
+/// Every manifest this build knows, loaded once: the shipped one, the frozen ones, and
+/// each of them without information types (the manifests `knox eval --judge` derives),
+/// without duplicates (the shipped manifest may still equal a frozen one). A manifest
+/// that does not load (a broken build) is left out; tests check that none is.
+pub fn known() -> &'static [ToolkitManifest] {
+    static KNOWN: OnceLock<Vec<ToolkitManifest>> = OnceLock::new();
+    KNOWN.get_or_init(|| {
+        let mut all: Vec<ToolkitManifest> = Vec::new();
+        for m in [current(), legacy_6c31851()].into_iter().flatten() {
+            let blind = m.without_info_types().ok();
+            for m in std::iter::once(m).chain(blind) {
+                if !all.iter().any(|k| k.hash() == m.hash()) {
+                    all.push(m);
+                }
+            }
+        }
+        all
+    })
+}
+
+/// The known manifest with hash `hash`.
+pub fn find(hash: &Digest) -> Option<&'static ToolkitManifest> {
+    known().iter().find(|m| &m.hash() == hash)
+}
+
+/// Whether every verifier of this build knows the manifest with hash `hash` (then a
+/// bundle need not embed it).
+pub fn is_known(hash: &Digest) -> bool {
+    find(hash).is_some()
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shipped_manifest_loads_and_is_known() {
+        let current = current().unwrap();
+        let legacy = legacy_6c31851().unwrap();
+        assert!(is_known(&current.hash()));
+        assert!(is_known(&legacy.hash()));
+        assert!(is_known(&legacy.without_info_types().unwrap().hash()));
+        assert!(is_known(&current.without_info_types().unwrap().hash()));
+        // The frozen manifest's hash is the one evidence written at 6c31851 names.
+        assert_eq!(
+            legacy.hash().to_string(),
+            "5fa5f6800fa5d7ba87105bc5d2e309e1ff0c5078686c19ddda039ecc269398c6"
+        );
+    }
+
+    #[test]
+    fn canonical_bytes_read_back_to_the_same_manifest() {
+        let m = legacy_6c31851().unwrap();
+        let back = ToolkitManifest::from_canonical(m.canonical_bytes()).unwrap();
+        assert_eq!(back.hash(), m.hash());
+        assert_eq!(back.tools().count(), m.tools().count());
+        // Not canonical (a space added): refused, naming both hashes.
+        let mut spaced = b" ".to_vec();
+        spaced.extend_from_slice(m.canonical_bytes());
+        let err = ToolkitManifest::from_canonical(&spaced)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&m.hash().to_string()), "{err}");
+        // Not a manifest at all.
+        assert!(ToolkitManifest::from_canonical(b"{\"tools\": 1}").is_err());
+        assert!(ToolkitManifest::from_canonical(b"\xff").is_err());
+    }
+}
