@@ -7,7 +7,7 @@ use knox_attest::TeeKey;
 use knox_policy::{ToolkitManifest, auth};
 use knox_types::apm::{
     APM_VERSION, AgentPlan, Apm, ApmInputs, ExpectedCall, Guards, ParamConstraint, PlanningFailure,
-    RegulationSpec, StopPolicy, TaskPlan, Topology, TopologyKind,
+    RegulationSpec, StopPolicy, TaskPlan, Topology, TopologyKind, TrajectoryMode,
 };
 use knox_types::bundle::{ApmAttestation, ApmStatement};
 use knox_types::canon::CanonError;
@@ -148,6 +148,7 @@ pub fn from_plan(
                 policy_hash: regulations.policy_hash,
                 context: regulations.context.clone(),
             },
+            trajectory: TrajectoryMode::Exact,
         },
         planning: None,
     })

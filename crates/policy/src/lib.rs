@@ -6,6 +6,7 @@ pub mod manifest;
 pub mod mediated;
 pub mod proposal;
 pub mod schema;
+pub mod schema_fragment;
 pub mod spec;
 pub mod stop;
 pub mod trajectory;
