@@ -59,10 +59,11 @@ pub fn derive(
         .plan(prompt, manifest, regulations, stop)
         .map_err(ApmError::from)
         .and_then(|plan| from_plan(prompt, manifest, regulations, stop, plan, topology));
-    let apm = match planned {
+    let mut apm = match planned {
         Err(ApmError::Plan(e)) => refusal(prompt, manifest, regulations, stop, topology, &e),
         other => other,
     }?;
+    apm.guards.trajectory = planner.trajectory();
     // Decide on the APM the verifier will read back from its canonical bytes.
     Ok(knox_types::canon::normalized(&apm)?)
 }

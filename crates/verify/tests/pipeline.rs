@@ -137,7 +137,7 @@ enum Step {
     Planned(usize),
     /// Agent `a` proposes planned call `k` (mod its length), in whatever order: a repeat,
     /// a reordering, a skip (the tolerant mode's automaton decides).
-    PlanStep(usize, usize),
+    Reorder(usize, usize),
     /// Agent `a` proposes call `(tool, seed)`.
     OffPlan(usize, usize, usize),
     /// Agent `a` proposes these bytes.
@@ -187,7 +187,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
     let call = (0usize..40, 0usize..100);
     let step = prop_oneof![
         4 => (0usize..2).prop_map(Step::Planned),
-        3 => (0usize..2, 0usize..8).prop_map(|(a, k)| Step::PlanStep(a, k)),
+        3 => (0usize..2, 0usize..8).prop_map(|(a, k)| Step::Reorder(a, k)),
         2 => (0usize..2, 0usize..40, 0usize..100).prop_map(|(a, t, s)| Step::OffPlan(a, t, s)),
         1 => (0usize..2, prop_oneof![
             prop::collection::vec(any::<u8>(), 0..24),
@@ -339,7 +339,7 @@ fn run(s: &Scenario) -> Bundle {
                     serde_json::to_vec(&json!({"tool": tool, "params": params})).unwrap(),
                 )
             }
-            Step::PlanStep(a, k) => {
+            Step::Reorder(a, k) => {
                 let a = a % agents.len();
                 let plan = &apm.agents[a].trajectory;
                 let (tool, params) = match plan.len() {
@@ -551,10 +551,10 @@ fn tolerant_runs_replay_complete_and_a_changed_choice_fails() {
         stop: StopPolicy::default(),
         reg: Reg::None,
         steps: vec![
-            Step::PlanStep(0, 1),
+            Step::Reorder(0, 1),
             Step::OffPlan(0, index("GmailSendEmail"), 3),
-            Step::PlanStep(0, 0),
-            Step::PlanStep(0, 0),
+            Step::Reorder(0, 0),
+            Step::Reorder(0, 0),
         ],
         outputs: vec![0; 12],
         tolerant: Some(1),
