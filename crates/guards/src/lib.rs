@@ -71,7 +71,7 @@ pub struct AgentState {
     pub spent: u64,
     /// Whether the stop guard fired: the agent proposes nothing more.
     pub stopped: bool,
-    /// Output of each executed trajectory call, by position.
+    /// Output of each executed trajectory call, by position (a step's first run's).
     pub outputs: Vec<Option<Value>>,
     /// Untrusted outputs received, in order.
     pub tainted: Vec<TaintedOutput>,
@@ -140,7 +140,11 @@ impl AgentState {
                 output: output.clone(),
             });
         }
-        if let Some(slot) = self.outputs.get_mut(position as usize) {
+        // The first output of a step stays the one later steps take values from: a
+        // repeated read (tolerant mode) cannot swap in another value for a data link.
+        if let Some(slot) = self.outputs.get_mut(position as usize)
+            && slot.is_none()
+        {
             *slot = Some(output);
         }
     }

@@ -429,3 +429,87 @@ fn tolerant_mode_follows_the_automaton_and_an_off_plan_call_moves_nothing() {
     assert_eq!(st.runs, vec![2, 1]);
     assert_eq!(st.actions, 5);
 }
+
+#[test]
+fn a_repeated_read_does_not_change_what_a_later_step_takes_from_its_output() {
+    let (mut apm, m) = (apm(), manifest());
+    apm.guards.trajectory = knox_types::apm::TrajectoryMode::Tolerant { read_repeats: 2 };
+    let read = apm.agents[0].trajectory[1].clone();
+    let mut c = std::collections::BTreeMap::new();
+    c.insert(
+        "event_name".to_string(),
+        knox_types::apm::ParamConstraint::FromOutput {
+            call: 0,
+            pointer: Some("/name".into()),
+        },
+    );
+    c.insert(
+        "attendees".to_string(),
+        knox_types::apm::ParamConstraint::Exact {
+            value: json!(["a@example.com"]),
+        },
+    );
+    let write = ExpectedCall::constrained(
+        1,
+        "GoogleCalendarCreateOrUpdateEvent",
+        json!({"event_name": "$output:0/name", "attendees": ["a@example.com"]})
+            .as_object()
+            .cloned()
+            .unwrap(),
+        c,
+    );
+    apm.agents[0].trajectory = vec![read.clone(), write];
+    let mut p = Pipeline::new(&apm, &m);
+    let mut st = AgentState::new(&apm, 0);
+    for (node, name) in [(1, "first"), (2, "second")] {
+        let e = p.evaluate(
+            &st,
+            Proposal::classify(&raw(&read), &m),
+            Clock::default(),
+            &mut never(),
+        );
+        assert!(matches!(e.decision, Decision::Allow { position: 0, .. }));
+        st.apply(e.change());
+        st.record_output(
+            &m,
+            RecordedOutput {
+                node,
+                position: 0,
+                tool: read.tool.clone(),
+                cost: 2,
+                output: json!({"name": name}),
+            },
+            false,
+        );
+    }
+    let event = |name: &str| {
+        serde_json::to_vec(&json!({"tool": "GoogleCalendarCreateOrUpdateEvent",
+            "params": {"event_name": name, "attendees": ["a@example.com"]}}))
+        .unwrap()
+    };
+    let e = p.evaluate(
+        &st,
+        Proposal::classify(&event("second"), &m),
+        Clock::default(),
+        &mut never(),
+    );
+    assert!(matches!(
+        e.decision,
+        Decision::Block {
+            guard: GuardKind::Trajectory,
+            ..
+        }
+    ));
+    st.apply(e.change());
+    let e = p.evaluate(
+        &st,
+        Proposal::classify(&event("first"), &m),
+        Clock::default(),
+        &mut never(),
+    );
+    assert!(
+        matches!(e.decision, Decision::Allow { position: 1, .. }),
+        "{:?}",
+        e.decision
+    );
+}
