@@ -565,4 +565,46 @@ mod tests {
         c.insert("a".to_string(), ParamConstraint::Length { min: 1, max: 11 });
         assert_ne!(e.hash, ExpectedCall::constrained(0, "T", params, c).hash);
     }
+
+    #[test]
+    fn trajectory_mode_is_absent_when_exact_and_parses() {
+        let g = Guards {
+            stop: StopPolicy::default(),
+            syscall: Authorization {
+                toolkits: BTreeSet::new(),
+                syscalls: BTreeSet::new(),
+                paths: vec![],
+                endpoints: BTreeSet::new(),
+                limits: Limits {
+                    max_processes: 1,
+                    max_file_bytes: 1,
+                    max_memory_bytes: 1,
+                    cpu_seconds: 1,
+                    max_open_files: 1,
+                },
+            },
+            regulation: RegulationSpec::default(),
+            trajectory: TrajectoryMode::Exact,
+        };
+        let v = serde_json::to_value(&g).unwrap_or_default();
+        // An exact APM is written as before the field existed (same bytes, same hash).
+        assert!(v.get("trajectory").is_none());
+        let back: Guards = serde_json::from_value(v.clone()).unwrap_or(g.clone());
+        assert_eq!(back.trajectory, TrajectoryMode::Exact);
+        let mut t = g;
+        t.trajectory = TrajectoryMode::tolerant();
+        let v = serde_json::to_value(&t).unwrap_or_default();
+        assert_eq!(
+            v.get("trajectory").cloned().unwrap_or_default(),
+            json!({"mode": "tolerant", "read_repeats": 3})
+        );
+        assert!(serde_json::from_value::<Guards>(v).is_ok_and(|b| b == t));
+        assert_eq!(
+            "tolerant".parse::<TrajectoryMode>(),
+            Ok(TrajectoryMode::tolerant())
+        );
+        assert!("loose".parse::<TrajectoryMode>().is_err());
+        let bad = json!({"mode": "tolerant"});
+        assert!(serde_json::from_value::<TrajectoryMode>(bad).is_err());
+    }
 }
