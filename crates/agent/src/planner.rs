@@ -2,7 +2,7 @@
 //! a model-backed planner can replace a fixed one without touching the rest.
 
 use knox_policy::ToolkitManifest;
-use knox_types::apm::{ExpectedCall, StopPolicy};
+use knox_types::apm::{ExpectedCall, StopPolicy, TrajectoryMode};
 use knox_types::bundle::ModelInfo;
 use knox_types::digest::Digest;
 use serde::{Deserialize, Serialize};
@@ -79,6 +79,55 @@ pub trait Planner: Send + Sync {
 
     /// Identifies the planner for proof of inference.
     fn model(&self) -> ModelInfo;
+
+    /// How the monitor follows this planner's plans (the APM records it): exact unless
+    /// the planner is wrapped in [`Following`].
+    fn trajectory(&self) -> TrajectoryMode {
+        TrajectoryMode::Exact
+    }
+}
+
+/// A planner whose plans are followed in the given trajectory mode (`knox run
+/// --trajectory`): it plans as `inner` does.
+#[derive(Clone, Copy)]
+pub struct Following<'p> {
+    inner: &'p dyn Planner,
+    mode: TrajectoryMode,
+}
+
+impl<'p> Following<'p> {
+    /// `inner`'s plans, followed in `mode`.
+    pub fn new(inner: &'p dyn Planner, mode: TrajectoryMode) -> Self {
+        Self { inner, mode }
+    }
+}
+
+impl std::fmt::Debug for Following<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Following")
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Planner for Following<'_> {
+    fn plan(
+        &self,
+        prompt: &Prompt,
+        manifest: &ToolkitManifest,
+        regulations: &Regulations,
+        stop: &StopPolicy,
+    ) -> Result<Plan, PlanError> {
+        self.inner.plan(prompt, manifest, regulations, stop)
+    }
+
+    fn model(&self) -> ModelInfo {
+        self.inner.model()
+    }
+
+    fn trajectory(&self) -> TrajectoryMode {
+        self.mode
+    }
 }
 
 /// A planned call: full tool name and parameters.

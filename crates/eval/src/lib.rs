@@ -13,6 +13,7 @@ pub mod scenario;
 pub mod score;
 pub mod trace;
 pub mod utility;
+pub mod variation;
 
 use std::path::Path;
 

@@ -4,11 +4,12 @@ use knox_policy::dataflow::Tainted;
 use knox_policy::mediated::{self, Caches};
 use knox_policy::proposal::{self, Malformed};
 use knox_policy::stop::{self, RunState};
+use knox_policy::trajectory::{Automaton, RegexCache};
 use knox_policy::{ToolEntry, ToolkitManifest};
 use knox_regulation::Regulator;
 use knox_regulation::flow::Seen;
 use knox_types::Action;
-use knox_types::apm::{Apm, ExpectedCall, StopCause};
+use knox_types::apm::{Apm, ExpectedCall, StopCause, TrajectoryMode};
 use knox_types::digest::{Digest, tag};
 use knox_types::payload::{
     CheckDetail, CheckPayload, GuardKind, MAX_RECORDED_PROPOSAL, ToolCallPayload,
@@ -58,15 +59,19 @@ pub struct RecordedOutput {
 pub struct AgentState {
     /// Index of the agent's plan in the APM's agents.
     pub plan: usize,
-    /// Trajectory pointer `j`.
+    /// Trajectory pointer `j`: in the exact mode the next expected call, in the tolerant
+    /// mode how many proposals matched a step.
     pub pointer: u32,
+    /// The tolerant mode's automaton state: how many times each step has run (matched,
+    /// whether or not a later guard then blocked it).
+    pub runs: Vec<u32>,
     /// Proposals made so far.
     pub actions: u32,
     /// Cost units spent on executed actions.
     pub spent: u64,
     /// Whether the stop guard fired: the agent proposes nothing more.
     pub stopped: bool,
-    /// Output of each executed trajectory call, by position.
+    /// Output of each executed trajectory call, by position (a step's first run's).
     pub outputs: Vec<Option<Value>>,
     /// Untrusted outputs received, in order.
     pub tainted: Vec<TaintedOutput>,
@@ -81,6 +86,7 @@ impl AgentState {
         Self {
             plan,
             outputs: vec![None; len],
+            runs: vec![0; len],
             ..Self::default()
         }
     }
@@ -93,6 +99,9 @@ impl AgentState {
         self.actions = self.actions.saturating_add(1);
         if change.advances {
             self.pointer = self.pointer.saturating_add(1);
+            if let Some(r) = self.runs.get_mut(change.position as usize) {
+                *r = r.saturating_add(1);
+            }
         }
         if change.stops {
             self.stopped = true;
@@ -131,7 +140,11 @@ impl AgentState {
                 output: output.clone(),
             });
         }
-        if let Some(slot) = self.outputs.get_mut(position as usize) {
+        // The first output of a step stays the one later steps take values from: a
+        // repeated read (tolerant mode) cannot swap in another value for a data link.
+        if let Some(slot) = self.outputs.get_mut(position as usize)
+            && slot.is_none()
+        {
             *slot = Some(output);
         }
     }
@@ -371,8 +384,10 @@ impl Decision<'_> {
 pub struct StateChange {
     /// The proposal counts (every decided proposal does).
     pub counted: bool,
-    /// The trajectory pointer moves on.
+    /// The trajectory pointer moves on (and the step at `position` has run once more).
     pub advances: bool,
+    /// The trajectory position of the call.
+    pub position: u32,
     /// The agent stops.
     pub stops: bool,
 }
@@ -395,16 +410,19 @@ impl Evaluation<'_> {
             Decision::Allow { .. } => StateChange {
                 counted: true,
                 advances: true,
+                position: self.call.position,
                 stops: false,
             },
             Decision::Block { advances, .. } => StateChange {
                 counted: true,
                 advances: *advances,
+                position: self.call.position,
                 stops: false,
             },
             Decision::Interrupt { .. } => StateChange {
                 counted: true,
                 advances: false,
+                position: self.call.position,
                 stops: true,
             },
             Decision::Undecided => StateChange::default(),
@@ -420,6 +438,9 @@ pub struct Pipeline<'a> {
     /// The prompt's task instructions (the data-flow guard's authorized values).
     prompt: Vec<&'a str>,
     caches: Caches,
+    /// Per agent plan, its tolerant-mode automaton (none in the exact mode).
+    automata: Vec<Option<Automaton>>,
+    regexes: RegexCache,
 }
 
 impl<'a> Pipeline<'a> {
@@ -430,6 +451,17 @@ impl<'a> Pipeline<'a> {
             manifest,
             prompt: apm.tasks.iter().map(|t| t.instruction.as_str()).collect(),
             caches: Caches::default(),
+            automata: apm
+                .agents
+                .iter()
+                .map(|p| match apm.guards.trajectory {
+                    TrajectoryMode::Exact => None,
+                    TrajectoryMode::Tolerant { read_repeats } => {
+                        Some(Automaton::compile(p, manifest, read_repeats))
+                    }
+                })
+                .collect(),
+            regexes: RegexCache::default(),
         }
     }
 
@@ -456,7 +488,6 @@ impl<'a> Pipeline<'a> {
         regulation: &mut dyn RegulationSource,
     ) -> Evaluation<'a> {
         let plan = self.apm.agents.get(st.plan);
-        let expected = plan.and_then(|p| p.trajectory.get(st.pointer as usize));
         let Proposal {
             actual,
             actual_hash,
@@ -464,9 +495,37 @@ impl<'a> Pipeline<'a> {
             raw_len,
             input,
         } = proposal;
+        let outputs = |k: u32| st.outputs.get(k as usize).cloned().flatten();
+        // The exact mode expects the call at the pointer; the tolerant mode's automaton
+        // picks the enabled step the action matches (or the one it is attributed to).
+        let automaton = self.automata.get(st.plan).and_then(Option::as_ref);
+        let selection = match (automaton, plan, &input) {
+            (Some(a), Some(p), Input::WellFormed { action, .. }) => Some(a.select(
+                p,
+                &st.runs,
+                action,
+                &actual_hash,
+                &outputs,
+                &mut self.regexes,
+            )),
+            _ => None,
+        };
+        let position = match (&selection, automaton) {
+            (Some(s), _) => s.position,
+            (None, Some(a)) => a
+                .next(&st.runs)
+                .map_or(u32::MAX, |j| u32::try_from(j).unwrap_or(u32::MAX)),
+            (None, None) => st.pointer,
+        };
+        let position = if automaton.is_some() && position == u32::MAX {
+            plan.map_or(0, |p| u32::try_from(p.trajectory.len()).unwrap_or(u32::MAX))
+        } else {
+            position
+        };
+        let expected = plan.and_then(|p| p.trajectory.get(position as usize));
         let call = ToolCallPayload {
             ordinal: st.actions,
-            position: st.pointer,
+            position,
             expected: expected.cloned(),
             actual,
             actual_hash,
@@ -521,7 +580,6 @@ impl<'a> Pipeline<'a> {
             passed: true,
             detail: CheckDetail::Input { error: None },
         });
-        let outputs = |k: u32| st.outputs.get(k as usize).cloned().flatten();
         let tainted: Vec<Tainted<'_>> = st
             .tainted
             .iter()
@@ -535,6 +593,7 @@ impl<'a> Pipeline<'a> {
             outputs: &outputs,
             tainted: &tainted,
             prompt: &self.prompt,
+            trajectory: selection.as_ref().map(|s| &s.outcome),
         };
         checks.extend(mediated::checks(
             entry,
@@ -578,7 +637,7 @@ impl<'a> Pipeline<'a> {
         }
         let failure = checks
             .iter()
-            .find_map(|c| mediated::block_reason(c, st.pointer).map(|r| (c.guard, r)));
+            .find_map(|c| mediated::block_reason(c, position).map(|r| (c.guard, r)));
         if let Some((guard, reason)) = failure {
             let advances = expected.is_some()
                 && checks
@@ -592,7 +651,7 @@ impl<'a> Pipeline<'a> {
             return done(call, checks, decision);
         }
         let decision = Decision::Allow {
-            position: st.pointer,
+            position,
             cost: entry.needs.cost,
             action,
             entry,

@@ -176,6 +176,7 @@ fn malformed_bytes_fail_the_input_guard_and_nothing_after_it_runs() {
         StateChange {
             counted: true,
             advances: false,
+            position: 0,
             stops: false
         }
     );
@@ -306,6 +307,7 @@ fn a_disclosure_asks_the_regulation_source_last_and_its_answer_decides() {
         StateChange {
             counted: true,
             advances: true,
+            position: 0,
             stops: false
         }
     );
@@ -387,4 +389,127 @@ fn what_the_monitor_recorded_reclassifies_to_the_same_input_and_changes_are_name
     let mut t = well;
     t.actual = None;
     assert_eq!(Input::reclassify(&t, &m).unwrap_err(), Misrecorded::Empty);
+}
+
+#[test]
+fn tolerant_mode_follows_the_automaton_and_an_off_plan_call_moves_nothing() {
+    let (mut apm, m) = (apm(), manifest());
+    apm.guards.trajectory = knox_types::apm::TrajectoryMode::Tolerant { read_repeats: 1 };
+    let plan = apm.agents[0].trajectory.clone();
+    let mut p = Pipeline::new(&apm, &m);
+    let mut st = AgentState::new(&apm, 0);
+    let mut propose = |st: &mut AgentState, bytes: &[u8]| {
+        let e = p.evaluate(
+            st,
+            Proposal::classify(bytes, &m),
+            Clock::default(),
+            &mut never(),
+        );
+        st.apply(e.change());
+        let allowed = matches!(e.decision, Decision::Allow { .. });
+        (allowed, e.call.position, e.decision.block_reason())
+    };
+    // The second read first: both are reads, independent.
+    assert_eq!(propose(&mut st, &raw(&plan[1])), (true, 1, None));
+    // An off-plan call: blocked, attributed to the next step, nothing moves.
+    let other = serde_json::to_vec(
+        &json!({"tool": "GoogleCalendarReadEvents", "params": {"event_ids": ["attacker"]}}),
+    )
+    .unwrap();
+    let (allowed, position, reason) = propose(&mut st, &other);
+    assert!(!allowed && position == 1, "{reason:?}");
+    assert!(reason.unwrap().starts_with("off trajectory at position 1"));
+    assert_eq!(st.runs, vec![0, 1]);
+    // The first read, then once more (one repeat), then no more.
+    assert_eq!(propose(&mut st, &raw(&plan[0])), (true, 0, None));
+    assert_eq!(propose(&mut st, &raw(&plan[0])), (true, 0, None));
+    let (allowed, _, reason) = propose(&mut st, &raw(&plan[0]));
+    assert!(!allowed);
+    assert!(reason.unwrap().contains("allowed time"));
+    assert_eq!(st.runs, vec![2, 1]);
+    assert_eq!(st.actions, 5);
+}
+
+#[test]
+fn a_repeated_read_does_not_change_what_a_later_step_takes_from_its_output() {
+    let (mut apm, m) = (apm(), manifest());
+    apm.guards.trajectory = knox_types::apm::TrajectoryMode::Tolerant { read_repeats: 2 };
+    let read = apm.agents[0].trajectory[1].clone();
+    let mut c = std::collections::BTreeMap::new();
+    c.insert(
+        "event_name".to_string(),
+        knox_types::apm::ParamConstraint::FromOutput {
+            call: 0,
+            pointer: Some("/name".into()),
+        },
+    );
+    c.insert(
+        "attendees".to_string(),
+        knox_types::apm::ParamConstraint::Exact {
+            value: json!(["a@example.com"]),
+        },
+    );
+    let write = ExpectedCall::constrained(
+        1,
+        "GoogleCalendarCreateOrUpdateEvent",
+        json!({"event_name": "$output:0/name", "attendees": ["a@example.com"]})
+            .as_object()
+            .cloned()
+            .unwrap(),
+        c,
+    );
+    apm.agents[0].trajectory = vec![read.clone(), write];
+    let mut p = Pipeline::new(&apm, &m);
+    let mut st = AgentState::new(&apm, 0);
+    for (node, name) in [(1, "first"), (2, "second")] {
+        let e = p.evaluate(
+            &st,
+            Proposal::classify(&raw(&read), &m),
+            Clock::default(),
+            &mut never(),
+        );
+        assert!(matches!(e.decision, Decision::Allow { position: 0, .. }));
+        st.apply(e.change());
+        st.record_output(
+            &m,
+            RecordedOutput {
+                node,
+                position: 0,
+                tool: read.tool.clone(),
+                cost: 2,
+                output: json!({"name": name}),
+            },
+            false,
+        );
+    }
+    let event = |name: &str| {
+        serde_json::to_vec(&json!({"tool": "GoogleCalendarCreateOrUpdateEvent",
+            "params": {"event_name": name, "attendees": ["a@example.com"]}}))
+        .unwrap()
+    };
+    let e = p.evaluate(
+        &st,
+        Proposal::classify(&event("second"), &m),
+        Clock::default(),
+        &mut never(),
+    );
+    assert!(matches!(
+        e.decision,
+        Decision::Block {
+            guard: GuardKind::Trajectory,
+            ..
+        }
+    ));
+    st.apply(e.change());
+    let e = p.evaluate(
+        &st,
+        Proposal::classify(&event("first"), &m),
+        Clock::default(),
+        &mut never(),
+    );
+    assert!(
+        matches!(e.decision, Decision::Allow { position: 1, .. }),
+        "{:?}",
+        e.decision
+    );
 }

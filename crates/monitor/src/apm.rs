@@ -7,7 +7,7 @@ use knox_attest::TeeKey;
 use knox_policy::{ToolkitManifest, auth};
 use knox_types::apm::{
     APM_VERSION, AgentPlan, Apm, ApmInputs, ExpectedCall, Guards, ParamConstraint, PlanningFailure,
-    RegulationSpec, StopPolicy, TaskPlan, Topology, TopologyKind,
+    RegulationSpec, StopPolicy, TaskPlan, Topology, TopologyKind, TrajectoryMode,
 };
 use knox_types::bundle::{ApmAttestation, ApmStatement};
 use knox_types::canon::CanonError;
@@ -59,10 +59,11 @@ pub fn derive(
         .plan(prompt, manifest, regulations, stop)
         .map_err(ApmError::from)
         .and_then(|plan| from_plan(prompt, manifest, regulations, stop, plan, topology));
-    let apm = match planned {
+    let mut apm = match planned {
         Err(ApmError::Plan(e)) => refusal(prompt, manifest, regulations, stop, topology, &e),
         other => other,
     }?;
+    apm.guards.trajectory = planner.trajectory();
     // Decide on the APM the verifier will read back from its canonical bytes.
     Ok(knox_types::canon::normalized(&apm)?)
 }
@@ -148,6 +149,7 @@ pub fn from_plan(
                 policy_hash: regulations.policy_hash,
                 context: regulations.context.clone(),
             },
+            trajectory: TrajectoryMode::Exact,
         },
         planning: None,
     })

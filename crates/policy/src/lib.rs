@@ -7,6 +7,7 @@ pub mod mediated;
 pub mod proposal;
 pub mod schema;
 pub mod shipped;
+pub mod schema_fragment;
 pub mod spec;
 pub mod stop;
 pub mod toolkit;

@@ -34,6 +34,9 @@ pub struct AgentView<'a> {
     pub tainted: &'a [Tainted<'a>],
     /// The prompt's task instructions.
     pub prompt: &'a [&'a str],
+    /// The trajectory check when the caller decided it (the tolerant mode's automaton);
+    /// `None`: `action` is compared with `expected`.
+    pub trajectory: Option<&'a trajectory::Outcome>,
 }
 
 impl std::fmt::Debug for AgentView<'_> {
@@ -54,13 +57,16 @@ pub fn checks(
     view: AgentView<'_>,
     caches: &mut Caches,
 ) -> Vec<CheckPayload> {
-    let t = trajectory::check(
-        view.expected,
-        action,
-        action_hash,
-        view.outputs,
-        &mut caches.regexes,
-    );
+    let t = match view.trajectory {
+        Some(t) => t.clone(),
+        None => trajectory::check(
+            view.expected,
+            action,
+            action_hash,
+            view.outputs,
+            &mut caches.regexes,
+        ),
+    };
     let mut out = vec![CheckPayload {
         guard: GuardKind::Trajectory,
         passed: t.matched,

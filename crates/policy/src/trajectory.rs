@@ -1,18 +1,26 @@
 //! The trajectory guard `Γ_traj`: is `α` the expected call `e_j`?
 //!
 //! Exact calls match by hash, `H(α) = H(e_j)`. Calls with declared constraints match
-//! when the tool is the same, the parameter names are exactly the constrained ones, and
-//! every constraint holds; each parameter's result is recorded.
+//! when the tool is the same, the parameter names are exactly the constrained ones
+//! (an [`ParamConstraint::Omittable`] one may be left out), and every constraint holds;
+//! each parameter's result is recorded.
+//!
+//! In the exact mode (the paper's) the calls follow the plan one after the other. In
+//! the tolerant mode a plan compiles into an [`Automaton`] (see its documentation): the
+//! steps form a partial order, read steps may repeat and reorder, every other step runs
+//! its planned number of times, and an off-plan call moves nothing.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use knox_types::Action;
-use knox_types::apm::{ExpectedCall, ParamConstraint};
+use knox_types::apm::{AgentPlan, ExpectedCall, ParamConstraint};
 use knox_types::canon;
 use knox_types::digest::Digest;
 use knox_types::payload::ParamCheck;
 use regex::Regex;
 use serde_json::Value;
+
+use crate::manifest::{Effect, ToolEntry, ToolkitManifest};
 
 /// Largest compiled regular expression accepted in a constraint.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
@@ -47,7 +55,7 @@ impl Outcome {
 pub struct RegexCache(HashMap<String, Option<Regex>>);
 
 impl RegexCache {
-    fn get(&mut self, src: &str) -> Option<&Regex> {
+    pub(crate) fn get(&mut self, src: &str) -> Option<&Regex> {
         self.0
             .entry(src.to_string())
             .or_insert_with(|| {
@@ -89,33 +97,45 @@ pub fn check(
         );
     }
     let Some(constraints) = &e.constraints else {
-        if *action_hash == e.hash {
-            return Outcome {
-                matched: true,
-                mode: "exact",
-                params: vec![],
-                reason: None,
-            };
-        }
-        return Outcome::fail(
-            "exact",
-            vec![],
-            "parameters differ from the expected call".into(),
-        );
+        return exact(e, action_hash);
     };
+    by_constraints("constraints", constraints, action, outputs, regexes)
+}
+
+/// `H(α) = H(e_j)`.
+fn exact(e: &ExpectedCall, action_hash: &Digest) -> Outcome {
+    if *action_hash == e.hash {
+        return Outcome {
+            matched: true,
+            mode: "exact",
+            params: vec![],
+            reason: None,
+        };
+    }
+    Outcome::fail(
+        "exact",
+        vec![],
+        "parameters differ from the expected call".into(),
+    )
+}
+
+/// Matches `action`'s parameters against `constraints` (recorded under `mode`).
+fn by_constraints(
+    mode: &'static str,
+    constraints: &BTreeMap<String, ParamConstraint>,
+    action: &Action,
+    outputs: &dyn Fn(u32) -> Option<Value>,
+    regexes: &mut RegexCache,
+) -> Outcome {
     if let Some(extra) = action.params.keys().find(|k| !constraints.contains_key(*k)) {
-        return Outcome::fail(
-            "constraints",
-            vec![],
-            format!("parameter `{extra}` is not expected"),
-        );
+        return Outcome::fail(mode, vec![], format!("parameter `{extra}` is not expected"));
     }
     let mut params = Vec::with_capacity(constraints.len());
     let mut first_failure = None;
     for (name, c) in constraints {
         let ok = match action.params.get(name) {
             Some(v) => holds(c, v, outputs, regexes),
-            None => false,
+            None => matches!(c, ParamConstraint::Omittable { .. }),
         };
         if !ok && first_failure.is_none() {
             first_failure = Some(match action.params.get(name) {
@@ -132,11 +152,11 @@ pub fn check(
     match first_failure {
         None => Outcome {
             matched: true,
-            mode: "constraints",
+            mode,
             params,
             reason: None,
         },
-        Some(reason) => Outcome::fail("constraints", params, reason),
+        Some(reason) => Outcome::fail(mode, params, reason),
     }
 }
 
@@ -169,6 +189,50 @@ fn holds(
                 None => contains(&out, v),
             }
         }
+        ParamConstraint::Any => true,
+        ParamConstraint::Range { min, max } => v.as_f64().is_some_and(|x| {
+            v.is_number() && min.is_none_or(|m| x >= m) && max.is_none_or(|m| x <= m)
+        }),
+        ParamConstraint::Text {
+            values,
+            ignore_case,
+            ignore_whitespace,
+        } => match v {
+            Value::String(s) => {
+                let got = fold(s, *ignore_case, *ignore_whitespace);
+                values
+                    .iter()
+                    .any(|x| fold(x, *ignore_case, *ignore_whitespace) == got)
+            }
+            _ => false,
+        },
+        ParamConstraint::Set { values } => match v {
+            Value::Array(items) => {
+                let want: BTreeSet<Vec<u8>> = values.iter().map(canon::canonical).collect();
+                let got: BTreeSet<Vec<u8>> = items.iter().map(canon::canonical).collect();
+                want == got
+            }
+            _ => false,
+        },
+        ParamConstraint::Omittable { default, inner } => {
+            same(v, default) || holds(inner, v, outputs, regexes)
+        }
+        ParamConstraint::Schema { schema } => crate::schema_fragment::valid(schema, v, regexes),
+    }
+}
+
+/// `s` with letter case folded (Unicode lower case) and/or runs of white space made one
+/// space, the ends trimmed.
+fn fold(s: &str, case: bool, space: bool) -> String {
+    let s = if case {
+        s.to_lowercase()
+    } else {
+        s.to_string()
+    };
+    if space {
+        s.split_whitespace().collect::<Vec<_>>().join(" ")
+    } else {
+        s
     }
 }
 
@@ -189,12 +253,326 @@ fn contains(hay: &Value, needle: &Value) -> bool {
     }
 }
 
+/// A plan compiled for the tolerant mode: one step per expected call of an agent's
+/// trajectory, in a partial order.
+///
+/// - Step `j` comes after step `k < j` when `j` takes a value from `k`'s output
+///   (`from_output`, also inside an omittable constraint), when `j` is not a read (a
+///   write, disclose or execute step comes after every earlier step), or when `k` is not
+///   a read (every later step comes after it). Effects are the manifest's
+///   ([`ToolEntry::effect`]; an unknown tool counts as a write).
+/// - A step is *enabled* when every step before it has run at least once, no step after
+///   it has run yet (all runs of a step precede all runs of the steps after it), and it
+///   has runs left: `1 + read_repeats` for a read step, one for any other (each planned
+///   occurrence of a write is its own step, so it is allowed its planned number of times).
+/// - A proposal matches an enabled step of the same tool: by its declared constraints,
+///   else — for a read step — by [`Step::relaxed`], else by hash. Steps not yet run are
+///   tried first, in plan order, then repeats. An off-plan call matches no step and
+///   changes nothing: later planned calls still pass.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Automaton {
+    steps: Vec<Step>,
+}
+
+/// One compiled step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    /// The tool's effect.
+    pub effect: Effect,
+    /// Steps that must have run before it.
+    pub after: Vec<usize>,
+    /// Steps that must not have run when it runs.
+    pub before: Vec<usize>,
+    /// How many times it may run.
+    pub runs: u32,
+    /// For an exact read step: the equivalent forms of its parameters the manifest
+    /// allows — a list as a set, an optional parameter omitted or given at its declared
+    /// default, a `prose` string with case and white space folded. `None` for any other
+    /// step, which matches as planned.
+    pub relaxed: Option<BTreeMap<String, ParamConstraint>>,
+}
+
+/// Which step a proposal was matched with (or is attributed to), and the check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Selection {
+    /// The step's trajectory position; the trajectory's length when no step is enabled.
+    pub position: u32,
+    /// The trajectory check.
+    pub outcome: Outcome,
+}
+
+impl Automaton {
+    /// Compiles `plan` with the effects and defaults of `manifest`.
+    pub fn compile(plan: &AgentPlan, manifest: &ToolkitManifest, read_repeats: u32) -> Self {
+        let n = plan.trajectory.len();
+        let entries: Vec<Option<&ToolEntry>> = plan
+            .trajectory
+            .iter()
+            .map(|e| manifest.tool(&e.tool))
+            .collect();
+        let effects: Vec<Effect> = entries
+            .iter()
+            .map(|t| t.map_or(Effect::Write, ToolEntry::effect))
+            .collect();
+        let mut steps: Vec<Step> = plan
+            .trajectory
+            .iter()
+            .zip(entries.iter().zip(&effects))
+            .map(|(e, (entry, effect))| {
+                let read = *effect == Effect::Read;
+                Step {
+                    effect: *effect,
+                    after: Vec::new(),
+                    before: Vec::new(),
+                    runs: if read {
+                        read_repeats.saturating_add(1)
+                    } else {
+                        1
+                    },
+                    relaxed: match (read, entry, &e.constraints) {
+                        (true, Some(t), None) => Some(relaxed(e, t)),
+                        _ => None,
+                    },
+                }
+            })
+            .collect();
+        for (j, e) in plan.trajectory.iter().enumerate() {
+            let links = links(e);
+            for k in 0..j {
+                let ordered = links.contains(&k)
+                    || effects.get(j).is_some_and(|x| *x != Effect::Read)
+                    || effects.get(k).is_some_and(|x| *x != Effect::Read);
+                if ordered {
+                    if let Some(s) = steps.get_mut(j) {
+                        s.after.push(k);
+                    }
+                    if let Some(s) = steps.get_mut(k) {
+                        s.before.push(j);
+                    }
+                }
+            }
+        }
+        debug_assert_eq!(steps.len(), n);
+        Self { steps }
+    }
+
+    /// The steps, in plan order.
+    pub fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+
+    /// Whether step `j` may run now, `runs[k]` being how often step `k` has run.
+    pub fn enabled(&self, j: usize, runs: &[u32]) -> bool {
+        let ran = |k: &usize| runs.get(*k).copied().unwrap_or(0);
+        self.steps.get(j).is_some_and(|s| {
+            ran(&j) < s.runs
+                && s.after.iter().all(|k| ran(k) > 0)
+                && s.before.iter().all(|k| ran(k) == 0)
+        })
+    }
+
+    /// Matches `action` against the enabled steps of `plan` (the plan this automaton
+    /// was compiled from) in state `runs`.
+    pub fn select(
+        &self,
+        plan: &AgentPlan,
+        runs: &[u32],
+        action: &Action,
+        action_hash: &Digest,
+        outputs: &dyn Fn(u32) -> Option<Value>,
+        regexes: &mut RegexCache,
+    ) -> Selection {
+        let ran = |k: usize| runs.get(k).copied().unwrap_or(0);
+        let mut candidates: Vec<usize> = (0..self.steps.len())
+            .filter(|j| {
+                plan.trajectory
+                    .get(*j)
+                    .is_some_and(|e| e.tool == action.tool)
+                    && self.enabled(*j, runs)
+            })
+            .collect();
+        // Steps not yet run first (plan order), then repeats.
+        candidates.sort_by_key(|j| (ran(*j) > 0, *j));
+        let mut first_failure = None;
+        for j in candidates {
+            let (Some(e), Some(step)) = (plan.trajectory.get(j), self.steps.get(j)) else {
+                continue;
+            };
+            let outcome = match (&e.constraints, &step.relaxed) {
+                (Some(c), _) => by_constraints("constraints", c, action, outputs, regexes),
+                (None, Some(r)) => match exact(e, action_hash) {
+                    o if o.matched => o,
+                    _ => by_constraints("tolerant", r, action, outputs, regexes),
+                },
+                (None, None) => exact(e, action_hash),
+            };
+            let position = u32::try_from(j).unwrap_or(u32::MAX);
+            if outcome.matched {
+                return Selection { position, outcome };
+            }
+            first_failure.get_or_insert(Selection { position, outcome });
+        }
+        if let Some(s) = first_failure {
+            return s;
+        }
+        // No enabled step of this tool: attribute the call to the next step to run.
+        let next = self.next(runs);
+        let planned = plan
+            .trajectory
+            .iter()
+            .enumerate()
+            .find(|(_, e)| e.tool == action.tool)
+            .map(|(j, _)| j);
+        let (position, mode, reason) = match (next, planned) {
+            (_, Some(k)) => (
+                next.unwrap_or(self.steps.len()),
+                "tolerant",
+                format!(
+                    "`{}` (step {k}) is not enabled now: {}",
+                    action.tool,
+                    self.why(k, runs)
+                ),
+            ),
+            (Some(j), None) => (
+                j,
+                "tolerant",
+                format!("`{}` is not in the plan", action.tool),
+            ),
+            (None, None) => (
+                self.steps.len(),
+                "none",
+                "no further call is expected on this trajectory".into(),
+            ),
+        };
+        Selection {
+            position: u32::try_from(position).unwrap_or(u32::MAX),
+            outcome: Outcome::fail(mode, vec![], reason),
+        }
+    }
+
+    /// The step a call that matches none is attributed to: the first enabled step not
+    /// yet run, else the first enabled step; `None` when no step is enabled.
+    pub fn next(&self, runs: &[u32]) -> Option<usize> {
+        let ran = |k: usize| runs.get(k).copied().unwrap_or(0);
+        (0..self.steps.len())
+            .filter(|j| self.enabled(*j, runs))
+            .min_by_key(|j| (ran(*j) > 0, *j))
+    }
+
+    /// Why step `j` is not enabled.
+    fn why(&self, j: usize, runs: &[u32]) -> String {
+        let ran = |k: usize| runs.get(k).copied().unwrap_or(0);
+        let Some(s) = self.steps.get(j) else {
+            return "no such step".into();
+        };
+        if let Some(k) = s.after.iter().find(|k| ran(**k) == 0) {
+            return format!("step {k} must run before it");
+        }
+        if let Some(k) = s.before.iter().find(|k| ran(**k) > 0) {
+            return format!("step {k}, which comes after it, has run");
+        }
+        format!("it has run its {} allowed time(s)", s.runs)
+    }
+}
+
+/// The trajectory positions `e` takes values from.
+fn links(e: &ExpectedCall) -> BTreeSet<usize> {
+    fn walk(c: &ParamConstraint, out: &mut BTreeSet<usize>) {
+        match c {
+            ParamConstraint::FromOutput { call, .. } => {
+                out.insert(*call as usize);
+            }
+            ParamConstraint::Omittable { inner, .. } => walk(inner, out),
+            _ => {}
+        }
+    }
+    let mut out = BTreeSet::new();
+    for c in e.constraints.iter().flat_map(|c| c.values()) {
+        walk(c, &mut out);
+    }
+    out
+}
+
+/// The equivalent forms of an exact read's parameters the manifest allows (see
+/// [`Step::relaxed`]).
+fn relaxed(e: &ExpectedCall, entry: &ToolEntry) -> BTreeMap<String, ParamConstraint> {
+    let mut out = BTreeMap::new();
+    for (name, v) in &e.params {
+        let inner = match v {
+            Value::String(s) if entry.annotations.prose.iter().any(|p| p == name) => {
+                ParamConstraint::Text {
+                    values: vec![s.clone()],
+                    ignore_case: true,
+                    ignore_whitespace: true,
+                }
+            }
+            Value::Array(items) => ParamConstraint::Set {
+                values: items.clone(),
+            },
+            _ => ParamConstraint::Exact { value: v.clone() },
+        };
+        let c = match declared_default(entry, name) {
+            Some(d) if same(&d, v) => ParamConstraint::Omittable {
+                default: d,
+                inner: Box::new(inner),
+            },
+            _ => inner,
+        };
+        out.insert(name.clone(), c);
+    }
+    for p in &entry.spec.parameters {
+        if e.params.contains_key(&p.name) {
+            continue;
+        }
+        if let Some(d) = declared_default(entry, &p.name) {
+            out.insert(
+                p.name.clone(),
+                ParamConstraint::Omittable {
+                    default: d.clone(),
+                    inner: Box::new(ParamConstraint::Exact { value: d }),
+                },
+            );
+        }
+    }
+    out
+}
+
+/// The default of optional parameter `name` of `entry`, when its specification states a
+/// literal one: `Default is 10.`, `default is false`, `defaults to 0` for an integer,
+/// number or boolean parameter (the InjecAgent manifest's descriptions). A parameter
+/// that is required, of another type, or whose default is not a literal has none.
+pub fn declared_default(entry: &ToolEntry, name: &str) -> Option<Value> {
+    let p = entry.spec.parameters.iter().find(|p| p.name == name)?;
+    if p.required != Some(false) {
+        return None;
+    }
+    let d = p.description.to_lowercase();
+    let at = ["default is ", "defaults to "]
+        .iter()
+        .find_map(|k| d.find(k).map(|i| i + k.len()))?;
+    let word: String = d
+        .get(at..)?
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '.' || *c == '-')
+        .collect();
+    let word = word.trim_end_matches('.');
+    match p.ty.as_str() {
+        "integer" => word.parse::<i64>().ok().map(Value::from),
+        "number" => word
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map(Value::Number),
+        "boolean" => word.parse::<bool>().ok().map(Value::Bool),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 #[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 mod tests {
     use super::*;
-    use serde_json::json;
-    use std::collections::BTreeMap;
+    use serde_json::{Map, json};
 
     fn action(v: Value) -> Action {
         Action::new("MailSend", v).unwrap()
@@ -308,5 +686,261 @@ mod tests {
         );
         let e = ExpectedCall::constrained(0, "MailSend", serde_json::Map::new(), c);
         assert!(!run(&e, &action(json!({"body": "("}))).matched);
+    }
+
+    fn tolerant_manifest() -> crate::ToolkitManifest {
+        let tools = crate::manifest::tests::TOOLS.replace(
+            r#"{"name": "limit", "type": "integer", "description": "d"}"#,
+            r#"{"name": "limit", "type": "integer", "description": "Most results. Default is 10.", "required": false},
+            {"name": "tags", "type": "array", "description": "d", "required": false},
+            {"name": "query", "type": "string", "description": "d", "required": false}"#,
+        );
+        let needs = crate::manifest::tests::NEEDS.replace(
+            "[toolkits.Mail.tools.Read]\n",
+            "[toolkits.Mail.tools.Read]\neffect = \"read\"\nprose = [\"query\"]\n",
+        );
+        crate::ToolkitManifest::from_sources(&tools, &needs).unwrap()
+    }
+
+    fn call(tool: &str, v: Value) -> ExpectedCall {
+        ExpectedCall::exact(0, tool, v.as_object().cloned().unwrap())
+    }
+
+    /// read a, read b, send, read c.
+    fn plan() -> AgentPlan {
+        AgentPlan {
+            id: "agent-0".into(),
+            tasks: vec![0],
+            trajectory: vec![
+                call(
+                    "MailRead",
+                    json!({"id": "a", "tags": ["x", "y"], "query": "Lunch  plans"}),
+                ),
+                call("MailRead", json!({"id": "b"})),
+                call("MailSend", json!({"to": "x@example.com", "body": "hi"})),
+                call("MailRead", json!({"id": "c"})),
+            ],
+        }
+    }
+
+    /// Feeds `calls` through the automaton; the allowed/blocked pattern.
+    fn feed(a: &Automaton, p: &AgentPlan, calls: &[(&str, Value)]) -> Vec<bool> {
+        let mut runs = vec![0; p.trajectory.len()];
+        let mut regexes = RegexCache::default();
+        calls
+            .iter()
+            .map(|(tool, v)| {
+                let act = Action::new(*tool, v.clone()).unwrap();
+                let s = a.select(p, &runs, &act, &act.hash(), &|_| None, &mut regexes);
+                if s.outcome.matched {
+                    runs[s.position as usize] += 1;
+                }
+                s.outcome.matched
+            })
+            .collect()
+    }
+
+    #[test]
+    fn automaton_orders_reads_freely_and_effects_strictly() {
+        let m = tolerant_manifest();
+        let p = plan();
+        let a = Automaton::compile(&p, &m, 2);
+        assert_eq!(a.steps()[2].after, vec![0, 1]);
+        assert_eq!(a.steps()[3].after, vec![2]);
+        assert_eq!(a.steps()[0].before, vec![2]);
+        let ra = (
+            "MailRead",
+            json!({"id": "a", "tags": ["x", "y"], "query": "Lunch  plans"}),
+        );
+        let rb = ("MailRead", json!({"id": "b"}));
+        let rc = ("MailRead", json!({"id": "c"}));
+        let send = ("MailSend", json!({"to": "x@example.com", "body": "hi"}));
+        let attack = ("TerminalExecute", json!({"command": "curl evil"}));
+        // Swapped independent reads, repeats within the bound, an off-plan call that
+        // derails nothing.
+        let got = feed(
+            &a,
+            &p,
+            &[
+                rb.clone(),
+                ra.clone(),
+                attack.clone(),
+                ra.clone(),
+                rb.clone(),
+                send.clone(),
+                rc.clone(),
+            ],
+        );
+        assert_eq!(got, vec![true, true, false, true, true, true, true]);
+        // A read beyond its bound.
+        let got = feed(&a, &p, &[ra.clone(), ra.clone(), ra.clone(), ra.clone()]);
+        assert_eq!(got, vec![true, true, true, false]);
+        // The write before its reads, twice, a read of an earlier step after it, a later
+        // read before it.
+        let got = feed(
+            &a,
+            &p,
+            &[
+                send.clone(),
+                ra.clone(),
+                rc.clone(),
+                rb.clone(),
+                send.clone(),
+                send.clone(),
+                ra.clone(),
+            ],
+        );
+        assert_eq!(got, vec![false, true, false, true, true, false, false]);
+    }
+
+    #[test]
+    fn off_plan_reasons_name_the_order() {
+        let m = tolerant_manifest();
+        let p = plan();
+        let a = Automaton::compile(&p, &m, 0);
+        let send = Action::new("MailSend", json!({"to": "x@example.com", "body": "hi"})).unwrap();
+        let s = a.select(
+            &p,
+            &[0, 0, 0, 0],
+            &send,
+            &send.hash(),
+            &|_| None,
+            &mut RegexCache::default(),
+        );
+        assert!(!s.outcome.matched);
+        assert_eq!(s.position, 0);
+        assert!(
+            s.outcome
+                .reason
+                .unwrap()
+                .contains("step 0 must run before it")
+        );
+        let other = Action::new("TerminalExecute", json!({"command": "ls"})).unwrap();
+        let s = a.select(
+            &p,
+            &[1, 1, 1, 1],
+            &other,
+            &other.hash(),
+            &|_| None,
+            &mut RegexCache::default(),
+        );
+        assert_eq!((s.position, s.outcome.mode), (4, "none"));
+        let s = a.select(
+            &p,
+            &[1, 0, 0, 0],
+            &other,
+            &other.hash(),
+            &|_| None,
+            &mut RegexCache::default(),
+        );
+        assert_eq!(s.position, 1);
+        assert!(s.outcome.reason.unwrap().contains("not in the plan"));
+    }
+
+    #[test]
+    fn read_arguments_vary_only_as_the_manifest_allows() {
+        let m = tolerant_manifest();
+        let p = plan();
+        let a = Automaton::compile(&p, &m, 1);
+        let ok = |v: Value| feed(&a, &p, &[("MailRead", v)])[0];
+        // The list as a set, the default given explicitly, prose folded.
+        assert!(ok(
+            json!({"id": "a", "tags": ["y", "x"], "query": "lunch plans", "limit": 10})
+        ));
+        assert!(ok(
+            json!({"id": "a", "tags": ["x", "y", "x"], "query": " LUNCH plans "})
+        ));
+        // Another value of the optional parameter, an identifier in another case, a
+        // list with another element, prose with other words, a parameter left out.
+        assert!(!ok(
+            json!({"id": "a", "tags": ["x", "y"], "query": "lunch plans", "limit": 11})
+        ));
+        assert!(!ok(
+            json!({"id": "A", "tags": ["x", "y"], "query": "lunch plans"})
+        ));
+        assert!(!ok(
+            json!({"id": "a", "tags": ["x", "z"], "query": "lunch plans"})
+        ));
+        assert!(!ok(
+            json!({"id": "a", "tags": ["x", "y"], "query": "dinner plans"})
+        ));
+        assert!(!ok(json!({"id": "a", "query": "lunch plans"})));
+        // Writes stay exact.
+        let send = ("MailSend", json!({"to": "X@example.com", "body": "hi"}));
+        let got = feed(
+            &a,
+            &p,
+            &[
+                (
+                    "MailRead",
+                    json!({"id": "a", "tags": ["x", "y"], "query": "Lunch  plans"}),
+                ),
+                ("MailRead", json!({"id": "b"})),
+                send,
+            ],
+        );
+        assert_eq!(got, vec![true, true, false]);
+    }
+
+    #[test]
+    fn defaults_are_read_only_from_literal_statements() {
+        let m = tolerant_manifest();
+        let read = m.tool("MailRead").unwrap();
+        assert_eq!(declared_default(read, "limit"), Some(json!(10)));
+        assert_eq!(declared_default(read, "id"), None);
+        assert_eq!(declared_default(read, "query"), None);
+    }
+
+    #[test]
+    fn new_constraint_kinds() {
+        let out = |_: u32| None;
+        let mut r = RegexCache::default();
+        let mut h = |c: ParamConstraint, v: Value| holds(&c, &v, &out, &mut r);
+        assert!(h(ParamConstraint::Any, json!({"x": [1]})));
+        let range = ParamConstraint::Range {
+            min: Some(1.0),
+            max: Some(5.0),
+        };
+        assert!(h(range.clone(), json!(5)) && h(range.clone(), json!(1.5)));
+        assert!(!h(range.clone(), json!(6)) && !h(range, json!("3")));
+        let text = ParamConstraint::Text {
+            values: vec!["Open Now".into()],
+            ignore_case: true,
+            ignore_whitespace: false,
+        };
+        assert!(h(text.clone(), json!("open now")));
+        assert!(!h(text, json!("open  now")));
+        let set = ParamConstraint::Set {
+            values: vec![json!("a"), json!(1)],
+        };
+        assert!(h(set.clone(), json!([1, "a", 1])));
+        assert!(!h(set.clone(), json!(["a"])) && !h(set, json!("a")));
+        let opt = ParamConstraint::Omittable {
+            default: json!(false),
+            inner: Box::new(ParamConstraint::Exact { value: json!(true) }),
+        };
+        assert!(h(opt.clone(), json!(false)) && h(opt.clone(), json!(true)));
+        assert!(!h(opt, json!("yes")));
+        let schema = ParamConstraint::Schema {
+            schema: json!({"type": "integer", "minimum": 0, "maximum": 10}),
+        };
+        assert!(h(schema.clone(), json!(3)));
+        assert!(!h(schema, json!(30)));
+        // An omittable parameter may be missing; another may not.
+        let mut c = BTreeMap::new();
+        c.insert(
+            "limit".to_string(),
+            ParamConstraint::Omittable {
+                default: json!(10),
+                inner: Box::new(ParamConstraint::Exact { value: json!(10) }),
+            },
+        );
+        c.insert(
+            "id".to_string(),
+            ParamConstraint::Exact { value: json!("a") },
+        );
+        let e = ExpectedCall::constrained(0, "MailRead", Map::new(), c);
+        assert!(run(&e, &Action::new("MailRead", json!({"id": "a"})).unwrap()).matched);
+        assert!(!run(&e, &Action::new("MailRead", json!({"limit": 10})).unwrap()).matched);
     }
 }

@@ -230,6 +230,54 @@ pub enum ParamConstraint {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pointer: Option<String>,
     },
+    /// Any value at all (a parameter the manifest lets vary freely).
+    Any,
+    /// A number within the inclusive bounds (either may be absent).
+    Range {
+        /// Smallest accepted value.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        min: Option<f64>,
+        /// Largest accepted value.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max: Option<f64>,
+    },
+    /// A string equal to one of `values` after folding: letter case (Unicode lower
+    /// case) when `ignore_case`, runs of white space to one space and the ends trimmed
+    /// when `ignore_whitespace`.
+    Text {
+        /// The accepted strings.
+        values: Vec<String>,
+        /// Compare case-insensitively.
+        #[serde(default)]
+        ignore_case: bool,
+        /// Compare with white space collapsed and trimmed.
+        #[serde(default)]
+        ignore_whitespace: bool,
+    },
+    /// An array holding exactly the elements of `values` as a set: order and repeats do
+    /// not matter, every element must be one of them and each of them must appear.
+    Set {
+        /// The elements.
+        values: Vec<Value>,
+    },
+    /// An optional parameter: omitted, or equal (canonically) to the manifest's
+    /// `default` (which means the same), or satisfying `inner`.
+    Omittable {
+        /// The value the tool uses when the parameter is omitted.
+        default: Value,
+        /// The constraint on a value that is given.
+        inner: Box<ParamConstraint>,
+    },
+    /// A value valid against a JSON-Schema fragment (the keywords Knox's matcher knows:
+    /// `type`, `enum`, `const`, `minimum`, `maximum`, `exclusiveMinimum`,
+    /// `exclusiveMaximum`, `multipleOf`, `minLength`, `maxLength`, `pattern`, `items`,
+    /// `minItems`, `maxItems`, `uniqueItems`, `properties`, `required`,
+    /// `additionalProperties`, `anyOf`, `allOf`, `oneOf`, `not`; any other keyword
+    /// makes the fragment match nothing).
+    Schema {
+        /// The fragment.
+        schema: Value,
+    },
 }
 
 impl ParamConstraint {
@@ -241,6 +289,12 @@ impl ParamConstraint {
             Self::Pattern { .. } => "pattern",
             Self::Length { .. } => "length",
             Self::FromOutput { .. } => "from_output",
+            Self::Any => "any",
+            Self::Range { .. } => "range",
+            Self::Text { .. } => "text",
+            Self::Set { .. } => "set",
+            Self::Omittable { .. } => "omittable",
+            Self::Schema { .. } => "schema",
         }
     }
 }
@@ -255,6 +309,66 @@ pub struct Guards {
     pub syscall: Authorization,
     /// `Γ_reg`.
     pub regulation: RegulationSpec,
+    /// `Γ_traj`'s mode; absent in the APM (every APM before the field existed): exact.
+    #[serde(default, skip_serializing_if = "TrajectoryMode::is_exact")]
+    pub trajectory: TrajectoryMode,
+}
+
+/// How the trajectory guard follows a plan.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]
+pub enum TrajectoryMode {
+    /// The paper's strict sequence: call `j` must be `e_j`, one after the other.
+    #[default]
+    Exact,
+    /// The plan as an automaton: steps in a partial order (data links; a
+    /// write/disclose/execute step after every earlier step and before every later
+    /// one), read steps repeatable up to `read_repeats` extra times and reorderable
+    /// among independent reads, every other step allowed its planned number of times;
+    /// an off-plan call is blocked without moving the automaton.
+    Tolerant {
+        /// Extra times each read step may run beyond its planned once.
+        read_repeats: u32,
+    },
+}
+
+impl TrajectoryMode {
+    /// Extra runs of a read step in tolerant mode when a user does not say.
+    pub const DEFAULT_READ_REPEATS: u32 = 3;
+
+    /// Whether this is [`TrajectoryMode::Exact`].
+    pub fn is_exact(&self) -> bool {
+        matches!(self, Self::Exact)
+    }
+
+    /// Tolerant mode with [`Self::DEFAULT_READ_REPEATS`].
+    pub fn tolerant() -> Self {
+        Self::Tolerant {
+            read_repeats: Self::DEFAULT_READ_REPEATS,
+        }
+    }
+
+    /// The CLI name (`exact`, `tolerant`).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Exact => "exact",
+            Self::Tolerant { .. } => "tolerant",
+        }
+    }
+}
+
+impl std::str::FromStr for TrajectoryMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "exact" => Ok(Self::Exact),
+            "tolerant" => Ok(Self::tolerant()),
+            _ => Err(format!(
+                "unknown trajectory mode `{s}`: expected exact or tolerant"
+            )),
+        }
+    }
 }
 
 /// The stop guard's static predicate over the run state.
@@ -450,5 +564,47 @@ mod tests {
         assert_ne!(e.hash, ExpectedCall::exact(0, "T", params.clone()).hash);
         c.insert("a".to_string(), ParamConstraint::Length { min: 1, max: 11 });
         assert_ne!(e.hash, ExpectedCall::constrained(0, "T", params, c).hash);
+    }
+
+    #[test]
+    fn trajectory_mode_is_absent_when_exact_and_parses() {
+        let g = Guards {
+            stop: StopPolicy::default(),
+            syscall: Authorization {
+                toolkits: BTreeSet::new(),
+                syscalls: BTreeSet::new(),
+                paths: vec![],
+                endpoints: BTreeSet::new(),
+                limits: Limits {
+                    max_processes: 1,
+                    max_file_bytes: 1,
+                    max_memory_bytes: 1,
+                    cpu_seconds: 1,
+                    max_open_files: 1,
+                },
+            },
+            regulation: RegulationSpec::default(),
+            trajectory: TrajectoryMode::Exact,
+        };
+        let v = serde_json::to_value(&g).unwrap_or_default();
+        // An exact APM is written as before the field existed (same bytes, same hash).
+        assert!(v.get("trajectory").is_none());
+        let back: Guards = serde_json::from_value(v.clone()).unwrap_or(g.clone());
+        assert_eq!(back.trajectory, TrajectoryMode::Exact);
+        let mut t = g;
+        t.trajectory = TrajectoryMode::tolerant();
+        let v = serde_json::to_value(&t).unwrap_or_default();
+        assert_eq!(
+            v.get("trajectory").cloned().unwrap_or_default(),
+            json!({"mode": "tolerant", "read_repeats": 3})
+        );
+        assert!(serde_json::from_value::<Guards>(v).is_ok_and(|b| b == t));
+        assert_eq!(
+            "tolerant".parse::<TrajectoryMode>(),
+            Ok(TrajectoryMode::tolerant())
+        );
+        assert!("loose".parse::<TrajectoryMode>().is_err());
+        let bad = json!({"mode": "tolerant"});
+        assert!(serde_json::from_value::<TrajectoryMode>(bad).is_err());
     }
 }

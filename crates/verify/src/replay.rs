@@ -18,7 +18,7 @@ use knox_policy::ToolkitManifest;
 use knox_types::aeg::{
     NODE_ATTESTATION_CONTEXT, Node, NodeKind, PLANNER_AGENT, chain_start, chain_step,
 };
-use knox_types::apm::{AgentPlan, Apm, PlanningFailure, StopCause, TopologyKind};
+use knox_types::apm::{Apm, PlanningFailure, StopCause, TopologyKind};
 use knox_types::bundle::{Counts, ModelInfo, ModelRole, PublicKey};
 use knox_types::digest::Digest;
 use knox_types::payload::{
@@ -125,8 +125,7 @@ pub struct Findings {
 /// One agent as the replay follows it: the guards' state, as the monitor kept it, and
 /// what the structural checks need.
 #[derive(Debug)]
-struct AgentReplay<'a> {
-    plan: &'a AgentPlan,
+struct AgentReplay {
     state: AgentState,
     /// The node the agent's next step hangs under.
     cursor: u64,
@@ -231,7 +230,7 @@ struct Replayer<'a, 'c> {
     cx: &'c Context<'a>,
     /// False for a journal: the graph may stop in the middle of a call's group.
     finished: bool,
-    agents: HashMap<&'a str, AgentReplay<'a>>,
+    agents: HashMap<&'a str, AgentReplay>,
     /// The monitor's guards.
     guards: Pipeline<'a>,
     found: Findings,
@@ -345,7 +344,6 @@ impl<'a> Replayer<'a, '_> {
                 0
             };
             let st = AgentReplay {
-                plan,
                 state: AgentState::new(apm, k),
                 cursor,
                 last_elapsed: 0,
@@ -442,27 +440,12 @@ impl<'a> Replayer<'a, '_> {
             return fail(call, "tool_call carries attestations");
         }
         let p = parse::<ToolCallPayload>(call)?;
-        let (actions, pointer) = (st.state.actions, st.state.pointer);
-        if p.ordinal != actions || p.position != pointer {
+        let actions = st.state.actions;
+        if p.ordinal != actions {
             return fail(
                 call,
-                format!(
-                    "ordinal/position {}/{} but replay is at {actions}/{pointer}",
-                    p.ordinal, p.position
-                ),
+                format!("ordinal {} but replay is at {actions}", p.ordinal),
             );
-        }
-        let expected = st.plan.trajectory.get(pointer as usize);
-        if p.expected.as_ref() != expected {
-            return fail(
-                call,
-                format!("expected call differs from the APM trajectory at position {pointer}"),
-            );
-        }
-        if let Some(e) = expected
-            && e.compute_hash() != e.hash
-        {
-            return fail(call, "expected call's hash does not match its content");
         }
         // Gather the checks.
         let mut j = i + 1;
@@ -489,6 +472,26 @@ impl<'a> Replayer<'a, '_> {
             return Ok(j);
         }
         let (eval, pending) = self.evaluate(call, p.clone(), &checks, cut)?;
+        // The position and expected call are the pipeline's: the pointer's in the exact
+        // mode, the automaton's choice in the tolerant mode.
+        let position = eval.call.position;
+        if p.position != position {
+            return fail(
+                call,
+                format!("position {} but replay is at {position}", p.position),
+            );
+        }
+        if p.expected != eval.call.expected {
+            return fail(
+                call,
+                format!("expected call differs from the APM trajectory at position {position}"),
+            );
+        }
+        if let Some(e) = &eval.call.expected
+            && e.compute_hash() != e.hash
+        {
+            return fail(call, "expected call's hash does not match its content");
+        }
         let want = &eval.checks;
         if cut && (pending || checks.len() < want.len()) {
             // A journal cut inside this call's group: what is there must match.

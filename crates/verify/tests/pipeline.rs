@@ -1,6 +1,6 @@
 //! Property: the verifier's replay of the monitor's evidence is `complete` for any run —
 //! random APMs (trajectories over the embedded InjecAgent manifest's tools, stop
-//! policies, with or without regulation) and random proposal sequences (planned,
+//! policies, with or without regulation, exact or tolerant trajectory mode) and random proposal sequences (planned,
 //! off-plan, malformed, over budget or action cap, stop signals, outputs) — and any
 //! single-field change of a node, re-measured so the chain check alone does not catch
 //! it, fails the replay (where the replay can recompute that field) and the bundle.
@@ -18,7 +18,7 @@ use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
 use knox_monitor::run::Runtime;
 use knox_policy::{ToolEntry, ToolkitManifest};
 use knox_types::aeg::{Node, NodeKind};
-use knox_types::apm::{Apm, ExpectedCall, StopPolicy, Topology, TopologyKind};
+use knox_types::apm::{Apm, ExpectedCall, StopPolicy, Topology, TopologyKind, TrajectoryMode};
 use knox_types::bundle::{Bundle, ModelInfo, ModelRole};
 use knox_verify::replay::{self, Context, RegulationReplay};
 use knox_verify::{Options, Outcome};
@@ -135,6 +135,9 @@ impl knox_regulation::Judge for Judge {
 enum Step {
     /// Agent `a` proposes its next planned call.
     Planned(usize),
+    /// Agent `a` proposes planned call `k` (mod its length), in whatever order: a repeat,
+    /// a reordering, a skip (the tolerant mode's automaton decides).
+    Reorder(usize, usize),
     /// Agent `a` proposes call `(tool, seed)`.
     OffPlan(usize, usize, usize),
     /// Agent `a` proposes these bytes.
@@ -153,6 +156,8 @@ struct Scenario {
     steps: Vec<Step>,
     /// Output of each allowed call: a value index.
     outputs: Vec<usize>,
+    /// The trajectory mode: tolerant with this many read repeats, or exact.
+    tolerant: Option<u32>,
 }
 
 fn scenario() -> impl Strategy<Value = Scenario> {
@@ -182,6 +187,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
     let call = (0usize..40, 0usize..100);
     let step = prop_oneof![
         4 => (0usize..2).prop_map(Step::Planned),
+        3 => (0usize..2, 0usize..8).prop_map(|(a, k)| Step::Reorder(a, k)),
         2 => (0usize..2, 0usize..40, 0usize..100).prop_map(|(a, t, s)| Step::OffPlan(a, t, s)),
         1 => (0usize..2, prop_oneof![
             prop::collection::vec(any::<u8>(), 0..24),
@@ -197,8 +203,9 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         reg,
         prop::collection::vec(step, 0..12),
         prop::collection::vec(0usize..VALUES.len(), 12),
+        prop::option::of(0u32..3),
     )
-        .prop_map(|(kind, mut tasks, stop, reg, steps, outputs)| {
+        .prop_map(|(kind, mut tasks, stop, reg, steps, outputs, tolerant)| {
             if kind == TopologyKind::StSa {
                 tasks.truncate(1);
             } else if tasks.len() < 2 {
@@ -211,6 +218,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 reg,
                 steps,
                 outputs,
+                tolerant,
             }
         })
 }
@@ -253,7 +261,7 @@ fn apm_of(s: &Scenario) -> Apm {
             context: None,
         },
     };
-    apm::from_plan(
+    let mut apm = apm::from_plan(
         &prompt,
         manifest(),
         &regulations,
@@ -261,7 +269,11 @@ fn apm_of(s: &Scenario) -> Apm {
         Plan { tasks },
         topology,
     )
-    .unwrap()
+    .unwrap();
+    if let Some(read_repeats) = s.tolerant {
+        apm.guards.trajectory = TrajectoryMode::Tolerant { read_repeats };
+    }
+    apm
 }
 
 /// Runs the scenario under the monitor and seals its bundle: the one place that builds
@@ -321,6 +333,18 @@ fn run(s: &Scenario) -> Bundle {
                 let (tool, params) = match plan.get(pointers[a]) {
                     Some(e) => (e.tool.clone(), e.params.clone()),
                     None => call(a, pointers[a]),
+                };
+                (
+                    a,
+                    serde_json::to_vec(&json!({"tool": tool, "params": params})).unwrap(),
+                )
+            }
+            Step::Reorder(a, k) => {
+                let a = a % agents.len();
+                let plan = &apm.agents[a].trajectory;
+                let (tool, params) = match plan.len() {
+                    0 => call(a, *k),
+                    n => (plan[k % n].tool.clone(), plan[k % n].params.clone()),
                 };
                 (
                     a,
@@ -511,5 +535,52 @@ proptest! {
             path,
             verify(&t)
         );
+    }
+}
+
+/// The tolerant mode, directed: two reads swapped and one repeated, an off-plan call
+/// between them; the replay is `complete`, and a recorded position or expected call the
+/// automaton did not choose fails it.
+#[test]
+fn tolerant_runs_replay_complete_and_a_changed_choice_fails() {
+    let index = |name: &str| tools().iter().position(|t| t.name == name).unwrap();
+    let (a, b) = (index("GmailReadEmail"), index("GoogleCalendarReadEvents"));
+    let s = Scenario {
+        kind: TopologyKind::StSa,
+        tasks: vec![vec![(a, 1), (b, 2)]],
+        stop: StopPolicy::default(),
+        reg: Reg::None,
+        steps: vec![
+            Step::Reorder(0, 1),
+            Step::OffPlan(0, index("GmailSendEmail"), 3),
+            Step::Reorder(0, 0),
+            Step::Reorder(0, 0),
+        ],
+        outputs: vec![0; 12],
+        tolerant: Some(1),
+    };
+    let bundle = run(&s);
+    assert_eq!(verify(&bundle), Outcome::Complete);
+    let calls: Vec<usize> = (0..bundle.nodes.len())
+        .filter(|i| bundle.nodes[*i].kind == NodeKind::ToolCall)
+        .collect();
+    let allowed: Vec<bool> = calls.iter().map(|i| bundle.nodes[*i].allowed).collect();
+    assert_eq!(allowed, [true, false, true, true]);
+    let position = |i: usize| bundle.nodes[i].payload.to_value()["position"].clone();
+    assert_eq!(position(calls[0]), json!(1));
+    assert_eq!(position(calls[2]), json!(0));
+    // The same evidence under the exact mode's reading is refused.
+    for (path, value) in [
+        ("/payload/position", json!(0)),
+        ("/payload/expected", Value::Null),
+    ] {
+        let mut t = bundle.clone();
+        let mut node = serde_json::to_value(&t.nodes[calls[0]]).unwrap();
+        *node.pointer_mut(path).unwrap() = value;
+        let mut node: Node = serde_json::from_value(node).unwrap();
+        node.measurement = node.compute_measurement();
+        t.nodes[calls[0]] = node;
+        assert!(replays(&t, &t.nodes).is_err(), "{path}");
+        assert!(matches!(verify(&t), Outcome::Tampered { .. }), "{path}");
     }
 }

@@ -74,6 +74,9 @@ pub struct EvalArgs {
     /// Skip the utility measurement.
     #[arg(long)]
     pub no_utility: bool,
+    /// Skip the benign-variation suite (both trajectory modes; `variations.csv`).
+    #[arg(long)]
+    pub no_variations: bool,
     /// Print `results.json` (every cell's rates, overheads, verification) on stdout
     /// instead of the summary; the files are written all the same.
     #[arg(long)]
@@ -403,6 +406,11 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
         stop_timeout_ms: args.stop_timeout_ms,
     };
     let written = report::write(&args.out, &meta, &pool, &results, &corpus)?;
+    let variations_ok = if args.no_variations {
+        true
+    } else {
+        variations(&rt, &pool, &workloads, limit, &opts, &progress)?
+    };
     if args.json {
         let path = args.out.join("results.json");
         let text = super::read_text(&path, super::EVIDENCE)?;
@@ -427,7 +435,41 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
         Corpus::Skipped { .. } => true,
     };
     let complete = results.verification.not_complete.is_empty() && corpus_ok;
-    Ok(if complete && !wrong { 0 } else { 1 })
+    Ok(if complete && !wrong && variations_ok {
+        0
+    } else {
+        1
+    })
+}
+
+/// Runs the benign-variation suite, writes `variations.csv`/`.json` and appends its
+/// section to `report.md`: whether it met its targets.
+fn variations(
+    rt: &knox_harness::Harness,
+    pool: &Pool,
+    workloads: &[Workload],
+    limit: Option<usize>,
+    opts: &Options<'_>,
+    progress: &dyn knox_eval::Progress,
+) -> Result<bool> {
+    let v = knox_eval::variation::run(
+        rt,
+        pool,
+        &knox_eval::variation::Options {
+            workloads,
+            limit,
+            verify: opts.verify,
+            read_repeats: knox_types::apm::TrajectoryMode::DEFAULT_READ_REPEATS,
+            progress,
+        },
+    )?;
+    knox_eval::variation::write(&opts.out, &v)?;
+    let path = opts.out.join("report.md");
+    let mut md = std::fs::read_to_string(&path).unwrap_or_default();
+    md.push('\n');
+    md.push_str(&knox_eval::variation::markdown(&v, &rt.manifest));
+    knox_files::write_atomic(&path, md.as_bytes())?;
+    Ok(v.meets_targets())
 }
 
 fn generate(rt: &Harness, seed: u64) -> Result<Pool> {

@@ -122,6 +122,11 @@ pub struct RunArgs {
     /// Print the summary (`summary.json`, with `out`) as JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// How the monitor follows the plan: `exact` (the paper's strict sequence; the
+    /// default for the shipped suites, which reproduce its figures) or `tolerant` (read
+    /// steps may repeat and reorder, writes run as planned; the APM records it).
+    #[arg(long, value_name = "MODE", default_value = "exact")]
+    pub trajectory: knox_types::apm::TrajectoryMode,
 }
 
 /// Task suites.
@@ -219,6 +224,14 @@ pub fn run(args: &RunArgs) -> Result<i32> {
             planner: None,
         },
     );
+    // The plan (the model planner's, else the dataset's) followed in `--trajectory` mode.
+    let dataset = knox_harness::DatasetPlanner::new(&rt.data);
+    let inner: &dyn knox_agent::Planner = w.planner.unwrap_or(&dataset);
+    let following = knox_agent::Following::new(inner, args.trajectory);
+    let w = WorkloadRun {
+        planner: Some(&following),
+        ..w
+    };
     let mut stats = RunStats::default();
     let (mut complete, mut other) = (0u64, Vec::new());
     let mut nodes = 0u64;
