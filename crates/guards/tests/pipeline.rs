@@ -94,6 +94,7 @@ fn a_planned_call_passes_every_guard_in_order_and_moves_the_pointer() {
         Proposal::classify(&raw(planned), &m),
         Clock::default(),
         &mut never(),
+        &[],
     );
     assert_eq!(
         guards(&e.checks),
@@ -131,6 +132,7 @@ fn an_off_plan_call_is_blocked_by_the_trajectory_guard_without_moving_the_pointe
         Proposal::classify(&raw(&apm.agents[0].trajectory[1]), &m),
         Clock::default(),
         &mut never(),
+        &[],
     );
     let Decision::Block {
         guard,
@@ -161,6 +163,7 @@ fn malformed_bytes_fail_the_input_guard_and_nothing_after_it_runs() {
         Proposal::classify(b"\xff not json", &m),
         Clock::default(),
         &mut never(),
+        &[],
     );
     assert_eq!(guards(&e.checks), [GuardKind::Stop, GuardKind::Input]);
     assert!(!e.checks[1].passed);
@@ -193,7 +196,13 @@ fn the_stop_guard_fires_first_on_the_given_clock_and_stops_the_agent() {
         elapsed_ms: 100,
         signal: false,
     };
-    let e = p.evaluate(&st, Proposal::classify(&planned, &m), late, &mut never());
+    let e = p.evaluate(
+        &st,
+        Proposal::classify(&planned, &m),
+        late,
+        &mut never(),
+        &[],
+    );
     assert!(matches!(
         e.decision,
         Decision::Interrupt {
@@ -215,6 +224,7 @@ fn the_stop_guard_fires_first_on_the_given_clock_and_stops_the_agent() {
         Proposal::classify(&planned, &m),
         signalled,
         &mut never(),
+        &[],
     );
     assert!(matches!(
         e.decision,
@@ -228,6 +238,7 @@ fn the_stop_guard_fires_first_on_the_given_clock_and_stops_the_agent() {
         Proposal::classify(b"junk", &m),
         Clock::default(),
         &mut never(),
+        &[],
     );
     assert!(matches!(
         e.decision,
@@ -263,6 +274,7 @@ fn a_disclosure_asks_the_regulation_source_last_and_its_answer_decides() {
         Proposal::classify(&call, &m),
         Clock::default(),
         &mut source,
+        &[],
     );
     assert!(source.asked.is_empty());
     assert!(matches!(e.decision, Decision::Allow { .. }));
@@ -276,6 +288,7 @@ fn a_disclosure_asks_the_regulation_source_last_and_its_answer_decides() {
         Proposal::classify(&call, &m),
         Clock::default(),
         &mut source,
+        &[],
     );
     assert!(matches!(e.decision, Decision::Undecided));
     assert_eq!(source.asked, [e.checks.len()]);
@@ -292,6 +305,7 @@ fn a_disclosure_asks_the_regulation_source_last_and_its_answer_decides() {
         Proposal::classify(&call, &m),
         Clock::default(),
         &mut source,
+        &[],
     );
     let Decision::Block {
         guard, advances, ..
@@ -352,6 +366,7 @@ fn what_the_monitor_recorded_reclassifies_to_the_same_input_and_changes_are_name
             Proposal::classify(bytes, &m),
             Clock::default(),
             &mut never(),
+            &[],
         )
         .call
     };

@@ -6,8 +6,8 @@ use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations, task_id};
 use knox_attest::TeeKey;
 use knox_policy::{ToolkitManifest, auth};
 use knox_types::apm::{
-    APM_VERSION, AgentPlan, Apm, ApmInputs, ExpectedCall, Guards, ParamConstraint, PlanningFailure,
-    RegulationSpec, StopPolicy, TaskPlan, Topology, TopologyKind,
+    APM_VERSION, AgentPlan, Apm, ApmInputs, Closed, ExpectedCall, Guards, ParamConstraint,
+    PlanningFailure, RegulationSpec, StopPolicy, TaskPlan, Topology, TopologyKind,
 };
 use knox_types::bundle::{ApmAttestation, ApmStatement};
 use knox_types::canon::CanonError;
@@ -148,6 +148,7 @@ pub fn from_plan(
                 policy_hash: regulations.policy_hash,
                 context: regulations.context.clone(),
             },
+            closed: Closed::ALL,
         },
         planning: None,
     })

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod auth;
+pub mod content;
 pub mod dataflow;
 pub mod manifest;
 pub mod mediated;

@@ -255,6 +255,46 @@ pub struct Guards {
     pub syscall: Authorization,
     /// `Γ_reg`.
     pub regulation: RegulationSpec,
+    /// The channels adaptive attackers use that the guards close; absent (all off) in
+    /// APMs written before, whose evidence replays under the rules it was made under.
+    #[serde(default, skip_serializing_if = "Closed::is_open")]
+    pub closed: Closed,
+}
+
+/// Which channels an attacker who knows the policy uses the guards close (issue 15).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Closed {
+    /// The budget is checked as spent + the proposed call's cost.
+    #[serde(default)]
+    pub budget: bool,
+    /// Content is a sink: what a disclosing tool's parameters carry is checked for
+    /// flows from the run's earlier outputs, normalised; an undeclared flow blocks.
+    #[serde(default)]
+    pub content: bool,
+    /// Labels propagate per run, content is normalised before label matching, and a
+    /// `not_applicable` verdict after a labelled read blocks.
+    #[serde(default)]
+    pub labels: bool,
+    /// A recipient (sink) linked to a field of an untrusted output is refused unless
+    /// that field is declared trusted.
+    #[serde(default)]
+    pub recipients: bool,
+}
+
+impl Closed {
+    /// Every channel closed: what new APMs carry.
+    pub const ALL: Self = Self {
+        budget: true,
+        content: true,
+        labels: true,
+        recipients: true,
+    };
+
+    /// Whether no channel is closed (an APM written before they were).
+    pub fn is_open(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// The stop guard's static predicate over the run state.
