@@ -76,20 +76,43 @@ impl fmt::Display for Via {
     }
 }
 
-/// The squashed form of `s`: NFKC, the UTS 39 skeleton (confusables mapped to their
+/// The squashed form of `s`: NFKC; ASCII letters and digits lower-cased, other ASCII
+/// dropped; every other character mapped by the UTS 39 skeleton (confusables to their
 /// prototype, default-ignorable code points such as zero-width characters dropped),
-/// lower case, the skeleton again (a lower-case letter's own confusables), lower case,
-/// then letters and digits only (combining marks, spaces and punctuation dropped). The
-/// skeleton comes first: lower-casing a confusable can leave the confusables table (a
-/// Cherokee capital that looks like `L` has a lower case that looks like nothing).
+/// lower-cased, and what is still not ASCII mapped and lower-cased once more; then
+/// letters and digits only (combining marks, spaces and punctuation dropped). ASCII is
+/// not mapped (the skeleton would read a capital `I` as `l`), and the skeleton comes
+/// before lower case (a Cherokee capital that looks like `L` lower-cases to a letter
+/// that looks like nothing).
 pub fn squash(s: &str) -> String {
     use unicode_security::confusable_detection::skeleton;
     let nfkc: String = s.nfkc().collect();
-    let first: String = skeleton(&nfkc).flat_map(char::to_lowercase).collect();
-    skeleton(&first)
-        .flat_map(char::to_lowercase)
-        .filter(|c| c.is_alphanumeric())
-        .collect()
+    let mut out = String::with_capacity(nfkc.len());
+    let mut buf = [0u8; 4];
+    for c in nfkc.chars() {
+        if c.is_ascii() {
+            if c.is_ascii_alphanumeric() {
+                out.push(c.to_ascii_lowercase());
+            }
+            continue;
+        }
+        let first: String = skeleton(c.encode_utf8(&mut buf)).collect();
+        for m in first.chars().flat_map(char::to_lowercase) {
+            if m.is_ascii() {
+                if m.is_ascii_alphanumeric() {
+                    out.push(m);
+                }
+                continue;
+            }
+            let mut inner = [0u8; 4];
+            out.extend(
+                skeleton(m.encode_utf8(&mut inner))
+                    .flat_map(char::to_lowercase)
+                    .filter(|k| k.is_alphanumeric()),
+            );
+        }
+    }
+    out
 }
 
 /// The items of `output` (squashed, deduplicated), see the module documentation.
@@ -368,6 +391,9 @@ mod tests {
         assert_eq!(squash("h u n t e r 2"), squash("hunter2"));
         // A Cherokee capital that looks like `L`, a Cyrillic capital `Т`.
         assert_eq!(squash("\u{13de}ogin \u{0422}oken"), squash("login token"));
+        // Capitals are not confusables of lower-case letters.
+        assert_eq!(squash("HYPERTENSION"), squash("hypertension"));
+        assert_eq!(squash("Mill"), "mill");
     }
 
     #[test]
