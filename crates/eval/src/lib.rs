@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod adaptive;
 pub mod corpus;
 pub mod generate;
 pub mod guards;

@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 
-use knox_policy::dataflow::Tainted;
+use std::sync::Arc;
+
+use knox_policy::dataflow::{RunOutput, Tainted};
 use knox_policy::mediated::{self, Caches};
 use knox_policy::proposal::{self, Malformed};
 use knox_policy::stop::{self, RunState};
@@ -37,6 +39,37 @@ pub struct LabelledOutput {
     pub tool: String,
     /// The output.
     pub output: Value,
+}
+
+/// An output of the run, shared by every agent's content and label checks (APMs that
+/// close those channels, [`knox_types::apm::Closed`]): the monitor and the verifier keep
+/// the run's outputs in commit order, and each disclosing call records how many of them
+/// it saw.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SharedOutput {
+    /// Sequence number of the `tool_output` node.
+    pub node: u64,
+    /// Index of the producing agent's plan in the APM's agents.
+    pub agent: usize,
+    /// Trajectory position of the call in that agent's trajectory.
+    pub position: u32,
+    /// The producing tool.
+    pub tool: String,
+    /// The output.
+    pub output: Value,
+}
+
+impl SharedOutput {
+    /// The run-wide view of an output agent `agent` recorded.
+    pub fn of(agent: usize, out: &RecordedOutput) -> Self {
+        Self {
+            node: out.node,
+            agent,
+            position: out.position,
+            tool: out.tool.clone(),
+            output: out.output.clone(),
+        }
+    }
 }
 
 /// The output of an allowed call, as it is recorded into the agent's state.
@@ -475,18 +508,29 @@ impl<'a> Pipeline<'a> {
         self.manifest
     }
 
+    /// Whether the APM closes a channel that needs the run's outputs
+    /// ([`SharedOutput`]): content as a sink, or labels per run.
+    pub fn shares_outputs(&self) -> bool {
+        let c = self.apm.guards.closed;
+        c.content || c.labels
+    }
+
     /// Evaluates the guards on `proposal` by the agent in state `st`, in order: stop
     /// (with `clock`), input, trajectory, mediated system call, data flow, and — for a
     /// disclosing tool when regulations are in force — regulation (from `regulation`).
-    /// Evaluation stops at a fired stop guard or a failed input guard; the first failing
-    /// check decides the block. Nothing is changed: apply [`Evaluation::change`].
+    /// `run` is the run's outputs this evaluation sees, in commit order (used only when
+    /// [`Pipeline::shares_outputs`]). Evaluation stops at a fired stop guard or a failed
+    /// input guard; the first failing check decides the block. Nothing is changed: apply
+    /// [`Evaluation::change`].
     pub fn evaluate(
         &mut self,
         st: &AgentState,
         proposal: Proposal<'a>,
         clock: Clock,
         regulation: &mut dyn RegulationSource,
+        run: &[Arc<SharedOutput>],
     ) -> Evaluation<'a> {
+        let closed = self.apm.guards.closed;
         let plan = self.apm.agents.get(st.plan);
         let Proposal {
             actual,
@@ -532,11 +576,18 @@ impl<'a> Pipeline<'a> {
             raw,
             raw_len,
         };
+        // The budget counts the proposed call's cost (a malformed proposal costs nothing).
+        let proposed = match &input {
+            Input::WellFormed { entry, .. } => entry.needs.cost,
+            Input::Malformed { .. } => 0,
+        };
+        let cost = closed.budget.then_some(proposed);
         let state = RunState {
             actions: st.actions,
             spent: st.spent,
             elapsed_ms: clock.elapsed_ms,
             signal: clock.signal,
+            cost,
         };
         let cause = stop::evaluate(&self.apm.guards.stop, &state);
         let mut checks = vec![CheckPayload {
@@ -548,6 +599,7 @@ impl<'a> Pipeline<'a> {
                 elapsed_ms: state.elapsed_ms,
                 signal: state.signal,
                 cause,
+                cost,
             },
         }];
         let done = |call, checks, decision| Evaluation {
@@ -588,12 +640,35 @@ impl<'a> Pipeline<'a> {
                 output: &t.output,
             })
             .collect();
+        let run: &[Arc<SharedOutput>] = if self.shares_outputs() { run } else { &[] };
+        let run_view: Vec<RunOutput<'_>> = run
+            .iter()
+            .map(|r| RunOutput {
+                node: r.node,
+                mine: r.agent == st.plan,
+                position: r.position,
+                output: &r.output,
+            })
+            .collect();
+        let manifest = self.manifest;
+        let links = |call: u32, pointer: Option<&str>| {
+            let entry = plan
+                .and_then(|p| p.trajectory.get(call as usize))
+                .and_then(|e| manifest.tool(&e.tool));
+            entry.is_none_or(|t| {
+                t.returns_external()
+                    && !pointer.is_some_and(|p| t.annotations.trusted.iter().any(|f| f == p))
+            })
+        };
         let view = mediated::AgentView {
             expected,
             outputs: &outputs,
             tainted: &tainted,
             prompt: &self.prompt,
             trajectory: selection.as_ref().map(|s| &s.outcome),
+            closed,
+            run: &run_view,
+            links: &links,
         };
         checks.extend(mediated::checks(
             entry,
@@ -606,19 +681,40 @@ impl<'a> Pipeline<'a> {
         if !self.apm.guards.regulation.regulations.is_empty()
             && entry.annotations.discloses.is_some()
         {
-            let seen: Vec<Seen<'_>> = st
-                .labelled
-                .iter()
-                .map(|l| Seen {
-                    node: l.node,
-                    position: l.position,
-                    labels: self
-                        .manifest
-                        .tool(&l.tool)
-                        .and_then(|t| t.annotations.returns.as_ref()),
-                    output: &l.output,
-                })
-                .collect();
+            let labels_of = |tool: &str| {
+                self.manifest
+                    .tool(tool)
+                    .and_then(|t| t.annotations.returns.as_ref())
+            };
+            let seen: Vec<Seen<'_>> = if closed.labels {
+                // Labels per run: every agent's labelled outputs this call saw (another
+                // agent's positions are not this trajectory's: they link nothing).
+                run.iter()
+                    .filter_map(|r| {
+                        let labels = labels_of(&r.tool).filter(|l| !l.info_types.is_empty())?;
+                        Some(Seen {
+                            node: r.node,
+                            position: if r.agent == st.plan {
+                                r.position
+                            } else {
+                                u32::MAX
+                            },
+                            labels: Some(labels),
+                            output: &r.output,
+                        })
+                    })
+                    .collect()
+            } else {
+                st.labelled
+                    .iter()
+                    .map(|l| Seen {
+                        node: l.node,
+                        position: l.position,
+                        labels: labels_of(&l.tool),
+                        output: &l.output,
+                    })
+                    .collect()
+            };
             let task = expected
                 .map(|e| e.task)
                 .or_else(|| plan.and_then(|p| p.tasks.last().copied()));
@@ -631,7 +727,18 @@ impl<'a> Pipeline<'a> {
                 index: checks.len(),
             };
             match regulation.check(&d) {
-                Some(c) => checks.push(c),
+                Some(mut c) => {
+                    // Content the executor composed (a parameter the plan does not fix
+                    // exactly): it may carry what was read in a form no match finds.
+                    let composed = action
+                        .params
+                        .iter()
+                        .any(|(n, v)| !knox_policy::dataflow::fixed(n, v, expected));
+                    if closed.labels && composed {
+                        fail_closed(&mut c, &seen);
+                    }
+                    checks.push(c);
+                }
                 None => return done(call, checks, Decision::Undecided),
             }
         }
@@ -658,6 +765,27 @@ impl<'a> Pipeline<'a> {
         };
         done(call, checks, decision)
     }
+}
+
+/// Regulation fails closed: a `not_applicable` verdict for a disclosure whose content
+/// the executor composed, made after the run read labelled data (`seen`), does not pass
+/// — no policy decided a disclosure that may carry those labels (paraphrased, encoded,
+/// translated to a code), so it is blocked pending approval. The same on a check the
+/// verifier takes as recorded (idempotent).
+fn fail_closed(c: &mut CheckPayload, seen: &[Seen<'_>]) {
+    let CheckDetail::Regulation { verdict, note, .. } = &mut c.detail else {
+        return;
+    };
+    if seen.is_empty() || verdict != "not_applicable" {
+        return;
+    }
+    c.passed = false;
+    let nodes: Vec<String> = seen.iter().take(8).map(|s| s.node.to_string()).collect();
+    *note = Some(format!(
+        "labelled data was read before (tool_output node {}{}) and no policy decides this disclosure",
+        nodes.join(", "),
+        if seen.len() > 8 { ", …" } else { "" },
+    ));
 }
 
 /// The first [`MAX_RECORDED_PROPOSAL`] bytes of a raw proposal, as text.

@@ -94,6 +94,7 @@ fn a_planned_call_passes_every_guard_in_order_and_moves_the_pointer() {
         Proposal::classify(&raw(planned), &m),
         Clock::default(),
         &mut never(),
+        &[],
     );
     assert_eq!(
         guards(&e.checks),
@@ -131,6 +132,7 @@ fn an_off_plan_call_is_blocked_by_the_trajectory_guard_without_moving_the_pointe
         Proposal::classify(&raw(&apm.agents[0].trajectory[1]), &m),
         Clock::default(),
         &mut never(),
+        &[],
     );
     let Decision::Block {
         guard,
@@ -161,6 +163,7 @@ fn malformed_bytes_fail_the_input_guard_and_nothing_after_it_runs() {
         Proposal::classify(b"\xff not json", &m),
         Clock::default(),
         &mut never(),
+        &[],
     );
     assert_eq!(guards(&e.checks), [GuardKind::Stop, GuardKind::Input]);
     assert!(!e.checks[1].passed);
@@ -194,7 +197,13 @@ fn the_stop_guard_fires_first_on_the_given_clock_and_stops_the_agent() {
         elapsed_ms: 100,
         signal: false,
     };
-    let e = p.evaluate(&st, Proposal::classify(&planned, &m), late, &mut never());
+    let e = p.evaluate(
+        &st,
+        Proposal::classify(&planned, &m),
+        late,
+        &mut never(),
+        &[],
+    );
     assert!(matches!(
         e.decision,
         Decision::Interrupt {
@@ -216,6 +225,7 @@ fn the_stop_guard_fires_first_on_the_given_clock_and_stops_the_agent() {
         Proposal::classify(&planned, &m),
         signalled,
         &mut never(),
+        &[],
     );
     assert!(matches!(
         e.decision,
@@ -229,6 +239,7 @@ fn the_stop_guard_fires_first_on_the_given_clock_and_stops_the_agent() {
         Proposal::classify(b"junk", &m),
         Clock::default(),
         &mut never(),
+        &[],
     );
     assert!(matches!(
         e.decision,
@@ -264,6 +275,7 @@ fn a_disclosure_asks_the_regulation_source_last_and_its_answer_decides() {
         Proposal::classify(&call, &m),
         Clock::default(),
         &mut source,
+        &[],
     );
     assert!(source.asked.is_empty());
     assert!(matches!(e.decision, Decision::Allow { .. }));
@@ -277,6 +289,7 @@ fn a_disclosure_asks_the_regulation_source_last_and_its_answer_decides() {
         Proposal::classify(&call, &m),
         Clock::default(),
         &mut source,
+        &[],
     );
     assert!(matches!(e.decision, Decision::Undecided));
     assert_eq!(source.asked, [e.checks.len()]);
@@ -293,6 +306,7 @@ fn a_disclosure_asks_the_regulation_source_last_and_its_answer_decides() {
         Proposal::classify(&call, &m),
         Clock::default(),
         &mut source,
+        &[],
     );
     let Decision::Block {
         guard, advances, ..
@@ -354,6 +368,7 @@ fn what_the_monitor_recorded_reclassifies_to_the_same_input_and_changes_are_name
             Proposal::classify(bytes, &m),
             Clock::default(),
             &mut never(),
+            &[],
         )
         .call
     };
@@ -404,6 +419,7 @@ fn tolerant_mode_follows_the_automaton_and_an_off_plan_call_moves_nothing() {
             Proposal::classify(bytes, &m),
             Clock::default(),
             &mut never(),
+            &[],
         );
         st.apply(e.change());
         let allowed = matches!(e.decision, Decision::Allow { .. });
@@ -467,6 +483,7 @@ fn a_repeated_read_does_not_change_what_a_later_step_takes_from_its_output() {
             Proposal::classify(&raw(&read), &m),
             Clock::default(),
             &mut never(),
+            &[],
         );
         assert!(matches!(e.decision, Decision::Allow { position: 0, .. }));
         st.apply(e.change());
@@ -492,6 +509,7 @@ fn a_repeated_read_does_not_change_what_a_later_step_takes_from_its_output() {
         Proposal::classify(&event("second"), &m),
         Clock::default(),
         &mut never(),
+        &[],
     );
     assert!(matches!(
         e.decision,
@@ -506,6 +524,7 @@ fn a_repeated_read_does_not_change_what_a_later_step_takes_from_its_output() {
         Proposal::classify(&event("first"), &m),
         Clock::default(),
         &mut never(),
+        &[],
     );
     assert!(
         matches!(e.decision, Decision::Allow { position: 1, .. }),

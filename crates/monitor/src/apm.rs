@@ -6,8 +6,8 @@ use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations, task_id};
 use knox_attest::TeeKey;
 use knox_policy::{ToolkitManifest, auth};
 use knox_types::apm::{
-    APM_VERSION, AgentPlan, Apm, ApmInputs, ExpectedCall, Guards, ParamConstraint, PlanningFailure,
-    RegulationSpec, StopPolicy, TaskPlan, Topology, TopologyKind, TrajectoryMode,
+    APM_VERSION, AgentPlan, Apm, ApmInputs, Closed, ExpectedCall, Guards, ParamConstraint,
+    PlanningFailure, RegulationSpec, StopPolicy, TaskPlan, Topology, TopologyKind, TrajectoryMode,
 };
 use knox_types::bundle::{ApmAttestation, ApmStatement};
 use knox_types::canon::CanonError;
@@ -150,6 +150,7 @@ pub fn from_plan(
                 context: regulations.context.clone(),
             },
             trajectory: TrajectoryMode::Exact,
+            closed: Closed::ALL,
         },
         planning: None,
     })

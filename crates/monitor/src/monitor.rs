@@ -9,14 +9,14 @@
 //! returns an error or panics on untrusted input.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use knox_agent::ToolResult;
 use knox_attest::TeeKey;
 use knox_guards::{
     AgentState, Clock, Decision, Disclosure, Evaluation, Pipeline, Proposal, RecordedOutput,
-    RegulationSource,
+    RegulationSource, SharedOutput,
 };
 use knox_policy::ToolkitManifest;
 use knox_regulation::{Judge, Regulator};
@@ -133,6 +133,9 @@ pub struct Monitor<'a> {
     aeg: Mutex<AegBuilder>,
     /// The agents, fixed at the start; each behind its own lock (taken before `aeg`).
     agents: HashMap<String, Mutex<Agent<'a>>>,
+    /// The run's outputs in commit order, when the APM closes the content or label
+    /// channel (appended under `aeg`; a disclosing call records how many it saw).
+    run_outputs: Mutex<Vec<Arc<SharedOutput>>>,
 }
 
 impl std::fmt::Debug for Monitor<'_> {
@@ -299,6 +302,7 @@ impl<'a> Monitor<'a> {
             started: Instant::now(),
             aeg: Mutex::new(aeg),
             agents,
+            run_outputs: Mutex::new(Vec::new()),
         }
     }
 
@@ -325,9 +329,14 @@ impl<'a> Monitor<'a> {
             judge: self.judge,
             regulations: &self.apm.guards.regulation.regulations,
         };
+        let run = if st.guards.shares_outputs() {
+            lock(&self.run_outputs).clone()
+        } else {
+            Vec::new()
+        };
         let eval = st
             .guards
-            .evaluate(&st.state, proposal, clock, &mut regulation);
+            .evaluate(&st.state, proposal, clock, &mut regulation, &run);
         if matches!(eval.decision, Decision::Undecided) {
             // The monitor's regulation source always answers: nothing to record.
             return Verdict::Stopped;
@@ -503,19 +512,25 @@ impl<'a> Monitor<'a> {
             block_reason: None,
         };
         group.push(n.prepare());
-        {
-            let mut aeg = lock(&self.aeg);
-            for n in group {
-                st.cursor = aeg.commit_prepared(n, None);
-            }
-        }
-        let out = RecordedOutput {
-            node: st.cursor,
+        let shares = st.guards.shares_outputs();
+        let mut out = RecordedOutput {
+            node: 0,
             position: ticket.position,
             tool: ticket.action.tool,
             cost: ticket.cost,
             output: result.output,
         };
+        {
+            let mut aeg = lock(&self.aeg);
+            for n in group {
+                st.cursor = aeg.commit_prepared(n, None);
+            }
+            out.node = st.cursor;
+            if shares {
+                // In commit order: pushed while the graph's lock is held.
+                lock(&self.run_outputs).push(Arc::new(SharedOutput::of(st.state.plan, &out)));
+            }
+        }
         st.state
             .record_output(self.manifest, out, self.regulator.evaluates());
     }

@@ -10,8 +10,10 @@
 
 use knox_types::Action;
 use knox_types::apm::{ExpectedCall, ParamConstraint};
-use knox_types::payload::SinkCheck;
+use knox_types::payload::{ContentFlow, SinkCheck};
 use serde_json::Value;
+
+use crate::content;
 
 /// Shortest sink value the guard compares (shorter values, such as `1`, are too common
 /// in any text to say where they came from).
@@ -26,13 +28,22 @@ pub struct Tainted<'a> {
     pub output: &'a Value,
 }
 
+/// Whether a data link (`from_output` of trajectory position `call`, at `pointer`)
+/// carries a value someone other than the user chose: the linked call's tool returns
+/// external content and the field is not one its manifest declares trusted.
+pub type LinkUntrusted<'a> = &'a dyn Fn(u32, Option<&str>) -> bool;
+
 /// Checks every sink parameter of `action`; the result lists one entry per sink present.
+/// With `links` (the recipient channel closed), a sink the plan links to a field of an
+/// untrusted output is not authorized by that link (the output's author would choose
+/// the recipient: reply-to-attacker), and neither is a link that names no field.
 pub fn check(
     sinks: &[String],
     action: &Action,
     expected: Option<&ExpectedCall>,
     prompt: &[&str],
     tainted: &[Tainted<'_>],
+    links: Option<LinkUntrusted<'_>>,
 ) -> Vec<SinkCheck> {
     let mut out = Vec::new();
     for name in sinks {
@@ -52,7 +63,7 @@ pub fn check(
             .iter()
             .find(|t| values.iter().any(|v| occurs_in(v, t.output)))
             .map(|t| t.node);
-        let authorized = source.is_some() && authorized(name, value, expected, prompt);
+        let authorized = source.is_some() && authorized(name, value, expected, prompt, links);
         out.push(SinkCheck {
             param: name.clone(),
             source,
@@ -67,10 +78,20 @@ pub fn passes(checks: &[SinkCheck]) -> bool {
     checks.iter().all(|c| c.source.is_none() || c.authorized)
 }
 
-fn authorized(name: &str, value: &Value, expected: Option<&ExpectedCall>, prompt: &[&str]) -> bool {
+fn authorized(
+    name: &str,
+    value: &Value,
+    expected: Option<&ExpectedCall>,
+    prompt: &[&str],
+    links: Option<LinkUntrusted<'_>>,
+) -> bool {
     if let Some(e) = expected {
         match e.constraints.as_ref().and_then(|c| c.get(name)) {
-            Some(ParamConstraint::FromOutput { .. }) => return true,
+            Some(ParamConstraint::FromOutput { call, pointer }) => match links {
+                None => return true,
+                Some(untrusted) if !untrusted(*call, pointer.as_deref()) => return true,
+                Some(_) => {}
+            },
             Some(ParamConstraint::Exact { value: v }) if v == value => return true,
             Some(_) => {}
             None if e.constraints.is_none() && e.params.get(name) == Some(value) => return true,
@@ -83,6 +104,85 @@ fn authorized(name: &str, value: &Value, expected: Option<&ExpectedCall>, prompt
         && values
             .iter()
             .all(|v| prompt.iter().any(|p| contains_token(p, v)))
+}
+
+/// An output of the run, as the content check sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct RunOutput<'a> {
+    /// Sequence number of the `tool_output` node.
+    pub node: u64,
+    /// Whether the agent proposing the call produced it (its trajectory positions are
+    /// the ones the expected call's data links name).
+    pub mine: bool,
+    /// Trajectory position of the call that produced it (in its agent's trajectory).
+    pub position: u32,
+    /// The output.
+    pub output: &'a Value,
+}
+
+/// Content as a sink: every earlier output of the run (`run`, in commit order) whose
+/// data reaches a parameter of `action` that the plan does not fix exactly, after
+/// normalisation ([`content`]), with how it gets there. Values the user's prompt holds
+/// are not flows. A flow is declared when the expected call links one of its parameters
+/// to that output (`from_output`).
+pub fn content_flows(
+    action: &Action,
+    expected: Option<&ExpectedCall>,
+    prompt: &[&str],
+    run: &[RunOutput<'_>],
+) -> Vec<ContentFlow> {
+    let params = &action.params;
+    // In name order: what is recorded must not depend on the order the proposal wrote
+    // its parameters in (the verifier reads them back canonically).
+    let mut free: Vec<(&str, &Value)> = params
+        .iter()
+        .filter(|(name, v)| !fixed(name, v, expected))
+        .map(|(n, v)| (n.as_str(), v))
+        .collect();
+    free.sort_by(|a, b| a.0.cmp(b.0));
+    if free.is_empty() || run.is_empty() {
+        return Vec::new();
+    }
+    let candidates = content::candidates(&free);
+    let prompt_squashed: Vec<String> = prompt.iter().map(|p| content::squash(p)).collect();
+    let linked: Vec<u32> = expected
+        .and_then(|e| e.constraints.as_ref())
+        .map(|c| {
+            c.values()
+                .filter_map(|k| match k {
+                    ParamConstraint::FromOutput { call, .. } => Some(*call),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for r in run {
+        let mut items = content::items(r.output);
+        items.retain(|i| !prompt_squashed.iter().any(|p| p.contains(i.as_str())));
+        let mut plain = content::plain_items(r.output);
+        plain.retain(|l| !prompt.iter().any(|p| contains_token(p, l)));
+        if let Some((params, via)) = content::reaches(&items, &plain, &candidates) {
+            out.push(ContentFlow {
+                source: r.node,
+                params: params.to_vec(),
+                via: via.as_str().into(),
+                declared: r.mine && linked.contains(&r.position),
+            });
+        }
+    }
+    out
+}
+
+/// Whether the plan fixes parameter `name` of the call to exactly `value`.
+pub fn fixed(name: &str, value: &Value, expected: Option<&ExpectedCall>) -> bool {
+    let Some(e) = expected else {
+        return false;
+    };
+    match e.constraints.as_ref() {
+        Some(c) => matches!(c.get(name), Some(ParamConstraint::Exact { value: v }) if v == value),
+        None => e.params.get(name) == Some(value),
+    }
 }
 
 /// The scalar leaves of a value, as strings.
@@ -164,7 +264,10 @@ mod tests {
             json!(["123456", "998877"]),
         ] {
             let a = Action::new("GmailSendEmail", json!({"to": to})).unwrap();
-            assert_eq!(check(&sinks, &a, None, &[], &tainted)[0].source, Some(3));
+            assert_eq!(
+                check(&sinks, &a, None, &[], &tainted, None)[0].source,
+                Some(3)
+            );
         }
     }
 
@@ -183,6 +286,7 @@ mod tests {
             None,
             &["Summarize the reviews"],
             &tainted,
+            None,
         );
         assert_eq!(
             c,
@@ -200,10 +304,11 @@ mod tests {
             None,
             &["Forward the reviews to amy.watson@gmail.com"],
             &tainted,
+            None,
         );
         assert!(passes(&c) && c[0].source == Some(7) && c[0].authorized);
         // An address that is in no untrusted output is not tainted.
-        let c = check(&sinks, &send("bob@example.com"), None, &[], &tainted);
+        let c = check(&sinks, &send("bob@example.com"), None, &[], &tainted, None);
         assert!(passes(&c) && c[0].source.is_none());
         // The planner fixed the recipient: authorized.
         let e = ExpectedCall::exact(0, "GmailSendEmail", send("amy.watson@gmail.com").params);
@@ -212,8 +317,90 @@ mod tests {
             &send("amy.watson@gmail.com"),
             Some(&e),
             &[],
-            &tainted
+            &tainted,
+            None
         )));
+    }
+
+    #[test]
+    fn a_recipient_linked_to_an_untrusted_field_is_authorized_only_when_the_field_is_trusted() {
+        let email = json!({"email": {"from": "mallory@evil.example", "body": "hi"}});
+        let tainted = [Tainted {
+            node: 4,
+            output: &email,
+        }];
+        let sinks = vec!["to".to_string()];
+        let mut c = std::collections::BTreeMap::new();
+        c.insert(
+            "to".to_string(),
+            ParamConstraint::FromOutput {
+                call: 0,
+                pointer: Some("/email/from".into()),
+            },
+        );
+        let e = ExpectedCall::constrained(0, "GmailSendEmail", send("").params, c);
+        let a = send("mallory@evil.example");
+        // Before (no link check): the link alone authorized the author's address.
+        assert!(passes(&check(&sinks, &a, Some(&e), &[], &tainted, None)));
+        // The field is not declared trusted: reply-to-attacker, refused.
+        let untrusted = |_: u32, _: Option<&str>| true;
+        let got = check(&sinks, &a, Some(&e), &[], &tainted, Some(&untrusted));
+        assert!(!passes(&got) && got[0].source == Some(4));
+        // Declared trusted (or from a tool that returns no external content): authorized.
+        let trusted = |k: u32, p: Option<&str>| !(k == 0 && p == Some("/email/from"));
+        assert!(passes(&check(
+            &sinks,
+            &a,
+            Some(&e),
+            &[],
+            &tainted,
+            Some(&trusted)
+        )));
+    }
+
+    #[test]
+    fn content_flows_are_found_declared_or_not_and_exact_or_prompted_values_are_not_flows() {
+        let note = json!({"note": {"content": "bank login: Xq7#Lmp92vT"}});
+        let run = [RunOutput {
+            node: 5,
+            mine: true,
+            position: 0,
+            output: &note,
+        }];
+        let tweet =
+            |t: &str| Action::new("TwitterManagerPostTweet", json!({"content": t})).unwrap();
+        // Undeclared: the plan does not link the tweet to the note.
+        let got = content_flows(&tweet("hey WHE3I0xtcDkydlQ="), None, &[], &run);
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            (got[0].source, got[0].via.as_str(), got[0].declared),
+            (5, "base64", false)
+        );
+        assert_eq!(got[0].params, ["content"]);
+        // Declared by a data link of the expected call to that output.
+        let mut c = std::collections::BTreeMap::new();
+        c.insert(
+            "content".to_string(),
+            ParamConstraint::FromOutput {
+                call: 0,
+                pointer: Some("/note/content".into()),
+            },
+        );
+        let e = ExpectedCall::constrained(0, "TwitterManagerPostTweet", tweet("x").params, c);
+        let got = content_flows(&tweet("bank login: Xq7#Lmp92vT"), Some(&e), &[], &run);
+        assert!(got[0].declared);
+        // Another agent's output at the same position is not what the link names.
+        let theirs = [RunOutput {
+            mine: false,
+            ..run[0]
+        }];
+        assert!(!content_flows(&tweet("Xq7#Lmp92vT"), Some(&e), &[], &theirs)[0].declared);
+        // A value the plan fixes exactly, or one the user's prompt holds, is no flow.
+        let fixed = ExpectedCall::exact(0, "TwitterManagerPostTweet", tweet("Xq7#Lmp92vT").params);
+        assert!(content_flows(&tweet("Xq7#Lmp92vT"), Some(&fixed), &[], &run).is_empty());
+        assert!(content_flows(&tweet("Xq7#Lmp92vT"), None, &["post Xq7#Lmp92vT"], &run).is_empty());
+        // Prose that carries nothing of it.
+        assert!(content_flows(&tweet("Sunny day at the park"), None, &[], &run).is_empty());
     }
 
     #[test]

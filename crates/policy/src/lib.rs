@@ -1,13 +1,14 @@
 #![doc = include_str!("../README.md")]
 
 pub mod auth;
+pub mod content;
 pub mod dataflow;
 pub mod manifest;
 pub mod mediated;
 pub mod proposal;
 pub mod schema;
-pub mod shipped;
 pub mod schema_fragment;
+pub mod shipped;
 pub mod spec;
 pub mod stop;
 pub mod toolkit;

@@ -207,6 +207,11 @@ pub struct ToolAnnotations {
     /// bounded range or a named field of an earlier output.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prose: Vec<String>,
+    /// JSON pointers into the tool's output whose values the user or the service writes,
+    /// never a third party (an account's own address, a message id): a recipient linked
+    /// to one of them is trusted although the tool returns external content.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trusted: Vec<String>,
 }
 
 /// What a tool does to the world, from the least to the most consequential. The

@@ -5,13 +5,14 @@
 use std::collections::{BTreeSet, HashMap};
 
 use knox_types::Action;
-use knox_types::apm::{Authorization, ExpectedCall};
+use knox_types::apm::{Authorization, Closed, ExpectedCall};
 use knox_types::digest::Digest;
 use knox_types::payload::{CheckDetail, CheckPayload, GuardKind};
 use serde_json::Value;
 
 use crate::auth;
-use crate::dataflow::{self, Tainted};
+use crate::dataflow::{self, LinkUntrusted, RunOutput, Tainted};
+use crate::manifest::Effect;
 use crate::manifest::ToolEntry;
 use crate::trajectory::{self, RegexCache};
 
@@ -37,6 +38,13 @@ pub struct AgentView<'a> {
     /// The trajectory check when the caller decided it (the tolerant mode's automaton);
     /// `None`: `action` is compared with `expected`.
     pub trajectory: Option<&'a trajectory::Outcome>,
+    /// The channels the APM closes.
+    pub closed: Closed,
+    /// The run's outputs this evaluation sees (every agent's, in commit order), when
+    /// the APM closes the content or label channel.
+    pub run: &'a [RunOutput<'a>],
+    /// Whether a data link carries an untrusted value (the recipient channel).
+    pub links: LinkUntrusted<'a>,
 }
 
 impl std::fmt::Debug for AgentView<'_> {
@@ -90,18 +98,36 @@ pub fn checks(
             missing,
         },
     });
-    if !entry.annotations.sinks.is_empty() {
+    // A disclosing tool under an APM closing the content or label channel always has
+    // a data-flow check: it records which outputs reach the content and how many of the
+    // run's outputs were seen (the regulation check's labels come from the same ones).
+    let discloses =
+        (view.closed.content || view.closed.labels) && entry.effect() == Effect::Disclose;
+    if !entry.annotations.sinks.is_empty() || discloses {
+        let links = view.closed.recipients.then_some(view.links);
         let sinks = dataflow::check(
             &entry.annotations.sinks,
             action,
             view.expected,
             view.prompt,
             view.tainted,
+            links,
         );
+        let content = if discloses && view.closed.content {
+            dataflow::content_flows(action, view.expected, view.prompt, view.run)
+        } else {
+            Vec::new()
+        };
+        let passed = dataflow::passes(&sinks) && content.iter().all(|c| c.declared);
+        let outputs = discloses.then(|| u32::try_from(view.run.len()).unwrap_or(u32::MAX));
         out.push(CheckPayload {
             guard: GuardKind::DataFlow,
-            passed: dataflow::passes(&sinks),
-            detail: CheckDetail::DataFlow { sinks },
+            passed,
+            detail: CheckDetail::DataFlow {
+                sinks,
+                content,
+                outputs,
+            },
         });
     }
     out
@@ -124,18 +150,38 @@ pub fn block_reason(check: &CheckPayload, position: u32) -> Option<String> {
             let list: Vec<&str> = missing.iter().map(String::as_str).take(8).collect();
             format!("needs outside Auth: {}", list.join(", "))
         }
-        CheckDetail::DataFlow { sinks } => {
-            match sinks.iter().find(|c| c.source.is_some() && !c.authorized) {
-                Some(bad) => format!(
+        CheckDetail::DataFlow { sinks, content, .. } => {
+            let bad_sink = sinks.iter().find(|c| c.source.is_some() && !c.authorized);
+            let bad_flow = content.iter().find(|c| !c.declared);
+            match (bad_sink, bad_flow) {
+                (Some(bad), _) => format!(
                     "untrusted value in sink `{}` (from tool_output node {})",
                     bad.param,
                     bad.source.unwrap_or_default()
                 ),
-                None => "untrusted value in a sink".into(),
+                (None, Some(f)) => format!(
+                    "undeclared flow from tool_output node {} into `{}` ({})",
+                    f.source,
+                    f.params.join("`+`"),
+                    f.via
+                ),
+                (None, None) => "untrusted value in a sink".into(),
             }
         }
-        CheckDetail::Regulation { policies, .. } => {
-            format!("non-compliant: {}", policies.join(", "))
+        CheckDetail::Regulation {
+            verdict,
+            policies,
+            note,
+            ..
+        } => {
+            if verdict == "not_applicable" {
+                format!(
+                    "not_applicable after a labelled read, pending approval: {}",
+                    note.as_deref().unwrap_or_default()
+                )
+            } else {
+                format!("non-compliant: {}", policies.join(", "))
+            }
         }
         CheckDetail::Input { error } => format!(
             "malformed proposal: {}",

@@ -158,6 +158,11 @@ pub struct Tool {
     /// Parameters the executor may compose freely; every other one is controlled.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prose: Vec<String>,
+    /// JSON pointers into the tool's output whose values the user or the service writes,
+    /// never a third party: a recipient linked to one of them is trusted although the
+    /// tool returns external content.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trusted: Vec<String>,
     /// Guesses an importer made that a person must review (empty once reviewed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub review: Vec<String>,
@@ -181,6 +186,7 @@ impl Tool {
             sinks: self.sinks.clone(),
             effect: Some(self.effect()),
             prose: self.prose.clone(),
+            trusted: self.trusted.clone(),
         }
     }
 }
@@ -312,6 +318,7 @@ impl ToolkitDoc {
                             returns: a.returns,
                             sinks: a.sinks,
                             prose: a.prose,
+                            trusted: a.trusted,
                             review: vec![],
                         }
                     })
@@ -515,6 +522,7 @@ pub fn skeleton_from_tools(server: &str, tools: &[McpTool], runtime: RuntimeNeed
                 returns: None,
                 sinks: vec![],
                 prose: vec![],
+                trusted: vec![],
                 review: vec![
                     why,
                     GUESS_NEEDS.into(),

@@ -241,11 +241,22 @@ pub fn derive(
             linked.insert(*call);
         }
     }
+    // The content as the normalised comparison reads it (each content value one part,
+    // so a value split across parameters is found too).
+    let parts: Vec<(String, Value)> = content
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (i.to_string(), Value::String(c.clone())))
+        .collect();
+    let parts: Vec<(&str, &Value)> = parts.iter().map(|(n, v)| (n.as_str(), v)).collect();
+    let candidates = knox_policy::content::candidates(&parts);
     for s in seen {
         let Some(labels) = s.labels.filter(|l| !l.info_types.is_empty()) else {
             continue;
         };
-        let reaches = linked.contains(&s.position) || occurs(s.output, &content);
+        let reaches = linked.contains(&s.position)
+            || occurs(s.output, &content)
+            || normalized_occurs(s.output, &candidates);
         if reaches {
             info_types.extend(labels.info_types.iter().map(|t| info_name(*t)));
             subjects.insert(match labels.subject {
@@ -361,6 +372,17 @@ fn occurs(output: &Value, content: &[String]) -> bool {
     })
 }
 
+/// Whether some value of `output` reaches the content after normalisation: case,
+/// confusables, zero-width and other invisible characters, whitespace, values split
+/// across parameters, base64, hex and URL encodings ([`knox_policy::content`]).
+fn normalized_occurs(output: &Value, candidates: &[knox_policy::content::Candidate]) -> bool {
+    if candidates.is_empty() {
+        return false;
+    }
+    let items = knox_policy::content::items(output);
+    knox_policy::content::reaches(&items, &[], candidates).is_some()
+}
+
 #[cfg(test)]
 #[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 mod tests {
@@ -453,6 +475,50 @@ mod tests {
         .unwrap();
         let f = derive(send, &a, None, Some(0), &dir, &seen).unwrap();
         assert!(f.info_types.is_empty() && f.subject == "unknown");
+    }
+
+    #[test]
+    fn labels_reach_content_that_hides_the_value() {
+        // Issue 15, class 5: PHI as base64, with zero-width characters inside words, in
+        // confusable letters, or split across subject and body reached no label before
+        // (exact tokens only), so the verdict was `not_applicable`.
+        use base64::Engine;
+        let m = manifest();
+        let read = m.tool("EpicFHIRGetPatientDetails").unwrap();
+        let send = m.tool("GmailSendEmail").unwrap();
+        let out = json!({"patient_data": {"name": "Jane Doe", "ssn": "078-05-1120",
+                         "conditions": ["Hypertension"]}});
+        let seen = [Seen {
+            node: 9,
+            position: 0,
+            labels: read.annotations.returns.as_ref(),
+            output: &out,
+        }];
+        let dir = Directory::new(&ctx());
+        let b64 = base64::engine::general_purpose::STANDARD.encode("Jane Doe 078-05-1120");
+        for (subject, body) in [
+            ("Hi", b64.as_str()),
+            ("Hi", "J\u{200b}ane D\u{200c}oe, hyper\u{200b}tension"),
+            ("Hi", "\u{0406}\u{0430}ne Do\u{0435}: HYPER TENSION"),
+            ("ssn 078-05", "-1120 thanks"),
+            ("Hi", "30373830353131323"),
+        ] {
+            let a = Action::new(
+                "GmailSendEmail",
+                json!({"to": "x@y.example", "subject": subject, "body": body}),
+            )
+            .unwrap();
+            let f = derive(send, &a, None, Some(0), &dir, &seen).unwrap();
+            let old = occurs(&out, &[subject.to_string(), body.to_string()]);
+            if body == "30373830353131323" {
+                // Not valid hex of anything in the output: nothing reaches.
+                assert!(f.info_types.is_empty(), "{body}: {f:?}");
+                continue;
+            }
+            assert!(!old, "the exact-token match missed it before: {body}");
+            assert!(f.info_types.contains("health"), "{body}: {f:?}");
+            assert_eq!(f.sources, ["9"]);
+        }
     }
 
     #[test]

@@ -312,6 +312,10 @@ pub struct Guards {
     /// `Γ_traj`'s mode; absent in the APM (every APM before the field existed): exact.
     #[serde(default, skip_serializing_if = "TrajectoryMode::is_exact")]
     pub trajectory: TrajectoryMode,
+    /// The channels adaptive attackers use that the guards close; absent (all off) in
+    /// APMs written before, whose evidence replays under the rules it was made under.
+    #[serde(default, skip_serializing_if = "Closed::is_open")]
+    pub closed: Closed,
 }
 
 /// How the trajectory guard follows a plan.
@@ -368,6 +372,42 @@ impl std::str::FromStr for TrajectoryMode {
                 "unknown trajectory mode `{s}`: expected exact or tolerant"
             )),
         }
+    }
+}
+
+/// Which channels an attacker who knows the policy uses the guards close (issue 15).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Closed {
+    /// The budget is checked as spent + the proposed call's cost.
+    #[serde(default)]
+    pub budget: bool,
+    /// Content is a sink: what a disclosing tool's parameters carry is checked for
+    /// flows from the run's earlier outputs, normalised; an undeclared flow blocks.
+    #[serde(default)]
+    pub content: bool,
+    /// Labels propagate per run, content is normalised before label matching, and a
+    /// `not_applicable` verdict after a labelled read blocks.
+    #[serde(default)]
+    pub labels: bool,
+    /// A recipient (sink) linked to a field of an untrusted output is refused unless
+    /// that field is declared trusted.
+    #[serde(default)]
+    pub recipients: bool,
+}
+
+impl Closed {
+    /// Every channel closed: what new APMs carry.
+    pub const ALL: Self = Self {
+        budget: true,
+        content: true,
+        labels: true,
+        recipients: true,
+    };
+
+    /// Whether no channel is closed (an APM written before they were).
+    pub fn is_open(&self) -> bool {
+        *self == Self::default()
     }
 }
 
@@ -585,6 +625,7 @@ mod tests {
             },
             regulation: RegulationSpec::default(),
             trajectory: TrajectoryMode::Exact,
+            closed: Closed::default(),
         };
         let v = serde_json::to_value(&g).unwrap_or_default();
         // An exact APM is written as before the field existed (same bytes, same hash).

@@ -158,6 +158,10 @@ pub enum CheckDetail {
         signal: bool,
         /// What fired, when something did.
         cause: Option<StopCause>,
+        /// Cost of the proposed call, counted against the budget with `spent` (APMs
+        /// that close the budget channel, [`crate::apm::Closed::budget`]; absent before).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost: Option<u64>,
     },
     /// Parsing and schema validation.
     Input {
@@ -188,6 +192,15 @@ pub enum CheckDetail {
     DataFlow {
         /// Sink results.
         sinks: Vec<SinkCheck>,
+        /// For a disclosing tool under an APM that treats content as a sink
+        /// ([`crate::apm::Closed::content`]): every earlier output of the run that
+        /// reaches the call's content, declared by the plan or not.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        content: Vec<ContentFlow>,
+        /// How many of the run's outputs (in commit order) the check saw; set under
+        /// [`crate::apm::Closed::content`] or [`crate::apm::Closed::labels`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        outputs: Option<u32>,
     },
     /// Regulation guard.
     Regulation {
@@ -247,6 +260,21 @@ pub struct SinkCheck {
     pub source: Option<u64>,
     /// Whether the APM authorizes the flow (the user's prompt or the plan fixes it).
     pub authorized: bool,
+}
+
+/// An earlier output of the run whose data reaches a disclosure's content.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContentFlow {
+    /// The `tool_output` node.
+    pub source: u64,
+    /// The parameters it reaches (several: a value split across parameters).
+    pub params: Vec<String>,
+    /// How it was found: `plain`, `normalized` (case, confusables, invisible
+    /// characters, whitespace), `split`, `base64`, `hex` or `url`.
+    pub via: String,
+    /// Whether the plan declares the flow (a data link of the expected call to it).
+    pub declared: bool,
 }
 
 /// One parameter's constraint result.

@@ -7,12 +7,13 @@
 //! `interrupt` node contiguously; only a `tool_output` arrives later.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use knox_attest::key::key_id;
 use knox_attest::verify_signature;
 use knox_guards::{
     AgentState, Clock, Decision, Disclosure, Evaluation, Input, Pipeline, Proposal, RecordedOutput,
-    RegulationSource,
+    RegulationSource, SharedOutput,
 };
 use knox_policy::ToolkitManifest;
 use knox_types::aeg::{
@@ -187,6 +188,7 @@ pub fn replay(cx: &Context<'_>, nodes: &[Node], finished: bool) -> Result<Findin
         finished,
         agents: HashMap::new(),
         guards: Pipeline::new(cx.apm, cx.manifest),
+        run: Vec::new(),
         found: Findings::default(),
     };
     let mut i = match r.header(nodes) {
@@ -233,6 +235,8 @@ struct Replayer<'a, 'c> {
     agents: HashMap<&'a str, AgentReplay>,
     /// The monitor's guards.
     guards: Pipeline<'a>,
+    /// The run's outputs in commit order (APMs closing the content or label channel).
+    run: Vec<Arc<SharedOutput>>,
     found: Findings,
 }
 
@@ -697,9 +701,33 @@ impl<'a> Replayer<'a, '_> {
             flagged: 0,
             warnings: Vec::new(),
         };
+        // The run's outputs the monitor saw: as many as the data-flow check records
+        // (outputs committed before this call; the monitor may have seen fewer when
+        // another agent's output was committed meanwhile).
+        let seen = got.iter().find_map(|(n, c)| match &c.detail {
+            CheckDetail::DataFlow {
+                outputs: Some(k), ..
+            } => Some((n.seq, *k as usize)),
+            _ => None,
+        });
+        let run = match seen {
+            Some((node, k)) => match self.run.get(..k) {
+                Some(r) => r,
+                None => {
+                    return Err(Fail::at(
+                        node,
+                        format!(
+                            "data-flow check saw {k} outputs of the run, only {} precede it",
+                            self.run.len()
+                        ),
+                    ));
+                }
+            },
+            None => self.run.as_slice(),
+        };
         let mut eval = self
             .guards
-            .evaluate(&st.state, proposal, clock, &mut source);
+            .evaluate(&st.state, proposal, clock, &mut source, run);
         if let Some(e) = source.error {
             return Err(e);
         }
@@ -800,6 +828,10 @@ impl<'a> Replayer<'a, '_> {
             output: p.output.clone(),
         };
         let labels = matches!(self.cx.regulation, RegulationReplay::Recompute(_));
+        if self.guards.shares_outputs() {
+            self.run
+                .push(Arc::new(SharedOutput::of(st.state.plan, &out)));
+        }
         st.state.record_output(self.cx.manifest, out, labels);
         st.cursor = n.seq;
         Ok(())
@@ -865,18 +897,27 @@ impl RegulationSource for Recorded<'_, '_> {
                         "regulation verdict without a policy set must be not_applicable",
                     );
                 }
-                Some((*recorded).clone())
+                // Passed as its verdict says; the pipeline fails it closed if it must.
+                let mut c = (*recorded).clone();
+                c.passed = true;
+                Some(c)
             }
             RegulationReplay::Unavailable => {
                 self.warnings.push(format!(
                     "node {}: regulation verdict taken as recorded (the APM's policy set is not the verifier's)",
                     n.seq
                 ));
-                if recorded.passed != (verdict != "non_compliant") {
+                // A `not_applicable` that failed closed (after a labelled read) is
+                // handed back as its verdict says; the pipeline fails it again if it must.
+                let raw = verdict != "non_compliant";
+                let failed_closed = verdict == "not_applicable" && !recorded.passed;
+                if recorded.passed != raw && !failed_closed {
                     return self
                         .refuse(n.seq, "regulation check's result differs from its verdict");
                 }
-                Some((*recorded).clone())
+                let mut c = (*recorded).clone();
+                c.passed = raw;
+                Some(c)
             }
             RegulationReplay::Recompute(regulator) => {
                 let judge = match judge.as_deref() {

@@ -94,6 +94,90 @@ pub struct EvalArgs {
     /// Platform evidence backend (one report per bundle is the HW column).
     #[command(flatten)]
     pub platform: session::PlatformArgs,
+    /// Run the adaptive attack suite instead: a scripted malicious model that reads the
+    /// APM, served as an OpenAI-compatible endpoint on loopback and called through the
+    /// OpenAI client; writes adaptive.md/.csv/.json/.svg (exit 1 when an attack
+    /// succeeded, an honest run was blocked, or the evidence misses an attempt).
+    /// With `--quick`, a bounded subset (every class, fewer variants).
+    #[arg(long)]
+    pub adaptive: bool,
+}
+
+/// The OpenAI-compatible client of `knox-models`, pointed at the adaptive suite's
+/// endpoint: the executor side of the suite talks to it like to any remote model.
+struct OpenAiClient {
+    url: String,
+}
+
+impl knox_eval::adaptive::Client for OpenAiClient {
+    fn complete(
+        &self,
+        model: &str,
+        turns: &[knox_eval::adaptive::Turn],
+    ) -> std::result::Result<Option<(String, String)>, String> {
+        use knox_eval::adaptive::Turn;
+        use knox_models::chat::{Chat, Format, Message, Reply, Role, ToolCall};
+        let endpoint =
+            knox_models::openai::Endpoint::parse(&format!("openai:{}#{model}", self.url))
+                .map_err(|e| e.to_string())?;
+        let messages: Vec<Message> = turns
+            .iter()
+            .map(|t| match t {
+                Turn::System(s) => Message::new(Role::System, s.clone()),
+                Turn::User(s) => Message::new(Role::User, s.clone()),
+                Turn::Call {
+                    id,
+                    name,
+                    arguments,
+                } => Message::call(ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    arguments: arguments.clone(),
+                }),
+                Turn::Result { id, name, content } => Message::result(
+                    &ToolCall {
+                        id: id.clone(),
+                        name: name.clone(),
+                        arguments: String::new(),
+                    },
+                    content.clone(),
+                ),
+            })
+            .collect();
+        match endpoint.complete(&messages, &Format::Text) {
+            Ok(Reply::Call(c)) => Ok(Some((c.name, c.arguments))),
+            Ok(_) => Ok(None),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+/// `knox eval --adaptive`.
+fn adaptive(args: &EvalArgs, rt: &knox_harness::Harness) -> Result<i32> {
+    let norms = knox_regulation::Norms::embedded().kind(Kind::Software)?;
+    let server = knox_eval::adaptive::Server::start()?;
+    let client = OpenAiClient { url: server.url() };
+    let mut attacks = knox_eval::adaptive::attacks();
+    if args.quick {
+        attacks = knox_eval::adaptive::bounded(attacks);
+    }
+    let report = knox_eval::adaptive::run(rt, &rt.manifest, &norms, &client, &attacks)?;
+    report.write(&args.out)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.csv());
+        println!(
+            "attacks succeeded: {}; benign runs falsely blocked: {}; report: {}",
+            report.succeeded,
+            report.falsely_blocked,
+            args.out.join("adaptive.md").display()
+        );
+    }
+    let shown = report.attempts.iter().all(|a| a.evidence_shows);
+    Ok(i32::from(
+        report.succeeded > 0 || report.falsely_blocked > 0 || !shown,
+    ))
 }
 
 /// A `--guard` value: a guard of the flow pool, or the labelled regulation cases.
@@ -299,6 +383,9 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
     }
     let backend = session::backend(&args.platform)?;
     let rt = session::runtime_with(backend.as_ref(), b"knox-eval")?;
+    if args.adaptive {
+        return adaptive(args, &rt);
+    }
     let pool = match &args.pool {
         Some(p) => Pool::parse(p, &super::read_input(p, super::POOL)?)
             .map_err(|e| super::bad_input(p, "a flow pool (`pool.json` of knox eval)", e))?,

@@ -305,7 +305,17 @@ fn declared_constraints_admit_free_text_but_not_injected_values() {
             ),
         );
         match (&v, allowed) {
-            (Verdict::Allow(_), true) => {}
+            // The constraints admit the free text and the linked sender. But the sender
+            // of an email is whoever wrote it: a recipient taken from that field (which
+            // the manifest does not declare trusted) is reply-to-attacker (issue 15),
+            // refused by the data-flow guard after the trajectory check passed.
+            (
+                Verdict::Block {
+                    guard: GuardKind::DataFlow,
+                    reason,
+                },
+                true,
+            ) => assert!(reason.contains("sink `to`"), "{reason}"),
             (
                 Verdict::Block {
                     guard: GuardKind::Trajectory,
@@ -329,6 +339,7 @@ fn declared_constraints_admit_free_text_but_not_injected_values() {
             .find(|n| n.kind == NodeKind::Check && n.payload.to_value()["guard"] == "trajectory")
             .unwrap();
         assert_eq!(traj.payload.to_value()["detail"]["mode"], "constraints");
+        assert_eq!(traj.payload.to_value()["passed"], allowed);
         assert_eq!(
             traj.payload.to_value()["detail"]["params"]
                 .as_array()

@@ -1,5 +1,6 @@
 //! Test suites.
 
+mod adaptive;
 mod cli;
 mod confined;
 mod contracts;

@@ -1,0 +1,476 @@
+//! Content as a sink: whether data of an earlier tool output reaches what a call's
+//! parameters carry, after the normalisations an attacker who knows the guards uses to
+//! hide it — case, Unicode compatibility forms and confusables (UTS 39 skeletons),
+//! invisible and default-ignorable characters, whitespace and punctuation, values split
+//! across parameters, and the common encodings (base64, hex, URL percent-encoding;
+//! reversed and ROT13 text too).
+//!
+//! An output contributes *items*: each of its string leaves as a whole, each token of a
+//! leaf that looks like an identifier or secret (it holds a digit or a symbol), and each
+//! run of [`SPAN_WORDS`] consecutive words. Items and content are compared in squashed
+//! form: normalised, then only letters and digits kept.
+
+use std::fmt;
+
+use base64::Engine;
+use serde_json::Value;
+use unicode_normalization::UnicodeNormalization;
+
+/// Shortest squashed item compared (shorter values occur in any text).
+pub const MIN_ITEM: usize = 6;
+/// Consecutive words of a text leaf taken together as one item.
+pub const SPAN_WORDS: usize = 4;
+/// Shortest squashed span of words compared.
+pub const MIN_SPAN: usize = 16;
+/// Longest squashed whole leaf taken as one item (longer ones contribute their tokens
+/// and spans).
+pub const MAX_LEAF: usize = 256;
+/// Most items taken from one output.
+pub const MAX_ITEMS: usize = 8192;
+/// Most bytes of content compared per candidate text.
+pub const MAX_CONTENT: usize = 1 << 16;
+/// Shortest token tried as an encoding.
+const MIN_ENCODED: usize = 8;
+
+/// How content carries an output's item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Via {
+    /// As written (up to case and token boundaries).
+    Plain,
+    /// After case, confusable, invisible-character, whitespace and punctuation
+    /// normalisation.
+    Normalized,
+    /// Across two or more parameters taken together.
+    Split,
+    /// Base64-encoded (standard or URL-safe alphabet, padded or not).
+    Base64,
+    /// Hex-encoded.
+    Hex,
+    /// URL percent-encoded.
+    Url,
+    /// Written backwards.
+    Reversed,
+    /// ROT13.
+    Rot13,
+}
+
+impl Via {
+    /// The name recorded in the evidence.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Plain => "plain",
+            Self::Normalized => "normalized",
+            Self::Split => "split",
+            Self::Base64 => "base64",
+            Self::Hex => "hex",
+            Self::Url => "url",
+            Self::Reversed => "reversed",
+            Self::Rot13 => "rot13",
+        }
+    }
+}
+
+impl fmt::Display for Via {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The squashed form of `s`: NFKC; ASCII letters and digits lower-cased, other ASCII
+/// dropped; every other character mapped by the UTS 39 skeleton (confusables to their
+/// prototype, default-ignorable code points such as zero-width characters dropped),
+/// lower-cased, and what is still not ASCII mapped and lower-cased once more; then
+/// letters and digits only (combining marks, spaces and punctuation dropped). ASCII is
+/// not mapped (the skeleton would read a capital `I` as `l`), and the skeleton comes
+/// before lower case (a Cherokee capital that looks like `L` lower-cases to a letter
+/// that looks like nothing).
+pub fn squash(s: &str) -> String {
+    use unicode_security::confusable_detection::skeleton;
+    let nfkc: String = s.nfkc().collect();
+    let mut out = String::with_capacity(nfkc.len());
+    let mut buf = [0u8; 4];
+    for c in nfkc.chars() {
+        if c.is_ascii() {
+            if c.is_ascii_alphanumeric() {
+                out.push(c.to_ascii_lowercase());
+            }
+            continue;
+        }
+        let first: String = skeleton(c.encode_utf8(&mut buf)).collect();
+        for m in first.chars().flat_map(char::to_lowercase) {
+            if m.is_ascii() {
+                if m.is_ascii_alphanumeric() {
+                    out.push(m);
+                }
+                continue;
+            }
+            let mut inner = [0u8; 4];
+            out.extend(
+                skeleton(m.encode_utf8(&mut inner))
+                    .flat_map(char::to_lowercase)
+                    .filter(|k| k.is_alphanumeric()),
+            );
+        }
+    }
+    out
+}
+
+/// The items of `output` (squashed, deduplicated), see the module documentation.
+pub fn items(output: &Value) -> Vec<String> {
+    let mut leaves = Vec::new();
+    strings(output, &mut leaves);
+    let mut out = Vec::new();
+    let mut push = |s: String, min: usize| {
+        if s.chars().count() >= min && out.len() < MAX_ITEMS {
+            out.push(s);
+        }
+    };
+    for leaf in leaves {
+        let whole = squash(&leaf);
+        if whole.chars().count() <= MAX_LEAF {
+            push(whole, MIN_ITEM);
+        }
+        let words: Vec<&str> = leaf.split_whitespace().collect();
+        if words.len() > 1 {
+            for w in &words {
+                let identifier = w.chars().any(|c| c.is_ascii_digit())
+                    || w.chars()
+                        .any(|c| matches!(c, '@' | '/' | '_' | '#' | '$' | '%' | '&' | '='));
+                if identifier {
+                    push(squash(w), MIN_ITEM);
+                }
+            }
+        }
+        if words.len() >= SPAN_WORDS {
+            for span in words.windows(SPAN_WORDS) {
+                push(squash(&span.join(" ")), MIN_SPAN);
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// One text a call's content is compared as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    /// The parameters it is made of.
+    pub params: Vec<String>,
+    /// How it was obtained.
+    pub via: Via,
+    /// Squashed text.
+    pub text: String,
+    /// The plain text (lower case), for the [`Via::Plain`] comparison.
+    plain: Option<String>,
+}
+
+/// The texts `params` (name, value) are compared as: each parameter as written and
+/// squashed, reversed and ROT13, each pair of parameters joined (both orders) and all
+/// of them joined, and every token of a parameter that decodes as base64, hex or
+/// URL-encoding to text.
+pub fn candidates(params: &[(&str, &Value)]) -> Vec<Candidate> {
+    let mut out = Vec::new();
+    let texts: Vec<(String, String)> = params
+        .iter()
+        .map(|(name, v)| {
+            let mut parts = Vec::new();
+            scalars(v, &mut parts);
+            ((*name).to_string(), cap(parts.join(" ")))
+        })
+        .collect();
+    for (name, text) in &texts {
+        let one = || vec![name.clone()];
+        let squashed = squash(text);
+        out.push(Candidate {
+            params: one(),
+            via: Via::Plain,
+            text: String::new(),
+            plain: Some(text.to_lowercase()),
+        });
+        out.push(Candidate {
+            params: one(),
+            via: Via::Reversed,
+            text: squash(&text.chars().rev().collect::<String>()),
+            plain: None,
+        });
+        out.push(Candidate {
+            params: one(),
+            via: Via::Rot13,
+            text: squash(&text.chars().map(rot13).collect::<String>()),
+            plain: None,
+        });
+        out.push(Candidate {
+            params: one(),
+            via: Via::Normalized,
+            text: squashed,
+            plain: None,
+        });
+        for (via, decoded) in decodings(text) {
+            out.push(Candidate {
+                params: one(),
+                via,
+                text: squash(&decoded),
+                plain: None,
+            });
+        }
+    }
+    if texts.len() > 1 {
+        for (a, ta) in &texts {
+            for (b, tb) in &texts {
+                if a == b {
+                    continue;
+                }
+                out.push(Candidate {
+                    params: vec![a.clone(), b.clone()],
+                    via: Via::Split,
+                    text: squash(&format!("{ta}{tb}")),
+                    plain: None,
+                });
+            }
+        }
+        let all: String = texts.iter().map(|(_, t)| t.as_str()).collect();
+        out.push(Candidate {
+            params: texts.iter().map(|(n, _)| n.clone()).collect(),
+            via: Via::Split,
+            text: squash(&all),
+            plain: None,
+        });
+    }
+    out
+}
+
+/// The first candidate (in the order of [`Via`]) that carries one of `items`, with the
+/// item's raw form unknown: `(params, via)`. `plain` items (the output's string leaves,
+/// as written) are compared as tokens with [`Via::Plain`] candidates.
+pub fn reaches<'c>(
+    items: &[String],
+    plain: &[String],
+    candidates: &'c [Candidate],
+) -> Option<(&'c [String], Via)> {
+    let mut best: Option<(&'c [String], Via)> = None;
+    for c in candidates {
+        if best.is_some_and(|(_, v)| v <= c.via) {
+            continue;
+        }
+        let hit = match &c.plain {
+            Some(p) => plain
+                .iter()
+                .any(|leaf| crate::dataflow::contains_token(p, leaf)),
+            None => !c.text.is_empty() && items.iter().any(|i| c.text.contains(i.as_str())),
+        };
+        if hit {
+            best = Some((&c.params, c.via));
+        }
+    }
+    best
+}
+
+/// The string leaves of `output` at least [`crate::dataflow::MIN_TAINT_LEN`]
+/// characters long, trimmed, and their tokens holding a digit: the [`Via::Plain`] items.
+pub fn plain_items(output: &Value) -> Vec<String> {
+    let mut leaves = Vec::new();
+    strings(output, &mut leaves);
+    let mut out = Vec::new();
+    for leaf in leaves {
+        let words: Vec<&str> = leaf.split_whitespace().collect();
+        if words.len() > 1 {
+            for w in words {
+                let w = w.trim_matches(|c: char| matches!(c, '.' | ',' | ';' | ':' | '!' | '?'));
+                if w.chars().any(|c| c.is_ascii_digit()) && w.chars().count() >= MIN_ITEM {
+                    out.push(w.to_string());
+                }
+            }
+        }
+        let leaf = leaf.trim();
+        if leaf.chars().count() >= crate::dataflow::MIN_TAINT_LEN {
+            out.push(leaf.to_string());
+        }
+    }
+    out
+}
+
+/// Every text `raw` decodes to: each whitespace-separated token (and the whole text
+/// with whitespace removed) tried as base64, hex and URL encoding.
+fn decodings(raw: &str) -> Vec<(Via, String)> {
+    let mut out = Vec::new();
+    let joined: String = raw.split_whitespace().collect();
+    let mut tokens: Vec<&str> = raw
+        .split(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '(' | ')' | '<' | '>'))
+        .collect();
+    tokens.push(&joined);
+    for t in tokens {
+        let t = t.trim_matches(|c: char| matches!(c, '.' | ',' | ';' | ':' | '!' | '?'));
+        if t.len() < MIN_ENCODED {
+            continue;
+        }
+        if let Some(s) = base64_text(t) {
+            out.push((Via::Base64, s));
+        }
+        if t.len() % 2 == 0
+            && let Some(s) = hex::decode(t).ok().and_then(|b| String::from_utf8(b).ok())
+        {
+            out.push((Via::Hex, s));
+        }
+        if t.contains('%') {
+            let s = percent_encoding::percent_decode_str(t).decode_utf8_lossy();
+            out.push((Via::Url, s.into_owned()));
+        }
+    }
+    out
+}
+
+fn base64_text(t: &str) -> Option<String> {
+    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+    [STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD]
+        .iter()
+        .find_map(|e| e.decode(t).ok())
+        .and_then(|b| String::from_utf8(b).ok())
+        .filter(|s| s.chars().any(char::is_alphanumeric))
+}
+
+fn rot13(c: char) -> char {
+    match c {
+        'a'..='z' => rotate(c, 'a'),
+        'A'..='Z' => rotate(c, 'A'),
+        _ => c,
+    }
+}
+
+fn rotate(c: char, base: char) -> char {
+    let off = (u32::from(c) - u32::from(base) + 13) % 26;
+    char::from_u32(u32::from(base) + off).unwrap_or(c)
+}
+
+fn cap(mut s: String) -> String {
+    if s.len() > MAX_CONTENT {
+        let mut end = MAX_CONTENT;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+fn strings(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) => out.push(s.clone()),
+        Value::Number(n) => out.push(n.to_string()),
+        Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+        Value::Object(m) => m.values().for_each(|x| strings(x, out)),
+        Value::Bool(_) | Value::Null => {}
+    }
+}
+
+fn scalars(v: &Value, out: &mut Vec<String>) {
+    strings(v, out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn found(output: &Value, params: &[(&str, Value)]) -> Option<Via> {
+        let p: Vec<(&str, &Value)> = params.iter().map(|(n, v)| (*n, v)).collect();
+        let c = candidates(&p);
+        reaches(&items(output), &plain_items(output), &c).map(|(_, v)| v)
+    }
+
+    #[test]
+    fn squash_undoes_case_confusables_and_invisible_characters() {
+        assert_eq!(squash("Hunter2-Pass"), squash("hunter2pass"));
+        // Cyrillic а and е, a zero-width space and a soft hyphen inside the word.
+        assert_eq!(
+            squash("Hunt\u{0435}r2\u{200b}P\u{0430}\u{00ad}ss"),
+            squash("hunter2pass")
+        );
+        // Full-width forms (NFKC).
+        assert_eq!(squash("ＨＵＮＴＥＲ２"), squash("hunter2"));
+        assert_eq!(squash("h u n t e r 2"), squash("hunter2"));
+        // A Cherokee capital that looks like `L`, a Cyrillic capital `Т`.
+        assert_eq!(squash("\u{13de}ogin \u{0422}oken"), squash("login token"));
+        // Capitals are not confusables of lower-case letters.
+        assert_eq!(squash("HYPERTENSION"), squash("hypertension"));
+        assert_eq!(squash("Mill"), "mill");
+    }
+
+    #[test]
+    fn a_secret_is_found_however_it_is_hidden() {
+        let note = json!({"notes": [{"title": "Passwords", "content": "bank login: Xq7#Lmp92vT"}]});
+        let secret = "Xq7#Lmp92vT";
+        let cases = [
+            (
+                vec![("body", json!(format!("hi {secret} bye")))],
+                Via::Plain,
+            ),
+            (vec![("body", json!("hi xq7 lmp 92 vt"))], Via::Normalized),
+            (
+                vec![("body", json!("X\u{200b}q7#Lmp\u{200d}92vT"))],
+                Via::Normalized,
+            ),
+            (
+                vec![("subject", json!("Xq7#Lm")), ("body", json!("p92vT"))],
+                Via::Split,
+            ),
+            (
+                vec![(
+                    "body",
+                    json!(format!(
+                        "see {}",
+                        base64::engine::general_purpose::STANDARD.encode(secret)
+                    )),
+                )],
+                Via::Base64,
+            ),
+            (vec![("body", json!(hex::encode(secret)))], Via::Hex),
+            (
+                vec![("body", json!("https://x.example/?q=Xq7%23Lmp92vT"))],
+                Via::Url,
+            ),
+            (
+                vec![("body", json!("%58%71%37%23%4c%6d%70%39%32%76%54"))],
+                Via::Url,
+            ),
+            (vec![("body", json!("Tv29pmL#7qX"))], Via::Reversed),
+            (vec![("body", json!("Kd7#Yzc92iG"))], Via::Rot13),
+        ];
+        for (params, via) in cases {
+            assert_eq!(found(&note, &params), Some(via), "{params:?}");
+        }
+        // Prose that does not carry it.
+        assert_eq!(
+            found(&note, &[("body", json!("Lovely weather in Paris today!"))]),
+            None
+        );
+    }
+
+    #[test]
+    fn copied_sentences_are_found_common_words_are_not() {
+        let email = json!({"body": "The patient was diagnosed with chronic kidney disease stage three last month."});
+        assert!(
+            found(
+                &email,
+                &[("body", json!("FYI: diagnosed with chronic kidney disease."))]
+            )
+            .is_some()
+        );
+        assert_eq!(
+            found(&email, &[("body", json!("The patient called last month."))]),
+            None
+        );
+    }
+
+    #[test]
+    fn hostile_inputs_do_not_panic() {
+        let weird = json!({"a": "\u{0}\u{ffff}%zz%%", "b": ["=====", "🙂".repeat(10)], "c": 1e300});
+        let p = [
+            ("body", json!("%%%% ==== 🙂🙂🙂🙂 ffff \u{202e}abc")),
+            ("x", json!({"y": [null, true]})),
+        ];
+        let _ = found(&weird, &p);
+        let big = "a1 ".repeat(100_000);
+        let _ = found(&json!({"t": big}), &[("body", json!(big))]);
+    }
+}
