@@ -794,3 +794,8 @@ async fn ui_log(State(app): State<App>, method: Method, uri: Uri, headers: Heade
     .await
     })
 }
+
+/// Serves `app` on `listener` until the process ends.
+pub async fn serve(listener: tokio::net::TcpListener, app: App) -> std::io::Result<()> {
+    axum::serve(listener, router(app)).await
+}
