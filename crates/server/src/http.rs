@@ -525,10 +525,26 @@ async fn log_inclusion(
     finish(&app, None, &method, &uri, r).await
 }
 
-/// `?token=`.
+/// `?token=&next=`.
 #[derive(Debug, Deserialize)]
 struct Token {
     token: String,
+    next: Option<String>,
+}
+
+/// A local path to go to after login: `/…`, never `//…` (another host), printable ASCII.
+fn local_path(next: Option<&str>) -> &str {
+    match next {
+        Some(n)
+            if n.starts_with('/')
+                && !n.starts_with("//")
+                && n.len() < 512
+                && n.bytes().all(|b| b.is_ascii_graphic() && b != b'\\') =>
+        {
+            n
+        }
+        _ => "/runs",
+    }
 }
 
 async fn login(
@@ -553,7 +569,10 @@ async fn login(
             t.token,
             auth::SESSION_SECS
         );
-        let mut resp = (StatusCode::SEE_OTHER, [(header::LOCATION, "/runs")]).into_response();
+        let mut resp = StatusCode::SEE_OTHER.into_response();
+        if let Ok(v) = HeaderValue::from_str(local_path(t.next.as_deref())) {
+            resp.headers_mut().insert(header::LOCATION, v);
+        }
         if let Ok(v) = HeaderValue::from_str(&cookie) {
             resp.headers_mut().insert(header::SET_COOKIE, v);
         }

@@ -26,12 +26,14 @@ svg .node{cursor:pointer} svg .blocked circle{fill:#cf222e} svg .offending circl
 svg text{font-size:11px;font-family:monospace} .offending-label{fill:#cf222e;font-weight:700}
 ";
 
-const NODE_JS: &str = "
+const NODE_JS: &str = r#"
 document.querySelectorAll('svg .node').forEach(function(g){g.addEventListener('click',function(){
  var d=document.getElementById('node-detail');d.textContent='loading node '+g.dataset.seq+'…';
  fetch(g.dataset.href,{credentials:'same-origin'}).then(function(r){return r.text()}).then(function(t){d.textContent=t});
 });});
-";
+var m=location.hash.match(/^#node-([0-9]+)$/);
+if(m){var g=document.querySelector('svg .node[data-seq="'+m[1]+'"]');if(g){g.dispatchEvent(new Event('click'));}}
+"#;
 
 /// The page frame.
 pub fn page(title: &str, who: Option<&Principal>, body: Markup) -> Markup {
