@@ -57,6 +57,14 @@ enum Command {
     /// Print the man page (roff) on stdout, or write one page per command into a directory.
     #[command(after_help = knox::exit_codes!("  0   printed or written"))]
     Man(ManArgs),
+    /// The regulator's evidence store and web UI (loopback by default).
+    Serve(cmd::serve::ServeArgs),
+    /// Submit evidence to a `knox serve` store, signed with the provider's key.
+    Submit(cmd::serve::SubmitArgs),
+    /// Print a browser login link for a `knox serve` store (signed with your key).
+    Login(cmd::serve::LoginArgs),
+    /// Fetch a provider's exit report (HTML) from a `knox serve` store.
+    Report(cmd::serve::ReportArgs),
     /// Internal: the confined tool worker the broker launches (one request on stdin).
     #[command(hide = true)]
     ToolWorker,
@@ -97,6 +105,8 @@ impl Command {
             Self::Prove(c) => c.json(),
             Self::Corpus(cmd::corpus::CorpusCommand::Syscalls(a)) => a.json,
             Self::Model(c) => c.json(),
+            Self::Submit(a) => a.json,
+            Self::Serve(_) | Self::Login(_) | Self::Report(_) => false,
             Self::Keygen(_) | Self::Completions(_) | Self::Man(_) | Self::ToolWorker => false,
         }
     }
@@ -160,6 +170,10 @@ fn main() -> ExitCode {
         Command::Corpus(c) => cmd::corpus::run(c),
         Command::Prove(c) => cmd::prove::run(c),
         Command::Model(c) => cmd::model::run(c),
+        Command::Serve(a) => cmd::serve::serve(a),
+        Command::Submit(a) => cmd::serve::submit(a),
+        Command::Login(a) => cmd::serve::login(a),
+        Command::Report(a) => cmd::serve::report(a),
         Command::Completions(a) => completions(a),
         Command::Man(a) => man(a),
         Command::ToolWorker => Ok(knox_broker::worker::serve()),

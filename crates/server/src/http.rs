@@ -106,6 +106,7 @@ pub fn router(app: App) -> Router {
         .route("/runs/{digest}/download", get(ui_download))
         .route("/runs/{digest}/nodes/{seq}", get(ui_node))
         .route("/report", get(ui_report))
+        .route("/api/report", get(api_report))
         .route("/access", get(ui_access))
         .route("/log", get(ui_log))
         .fallback(not_found)
@@ -730,6 +731,38 @@ struct ReportQuery {
     to: Option<i64>,
 }
 
+async fn report_page(app: &App, p: &Principal, q: ReportQuery) -> Result<Response, Refusal> {
+    let providers = app.store.visible_providers(p).await?;
+    let name = match (&q.provider, p.role) {
+        (Some(n), _) => n.clone(),
+        (None, Role::Provider) => p.name.clone(),
+        (None, Role::Regulator) => {
+            return Err(Refusal::Bad("name a provider: /report?provider=NAME".into()));
+        }
+    };
+    let prov = app.store.provider_by_name(&name).await?.ok_or(Refusal::NotFound)?;
+    if !providers.contains(&prov.key_id) {
+        return Err(Refusal::NotFound);
+    }
+    let (from, to) = (q.from.unwrap_or(0), q.to.unwrap_or(i64::MAX));
+    let f = RunFilter {
+        provider: Some(name.clone()),
+        from: Some(from),
+        to: Some(to),
+        ..RunFilter::default()
+    };
+    let only = vec![prov.key_id.clone()];
+    let rows = app.store.runs(&only, &f, i64::MAX).await?;
+    let d = dashboard_of(app, &only, &f).await?;
+    let head = app.store.head(&app.log_key, auth::now()).await?;
+    let shown_to = to.min(to_i64(auth::now()));
+    Ok(html(ui::report(p, &name, from, shown_to, &rows, &d, Some(&head))))
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
 async fn ui_report(
     State(app): State<App>,
     method: Method,
@@ -739,44 +772,21 @@ async fn ui_report(
 ) -> Response {
     ui_page!(app, method, uri, headers, |p| async {
         let Query(q) = q.map_err(|e| Refusal::Bad(e.body_text()))?;
-        let providers = app.store.visible_providers(&p).await?;
-        let name = match (&q.provider, p.role) {
-            (Some(n), _) => n.clone(),
-            (None, Role::Provider) => p.name.clone(),
-            (None, Role::Regulator) => {
-                return Err(Refusal::Bad(
-                    "name a provider: /report?provider=NAME".into(),
-                ));
-            }
-        };
-        let prov = app
-            .store
-            .provider_by_name(&name)
-            .await?
-            .ok_or(Refusal::NotFound)?;
-        if !providers.contains(&prov.key_id) {
-            return Err(Refusal::NotFound);
-        }
-        let (from, to) = (q.from.unwrap_or(0), q.to.unwrap_or(i64::MAX));
-        let f = RunFilter {
-            provider: Some(name.clone()),
-            from: Some(from),
-            to: Some(to),
-            ..RunFilter::default()
-        };
-        let only = vec![prov.key_id.clone()];
-        let rows = app.store.runs(&only, &f, i64::MAX).await?;
-        let d = dashboard_of(&app, &only, &f).await?;
-        let head = app.store.head(&app.log_key, auth::now()).await?;
-        Ok(html(ui::report(
-            &p,
-            &name,
-            from,
-            to.min(i64::from(u32::MAX) * 4),
-            &rows,
-            &d,
-            Some(&head),
-        )))
+        report_page(&app, &p, q).await
+    }
+    .await)
+}
+
+async fn api_report(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    q: Result<Query<ReportQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    signed_api!(app, method, uri, headers, b"", |p| async {
+        let Query(q) = q.map_err(|e| Refusal::Bad(e.body_text()))?;
+        report_page(&app, &p, q).await
     }
     .await)
 }

@@ -4,6 +4,7 @@ pub mod auth;
 pub mod client;
 pub mod config;
 pub mod http;
+pub mod run;
 pub mod ingest;
 pub mod store;
 pub mod tlog;

@@ -23,6 +23,7 @@ pub mod prove;
 pub mod receipts;
 pub mod regulations;
 pub mod run;
+pub mod serve;
 pub mod verify;
 
 pub use knox_verifier::files::{
