@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -19,7 +20,7 @@ use crate::store::{Principal, Role, RunFilter, RunRow, Store, StoreError};
 use crate::ui;
 
 /// The most bytes a submission may have.
-pub const MAX_BODY: usize = 256 << 20;
+pub const MAX_BODY: usize = knox_types::bundle::MAX_BUNDLE_BYTES;
 /// The most runs a list returns.
 pub const LIST_LIMIT: i64 = 1000;
 
@@ -209,6 +210,11 @@ async fn session(app: &App, headers: &HeaderMap) -> Result<Principal, Refusal> {
         .ok_or(Refusal::Auth(AuthError::NoSession))
 }
 
+/// A path parameter, or a logged refusal when it is not one (not UTF-8).
+fn path_param(r: Result<Path<String>, PathRejection>) -> Result<String, Refusal> {
+    r.map(|Path(s)| s).map_err(|e| Refusal::Bad(e.body_text()))
+}
+
 /// A digest parameter: exactly 64 lowercase hex digits, nothing else.
 fn digest_param(s: &str) -> Result<String, Refusal> {
     if s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
@@ -362,10 +368,10 @@ async fn api_run(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    Path(d): Path<String>,
+    d: Result<Path<String>, PathRejection>,
 ) -> Response {
     signed_api!(app, method, uri, headers, b"", |p| async {
-        let run = visible_run(&app, &p, &d).await?;
+        let run = visible_run(&app, &p, &path_param(d)?).await?;
         let inclusion = app
             .store
             .inclusion(&run.digest, &app.log_key, auth::now())
@@ -409,10 +415,12 @@ async fn api_evidence(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    Path(d): Path<String>,
+    d: Result<Path<String>, PathRejection>,
 ) -> Response {
-    signed_api!(app, method, uri, headers, b"", |p| evidence(&app, &p, &d)
-        .await)
+    signed_api!(app, method, uri, headers, b"", |p| async {
+        evidence(&app, &p, &path_param(d)?).await
+    }
+    .await)
 }
 
 async fn api_receipt(
@@ -420,7 +428,7 @@ async fn api_receipt(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    Path(d): Path<String>,
+    d: Result<Path<String>, PathRejection>,
     body: Bytes,
 ) -> Response {
     signed_api!(app, method, uri, headers, &body, |p| {
@@ -428,7 +436,7 @@ async fn api_receipt(
         if p.role != Role::Regulator {
             return Err(Refusal::Forbidden("only regulators issue receipts"));
         }
-        let run = visible_run(&app, &p, &d).await?;
+        let run = visible_run(&app, &p, &path_param(d)?).await?;
         let (_, bundle) = app.store.object(&run.digest).await?.ok_or(Refusal::NotFound)?;
         let checked = knox_verify::receipt::check(&body, &bundle).map_err(|e| Refusal::Bad(format!("receipt: {e}")))?;
         if checked.regulator.to_hex() != p.key_id {
@@ -511,10 +519,10 @@ async fn log_inclusion(
     State(app): State<App>,
     method: Method,
     uri: Uri,
-    Path(d): Path<String>,
+    d: Result<Path<String>, PathRejection>,
 ) -> Response {
     let r = async {
-        let d = digest_param(&d)?;
+        let d = digest_param(&path_param(d)?)?;
         json(
             &app.store
                 .inclusion(&d, &app.log_key, auth::now())
@@ -633,10 +641,10 @@ async fn ui_run(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    Path(d): Path<String>,
+    d: Result<Path<String>, PathRejection>,
 ) -> Response {
     ui_page!(app, method, uri, headers, |p| async {
-        let run = visible_run(&app, &p, &d).await?;
+        let run = visible_run(&app, &p, &path_param(d)?).await?;
         let (_, bytes) = app
             .store
             .object(&run.digest)
@@ -690,9 +698,12 @@ async fn ui_download(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    Path(d): Path<String>,
+    d: Result<Path<String>, PathRejection>,
 ) -> Response {
-    ui_page!(app, method, uri, headers, |p| evidence(&app, &p, &d).await)
+    ui_page!(app, method, uri, headers, |p| async {
+        evidence(&app, &p, &path_param(d)?).await
+    }
+    .await)
 }
 
 async fn ui_node(
@@ -700,9 +711,10 @@ async fn ui_node(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
-    Path((d, seq)): Path<(String, String)>,
+    ds: Result<Path<(String, String)>, PathRejection>,
 ) -> Response {
     ui_page!(app, method, uri, headers, |p| async {
+        let Path((d, seq)) = ds.map_err(|e| Refusal::Bad(e.body_text()))?;
         let run = visible_run(&app, &p, &d).await?;
         if seq.is_empty() || seq.len() > 19 || !seq.bytes().all(|b| b.is_ascii_digit()) {
             return Err(Refusal::Bad("a node is a sequence number".into()));
@@ -737,10 +749,16 @@ async fn report_page(app: &App, p: &Principal, q: ReportQuery) -> Result<Respons
         (Some(n), _) => n.clone(),
         (None, Role::Provider) => p.name.clone(),
         (None, Role::Regulator) => {
-            return Err(Refusal::Bad("name a provider: /report?provider=NAME".into()));
+            return Err(Refusal::Bad(
+                "name a provider: /report?provider=NAME".into(),
+            ));
         }
     };
-    let prov = app.store.provider_by_name(&name).await?.ok_or(Refusal::NotFound)?;
+    let prov = app
+        .store
+        .provider_by_name(&name)
+        .await?
+        .ok_or(Refusal::NotFound)?;
     if !providers.contains(&prov.key_id) {
         return Err(Refusal::NotFound);
     }
@@ -756,7 +774,15 @@ async fn report_page(app: &App, p: &Principal, q: ReportQuery) -> Result<Respons
     let d = dashboard_of(app, &only, &f).await?;
     let head = app.store.head(&app.log_key, auth::now()).await?;
     let shown_to = to.min(to_i64(auth::now()));
-    Ok(html(ui::report(p, &name, from, shown_to, &rows, &d, Some(&head))))
+    Ok(html(ui::report(
+        p,
+        &name,
+        from,
+        shown_to,
+        &rows,
+        &d,
+        Some(&head),
+    )))
 }
 
 fn to_i64(v: u64) -> i64 {

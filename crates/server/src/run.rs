@@ -49,7 +49,10 @@ pub enum ServeError {
 
 /// Opens the store and serves; `ready` is called with the bound address once the
 /// server accepts connections. Returns only on failure.
-pub fn serve_blocking(opts: ServeOptions, ready: impl FnOnce(SocketAddr, &Store)) -> Result<(), ServeError> {
+pub fn serve_blocking(
+    opts: ServeOptions,
+    ready: impl FnOnce(SocketAddr, &Store),
+) -> Result<(), ServeError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -62,13 +65,17 @@ pub fn serve_blocking(opts: ServeOptions, ready: impl FnOnce(SocketAddr, &Store)
         let listener = tokio::net::TcpListener::bind(opts.listen)
             .await
             .map_err(|e| ServeError::Bind(opts.listen, e))?;
-        let addr = listener.local_addr().map_err(|e| ServeError::Bind(opts.listen, e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| ServeError::Bind(opts.listen, e))?;
         ready(addr, &store);
         let app = App {
             store,
             verifier: Arc::new(opts.verifier),
             log_key: Arc::new(opts.log_key),
         };
-        crate::http::serve(listener, app).await.map_err(ServeError::Serve)
+        crate::http::serve(listener, app)
+            .await
+            .map_err(ServeError::Serve)
     })
 }

@@ -528,8 +528,14 @@ impl Store {
         }
     }
 
-    /// Records a nonce; `false` when this key already used it (a replay).
+    /// Records a nonce; `false` when this key already used it (a replay). Nonces older
+    /// than twice the accepted clock skew are dropped: a request that old is refused
+    /// for its time before its nonce is looked at.
     pub async fn use_nonce(&self, key_id: &str, nonce: &str, now: u64) -> Result<bool, StoreError> {
+        sqlx::query("DELETE FROM nonces WHERE seen_at < $1")
+            .bind(to_i64(now.saturating_sub(2 * crate::auth::MAX_SKEW_SECS)))
+            .execute(&self.pool)
+            .await?;
         let r = sqlx::query(
             "INSERT INTO nonces (key_id, nonce, seen_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
         )

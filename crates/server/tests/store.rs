@@ -32,7 +32,11 @@ async fn migrations_are_idempotent_and_a_reopened_store_keeps_its_runs(url: Stri
     let again = people(&s).await;
     assert_eq!(again.acme.1, p.acme.1);
     let runs = s
-        .runs(&[p.acme.1.key_id.clone()], &RunFilter::default(), 10)
+        .runs(
+            std::slice::from_ref(&p.acme.1.key_id),
+            &RunFilter::default(),
+            10,
+        )
         .await
         .unwrap();
     assert_eq!(runs.len(), 1);
@@ -87,7 +91,10 @@ async fn a_tampered_copy_is_stored_as_tampered_beside_the_original(url: String) 
         outcome: Some("tampered".into()),
         ..RunFilter::default()
     };
-    let only = s.runs(&[p.acme.1.key_id.clone()], &f, 10).await.unwrap();
+    let only = s
+        .runs(std::slice::from_ref(&p.acme.1.key_id), &f, 10)
+        .await
+        .unwrap();
     assert_eq!(only.len(), 1);
     assert_eq!(only[0].digest, bad.digest);
 }

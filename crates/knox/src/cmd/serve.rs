@@ -46,8 +46,9 @@ pub struct ServeArgs {
     /// each regulator's providers (TOML; see docs/server.md).
     #[arg(long, value_name = "TOML", value_parser = knox_verifier::files::path)]
     pub access: Option<PathBuf>,
-    /// The transparency log's signing key (`knox keygen`; created, mode 0600, when
-    /// absent; default: `log.key` beside the default database).
+    /// The transparency log's signing key (`knox keygen`; created, mode 0600, with its
+    /// public half `log.pub` beside it, when absent; default: `log.key` beside the
+    /// default database).
     #[arg(long, value_name = "KEY", value_parser = knox_verifier::files::path)]
     pub log_key: Option<PathBuf>,
     /// INSECURE, not recommended: accept simulated platform evidence as complete.
@@ -73,12 +74,14 @@ fn load_or_create_log_key(p: &Path) -> Result<TeeKey> {
         mode: 0o600,
         create_new: true,
     };
-    knox_verifier::files::write_atomic_with(p, keyfile::encode(&key)?.as_bytes(), opts).map_err(|e| {
-        fail(
-            Kind::CantCreate,
-            format!("cannot create the log key `{}`: {e}", p.display()),
-        )
-    })?;
+    knox_verifier::files::write_atomic_with(p, keyfile::encode(&key)?.as_bytes(), opts).map_err(
+        |e| {
+            fail(
+                Kind::CantCreate,
+                format!("cannot create the log key `{}`: {e}", p.display()),
+            )
+        },
+    )?;
     Ok(key)
 }
 
@@ -97,8 +100,12 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
         None => default_dir()?.join("log.key"),
     };
     let log_key = load_or_create_log_key(&log_key_path)?;
-    let mut verifier = knox_server::Verifier::embedded(args.allow_simulated)
-        .map_err(|e| fail(Kind::Software, format!("the embedded toolkit manifest: {e}")))?;
+    let mut verifier = knox_server::Verifier::embedded(args.allow_simulated).map_err(|e| {
+        fail(
+            Kind::Software,
+            format!("the embedded toolkit manifest: {e}"),
+        )
+    })?;
     if let Some(p) = &args.policy {
         let b = knox_verifier::files::read_input(p, knox_verifier::files::CONFIG)?;
         verifier.policy = Some(
@@ -171,7 +178,8 @@ pub struct SubmitArgs {
 fn pinned(p: Option<&Path>) -> Result<Option<knox_types::bundle::PublicKey>> {
     p.map(|p| {
         let text = knox_verifier::files::read_text(p, knox_verifier::files::KEY)?;
-        serde_json::from_str(&text).map_err(|e| knox_verifier::files::bad_input(p, "a public key", e))
+        serde_json::from_str(&text)
+            .map_err(|e| knox_verifier::files::bad_input(p, "a public key", e))
     })
     .transpose()
 }
@@ -179,7 +187,8 @@ fn pinned(p: Option<&Path>) -> Result<Option<knox_types::bundle::PublicKey>> {
 /// Submits each file; checks each inclusion proof.
 pub fn submit(args: &SubmitArgs) -> Result<i32> {
     let key = crate::cmd::keys::load(&args.key)?;
-    let client = Client::new(&args.to, key).map_err(|e| knox_verifier::files::usage(e.to_string()))?;
+    let client =
+        Client::new(&args.to, key).map_err(|e| knox_verifier::files::usage(e.to_string()))?;
     let pin = pinned(args.log_key.as_deref())?;
     let mut worst = 0;
     let mut out = Vec::new();
@@ -192,7 +201,10 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
         tlog::check_inclusion(&r.inclusion, &log_key).map_err(|e| {
             fail(
                 Kind::Unavailable,
-                format!("`{}`: the server's inclusion proof does not hold: {e}", f.display()),
+                format!(
+                    "`{}`: the server's inclusion proof does not hold: {e}",
+                    f.display()
+                ),
             )
         })?;
         if r.outcome != "complete" {
@@ -279,8 +291,13 @@ pub fn report(args: &ReportArgs) -> Result<i32> {
         .map_err(|e| knox_verifier::files::usage(e.to_string()))?;
     let mut q = Vec::new();
     if let Some(p) = &args.provider {
-        if !p.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
-            return Err(knox_verifier::files::usage("--provider: letters, digits, `-`, `_`, `.`"));
+        if !p
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        {
+            return Err(knox_verifier::files::usage(
+                "--provider: letters, digits, `-`, `_`, `.`",
+            ));
         }
         q.push(format!("provider={p}"));
     }
@@ -293,7 +310,10 @@ pub fn report(args: &ReportArgs) -> Result<i32> {
     if status != 200 {
         return Err(fail(
             Kind::Unavailable,
-            format!("the server refused ({status}): {}", String::from_utf8_lossy(&body)),
+            format!(
+                "the server refused ({status}): {}",
+                String::from_utf8_lossy(&body)
+            ),
         ));
     }
     knox_verifier::files::write_file(&args.out, body)?;

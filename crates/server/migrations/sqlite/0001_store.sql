@@ -99,6 +99,7 @@ CREATE TABLE nonces (
     seen_at BIGINT NOT NULL,
     PRIMARY KEY (key_id, nonce)
 );
+CREATE INDEX nonces_by_time ON nonces (seen_at);
 CREATE TABLE sessions (
     token_hash  TEXT PRIMARY KEY,
     key_id      TEXT NOT NULL REFERENCES principals (key_id),

@@ -1,6 +1,6 @@
 //! Shared test fixtures: the engines to run on, evidence, principals, a served store.
 #![allow(dead_code, reason = "each test file uses part of it")]
-#![expect(
+#![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
@@ -76,11 +76,11 @@ macro_rules! on_both_engines {
         mod $name {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
-                super::$name(crate::common::sqlite_url()).await;
+                super::$name($crate::common::sqlite_url()).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
-                if let Some(url) = crate::common::postgres_url().await {
+                if let Some(url) = $crate::common::postgres_url().await {
                     super::$name(url).await;
                 }
             }
