@@ -62,10 +62,22 @@ pub struct ServeArgs {
     pub policy_set: Option<PathBuf>,
 }
 
+/// The log key at `p`, created when absent; its public half (`.pub` beside it, for
+/// auditors and `knox submit --log-key`) is written when absent.
 fn load_or_create_log_key(p: &Path) -> Result<TeeKey> {
-    if p.symlink_metadata().is_ok() {
-        return crate::cmd::keys::load(p);
+    let key = if p.symlink_metadata().is_ok() {
+        crate::cmd::keys::load(p)?
+    } else {
+        create_log_key(p)?
+    };
+    let public = p.with_extension("pub");
+    if public.symlink_metadata().is_err() {
+        knox_verifier::files::write_file(&public, serde_json::to_vec_pretty(&key.public_key())?)?;
     }
+    Ok(key)
+}
+
+fn create_log_key(p: &Path) -> Result<TeeKey> {
     if let Some(dir) = p.parent() {
         super::create_dir(dir)?;
     }

@@ -15,5 +15,6 @@ mod models;
 mod planning;
 mod regulation;
 mod repository;
+mod server;
 mod support;
 mod tamper;
