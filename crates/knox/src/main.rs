@@ -68,6 +68,14 @@ enum Command {
     /// MCP tool servers: import one's tools into a manifest skeleton.
     #[command(subcommand)]
     Mcp(cmd::mcp::McpCommand),
+    /// The regulator's evidence store and web UI (loopback by default).
+    Serve(cmd::serve::ServeArgs),
+    /// Submit evidence to a `knox serve` store, signed with the provider's key.
+    Submit(cmd::serve::SubmitArgs),
+    /// Print a browser login link for a `knox serve` store (signed with your key).
+    Login(cmd::serve::LoginArgs),
+    /// Fetch a provider's exit report (HTML) from a `knox serve` store.
+    Report(cmd::serve::ReportArgs),
     /// Internal: the confined tool worker the broker launches (one request on stdin).
     #[command(hide = true)]
     ToolWorker,
@@ -117,10 +125,14 @@ impl Command {
             Self::Corpus(cmd::corpus::CorpusCommand::Syscalls(a)) => a.json,
             Self::Model(c) => c.json(),
             Self::Toolkit(c) => c.json(),
+            Self::Submit(a) => a.json,
             Self::Keygen(_)
             | Self::Completions(_)
             | Self::Man(_)
             | Self::Mcp(_)
+            | Self::Serve(_)
+            | Self::Login(_)
+            | Self::Report(_)
             | Self::ToolWorker => false,
         }
     }
@@ -187,6 +199,10 @@ fn main() -> ExitCode {
         Command::Prove(c) => cmd::prove::run(c),
         Command::Model(c) => cmd::model::run(c),
         Command::Toolkit(c) => cmd::toolkit::run(c),
+        Command::Serve(a) => cmd::serve::serve(a),
+        Command::Submit(a) => cmd::serve::submit(a),
+        Command::Login(a) => cmd::serve::login(a),
+        Command::Report(a) => cmd::serve::report(a),
         Command::Completions(a) => completions(a),
         Command::Man(a) => man(a),
         Command::Mcp(cmd::mcp::McpCommand::Import(a)) => cmd::mcp::import(a),

@@ -26,6 +26,7 @@ pub mod prove;
 pub mod receipts;
 pub mod regulations;
 pub mod run;
+pub mod serve;
 pub mod toolkit;
 pub mod verify;
 

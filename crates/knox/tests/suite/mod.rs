@@ -18,6 +18,7 @@ mod models;
 mod planning;
 mod regulation;
 mod repository;
+mod server;
 mod support;
 mod tamper;
 mod toolkit;

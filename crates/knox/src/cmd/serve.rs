@@ -1,0 +1,334 @@
+//! `knox serve`, `knox submit`, `knox login`, `knox report`: the regulator's evidence
+//! store and its clients (`knox_server`).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+use crate::error::{Kind, fail};
+use knox_attest::{TeeKey, keyfile};
+use knox_server::client::Client;
+use knox_server::run::{ServeOptions, serve_blocking};
+use knox_server::tlog;
+
+/// The default store and log key directory: `$XDG_DATA_HOME/knox/server` (absolute
+/// only), else `$HOME/.local/share/knox/server`.
+pub fn default_dir() -> Result<PathBuf> {
+    let absolute = |var: &str| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    if let Some(d) = absolute("XDG_DATA_HOME") {
+        return Ok(d.join("knox").join("server"));
+    }
+    if let Some(h) = absolute("HOME") {
+        return Ok(h.join(".local").join("share").join("knox").join("server"));
+    }
+    Err(knox_verifier::files::usage(
+        "neither XDG_DATA_HOME nor HOME is set: give --db and --log-key",
+    ))
+}
+
+/// Arguments of `knox serve`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!("  0   never: the server runs until stopped"))]
+pub struct ServeArgs {
+    /// The database: `sqlite:///path/store.db` or `postgres://user:pass@host/db`
+    /// (default: an SQLite file `store.db` under `$XDG_DATA_HOME/knox/server`).
+    #[arg(long, value_name = "URL")]
+    pub db: Option<String>,
+    /// Address to listen on (loopback by default).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8787")]
+    pub listen: SocketAddr,
+    /// Who may use the server: providers and regulators with their public keys, and
+    /// each regulator's providers (TOML; see docs/server.md).
+    #[arg(long, value_name = "TOML", value_parser = knox_verifier::files::path)]
+    pub access: Option<PathBuf>,
+    /// The transparency log's signing key (`knox keygen`; created, mode 0600, with its
+    /// public half `log.pub` beside it, when absent; default: `log.key` beside the
+    /// default database).
+    #[arg(long, value_name = "KEY", value_parser = knox_verifier::files::path)]
+    pub log_key: Option<PathBuf>,
+    /// INSECURE, not recommended: accept simulated platform evidence as complete.
+    #[arg(long)]
+    pub allow_simulated: bool,
+    /// The regulator's policy (TOML) every submission is verified under.
+    #[arg(long, value_name = "TOML", value_parser = knox_verifier::files::path)]
+    pub policy: Option<PathBuf>,
+    /// The regulator's regulation policy set (default: the embedded one).
+    #[arg(long, value_name = "DIR", value_parser = knox_verifier::files::path)]
+    pub policy_set: Option<PathBuf>,
+}
+
+/// The log key at `p`, created when absent; its public half (`.pub` beside it, for
+/// auditors and `knox submit --log-key`) is written when absent.
+fn load_or_create_log_key(p: &Path) -> Result<TeeKey> {
+    let key = if p.symlink_metadata().is_ok() {
+        crate::cmd::keys::load(p)?
+    } else {
+        create_log_key(p)?
+    };
+    let public = p.with_extension("pub");
+    if public.symlink_metadata().is_err() {
+        knox_verifier::files::write_file(&public, serde_json::to_vec_pretty(&key.public_key())?)?;
+    }
+    Ok(key)
+}
+
+fn create_log_key(p: &Path) -> Result<TeeKey> {
+    if let Some(dir) = p.parent() {
+        super::create_dir(dir)?;
+    }
+    let key = TeeKey::generate()?;
+    let opts = knox_verifier::files::WriteOptions {
+        mode: 0o600,
+        create_new: true,
+    };
+    knox_verifier::files::write_atomic_with(p, keyfile::encode(&key)?.as_bytes(), opts).map_err(
+        |e| {
+            fail(
+                Kind::CantCreate,
+                format!("cannot create the log key `{}`: {e}", p.display()),
+            )
+        },
+    )?;
+    Ok(key)
+}
+
+/// Runs the server.
+pub fn serve(args: &ServeArgs) -> Result<i32> {
+    let db_url = match &args.db {
+        Some(u) => u.clone(),
+        None => {
+            let d = default_dir()?;
+            super::create_dir(&d)?;
+            format!("sqlite://{}", d.join("store.db").display())
+        }
+    };
+    let log_key_path = match &args.log_key {
+        Some(p) => p.clone(),
+        None => default_dir()?.join("log.key"),
+    };
+    let log_key = load_or_create_log_key(&log_key_path)?;
+    let mut verifier = knox_server::Verifier::embedded(args.allow_simulated).map_err(|e| {
+        fail(
+            Kind::Software,
+            format!("the embedded toolkit manifest: {e}"),
+        )
+    })?;
+    if let Some(p) = &args.policy {
+        let b = knox_verifier::files::read_input(p, knox_verifier::files::CONFIG)?;
+        verifier.policy = Some(
+            knox_hw::policy::RegulatorPolicy::from_toml(&b)
+                .map_err(|e| knox_verifier::files::bad_input(p, "a regulator policy", e))?,
+        );
+    }
+    if let Some(d) = &args.policy_set {
+        verifier.norms = Some(crate::cmd::regulations::load(Some(d))?);
+    }
+    let access = match &args.access {
+        Some(p) => {
+            let text = knox_verifier::files::read_text(p, knox_verifier::files::CONFIG)?;
+            let base = p.parent().map_or_else(PathBuf::new, Path::to_path_buf);
+            Some((text, base))
+        }
+        None => None,
+    };
+    let engine = knox_server::Engine::of_url(&db_url)
+        .map_err(|e| knox_verifier::files::usage(format!("--db: {e}")))?;
+    let opts = ServeOptions {
+        db_url,
+        listen: args.listen,
+        access,
+        verifier,
+        log_key,
+    };
+    let simulated = args.allow_simulated;
+    serve_blocking(opts, |addr, _| {
+        eprintln!(
+            "knox serve: listening on http://{addr} ({} store; log key {}){}",
+            engine.name(),
+            log_key_path.display(),
+            if simulated {
+                "; INSECURE: simulated platform evidence accepted"
+            } else {
+                ""
+            }
+        );
+    })
+    .map_err(|e| fail(Kind::Unavailable, e.to_string()))?;
+    Ok(0)
+}
+
+/// Arguments of `knox submit`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!(
+    "  0   every FILE stored and verified complete, each inclusion proof checked\
+   \n  1   a FILE was stored but did not verify complete (tampered, prefix, refused)\
+   \n  69  the server refused a FILE or could not be reached"
+))]
+pub struct SubmitArgs {
+    /// Evidence bundles or journals.
+    #[arg(required = true, value_name = "FILE", value_parser = knox_verifier::files::path)]
+    pub files: Vec<PathBuf>,
+    /// The server, `http://HOST:PORT`.
+    #[arg(long, value_name = "URL")]
+    pub to: String,
+    /// The provider's private key (`knox keygen`).
+    #[arg(long, value_name = "KEY", value_parser = knox_verifier::files::path)]
+    pub key: PathBuf,
+    /// The log's public key (`.pub`) to pin: heads signed by another key are refused.
+    #[arg(long, value_name = "PUB", value_parser = knox_verifier::files::path)]
+    pub log_key: Option<PathBuf>,
+    /// Print the answers (with their inclusion proofs) as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn pinned(p: Option<&Path>) -> Result<Option<knox_types::bundle::PublicKey>> {
+    p.map(|p| {
+        let text = knox_verifier::files::read_text(p, knox_verifier::files::KEY)?;
+        serde_json::from_str(&text)
+            .map_err(|e| knox_verifier::files::bad_input(p, "a public key", e))
+    })
+    .transpose()
+}
+
+/// Submits each file; checks each inclusion proof.
+pub fn submit(args: &SubmitArgs) -> Result<i32> {
+    let key = crate::cmd::keys::load(&args.key)?;
+    let client =
+        Client::new(&args.to, key).map_err(|e| knox_verifier::files::usage(e.to_string()))?;
+    let pin = pinned(args.log_key.as_deref())?;
+    let mut worst = 0;
+    let mut out = Vec::new();
+    for f in &args.files {
+        let bytes = knox_verifier::files::read_input(f, knox_verifier::files::EVIDENCE)?;
+        let r = client
+            .submit(&bytes)
+            .map_err(|e| fail(Kind::Unavailable, format!("`{}`: {e}", f.display())))?;
+        let log_key = pin.clone().unwrap_or_else(|| r.inclusion.head.key.clone());
+        tlog::check_inclusion(&r.inclusion, &log_key).map_err(|e| {
+            fail(
+                Kind::Unavailable,
+                format!(
+                    "`{}`: the server's inclusion proof does not hold: {e}",
+                    f.display()
+                ),
+            )
+        })?;
+        if r.outcome != "complete" {
+            worst = 1;
+        }
+        if args.json {
+            out.push(serde_json::json!({
+                "file": f.display().to_string(), "digest": r.digest, "run_id": r.run_id,
+                "outcome": r.outcome, "reason": r.reason, "duplicate": r.duplicate,
+                "inclusion": r.inclusion,
+            }));
+        } else {
+            crate::outln!(
+                "{}: {} {}{} — log entry {} of {}, root {} (inclusion proof checked)",
+                f.display(),
+                r.run_id,
+                r.outcome.to_uppercase(),
+                if r.duplicate { " (already stored)" } else { "" },
+                r.inclusion.index,
+                r.inclusion.head.tree_size,
+                r.inclusion.head.root
+            );
+            if let Some(reason) = &r.reason {
+                crate::outln!("  {reason}");
+            }
+        }
+    }
+    if args.json {
+        crate::outln!("{}", serde_json::to_string_pretty(&out)?);
+    }
+    Ok(worst)
+}
+
+/// Arguments of `knox login`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!("  0   the link is printed\n  69  the server refused or could not be reached"))]
+pub struct LoginArgs {
+    /// The server, `http://HOST:PORT`.
+    #[arg(long, value_name = "URL")]
+    pub to: String,
+    /// Your private key (`knox keygen`).
+    #[arg(long, value_name = "KEY", value_parser = knox_verifier::files::path)]
+    pub key: PathBuf,
+}
+
+/// Prints a browser login link (15 minutes).
+pub fn login(args: &LoginArgs) -> Result<i32> {
+    let client = Client::new(&args.to, crate::cmd::keys::load(&args.key)?)
+        .map_err(|e| knox_verifier::files::usage(e.to_string()))?;
+    let link = client
+        .login()
+        .map_err(|e| fail(Kind::Unavailable, e.to_string()))?;
+    crate::outln!("{link}");
+    Ok(0)
+}
+
+/// Arguments of `knox report`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!("  0   the report is written\n  69  the server refused or could not be reached"))]
+pub struct ReportArgs {
+    /// The provider (a provider's own key needs no name).
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// Start of the period (Unix seconds).
+    #[arg(long)]
+    pub from: Option<i64>,
+    /// End of the period (Unix seconds, exclusive).
+    #[arg(long)]
+    pub until: Option<i64>,
+    /// The server, `http://HOST:PORT`.
+    #[arg(long, value_name = "URL")]
+    pub to: String,
+    /// Your private key (`knox keygen`).
+    #[arg(long, value_name = "KEY", value_parser = knox_verifier::files::path)]
+    pub key: PathBuf,
+    /// Write the HTML report here.
+    #[arg(long, value_name = "FILE", value_parser = knox_verifier::files::path)]
+    pub out: PathBuf,
+}
+
+/// Fetches the exit report (HTML) and writes it.
+pub fn report(args: &ReportArgs) -> Result<i32> {
+    let client = Client::new(&args.to, crate::cmd::keys::load(&args.key)?)
+        .map_err(|e| knox_verifier::files::usage(e.to_string()))?;
+    let mut q = Vec::new();
+    if let Some(p) = &args.provider {
+        if !p
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        {
+            return Err(knox_verifier::files::usage(
+                "--provider: letters, digits, `-`, `_`, `.`",
+            ));
+        }
+        q.push(format!("provider={p}"));
+    }
+    q.extend(args.from.map(|v| format!("from={v}")));
+    q.extend(args.until.map(|v| format!("to={v}")));
+    let path = format!("/api/report?{}", q.join("&"));
+    let (status, body) = client
+        .request("GET", &path, b"")
+        .map_err(|e| fail(Kind::Unavailable, e.to_string()))?;
+    if status != 200 {
+        return Err(fail(
+            Kind::Unavailable,
+            format!(
+                "the server refused ({status}): {}",
+                String::from_utf8_lossy(&body)
+            ),
+        ));
+    }
+    knox_verifier::files::write_file(&args.out, body)?;
+    eprintln!("exit report written to {}", args.out.display());
+    Ok(0)
+}

@@ -1,0 +1,153 @@
+//! `knox serve` with no set-up (SQLite under the XDG data folder, a log key created on
+//! first start), `knox submit` (signed, each inclusion proof checked, exit 1 for a
+//! tampered run), `knox login`, `knox report`.
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Child, Stdio};
+
+use super::support::knox;
+
+/// Kills the server when the test ends, pass or fail.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn serve_submit_login_and_report_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let run = |args: &[&str]| {
+        knox()
+            .current_dir(d)
+            .env("XDG_DATA_HOME", d.join("data"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert!(run(&["keygen", "--out", "acme"]).status.success());
+    assert!(run(&["keygen", "--out", "cnil"]).status.success());
+    std::fs::write(
+        d.join("access.toml"),
+        "[[provider]]\nname = \"acme\"\nkey = \"acme.pub\"\n\n[[regulator]]\nname = \"cnil\"\nkey = \"cnil.pub\"\nproviders = [\"acme\"]\n",
+    )
+    .unwrap();
+    let mut child = knox()
+        .current_dir(d)
+        .env("XDG_DATA_HOME", d.join("data"))
+        .args([
+            "serve",
+            "--access",
+            "access.toml",
+            "--allow-simulated",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _server = Server(child);
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_owned();
+    assert!(line.contains("sqlite store"), "{line}");
+    let server_dir = d.join("data/knox/server");
+    assert!(
+        server_dir.join("store.db").is_file()
+            && server_dir.join("log.key").is_file()
+            && server_dir.join("log.pub").is_file()
+    );
+
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../verify/tests/fixtures/topologies/st-sa.json"
+    );
+    let good = std::fs::read_to_string(fixture).unwrap();
+    std::fs::write(d.join("good.json"), &good).unwrap();
+    std::fs::write(
+        d.join("bad.json"),
+        good.replacen("\"agent\":\"agent-0\"", "\"agent\":\"agent-9\"", 1),
+    )
+    .unwrap();
+    let out = run(&[
+        "submit",
+        "good.json",
+        "--to",
+        &url,
+        "--key",
+        "acme.key",
+        "--log-key",
+        "data/knox/server/log.pub",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("COMPLETE") && text.contains("inclusion proof checked"),
+        "{text}"
+    );
+    let out = run(&[
+        "submit", "bad.json", "--to", &url, "--key", "acme.key", "--json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["outcome"], "tampered");
+    // A regulator's key does not submit; an unknown key is refused.
+    let out = run(&["submit", "good.json", "--to", &url, "--key", "cnil.key"]);
+    assert_eq!(out.status.code(), Some(69));
+    assert!(run(&["keygen", "--out", "stranger"]).status.success());
+    let out = run(&["submit", "good.json", "--to", &url, "--key", "stranger.key"]);
+    assert_eq!(out.status.code(), Some(69));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown key"));
+
+    let out = run(&["login", "--to", &url, "--key", "cnil.key"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with(&format!("{url}/login?token=")));
+    let out = run(&[
+        "report",
+        "--provider",
+        "acme",
+        "--to",
+        &url,
+        "--key",
+        "cnil.key",
+        "--out",
+        "exit.html",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(d.join("exit.html")).unwrap();
+    assert!(
+        html.contains("2 runs; 1 complete, 0 prefix, 1 tampered"),
+        "{html}"
+    );
+    for cmd in ["serve", "submit", "login", "report"] {
+        let out = knox().args([cmd, "--help"]).output().unwrap();
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("Exit codes:"),
+            "{cmd}"
+        );
+    }
+}

@@ -1,0 +1,71 @@
+//! Ingest rate on SQLite: verify (knox_verify), index and append to the log, in nodes
+//! per second. Each iteration ingests the five topology fixtures into a fresh store
+//! (created outside the timed part), so none is a duplicate.
+#![expect(clippy::unwrap_used, clippy::expect_used, reason = "bench")]
+
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use knox_attest::TeeKey;
+use knox_server::store::{Role, Store};
+use knox_server::{Principal, Verifier};
+
+const FIXTURES: [&[u8]; 5] = [
+    include_bytes!("../../verify/tests/fixtures/topologies/st-sa.json"),
+    include_bytes!("../../verify/tests/fixtures/topologies/mt-sa-seq-2.json"),
+    include_bytes!("../../verify/tests/fixtures/topologies/mt-sa-int-3.json"),
+    include_bytes!("../../verify/tests/fixtures/topologies/mt-ma-3-3.json"),
+    include_bytes!("../../verify/tests/fixtures/topologies/mt-ma-4-2.json"),
+];
+
+fn fresh(rt: &tokio::runtime::Runtime) -> (Store, Principal, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+    rt.block_on(async {
+        let s = Store::open(&url).await.unwrap();
+        let p = s
+            .register(
+                Role::Provider,
+                "bench",
+                &TeeKey::from_seed([1; 32]).public_bytes(),
+            )
+            .await
+            .unwrap();
+        (s, p, dir)
+    })
+}
+
+fn ingest(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let v = Verifier::embedded(true).expect("embedded manifest");
+    let nodes: u64 = FIXTURES
+        .iter()
+        .map(|b| knox_verify::parse_bundle(b).unwrap().nodes.len() as u64)
+        .sum();
+    let mut g = c.benchmark_group("ingest_sqlite");
+    g.throughput(Throughput::Elements(nodes));
+    g.sample_size(20);
+    g.bench_function("verify_index_log_5_bundles", |b| {
+        b.iter_batched(
+            || fresh(&rt),
+            |(s, p, dir)| {
+                rt.block_on(async {
+                    for bytes in FIXTURES {
+                        let checked = v.check(bytes).unwrap();
+                        let r = s.ingest(&p, bytes, &checked, 1).await.unwrap();
+                        assert!(!r.duplicate);
+                    }
+                    s.close().await;
+                });
+                drop(dir);
+            },
+            BatchSize::PerIteration,
+        );
+    });
+    g.finish();
+}
+
+criterion_group!(benches, ingest);
+criterion_main!(benches);

@@ -1,0 +1,856 @@
+//! The HTTP server: the signed API (submit, runs, receipts, sessions), the public
+//! transparency-log endpoints, and the web UI behind a session cookie. Every request
+//! is logged in the access log, allowed or refused, with the reason.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use knox_attest::TeeKey;
+use serde::Deserialize;
+
+use crate::auth::{self, AuthError, Claimed};
+use crate::ingest::Verifier;
+use crate::store::{Principal, Role, RunFilter, RunRow, Store, StoreError};
+use crate::ui;
+
+/// The most bytes a submission may have.
+pub const MAX_BODY: usize = knox_types::bundle::MAX_BUNDLE_BYTES;
+/// The most runs a list returns.
+pub const LIST_LIMIT: i64 = 1000;
+
+/// Shared server state.
+#[derive(Debug, Clone)]
+pub struct App {
+    /// The store.
+    pub store: Store,
+    /// The regulator's verification settings.
+    pub verifier: Arc<Verifier>,
+    /// The transparency log's signing key.
+    pub log_key: Arc<TeeKey>,
+}
+
+/// Why a request failed, and what the client is told.
+#[derive(Debug)]
+enum Refusal {
+    /// No valid signature or session.
+    Auth(AuthError),
+    /// Not found, or not this principal's to see: the same answer, so nothing leaks.
+    NotFound,
+    /// A parameter is malformed.
+    Bad(String),
+    /// The principal's role may not do this.
+    Forbidden(&'static str),
+    /// The store failed.
+    Store(StoreError),
+}
+
+impl From<StoreError> for Refusal {
+    fn from(e: StoreError) -> Self {
+        Self::Store(e)
+    }
+}
+
+impl Refusal {
+    fn status(&self) -> StatusCode {
+        match self {
+            Self::Auth(_) => StatusCode::UNAUTHORIZED,
+            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::Bad(_) => StatusCode::BAD_REQUEST,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// What the log records (the full reason).
+    fn reason(&self) -> String {
+        match self {
+            Self::Auth(e) => e.to_string(),
+            Self::NotFound => "not found or not visible to this principal".into(),
+            Self::Bad(m) => m.clone(),
+            Self::Forbidden(m) => (*m).to_owned(),
+            Self::Store(e) => e.to_string(),
+        }
+    }
+
+    /// What the client is told (a store error is not described).
+    fn public(&self) -> String {
+        match self {
+            Self::Store(_) => "internal error".into(),
+            Self::NotFound => "not found".into(),
+            o => o.reason(),
+        }
+    }
+}
+
+/// The router.
+pub fn router(app: App) -> Router {
+    Router::new()
+        .route("/api/runs", post(api_submit).get(api_runs))
+        .route("/api/runs/{digest}", get(api_run))
+        .route("/api/runs/{digest}/evidence", get(api_evidence))
+        .route("/api/runs/{digest}/receipts", post(api_receipt))
+        .route("/api/session", post(api_session))
+        .route("/api/access-log", get(api_access_log))
+        .route("/api/log/head", get(log_head))
+        .route("/api/log/consistency", get(log_consistency))
+        .route("/api/log/inclusion/{digest}", get(log_inclusion))
+        .route("/login", get(login))
+        .route("/", get(ui_dashboard))
+        .route("/runs", get(ui_runs))
+        .route("/runs/{digest}", get(ui_run))
+        .route("/runs/{digest}/download", get(ui_download))
+        .route("/runs/{digest}/nodes/{seq}", get(ui_node))
+        .route("/report", get(ui_report))
+        .route("/api/report", get(api_report))
+        .route("/access", get(ui_access))
+        .route("/log", get(ui_log))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(app)
+}
+
+fn target(uri: &Uri) -> String {
+    uri.path_and_query()
+        .map_or_else(|| uri.path().to_owned(), |p| p.as_str().to_owned())
+}
+
+/// Logs the request and turns the result into a response.
+async fn finish(
+    app: &App,
+    who: Option<&str>,
+    method: &Method,
+    uri: &Uri,
+    r: Result<Response, Refusal>,
+) -> Response {
+    let (allowed, reason, resp) = match r {
+        Ok(resp) => (true, "ok".to_owned(), resp),
+        Err(e) => {
+            let status = e.status();
+            let body = serde_json::json!({"error": e.public()}).to_string();
+            (
+                false,
+                e.reason(),
+                (status, [(header::CONTENT_TYPE, "application/json")], body).into_response(),
+            )
+        }
+    };
+    let logged = app
+        .store
+        .log_access(
+            who,
+            method.as_str(),
+            &target(uri),
+            allowed,
+            &reason,
+            auth::now(),
+        )
+        .await;
+    match logged {
+        Ok(()) => resp,
+        // An access that cannot be logged is not served.
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+/// Checks a signed request: headers, time, signature, registered key, fresh nonce.
+async fn signed(
+    app: &App,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Principal, (Option<String>, Refusal)> {
+    let claimed = Claimed::parse(|n| headers.get(n).and_then(|v| v.to_str().ok()))
+        .map_err(|e| (None, Refusal::Auth(e)))?;
+    let key_id = claimed.key_id();
+    let fail = |e: AuthError| (Some(key_id.clone()), Refusal::Auth(e));
+    claimed
+        .verify(method.as_str(), &target(uri), body, auth::now())
+        .map_err(fail)?;
+    let p = app
+        .store
+        .principal(&key_id)
+        .await
+        .map_err(|e| (Some(key_id.clone()), Refusal::Store(e)))?
+        .ok_or_else(|| fail(AuthError::UnknownKey))?;
+    let fresh = app
+        .store
+        .use_nonce(&key_id, &claimed.nonce, auth::now())
+        .await
+        .map_err(|e| (Some(key_id.clone()), Refusal::Store(e)))?;
+    if !fresh {
+        return Err(fail(AuthError::Replay));
+    }
+    Ok(p)
+}
+
+/// The principal of the session cookie.
+async fn session(app: &App, headers: &HeaderMap) -> Result<Principal, Refusal> {
+    let token = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().split_once('='))
+        .find(|(k, _)| *k == auth::SESSION_COOKIE)
+        .map(|(_, v)| v.to_owned())
+        .ok_or(Refusal::Auth(AuthError::NoSession))?;
+    if token.len() != 64 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Refusal::Auth(AuthError::NoSession));
+    }
+    app.store
+        .session(&token, auth::now())
+        .await?
+        .ok_or(Refusal::Auth(AuthError::NoSession))
+}
+
+/// A path parameter, or a logged refusal when it is not one (not UTF-8).
+fn path_param(r: Result<Path<String>, PathRejection>) -> Result<String, Refusal> {
+    r.map(|Path(s)| s).map_err(|e| Refusal::Bad(e.body_text()))
+}
+
+/// A digest parameter: exactly 64 lowercase hex digits, nothing else.
+fn digest_param(s: &str) -> Result<String, Refusal> {
+    if s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        Ok(s.to_owned())
+    } else {
+        Err(Refusal::Bad("a digest is 64 lowercase hex digits".into()))
+    }
+}
+
+/// A run `p` may see, or not found.
+async fn visible_run(app: &App, p: &Principal, digest: &str) -> Result<RunRow, Refusal> {
+    let digest = digest_param(digest)?;
+    let run = app.store.run(&digest).await?.ok_or(Refusal::NotFound)?;
+    if app
+        .store
+        .visible_providers(p)
+        .await?
+        .contains(&run.provider)
+    {
+        Ok(run)
+    } else {
+        Err(Refusal::NotFound)
+    }
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Result<Response, Refusal> {
+    let body = serde_json::to_string_pretty(v).map_err(|e| Refusal::Store(e.into()))?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+fn html(m: maud::Markup) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src 'self' data:; connect-src 'self'",
+            ),
+        ],
+        m.into_string(),
+    )
+        .into_response()
+}
+
+/// Runs a signed-API handler: authenticate, then `f`, then log.
+macro_rules! signed_api {
+    ($app:ident, $method:ident, $uri:ident, $headers:ident, $body:expr, |$p:ident| $f:expr) => {{
+        match signed(&$app, &$method, &$uri, &$headers, $body).await {
+            Err((who, e)) => finish(&$app, who.as_deref(), &$method, &$uri, Err(e)).await,
+            Ok($p) => {
+                let r: Result<Response, Refusal> = $f;
+                finish(&$app, Some(&$p.key_id), &$method, &$uri, r).await
+            }
+        }
+    }};
+}
+
+/// Runs a UI handler: session, then `f`, then log.
+macro_rules! ui_page {
+    ($app:ident, $method:ident, $uri:ident, $headers:ident, |$p:ident| $f:expr) => {{
+        match session(&$app, &$headers).await {
+            Err(e) => {
+                let page = ui::refusal(
+                    "Sign in",
+                    "No valid session. Run `knox login --to URL --key YOUR.key` and open the link it prints.",
+                );
+                let _ = finish(&$app, None, &$method, &$uri, Err(e)).await;
+                (StatusCode::UNAUTHORIZED, html(page)).into_response()
+            }
+            Ok($p) => {
+                let r: Result<Response, Refusal> = $f;
+                finish(&$app, Some(&$p.key_id), &$method, &$uri, r).await
+            }
+        }
+    }};
+}
+
+async fn api_submit(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    signed_api!(app, method, uri, headers, &body, |p| submit(
+        &app, &p, &body
+    )
+    .await)
+}
+
+async fn submit(app: &App, p: &Principal, body: &Bytes) -> Result<Response, Refusal> {
+    if p.role != Role::Provider {
+        return Err(Refusal::Forbidden("only providers submit runs"));
+    }
+    let verifier = app.verifier.clone();
+    let bytes = body.clone();
+    let checked = tokio::task::spawn_blocking(move || verifier.check(&bytes))
+        .await
+        .map_err(|e| Refusal::Bad(format!("verification failed: {e}")))?
+        .map_err(|e| Refusal::Bad(e.to_string()))?;
+    let ingested = app.store.ingest(p, body, &checked, auth::now()).await?;
+    if ingested.run.provider != p.key_id {
+        // The same bytes were submitted by another provider: nothing is changed, and
+        // nothing about the other submission is said.
+        return Err(Refusal::Forbidden("these bytes are already stored"));
+    }
+    let inclusion = app
+        .store
+        .inclusion(&ingested.run.digest, &app.log_key, auth::now())
+        .await?;
+    let status = if ingested.duplicate {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    let mut resp = json(&serde_json::json!({
+        "digest": ingested.run.digest,
+        "run_id": ingested.run.run_id,
+        "outcome": ingested.run.outcome,
+        "reason": ingested.run.reason,
+        "duplicate": ingested.duplicate,
+        "inclusion": inclusion,
+    }))?;
+    *resp.status_mut() = status;
+    Ok(resp)
+}
+
+async fn api_runs(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    q: Result<Query<RunFilter>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    signed_api!(app, method, uri, headers, b"", |p| {
+        match q {
+            Err(e) => Err(Refusal::Bad(e.body_text())),
+            Ok(Query(f)) => {
+                async {
+                    let providers = app.store.visible_providers(&p).await?;
+                    json(&app.store.runs(&providers, &f, LIST_LIMIT).await?)
+                }
+                .await
+            }
+        }
+    })
+}
+
+async fn api_run(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    d: Result<Path<String>, PathRejection>,
+) -> Response {
+    signed_api!(app, method, uri, headers, b"", |p| async {
+        let run = visible_run(&app, &p, &path_param(d)?).await?;
+        let inclusion = app
+            .store
+            .inclusion(&run.digest, &app.log_key, auth::now())
+            .await?;
+        json(&serde_json::json!({
+            "run": run,
+            "blocked": app.store.blocked(&run.digest).await?,
+            "decisions": app.store.decisions(&run.digest).await?,
+            "receipts": app.store.receipts(&run.digest).await?,
+            "inclusion": inclusion,
+        }))
+    }
+    .await)
+}
+
+async fn evidence(app: &App, p: &Principal, d: &str) -> Result<Response, Refusal> {
+    let run = visible_run(app, p, d).await?;
+    let (_, bytes) = app
+        .store
+        .object(&run.digest)
+        .await?
+        .ok_or(Refusal::NotFound)?;
+    let name = format!(
+        "attachment; filename=\"{}.{}\"",
+        run.digest,
+        if run.kind == "journal" {
+            "journal.jsonl"
+        } else {
+            "json"
+        }
+    );
+    let mut resp = ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response();
+    if let Ok(v) = HeaderValue::from_str(&name) {
+        resp.headers_mut().insert(header::CONTENT_DISPOSITION, v);
+    }
+    Ok(resp)
+}
+
+async fn api_evidence(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    d: Result<Path<String>, PathRejection>,
+) -> Response {
+    signed_api!(app, method, uri, headers, b"", |p| async {
+        evidence(&app, &p, &path_param(d)?).await
+    }
+    .await)
+}
+
+async fn api_receipt(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    d: Result<Path<String>, PathRejection>,
+    body: Bytes,
+) -> Response {
+    signed_api!(app, method, uri, headers, &body, |p| {
+        async {
+        if p.role != Role::Regulator {
+            return Err(Refusal::Forbidden("only regulators issue receipts"));
+        }
+        let run = visible_run(&app, &p, &path_param(d)?).await?;
+        let (_, bundle) = app.store.object(&run.digest).await?.ok_or(Refusal::NotFound)?;
+        let checked = knox_verify::receipt::check(&body, &bundle).map_err(|e| Refusal::Bad(format!("receipt: {e}")))?;
+        if checked.regulator.to_hex() != p.key_id {
+            return Err(Refusal::Bad("the receipt is signed by another key than the requester's".into()));
+        }
+        let digest = app
+            .store
+            .add_receipt(&run.digest, &p, &body, &checked.predicate.result, auth::now())
+            .await?;
+        json(&serde_json::json!({"receipt": digest, "head": app.store.head(&app.log_key, auth::now()).await?}))
+    }
+    .await
+    })
+}
+
+async fn api_session(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    signed_api!(app, method, uri, headers, &body, |p| async {
+        let mut t = [0u8; 32];
+        getrandom::fill(&mut t).map_err(|e| Refusal::Bad(format!("no randomness: {e}")))?;
+        let token = hex::encode(t);
+        let expires = auth::now() + auth::SESSION_SECS;
+        app.store.create_session(&p.key_id, &token, expires).await?;
+        json(&serde_json::json!({"login": format!("/login?token={token}"), "expires": expires}))
+    }
+    .await)
+}
+
+async fn api_access_log(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    signed_api!(app, method, uri, headers, b"", |p| async {
+        if p.role != Role::Regulator {
+            return Err(Refusal::Forbidden("only regulators read the access log"));
+        }
+        json(&app.store.access_log(LIST_LIMIT).await?)
+    }
+    .await)
+}
+
+async fn log_head(State(app): State<App>, method: Method, uri: Uri) -> Response {
+    let r = async { json(&app.store.head(&app.log_key, auth::now()).await?) }.await;
+    finish(&app, None, &method, &uri, r).await
+}
+
+/// `?from=N`.
+#[derive(Debug, Deserialize)]
+struct FromSize {
+    from: u64,
+}
+
+async fn log_consistency(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    q: Result<Query<FromSize>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let r = async {
+        let Query(f) = q.map_err(|e| Refusal::Bad(e.body_text()))?;
+        json(
+            &app.store
+                .consistency(f.from, &app.log_key, auth::now())
+                .await?
+                .ok_or(Refusal::NotFound)?,
+        )
+    }
+    .await;
+    finish(&app, None, &method, &uri, r).await
+}
+
+async fn log_inclusion(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    d: Result<Path<String>, PathRejection>,
+) -> Response {
+    let r = async {
+        let d = digest_param(&path_param(d)?)?;
+        json(
+            &app.store
+                .inclusion(&d, &app.log_key, auth::now())
+                .await?
+                .ok_or(Refusal::NotFound)?,
+        )
+    }
+    .await;
+    finish(&app, None, &method, &uri, r).await
+}
+
+/// `?token=&next=`.
+#[derive(Debug, Deserialize)]
+struct Token {
+    token: String,
+    next: Option<String>,
+}
+
+/// A local path to go to after login: `/…`, never `//…` (another host), printable ASCII.
+fn local_path(next: Option<&str>) -> &str {
+    match next {
+        Some(n)
+            if n.starts_with('/')
+                && !n.starts_with("//")
+                && n.len() < 512
+                && n.bytes().all(|b| b.is_ascii_graphic() && b != b'\\') =>
+        {
+            n
+        }
+        _ => "/runs",
+    }
+}
+
+async fn login(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    q: Result<Query<Token>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let r = async {
+        let Query(t) = q.map_err(|e| Refusal::Bad(e.body_text()))?;
+        if t.token.len() != 64 || !t.token.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(Refusal::Auth(AuthError::NoSession));
+        }
+        let p = app
+            .store
+            .session(&t.token, auth::now())
+            .await?
+            .ok_or(Refusal::Auth(AuthError::NoSession))?;
+        let cookie = format!(
+            "{}={}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+            auth::SESSION_COOKIE,
+            t.token,
+            auth::SESSION_SECS
+        );
+        let mut resp = StatusCode::SEE_OTHER.into_response();
+        if let Ok(v) = HeaderValue::from_str(local_path(t.next.as_deref())) {
+            resp.headers_mut().insert(header::LOCATION, v);
+        }
+        if let Ok(v) = HeaderValue::from_str(&cookie) {
+            resp.headers_mut().insert(header::SET_COOKIE, v);
+        }
+        Ok((p, resp))
+    }
+    .await;
+    match r {
+        Ok((p, resp)) => finish(&app, Some(&p.key_id), &method, &uri, Ok(resp)).await,
+        Err(e) => finish(&app, None, &method, &uri, Err(e)).await,
+    }
+}
+
+async fn not_found(State(app): State<App>, method: Method, uri: Uri) -> Response {
+    finish(&app, None, &method, &uri, Err(Refusal::NotFound)).await
+}
+
+async fn dashboard_of(
+    app: &App,
+    providers: &[String],
+    f: &RunFilter,
+) -> Result<ui::Dashboard, Refusal> {
+    Ok(app.store.dashboard(providers, f).await?)
+}
+
+async fn ui_dashboard(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    ui_page!(app, method, uri, headers, |p| async {
+        let providers = app.store.visible_providers(&p).await?;
+        let d = dashboard_of(&app, &providers, &RunFilter::default()).await?;
+        Ok(html(ui::dashboard(&p, &d)))
+    }
+    .await)
+}
+
+async fn ui_runs(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    q: Result<Query<RunFilter>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    ui_page!(app, method, uri, headers, |p| async {
+        let Query(f) = q.map_err(|e| Refusal::Bad(e.body_text()))?;
+        let providers = app.store.visible_providers(&p).await?;
+        let rows = app.store.runs(&providers, &f, LIST_LIMIT).await?;
+        Ok(html(ui::runs(&p, &f, &rows)))
+    }
+    .await)
+}
+
+async fn ui_run(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    d: Result<Path<String>, PathRejection>,
+) -> Response {
+    ui_page!(app, method, uri, headers, |p| async {
+        let run = visible_run(&app, &p, &path_param(d)?).await?;
+        let (_, bytes) = app
+            .store
+            .object(&run.digest)
+            .await?
+            .ok_or(Refusal::NotFound)?;
+        let bundle = if run.kind == "bundle" {
+            knox_verify::parse_bundle(&bytes).ok()
+        } else {
+            None
+        };
+        let blocked = app.store.blocked(&run.digest).await?;
+        let decisions = app.store.decisions(&run.digest).await?;
+        let receipts = app.store.receipts(&run.digest).await?;
+        let inclusion = app
+            .store
+            .inclusion(&run.digest, &app.log_key, auth::now())
+            .await?;
+        let providers = app.store.visible_providers(&p).await?;
+        let same: Vec<RunRow> = app
+            .store
+            .runs(
+                &providers,
+                &RunFilter {
+                    q: Some(run.run_id.clone()),
+                    ..RunFilter::default()
+                },
+                50,
+            )
+            .await?
+            .into_iter()
+            .filter(|o| o.run_id == run.run_id && o.digest != run.digest)
+            .collect();
+        Ok(html(ui::run(
+            &p,
+            &ui::RunPage {
+                run: &run,
+                bundle: bundle.as_ref(),
+                blocked: &blocked,
+                decisions: &decisions,
+                receipts: &receipts,
+                inclusion: inclusion.as_ref(),
+                same_run_id: &same,
+            },
+        )))
+    }
+    .await)
+}
+
+async fn ui_download(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    d: Result<Path<String>, PathRejection>,
+) -> Response {
+    ui_page!(app, method, uri, headers, |p| async {
+        evidence(&app, &p, &path_param(d)?).await
+    }
+    .await)
+}
+
+async fn ui_node(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    ds: Result<Path<(String, String)>, PathRejection>,
+) -> Response {
+    ui_page!(app, method, uri, headers, |p| async {
+        let Path((d, seq)) = ds.map_err(|e| Refusal::Bad(e.body_text()))?;
+        let run = visible_run(&app, &p, &d).await?;
+        if seq.is_empty() || seq.len() > 19 || !seq.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(Refusal::Bad("a node is a sequence number".into()));
+        }
+        let seq: u64 = seq
+            .parse()
+            .map_err(|_| Refusal::Bad("a node is a sequence number".into()))?;
+        let (_, bytes) = app
+            .store
+            .object(&run.digest)
+            .await?
+            .ok_or(Refusal::NotFound)?;
+        let bundle = knox_verify::parse_bundle(&bytes).map_err(|_| Refusal::NotFound)?;
+        let proof = knox_verify::proof::prove(&bundle, seq).map_err(|_| Refusal::NotFound)?;
+        json(&proof)
+    }
+    .await)
+}
+
+/// `?provider=&from=&to=` (Unix seconds).
+#[derive(Debug, Deserialize, Default)]
+#[serde(default)]
+struct ReportQuery {
+    provider: Option<String>,
+    from: Option<i64>,
+    to: Option<i64>,
+}
+
+async fn report_page(app: &App, p: &Principal, q: ReportQuery) -> Result<Response, Refusal> {
+    let providers = app.store.visible_providers(p).await?;
+    let name = match (&q.provider, p.role) {
+        (Some(n), _) => n.clone(),
+        (None, Role::Provider) => p.name.clone(),
+        (None, Role::Regulator) => {
+            return Err(Refusal::Bad(
+                "name a provider: /report?provider=NAME".into(),
+            ));
+        }
+    };
+    let prov = app
+        .store
+        .provider_by_name(&name)
+        .await?
+        .ok_or(Refusal::NotFound)?;
+    if !providers.contains(&prov.key_id) {
+        return Err(Refusal::NotFound);
+    }
+    let (from, to) = (q.from.unwrap_or(0), q.to.unwrap_or(i64::MAX));
+    let f = RunFilter {
+        provider: Some(name.clone()),
+        from: Some(from),
+        to: Some(to),
+        ..RunFilter::default()
+    };
+    let only = vec![prov.key_id.clone()];
+    let rows = app.store.runs(&only, &f, i64::MAX).await?;
+    let d = dashboard_of(app, &only, &f).await?;
+    let head = app.store.head(&app.log_key, auth::now()).await?;
+    let shown_to = to.min(to_i64(auth::now()));
+    Ok(html(ui::report(
+        p,
+        &name,
+        from,
+        shown_to,
+        &rows,
+        &d,
+        Some(&head),
+    )))
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+async fn ui_report(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    q: Result<Query<ReportQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    ui_page!(app, method, uri, headers, |p| async {
+        let Query(q) = q.map_err(|e| Refusal::Bad(e.body_text()))?;
+        report_page(&app, &p, q).await
+    }
+    .await)
+}
+
+async fn api_report(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    q: Result<Query<ReportQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    signed_api!(app, method, uri, headers, b"", |p| async {
+        let Query(q) = q.map_err(|e| Refusal::Bad(e.body_text()))?;
+        report_page(&app, &p, q).await
+    }
+    .await)
+}
+
+async fn ui_access(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    ui_page!(app, method, uri, headers, |p| async {
+        if p.role != Role::Regulator {
+            return Err(Refusal::Forbidden("only regulators read the access log"));
+        }
+        Ok(html(ui::access(
+            &p,
+            &app.store.access_log(LIST_LIMIT).await?,
+        )))
+    }
+    .await)
+}
+
+async fn ui_log(State(app): State<App>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
+    ui_page!(app, method, uri, headers, |p| {
+        async {
+        let head = app.store.head(&app.log_key, auth::now()).await?;
+        let body = maud::html! {
+            p { "Entries: " (head.tree_size) } p { "Signed root: " code { (head.root) } }
+            pre { (serde_json::to_string_pretty(&head).unwrap_or_default()) }
+            p { "Auditors: GET /api/log/head, /api/log/consistency?from=N, /api/log/inclusion/DIGEST." }
+        };
+        Ok(html(ui::page("Transparency log", Some(&p), body)))
+    }
+    .await
+    })
+}
+
+/// Serves `app` on `listener` until the process ends.
+pub async fn serve(listener: tokio::net::TcpListener, app: App) -> std::io::Result<()> {
+    axum::serve(listener, router(app)).await
+}

@@ -1,0 +1,15 @@
+#![doc = include_str!("../README.md")]
+
+pub mod auth;
+pub mod client;
+pub mod config;
+pub mod http;
+pub mod ingest;
+pub mod run;
+pub mod store;
+pub mod tlog;
+pub mod ui;
+
+pub use http::{App, router};
+pub use ingest::Verifier;
+pub use store::{Engine, Principal, Role, Store, StoreError};

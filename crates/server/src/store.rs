@@ -1,0 +1,1283 @@
+//! The evidence store: one schema, migrated on SQLite (embedded, the default) or
+//! PostgreSQL (shared by several stateless `knox serve` replicas), through `sqlx`'s
+//! `Any` driver. Every statement binds its values (`$1`, `$2`, … — both engines read
+//! them); no value is ever spliced into SQL text.
+
+use std::borrow::Cow;
+
+use knox_attest::TeeKey;
+use knox_types::digest::Digest;
+use knox_types::merkle;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::{AnyPool, Row as _};
+
+use crate::ingest::Checked;
+use crate::tlog::{self, Consistency, Inclusion, TreeHead};
+
+/// SQLite migrations, in order.
+const SQLITE: &[(i64, &str, &str)] = &[(
+    1,
+    "store",
+    include_str!("../migrations/sqlite/0001_store.sql"),
+)];
+/// PostgreSQL migrations: the same schema in its dialect.
+const POSTGRES: &[(i64, &str, &str)] = &[(
+    1,
+    "store",
+    include_str!("../migrations/postgres/0001_store.sql"),
+)];
+
+/// Which database engine a store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// Embedded SQLite (a file).
+    Sqlite,
+    /// PostgreSQL server.
+    Postgres,
+}
+
+impl Engine {
+    /// The engine of a database URL.
+    pub fn of_url(url: &str) -> Result<Self, StoreError> {
+        if url.starts_with("sqlite:") {
+            Ok(Self::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Self::Postgres)
+        } else {
+            Err(StoreError::Url)
+        }
+    }
+
+    /// Name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Sqlite => "sqlite",
+            Self::Postgres => "postgresql",
+        }
+    }
+}
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The URL names no supported engine.
+    #[error("database URL must start with sqlite: or postgres://")]
+    Url,
+    /// The database refused or failed.
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    /// A migration failed.
+    #[error("migration: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A stored value is not what this schema writes (a corrupted database).
+    #[error("corrupted store: {0}")]
+    Corrupt(String),
+    /// A principal's name or key is already registered differently.
+    #[error("principal conflict: {0}")]
+    Conflict(String),
+    /// Encoding a value to store failed.
+    #[error("encoding: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// A provider or a regulator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Submits runs, sees its own.
+    Provider,
+    /// Sees the providers assigned to it, signs receipts.
+    Regulator,
+}
+
+impl Role {
+    /// Name as stored.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Provider => "provider",
+            Self::Regulator => "regulator",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Self, StoreError> {
+        match s {
+            "provider" => Ok(Self::Provider),
+            "regulator" => Ok(Self::Regulator),
+            o => Err(StoreError::Corrupt(format!("role `{o}`"))),
+        }
+    }
+}
+
+/// A registered principal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// `H("knox/key", public key)`, hex.
+    pub key_id: String,
+    /// Public key, hex.
+    pub public_key: String,
+    /// Role.
+    pub role: Role,
+    /// Display name.
+    pub name: String,
+}
+
+/// A stored run (bundle or journal) and what verification found at ingest.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RunRow {
+    /// SHA-256 of the submitted bytes, hex.
+    pub digest: String,
+    /// Submitting provider's key id.
+    pub provider: String,
+    /// Provider's name.
+    pub provider_name: String,
+    /// The run identifier the evidence names.
+    pub run_id: String,
+    /// `bundle` or `journal`.
+    pub kind: String,
+    /// `complete`, `prefix`, `tampered` or `refused`.
+    pub outcome: String,
+    /// First offending node, when tampered and named.
+    pub offending_node: Option<i64>,
+    /// Why tampered or refused.
+    pub reason: Option<String>,
+    /// Platform evidence mode.
+    pub platform: String,
+    /// Whether hardware vouches for the signing key.
+    pub hardware_backed: bool,
+    /// Nodes.
+    pub nodes: i64,
+    /// Tool calls.
+    pub tool_calls: i64,
+    /// Executed actions.
+    pub executed: i64,
+    /// Blocked actions.
+    pub blocked: i64,
+    /// Interrupts.
+    pub interrupts: i64,
+    /// Disclosures flagged for manual review.
+    pub flagged: i64,
+    /// Signed structure root, when complete.
+    pub structure_root: Option<String>,
+    /// The verifier's report, JSON.
+    pub report: String,
+    /// Index in the transparency log.
+    pub log_index: i64,
+    /// Unix seconds.
+    pub submitted_at: i64,
+}
+
+/// A blocked action, indexed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct BlockedRow {
+    /// Node.
+    pub node: i64,
+    /// Agent.
+    pub agent: String,
+    /// Tool.
+    pub tool: Option<String>,
+    /// Guard.
+    pub guard: String,
+    /// Reason.
+    pub reason: String,
+}
+
+/// A regulation decision, indexed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DecisionRow {
+    /// Check node.
+    pub node: i64,
+    /// Regulation.
+    pub regulation: String,
+    /// Recipient.
+    pub recipient: String,
+    /// Verdict.
+    pub verdict: String,
+    /// Deciding policies, comma-separated.
+    pub policies: String,
+    /// Provisions, comma-separated.
+    pub provisions: String,
+}
+
+/// A stored receipt.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ReceiptRow {
+    /// SHA-256 of the receipt file.
+    pub digest: String,
+    /// Regulator's name.
+    pub regulator: String,
+    /// Outcome the regulator attests.
+    pub outcome: String,
+    /// Log size when it was stored.
+    pub tree_size: i64,
+    /// Unix seconds.
+    pub stored_at: i64,
+}
+
+/// One access-log entry.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AccessEntry {
+    /// Sequence.
+    pub id: i64,
+    /// Unix seconds.
+    pub at: i64,
+    /// Principal key id, when known.
+    pub principal: Option<String>,
+    /// HTTP method.
+    pub method: String,
+    /// Path and query as requested.
+    pub target: String,
+    /// `allowed` or `refused`.
+    pub decision: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// The result of an ingest.
+#[derive(Debug, Clone)]
+pub struct Ingested {
+    /// The run as stored.
+    pub run: RunRow,
+    /// Whether these bytes were already stored (nothing changed).
+    pub duplicate: bool,
+}
+
+/// Filters of the runs list; every value is bound, never spliced.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(default)]
+pub struct RunFilter {
+    /// Provider name, exact.
+    pub provider: Option<String>,
+    /// Outcome, exact.
+    pub outcome: Option<String>,
+    /// A blocked action's tool, exact.
+    pub tool: Option<String>,
+    /// A blocked action's guard, exact.
+    pub guard: Option<String>,
+    /// A regulation verdict, exact.
+    pub verdict: Option<String>,
+    /// A provision, substring.
+    pub provision: Option<String>,
+    /// A model (name or weights hash), substring.
+    pub model: Option<String>,
+    /// Run id, substring.
+    pub q: Option<String>,
+    /// Submitted at or after (Unix seconds).
+    pub from: Option<i64>,
+    /// Submitted before (Unix seconds).
+    pub to: Option<i64>,
+}
+
+/// Dashboard figures.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Dashboard {
+    /// Per provider: runs, blocked actions, tool calls, tampered, prefixes, refused.
+    pub providers: Vec<(String, [i64; 6])>,
+    /// Top blocked tools.
+    pub tools: Vec<(String, i64)>,
+    /// Top blocking guards.
+    pub guards: Vec<(String, i64)>,
+    /// Regulation verdicts by provision.
+    pub provisions: Vec<(String, i64)>,
+    /// Blocked rate per provider and day, percent of tool calls.
+    pub rate: Vec<(String, i64)>,
+}
+
+/// A value bound to a statement.
+#[derive(Debug, Clone)]
+enum Bind {
+    Text(String),
+    Int(i64),
+}
+
+/// Escapes `%`, `_` and `\` for a `LIKE … ESCAPE '\'` pattern.
+fn like(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('%');
+    for c in s.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('%');
+    out
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn to_u64(v: i64) -> Result<u64, StoreError> {
+    u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("negative count {v}")))
+}
+
+const RUN_COLUMNS: &str = "r.digest, r.provider, p.name AS provider_name, r.run_id, r.kind, \
+    r.outcome, r.offending_node, r.reason, r.platform, r.hardware_backed, r.nodes, \
+    r.tool_calls, r.executed, r.blocked, r.interrupts, r.flagged, r.structure_root, r.report, \
+    r.log_index, r.submitted_at";
+
+fn run_row(r: &sqlx::any::AnyRow) -> Result<RunRow, StoreError> {
+    Ok(RunRow {
+        digest: r.try_get("digest")?,
+        provider: r.try_get("provider")?,
+        provider_name: r.try_get("provider_name")?,
+        run_id: r.try_get("run_id")?,
+        kind: r.try_get("kind")?,
+        outcome: r.try_get("outcome")?,
+        offending_node: r.try_get("offending_node")?,
+        reason: r.try_get("reason")?,
+        platform: r.try_get("platform")?,
+        hardware_backed: r.try_get::<i64, _>("hardware_backed")? != 0,
+        nodes: r.try_get("nodes")?,
+        tool_calls: r.try_get("tool_calls")?,
+        executed: r.try_get("executed")?,
+        blocked: r.try_get("blocked")?,
+        interrupts: r.try_get("interrupts")?,
+        flagged: r.try_get("flagged")?,
+        structure_root: r.try_get("structure_root")?,
+        report: r.try_get("report")?,
+        log_index: r.try_get("log_index")?,
+        submitted_at: r.try_get("submitted_at")?,
+    })
+}
+
+/// The store.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: AnyPool,
+    engine: Engine,
+}
+
+impl Store {
+    /// Opens (creating a SQLite file if needed) and migrates the database at `url`.
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
+        let engine = Engine::of_url(url)?;
+        sqlx::any::install_default_drivers();
+        let url = match engine {
+            Engine::Sqlite if !url.contains("mode=") => {
+                let sep = if url.contains('?') { '&' } else { '?' };
+                Cow::Owned(format!("{url}{sep}mode=rwc"))
+            }
+            _ => Cow::Borrowed(url),
+        };
+        let max = match engine {
+            Engine::Sqlite => 4,
+            Engine::Postgres => 16,
+        };
+        let pool = sqlx::any::AnyPoolOptions::new()
+            .max_connections(max)
+            .connect(&url)
+            .await?;
+        if engine == Engine::Sqlite {
+            // WAL lets readers run beside the one writer; it is a property of the file.
+            sqlx::query("PRAGMA journal_mode = WAL")
+                .fetch_optional(&pool)
+                .await?;
+        }
+        let store = Self { pool, engine };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// The migrations of this store's engine.
+    pub fn migrator(engine: Engine) -> Migrator {
+        let list = match engine {
+            Engine::Sqlite => SQLITE,
+            Engine::Postgres => POSTGRES,
+        };
+        let migrations: Vec<Migration> = list
+            .iter()
+            .map(|(v, d, sql)| {
+                Migration::new(
+                    *v,
+                    Cow::Borrowed(*d),
+                    MigrationType::Simple,
+                    Cow::Borrowed(*sql),
+                    false,
+                )
+            })
+            .collect();
+        Migrator {
+            migrations: Cow::Owned(migrations),
+            ignore_missing: false,
+            locking: true,
+            no_tx: false,
+        }
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        Self::migrator(self.engine).run(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Closes the pool.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// Registers a principal (idempotent); a name or key registered with another role
+    /// or key is a conflict. Returns its key id.
+    pub async fn register(
+        &self,
+        role: Role,
+        name: &str,
+        public: &[u8; 32],
+    ) -> Result<Principal, StoreError> {
+        let key_id = knox_attest::key::key_id(public).to_hex();
+        let public_key = hex::encode(public);
+        let inserted = sqlx::query(
+            "INSERT INTO principals (key_id, public_key, role, name) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(&key_id)
+        .bind(&public_key)
+        .bind(role.name())
+        .bind(name)
+        .execute(&self.pool)
+        .await?;
+        let p = self.principal(&key_id).await?;
+        match p {
+            Some(p) if p.role == role && p.name == name => Ok(p),
+            Some(p) => Err(StoreError::Conflict(format!(
+                "key {key_id} is already registered as {} `{}`",
+                p.role.name(),
+                p.name
+            ))),
+            None if inserted.rows_affected() == 0 => Err(StoreError::Conflict(format!(
+                "the name `{name}` is already registered with another key"
+            ))),
+            None => Err(StoreError::Corrupt(
+                "a registered principal vanished".into(),
+            )),
+        }
+    }
+
+    /// Assigns a provider to a regulator (idempotent).
+    pub async fn assign(
+        &self,
+        regulator: &Principal,
+        provider: &Principal,
+    ) -> Result<(), StoreError> {
+        if regulator.role != Role::Regulator || provider.role != Role::Provider {
+            return Err(StoreError::Conflict(format!(
+                "`{}` must be a regulator and `{}` a provider",
+                regulator.name, provider.name
+            )));
+        }
+        sqlx::query(
+            "INSERT INTO assignments (regulator, provider) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        )
+        .bind(&regulator.key_id)
+        .bind(&provider.key_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// A principal by key id.
+    pub async fn principal(&self, key_id: &str) -> Result<Option<Principal>, StoreError> {
+        let row =
+            sqlx::query("SELECT key_id, public_key, role, name FROM principals WHERE key_id = $1")
+                .bind(key_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        row.map(|r| {
+            Ok(Principal {
+                key_id: r.try_get("key_id")?,
+                public_key: r.try_get("public_key")?,
+                role: Role::parse(&r.try_get::<String, _>("role")?)?,
+                name: r.try_get("name")?,
+            })
+        })
+        .transpose()
+    }
+
+    /// A provider by name.
+    pub async fn provider_by_name(&self, name: &str) -> Result<Option<Principal>, StoreError> {
+        let row =
+            sqlx::query("SELECT key_id FROM principals WHERE name = $1 AND role = 'provider'")
+                .bind(name)
+                .fetch_optional(&self.pool)
+                .await?;
+        match row {
+            Some(r) => self.principal(&r.try_get::<String, _>("key_id")?).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Key ids of the providers whose runs `p` may see: itself for a provider, its
+    /// assignment for a regulator.
+    pub async fn visible_providers(&self, p: &Principal) -> Result<Vec<String>, StoreError> {
+        match p.role {
+            Role::Provider => Ok(vec![p.key_id.clone()]),
+            Role::Regulator => {
+                let rows = sqlx::query(
+                    "SELECT provider FROM assignments WHERE regulator = $1 ORDER BY provider",
+                )
+                .bind(&p.key_id)
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter()
+                    .map(|r| r.try_get::<String, _>("provider").map_err(StoreError::from))
+                    .collect()
+            }
+        }
+    }
+
+    /// Records a nonce; `false` when this key already used it (a replay). Nonces older
+    /// than twice the accepted clock skew are dropped: a request that old is refused
+    /// for its time before its nonce is looked at.
+    pub async fn use_nonce(&self, key_id: &str, nonce: &str, now: u64) -> Result<bool, StoreError> {
+        sqlx::query("DELETE FROM nonces WHERE seen_at < $1")
+            .bind(to_i64(now.saturating_sub(2 * crate::auth::MAX_SKEW_SECS)))
+            .execute(&self.pool)
+            .await?;
+        let r = sqlx::query(
+            "INSERT INTO nonces (key_id, nonce, seen_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+        )
+        .bind(key_id)
+        .bind(nonce)
+        .bind(to_i64(now))
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    /// Appends to the access log.
+    pub async fn log_access(
+        &self,
+        principal: Option<&str>,
+        method: &str,
+        target: &str,
+        allowed: bool,
+        reason: &str,
+        now: u64,
+    ) -> Result<(), StoreError> {
+        // Targets are attacker-controlled: kept, but bounded.
+        let target: String = target.chars().take(2048).collect();
+        sqlx::query(
+            "INSERT INTO access_log (at, principal, method, target, decision, reason) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(to_i64(now))
+        .bind(principal)
+        .bind(method)
+        .bind(target)
+        .bind(if allowed { "allowed" } else { "refused" })
+        .bind(reason)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The access log, newest first.
+    pub async fn access_log(&self, limit: i64) -> Result<Vec<AccessEntry>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, at, principal, method, target, decision, reason FROM access_log \
+             ORDER BY id DESC LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(AccessEntry {
+                    id: r.try_get("id")?,
+                    at: r.try_get("at")?,
+                    principal: r.try_get("principal")?,
+                    method: r.try_get("method")?,
+                    target: r.try_get("target")?,
+                    decision: r.try_get("decision")?,
+                    reason: r.try_get("reason")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Stores a submission verified by [`crate::ingest::Verifier::check`]: the bytes
+    /// content-addressed, the run and its index rows, and a log leaf, in one
+    /// transaction. The same bytes again change nothing; different bytes (a tampered
+    /// copy of a run) are another run, stored with their own outcome.
+    pub async fn ingest(
+        &self,
+        provider: &Principal,
+        bytes: &[u8],
+        checked: &Checked,
+        now: u64,
+    ) -> Result<Ingested, StoreError> {
+        let digest = Digest::sha256(bytes).to_hex();
+        if let Some(run) = self.run(&digest).await? {
+            return Ok(Ingested {
+                run,
+                duplicate: true,
+            });
+        }
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self
+                .try_ingest(provider, bytes, &digest, checked, now)
+                .await
+            {
+                Ok(()) => break,
+                // Two writers raced for the same log index or the same bytes: retry,
+                // which either appends at the next index or finds the duplicate.
+                Err(StoreError::Db(e)) if attempt < 8 && is_conflict(&e) => {
+                    if let Some(run) = self.run(&digest).await? {
+                        return Ok(Ingested {
+                            run,
+                            duplicate: true,
+                        });
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let run = self
+            .run(&digest)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("an ingested run vanished".into()))?;
+        Ok(Ingested {
+            run,
+            duplicate: false,
+        })
+    }
+
+    async fn try_ingest(
+        &self,
+        provider: &Principal,
+        bytes: &[u8],
+        digest: &str,
+        c: &Checked,
+        now: u64,
+    ) -> Result<(), StoreError> {
+        let now = to_i64(now);
+        let mut tx = self.pool.begin().await?;
+        if self.engine == Engine::Postgres {
+            // One appender at a time across replicas: the log index is MAX + 1.
+            sqlx::query("SELECT pg_advisory_xact_lock(7246105)")
+                .fetch_optional(&mut *tx)
+                .await?;
+        }
+        sqlx::query(
+            "INSERT INTO objects (digest, kind, bytes, size, stored_at) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(digest)
+        .bind(c.kind)
+        .bind(bytes.to_vec())
+        .bind(to_i64(bytes.len() as u64))
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let next: Option<i64> = sqlx::query("SELECT MAX(idx) AS m FROM log_leaves")
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get("m")?;
+        let idx = next.map_or(0, |m| m + 1);
+        let leaf = tlog::leaf(&Digest::sha256(bytes)).to_hex();
+        sqlx::query(
+            "INSERT INTO log_leaves (idx, digest, leaf_hash, appended_at) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(idx)
+        .bind(digest)
+        .bind(leaf)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let r = &c.report;
+        let (node, reason) = match &r.outcome {
+            knox_verify::Outcome::Tampered { node, reason } => {
+                (node.map(to_i64), Some(reason.clone()))
+            }
+            knox_verify::Outcome::Refused { reason } => (None, Some(reason.clone())),
+            _ => (None, None),
+        };
+        sqlx::query(
+            "INSERT INTO runs (digest, provider, run_id, kind, outcome, offending_node, reason, \
+             platform, hardware_backed, nodes, tool_calls, executed, blocked, interrupts, flagged, \
+             structure_root, report, log_index, submitted_at) VALUES \
+             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
+        )
+        .bind(digest)
+        .bind(&provider.key_id)
+        .bind(&r.run_id)
+        .bind(c.kind)
+        .bind(r.outcome.name())
+        .bind(node)
+        .bind(reason)
+        .bind(r.platform.to_string())
+        .bind(i64::from(r.hardware_backed))
+        .bind(to_i64(r.nodes))
+        .bind(to_i64(r.tool_calls))
+        .bind(to_i64(r.executed))
+        .bind(to_i64(r.blocked.len() as u64))
+        .bind(to_i64(r.interrupts.len() as u64))
+        .bind(to_i64(r.flagged_for_review))
+        .bind(c.structure_root.map(|d| d.to_hex()))
+        .bind(serde_json::to_string(r)?)
+        .bind(idx)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        for b in &r.blocked {
+            sqlx::query(
+                "INSERT INTO blocked_actions (digest, node, agent, tool, guard, reason) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+            )
+            .bind(digest)
+            .bind(to_i64(b.node))
+            .bind(&b.agent)
+            .bind(b.tool.as_deref())
+            .bind(&b.guard)
+            .bind(&b.reason)
+            .execute(&mut *tx)
+            .await?;
+        }
+        for (i, d) in c.decisions.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO regulation_decisions (digest, node, ordinal, regulation, recipient, \
+                 verdict, policies, provisions) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(digest)
+            .bind(to_i64(d.node))
+            .bind(to_i64(i as u64))
+            .bind(&d.regulation)
+            .bind(&d.recipient)
+            .bind(&d.verdict)
+            .bind(d.policies.join(","))
+            .bind(d.provisions.join(","))
+            .execute(&mut *tx)
+            .await?;
+        }
+        for (i, m) in r.models.iter().enumerate() {
+            sqlx::query("INSERT INTO run_models (digest, ordinal, model) VALUES ($1, $2, $3)")
+                .bind(digest)
+                .bind(to_i64(i as u64))
+                .bind(m)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A run by digest (no access check: callers check [`Self::visible_providers`]).
+    pub async fn run(&self, digest: &str) -> Result<Option<RunRow>, StoreError> {
+        let sql = format!(
+            "SELECT {RUN_COLUMNS} FROM runs r JOIN principals p ON p.key_id = r.provider \
+             WHERE r.digest = $1"
+        );
+        let row = sqlx::query(&sql)
+            .bind(digest)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(run_row).transpose()
+    }
+
+    /// Runs of the `providers` given, filtered, newest first, at most `limit`.
+    pub async fn runs(
+        &self,
+        providers: &[String],
+        f: &RunFilter,
+        limit: i64,
+    ) -> Result<Vec<RunRow>, StoreError> {
+        if providers.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut binds: Vec<Bind> = Vec::new();
+        let param = |b: Bind, binds: &mut Vec<Bind>| {
+            binds.push(b);
+            format!("${}", binds.len())
+        };
+        let mut sql = format!(
+            "SELECT {RUN_COLUMNS} FROM runs r JOIN principals p ON p.key_id = r.provider WHERE r.provider IN ("
+        );
+        let list: Vec<String> = providers
+            .iter()
+            .map(|k| param(Bind::Text(k.clone()), &mut binds))
+            .collect();
+        sql.push_str(&list.join(", "));
+        sql.push(')');
+        let text = |v: &Option<String>| v.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
+        if let Some(v) = text(&f.provider) {
+            sql += &format!(" AND p.name = {}", param(Bind::Text(v), &mut binds));
+        }
+        if let Some(v) = text(&f.outcome) {
+            sql += &format!(" AND r.outcome = {}", param(Bind::Text(v), &mut binds));
+        }
+        if let Some(v) = text(&f.q) {
+            sql += &format!(
+                " AND r.run_id LIKE {} ESCAPE '\\'",
+                param(Bind::Text(like(&v)), &mut binds)
+            );
+        }
+        if let Some(v) = text(&f.tool) {
+            sql += &format!(
+                " AND EXISTS (SELECT 1 FROM blocked_actions b WHERE b.digest = r.digest AND b.tool = {})",
+                param(Bind::Text(v), &mut binds)
+            );
+        }
+        if let Some(v) = text(&f.guard) {
+            sql += &format!(
+                " AND EXISTS (SELECT 1 FROM blocked_actions b WHERE b.digest = r.digest AND b.guard = {})",
+                param(Bind::Text(v), &mut binds)
+            );
+        }
+        if let Some(v) = text(&f.verdict) {
+            sql += &format!(
+                " AND EXISTS (SELECT 1 FROM regulation_decisions d WHERE d.digest = r.digest AND d.verdict = {})",
+                param(Bind::Text(v), &mut binds)
+            );
+        }
+        if let Some(v) = text(&f.provision) {
+            sql += &format!(
+                " AND EXISTS (SELECT 1 FROM regulation_decisions d WHERE d.digest = r.digest AND d.provisions LIKE {} ESCAPE '\\')",
+                param(Bind::Text(like(&v)), &mut binds)
+            );
+        }
+        if let Some(v) = text(&f.model) {
+            sql += &format!(
+                " AND EXISTS (SELECT 1 FROM run_models m WHERE m.digest = r.digest AND m.model LIKE {} ESCAPE '\\')",
+                param(Bind::Text(like(&v)), &mut binds)
+            );
+        }
+        if let Some(v) = f.from {
+            sql += &format!(" AND r.submitted_at >= {}", param(Bind::Int(v), &mut binds));
+        }
+        if let Some(v) = f.to {
+            sql += &format!(" AND r.submitted_at < {}", param(Bind::Int(v), &mut binds));
+        }
+        sql += &format!(
+            " ORDER BY r.submitted_at DESC, r.log_index DESC LIMIT {}",
+            param(Bind::Int(limit), &mut binds)
+        );
+        let mut q = sqlx::query(&sql);
+        for b in binds {
+            q = match b {
+                Bind::Text(s) => q.bind(s),
+                Bind::Int(i) => q.bind(i),
+            };
+        }
+        let rows = q.fetch_all(&self.pool).await?;
+        rows.iter().map(run_row).collect()
+    }
+
+    /// Runs a grouped query over the runs of `providers` in `f`'s period; `select`
+    /// and `group` are fixed SQL of this module, never input.
+    async fn grouped(
+        &self,
+        select: &str,
+        join: &str,
+        group: &str,
+        providers: &[String],
+        f: &RunFilter,
+    ) -> Result<Vec<sqlx::any::AnyRow>, StoreError> {
+        let mut binds: Vec<Bind> = Vec::new();
+        let mut sql = format!(
+            "SELECT {select} FROM runs r JOIN principals p ON p.key_id = r.provider {join} WHERE r.provider IN ("
+        );
+        let list: Vec<String> = providers
+            .iter()
+            .map(|k| {
+                binds.push(Bind::Text(k.clone()));
+                format!("${}", binds.len())
+            })
+            .collect();
+        sql.push_str(&list.join(", "));
+        sql.push(')');
+        if let Some(v) = f.from {
+            binds.push(Bind::Int(v));
+            sql += &format!(" AND r.submitted_at >= ${}", binds.len());
+        }
+        if let Some(v) = f.to {
+            binds.push(Bind::Int(v));
+            sql += &format!(" AND r.submitted_at < ${}", binds.len());
+        }
+        sql += &format!(" GROUP BY {group}");
+        let mut q = sqlx::query(&sql);
+        for b in binds {
+            q = match b {
+                Bind::Text(s) => q.bind(s),
+                Bind::Int(i) => q.bind(i),
+            };
+        }
+        Ok(q.fetch_all(&self.pool).await?)
+    }
+
+    /// Dashboard figures over the runs of `providers` in `f`'s period.
+    pub async fn dashboard(
+        &self,
+        providers: &[String],
+        f: &RunFilter,
+    ) -> Result<Dashboard, StoreError> {
+        let mut d = Dashboard::default();
+        if providers.is_empty() {
+            return Ok(d);
+        }
+        let count =
+            |o: &str| format!("CAST(SUM(CASE WHEN r.outcome = '{o}' THEN 1 ELSE 0 END) AS BIGINT)");
+        let select = format!(
+            "p.name AS label, COUNT(*) AS n, CAST(SUM(r.blocked) AS BIGINT) AS blocked, \
+             CAST(SUM(r.tool_calls) AS BIGINT) AS calls, {} AS tampered, {} AS prefixes, {} AS refused",
+            count("tampered"),
+            count("prefix"),
+            count("refused")
+        );
+        for r in self
+            .grouped(&select, "", "p.name ORDER BY p.name", providers, f)
+            .await?
+        {
+            d.providers.push((
+                r.try_get("label")?,
+                [
+                    r.try_get("n")?,
+                    r.try_get("blocked")?,
+                    r.try_get("calls")?,
+                    r.try_get("tampered")?,
+                    r.try_get("prefixes")?,
+                    r.try_get("refused")?,
+                ],
+            ));
+        }
+        let top = |rows: Vec<sqlx::any::AnyRow>| -> Result<Vec<(String, i64)>, StoreError> {
+            rows.iter()
+                .map(|r| Ok((r.try_get("label")?, r.try_get("n")?)))
+                .collect()
+        };
+        let blocked = "JOIN blocked_actions b ON b.digest = r.digest";
+        d.tools = top(self
+            .grouped(
+                "COALESCE(b.tool, '(malformed)') AS label, COUNT(*) AS n",
+                blocked,
+                "b.tool ORDER BY n DESC, label LIMIT 10",
+                providers,
+                f,
+            )
+            .await?)?;
+        d.guards = top(self
+            .grouped(
+                "b.guard AS label, COUNT(*) AS n",
+                blocked,
+                "b.guard ORDER BY n DESC, label LIMIT 10",
+                providers,
+                f,
+            )
+            .await?)?;
+        d.provisions = top(self
+            .grouped(
+                "d.provisions || ' → ' || d.verdict AS label, COUNT(*) AS n",
+                "JOIN regulation_decisions d ON d.digest = r.digest",
+                "d.provisions, d.verdict ORDER BY n DESC, label LIMIT 20",
+                providers,
+                f,
+            )
+            .await?)?;
+        let rows = self
+            .grouped(
+                "p.name AS label, r.submitted_at / 86400 AS day, CAST(SUM(r.blocked) AS BIGINT) AS blocked, \
+                 CAST(SUM(r.tool_calls) AS BIGINT) AS calls",
+                "",
+                "p.name, r.submitted_at / 86400 ORDER BY p.name, day LIMIT 200",
+                providers,
+                f,
+            )
+            .await?;
+        for r in rows {
+            let (name, day): (String, i64) = (r.try_get("label")?, r.try_get("day")?);
+            let (blocked, calls): (i64, i64) = (r.try_get("blocked")?, r.try_get("calls")?);
+            let pct = if calls > 0 { 100 * blocked / calls } else { 0 };
+            d.rate.push((format!("{name} day {day}"), pct));
+        }
+        Ok(d)
+    }
+
+    /// A stored object's kind and bytes.
+    pub async fn object(&self, digest: &str) -> Result<Option<(String, Vec<u8>)>, StoreError> {
+        let row = sqlx::query("SELECT kind, bytes FROM objects WHERE digest = $1")
+            .bind(digest)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| Ok((r.try_get("kind")?, r.try_get("bytes")?)))
+            .transpose()
+    }
+
+    /// A run's blocked actions.
+    pub async fn blocked(&self, digest: &str) -> Result<Vec<BlockedRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT node, agent, tool, guard, reason FROM blocked_actions WHERE digest = $1 ORDER BY node",
+        )
+        .bind(digest)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(BlockedRow {
+                    node: r.try_get("node")?,
+                    agent: r.try_get("agent")?,
+                    tool: r.try_get("tool")?,
+                    guard: r.try_get("guard")?,
+                    reason: r.try_get("reason")?,
+                })
+            })
+            .collect()
+    }
+
+    /// A run's regulation decisions.
+    pub async fn decisions(&self, digest: &str) -> Result<Vec<DecisionRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT node, regulation, recipient, verdict, policies, provisions FROM regulation_decisions \
+             WHERE digest = $1 ORDER BY node, ordinal",
+        )
+        .bind(digest)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(DecisionRow {
+                    node: r.try_get("node")?,
+                    regulation: r.try_get("regulation")?,
+                    recipient: r.try_get("recipient")?,
+                    verdict: r.try_get("verdict")?,
+                    policies: r.try_get("policies")?,
+                    provisions: r.try_get("provisions")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Stores a regulator's receipt for a run (content-addressed; a duplicate changes
+    /// nothing).
+    pub async fn add_receipt(
+        &self,
+        run: &str,
+        regulator: &Principal,
+        bytes: &[u8],
+        outcome: &str,
+        now: u64,
+    ) -> Result<String, StoreError> {
+        let digest = Digest::sha256(bytes).to_hex();
+        let size = self.tree_size().await?;
+        let mut tx = self.pool.begin().await?;
+        let fresh = sqlx::query(
+            "INSERT INTO objects (digest, kind, bytes, size, stored_at) VALUES ($1, 'receipt', $2, $3, $4) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(&digest)
+        .bind(bytes.to_vec())
+        .bind(to_i64(bytes.len() as u64))
+        .bind(to_i64(now))
+        .execute(&mut *tx)
+        .await?;
+        if fresh.rows_affected() == 1 {
+            sqlx::query(
+                "INSERT INTO receipts (digest, run, regulator, outcome, tree_size, stored_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(&digest)
+            .bind(run)
+            .bind(&regulator.key_id)
+            .bind(outcome)
+            .bind(to_i64(size))
+            .bind(to_i64(now))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(digest)
+    }
+
+    /// A run's receipts.
+    pub async fn receipts(&self, run: &str) -> Result<Vec<ReceiptRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT r.digest, p.name, r.outcome, r.tree_size, r.stored_at FROM receipts r \
+             JOIN principals p ON p.key_id = r.regulator WHERE r.run = $1 ORDER BY r.stored_at, r.digest",
+        )
+        .bind(run)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(ReceiptRow {
+                    digest: r.try_get("digest")?,
+                    regulator: r.try_get("name")?,
+                    outcome: r.try_get("outcome")?,
+                    tree_size: r.try_get("tree_size")?,
+                    stored_at: r.try_get("stored_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Number of log leaves.
+    pub async fn tree_size(&self) -> Result<u64, StoreError> {
+        let n: i64 = sqlx::query("SELECT COUNT(*) AS n FROM log_leaves")
+            .fetch_one(&self.pool)
+            .await?
+            .try_get("n")?;
+        to_u64(n)
+    }
+
+    /// The log's leaf hashes, in order (the first `size`, or all).
+    pub async fn leaves(&self, size: Option<u64>) -> Result<Vec<Digest>, StoreError> {
+        let limit = size.map_or(i64::MAX, to_i64);
+        let rows = sqlx::query("SELECT idx, leaf_hash FROM log_leaves ORDER BY idx LIMIT $1")
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (i, r) in rows.iter().enumerate() {
+            let idx: i64 = r.try_get("idx")?;
+            if to_u64(idx)? != i as u64 {
+                return Err(StoreError::Corrupt(format!("log leaf {i} missing")));
+            }
+            let h: String = r.try_get("leaf_hash")?;
+            out.push(Digest::from_hex(&h).map_err(|e| StoreError::Corrupt(e.to_string()))?);
+        }
+        Ok(out)
+    }
+
+    /// The signed head of the log as it is now. Each size is signed once and kept:
+    /// asking again returns the stored head, so this log never signs two roots for one
+    /// size.
+    pub async fn head(&self, key: &TeeKey, now: u64) -> Result<TreeHead, StoreError> {
+        let leaves = self.leaves(None).await?;
+        self.head_of(key, &leaves, now).await
+    }
+
+    async fn head_of(
+        &self,
+        key: &TeeKey,
+        leaves: &[Digest],
+        now: u64,
+    ) -> Result<TreeHead, StoreError> {
+        let size = leaves.len() as u64;
+        if let Some(h) = self.stored_head(size).await? {
+            return Ok(h);
+        }
+        let head = TreeHead::sign(key, size, merkle::root(leaves), now);
+        sqlx::query(
+            "INSERT INTO tree_heads (tree_size, head) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        )
+        .bind(to_i64(size))
+        .bind(serde_json::to_string(&head)?)
+        .execute(&self.pool)
+        .await?;
+        self.stored_head(size)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("a signed tree head vanished".into()))
+    }
+
+    /// The head signed for `size`, if one was.
+    pub async fn stored_head(&self, size: u64) -> Result<Option<TreeHead>, StoreError> {
+        let row = sqlx::query("SELECT head FROM tree_heads WHERE tree_size = $1")
+            .bind(to_i64(size))
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| {
+            let s: String = r.try_get("head")?;
+            serde_json::from_str(&s).map_err(|e| StoreError::Corrupt(e.to_string()))
+        })
+        .transpose()
+    }
+
+    /// The inclusion proof of a stored submission in the current signed head.
+    pub async fn inclusion(
+        &self,
+        digest: &str,
+        key: &TeeKey,
+        now: u64,
+    ) -> Result<Option<Inclusion>, StoreError> {
+        let Some(row) = sqlx::query("SELECT idx FROM log_leaves WHERE digest = $1")
+            .bind(digest)
+            .fetch_optional(&self.pool)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let idx = to_u64(row.try_get("idx")?)?;
+        let leaves = self.leaves(None).await?;
+        let head = self.head_of(key, &leaves, now).await?;
+        let path = usize::try_from(idx)
+            .ok()
+            .and_then(|i| merkle::inclusion_proof(&leaves, i))
+            .ok_or_else(|| StoreError::Corrupt(format!("log index {idx} out of range")))?;
+        Ok(Some(Inclusion {
+            digest: Digest::from_hex(digest).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            index: idx,
+            path,
+            head,
+        }))
+    }
+
+    /// A consistency proof from the head signed at size `from` to the current head;
+    /// `None` when no head of that size was signed.
+    pub async fn consistency(
+        &self,
+        from: u64,
+        key: &TeeKey,
+        now: u64,
+    ) -> Result<Option<Consistency>, StoreError> {
+        let Some(old) = self.stored_head(from).await? else {
+            return Ok(None);
+        };
+        let leaves = self.leaves(None).await?;
+        let to = self.head_of(key, &leaves, now).await?;
+        let path = usize::try_from(from)
+            .ok()
+            .and_then(|m| tlog::consistency_proof(&leaves, m))
+            .unwrap_or_default();
+        Ok(Some(Consistency {
+            from: old,
+            to,
+            path,
+        }))
+    }
+
+    /// Creates a browser session for a principal; returns the token (only its hash is
+    /// stored).
+    pub async fn create_session(
+        &self,
+        key_id: &str,
+        token: &str,
+        expires: u64,
+    ) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO sessions (token_hash, key_id, expires_at) VALUES ($1, $2, $3)")
+            .bind(Digest::sha256(token.as_bytes()).to_hex())
+            .bind(key_id)
+            .bind(to_i64(expires))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The principal of a live session token.
+    pub async fn session(&self, token: &str, now: u64) -> Result<Option<Principal>, StoreError> {
+        let row =
+            sqlx::query("SELECT key_id FROM sessions WHERE token_hash = $1 AND expires_at > $2")
+                .bind(Digest::sha256(token.as_bytes()).to_hex())
+                .bind(to_i64(now))
+                .fetch_optional(&self.pool)
+                .await?;
+        match row {
+            Some(r) => self.principal(&r.try_get::<String, _>("key_id")?).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Runs a statement as given (tests use it to prove the append-only triggers).
+    pub async fn execute_raw(&self, sql: &str) -> Result<u64, StoreError> {
+        Ok(sqlx::query(sql).execute(&self.pool).await?.rows_affected())
+    }
+}
+
+/// Whether a database error is a uniqueness conflict (a concurrent writer won).
+fn is_conflict(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => d.is_unique_violation(),
+        _ => false,
+    }
+}

@@ -1,0 +1,370 @@
+//! The web UI: server-rendered HTML (maud escapes every value), inline SVG, and a few
+//! lines of JavaScript to show a clicked node's canonical JSON and inclusion proof.
+
+use knox_types::aeg::NodeKind;
+use knox_types::bundle::Bundle;
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+
+use crate::store::{
+    AccessEntry, BlockedRow, DecisionRow, Principal, ReceiptRow, RunFilter, RunRow,
+};
+use crate::tlog::Inclusion;
+
+/// The most nodes drawn on a run page (the rest are listed as a count).
+pub const MAX_DRAWN_NODES: usize = 2000;
+
+const STYLE: &str = "
+body{font-family:system-ui,sans-serif;margin:0;color:#1b1f24;background:#f6f7f9}
+header{background:#1f2a44;color:#fff;padding:.6em 1.2em;display:flex;gap:1.5em;align-items:center}
+header a{color:#fff;text-decoration:none} main{padding:1em 1.5em}
+table{border-collapse:collapse;background:#fff;width:100%} td,th{border-bottom:1px solid #dde;padding:.35em .6em;text-align:left;font-size:.92em}
+.badge{display:inline-block;padding:.1em .6em;border-radius:1em;font-weight:600;font-size:.85em;color:#fff}
+.complete{background:#1a7f37}.prefix{background:#9a6700}.tampered{background:#cf222e}.refused{background:#6e7781}
+.hw{font-size:.85em;color:#57606a} .card{background:#fff;padding:1em;margin:.8em 0;border:1px solid #dde;border-radius:6px}
+form.filters input,form.filters select{margin-right:.5em} pre{white-space:pre-wrap;word-break:break-all;background:#f0f2f5;padding:.6em;font-size:.8em}
+svg .node{cursor:pointer} svg .blocked circle{fill:#cf222e} svg .offending circle{stroke:#cf222e;stroke-width:5;fill:#fff}
+svg text{font-size:11px;font-family:monospace} .offending-label{fill:#cf222e;font-weight:700}
+";
+
+const NODE_JS: &str = r#"
+document.querySelectorAll('svg .node').forEach(function(g){g.addEventListener('click',function(){
+ var d=document.getElementById('node-detail');d.textContent='loading node '+g.dataset.seq+'…';
+ fetch(g.dataset.href,{credentials:'same-origin'}).then(function(r){return r.text()}).then(function(t){d.textContent=t});
+});});
+var m=location.hash.match(/^#node-([0-9]+)$/);
+if(m){var g=document.querySelector('svg .node[data-seq="'+m[1]+'"]');if(g){g.dispatchEvent(new Event('click'));}}
+"#;
+
+/// The page frame.
+pub fn page(title: &str, who: Option<&Principal>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { (title) " — Knox" }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                header {
+                    strong { "Knox evidence store" }
+                    a href="/" { "Dashboard" }
+                    a href="/runs" { "Runs" }
+                    a href="/report" { "Exit report" }
+                    a href="/log" { "Transparency log" }
+                    @if let Some(p) = who {
+                        span.hw style="color:#cfd8e3;margin-left:auto" { (p.role.name()) " " (p.name) }
+                    }
+                }
+                main { h1 { (title) } (body) }
+            }
+        }
+    }
+}
+
+/// An outcome badge, with the platform in plain words.
+pub fn badge(r: &RunRow) -> Markup {
+    html! {
+        span.badge.(r.outcome.as_str()) data-outcome=(r.outcome) { (r.outcome) }
+        " "
+        span.hw {
+            @if r.hardware_backed { "hardware-backed" } @else { "simulated — no hardware vouches for it" }
+        }
+    }
+}
+
+fn when(secs: i64) -> String {
+    // Days since the epoch → civil date (Howard Hinnant's algorithm), UTC.
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+        rem / 3600,
+        (rem % 3600) / 60
+    )
+}
+
+/// The runs list with its filters.
+pub fn runs(who: &Principal, f: &RunFilter, rows: &[RunRow]) -> Markup {
+    let v = |o: &Option<String>| o.clone().unwrap_or_default();
+    let body = html! {
+        form.filters method="get" action="/runs" {
+            input name="q" placeholder="run id" value=(v(&f.q));
+            input name="provider" placeholder="provider" value=(v(&f.provider));
+            select name="outcome" {
+                option value="" { "any outcome" }
+                @for o in ["complete", "prefix", "tampered", "refused"] {
+                    option value=(o) selected[f.outcome.as_deref() == Some(o)] { (o) }
+                }
+            }
+            input name="tool" placeholder="blocked tool" value=(v(&f.tool));
+            input name="guard" placeholder="guard" value=(v(&f.guard));
+            input name="verdict" placeholder="verdict" value=(v(&f.verdict));
+            input name="provision" placeholder="provision" value=(v(&f.provision));
+            input name="model" placeholder="model weights" value=(v(&f.model));
+            button type="submit" { "Filter" }
+        }
+        p { (rows.len()) " run(s)" }
+        table #runs {
+            thead { tr { th { "Run" } th { "Provider" } th { "Outcome" } th { "Blocked" } th { "Nodes" } th { "Submitted" } } }
+            tbody {
+                @for r in rows {
+                    tr.run data-digest=(r.digest) {
+                        td { a href={ "/runs/" (r.digest) } { (r.run_id) } br; span.hw { (r.kind) " " (r.digest.get(..16).unwrap_or_default()) "…" } }
+                        td { (r.provider_name) }
+                        td { (badge(r)) }
+                        td { (r.blocked) }
+                        td { (r.nodes) }
+                        td { (when(r.submitted_at)) }
+                    }
+                }
+            }
+        }
+    };
+    page("Runs", Some(who), body)
+}
+
+/// Everything a run page shows.
+#[derive(Debug)]
+pub struct RunPage<'a> {
+    /// The run.
+    pub run: &'a RunRow,
+    /// Its bundle, when it parses as one.
+    pub bundle: Option<&'a Bundle>,
+    /// Blocked actions.
+    pub blocked: &'a [BlockedRow],
+    /// Regulation decisions.
+    pub decisions: &'a [DecisionRow],
+    /// Receipts.
+    pub receipts: &'a [ReceiptRow],
+    /// Its place in the transparency log.
+    pub inclusion: Option<&'a Inclusion>,
+    /// Other runs with the same run id (conflicting submissions).
+    pub same_run_id: &'a [RunRow],
+}
+
+/// The AEG as SVG: one row per node, indented by depth, edges to parents; blocked
+/// nodes red with their reason, the first offending node ringed and labelled.
+pub fn aeg_svg(
+    digest: &str,
+    bundle: &Bundle,
+    offending: Option<i64>,
+    reason: Option<&str>,
+) -> Markup {
+    let nodes: Vec<_> = bundle.nodes.iter().take(MAX_DRAWN_NODES).collect();
+    let mut depth: Vec<u32> = Vec::with_capacity(nodes.len());
+    for n in &nodes {
+        let d = n
+            .parent
+            .and_then(|p| usize::try_from(p).ok())
+            .and_then(|p| depth.get(p).copied())
+            .map_or(0, |d| d + 1);
+        depth.push(d);
+    }
+    let row = 22u32;
+    let height = row
+        * u32::try_from(nodes.len())
+            .unwrap_or(u32::MAX / row)
+            .saturating_add(1);
+    let x = |d: u32| 16 + d.min(40) * 28;
+    let y = |i: usize| row / 2 + row * u32::try_from(i).unwrap_or(0);
+    html! {
+        svg #aeg xmlns="http://www.w3.org/2000/svg" width="1100" height=(height) viewBox={ "0 0 1100 " (height) } {
+            @for (i, n) in nodes.iter().enumerate() {
+                @if let Some(p) = n.parent.and_then(|p| usize::try_from(p).ok()).filter(|p| *p < i) {
+                    line x1=(x(depth.get(p).copied().unwrap_or(0))) y1=(y(p)) x2=(x(depth.get(i).copied().unwrap_or(0))) y2=(y(i)) stroke="#aab" {}
+                }
+            }
+            @for (i, n) in nodes.iter().enumerate() {
+                @let d = depth.get(i).copied().unwrap_or(0);
+                @let blocked = n.kind == NodeKind::Blocked || !n.allowed;
+                @let off = offending.and_then(|o| u64::try_from(o).ok()) == Some(n.seq);
+                @let class = if off { "node offending" } else if blocked { "node blocked" } else { "node" };
+                g class=(class) data-seq=(n.seq) data-kind=(n.kind.as_str()) data-href={ "/runs/" (digest) "/nodes/" (n.seq) } {
+                    title {
+                        (n.seq) " " (n.kind.as_str()) " (" (n.agent) ")"
+                        @if let Some(r) = &n.block_reason { " — blocked: " (r) }
+                        @if off { " — FIRST OFFENDING NODE: " (reason.unwrap_or("tampered")) }
+                    }
+                    circle cx=(x(d)) cy=(y(i)) r="7" fill=(kind_colour(n.kind)) stroke="#334" {}
+                    text x=(x(d) + 12) y=(y(i) + 4) class=[off.then_some("offending-label")] {
+                        (n.seq) " " (n.kind.as_str()) " · " (n.agent)
+                        @if let Some(r) = &n.block_reason { " — blocked: " (r) }
+                        @if off { " ◀ first offending node: " (reason.unwrap_or("tampered")) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn kind_colour(k: NodeKind) -> &'static str {
+    match k {
+        NodeKind::Root => "#1f2a44",
+        NodeKind::AgentStep | NodeKind::AgentBranch => "#6639ba",
+        NodeKind::ToolCall => "#0969da",
+        NodeKind::Check => "#8c959f",
+        NodeKind::ToolOutput => "#1a7f37",
+        NodeKind::Blocked => "#cf222e",
+        NodeKind::Interrupt => "#9a6700",
+        NodeKind::ProofOfInference => "#bf3989",
+    }
+}
+
+/// A run page.
+pub fn run(who: &Principal, p: &RunPage<'_>) -> Markup {
+    let r = p.run;
+    let report: serde_json::Value = serde_json::from_str(&r.report).unwrap_or_default();
+    let body = html! {
+        div.card #summary {
+            p { (badge(r)) }
+            @if let Some(reason) = &r.reason {
+                p #reason { strong { (r.outcome) ": " } @if let Some(n) = r.offending_node { "first offending node " (n) ": " } (reason) }
+            }
+            p { "Provider " strong { (r.provider_name) } " · run " code { (r.run_id) } " · " (r.kind) " · submitted " (when(r.submitted_at)) }
+            p { "Digest " code { (r.digest) } }
+            p { (r.nodes) " nodes, " (r.tool_calls) " tool calls, " (r.executed) " executed, " (r.blocked) " blocked, " (r.interrupts) " interrupts, " (r.flagged) " flagged for review" }
+            p { "Platform evidence: " (r.platform) " — " @if r.hardware_backed { "hardware-backed" } @else { "simulated (no hardware vouches for the signing key)" } }
+            @if let Some(root) = &r.structure_root { p { "Signed structure root " code { (root) } } }
+            p { a href={ "/runs/" (r.digest) "/download" } { "Download the evidence" } }
+            @if !p.same_run_id.is_empty() {
+                p style="color:#cf222e" { "Other submissions name the same run id: "
+                    @for o in p.same_run_id { a href={ "/runs/" (o.digest) } { (o.outcome) " " (o.digest.get(..12).unwrap_or_default()) } " " } }
+            }
+        }
+        @if let Some(b) = p.bundle {
+            h2 { "Execution graph (AEG)" }
+            p.hw { "Click a node for its canonical JSON and its inclusion proof against the signed structure root." }
+            div.card style="overflow:auto;max-height:70vh" { (aeg_svg(&r.digest, b, r.offending_node, r.reason.as_deref())) }
+            pre #node-detail { "No node selected." }
+            @if b.nodes.len() > MAX_DRAWN_NODES { p { (b.nodes.len() - MAX_DRAWN_NODES) " more nodes not drawn." } }
+            h2 { "APM" }
+            div.card {
+                p { "Topology: " code { (serde_json::to_string(&b.apm.topology).unwrap_or_default()) } }
+                @for a in &b.apm.agents {
+                    p { strong { (a.id) } " trajectory: "
+                        @for s in &a.trajectory { code { (s.tool) } " " } }
+                }
+            }
+            h2 { "Platform evidence" }
+            div.card { pre { (serde_json::to_string_pretty(&b.platform).unwrap_or_default().chars().take(4000).collect::<String>()) } }
+        }
+        h2 { "Blocked actions" }
+        table #blocked { tr { th { "Node" } th { "Agent" } th { "Tool" } th { "Guard" } th { "Reason" } }
+            @for b in p.blocked { tr { td { (b.node) } td { (b.agent) } td { (b.tool.as_deref().unwrap_or("—")) } td { (b.guard) } td { (b.reason) } } } }
+        h2 { "Regulation decisions" }
+        table { tr { th { "Node" } th { "Regulation" } th { "Recipient" } th { "Verdict" } th { "Policies" } th { "Provisions" } }
+            @for d in p.decisions { tr { td { (d.node) } td { (d.regulation) } td { (d.recipient) } td { (d.verdict) } td { (d.policies) } td { (d.provisions) } } } }
+        h2 { "Verification steps" }
+        table { @for s in report.get("steps").and_then(|s| s.as_array()).into_iter().flatten() {
+            tr { td { (s.get("name").and_then(|v| v.as_str()).unwrap_or_default()) } td { (s.get("result").and_then(|v| v.as_str()).unwrap_or_default()) } td { (s.get("detail").and_then(|v| v.as_str()).unwrap_or_default()) } } } }
+        h2 { "Receipts" }
+        table { tr { th { "Regulator" } th { "Outcome" } th { "Log size" } th { "Receipt" } }
+            @for rc in p.receipts { tr { td { (rc.regulator) } td { (rc.outcome) } td { (rc.tree_size) } td { code { (rc.digest) } } } } }
+        @if let Some(inc) = p.inclusion {
+            h2 { "Transparency log" }
+            div.card { p { "Leaf " (inc.index) " of " (inc.head.tree_size) "; signed root " code { (inc.head.root) } }
+                pre { (serde_json::to_string_pretty(inc).unwrap_or_default()) } }
+        }
+        script { (PreEscaped(NODE_JS)) }
+    };
+    page(&format!("Run {}", r.run_id), Some(who), body)
+}
+
+/// Bars as inline SVG.
+pub fn bars(rows: &[(String, i64)]) -> Markup {
+    let max = rows.iter().map(|(_, n)| *n).max().unwrap_or(1).max(1);
+    let h = 20 * u32::try_from(rows.len()).unwrap_or(0) + 4;
+    html! {
+        svg xmlns="http://www.w3.org/2000/svg" width="640" height=(h) {
+            @for (i, (label, n)) in rows.iter().enumerate() {
+                @let y = 20 * u32::try_from(i).unwrap_or(0);
+                @let w = 1 + 380 * n / max;
+                text x="0" y=(y + 14) { (label.chars().take(36).collect::<String>()) }
+                rect x="250" y=(y + 3) width=(w) height="14" fill="#0969da" {}
+                text x=(255 + w) y=(y + 14) { (n) }
+            }
+        }
+    }
+}
+
+pub use crate::store::Dashboard;
+
+/// The dashboard.
+pub fn dashboard(who: &Principal, d: &Dashboard) -> Markup {
+    let body = html! {
+        table { tr { th { "Provider" } th { "Runs" } th { "Blocked actions" } th { "Tool calls" } th { "Tampered" } th { "Prefixes" } th { "Refused" } }
+            @for (p, n) in &d.providers { tr { td { a href={ "/runs?provider=" (p) } { (p) } } @for v in n { td { (v) } } } } }
+        h2 { "Blocked rate per provider and day (% of tool calls)" } div.card { (bars(&d.rate)) }
+        h2 { "Top blocked tools" } div.card { (bars(&d.tools)) }
+        h2 { "Top blocking guards" } div.card { (bars(&d.guards)) }
+        h2 { "Regulation verdicts by provision" } div.card { (bars(&d.provisions)) }
+    };
+    page("Dashboard", Some(who), body)
+}
+
+/// The exit report: the provider's runs in the period, what was blocked and why,
+/// incidents, evidence, receipts; every figure links to its runs.
+pub fn report(
+    who: &Principal,
+    provider: &str,
+    from: i64,
+    to: i64,
+    rows: &[RunRow],
+    d: &Dashboard,
+    head: Option<&crate::tlog::TreeHead>,
+) -> Markup {
+    let incidents: Vec<&RunRow> = rows.iter().filter(|r| r.outcome != "complete").collect();
+    let body = html! {
+        div.card {
+            p { "Provider " strong #provider { (provider) } ", period " (when(from)) " to " (when(to)) "." }
+            p { "Regulation policy set and toolkit manifest: those embedded in this build of the verifier; each run's APM names their hashes (below, per run)." }
+            @if let Some(h) = head { p { "Transparency log at the time of this report: " (h.tree_size) " entries, signed root " code { (h.root) } "." } }
+        }
+        h2 { "Runs and their verification" }
+        p #totals { (rows.len()) " runs; "
+            (rows.iter().filter(|r| r.outcome == "complete").count()) " complete, "
+            (rows.iter().filter(|r| r.outcome == "prefix").count()) " prefix, "
+            (rows.iter().filter(|r| r.outcome == "tampered").count()) " tampered, "
+            (rows.iter().filter(|r| r.outcome == "refused").count()) " refused; "
+            (rows.iter().map(|r| r.blocked).sum::<i64>()) " actions blocked; "
+            (rows.iter().filter(|r| r.hardware_backed).count()) " hardware-backed." }
+        table { tr { th { "Run" } th { "Outcome" } th { "Blocked" } th { "Platform" } th { "APM inputs" } }
+            @for r in rows {
+                @let rep: serde_json::Value = serde_json::from_str(&r.report).unwrap_or_default();
+                tr { td { a href={ "/runs/" (r.digest) } { (r.run_id) } } td { (badge(r)) } td { (r.blocked) } td { (r.platform) }
+                     td.hw { @for m in rep.get("models").and_then(|m| m.as_array()).into_iter().flatten() { (m.as_str().unwrap_or_default()) br; } } }
+            }
+        }
+        h2 { "What was blocked, by tool" } div.card { (bars(&d.tools)) }
+        h2 { "By guard" } div.card { (bars(&d.guards)) }
+        h2 { "Regulation verdicts by provision" } div.card { (bars(&d.provisions)) }
+        h2 { "Incidents" }
+        @if incidents.is_empty() { p { "None: every run verified complete." } }
+        ul { @for r in &incidents { li { a href={ "/runs/" (r.digest) } { (r.run_id) } ": " (r.outcome) @if let Some(x) = &r.reason { " — " (x) } } } }
+    };
+    page(&format!("Exit report — {provider}"), Some(who), body)
+}
+
+/// The access log.
+pub fn access(who: &Principal, rows: &[AccessEntry]) -> Markup {
+    let body = html! {
+        table { tr { th { "#" } th { "When" } th { "Principal" } th { "Request" } th { "Decision" } th { "Why" } }
+            @for e in rows { tr { td { (e.id) } td { (when(e.at)) } td { code { (e.principal.as_deref().unwrap_or("—")) } } td { (e.method) " " code { (e.target) } } td { (e.decision) } td { (e.reason) } } } }
+    };
+    page("Access log", Some(who), body)
+}
+
+/// A refusal page (never says whether the thing asked for exists).
+pub fn refusal(title: &str, message: &str) -> Markup {
+    page(title, None, html! { p { (message) } })
+}

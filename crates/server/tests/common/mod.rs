@@ -1,0 +1,184 @@
+//! Shared test fixtures: the engines to run on, evidence, principals, a served store.
+#![allow(dead_code, reason = "each test file uses part of it")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests"
+)]
+
+use std::sync::Arc;
+
+use knox_attest::TeeKey;
+use knox_server::store::{Principal, Role, Store};
+use knox_server::{App, Verifier};
+use sqlx::Connection as _;
+
+/// A complete bundle with blocked actions (simulated platform evidence).
+pub const BUNDLE: &[u8] =
+    include_bytes!("../../../verify/tests/fixtures/topologies/mt-ma-3-3.json");
+/// Another complete bundle.
+pub const BUNDLE2: &[u8] = include_bytes!("../../../verify/tests/fixtures/topologies/st-sa.json");
+/// A third.
+pub const BUNDLE3: &[u8] =
+    include_bytes!("../../../verify/tests/fixtures/topologies/mt-sa-seq-2.json");
+/// A journal (a run that never finished).
+pub const JOURNAL: &[u8] =
+    include_bytes!("../../../verify/tests/fixtures/topologies/mt-ma-4-2.journal.jsonl");
+
+/// [`BUNDLE`] with one blocked node's reason rewritten: tampered evidence.
+pub fn tampered() -> Vec<u8> {
+    let s = std::str::from_utf8(BUNDLE).unwrap();
+    let from = "off trajectory at position 1";
+    assert!(s.contains(from));
+    s.replacen(from, "on trajectory at position 1", 1)
+        .into_bytes()
+}
+
+/// A fresh SQLite database file (the directory lives as long as the process).
+pub fn sqlite_url() -> String {
+    let dir = tempfile::tempdir().unwrap().keep();
+    format!("sqlite://{}", dir.join("store.db").display())
+}
+
+/// A fresh database on the PostgreSQL of `KNOX_TEST_POSTGRES_URL`; `None` (said loudly)
+/// when unset, a failure when unset under `CI=true`.
+pub async fn postgres_url() -> Option<String> {
+    let Ok(url) = std::env::var("KNOX_TEST_POSTGRES_URL") else {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!(
+                "KNOX_TEST_POSTGRES_URL is not set under CI=true: start one with scripts/postgres-test"
+            );
+        }
+        eprintln!(
+            "SKIPPED on PostgreSQL: KNOX_TEST_POSTGRES_URL is not set (scripts/postgres-test starts one)"
+        );
+        return None;
+    };
+    sqlx::any::install_default_drivers();
+    let mut name = [0u8; 8];
+    getrandom::fill(&mut name).unwrap();
+    let db = format!("knox_t_{}", hex::encode(name));
+    let mut c = sqlx::AnyConnection::connect(&url).await.unwrap();
+    sqlx::query(&format!("CREATE DATABASE {db}"))
+        .execute(&mut c)
+        .await
+        .unwrap();
+    c.close().await.unwrap();
+    let base = url.rsplit_once('/').unwrap().0;
+    Some(format!("{base}/{db}"))
+}
+
+/// Defines `$name::sqlite` and `$name::postgres`, each running `async fn $name(url)`.
+#[macro_export]
+macro_rules! on_both_engines {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$name($crate::common::sqlite_url()).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                if let Some(url) = $crate::common::postgres_url().await {
+                    super::$name(url).await;
+                }
+            }
+        }
+    )*};
+}
+
+/// The principals of the tests: providers acme and globex, regulators cnil (assigned
+/// acme) and ico (assigned globex).
+#[derive(Debug)]
+pub struct People {
+    pub acme: (TeeKey, Principal),
+    pub globex: (TeeKey, Principal),
+    pub cnil: (TeeKey, Principal),
+    pub ico: (TeeKey, Principal),
+}
+
+pub async fn people(store: &Store) -> People {
+    let mk = |seed: u8| TeeKey::from_seed([seed; 32]);
+    let reg =
+        async |role, name, k: &TeeKey| store.register(role, name, &k.public_bytes()).await.unwrap();
+    let (a, g, c, i) = (mk(1), mk(2), mk(3), mk(4));
+    let acme = reg(Role::Provider, "acme", &a).await;
+    let globex = reg(Role::Provider, "globex", &g).await;
+    let cnil = reg(Role::Regulator, "cnil", &c).await;
+    let ico = reg(Role::Regulator, "ico", &i).await;
+    store.assign(&cnil, &acme).await.unwrap();
+    store.assign(&ico, &globex).await.unwrap();
+    People {
+        acme: (a, acme),
+        globex: (g, globex),
+        cnil: (c, cnil),
+        ico: (i, ico),
+    }
+}
+
+/// The verifier of the tests: embedded manifest, simulated evidence accepted (the
+/// fixtures are simulated).
+pub fn verifier() -> Verifier {
+    Verifier::embedded(true).unwrap()
+}
+
+/// The log key of the tests.
+pub fn log_key() -> TeeKey {
+    TeeKey::from_seed([42; 32])
+}
+
+/// Verifies and ingests as `p`.
+pub async fn ingest(store: &Store, p: &Principal, bytes: &[u8]) -> knox_server::store::Ingested {
+    let v = verifier();
+    let checked = v.check(bytes).unwrap();
+    store
+        .ingest(p, bytes, &checked, knox_server::auth::now())
+        .await
+        .unwrap()
+}
+
+/// A server on a loopback port, on its own runtime.
+#[derive(Debug)]
+pub struct Served {
+    pub base: String,
+    pub store: Store,
+    pub people: People,
+    pub rt: tokio::runtime::Runtime,
+}
+
+pub fn serve(url: &str) -> Served {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (store, people, base) = rt.block_on(async {
+        let store = Store::open(url).await.unwrap();
+        let people = people(&store).await;
+        let app = App {
+            store: store.clone(),
+            verifier: Arc::new(verifier()),
+            log_key: Arc::new(log_key()),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(knox_server::http::serve(listener, app));
+        (store, people, base)
+    });
+    Served {
+        base,
+        store,
+        people,
+        rt,
+    }
+}
+
+/// A sync test's PostgreSQL URL (a fresh database), or `None` when skipped.
+pub fn postgres_url_blocking() -> Option<String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(postgres_url())
+}

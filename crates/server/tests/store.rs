@@ -1,0 +1,435 @@
+//! The store suite: the same tests on SQLite and on PostgreSQL
+//! (`KNOX_TEST_POSTGRES_URL`, from `scripts/postgres-test`).
+#![expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+
+mod common;
+
+use common::{BUNDLE, BUNDLE2, BUNDLE3, JOURNAL, ingest, log_key, people, tampered};
+use knox_server::store::{RunFilter, Store};
+use knox_server::tlog::{self, Consistency, LogError};
+use knox_types::digest::Digest;
+
+on_both_engines!(
+    migrations_are_idempotent_and_a_reopened_store_keeps_its_runs,
+    a_bundle_is_verified_and_indexed_and_a_duplicate_changes_nothing,
+    a_tampered_copy_is_stored_as_tampered_beside_the_original,
+    a_journal_is_a_prefix,
+    evidence_the_log_and_the_access_log_are_append_only,
+    a_provider_sees_its_runs_and_a_regulator_its_assignment,
+    filters_bind_their_values_and_injection_finds_nothing,
+    every_submission_is_in_the_log_and_every_head_extends_the_last,
+    a_withheld_run_a_reordered_log_and_a_fork_are_detected,
+    nonces_are_accepted_once_and_sessions_expire,
+    a_regulators_receipt_is_stored_with_the_log_size,
+);
+
+async fn migrations_are_idempotent_and_a_reopened_store_keeps_its_runs(url: String) {
+    let s = Store::open(&url).await.unwrap();
+    let p = people(&s).await;
+    ingest(&s, &p.acme.1, BUNDLE).await;
+    s.close().await;
+    let s = Store::open(&url).await.unwrap();
+    let again = people(&s).await;
+    assert_eq!(again.acme.1, p.acme.1);
+    let runs = s
+        .runs(
+            std::slice::from_ref(&p.acme.1.key_id),
+            &RunFilter::default(),
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(runs.len(), 1);
+    // A name re-registered with another key is refused.
+    let other = knox_attest::TeeKey::from_seed([99; 32]);
+    assert!(
+        s.register(knox_server::Role::Provider, "acme", &other.public_bytes())
+            .await
+            .is_err()
+    );
+}
+
+async fn a_bundle_is_verified_and_indexed_and_a_duplicate_changes_nothing(url: String) {
+    let s = Store::open(&url).await.unwrap();
+    let p = people(&s).await;
+    let first = ingest(&s, &p.acme.1, BUNDLE).await;
+    assert!(!first.duplicate);
+    let r = &first.run;
+    assert_eq!(r.outcome, "complete");
+    assert_eq!(r.digest, Digest::sha256(BUNDLE).to_hex());
+    assert_eq!(r.kind, "bundle");
+    assert!(!r.hardware_backed);
+    assert_eq!(r.platform, "simulated");
+    assert_eq!(r.blocked, 4);
+    assert!(r.nodes > 10 && r.tool_calls > 0);
+    assert!(r.structure_root.is_some());
+    let blocked = s.blocked(&r.digest).await.unwrap();
+    assert_eq!(blocked.len(), 4);
+    assert!(blocked.iter().all(|b| b.guard == "trajectory"));
+    let (kind, bytes) = s.object(&r.digest).await.unwrap().unwrap();
+    assert_eq!((kind.as_str(), bytes.as_slice()), ("bundle", BUNDLE));
+    let size = s.tree_size().await.unwrap();
+    let again = ingest(&s, &p.acme.1, BUNDLE).await;
+    assert!(again.duplicate);
+    assert_eq!(again.run, first.run);
+    assert_eq!(s.tree_size().await.unwrap(), size);
+}
+
+async fn a_tampered_copy_is_stored_as_tampered_beside_the_original(url: String) {
+    let s = Store::open(&url).await.unwrap();
+    let p = people(&s).await;
+    let good = ingest(&s, &p.acme.1, BUNDLE).await.run;
+    let bad = ingest(&s, &p.acme.1, &tampered()).await.run;
+    assert_eq!(bad.outcome, "tampered");
+    assert_eq!(bad.run_id, good.run_id);
+    assert_ne!(bad.digest, good.digest);
+    assert!(bad.offending_node.is_some(), "{bad:?}");
+    assert!(bad.reason.is_some());
+    // The original is untouched.
+    assert_eq!(s.run(&good.digest).await.unwrap().unwrap(), good);
+    let f = RunFilter {
+        outcome: Some("tampered".into()),
+        ..RunFilter::default()
+    };
+    let only = s
+        .runs(std::slice::from_ref(&p.acme.1.key_id), &f, 10)
+        .await
+        .unwrap();
+    assert_eq!(only.len(), 1);
+    assert_eq!(only[0].digest, bad.digest);
+}
+
+async fn a_journal_is_a_prefix(url: String) {
+    let s = Store::open(&url).await.unwrap();
+    let p = people(&s).await;
+    let r = ingest(&s, &p.globex.1, JOURNAL).await.run;
+    assert_eq!((r.kind.as_str(), r.outcome.as_str()), ("journal", "prefix"));
+    assert!(r.structure_root.is_none());
+}
+
+async fn evidence_the_log_and_the_access_log_are_append_only(url: String) {
+    let s = Store::open(&url).await.unwrap();
+    let p = people(&s).await;
+    ingest(&s, &p.acme.1, BUNDLE).await;
+    s.log_access(Some("x"), "GET", "/", true, "ok", 1)
+        .await
+        .unwrap();
+    s.head(&log_key(), 1).await.unwrap();
+    for sql in [
+        "UPDATE runs SET outcome = 'complete'",
+        "DELETE FROM runs",
+        "UPDATE objects SET kind = 'journal'",
+        "DELETE FROM objects",
+        "UPDATE log_leaves SET idx = idx + 1",
+        "DELETE FROM log_leaves",
+        "DELETE FROM tree_heads",
+        "UPDATE access_log SET decision = 'allowed'",
+        "DELETE FROM access_log",
+    ] {
+        let r = s.execute_raw(sql).await;
+        assert!(r.is_err(), "{sql} was allowed");
+        assert!(r.unwrap_err().to_string().contains("append-only"), "{sql}");
+    }
+    assert_eq!(s.access_log(10).await.unwrap().len(), 1);
+}
+
+async fn a_provider_sees_its_runs_and_a_regulator_its_assignment(url: String) {
+    let s = Store::open(&url).await.unwrap();
+    let p = people(&s).await;
+    let a = ingest(&s, &p.acme.1, BUNDLE).await.run;
+    let g = ingest(&s, &p.globex.1, BUNDLE2).await.run;
+    let seen = async |who: &knox_server::Principal| {
+        let v = s.visible_providers(who).await.unwrap();
+        let runs = s.runs(&v, &RunFilter::default(), 100).await.unwrap();
+        runs.into_iter().map(|r| r.digest).collect::<Vec<_>>()
+    };
+    assert_eq!(seen(&p.acme.1).await, vec![a.digest.clone()]);
+    assert_eq!(seen(&p.globex.1).await, vec![g.digest.clone()]);
+    assert_eq!(seen(&p.cnil.1).await, vec![a.digest.clone()]);
+    assert_eq!(seen(&p.ico.1).await, vec![g.digest.clone()]);
+    // A filter naming another provider does not widen what is visible.
+    let f = RunFilter {
+        provider: Some("globex".into()),
+        ..RunFilter::default()
+    };
+    let v = s.visible_providers(&p.acme.1).await.unwrap();
+    assert!(s.runs(&v, &f, 100).await.unwrap().is_empty());
+    let d = s.dashboard(&v, &RunFilter::default()).await.unwrap();
+    assert_eq!(d.providers.len(), 1);
+    assert_eq!(d.providers[0].0, "acme");
+    assert_eq!(d.providers[0].1[0], 1);
+    assert_eq!(d.providers[0].1[1], 4);
+    assert_eq!(d.guards, vec![("trajectory".to_owned(), 4)]);
+}
+
+async fn filters_bind_their_values_and_injection_finds_nothing(url: String) {
+    let s = Store::open(&url).await.unwrap();
+    let p = people(&s).await;
+    let a = ingest(&s, &p.acme.1, BUNDLE).await.run;
+    let v = vec![p.acme.1.key_id.clone(), p.globex.1.key_id.clone()];
+    let tool = s.blocked(&a.digest).await.unwrap()[0].tool.clone().unwrap();
+    let hit = |f: RunFilter| {
+        let s = s.clone();
+        let v = v.clone();
+        async move { s.runs(&v, &f, 100).await.unwrap().len() }
+    };
+    assert_eq!(
+        hit(RunFilter {
+            tool: Some(tool.clone()),
+            ..RunFilter::default()
+        })
+        .await,
+        1
+    );
+    assert_eq!(
+        hit(RunFilter {
+            guard: Some("trajectory".into()),
+            ..RunFilter::default()
+        })
+        .await,
+        1
+    );
+    assert_eq!(
+        hit(RunFilter {
+            q: Some(a.run_id[2..8].to_owned()),
+            ..RunFilter::default()
+        })
+        .await,
+        1
+    );
+    assert_eq!(
+        hit(RunFilter {
+            outcome: Some("complete".into()),
+            ..RunFilter::default()
+        })
+        .await,
+        1
+    );
+    for evil in [
+        "' OR '1'='1",
+        "x' OR 1=1 --",
+        "'; DROP TABLE runs; --",
+        "%",
+        "_",
+        "\\",
+        "../../etc/passwd",
+        "\" OR \"\"=\"",
+        "1) OR (1=1",
+    ] {
+        for f in [
+            RunFilter {
+                provider: Some(evil.into()),
+                ..RunFilter::default()
+            },
+            RunFilter {
+                outcome: Some(evil.into()),
+                ..RunFilter::default()
+            },
+            RunFilter {
+                tool: Some(evil.into()),
+                ..RunFilter::default()
+            },
+            RunFilter {
+                guard: Some(evil.into()),
+                ..RunFilter::default()
+            },
+            RunFilter {
+                verdict: Some(evil.into()),
+                ..RunFilter::default()
+            },
+            RunFilter {
+                provision: Some(evil.into()),
+                ..RunFilter::default()
+            },
+            RunFilter {
+                model: Some(evil.into()),
+                ..RunFilter::default()
+            },
+            RunFilter {
+                q: Some(evil.into()),
+                ..RunFilter::default()
+            },
+        ] {
+            assert_eq!(hit(f.clone()).await, 0, "{f:?}");
+        }
+        assert!(s.run(evil).await.unwrap().is_none());
+        assert!(s.object(evil).await.unwrap().is_none());
+    }
+    // Still there.
+    assert_eq!(hit(RunFilter::default()).await, 1);
+}
+
+async fn every_submission_is_in_the_log_and_every_head_extends_the_last(url: String) {
+    let s = Store::open(&url).await.unwrap();
+    let p = people(&s).await;
+    let key = log_key();
+    let mut heads = Vec::new();
+    let mut incs = Vec::new();
+    for b in [BUNDLE, BUNDLE2, BUNDLE3, JOURNAL] {
+        let r = ingest(&s, &p.acme.1, b).await.run;
+        let inc = s.inclusion(&r.digest, &key, 5).await.unwrap().unwrap();
+        tlog::check_inclusion(&inc, &key.public_key()).unwrap();
+        heads.push(inc.head.clone());
+        incs.push(inc);
+    }
+    let t = tampered();
+    ingest(&s, &p.acme.1, &t).await;
+    let now = s.head(&key, 6).await.unwrap();
+    assert_eq!(now.tree_size, 5);
+    // The head of a size is signed once: asking again gives the same head.
+    assert_eq!(s.head(&key, 7).await.unwrap(), now);
+    for h in &heads {
+        let c = s.consistency(h.tree_size, &key, 8).await.unwrap().unwrap();
+        assert_eq!(&c.from, h);
+        tlog::check_consistency(&c, &key.public_key()).unwrap();
+    }
+    // An old inclusion proof, re-asked, proves against the current head.
+    for i in incs {
+        let again = s
+            .inclusion(&i.digest.to_hex(), &key, 9)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(again.index, i.index);
+        tlog::check_inclusion(&again, &key.public_key()).unwrap();
+    }
+    assert!(s.consistency(77, &key, 9).await.unwrap().is_none());
+}
+
+async fn a_withheld_run_a_reordered_log_and_a_fork_are_detected(url: String) {
+    // The honest log holds A, B, C; the provider of B kept B's inclusion proof and an
+    // auditor the head of size 3.
+    let key = log_key();
+    let honest = Store::open(&url).await.unwrap();
+    let p = people(&honest).await;
+    for b in [BUNDLE, BUNDLE2, BUNDLE3] {
+        ingest(&honest, &p.acme.1, b).await;
+    }
+    let b_digest = Digest::sha256(BUNDLE2).to_hex();
+    let b_proof = honest.inclusion(&b_digest, &key, 1).await.unwrap().unwrap();
+    let h3 = b_proof.head.clone();
+
+    // A log operator who withholds B (or reorders) runs a second log under the same
+    // key: a second database on the same engine.
+    let other_url = if url.starts_with("sqlite:") {
+        common::sqlite_url()
+    } else {
+        common::postgres_url().await.unwrap()
+    };
+    let forked = Store::open(&other_url).await.unwrap();
+    let q = people(&forked).await;
+    for b in [BUNDLE, BUNDLE3, JOURNAL] {
+        ingest(&forked, &q.acme.1, b).await;
+    }
+    // Withheld: B is not in the forked log at all.
+    assert!(
+        forked
+            .inclusion(&b_digest, &key, 2)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // B's old proof does not hold against the forked head of its size…
+    let f3 = forked.head(&key, 2).await.unwrap();
+    let moved = tlog::Inclusion {
+        head: f3.clone(),
+        ..b_proof.clone()
+    };
+    assert!(matches!(
+        tlog::check_inclusion(&moved, &key.public_key()),
+        Err(LogError::NotIncluded(_))
+    ));
+    // …two heads of size 3 with different roots are a fork…
+    let fork = Consistency {
+        from: h3.clone(),
+        to: f3,
+        path: vec![],
+    };
+    assert_eq!(
+        tlog::check_consistency(&fork, &key.public_key()),
+        Err(LogError::Fork(3))
+    );
+    // …and a later head of the forked log does not extend the honest head.
+    ingest(&forked, &q.acme.1, &tampered()).await;
+    let leaves = forked.leaves(None).await.unwrap();
+    let f4 = forked.head(&key, 3).await.unwrap();
+    let c = Consistency {
+        from: h3.clone(),
+        to: f4,
+        path: tlog::consistency_proof(&leaves, 3).unwrap(),
+    };
+    assert_eq!(
+        tlog::check_consistency(&c, &key.public_key()),
+        Err(LogError::Inconsistent { from: 3, to: 4 })
+    );
+
+    // Reordered: the same three runs submitted in another order give another root.
+    let reordered = Store::open(&if url.starts_with("sqlite:") {
+        common::sqlite_url()
+    } else {
+        common::postgres_url().await.unwrap()
+    })
+    .await
+    .unwrap();
+    let r = people(&reordered).await;
+    for b in [BUNDLE2, BUNDLE, BUNDLE3] {
+        ingest(&reordered, &r.acme.1, b).await;
+    }
+    let r3 = reordered.head(&key, 4).await.unwrap();
+    assert_ne!(r3.root, h3.root);
+    let c = Consistency {
+        from: h3,
+        to: r3,
+        path: vec![],
+    };
+    assert_eq!(
+        tlog::check_consistency(&c, &key.public_key()),
+        Err(LogError::Fork(3))
+    );
+    // B's proof, index 1, does not hold in the reordered log's head.
+    let moved = tlog::Inclusion {
+        head: reordered.head(&key, 4).await.unwrap(),
+        ..b_proof
+    };
+    assert!(tlog::check_inclusion(&moved, &key.public_key()).is_err());
+}
+
+async fn nonces_are_accepted_once_and_sessions_expire(url: String) {
+    let s = Store::open(&url).await.unwrap();
+    let p = people(&s).await;
+    assert!(s.use_nonce(&p.acme.1.key_id, "00ff", 10).await.unwrap());
+    assert!(!s.use_nonce(&p.acme.1.key_id, "00ff", 11).await.unwrap());
+    // Another key may use the same nonce.
+    assert!(s.use_nonce(&p.globex.1.key_id, "00ff", 11).await.unwrap());
+    let token = "ab".repeat(32);
+    s.create_session(&p.cnil.1.key_id, &token, 100)
+        .await
+        .unwrap();
+    assert_eq!(s.session(&token, 99).await.unwrap(), Some(p.cnil.1.clone()));
+    assert_eq!(s.session(&token, 100).await.unwrap(), None);
+    assert_eq!(s.session(&"cd".repeat(32), 50).await.unwrap(), None);
+}
+
+async fn a_regulators_receipt_is_stored_with_the_log_size(url: String) {
+    let s = Store::open(&url).await.unwrap();
+    let p = people(&s).await;
+    let r = ingest(&s, &p.acme.1, BUNDLE).await.run;
+    let report: knox_verify::Report = {
+        let v = common::verifier();
+        v.check(BUNDLE).unwrap().report
+    };
+    let receipt = knox_verify::receipt::issue(&p.cnil.0, BUNDLE, &report, None, 5).unwrap();
+    let bytes = serde_json::to_vec(&receipt).unwrap();
+    let d1 = s
+        .add_receipt(&r.digest, &p.cnil.1, &bytes, "complete", 6)
+        .await
+        .unwrap();
+    let d2 = s
+        .add_receipt(&r.digest, &p.cnil.1, &bytes, "complete", 7)
+        .await
+        .unwrap();
+    assert_eq!(d1, d2);
+    let rs = s.receipts(&r.digest).await.unwrap();
+    assert_eq!(rs.len(), 1);
+    assert_eq!((rs[0].regulator.as_str(), rs[0].tree_size), ("cnil", 1));
+}
