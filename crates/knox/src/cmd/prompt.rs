@@ -211,13 +211,13 @@ pub fn run(args: &RunArgs, manifest_path: &Path) -> Result<i32> {
             Box::new(ChatExecutor::new(chat, manifest))
         }
     };
-    let Some(responses) = &args.responses else {
-        return Err(super::usage(
-            "--manifest needs a tool host: --responses FILE.json (canned outputs, in process)",
-        ));
-    };
-    let tools = ResponsesFile::parse(&super::read_text(responses, super::MANIFEST)?)
-        .map_err(|e| super::bad_input(responses, "a responses file", e))?;
+    // The plan followed in `--trajectory` mode: tolerant unless told otherwise, since
+    // a real agent repeats and reorders its reads.
+    let planner: &'static dyn Planner = Box::leak(planner);
+    let mode = args
+        .trajectory
+        .unwrap_or_else(knox_types::apm::TrajectoryMode::tolerant);
+    let planner = knox_agent::Following::new(planner, mode);
     let backend = crate::session::backend(&args.platform)?;
     let mut signal = knox_monitor::guard::stop::StopSignal::from_flag(crate::signals::stop_flag());
     if let Some(f) = &args.stop_file {
@@ -233,9 +233,21 @@ pub fn run(args: &RunArgs, manifest_path: &Path) -> Result<i32> {
         .platform_boxed(backend)
         .nonce(nonce)
         .manifest(manifest.clone())
-        .planner_boxed(planner)
-        .executor_boxed(executor)
-        .tools(tools)
+        .planner(planner)
+        .executor_boxed(executor);
+    builder = match (&args.mcp, &args.responses) {
+        (Some(servers), _) => builder.host(super::mcp::host(servers, args.out.join("mcp"))?),
+        (None, Some(responses)) => builder.tools(
+            ResponsesFile::parse(&super::read_text(responses, super::MANIFEST)?)
+                .map_err(|e| super::bad_input(responses, "a responses file", e))?,
+        ),
+        (None, None) => {
+            return Err(super::usage(
+                "--manifest needs its tools: --mcp SERVERS.toml (real MCP servers) or --responses FILE.json (canned outputs, in process)",
+            ));
+        }
+    };
+    builder = builder
         .stop(stop)
         .signal(signal)
         .output(&args.out)

@@ -55,6 +55,11 @@ pub struct RunArgs {
     /// {"responses": [O1, O2, …]}}`, answered in process (a stand-in for a tool host).
     #[arg(value_parser = crate::cmd::path, long, value_name = "FILE.json", requires = "manifest")]
     pub responses: Option<PathBuf>,
+    /// With `--manifest`: the MCP servers serving its tools (`servers.toml`,
+    /// `docs/mcp.md`): stdio servers run confined from their needs, one per server per
+    /// run; HTTP servers are reached only at their URL. Their workspaces live under `--out`.
+    #[arg(value_parser = crate::cmd::path, long, value_name = "SERVERS.toml", requires = "manifest", conflicts_with = "responses")]
+    pub mcp: Option<PathBuf>,
     /// Most calls a plan may hold per task.
     #[arg(long, default_value_t = knox_models::tools::MAX_PLANNED_CALLS)]
     pub max_calls: usize,
@@ -124,9 +129,10 @@ pub struct RunArgs {
     pub json: bool,
     /// How the monitor follows the plan: `exact` (the paper's strict sequence; the
     /// default for the shipped suites, which reproduce its figures) or `tolerant` (read
-    /// steps may repeat and reorder, writes run as planned; the APM records it).
-    #[arg(long, value_name = "MODE", default_value = "exact")]
-    pub trajectory: knox_types::apm::TrajectoryMode,
+    /// steps may repeat and reorder, writes run as planned; the default with
+    /// `--manifest`, for real agents). The APM records it.
+    #[arg(long, value_name = "MODE")]
+    pub trajectory: Option<knox_types::apm::TrajectoryMode>,
 }
 
 /// Task suites.
@@ -227,7 +233,8 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     // The plan (the model planner's, else the dataset's) followed in `--trajectory` mode.
     let dataset = knox_harness::DatasetPlanner::new(&rt.data);
     let inner: &dyn knox_agent::Planner = w.planner.unwrap_or(&dataset);
-    let following = knox_agent::Following::new(inner, args.trajectory);
+    let mode = args.trajectory.unwrap_or_default();
+    let following = knox_agent::Following::new(inner, mode);
     let w = WorkloadRun {
         planner: Some(&following),
         ..w
