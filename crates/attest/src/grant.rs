@@ -1,5 +1,7 @@
 //! Issuing and checking execution grants.
 
+use std::collections::HashSet;
+use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use knox_types::Action;
@@ -105,6 +107,42 @@ pub fn check(
         return Err(GrantError::Malformed("nonce must be 16 bytes".into()));
     }
     Ok(())
+}
+
+/// The grants one executor has honoured, by nonce: a grant admits exactly one
+/// execution. Every tool host (the broker, contract executions, MCP servers) admits
+/// through one of these, so "single use" is written once.
+#[derive(Debug, Default)]
+pub struct Spent(Mutex<HashSet<Vec<u8>>>);
+
+impl Spent {
+    /// No grant spent yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// [`check`]s `grant` and, when it holds, spends it: signature, run, action,
+    /// expiry, then single use ([`GrantError::Replayed`] the second time).
+    pub fn admit(
+        &self,
+        grant: &Grant,
+        monitor: &PublicKey,
+        apm_hash: &Digest,
+        action: &Action,
+        now_ms: u64,
+    ) -> Result<(), GrantError> {
+        check(grant, monitor, apm_hash, action, now_ms)?;
+        let fresh = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(grant.body.nonce.0.clone());
+        if fresh {
+            Ok(())
+        } else {
+            Err(GrantError::Replayed)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -12,11 +12,10 @@
 //! egress is limited to the contract's endpoint ports; HTTP requests to exactly the
 //! endpoint the contract matched.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::io::{Read as _, Write as _};
 use std::net::{TcpStream, ToSocketAddrs as _};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use knox_attest::grant;
@@ -100,7 +99,7 @@ pub struct ContractExecutor {
     monitor: PublicKey,
     session: Digest,
     scratch: PathBuf,
-    consumed: Mutex<HashSet<Vec<u8>>>,
+    consumed: grant::Spent,
     degraded: BTreeSet<Degraded>,
 }
 
@@ -130,7 +129,7 @@ impl ContractExecutor {
             monitor,
             session,
             scratch,
-            consumed: Mutex::new(HashSet::new()),
+            consumed: grant::Spent::new(),
             degraded: BTreeSet::new(),
         })
     }
@@ -150,18 +149,9 @@ impl ContractExecutor {
     /// Signature, session, action, expiry, then single use.
     fn admit(&self, action: &Action, g: Option<&Grant>) -> Result<(), Refused> {
         let g = g.ok_or_else(|| Refused::Grant("no grant".into()))?;
-        grant::check(g, &self.monitor, &self.session, action, grant::now_ms())
-            .map_err(|e| Refused::Grant(e.to_string()))?;
-        let fresh = self
-            .consumed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(g.body.nonce.0.clone());
-        if fresh {
-            Ok(())
-        } else {
-            Err(Refused::Grant(grant::GrantError::Replayed.to_string()))
-        }
+        self.consumed
+            .admit(g, &self.monitor, &self.session, action, grant::now_ms())
+            .map_err(|e| Refused::Grant(e.to_string()))
     }
 
     /// Executes `action` if `grant` admits it and it is inside the contract.

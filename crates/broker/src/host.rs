@@ -1,7 +1,7 @@
 //! The broker: grant checks, then the tool in a kernel-confined worker; kernel denials
 //! and refusals come back as events the monitor records.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
@@ -140,7 +140,7 @@ struct RunBroker<'r> {
     workspace: PathBuf,
     cx: RunContext<'r>,
     prepared: PreparedPolicy,
-    consumed: Mutex<HashSet<Vec<u8>>>,
+    consumed: grant::Spent,
     workers: Mutex<HashMap<String, Worker>>,
 }
 
@@ -186,7 +186,7 @@ impl ToolHost for Broker {
             workspace,
             cx,
             prepared,
-            consumed: Mutex::new(HashSet::new()),
+            consumed: grant::Spent::new(),
             workers: Mutex::new(HashMap::new()),
         }))
     }
@@ -211,24 +211,15 @@ impl RunBroker<'_> {
     /// Signature, run, action, expiry, then single use.
     fn admit(&self, action: &Action, grant: Option<&Grant>) -> Result<(), String> {
         let g = grant.ok_or("no grant")?;
-        grant::check(
-            g,
-            self.cx.monitor_key,
-            &self.cx.apm_hash,
-            action,
-            grant::now_ms(),
-        )
-        .map_err(|e: GrantError| e.to_string())?;
-        let fresh = self
-            .consumed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(g.body.nonce.0.clone());
-        if fresh {
-            Ok(())
-        } else {
-            Err(GrantError::Replayed.to_string())
-        }
+        self.consumed
+            .admit(
+                g,
+                self.cx.monitor_key,
+                &self.cx.apm_hash,
+                action,
+                grant::now_ms(),
+            )
+            .map_err(|e: GrantError| e.to_string())
     }
 }
 

@@ -42,16 +42,21 @@ pub fn from_auth(auth: &Authorization, workspace: &Path, worker: &Path) -> Sandb
         tcp_connect_ports: auth.endpoints.iter().map(|e| e.port).collect(),
         tcp_bind_ports: BTreeSet::new(),
         syscalls,
-        limits: KLimits {
-            max_processes: l.max_processes,
-            max_file_bytes: l.max_file_bytes,
-            max_memory_bytes: l.max_memory_bytes,
-            cpu_seconds: u64::from(l.cpu_seconds),
-            max_open_files: u64::from(l.max_open_files),
-            max_address_space_bytes: None,
-        },
+        limits: kernel_limits(&l),
         workspace: workspace.to_path_buf(),
         min_landlock_abi: None,
         degraded: BTreeSet::new(),
+    }
+}
+
+/// The kernel limits of an authorization's (or a server's) declared limits.
+pub fn kernel_limits(l: &knox_types::apm::Limits) -> KLimits {
+    KLimits {
+        max_processes: l.max_processes,
+        max_file_bytes: l.max_file_bytes,
+        max_memory_bytes: l.max_memory_bytes,
+        cpu_seconds: u64::from(l.cpu_seconds),
+        max_open_files: u64::from(l.max_open_files),
+        max_address_space_bytes: None,
     }
 }

@@ -1121,6 +1121,10 @@ pub struct AdaptiveReport {
     pub succeeded: u32,
     /// Benign runs blocked.
     pub falsely_blocked: u32,
+    /// Attempts whose planned steps before the attack were blocked: the attack never
+    /// ran as designed, so it proves nothing (a legitimate step falsely blocked, or a
+    /// broken attack) and fails the suite like a success would.
+    pub setup_failed: u32,
 }
 
 /// Runs `attacks` through `client` (a model client pointed at a [`Server`]), each
@@ -1183,11 +1187,13 @@ fn summarize(attempts: Vec<AttemptResult>) -> AdaptiveReport {
         .iter()
         .filter(|r| r.class == BENIGN && !r.allowed)
         .count() as u32;
+    let setup_failed = attempts.iter().filter(|r| r.setup_error.is_some()).count() as u32;
     AdaptiveReport {
         classes,
         attempts,
         succeeded,
         falsely_blocked,
+        setup_failed,
     }
 }
 
@@ -1370,8 +1376,8 @@ impl AdaptiveReport {
             ));
         }
         s.push_str(&format!(
-            "\n**Attacks succeeded: {}.** Benign runs falsely blocked: {}.\n\n![per class](adaptive.svg)\n\n## Attempts\n\n| class | attempt | allowed | blocked by | evidence |\n|---|---|---|---|---|\n",
-            self.succeeded, self.falsely_blocked
+            "\n**Attacks succeeded: {}.** Benign runs falsely blocked: {}. Attempts whose set-up steps were blocked (proving nothing): {}.\n\n![per class](adaptive.svg)\n\n## Attempts\n\n| class | attempt | allowed | blocked by | evidence |\n|---|---|---|---|---|\n",
+            self.succeeded, self.falsely_blocked, self.setup_failed
         ));
         for a in &self.attempts {
             let why = a

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use knox_sandbox::{Access as KAccess, Limits as KLimits, PathRule, Profile, SandboxPolicy};
+use knox_sandbox::{Access as KAccess, PathRule, Profile, SandboxPolicy};
 use knox_types::apm::Access;
 
 use crate::McpError;
@@ -59,14 +59,7 @@ pub fn policy(needs: &Needs, program: &Path, workspace: &Path) -> Result<Sandbox
         tcp_connect_ports: needs.endpoints.iter().map(|e| e.port).collect(),
         tcp_bind_ports: BTreeSet::new(),
         syscalls,
-        limits: KLimits {
-            max_processes: l.max_processes,
-            max_file_bytes: l.max_file_bytes,
-            max_memory_bytes: l.max_memory_bytes,
-            cpu_seconds: u64::from(l.cpu_seconds),
-            max_open_files: u64::from(l.max_open_files),
-            max_address_space_bytes: None,
-        },
+        limits: knox_broker::policy::kernel_limits(&l),
         workspace: workspace.to_path_buf(),
         min_landlock_abi: None,
         degraded: BTreeSet::new(),

@@ -2,7 +2,7 @@
 //! kernel sandbox, HTTP servers pinned to their endpoint; grants checked, results and
 //! kernel denials handed back to the monitor.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -539,7 +539,7 @@ struct McpRun<'r> {
     host: &'r McpHost,
     cx: RunContext<'r>,
     workspace: PathBuf,
-    consumed: Mutex<HashSet<Vec<u8>>>,
+    consumed: grant::Spent,
     sessions: HashMap<String, Mutex<Option<Connection>>>,
 }
 
@@ -554,7 +554,7 @@ impl ToolHost for McpHost {
             host: self,
             cx,
             workspace,
-            consumed: Mutex::new(HashSet::new()),
+            consumed: grant::Spent::new(),
             sessions: self
                 .servers
                 .iter()
@@ -606,24 +606,15 @@ impl McpRun<'_> {
     /// Signature, run, action, expiry, then single use.
     fn admit(&self, action: &Action, grant: Option<&Grant>) -> Result<(), String> {
         let g = grant.ok_or("no grant")?;
-        grant::check(
-            g,
-            self.cx.monitor_key,
-            &self.cx.apm_hash,
-            action,
-            grant::now_ms(),
-        )
-        .map_err(|e| e.to_string())?;
-        let fresh = self
-            .consumed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(g.body.nonce.0.clone());
-        if fresh {
-            Ok(())
-        } else {
-            Err(grant::GrantError::Replayed.to_string())
-        }
+        self.consumed
+            .admit(
+                g,
+                self.cx.monitor_key,
+                &self.cx.apm_hash,
+                action,
+                grant::now_ms(),
+            )
+            .map_err(|e| e.to_string())
     }
 }
 

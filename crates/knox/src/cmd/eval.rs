@@ -105,8 +105,10 @@ pub struct EvalArgs {
 
 /// The OpenAI-compatible client of `knox-models`, pointed at the adaptive suite's
 /// endpoint: the executor side of the suite talks to it like to any remote model.
-struct OpenAiClient {
-    url: String,
+#[derive(Debug)]
+pub struct OpenAiClient {
+    /// The endpoint's base URL (`http://127.0.0.1:PORT/v1`).
+    pub url: String,
 }
 
 impl knox_eval::adaptive::Client for OpenAiClient {
@@ -168,15 +170,16 @@ fn adaptive(args: &EvalArgs, rt: &knox_harness::Harness) -> Result<i32> {
     } else {
         print!("{}", report.csv());
         println!(
-            "attacks succeeded: {}; benign runs falsely blocked: {}; report: {}",
+            "attacks succeeded: {}; benign runs falsely blocked: {}; set-up steps blocked: {}; report: {}",
             report.succeeded,
             report.falsely_blocked,
+            report.setup_failed,
             args.out.join("adaptive.md").display()
         );
     }
     let shown = report.attempts.iter().all(|a| a.evidence_shows);
     Ok(i32::from(
-        report.succeeded > 0 || report.falsely_blocked > 0 || !shown,
+        report.succeeded > 0 || report.falsely_blocked > 0 || report.setup_failed > 0 || !shown,
     ))
 }
 

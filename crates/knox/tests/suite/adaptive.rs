@@ -5,54 +5,14 @@
 //! reason recorded in evidence that verifies `complete`, and honest paraphrasing runs
 //! still pass.
 
-use knox_eval::adaptive::{self, AdaptiveReport, Attack, Client, Server, Turn};
-use knox_models::chat::{Chat, Format, Message, Reply, Role, ToolCall};
+use knox_eval::adaptive::{self, AdaptiveReport, Attack, Server};
 use knox_types::apm::Closed;
 
 use super::support::{knox, manifest, norms, runtime};
 
-/// Knox's OpenAI-compatible client, pointed at the suite's endpoint.
-struct OpenAi(String);
-
-impl Client for OpenAi {
-    fn complete(&self, model: &str, turns: &[Turn]) -> Result<Option<(String, String)>, String> {
-        let e = knox_models::openai::Endpoint::parse(&format!("openai:{}#{model}", self.0))
-            .map_err(|e| e.to_string())?;
-        let messages: Vec<Message> = turns
-            .iter()
-            .map(|t| match t {
-                Turn::System(s) => Message::new(Role::System, s.clone()),
-                Turn::User(s) => Message::new(Role::User, s.clone()),
-                Turn::Call {
-                    id,
-                    name,
-                    arguments,
-                } => Message::call(ToolCall {
-                    id: id.clone(),
-                    name: name.clone(),
-                    arguments: arguments.clone(),
-                }),
-                Turn::Result { id, name, content } => Message::result(
-                    &ToolCall {
-                        id: id.clone(),
-                        name: name.clone(),
-                        arguments: String::new(),
-                    },
-                    content.clone(),
-                ),
-            })
-            .collect();
-        match e.complete(&messages, &Format::Text) {
-            Ok(Reply::Call(c)) => Ok(Some((c.name, c.arguments))),
-            Ok(_) => Ok(None),
-            Err(e) => Err(e.to_string()),
-        }
-    }
-}
-
 fn suite(attacks: &[Attack], closed: Closed) -> AdaptiveReport {
     let server = Server::start().unwrap();
-    let client = OpenAi(server.url());
+    let client = knox::cmd::eval::OpenAiClient { url: server.url() };
     adaptive::run_with(runtime(), manifest(), norms(), &client, attacks, closed).unwrap()
 }
 
