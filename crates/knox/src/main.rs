@@ -76,6 +76,11 @@ enum Command {
     Login(cmd::serve::LoginArgs),
     /// Fetch a provider's exit report (HTML) from a `knox serve` store.
     Report(cmd::serve::ReportArgs),
+    /// Put an existing agent under Knox: an MCP gateway or an OpenAI-compatible proxy.
+    #[command(subcommand)]
+    Gateway(cmd::gateway::GatewayCommand),
+    /// Serve a model backend (e.g. `local:smollm2`) as an OpenAI-compatible endpoint on loopback.
+    ServeModel(cmd::serve_model::ServeModelArgs),
     /// Internal: the confined tool worker the broker launches (one request on stdin).
     #[command(hide = true)]
     ToolWorker,
@@ -130,6 +135,8 @@ impl Command {
             | Self::Completions(_)
             | Self::Man(_)
             | Self::Mcp(_)
+            | Self::Gateway(_)
+            | Self::ServeModel(_)
             | Self::Serve(_)
             | Self::Login(_)
             | Self::Report(_)
@@ -200,6 +207,9 @@ fn main() -> ExitCode {
         Command::Model(c) => cmd::model::run(c),
         Command::Toolkit(c) => cmd::toolkit::run(c),
         Command::Serve(a) => cmd::serve::serve(a),
+        Command::Gateway(cmd::gateway::GatewayCommand::Mcp(a)) => cmd::gateway::mcp::run(a),
+        Command::Gateway(cmd::gateway::GatewayCommand::Openai(a)) => cmd::gateway::openai::run(a),
+        Command::ServeModel(a) => cmd::serve_model::run(a),
         Command::Submit(a) => cmd::serve::submit(a),
         Command::Login(a) => cmd::serve::login(a),
         Command::Report(a) => cmd::serve::report(a),

@@ -17,6 +17,7 @@ pub mod contract;
 pub mod corpus;
 pub mod demo;
 pub mod eval;
+pub mod gateway;
 pub mod hardware;
 pub mod keys;
 pub mod mcp;
@@ -27,6 +28,7 @@ pub mod receipts;
 pub mod regulations;
 pub mod run;
 pub mod serve;
+pub mod serve_model;
 pub mod toolkit;
 pub mod verify;
 

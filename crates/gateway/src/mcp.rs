@@ -1,0 +1,1 @@
+//! The MCP gateway (`knox gateway mcp`).

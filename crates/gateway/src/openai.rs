@@ -1,0 +1,1 @@
+//! The OpenAI-compatible proxy (`knox gateway openai`).
