@@ -1,4 +1,4 @@
-//! MCP tool servers: `import` (until `knox toolkit import` takes these flags, also
+//! MCP tool servers: `import` (`knox toolkit import --mcp-stdio|--mcp-http`, also
 //! reachable as `knox mcp import`), and the `--mcp servers.toml` tool host of `run`.
 //!
 //! `knox toolkit import --mcp-stdio "CMD ARGS…"` / `--mcp-http URL` runs the server

@@ -50,17 +50,37 @@ pub struct CheckArgs {
     pub json: bool,
 }
 
-/// Arguments of `knox toolkit import`.
+/// Arguments of `knox toolkit import`: one source of tool definitions.
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["openai", "mcp_stdio", "mcp_http"])))]
 pub struct ImportArgs {
     /// OpenAI function definitions (JSON: an array of `{"type": "function", "function":
     /// {...}}` or of bare definitions, or `{"tools": [...]}`).
     #[arg(value_parser = crate::cmd::path, long, value_name = "FUNCTIONS.json")]
-    pub openai: PathBuf,
+    pub openai: Option<PathBuf>,
+    /// A stdio MCP server's command line, split like a shell without being one (no
+    /// operators, no expansion): the server runs confined in the kernel sandbox and is
+    /// asked `tools/list`; the skeleton is JSON (`knox-toolkit-skeleton/1`, docs/mcp.md).
+    #[arg(long, value_name = "CMD ARGS…")]
+    pub mcp_stdio: Option<String>,
+    /// A Streamable-HTTP MCP server's endpoint, asked `tools/list`; nothing else is
+    /// contacted.
+    #[arg(long, value_name = "URL")]
+    pub mcp_http: Option<String>,
     /// The server name: the tools' namespace (`SERVER.tool`).
     #[arg(long)]
     pub server: String,
-    /// Where to write the skeleton (`.json` writes JSON, anything else TOML).
+    /// MCP stdio: grant the server read on PATH while importing (repeatable).
+    #[arg(long = "read", value_name = "PATH", value_parser = crate::cmd::path, requires = "mcp_stdio")]
+    pub read: Vec<PathBuf>,
+    /// MCP: seconds the server has to start and answer.
+    #[arg(long, default_value_t = 30)]
+    pub timeout_secs: u64,
+    /// MCP: directory for the server's workspace while it runs.
+    #[arg(long, value_name = "DIR", value_parser = crate::cmd::path)]
+    pub workspaces: Option<PathBuf>,
+    /// Where to write the skeleton (OpenAI: `.json` writes JSON, anything else TOML;
+    /// MCP: JSON).
     #[arg(value_parser = crate::cmd::path, long, short)]
     pub out: PathBuf,
 }
@@ -236,18 +256,30 @@ fn write_doc(out: &Path, doc: &ToolkitDoc) -> Result<()> {
 }
 
 fn import(a: &ImportArgs) -> Result<i32> {
-    super::refuse_overwrite("--out", &a.out, &[&a.openai])?;
-    let text = super::read_text(&a.openai, super::MANIFEST)?;
+    let Some(openai) = &a.openai else {
+        // The MCP sources: the same import as `knox mcp import`.
+        return super::mcp::import(&super::mcp::ImportArgs {
+            mcp_stdio: a.mcp_stdio.clone(),
+            mcp_http: a.mcp_http.clone(),
+            name: a.server.clone(),
+            read: a.read.clone(),
+            timeout_secs: a.timeout_secs,
+            output: Some(a.out.clone()),
+            workspaces: a.workspaces.clone(),
+        });
+    };
+    super::refuse_overwrite("--out", &a.out, &[openai])?;
+    let text = super::read_text(openai, super::MANIFEST)?;
     let runtime = knox_policy::shipped::current()
         .map_err(|e| crate::error::fail(crate::error::Kind::Software, e.to_string()))?
         .needs()
         .runtime
         .clone();
     let doc = skeleton_from_openai(&a.server, &text, runtime)
-        .map_err(|e| super::bad_input(&a.openai, "OpenAI function definitions", e))?;
+        .map_err(|e| super::bad_input(openai, "OpenAI function definitions", e))?;
     // The skeleton must load as it stands (names, schemas).
     ToolkitManifest::from_doc(doc.clone())
-        .map_err(|e| super::bad_input(&a.openai, "tool definitions Knox can load", e))?;
+        .map_err(|e| super::bad_input(openai, "tool definitions Knox can load", e))?;
     write_doc(&a.out, &doc)?;
     eprintln!(
         "{} tools written to {}; {} guesses marked for review (`knox toolkit check {}`)",

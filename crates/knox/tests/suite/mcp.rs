@@ -31,21 +31,52 @@ fn effect<'a>(doc: &'a serde_json::Value, tool: &str) -> &'a str {
         .unwrap_or("<missing>")
 }
 
+/// Both spellings: `knox toolkit import --mcp-stdio` and `knox mcp import`.
 #[test]
 fn import_writes_a_reviewed_skeleton_from_a_confined_stdio_server() {
     let Some(dir) = servers() else { return };
     let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("fs.json");
     let index = dir.join("node/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js");
+    let command = format!("node {} {}", index.display(), tmp.path().display());
+    let via_toolkit = tmp.path().join("fs.json");
     let o = knox()
-        .args(["mcp", "import", "--name", "fs", "--mcp-stdio"])
-        .arg(format!("node {} {}", index.display(), tmp.path().display()))
-        .arg("-o")
+        .args([
+            "toolkit",
+            "import",
+            "--server",
+            "fs",
+            "--mcp-stdio",
+            &command,
+            "-o",
+        ])
+        .arg(&via_toolkit)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = tmp.path().join("fs-mcp.json");
+    let o = knox()
+        .args([
+            "mcp",
+            "import",
+            "--name",
+            "fs",
+            "--mcp-stdio",
+            &command,
+            "-o",
+        ])
         .arg(&out)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let doc = skeleton(&out);
+    // The same skeleton (the kernel denials name their pids and addresses).
+    let first = skeleton(&via_toolkit);
+    for key in ["format", "server", "tools"] {
+        assert!(
+            first[key] == doc[key],
+            "`{key}` differs between the two spellings"
+        );
+    }
     assert_eq!(doc["format"], "knox-toolkit-skeleton/1");
     assert_eq!(doc["review_required"], true);
     assert_eq!(effect(&doc, "fs.read_text_file"), "read");
@@ -70,6 +101,43 @@ fn import_refuses_bad_input_with_a_clear_error() {
     ] {
         let o = knox()
             .args(["mcp", "import"])
+            .args(&args)
+            .current_dir(tmp.path())
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(64),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    // `knox toolkit import` takes exactly one source.
+    for args in [
+        vec!["--server", "s", "-o", "x.json"],
+        vec![
+            "--server",
+            "s",
+            "-o",
+            "x.json",
+            "--openai",
+            "f.json",
+            "--mcp-http",
+            "http://127.0.0.1:9/mcp",
+        ],
+        vec![
+            "--server",
+            "s",
+            "-o",
+            "x.json",
+            "--mcp-stdio",
+            "node",
+            "--mcp-http",
+            "http://127.0.0.1:9/mcp",
+        ],
+    ] {
+        let o = knox()
+            .args(["toolkit", "import"])
             .args(&args)
             .current_dir(tmp.path())
             .output()
