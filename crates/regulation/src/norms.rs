@@ -529,23 +529,14 @@ impl Norms {
                 .collect());
         }
         let facts = facts_of(flow, recipient, &terms);
-        let (request, entities) = self.request(&facts, None)?;
+        let mut ask = Ask {
+            norms: self,
+            facts,
+            sliced,
+            request: None,
+        };
         regs.into_iter()
-            .map(|(upper, reg)| {
-                let sets = if sliced {
-                    let cut = |s: &Sliced| {
-                        s.slice(&facts)
-                            .map_err(|e| NormError::Request(e.to_string()))
-                    };
-                    Some((cut(&reg.scope_sliced)?, cut(&reg.norms_sliced)?))
-                } else {
-                    None
-                };
-                let (scope, norms) = sets
-                    .as_ref()
-                    .map_or((&reg.scope, &reg.norms), |(s, n)| (s, n));
-                Ok(self.decide_with(reg, upper, recipient, (scope, norms), &request, &entities))
-            })
+            .map(|(upper, reg)| self.decide_with(reg, upper, recipient, &mut ask))
             .collect()
     }
 
@@ -602,10 +593,8 @@ impl Norms {
         reg: &Regulation,
         name: String,
         recipient: &RecipientFacts,
-        (scope_set, norms_set): (&PolicySet, &PolicySet),
-        request: &Request,
-        entities: &Entities,
-    ) -> RegulationDecision {
+        ask: &mut Ask<'_, '_>,
+    ) -> Result<RegulationDecision, NormError> {
         let mut decision = RegulationDecision {
             regulation: name,
             recipient: recipient.party.id.clone(),
@@ -614,15 +603,15 @@ impl Norms {
             provisions: vec![],
             warnings: vec![],
         };
-        let scope = self.authorizer.is_authorized(request, scope_set, entities);
-        if scope.decision() != Decision::Allow {
+        let scope = ask.authorize(&reg.scope, &reg.scope_sliced)?;
+        if scope.as_ref().is_none_or(|r| r.decision() != Decision::Allow) {
             decision.verdict = "not_applicable".into();
-            decision.policies = sorted_reasons(&scope);
+            decision.policies = scope.as_ref().map(sorted_reasons).unwrap_or_default();
         } else {
-            let r = self.authorizer.is_authorized(request, norms_set, entities);
+            let r = ask.authorize(&reg.norms, &reg.norms_sliced)?;
             let errors: Vec<String> = r
-                .diagnostics()
-                .errors()
+                .iter()
+                .flat_map(|r| r.diagnostics().errors())
                 .map(|e| match e {
                     cedar_policy::AuthorizationError::PolicyEvaluationError(pe) => {
                         format!("{}:error", pe.policy_id())
@@ -634,12 +623,12 @@ impl Norms {
                 // flow through, so any evaluation error decides non-compliant.
                 decision.verdict = "non_compliant".into();
                 decision.policies = errors;
-            } else if r.decision() == Decision::Allow {
+            } else if let Some(r) = r.as_ref().filter(|r| r.decision() == Decision::Allow) {
                 decision.verdict = "compliant".into();
-                decision.policies = sorted_reasons(&r);
+                decision.policies = sorted_reasons(r);
             } else {
                 decision.verdict = "non_compliant".into();
-                decision.policies = sorted_reasons(&r);
+                decision.policies = r.as_ref().map(sorted_reasons).unwrap_or_default();
                 if decision.policies.is_empty() {
                     decision.policies = vec![reg.default_policy.clone()];
                 }
@@ -659,7 +648,7 @@ impl Norms {
                     .to_string()
             })
             .collect();
-        decision
+        Ok(decision)
     }
 
     /// The Cedar request of one flow's `facts` (the parties travel in the context, so
@@ -810,6 +799,46 @@ impl Norms {
             }
         }
         Ok(())
+    }
+}
+
+/// One flow's questions to Cedar: its facts, the slices cut from them, and the request
+/// — built on first use, so a flow every slice of which is empty never builds one.
+#[derive(Debug)]
+struct Ask<'n, 'f> {
+    norms: &'n Norms,
+    facts: Facts<'f>,
+    sliced: bool,
+    request: Option<(Request, Entities)>,
+}
+
+impl Ask<'_, '_> {
+    /// Cedar's response for the policies of `whole` (or of its slice, when slicing)
+    /// that can hold; `None` for none — what Cedar answers for an empty set (deny, no
+    /// reasons, no errors) without asking it.
+    fn authorize(
+        &mut self,
+        whole: &PolicySet,
+        sliced: &Sliced,
+    ) -> Result<Option<cedar_policy::Response>, NormError> {
+        let cut;
+        let set = if self.sliced {
+            cut = sliced
+                .slice(&self.facts)
+                .map_err(|e| NormError::Request(e.to_string()))?;
+            &cut
+        } else {
+            whole
+        };
+        if set.is_empty() {
+            return Ok(None);
+        }
+        if self.request.is_none() {
+            self.request = Some(self.norms.request(&self.facts, None)?);
+        }
+        Ok(self.request.as_ref().map(|(request, entities)| {
+            self.norms.authorizer.is_authorized(request, set, entities)
+        }))
     }
 }
 
