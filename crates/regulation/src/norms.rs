@@ -604,7 +604,10 @@ impl Norms {
             warnings: vec![],
         };
         let scope = ask.authorize(&reg.scope, &reg.scope_sliced)?;
-        if scope.as_ref().is_none_or(|r| r.decision() != Decision::Allow) {
+        if scope
+            .as_ref()
+            .is_none_or(|r| r.decision() != Decision::Allow)
+        {
             decision.verdict = "not_applicable".into();
             decision.policies = scope.as_ref().map(sorted_reasons).unwrap_or_default();
         } else {
@@ -836,9 +839,10 @@ impl Ask<'_, '_> {
         if self.request.is_none() {
             self.request = Some(self.norms.request(&self.facts, None)?);
         }
-        Ok(self.request.as_ref().map(|(request, entities)| {
-            self.norms.authorizer.is_authorized(request, set, entities)
-        }))
+        Ok(self
+            .request
+            .as_ref()
+            .map(|(request, entities)| self.norms.authorizer.is_authorized(request, set, entities)))
     }
 }
 

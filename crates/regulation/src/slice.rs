@@ -498,6 +498,9 @@ mod tests {
     fn every_embedded_policy_is_guarded() {
         let n = crate::norms::Norms::embedded().unwrap();
         let (guarded, all) = n.slicing();
-        assert_eq!(guarded, all, "a policy whose condition the slicer cannot read");
+        assert_eq!(
+            guarded, all,
+            "a policy whose condition the slicer cannot read"
+        );
     }
 }
