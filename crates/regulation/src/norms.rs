@@ -826,9 +826,7 @@ impl Ask<'_, '_> {
     ) -> Result<Option<cedar_policy::Response>, NormError> {
         let cut;
         let set = if self.sliced {
-            cut = sliced
-                .slice(&self.facts)
-                .map_err(|e| NormError::Request(e.to_string()))?;
+            cut = sliced.slice(&self.facts).map_err(NormError::Request)?;
             &cut
         } else {
             whole

@@ -254,13 +254,16 @@ impl Sliced {
     }
 
     /// The policies whose guard holds for `facts`: every one that can be satisfied.
-    pub fn slice(&self, facts: &Facts<'_>) -> Result<PolicySet, cedar_policy::PolicySetError> {
+    /// (The set cannot refuse them — they come from a valid set with unique ids — but
+    /// Cedar's API says it may, and why, as text.)
+    pub fn slice(&self, facts: &Facts<'_>) -> Result<PolicySet, String> {
         PolicySet::from_policies(
             self.policies
                 .iter()
                 .filter(|(g, _)| g.holds(facts))
                 .map(|(_, p)| p.clone()),
         )
+        .map_err(|e| e.to_string())
     }
 
     /// How many policies have a guard that reads at least one conjunct.
