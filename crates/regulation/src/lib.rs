@@ -10,6 +10,7 @@ pub mod flow;
 pub mod judge;
 pub mod norms;
 pub mod phi;
+mod slice;
 pub mod vocab;
 
 pub use check::{Regulator, RegulatorError};

@@ -20,11 +20,12 @@ use cedar_policy::{
     RestrictedExpression, Schema, ValidationMode, Validator,
 };
 use knox_types::digest::{Digest, tag};
-use knox_types::regulation::{InfoFlow, PartyFacts, RecipientFacts, RegulationDecision};
+use knox_types::regulation::{InfoFlow, RecipientFacts, RegulationDecision};
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
 use crate::phi::Phi;
+use crate::slice::{self, Facts, Sliced};
 use crate::vocab::{TermKind, UnknownTerm, VOCABULARY_FILE, Vocabulary};
 
 /// The schema file every policy set holds.
@@ -120,6 +121,9 @@ struct Regulation {
     default_provision: String,
     scope: PolicySet,
     norms: PolicySet,
+    /// The same policies with their guards: what a decision evaluates (`slice`).
+    scope_sliced: Sliced,
+    norms_sliced: Sliced,
     info: BTreeMap<String, PolicyInfo>,
     examples: usize,
 }
@@ -323,6 +327,8 @@ impl Norms {
                 default_provision: m.default_provision.clone(),
                 scope: PolicySet::new(),
                 norms: PolicySet::new(),
+                scope_sliced: Sliced::default(),
+                norms_sliced: Sliced::default(),
                 info: BTreeMap::new(),
                 examples: m.example.len(),
             };
@@ -354,6 +360,8 @@ impl Norms {
                 })?;
                 reg.info.insert(id, info);
             }
+            reg.scope_sliced = Sliced::new(&reg.scope);
+            reg.norms_sliced = Sliced::new(&reg.norms);
             pending.push((reg_name.clone(), m.example));
             norms.regulations.insert(reg_name, reg);
         }
@@ -466,6 +474,33 @@ impl Norms {
         k: usize,
         extra: &FlowExtra,
     ) -> Result<Vec<RegulationDecision>, NormError> {
+        self.decide_sliced(names, flow, k, extra, true)
+    }
+
+    /// [`Norms::decide_extra`] with every policy of the set evaluated, not the slice
+    /// that can match: the reference the slicing is measured and proven against.
+    #[doc(hidden)]
+    pub fn decide_whole_set(
+        &self,
+        names: &[String],
+        flow: &InfoFlow,
+        k: usize,
+        extra: &FlowExtra,
+    ) -> Result<Vec<RegulationDecision>, NormError> {
+        self.decide_sliced(names, flow, k, extra, false)
+    }
+
+    /// [`Norms::decide_extra`], evaluating each regulation's policies in the slice that
+    /// can match the flow (`sliced`, what every decision does) or all of them (the
+    /// reference the slicing is proven equal to, in tests).
+    pub(crate) fn decide_sliced(
+        &self,
+        names: &[String],
+        flow: &InfoFlow,
+        k: usize,
+        extra: &FlowExtra,
+        sliced: bool,
+    ) -> Result<Vec<RegulationDecision>, NormError> {
         let recipient = flow
             .recipients
             .get(k)
@@ -478,7 +513,7 @@ impl Norms {
             })?;
             regs.push((upper, reg));
         }
-        let (facts, unknown) = self.normalise(flow, recipient, extra);
+        let (terms, unknown) = self.normalise(flow, recipient, extra);
         if !unknown.is_empty() {
             let warnings: Vec<String> = unknown.iter().map(ToString::to_string).collect();
             return Ok(regs
@@ -493,11 +528,28 @@ impl Norms {
                 })
                 .collect());
         }
-        let (request, entities) = self.request(flow, recipient, &facts, None)?;
-        Ok(regs
-            .into_iter()
-            .map(|(upper, reg)| self.decide_with(reg, upper, recipient, &request, &entities))
-            .collect())
+        let facts = facts_of(flow, recipient, &terms);
+        let mut ask = Ask {
+            norms: self,
+            facts,
+            sliced,
+            request: None,
+        };
+        regs.into_iter()
+            .map(|(upper, reg)| self.decide_with(reg, upper, recipient, &mut ask))
+            .collect()
+    }
+
+    /// How many policies of the set have a guard the slicer reads, and how many there
+    /// are.
+    #[cfg(test)]
+    pub(crate) fn slicing(&self) -> (usize, usize) {
+        self.regulations.values().fold((0, 0), |(g, a), r| {
+            (
+                g + r.scope_sliced.guarded() + r.norms_sliced.guarded(),
+                a + r.info.len(),
+            )
+        })
     }
 
     /// The vocabulary flows are normalised with.
@@ -541,9 +593,8 @@ impl Norms {
         reg: &Regulation,
         name: String,
         recipient: &RecipientFacts,
-        request: &Request,
-        entities: &Entities,
-    ) -> RegulationDecision {
+        ask: &mut Ask<'_, '_>,
+    ) -> Result<RegulationDecision, NormError> {
         let mut decision = RegulationDecision {
             regulation: name,
             recipient: recipient.party.id.clone(),
@@ -552,15 +603,18 @@ impl Norms {
             provisions: vec![],
             warnings: vec![],
         };
-        let scope = self.authorizer.is_authorized(request, &reg.scope, entities);
-        if scope.decision() != Decision::Allow {
+        let scope = ask.authorize(&reg.scope, &reg.scope_sliced)?;
+        if scope
+            .as_ref()
+            .is_none_or(|r| r.decision() != Decision::Allow)
+        {
             decision.verdict = "not_applicable".into();
-            decision.policies = sorted_reasons(&scope);
+            decision.policies = scope.as_ref().map(sorted_reasons).unwrap_or_default();
         } else {
-            let r = self.authorizer.is_authorized(request, &reg.norms, entities);
+            let r = ask.authorize(&reg.norms, &reg.norms_sliced)?;
             let errors: Vec<String> = r
-                .diagnostics()
-                .errors()
+                .iter()
+                .flat_map(|r| r.diagnostics().errors())
                 .map(|e| match e {
                     cedar_policy::AuthorizationError::PolicyEvaluationError(pe) => {
                         format!("{}:error", pe.policy_id())
@@ -572,12 +626,12 @@ impl Norms {
                 // flow through, so any evaluation error decides non-compliant.
                 decision.verdict = "non_compliant".into();
                 decision.policies = errors;
-            } else if r.decision() == Decision::Allow {
+            } else if let Some(r) = r.as_ref().filter(|r| r.decision() == Decision::Allow) {
                 decision.verdict = "compliant".into();
-                decision.policies = sorted_reasons(&r);
+                decision.policies = sorted_reasons(r);
             } else {
                 decision.verdict = "non_compliant".into();
-                decision.policies = sorted_reasons(&r);
+                decision.policies = r.as_ref().map(sorted_reasons).unwrap_or_default();
                 if decision.policies.is_empty() {
                     decision.policies = vec![reg.default_policy.clone()];
                 }
@@ -597,61 +651,51 @@ impl Norms {
                     .to_string()
             })
             .collect();
-        decision
+        Ok(decision)
     }
 
-    /// The Cedar request of `flow` for `recipient` with its normalised `terms` (the
-    /// parties travel in the context, so the entity store is empty).
+    /// The Cedar request of one flow's `facts` (the parties travel in the context, so
+    /// the entity store is empty). The context is built from the same [`Facts`] the
+    /// slices are cut with, fact by fact from their paths: the guards and Cedar cannot
+    /// read different values.
     fn request(
         &self,
-        flow: &InfoFlow,
-        recipient: &RecipientFacts,
-        terms: &Terms,
+        facts: &Facts<'_>,
         schema: Option<&Schema>,
     ) -> Result<(Request, Entities), NormError> {
         let err = |e: &dyn std::fmt::Display| NormError::Request(e.to_string());
         let s = |v: &str| RestrictedExpression::new_string(v.to_string());
-        let b = RestrictedExpression::new_bool;
-        let party = |p: &PartyFacts, role: &str| {
-            RestrictedExpression::new_record([
-                ("id".to_string(), s(&p.id)),
-                ("listed".to_string(), b(p.listed)),
-                ("role".to_string(), s(role)),
-                ("organisation".to_string(), s(&p.organisation)),
-                ("jurisdiction".to_string(), s(&p.jurisdiction)),
-                ("in_eea".to_string(), b(p.in_eea)),
-                ("adequacy".to_string(), b(p.adequacy)),
-                ("baa".to_string(), b(p.baa)),
-                ("safeguards".to_string(), b(p.safeguards)),
-            ])
-            .map_err(|e| err(&e))
-        };
-        let set = |v: &BTreeSet<String>| RestrictedExpression::new_set(v.iter().map(|t| s(t)));
-        let context = Context::from_pairs([
-            (
-                "sender".to_string(),
-                party(&flow.sender, &terms.sender_role)?,
-            ),
-            (
-                "recipient".to_string(),
-                party(&recipient.party, &terms.recipient_role)?,
-            ),
-            ("tool".to_string(), s(&flow.tool)),
-            ("info_types".to_string(), set(&terms.info_types)),
-            ("subject".to_string(), s(&flow.subject)),
-            ("subject_role".to_string(), s(&terms.subject_role)),
-            ("purpose".to_string(), s(&terms.purpose)),
-            ("collected_for".to_string(), s(&terms.collected_for)),
-            ("conditions".to_string(), set(&terms.conditions)),
-            ("consent".to_string(), b(recipient.consent)),
-            (
-                "explicit_consent".to_string(),
-                b(recipient.explicit_consent),
-            ),
-            ("authorization".to_string(), b(recipient.authorization)),
-            ("to_subject".to_string(), b(recipient.to_subject)),
-        ])
-        .map_err(|e| err(&e))?;
+        let mut top: Vec<(String, RestrictedExpression)> = Vec::with_capacity(13);
+        let mut parties: [Vec<(String, RestrictedExpression)>; 2] = [vec![], vec![]];
+        let strings = slice::STRINGS
+            .iter()
+            .zip(facts.strings)
+            .map(|(p, v)| (*p, s(v)));
+        let bools = slice::BOOLS
+            .iter()
+            .zip(facts.bools)
+            .map(|(p, v)| (*p, RestrictedExpression::new_bool(v)));
+        for (path, value) in strings.chain(bools) {
+            match path.split_once('.') {
+                Some(("sender", attr)) => parties[0].push((attr.to_string(), value)),
+                Some((_, attr)) => parties[1].push((attr.to_string(), value)),
+                None => top.push((path.to_string(), value)),
+            }
+        }
+        for (path, set) in slice::SETS.iter().zip(facts.sets) {
+            top.push((
+                (*path).to_string(),
+                RestrictedExpression::new_set(set.iter().map(|t| s(t))),
+            ));
+        }
+        let [sender, recipient] = parties;
+        for (name, fields) in [("sender", sender), ("recipient", recipient)] {
+            top.push((
+                name.to_string(),
+                RestrictedExpression::new_record(fields).map_err(|e| err(&e))?,
+            ));
+        }
+        let context = Context::from_pairs(top).map_err(|e| err(&e))?;
         let request = Request::new(
             self.sender.clone(),
             self.action.clone(),
@@ -699,8 +743,9 @@ impl Norms {
             }
             // Built against the schema: the examples also prove the request builder
             // produces what the schema describes.
+            let facts = facts_of(&flow, recipient, &terms);
             let (request, entities) = self
-                .request(&flow, recipient, &terms, Some(schema))
+                .request(&facts, Some(schema))
                 .map_err(|e| fail(e.to_string()))?;
             let single =
                 PolicySet::from_policies([policy.clone()]).map_err(|e| fail(e.to_string()))?;
@@ -757,6 +802,85 @@ impl Norms {
             }
         }
         Ok(())
+    }
+}
+
+/// One flow's questions to Cedar: its facts, the slices cut from them, and the request
+/// — built on first use, so a flow every slice of which is empty never builds one.
+#[derive(Debug)]
+struct Ask<'n, 'f> {
+    norms: &'n Norms,
+    facts: Facts<'f>,
+    sliced: bool,
+    request: Option<(Request, Entities)>,
+}
+
+impl Ask<'_, '_> {
+    /// Cedar's response for the policies of `whole` (or of its slice, when slicing)
+    /// that can hold; `None` for none — what Cedar answers for an empty set (deny, no
+    /// reasons, no errors) without asking it.
+    fn authorize(
+        &mut self,
+        whole: &PolicySet,
+        sliced: &Sliced,
+    ) -> Result<Option<cedar_policy::Response>, NormError> {
+        let cut;
+        let set = if self.sliced {
+            cut = sliced.slice(&self.facts).map_err(NormError::Request)?;
+            &cut
+        } else {
+            whole
+        };
+        if set.is_empty() {
+            return Ok(None);
+        }
+        if self.request.is_none() {
+            self.request = Some(self.norms.request(&self.facts, None)?);
+        }
+        Ok(self
+            .request
+            .as_ref()
+            .map(|(request, entities)| self.norms.authorizer.is_authorized(request, set, entities)))
+    }
+}
+
+/// The facts of `flow` for `recipient` with its normalised `terms`, in the order of
+/// [`slice::STRINGS`], [`slice::BOOLS`] and [`slice::SETS`].
+fn facts_of<'a>(flow: &'a InfoFlow, recipient: &'a RecipientFacts, terms: &'a Terms) -> Facts<'a> {
+    let (s, r) = (&flow.sender, &recipient.party);
+    Facts {
+        strings: [
+            &flow.tool,
+            &flow.subject,
+            &terms.subject_role,
+            &terms.purpose,
+            &terms.collected_for,
+            &s.id,
+            &terms.sender_role,
+            &s.organisation,
+            &s.jurisdiction,
+            &r.id,
+            &terms.recipient_role,
+            &r.organisation,
+            &r.jurisdiction,
+        ],
+        bools: [
+            recipient.consent,
+            recipient.explicit_consent,
+            recipient.authorization,
+            recipient.to_subject,
+            s.listed,
+            s.in_eea,
+            s.adequacy,
+            s.baa,
+            s.safeguards,
+            r.listed,
+            r.in_eea,
+            r.adequacy,
+            r.baa,
+            r.safeguards,
+        ],
+        sets: [&terms.info_types, &terms.conditions],
     }
 }
 

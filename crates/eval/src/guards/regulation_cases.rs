@@ -14,6 +14,8 @@
 //!   equally long ones), for `Type` every one; nothing found is
 //!   `unknown` (roles), `unspecified` (purpose) or no type, and the field is counted
 //!   *unmapped*;
+//! - a holder's workforce acts for it (45 CFR 160.103): `employee` after a covered
+//!   entity or business associate term ("Hospital Employee") is that holder;
 //! - `Sender Role` → sender role, `Recipient Role` → recipient role, `About Role` →
 //!   subject role, `Type` → information types, `Purpose` → purpose;
 //! - conditions: every vocabulary condition occurring in `Purpose`, `In Reply To`,
@@ -151,6 +153,21 @@ fn most_specific(v: &Vocabulary, kind: TermKind, text: &str) -> Option<String> {
     best.map(|(_, t)| t)
 }
 
+/// The role a phrase names: its last role term — except that a holder's workforce
+/// ("Hospital Employee", "Clearinghouse Staff Member") acts for the holder (45 CFR
+/// 160.103, *workforce*: conduct under the covered entity's direct control), so an
+/// `employee` after a holder term is that holder.
+fn head_role(v: &Vocabulary, text: &str) -> Option<String> {
+    let terms = terms_in(v, TermKind::Role, text);
+    let last = terms.last()?;
+    if last == "employee"
+        && let Some(holder) = terms.iter().rev().find(|t| HOLDERS.contains(&t.as_str()))
+    {
+        return Some(holder.clone());
+    }
+    Some(last.clone())
+}
+
 /// `text` without its parenthesised parts.
 fn without_parentheses(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -194,10 +211,7 @@ pub fn map_case(v: &Vocabulary, case: &Case) -> Mapped {
         // The head of a noun phrase is its last word ("Family Physician" is a
         // physician); a parenthesis only qualifies it, unless it is all there is.
         let head = without_parentheses(text);
-        let found = terms_in(v, TermKind::Role, &head)
-            .into_iter()
-            .last()
-            .or_else(|| terms_in(v, TermKind::Role, text).into_iter().last());
+        let found = head_role(v, &head).or_else(|| head_role(v, text));
         match found {
             Some(t) => t,
             None => {
@@ -566,6 +580,23 @@ mod tests {
             n.decide_phi(&m.phi, false).unwrap().verdict,
             "not_applicable"
         );
+    }
+
+    #[test]
+    fn a_holders_workforce_discloses_for_the_holder() {
+        let n = Norms::embedded().unwrap();
+        let v = n.vocabulary();
+        assert_eq!(
+            head_role(v, "Hospital Employee").as_deref(),
+            Some("health_care_provider")
+        );
+        assert_eq!(
+            head_role(v, "Health Care Clearinghouse Employee").as_deref(),
+            Some("health_care_clearinghouse")
+        );
+        // An employee of no holder stays an employee.
+        assert_eq!(head_role(v, "Employee").as_deref(), Some("employee"));
+        assert_eq!(head_role(v, "Astrologer"), None);
     }
 
     #[test]

@@ -1,0 +1,509 @@
+//! Policy slicing: the necessary condition of every Cedar policy, read off its `when` /
+//! `unless` clauses when the set loads, so that a decision hands Cedar only the policies
+//! whose condition can hold for the flow — and the same verdict, deciding policies and
+//! errors as the whole set.
+//!
+//! A policy's **guard** is the conjunction of the leading conjuncts of its conditions
+//! that this module can evaluate exactly: comparisons of a context fact with string
+//! literals (`context.purpose == "marketing"`, `["coroner", "funeral_director"]
+//! .contains(context.recipient.role)`), membership in the two set facts
+//! (`context.conditions.contains("court_order")`, `containsAny`, `containsAll`), the
+//! boolean facts, and `!`, `&&`, `||` of these. Cedar evaluates a policy's condition as
+//! one `&&` chain, left to right, short-circuiting; the exact forms cannot err on a
+//! context the request builder filled (every fact present, with its schema type). So
+//! when the guard is false, a conjunct before any inexact one is false and Cedar
+//! evaluates the policy to `false` **without error**: leaving it out changes neither the
+//! decision, nor its reasons, nor its errors. A conjunct the module cannot read ends the
+//! guard (what follows it might err, and the whole set would report that error); a
+//! policy with no readable leading conjunct is always in the slice.
+
+use std::collections::BTreeSet;
+
+use cedar_policy::{Policy, PolicySet};
+use serde_json::Value;
+
+/// The string facts of the context, by their path (`sender.role`).
+pub(crate) const STRINGS: [&str; 13] = [
+    "tool",
+    "subject",
+    "subject_role",
+    "purpose",
+    "collected_for",
+    "sender.id",
+    "sender.role",
+    "sender.organisation",
+    "sender.jurisdiction",
+    "recipient.id",
+    "recipient.role",
+    "recipient.organisation",
+    "recipient.jurisdiction",
+];
+
+/// The boolean facts of the context.
+pub(crate) const BOOLS: [&str; 14] = [
+    "consent",
+    "explicit_consent",
+    "authorization",
+    "to_subject",
+    "sender.listed",
+    "sender.in_eea",
+    "sender.adequacy",
+    "sender.baa",
+    "sender.safeguards",
+    "recipient.listed",
+    "recipient.in_eea",
+    "recipient.adequacy",
+    "recipient.baa",
+    "recipient.safeguards",
+];
+
+/// The set facts of the context.
+pub(crate) const SETS: [&str; 2] = ["info_types", "conditions"];
+
+/// The facts of one request, as the guards read them — filled from the same values the
+/// Cedar context is built from (`Norms::request`).
+#[derive(Debug)]
+pub(crate) struct Facts<'a> {
+    /// Values of [`STRINGS`], in order.
+    pub strings: [&'a str; STRINGS.len()],
+    /// Values of [`BOOLS`], in order.
+    pub bools: [bool; BOOLS.len()],
+    /// Values of [`SETS`], in order.
+    pub sets: [&'a BTreeSet<String>; SETS.len()],
+}
+
+/// How a set fact meets a literal set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Quant {
+    Any,
+    All,
+}
+
+/// A condition on the facts, evaluated exactly.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Guard {
+    /// The string fact is one of these.
+    OneOf(usize, Vec<String>),
+    /// The set fact meets these literals (`containsAny` / `containsAll`).
+    Set(usize, Quant, Vec<String>),
+    /// The boolean fact is true.
+    Bool(usize),
+    /// A boolean constant.
+    Const(bool),
+    Not(Box<Guard>),
+    All(Vec<Guard>),
+    Any(Vec<Guard>),
+}
+
+impl Guard {
+    fn holds(&self, f: &Facts<'_>) -> bool {
+        match self {
+            Self::OneOf(i, lits) => f
+                .strings
+                .get(*i)
+                .is_some_and(|v| lits.iter().any(|l| l == v)),
+            Self::Set(i, q, lits) => f.sets.get(*i).is_some_and(|s| match q {
+                Quant::Any => lits.iter().any(|l| s.contains(l)),
+                Quant::All => lits.iter().all(|l| s.contains(l)),
+            }),
+            Self::Bool(i) => f.bools.get(*i).copied().unwrap_or(false),
+            Self::Const(b) => *b,
+            Self::Not(g) => !g.holds(f),
+            Self::All(gs) => gs.iter().all(|g| g.holds(f)),
+            Self::Any(gs) => gs.iter().any(|g| g.holds(f)),
+        }
+    }
+}
+
+/// The index of a fact's path in `table`, for a `context.a.b` expression.
+fn fact(e: &Value, table: &[&str]) -> Option<usize> {
+    let path = path(e)?;
+    table.iter().position(|p| *p == path)
+}
+
+/// `context.a` → `a`, `context.a.b` → `a.b`.
+fn path(e: &Value) -> Option<String> {
+    let get = e.get(".")?;
+    let attr = get.get("attr")?.as_str()?;
+    let left = get.get("left")?;
+    if left.get("Var").and_then(Value::as_str) == Some("context") {
+        return Some(attr.to_string());
+    }
+    Some(format!("{}.{attr}", path(left)?))
+}
+
+fn string_lit(e: &Value) -> Option<String> {
+    e.get("Value")?.as_str().map(str::to_string)
+}
+
+/// `["a", "b"]` of string literals.
+fn string_set(e: &Value) -> Option<Vec<String>> {
+    e.get("Set")?.as_array()?.iter().map(string_lit).collect()
+}
+
+fn binary(e: &Value, op: &str) -> Option<(Value, Value)> {
+    let b = e.get(op)?;
+    Some((b.get("left")?.clone(), b.get("right")?.clone()))
+}
+
+/// The exact guard of expression `e` (EST JSON), if every part of it is readable.
+fn exact(e: &Value) -> Option<Guard> {
+    if let Some(v) = e.get("Value") {
+        return v.as_bool().map(Guard::Const);
+    }
+    if let Some(i) = fact(e, &BOOLS) {
+        return Some(Guard::Bool(i));
+    }
+    if let Some(arg) = e.get("!").and_then(|n| n.get("arg")) {
+        return exact(arg).map(|g| Guard::Not(Box::new(g)));
+    }
+    if let Some((l, r)) = binary(e, "&&") {
+        return Some(Guard::All(vec![exact(&l)?, exact(&r)?]));
+    }
+    if let Some((l, r)) = binary(e, "||") {
+        return Some(Guard::Any(vec![exact(&l)?, exact(&r)?]));
+    }
+    if let Some((l, r)) = binary(e, "==") {
+        return equality(&l, &r).or_else(|| equality(&r, &l));
+    }
+    if let Some((l, r)) = binary(e, "!=") {
+        let eq = equality(&l, &r).or_else(|| equality(&r, &l))?;
+        return Some(Guard::Not(Box::new(eq)));
+    }
+    if let Some((l, r)) = binary(e, "contains") {
+        if let (Some(lits), Some(i)) = (string_set(&l), fact(&r, &STRINGS)) {
+            return Some(Guard::OneOf(i, lits));
+        }
+        let (i, lit) = (fact(&l, &SETS)?, string_lit(&r)?);
+        return Some(Guard::Set(i, Quant::Any, vec![lit]));
+    }
+    for (op, q) in [("containsAny", Quant::Any), ("containsAll", Quant::All)] {
+        if let Some((l, r)) = binary(e, op) {
+            return Some(Guard::Set(fact(&l, &SETS)?, q, string_set(&r)?));
+        }
+    }
+    None
+}
+
+/// `fact == "literal"` or `bool-fact == true|false`.
+fn equality(fact_side: &Value, lit_side: &Value) -> Option<Guard> {
+    if let Some(i) = fact(fact_side, &STRINGS) {
+        return Some(Guard::OneOf(i, vec![string_lit(lit_side)?]));
+    }
+    let i = fact(fact_side, &BOOLS)?;
+    let b = lit_side.get("Value")?.as_bool()?;
+    let g = Guard::Bool(i);
+    Some(if b { g } else { Guard::Not(Box::new(g)) })
+}
+
+/// The conjuncts of an `&&` chain, left to right.
+fn conjuncts(e: &Value, out: &mut Vec<Value>) {
+    match binary(e, "&&") {
+        Some((l, r)) => {
+            conjuncts(&l, out);
+            conjuncts(&r, out);
+        }
+        None => out.push(e.clone()),
+    }
+}
+
+/// A policy's guard: its leading exactly-readable conjuncts (the head constraints are
+/// not read: they cannot err, and leaving them out only weakens the guard).
+fn guard_of(policy: &Policy) -> Guard {
+    let Ok(est) = policy.to_json() else {
+        return Guard::All(vec![]);
+    };
+    let mut chain = Vec::new();
+    for clause in est
+        .get("conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let Some(body) = clause.get("body") else {
+            break;
+        };
+        match clause.get("kind").and_then(Value::as_str) {
+            Some("when") => conjuncts(body, &mut chain),
+            Some("unless") => chain.push(serde_json::json!({"!": {"arg": body}})),
+            _ => break,
+        }
+    }
+    let mut lead = Vec::new();
+    for c in &chain {
+        match exact(c) {
+            Some(g) => lead.push(g),
+            None => break,
+        }
+    }
+    Guard::All(lead)
+}
+
+/// A policy set with the guard of each policy.
+#[derive(Debug, Default)]
+pub(crate) struct Sliced {
+    policies: Vec<(Guard, Policy)>,
+}
+
+impl Sliced {
+    /// Reads the guard of every policy of `set`.
+    pub fn new(set: &PolicySet) -> Self {
+        Self {
+            policies: set.policies().map(|p| (guard_of(p), p.clone())).collect(),
+        }
+    }
+
+    /// The policies whose guard holds for `facts`: every one that can be satisfied.
+    /// (The set cannot refuse them — they come from a valid set with unique ids — but
+    /// Cedar's API says it may, and why, as text.)
+    pub fn slice(&self, facts: &Facts<'_>) -> Result<PolicySet, String> {
+        PolicySet::from_policies(
+            self.policies
+                .iter()
+                .filter(|(g, _)| g.holds(facts))
+                .map(|(_, p)| p.clone()),
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    /// How many policies have a guard that reads at least one conjunct.
+    #[cfg(test)]
+    pub fn guarded(&self) -> usize {
+        self.policies
+            .iter()
+            .filter(|(g, _)| *g != Guard::All(vec![]))
+            .count()
+    }
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use std::str::FromStr;
+
+    use super::*;
+
+    fn guard(src: &str) -> Guard {
+        let set = PolicySet::from_str(src).unwrap();
+        guard_of(set.policies().next().unwrap())
+    }
+
+    fn facts<'a>(sets: [&'a BTreeSet<String>; 2]) -> Facts<'a> {
+        let mut strings = [""; STRINGS.len()];
+        strings[3] = "marketing";
+        strings[10] = "coroner";
+        let mut bools = [false; BOOLS.len()];
+        bools[2] = true;
+        Facts {
+            strings,
+            bools,
+            sets,
+        }
+    }
+
+    #[test]
+    fn guards_read_the_leading_exact_conjuncts() {
+        let c: BTreeSet<String> = ["court_order".to_string()].into();
+        let none = BTreeSet::new();
+        let f = facts([&none, &c]);
+        let g = guard(
+            r#"permit (principal, action, resource) when {
+                 context.purpose == "marketing" && ["coroner", "x"].contains(context.recipient.role) &&
+                 context.conditions.containsAny(["court_order"]) && context.authorization };"#,
+        );
+        assert!(g.holds(&f));
+        let g = guard(
+            r#"permit (principal, action, resource) when { context.purpose == "treatment" };"#,
+        );
+        assert!(!g.holds(&f));
+        let g = guard(
+            r#"permit (principal, action, resource) when { context.purpose != "treatment" }
+               unless { context.conditions.contains("court_order") };"#,
+        );
+        assert!(!g.holds(&f), "unless is read as a negated conjunct");
+        // After an unreadable conjunct nothing is read: it could err first.
+        let g = guard(
+            r#"permit (principal, action, resource) when {
+                 context.tool like "x*" && context.purpose == "treatment" };"#,
+        );
+        assert_eq!(g, Guard::All(vec![]));
+        assert!(g.holds(&f));
+    }
+
+    /// Property: for random flows over the whole vocabulary (every term and synonym of
+    /// every kind, unknown terms, every jurisdiction class, every boolean fact), the
+    /// sliced decision is the whole set's — verdict, deciding policies, provisions and
+    /// warnings, under each regulation. The flows start from the policy examples (so
+    /// that every policy is often near its condition) and mutate any fact.
+    mod equivalence {
+        use proptest::prelude::*;
+        use proptest::sample::{Index, select};
+        use serde::Deserialize;
+
+        use crate::norms::{EMBEDDED, Norms};
+        use crate::phi::Phi;
+        use crate::vocab::TermKind;
+
+        #[derive(Deserialize)]
+        struct Manifest {
+            example: Vec<Example>,
+        }
+
+        #[derive(Deserialize)]
+        struct Example {
+            flow: Phi,
+        }
+
+        fn examples() -> Vec<Phi> {
+            EMBEDDED
+                .iter()
+                .filter(|(n, _)| n.ends_with(".toml") && *n != "vocabulary.toml")
+                .flat_map(|(_, t)| toml::from_str::<Manifest>(t).unwrap().example)
+                .map(|e| e.flow)
+                .collect()
+        }
+
+        /// Every key of `kind` (terms and synonyms) and a few words no vocabulary has.
+        fn words(norms: &Norms, kind: TermKind) -> Vec<String> {
+            let mut w: Vec<String> = norms
+                .vocabulary()
+                .keys(kind)
+                .map(|(k, _)| k.to_string())
+                .collect();
+            w.sort();
+            w.extend(["astrologer", "Mystery Purpose", "x"].map(String::from));
+            w
+        }
+
+        /// One fact of a flow changed; `None` keeps the example's.
+        #[derive(Clone, Debug)]
+        enum Change {
+            SenderRole(Index),
+            RecipientRole(Index),
+            SubjectRole(Index),
+            Purpose(Index),
+            CollectedFor(Index),
+            InfoTypes(Vec<Index>),
+            AddCondition(Index),
+            DropConditions,
+            SenderJurisdiction(Index),
+            RecipientJurisdiction(Index),
+            Flags(u8),
+            Subject(Index),
+        }
+
+        fn change() -> impl Strategy<Value = Change> {
+            let i = any::<Index>;
+            prop_oneof![
+                i().prop_map(Change::SenderRole),
+                i().prop_map(Change::RecipientRole),
+                i().prop_map(Change::SubjectRole),
+                i().prop_map(Change::Purpose),
+                i().prop_map(Change::CollectedFor),
+                prop::collection::vec(i(), 0..4).prop_map(Change::InfoTypes),
+                i().prop_map(Change::AddCondition),
+                Just(Change::DropConditions),
+                i().prop_map(Change::SenderJurisdiction),
+                i().prop_map(Change::RecipientJurisdiction),
+                any::<u8>().prop_map(Change::Flags),
+                i().prop_map(Change::Subject),
+            ]
+        }
+
+        struct World {
+            norms: Norms,
+            examples: Vec<Phi>,
+            roles: Vec<String>,
+            purposes: Vec<String>,
+            types: Vec<String>,
+            conditions: Vec<String>,
+        }
+
+        const COUNTRIES: [&str; 7] = ["us", "de", "fr", "no", "jp", "cn", "unknown"];
+        const SUBJECTS: [&str; 4] = ["user", "third_party", "mixed", "unknown"];
+
+        impl World {
+            fn new() -> Self {
+                let norms = Norms::embedded().unwrap();
+                Self {
+                    examples: examples(),
+                    roles: words(&norms, TermKind::Role),
+                    purposes: words(&norms, TermKind::Purpose),
+                    types: words(&norms, TermKind::InfoType),
+                    conditions: words(&norms, TermKind::Condition),
+                    norms,
+                }
+            }
+
+            fn apply(&self, p: &mut Phi, c: &Change) {
+                let pick = |v: &[String], i: &Index| i.get(v).clone();
+                match c {
+                    Change::SenderRole(i) => p.sender.role = pick(&self.roles, i),
+                    Change::RecipientRole(i) => p.recipient.role = pick(&self.roles, i),
+                    Change::SubjectRole(i) => p.subject_role = pick(&self.roles, i),
+                    Change::Purpose(i) => p.purpose = pick(&self.purposes, i),
+                    Change::CollectedFor(i) => p.collected_for = pick(&self.purposes, i),
+                    Change::InfoTypes(is) => {
+                        p.info_types = is.iter().map(|i| pick(&self.types, i)).collect();
+                    }
+                    Change::AddCondition(i) => p.conditions.push(pick(&self.conditions, i)),
+                    Change::DropConditions => p.conditions.clear(),
+                    Change::SenderJurisdiction(i) => {
+                        p.sender.jurisdiction = (*i.get(&COUNTRIES)).to_string();
+                    }
+                    Change::RecipientJurisdiction(i) => {
+                        p.recipient.jurisdiction = (*i.get(&COUNTRIES)).to_string();
+                    }
+                    Change::Flags(b) => {
+                        let bit = |n: u8| b & (1 << n) != 0;
+                        p.consent = bit(0);
+                        p.explicit_consent = bit(1);
+                        p.authorization = bit(2);
+                        p.to_subject = bit(3);
+                        p.sender.baa = bit(4);
+                        p.recipient.baa = bit(5);
+                        p.recipient.safeguards = bit(6);
+                        p.recipient.listed = !bit(7);
+                    }
+                    Change::Subject(i) => p.subject = (*i.get(&SUBJECTS)).to_string(),
+                }
+            }
+        }
+
+        fn world() -> &'static World {
+            static W: std::sync::OnceLock<World> = std::sync::OnceLock::new();
+            W.get_or_init(World::new)
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(3000))]
+            #[test]
+            fn the_sliced_decision_is_the_whole_sets(
+                start in any::<Index>(),
+                changes in prop::collection::vec(change(), 0..6),
+                order in select(vec![vec!["GDPR", "HIPAA"], vec!["HIPAA", "GDPR"]]),
+            ) {
+                let w = world();
+                let mut phi = start.get(&w.examples).clone();
+                for c in &changes {
+                    w.apply(&mut phi, c);
+                }
+                let names: Vec<String> = order.iter().map(|s| (*s).to_string()).collect();
+                let (flow, extra) = phi.to_flow();
+                let sliced = w.norms.decide_sliced(&names, &flow, 0, &extra, true).unwrap();
+                let whole = w.norms.decide_sliced(&names, &flow, 0, &extra, false).unwrap();
+                prop_assert_eq!(sliced, whole, "{:?}", phi);
+            }
+        }
+    }
+
+    #[test]
+    fn every_embedded_policy_is_guarded() {
+        let n = crate::norms::Norms::embedded().unwrap();
+        let (guarded, all) = n.slicing();
+        assert_eq!(
+            guarded, all,
+            "a policy whose condition the slicer cannot read"
+        );
+    }
+}
