@@ -80,6 +80,25 @@ fn ingest(c: &mut Criterion) {
             })
         });
     });
+    // Concurrent submissions, as the server takes them: each verified on its own
+    // blocking thread, then stored (the store has one writer).
+    g.bench_function("verify_concurrently_index_log_5_bundles", |b| {
+        b.iter_custom(|iters| {
+            timed(&rt, iters, |s, p| async move {
+                let checked: Vec<_> = std::thread::scope(|t| {
+                    let hs: Vec<_> = FIXTURES
+                        .iter()
+                        .map(|bytes| t.spawn(move || v.check(bytes).unwrap()))
+                        .collect();
+                    hs.into_iter().map(|h| h.join().unwrap()).collect()
+                });
+                for (bytes, c) in FIXTURES.iter().zip(&checked) {
+                    let r = s.ingest(&p, bytes, c, 1).await.unwrap();
+                    assert!(!r.duplicate);
+                }
+            })
+        });
+    });
     // The two halves, to see where the time goes: the verifier alone, and the store
     // alone (submissions verified outside the timed part).
     g.bench_function("verify_only_5_bundles", |b| {

@@ -852,15 +852,35 @@ async fn report_page(
         }
         return Ok(resp);
     }
+    // The PDF button asks for the same period as this page was asked for.
+    let mut pdf_href = format!("/report?provider={}&format=pdf", percent(&name));
+    pdf_href.extend(q.from.map(|v| format!("&from={v}")));
+    pdf_href.extend(q.to.map(|v| format!("&to={v}")));
     Ok(html(ui::report(
         p,
-        &name,
-        from,
-        shown_to,
-        &rows,
-        &d,
-        Some(&head),
+        &ui::ReportPage {
+            provider: &name,
+            from,
+            to: shown_to,
+            rows: &rows,
+            dashboard: &d,
+            head: Some(&head),
+            pdf_href: &pdf_href,
+        },
     )))
+}
+
+/// Percent-encodes everything but unreserved characters (RFC 3986).
+fn percent(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 fn to_i64(v: u64) -> i64 {

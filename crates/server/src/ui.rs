@@ -314,22 +314,42 @@ pub fn dashboard(who: &Principal, d: &Dashboard) -> Markup {
     page("Dashboard", Some(who), body)
 }
 
+/// What the exit report page shows.
+#[derive(Debug)]
+pub struct ReportPage<'a> {
+    /// Provider's name.
+    pub provider: &'a str,
+    /// Period start, Unix seconds.
+    pub from: i64,
+    /// Period end as shown.
+    pub to: i64,
+    /// The provider's runs in the period.
+    pub rows: &'a [RunRow],
+    /// Figures over them.
+    pub dashboard: &'a Dashboard,
+    /// The log's signed head now.
+    pub head: Option<&'a crate::tlog::TreeHead>,
+    /// The PDF button's link (the same period).
+    pub pdf_href: &'a str,
+}
+
 /// The exit report: the provider's runs in the period, what was blocked and why,
 /// incidents, evidence, receipts; every figure links to its runs.
-pub fn report(
-    who: &Principal,
-    provider: &str,
-    from: i64,
-    to: i64,
-    rows: &[RunRow],
-    d: &Dashboard,
-    head: Option<&crate::tlog::TreeHead>,
-) -> Markup {
+pub fn report(who: &Principal, r: &ReportPage<'_>) -> Markup {
+    let ReportPage {
+        provider,
+        from,
+        to,
+        rows,
+        dashboard: d,
+        head,
+        pdf_href,
+    } = *r;
     let incidents: Vec<&RunRow> = rows.iter().filter(|r| r.outcome != "complete").collect();
     let body = html! {
         div.card {
             p { "Provider " strong #provider { (provider) } ", period " (when(from)) " to " (when(to)) "." }
-            p { a #pdf href={ "/report?provider=" (provider) "&from=" (from) "&to=" (to) "&format=pdf" } download { "Download this report as PDF" } }
+            p { a #pdf href=(pdf_href) download { "Download this report as PDF" } }
             p { "Regulation policy set and toolkit manifest: those embedded in this build of the verifier; each run's APM names their hashes (below, per run)." }
             @if let Some(h) = head { p { "Transparency log at the time of this report: " (h.tree_size) " entries, signed root " code { (h.root) } "." } }
         }

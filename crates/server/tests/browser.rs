@@ -4,7 +4,12 @@
 //! proof shown by the page's script; a live run watched by the page until it
 //! completes; the exit report's PDF button and its text (`pdftotext`). Skipped loudly
 //! without Chromium (or `pdftotext`); a failure under `CI=true`.
-#![expect(clippy::unwrap_used, clippy::panic, reason = "tests")]
+#![expect(
+    clippy::unwrap_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "tests"
+)]
 
 mod common;
 

@@ -3,7 +3,12 @@
 //! deliveries change nothing; a tampered delivery is kept as tampered and never
 //! replaces what was stored; a run whose monitor died stays a verified prefix; the
 //! streamer follows a journal being written, torn last line included.
-#![expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+#![expect(
+    clippy::unwrap_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "tests"
+)]
 
 mod common;
 
