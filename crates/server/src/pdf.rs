@@ -202,7 +202,7 @@ fn winansi(s: &str) -> Vec<u8> {
             '\u{2022}' => out.push(0x95),
             '\u{2026}' => out.push(0x85),
             '\u{2192}' => out.extend_from_slice(b"->"),
-            c if c == '\t' => out.push(b' '),
+            '\t' => out.push(b' '),
             c if (' '..='~').contains(&c) || ('\u{A0}'..='\u{FF}').contains(&c) => {
                 out.push(u8::try_from(u32::from(c)).unwrap_or(b'?'));
             }

@@ -278,9 +278,12 @@ fn deliveries_that_are_not_journals_or_not_from_providers_are_refused(url: &str)
         403
     );
     assert!(
-        s.rt.block_on(s.store.live_runs(&[s.people.acme.1.key_id.clone()], 10))
-            .unwrap()
-            .is_empty()
+        s.rt.block_on(
+            s.store
+                .live_runs(std::slice::from_ref(&s.people.acme.1.key_id), 10)
+        )
+        .unwrap()
+        .is_empty()
     );
     // Another provider's delivery of the same run id is its own live run.
     let a = deliver(&client(&s, &s.people.globex.0), &header, &nodes[..2]);
