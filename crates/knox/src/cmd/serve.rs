@@ -60,6 +60,11 @@ pub struct ServeArgs {
     /// The regulator's regulation policy set (default: the embedded one).
     #[arg(long, value_name = "DIR", value_parser = knox_verifier::files::path)]
     pub policy_set: Option<PathBuf>,
+    /// Seconds without a delivery after which a streamed run that was never sealed is
+    /// shown as the verified prefix it is (its monitor stopped or died) instead of in
+    /// progress.
+    #[arg(long, value_name = "SECS", default_value_t = knox_server::live::DEFAULT_STALE_SECS)]
+    pub live_stale: u64,
 }
 
 /// The log key at `p`, created when absent; its public half (`.pub` beside it, for
