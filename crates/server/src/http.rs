@@ -16,6 +16,7 @@ use serde::Deserialize;
 
 use crate::auth::{self, AuthError, Claimed};
 use crate::ingest::Verifier;
+use crate::live;
 use crate::store::{Principal, Role, RunFilter, RunRow, Store, StoreError};
 use crate::ui;
 
@@ -33,6 +34,9 @@ pub struct App {
     pub verifier: Arc<Verifier>,
     /// The transparency log's signing key.
     pub log_key: Arc<TeeKey>,
+    /// Seconds without a delivery after which an unsealed live run is shown as the
+    /// prefix it is rather than in progress ([`live::DEFAULT_STALE_SECS`]).
+    pub live_stale_secs: u64,
 }
 
 /// Why a request failed, and what the client is told.
@@ -95,6 +99,10 @@ pub fn router(app: App) -> Router {
         .route("/api/runs/{digest}", get(api_run))
         .route("/api/runs/{digest}/evidence", get(api_evidence))
         .route("/api/runs/{digest}/receipts", post(api_receipt))
+        .route("/api/live", post(api_live))
+        .route("/api/live/{id}", get(api_live_run))
+        .route("/live/{id}", get(ui_live))
+        .route("/live/{id}/status", get(ui_live_status))
         .route("/api/session", post(api_session))
         .route("/api/access-log", get(api_access_log))
         .route("/api/log/head", get(log_head))
@@ -320,6 +328,19 @@ async fn submit(app: &App, p: &Principal, body: &Bytes) -> Result<Response, Refu
         // The same bytes were submitted by another provider: nothing is changed, and
         // nothing about the other submission is said.
         return Err(Refusal::Forbidden("these bytes are already stored"));
+    }
+    if ingested.run.kind == "bundle" {
+        // The sealed bundle of a streamed run: the live run is complete if it agrees.
+        live::sealed(
+            &app.store,
+            &app.verifier,
+            p,
+            &ingested.run.run_id,
+            &ingested.run.digest,
+            auth::now(),
+        )
+        .await
+        .map_err(live_refusal)?;
     }
     let inclusion = app
         .store
@@ -631,7 +652,18 @@ async fn ui_runs(
         let Query(f) = q.map_err(|e| Refusal::Bad(e.body_text()))?;
         let providers = app.store.visible_providers(&p).await?;
         let rows = app.store.runs(&providers, &f, LIST_LIMIT).await?;
-        Ok(html(ui::runs(&p, &f, &rows)))
+        let now = auth::now();
+        let live: Vec<(live::LiveRun, String)> = app
+            .store
+            .live_runs(&providers, 50)
+            .await?
+            .into_iter()
+            .map(|r| {
+                let status = r.status(now, app.live_stale_secs).to_owned();
+                (r, status)
+            })
+            .collect();
+        Ok(html(ui::runs(&p, &f, &rows, &live)))
     }
     .await)
 }
@@ -741,9 +773,33 @@ struct ReportQuery {
     provider: Option<String>,
     from: Option<i64>,
     to: Option<i64>,
+    /// `html` (the default) or `pdf`.
+    format: Option<String>,
 }
 
-async fn report_page(app: &App, p: &Principal, q: ReportQuery) -> Result<Response, Refusal> {
+/// `http://HOST` of the request, for the links of a PDF report: only a plain
+/// `host[:port]` is used (anything else and the PDF names digests without links).
+fn request_base(headers: &HeaderMap) -> Option<String> {
+    let host = headers.get(header::HOST)?.to_str().ok()?;
+    let plain = !host.is_empty()
+        && host.len() <= 255
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'));
+    plain.then(|| format!("http://{host}"))
+}
+
+async fn report_page(
+    app: &App,
+    p: &Principal,
+    q: ReportQuery,
+    headers: &HeaderMap,
+) -> Result<Response, Refusal> {
+    let pdf = match q.format.as_deref() {
+        None | Some("html") => false,
+        Some("pdf") => true,
+        Some(_) => return Err(Refusal::Bad("format is `html` or `pdf`".into())),
+    };
     let providers = app.store.visible_providers(p).await?;
     let name = match (&q.provider, p.role) {
         (Some(n), _) => n.clone(),
@@ -774,15 +830,57 @@ async fn report_page(app: &App, p: &Principal, q: ReportQuery) -> Result<Respons
     let d = dashboard_of(app, &only, &f).await?;
     let head = app.store.head(&app.log_key, auth::now()).await?;
     let shown_to = to.min(to_i64(auth::now()));
+    if pdf {
+        let base = request_base(headers);
+        let bytes = crate::pdf::report(&crate::pdf::Report {
+            provider: &name,
+            from,
+            to: shown_to,
+            rows: &rows,
+            dashboard: &d,
+            head: Some(&head),
+            base: base.as_deref(),
+        });
+        let file: String = name
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            .collect();
+        let disposition = format!("attachment; filename=\"exit-report-{file}.pdf\"");
+        let mut resp = ([(header::CONTENT_TYPE, "application/pdf")], bytes).into_response();
+        if let Ok(v) = HeaderValue::from_str(&disposition) {
+            resp.headers_mut().insert(header::CONTENT_DISPOSITION, v);
+        }
+        return Ok(resp);
+    }
+    // The PDF button asks for the same period as this page was asked for.
+    let mut pdf_href = format!("/report?provider={}&format=pdf", percent(&name));
+    pdf_href.extend(q.from.map(|v| format!("&from={v}")));
+    pdf_href.extend(q.to.map(|v| format!("&to={v}")));
     Ok(html(ui::report(
         p,
-        &name,
-        from,
-        shown_to,
-        &rows,
-        &d,
-        Some(&head),
+        &ui::ReportPage {
+            provider: &name,
+            from,
+            to: shown_to,
+            rows: &rows,
+            dashboard: &d,
+            head: Some(&head),
+            pdf_href: &pdf_href,
+        },
     )))
+}
+
+/// Percent-encodes everything but unreserved characters (RFC 3986).
+fn percent(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 fn to_i64(v: u64) -> i64 {
@@ -798,7 +896,7 @@ async fn ui_report(
 ) -> Response {
     ui_page!(app, method, uri, headers, |p| async {
         let Query(q) = q.map_err(|e| Refusal::Bad(e.body_text()))?;
-        report_page(&app, &p, q).await
+        report_page(&app, &p, q, &headers).await
     }
     .await)
 }
@@ -812,7 +910,7 @@ async fn api_report(
 ) -> Response {
     signed_api!(app, method, uri, headers, b"", |p| async {
         let Query(q) = q.map_err(|e| Refusal::Bad(e.body_text()))?;
-        report_page(&app, &p, q).await
+        report_page(&app, &p, q, &headers).await
     }
     .await)
 }
@@ -848,6 +946,120 @@ async fn ui_log(State(app): State<App>, method: Method, uri: Uri, headers: Heade
     }
     .await
     })
+}
+
+async fn api_live(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    signed_api!(app, method, uri, headers, &body, |p| deliver(
+        &app, &p, &body
+    )
+    .await)
+}
+
+async fn deliver(app: &App, p: &Principal, body: &Bytes) -> Result<Response, Refusal> {
+    if p.role != Role::Provider {
+        return Err(Refusal::Forbidden("only providers stream runs"));
+    }
+    let d = live::Delivery::parse(body).map_err(|e| Refusal::Bad(e.to_string()))?;
+    let (run, delivered) = live::deliver(&app.store, &app.verifier, p, &d, auth::now())
+        .await
+        .map_err(live_refusal)?;
+    json(&serde_json::json!({"run": run, "delivered": delivered}))
+}
+
+fn live_refusal(e: live::LiveError) -> Refusal {
+    match e {
+        live::LiveError::Store(s) => Refusal::Store(s),
+        o => Refusal::Bad(o.to_string()),
+    }
+}
+
+/// A live run `p` may see, or not found.
+async fn visible_live(app: &App, p: &Principal, id: &str) -> Result<live::LiveRun, Refusal> {
+    let id = digest_param(id)?;
+    let run = app.store.live_run(&id).await?.ok_or(Refusal::NotFound)?;
+    if app
+        .store
+        .visible_providers(p)
+        .await?
+        .contains(&run.provider)
+    {
+        Ok(run)
+    } else {
+        Err(Refusal::NotFound)
+    }
+}
+
+async fn api_live_run(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    d: Result<Path<String>, PathRejection>,
+) -> Response {
+    signed_api!(app, method, uri, headers, b"", |p| async {
+        let run = visible_live(&app, &p, &path_param(d)?).await?;
+        let status = run.status(auth::now(), app.live_stale_secs).to_owned();
+        json(&serde_json::json!({"run": run, "status": status}))
+    }
+    .await)
+}
+
+async fn ui_live(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    d: Result<Path<String>, PathRejection>,
+) -> Response {
+    ui_page!(app, method, uri, headers, |p| async {
+        let run = visible_live(&app, &p, &path_param(d)?).await?;
+        let nodes = app.store.live_nodes(&run.live_id).await?;
+        let status = run.status(auth::now(), app.live_stale_secs);
+        Ok(html(ui::live(&p, &run, status, &nodes)))
+    }
+    .await)
+}
+
+/// `?since=STATUS`.
+#[derive(Debug, Deserialize)]
+struct Since {
+    since: String,
+}
+
+/// The most 200 ms waits of a long poll (20 s).
+const LONG_POLL_TICKS: u32 = 100;
+
+async fn ui_live_status(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    d: Result<Path<String>, PathRejection>,
+    q: Result<Query<Since>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    ui_page!(app, method, uri, headers, |p| async {
+        let Query(q) = q.map_err(|e| Refusal::Bad(e.body_text()))?;
+        let id = path_param(d)?;
+        // A long poll: answers as soon as the status differs from the one the page
+        // shows, or after LONG_POLL_TICKS.
+        let mut run = visible_live(&app, &p, &id).await?;
+        for _ in 0..LONG_POLL_TICKS {
+            if run.status(auth::now(), app.live_stale_secs) != q.since {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            run = visible_live(&app, &p, &id).await?;
+        }
+        let status = run.status(auth::now(), app.live_stale_secs).to_owned();
+        json(&serde_json::json!({"class": ui::live_class(&status), "status": status, "run": run}))
+    }
+    .await)
 }
 
 /// Serves `app` on `listener` until the process ends.

@@ -5,8 +5,11 @@ pub mod client;
 pub mod config;
 pub mod http;
 pub mod ingest;
+pub mod live;
+pub mod pdf;
 pub mod run;
 pub mod store;
+pub mod stream;
 pub mod tlog;
 pub mod ui;
 

@@ -25,6 +25,8 @@ pub struct ServeOptions {
     pub verifier: Verifier,
     /// The transparency log's key.
     pub log_key: TeeKey,
+    /// Seconds without a delivery before an unsealed live run shows as a prefix.
+    pub live_stale_secs: u64,
 }
 
 /// Why the server stopped or did not start.
@@ -73,6 +75,7 @@ pub fn serve_blocking(
             store,
             verifier: Arc::new(opts.verifier),
             log_key: Arc::new(opts.log_key),
+            live_stale_secs: opts.live_stale_secs,
         };
         crate::http::serve(listener, app)
             .await

@@ -15,17 +15,31 @@ use crate::ingest::Checked;
 use crate::tlog::{self, Consistency, Inclusion, TreeHead};
 
 /// SQLite migrations, in order.
-const SQLITE: &[(i64, &str, &str)] = &[(
-    1,
-    "store",
-    include_str!("../migrations/sqlite/0001_store.sql"),
-)];
+const SQLITE: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "store",
+        include_str!("../migrations/sqlite/0001_store.sql"),
+    ),
+    (
+        2,
+        "live",
+        include_str!("../migrations/sqlite/0002_live.sql"),
+    ),
+];
 /// PostgreSQL migrations: the same schema in its dialect.
-const POSTGRES: &[(i64, &str, &str)] = &[(
-    1,
-    "store",
-    include_str!("../migrations/postgres/0001_store.sql"),
-)];
+const POSTGRES: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "store",
+        include_str!("../migrations/postgres/0001_store.sql"),
+    ),
+    (
+        2,
+        "live",
+        include_str!("../migrations/postgres/0002_live.sql"),
+    ),
+];
 
 /// Which database engine a store runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,6 +179,48 @@ pub struct RunRow {
     pub submitted_at: i64,
 }
 
+impl RunRow {
+    /// The row a verified submission is stored as.
+    fn of(
+        provider: &Principal,
+        digest: &str,
+        c: &Checked,
+        log_index: i64,
+        now: i64,
+    ) -> Result<Self, StoreError> {
+        let r = &c.report;
+        let (offending_node, reason) = match &r.outcome {
+            knox_verify::Outcome::Tampered { node, reason } => {
+                (node.map(to_i64), Some(reason.clone()))
+            }
+            knox_verify::Outcome::Refused { reason } => (None, Some(reason.clone())),
+            _ => (None, None),
+        };
+        Ok(Self {
+            digest: digest.to_owned(),
+            provider: provider.key_id.clone(),
+            provider_name: provider.name.clone(),
+            run_id: r.run_id.clone(),
+            kind: c.kind.to_owned(),
+            outcome: r.outcome.name().to_owned(),
+            offending_node,
+            reason,
+            platform: r.platform.to_string(),
+            hardware_backed: r.hardware_backed,
+            nodes: to_i64(r.nodes),
+            tool_calls: to_i64(r.tool_calls),
+            executed: to_i64(r.executed),
+            blocked: to_i64(r.blocked.len() as u64),
+            interrupts: to_i64(r.interrupts.len() as u64),
+            flagged: to_i64(r.flagged_for_review),
+            structure_root: c.structure_root.map(|d| d.to_hex()),
+            report: serde_json::to_string(r)?,
+            log_index,
+            submitted_at: now,
+        })
+    }
+}
+
 /// A blocked action, indexed.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct BlockedRow {
@@ -286,6 +342,60 @@ pub struct Dashboard {
 enum Bind {
     Text(String),
     Int(i64),
+    Null,
+}
+
+impl Bind {
+    fn bind<'q>(
+        self,
+        q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    ) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+        match self {
+            Self::Text(s) => q.bind(s),
+            Self::Int(i) => q.bind(i),
+            Self::Null => q.bind(None::<String>),
+        }
+    }
+}
+
+/// The most rows one multi-row `INSERT` carries (well under both engines' limits on
+/// bound parameters: SQLite 32,766, PostgreSQL 65,535).
+const ROWS_PER_INSERT: usize = 500;
+
+/// Inserts `rows` with multi-row statements `head (…), (…) tail`; `head` and `tail`
+/// are fixed SQL of this module, every value is bound.
+async fn insert_rows<const N: usize>(
+    conn: &mut sqlx::AnyConnection,
+    head: &str,
+    tail: &str,
+    rows: Vec<[Bind; N]>,
+) -> Result<(), StoreError> {
+    let mut rows = rows.into_iter().peekable();
+    while rows.peek().is_some() {
+        let chunk: Vec<[Bind; N]> = rows.by_ref().take(ROWS_PER_INSERT).collect();
+        let mut sql = String::with_capacity(head.len() + chunk.len() * N * 5 + tail.len());
+        sql.push_str(head);
+        for r in 0..chunk.len() {
+            if r > 0 {
+                sql.push_str(", ");
+            }
+            sql.push('(');
+            for c in 0..N {
+                if c > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(&format!("${}", r * N + c + 1));
+            }
+            sql.push(')');
+        }
+        sql.push_str(tail);
+        let mut q = sqlx::query(&sql);
+        for b in chunk.into_iter().flatten() {
+            q = b.bind(q);
+        }
+        q.execute(&mut *conn).await?;
+    }
+    Ok(())
 }
 
 /// Escapes `%`, `_` and `\` for a `LIKE … ESCAPE '\'` pattern.
@@ -381,6 +491,11 @@ impl Store {
     /// The engine.
     pub fn engine(&self) -> Engine {
         self.engine
+    }
+
+    /// The connection pool (the live-run module's statements).
+    pub(crate) fn pool(&self) -> &AnyPool {
+        &self.pool
     }
 
     /// The migrations of this store's engine.
@@ -610,12 +725,6 @@ impl Store {
         now: u64,
     ) -> Result<Ingested, StoreError> {
         let digest = Digest::sha256(bytes).to_hex();
-        if let Some(run) = self.run(&digest).await? {
-            return Ok(Ingested {
-                run,
-                duplicate: true,
-            });
-        }
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -623,30 +732,32 @@ impl Store {
                 .try_ingest(provider, bytes, &digest, checked, now)
                 .await
             {
-                Ok(()) => break,
+                Ok(Some(run)) => {
+                    return Ok(Ingested {
+                        run,
+                        duplicate: false,
+                    });
+                }
+                Ok(None) => break,
                 // Two writers raced for the same log index or the same bytes: retry,
                 // which either appends at the next index or finds the duplicate.
-                Err(StoreError::Db(e)) if attempt < 8 && is_conflict(&e) => {
-                    if let Some(run) = self.run(&digest).await? {
-                        return Ok(Ingested {
-                            run,
-                            duplicate: true,
-                        });
-                    }
-                }
+                Err(StoreError::Db(e)) if attempt < 8 && is_conflict(&e) => {}
                 Err(e) => return Err(e),
             }
         }
         let run = self
             .run(&digest)
             .await?
-            .ok_or_else(|| StoreError::Corrupt("an ingested run vanished".into()))?;
+            .ok_or_else(|| StoreError::Corrupt("a stored object has no run".into()))?;
         Ok(Ingested {
             run,
-            duplicate: false,
+            duplicate: true,
         })
     }
 
+    /// One attempt: `None` when these bytes are already stored (nothing written),
+    /// else the run as stored. Every statement is prepared once per connection (sqlx
+    /// caches them) and the index rows of a table go in one multi-row statement.
     async fn try_ingest(
         &self,
         provider: &Principal,
@@ -654,7 +765,7 @@ impl Store {
         digest: &str,
         c: &Checked,
         now: u64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<RunRow>, StoreError> {
         let now = to_i64(now);
         let mut tx = self.pool.begin().await?;
         if self.engine == Engine::Postgres {
@@ -663,22 +774,31 @@ impl Store {
                 .fetch_optional(&mut *tx)
                 .await?;
         }
-        sqlx::query(
-            "INSERT INTO objects (digest, kind, bytes, size, stored_at) VALUES ($1, $2, $3, $4, $5)",
+        // The first statement writes (SQLite takes the write lock at once) and tells
+        // a duplicate apart without a read before it.
+        let fresh = sqlx::query(
+            "INSERT INTO objects (digest, kind, bytes, size, stored_at) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT DO NOTHING",
         )
         .bind(digest)
         .bind(c.kind)
-        .bind(bytes.to_vec())
+        .bind(bytes)
         .bind(to_i64(bytes.len() as u64))
         .bind(now)
         .execute(&mut *tx)
         .await?;
+        if fresh.rows_affected() == 0 {
+            tx.rollback().await?;
+            return Ok(None);
+        }
         let next: Option<i64> = sqlx::query("SELECT MAX(idx) AS m FROM log_leaves")
             .fetch_one(&mut *tx)
             .await?
             .try_get("m")?;
         let idx = next.map_or(0, |m| m + 1);
-        let leaf = tlog::leaf(&Digest::sha256(bytes)).to_hex();
+        let leaf =
+            tlog::leaf(&Digest::from_hex(digest).map_err(|e| StoreError::Corrupt(e.to_string()))?)
+                .to_hex();
         sqlx::query(
             "INSERT INTO log_leaves (idx, digest, leaf_hash, appended_at) VALUES ($1, $2, $3, $4)",
         )
@@ -688,14 +808,7 @@ impl Store {
         .bind(now)
         .execute(&mut *tx)
         .await?;
-        let r = &c.report;
-        let (node, reason) = match &r.outcome {
-            knox_verify::Outcome::Tampered { node, reason } => {
-                (node.map(to_i64), Some(reason.clone()))
-            }
-            knox_verify::Outcome::Refused { reason } => (None, Some(reason.clone())),
-            _ => (None, None),
-        };
+        let run = RunRow::of(provider, digest, c, idx, now)?;
         sqlx::query(
             "INSERT INTO runs (digest, provider, run_id, kind, outcome, offending_node, reason, \
              platform, hardware_backed, nodes, tool_calls, executed, blocked, interrupts, flagged, \
@@ -703,66 +816,94 @@ impl Store {
              ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
         )
         .bind(digest)
-        .bind(&provider.key_id)
-        .bind(&r.run_id)
-        .bind(c.kind)
-        .bind(r.outcome.name())
-        .bind(node)
-        .bind(reason)
-        .bind(r.platform.to_string())
-        .bind(i64::from(r.hardware_backed))
-        .bind(to_i64(r.nodes))
-        .bind(to_i64(r.tool_calls))
-        .bind(to_i64(r.executed))
-        .bind(to_i64(r.blocked.len() as u64))
-        .bind(to_i64(r.interrupts.len() as u64))
-        .bind(to_i64(r.flagged_for_review))
-        .bind(c.structure_root.map(|d| d.to_hex()))
-        .bind(serde_json::to_string(r)?)
+        .bind(&run.provider)
+        .bind(&run.run_id)
+        .bind(&run.kind)
+        .bind(&run.outcome)
+        .bind(run.offending_node)
+        .bind(run.reason.as_deref())
+        .bind(&run.platform)
+        .bind(i64::from(run.hardware_backed))
+        .bind(run.nodes)
+        .bind(run.tool_calls)
+        .bind(run.executed)
+        .bind(run.blocked)
+        .bind(run.interrupts)
+        .bind(run.flagged)
+        .bind(run.structure_root.as_deref())
+        .bind(&run.report)
         .bind(idx)
         .bind(now)
         .execute(&mut *tx)
         .await?;
-        for b in &r.blocked {
-            sqlx::query(
-                "INSERT INTO blocked_actions (digest, node, agent, tool, guard, reason) \
-                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
-            )
-            .bind(digest)
-            .bind(to_i64(b.node))
-            .bind(&b.agent)
-            .bind(b.tool.as_deref())
-            .bind(&b.guard)
-            .bind(&b.reason)
-            .execute(&mut *tx)
-            .await?;
-        }
-        for (i, d) in c.decisions.iter().enumerate() {
-            sqlx::query(
-                "INSERT INTO regulation_decisions (digest, node, ordinal, regulation, recipient, \
-                 verdict, policies, provisions) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            )
-            .bind(digest)
-            .bind(to_i64(d.node))
-            .bind(to_i64(i as u64))
-            .bind(&d.regulation)
-            .bind(&d.recipient)
-            .bind(&d.verdict)
-            .bind(d.policies.join(","))
-            .bind(d.provisions.join(","))
-            .execute(&mut *tx)
-            .await?;
-        }
-        for (i, m) in r.models.iter().enumerate() {
-            sqlx::query("INSERT INTO run_models (digest, ordinal, model) VALUES ($1, $2, $3)")
-                .bind(digest)
-                .bind(to_i64(i as u64))
-                .bind(m)
-                .execute(&mut *tx)
-                .await?;
-        }
+        let r = &c.report;
+        let blocked: Vec<[Bind; 6]> = r
+            .blocked
+            .iter()
+            .map(|b| {
+                [
+                    Bind::Text(digest.to_owned()),
+                    Bind::Int(to_i64(b.node)),
+                    Bind::Text(b.agent.clone()),
+                    b.tool.clone().map_or(Bind::Null, Bind::Text),
+                    Bind::Text(b.guard.clone()),
+                    Bind::Text(b.reason.clone()),
+                ]
+            })
+            .collect();
+        insert_rows(
+            &mut tx,
+            "INSERT INTO blocked_actions (digest, node, agent, tool, guard, reason) VALUES ",
+            " ON CONFLICT DO NOTHING",
+            blocked,
+        )
+        .await?;
+        let decisions: Vec<[Bind; 8]> = c
+            .decisions
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                [
+                    Bind::Text(digest.to_owned()),
+                    Bind::Int(to_i64(d.node)),
+                    Bind::Int(to_i64(i as u64)),
+                    Bind::Text(d.regulation.clone()),
+                    Bind::Text(d.recipient.clone()),
+                    Bind::Text(d.verdict.clone()),
+                    Bind::Text(d.policies.join(",")),
+                    Bind::Text(d.provisions.join(",")),
+                ]
+            })
+            .collect();
+        insert_rows(
+            &mut tx,
+            "INSERT INTO regulation_decisions (digest, node, ordinal, regulation, recipient, \
+             verdict, policies, provisions) VALUES ",
+            "",
+            decisions,
+        )
+        .await?;
+        let models: Vec<[Bind; 3]> = r
+            .models
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                [
+                    Bind::Text(digest.to_owned()),
+                    Bind::Int(to_i64(i as u64)),
+                    Bind::Text(m.clone()),
+                ]
+            })
+            .collect();
+        insert_rows(
+            &mut tx,
+            "INSERT INTO run_models (digest, ordinal, model) VALUES ",
+            "",
+            models,
+        )
+        .await?;
         tx.commit().await?;
-        Ok(())
+        Ok(Some(run))
     }
 
     /// A run by digest (no access check: callers check [`Self::visible_providers`]).
@@ -857,10 +998,7 @@ impl Store {
         );
         let mut q = sqlx::query(&sql);
         for b in binds {
-            q = match b {
-                Bind::Text(s) => q.bind(s),
-                Bind::Int(i) => q.bind(i),
-            };
+            q = b.bind(q);
         }
         let rows = q.fetch_all(&self.pool).await?;
         rows.iter().map(run_row).collect()
@@ -900,10 +1038,7 @@ impl Store {
         sql += &format!(" GROUP BY {group}");
         let mut q = sqlx::query(&sql);
         for b in binds {
-            q = match b {
-                Bind::Text(s) => q.bind(s),
-                Bind::Int(i) => q.bind(i),
-            };
+            q = b.bind(q);
         }
         Ok(q.fetch_all(&self.pool).await?)
     }

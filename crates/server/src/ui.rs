@@ -5,6 +5,7 @@ use knox_types::aeg::NodeKind;
 use knox_types::bundle::Bundle;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
+use crate::live::LiveRun;
 use crate::store::{
     AccessEntry, BlockedRow, DecisionRow, Principal, ReceiptRow, RunFilter, RunRow,
 };
@@ -73,7 +74,7 @@ pub fn badge(r: &RunRow) -> Markup {
     }
 }
 
-fn when(secs: i64) -> String {
+pub(crate) fn when(secs: i64) -> String {
     // Days since the epoch → civil date (Howard Hinnant's algorithm), UTC.
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
@@ -94,9 +95,10 @@ fn when(secs: i64) -> String {
 }
 
 /// The runs list with its filters.
-pub fn runs(who: &Principal, f: &RunFilter, rows: &[RunRow]) -> Markup {
+pub fn runs(who: &Principal, f: &RunFilter, rows: &[RunRow], live: &[(LiveRun, String)]) -> Markup {
     let v = |o: &Option<String>| o.clone().unwrap_or_default();
     let body = html! {
+        (live_list(live))
         form.filters method="get" action="/runs" {
             input name="q" placeholder="run id" value=(v(&f.q));
             input name="provider" placeholder="provider" value=(v(&f.provider));
@@ -312,21 +314,42 @@ pub fn dashboard(who: &Principal, d: &Dashboard) -> Markup {
     page("Dashboard", Some(who), body)
 }
 
+/// What the exit report page shows.
+#[derive(Debug)]
+pub struct ReportPage<'a> {
+    /// Provider's name.
+    pub provider: &'a str,
+    /// Period start, Unix seconds.
+    pub from: i64,
+    /// Period end as shown.
+    pub to: i64,
+    /// The provider's runs in the period.
+    pub rows: &'a [RunRow],
+    /// Figures over them.
+    pub dashboard: &'a Dashboard,
+    /// The log's signed head now.
+    pub head: Option<&'a crate::tlog::TreeHead>,
+    /// The PDF button's link (the same period).
+    pub pdf_href: &'a str,
+}
+
 /// The exit report: the provider's runs in the period, what was blocked and why,
 /// incidents, evidence, receipts; every figure links to its runs.
-pub fn report(
-    who: &Principal,
-    provider: &str,
-    from: i64,
-    to: i64,
-    rows: &[RunRow],
-    d: &Dashboard,
-    head: Option<&crate::tlog::TreeHead>,
-) -> Markup {
+pub fn report(who: &Principal, r: &ReportPage<'_>) -> Markup {
+    let ReportPage {
+        provider,
+        from,
+        to,
+        rows,
+        dashboard: d,
+        head,
+        pdf_href,
+    } = *r;
     let incidents: Vec<&RunRow> = rows.iter().filter(|r| r.outcome != "complete").collect();
     let body = html! {
         div.card {
             p { "Provider " strong #provider { (provider) } ", period " (when(from)) " to " (when(to)) "." }
+            p { a #pdf href=(pdf_href) download { "Download this report as PDF" } }
             p { "Regulation policy set and toolkit manifest: those embedded in this build of the verifier; each run's APM names their hashes (below, per run)." }
             @if let Some(h) = head { p { "Transparency log at the time of this report: " (h.tree_size) " entries, signed root " code { (h.root) } "." } }
         }
@@ -367,4 +390,88 @@ pub fn access(who: &Principal, rows: &[AccessEntry]) -> Markup {
 /// A refusal page (never says whether the thing asked for exists).
 pub fn refusal(title: &str, message: &str) -> Markup {
     page(title, None, html! { p { (message) } })
+}
+
+/// A live run's status badge (`in progress` is drawn as a prefix still growing).
+pub fn live_badge(status: &str) -> Markup {
+    html! { span.badge.(live_class(status)) data-status=(status) { (status) } }
+}
+
+/// The live runs, above the runs list.
+pub fn live_list(rows: &[(LiveRun, String)]) -> Markup {
+    html! {
+        @if !rows.is_empty() {
+            h2 { "Live runs" }
+            table #live {
+                thead { tr { th { "Run" } th { "Provider" } th { "Status" } th { "Verified / received" } th { "Last delivery" } } }
+                tbody {
+                    @for (r, status) in rows {
+                        tr.live data-live=(r.live_id) {
+                            td { a href={ "/live/" (r.live_id) } { (r.run_id) } }
+                            td { (r.provider_name) }
+                            td { (live_badge(status)) }
+                            td { (r.verified) " / " (r.received) }
+                            td { (when(r.updated_at)) }
+                        }
+                    }
+                }
+            }
+            h2 { "Submitted runs" }
+        }
+    }
+}
+
+/// Polls the live run's status while it is in progress (a long poll: the server
+/// answers when the status changes) and shows the change; at most 100 polls.
+const LIVE_JS: &str = r#"
+(function(){var el=document.getElementById('live-status');if(!el)return;var n=0;
+function poll(){if(n++>100||el.dataset.status!=='in progress')return;
+ fetch(location.pathname+'/status?since='+encodeURIComponent(el.dataset.status),{credentials:'same-origin'})
+ .then(function(r){return r.json()}).then(function(s){
+  el.dataset.status=s.status;el.textContent=s.status;el.className='badge '+s.class;
+  document.getElementById('live-counts').textContent=s.run.verified+' nodes verified of '+s.run.received+' received';
+  if(s.run.reason){document.getElementById('live-reason').textContent=s.run.reason;}
+  if(s.run.bundle){var a=document.getElementById('sealed');a.href='/runs/'+s.run.bundle;a.textContent=s.run.bundle;}
+  poll();}).catch(function(){});}
+poll();})();
+"#;
+
+/// The class of a live status's badge.
+pub fn live_class(status: &str) -> &'static str {
+    match status {
+        "complete" => "complete",
+        "tampered" => "tampered",
+        "refused" => "refused",
+        _ => "prefix",
+    }
+}
+
+/// A live run: status, verified prefix, the nodes received so far.
+pub fn live(who: &Principal, run: &LiveRun, status: &str, nodes: &[(i64, Vec<u8>)]) -> Markup {
+    let body = html! {
+        div.card {
+            p { "Status: " span.badge.(live_class(status)) #live-status data-status=(status) { (status) } }
+            p { "Provider " (run.provider_name) ", run " code { (run.run_id) } ", first delivery " (when(run.started_at)) "." }
+            p #live-counts { (run.verified) " nodes verified of " (run.received) " received" }
+            @if run.conflicts > 0 { p { (run.conflicts) " deliveries contradicted a stored line; both are kept." } }
+            p #live-reason { (run.reason.as_deref().unwrap_or_default()) }
+            p { "Sealed bundle: " a #sealed href=(run.bundle.as_ref().map(|b| format!("/runs/{b}")).unwrap_or_default()) { (run.bundle.as_deref().unwrap_or("not yet")) } }
+        }
+        table #live-nodes {
+            thead { tr { th { "#" } th { "Kind" } th { "Agent" } th { "Allowed" } } }
+            tbody {
+                @for (seq, line) in nodes.iter().take(MAX_DRAWN_NODES) {
+                    @let n: serde_json::Value = serde_json::from_slice(line).unwrap_or_default();
+                    tr.offending[run.offending_node == Some(*seq)] {
+                        td { (seq) }
+                        td { (n.get("kind").and_then(|v| v.as_str()).unwrap_or("?")) }
+                        td { (n.get("agent").and_then(|v| v.as_str()).unwrap_or("?")) }
+                        td { (n.get("allowed").and_then(serde_json::Value::as_bool).map_or("?", |a| if a { "yes" } else { "no" })) }
+                    }
+                }
+            }
+        }
+        script { (PreEscaped(LIVE_JS)) }
+    };
+    page(&format!("Live run {}", run.run_id), Some(who), body)
 }

@@ -80,6 +80,19 @@ pub struct RunArgs {
     /// Also append every node to `<run>.journal.jsonl` as it is committed.
     #[arg(long)]
     pub journal: bool,
+    /// Stream each run live to a `knox serve` store, `http://HOST:PORT`: every node as
+    /// it is committed (the journal, followed; implies `--journal`), then the sealed
+    /// bundle. Signed with `--stream-key`.
+    #[arg(
+        long,
+        value_name = "URL",
+        requires = "stream_key",
+        conflicts_with = "manifest"
+    )]
+    pub stream_to: Option<String>,
+    /// The provider's private key the stream is signed with (`knox keygen`).
+    #[arg(value_parser = crate::cmd::path, long, value_name = "KEY", requires = "stream_to")]
+    pub stream_key: Option<PathBuf>,
     /// Stop guard: most proposals per agent.
     #[arg(long)]
     pub max_actions: Option<u32>,
@@ -169,6 +182,10 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         ));
     }
     let _out = super::out_dir(&args.out, args.force)?;
+    let mut stream = match (&args.stream_to, &args.stream_key) {
+        (Some(url), Some(key)) => Some(super::serve::Stream::start(url, key, &args.out)?),
+        _ => None,
+    };
     let mut regulation = args.regulation.setup()?;
     let backend = session::backend(&args.platform)?;
     let rt = session::runtime_with(backend.as_ref(), &nonce)?;
@@ -223,7 +240,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
             flows: args.flows,
             stop,
             signal,
-            journal_dir: args.journal.then_some(args.out.as_path()),
+            journal_dir: (args.journal || stream.is_some()).then_some(args.out.as_path()),
             host: broker.as_ref().map(|b| b as &dyn knox_agent::ToolHost),
             refresh: args.refresh.then_some(backend.as_ref()),
             model: None,
@@ -246,7 +263,11 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         stats.merge(&o.stats);
         nodes += o.bundle.nodes.len() as u64;
         let path = args.out.join(format!("{}.json", o.bundle.run_id));
-        super::write_file(&path, serde_json::to_vec(&o.bundle)?)?;
+        let bytes = serde_json::to_vec(&o.bundle)?;
+        if let Some(s) = stream.as_mut() {
+            s.seal(&bytes);
+        }
+        super::write_file(&path, bytes)?;
         // Self-check: our own evidence is simulated, hence the explicit permission.
         let report = knox_verify::verify_bundle(
             &o.bundle,
@@ -263,6 +284,9 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         Suite::Injecagent => session::run_workload_regulated(&rt, &w, regulation.as_ref(), each)?,
         Suite::Terminal => session::run_terminal(&rt, &w, &session::terminal_tasks()?, each)?,
     };
+    if let Some(s) = stream {
+        s.finish();
+    }
     let truth = GroundTruth::of(&stats);
     let summary = json!({
         "workload": workload.spec(),

@@ -60,6 +60,11 @@ pub struct ServeArgs {
     /// The regulator's regulation policy set (default: the embedded one).
     #[arg(long, value_name = "DIR", value_parser = knox_verifier::files::path)]
     pub policy_set: Option<PathBuf>,
+    /// Seconds without a delivery after which a streamed run that was never sealed is
+    /// shown as the verified prefix it is (its monitor stopped or died) instead of in
+    /// progress.
+    #[arg(long, value_name = "SECS", default_value_t = knox_server::live::DEFAULT_STALE_SECS)]
+    pub live_stale: u64,
 }
 
 /// The log key at `p`, created when absent; its public half (`.pub` beside it, for
@@ -144,6 +149,7 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
         access,
         verifier,
         log_key,
+        live_stale_secs: args.live_stale,
     };
     let simulated = args.allow_simulated;
     serve_blocking(opts, |addr, _| {
@@ -292,12 +298,16 @@ pub struct ReportArgs {
     /// Your private key (`knox keygen`).
     #[arg(long, value_name = "KEY", value_parser = knox_verifier::files::path)]
     pub key: PathBuf,
-    /// Write the HTML report here.
+    /// Write the report here.
     #[arg(long, value_name = "FILE", value_parser = knox_verifier::files::path)]
     pub out: PathBuf,
+    /// The report as PDF (A4, the PDF standard fonts, each run linked back to its
+    /// page on the server) instead of HTML.
+    #[arg(long)]
+    pub pdf: bool,
 }
 
-/// Fetches the exit report (HTML) and writes it.
+/// Fetches the exit report (HTML or PDF) and writes it.
 pub fn report(args: &ReportArgs) -> Result<i32> {
     let client = Client::new(&args.to, crate::cmd::keys::load(&args.key)?)
         .map_err(|e| knox_verifier::files::usage(e.to_string()))?;
@@ -315,6 +325,9 @@ pub fn report(args: &ReportArgs) -> Result<i32> {
     }
     q.extend(args.from.map(|v| format!("from={v}")));
     q.extend(args.until.map(|v| format!("to={v}")));
+    if args.pdf {
+        q.push("format=pdf".into());
+    }
     let path = format!("/api/report?{}", q.join("&"));
     let (status, body) = client
         .request("GET", &path, b"")
@@ -331,4 +344,66 @@ pub fn report(args: &ReportArgs) -> Result<i32> {
     knox_verifier::files::write_file(&args.out, body)?;
     eprintln!("exit report written to {}", args.out.display());
     Ok(0)
+}
+
+/// `knox run --stream-to`: the run's journals followed and delivered as they grow, each
+/// sealed bundle submitted. The run never waits for the store: a failed delivery is
+/// retried at the next tick, a failed submission reported at the end.
+#[derive(Debug)]
+pub struct Stream {
+    streamer: knox_server::stream::Streamer,
+    client: Client,
+    sealed: u64,
+    errors: Vec<String>,
+}
+
+impl Stream {
+    /// Starts following the journals of `dir`, signed with the key at `key`.
+    pub fn start(url: &str, key: &Path, dir: &Path) -> Result<Self> {
+        let client = |k| {
+            Client::new(url, k)
+                .map_err(|e| knox_verifier::files::usage(format!("--stream-to: {e}")))
+        };
+        let streamer = knox_server::stream::Streamer::watch(
+            client(crate::cmd::keys::load(key)?)?,
+            dir.to_owned(),
+            std::time::Duration::from_millis(100),
+        )
+        .map_err(|e| fail(Kind::Software, format!("cannot start streaming: {e}")))?;
+        Ok(Self {
+            streamer,
+            client: client(crate::cmd::keys::load(key)?)?,
+            sealed: 0,
+            errors: Vec::new(),
+        })
+    }
+
+    /// Submits a sealed bundle (the live run of the same id completes if it agrees).
+    pub fn seal(&mut self, bundle: &[u8]) {
+        match self.client.submit(bundle) {
+            Ok(_) => self.sealed += 1,
+            Err(e) => self.errors.push(e.to_string()),
+        }
+    }
+
+    /// Delivers what is left and says what was streamed (on stderr).
+    pub fn finish(self) {
+        let stats = self.streamer.finish();
+        eprintln!(
+            "streamed to {}: {} node lines in {} deliveries, {} sealed bundles submitted",
+            self.client.base(),
+            stats.lines,
+            stats.deliveries,
+            self.sealed
+        );
+        if let Some(e) = &stats.last_error {
+            eprintln!(
+                "  {} deliveries failed (retried); last: {e}",
+                stats.failures
+            );
+        }
+        for e in &self.errors {
+            eprintln!("  a sealed bundle was not submitted: {e}");
+        }
+    }
 }

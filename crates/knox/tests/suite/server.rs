@@ -1,6 +1,7 @@
 //! `knox serve` with no set-up (SQLite under the XDG data folder, a log key created on
 //! first start), `knox submit` (signed, each inclusion proof checked, exit 1 for a
-//! tampered run), `knox login`, `knox report`.
+//! tampered run), `knox login`, `knox report` (HTML and PDF); `knox run --stream-to`
+//! (each run live in the store, then complete).
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Child, Stdio};
@@ -15,6 +16,96 @@ impl Drop for Server {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// `knox serve` in `d` with `access.toml` (acme, cnil); the server and its URL.
+fn start(d: &std::path::Path) -> (Server, String) {
+    let mut child = knox()
+        .current_dir(d)
+        .env("XDG_DATA_HOME", d.join("data"))
+        .args([
+            "serve",
+            "--access",
+            "access.toml",
+            "--allow-simulated",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_owned();
+    (Server(child), url)
+}
+
+#[test]
+fn run_streams_each_run_live_then_sealed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let run = |args: &[&str]| {
+        knox()
+            .current_dir(d)
+            .env("XDG_DATA_HOME", d.join("data"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert!(run(&["keygen", "--out", "acme"]).status.success());
+    assert!(run(&["keygen", "--out", "cnil"]).status.success());
+    std::fs::write(
+        d.join("access.toml"),
+        "[[provider]]\nname = \"acme\"\nkey = \"acme.pub\"\n\n[[regulator]]\nname = \"cnil\"\nkey = \"cnil.pub\"\nproviders = [\"acme\"]\n",
+    )
+    .unwrap();
+    let (_server, url) = start(d);
+    let out = run(&[
+        "run",
+        "--workload",
+        "mt-sa-seq:2",
+        "--flows",
+        "4",
+        "--out",
+        "out",
+        "--stream-to",
+        &url,
+        "--stream-key",
+        "acme.key",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("2 sealed bundles submitted") && !err.contains("failed"),
+        "{err}{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // Each run is a live run of the store, complete, every node streamed and verified.
+    let key = knox_attest::keyfile::decode(&std::fs::read(d.join("cnil.key")).unwrap()).unwrap();
+    let cnil = knox_server::client::Client::new(&url, key).unwrap();
+    let acme = knox_attest::keyfile::decode(&std::fs::read(d.join("acme.key")).unwrap()).unwrap();
+    let acme_id = knox_attest::key::key_id(&acme.public_bytes()).to_hex();
+    let mut runs = 0;
+    for e in std::fs::read_dir(d.join("out")).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(run_id) = name.strip_suffix(".journal.jsonl") else {
+            continue;
+        };
+        runs += 1;
+        let journal = std::fs::read_to_string(e.path()).unwrap();
+        let nodes = journal.lines().count() - 1;
+        let id = knox_server::live::live_id(&acme_id, run_id);
+        let v: serde_json::Value = cnil.ok("GET", &format!("/api/live/{id}"), b"").unwrap();
+        assert_eq!(v["status"], "complete", "{v}");
+        assert_eq!(v["run"]["received"], nodes, "{v}");
+        assert_eq!(v["run"]["verified"], nodes, "{v}");
+    }
+    assert_eq!(runs, 2);
 }
 
 #[test]
@@ -143,6 +234,42 @@ fn serve_submit_login_and_report_end_to_end() {
         html.contains("2 runs; 1 complete, 0 prefix, 1 tampered"),
         "{html}"
     );
+    let out = run(&[
+        "report",
+        "--provider",
+        "acme",
+        "--to",
+        &url,
+        "--key",
+        "cnil.key",
+        "--pdf",
+        "--out",
+        "exit.pdf",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pdf = std::fs::read(d.join("exit.pdf")).unwrap();
+    assert!(pdf.starts_with(b"%PDF-"));
+    match std::process::Command::new("pdftotext")
+        .arg(d.join("exit.pdf"))
+        .arg("-")
+        .output()
+    {
+        Ok(o) => {
+            let text = String::from_utf8_lossy(&o.stdout);
+            assert!(
+                text.contains("2 runs; 1 complete, 0 prefix, 1 tampered"),
+                "{text}"
+            );
+        }
+        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("no pdftotext under CI=true ({e}): install poppler-utils")
+        }
+        Err(e) => eprintln!("SKIPPED the PDF's text: no pdftotext ({e})"),
+    }
     for cmd in ["serve", "submit", "login", "report"] {
         let out = knox().args([cmd, "--help"]).output().unwrap();
         assert!(

@@ -25,6 +25,9 @@ pub const BUNDLE3: &[u8] =
 /// A journal (a run that never finished).
 pub const JOURNAL: &[u8] =
     include_bytes!("../../../verify/tests/fixtures/topologies/mt-ma-4-2.journal.jsonl");
+/// The sealed bundle of the run [`JOURNAL`] recorded.
+pub const LIVE_BUNDLE: &[u8] =
+    include_bytes!("../../../verify/tests/fixtures/topologies/mt-ma-4-2.json");
 
 /// [`BUNDLE`] with one blocked node's reason rewritten: tampered evidence.
 pub fn tampered() -> Vec<u8> {
@@ -148,6 +151,11 @@ pub struct Served {
 }
 
 pub fn serve(url: &str) -> Served {
+    serve_with(url, knox_server::live::DEFAULT_STALE_SECS)
+}
+
+/// [`serve`], live runs shown as prefixes after `stale_secs` without a delivery.
+pub fn serve_with(url: &str, stale_secs: u64) -> Served {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -160,6 +168,7 @@ pub fn serve(url: &str) -> Served {
             store: store.clone(),
             verifier: Arc::new(verifier()),
             log_key: Arc::new(log_key()),
+            live_stale_secs: stale_secs,
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
@@ -181,4 +190,34 @@ pub fn postgres_url_blocking() -> Option<String> {
         .build()
         .unwrap()
         .block_on(postgres_url())
+}
+
+/// The text of a PDF by poppler's `pdftotext` (Debian's `poppler-utils`); `None`, said
+/// loudly, without it, and a failure under `CI=true`.
+pub fn pdftotext(pdf: &[u8]) -> Option<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("report.pdf");
+    std::fs::write(&path, pdf).unwrap();
+    match std::process::Command::new("pdftotext")
+        .arg("-layout")
+        .arg(&path)
+        .arg("-")
+        .output()
+    {
+        Ok(out) => {
+            assert!(
+                out.status.success(),
+                "pdftotext: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Some(String::from_utf8(out.stdout).unwrap())
+        }
+        Err(e) => {
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("no pdftotext under CI=true ({e}): install Debian's `poppler-utils`");
+            }
+            eprintln!("SKIPPED: no pdftotext ({e}): install Debian's `poppler-utils`");
+            None
+        }
+    }
 }
