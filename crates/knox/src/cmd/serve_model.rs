@@ -37,6 +37,7 @@ fn model_spec(s: &str) -> std::result::Result<ModelSpec, String> {
 
 /// Serves the model until a stop signal.
 pub fn run(args: &ServeModelArgs) -> Result<i32> {
+    crate::signals::install()?;
     if !args.model.is_model() {
         return Err(super::usage(
             "serve-model serves a model: local:NAME, local:PATH.gguf or openai:URL#MODEL",

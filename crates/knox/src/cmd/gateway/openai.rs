@@ -121,6 +121,8 @@ fn planner(
 
 /// Runs the OpenAI-compatible proxy until stopped; verifies every sealed bundle.
 pub fn run(args: &OpenaiGatewayArgs) -> Result<i32> {
+    // Before any work: SIGUSR1, SIGTERM and SIGINT seal the conversations, not kill them.
+    crate::signals::install()?;
     let nonce = hex::decode(&args.nonce)
         .map_err(|e| super::super::usage(format!("--nonce must be hex: {e}")))?;
     let manifest = super::super::toolkit::load(&args.manifest)?;
@@ -155,7 +157,6 @@ pub fn run(args: &OpenaiGatewayArgs) -> Result<i32> {
         out: Some(args.out.clone()),
     };
     let proxy = Proxy::new(session, &config);
-    // `main` installed the handlers of SIGUSR1, SIGTERM and SIGINT before any work.
     let flag = crate::signals::stop_flag();
     let stop_file = args.stop_file.clone();
     let stop =
