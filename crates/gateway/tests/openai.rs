@@ -2,12 +2,7 @@
 //! tool call; the proxy withholds it (streaming and not), records the allowed calls'
 //! results, keeps serving through bad input, and seals bundles that verify `complete`.
 
-#![expect(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::panic,
-    reason = "tests"
-)]
+#![expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 
 mod openai_support;
 

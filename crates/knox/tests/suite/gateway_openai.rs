@@ -7,8 +7,6 @@
 //! Needs `scripts/mcp-servers` (it installs `openai` and `openai-agents` into
 //! `.mcp-servers/venv`; `KNOX_OPENAI_PYTHON` names another interpreter).
 
-#![expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
-
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
