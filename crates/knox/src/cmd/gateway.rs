@@ -10,5 +10,5 @@ pub enum GatewayCommand {
     /// Knox as an MCP server fronting upstream MCP servers (stdio, or Streamable HTTP on loopback).
     Mcp(mcp::McpGatewayArgs),
     /// An OpenAI-compatible proxy (`/v1/chat/completions`, `/v1/models`) in front of an upstream.
-    Openai(openai::OpenaiGatewayArgs),
+    Openai(Box<openai::OpenaiGatewayArgs>),
 }

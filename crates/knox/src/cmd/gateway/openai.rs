@@ -1,12 +1,208 @@
-//! `knox gateway openai`.
+//! `knox gateway openai`: argument parsing and printing around
+//! [`knox_gateway::openai::Proxy`] (docs/gateway-openai.md).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use anyhow::Result;
+use knox_agent::Planner;
+use knox_engine::Session;
+use knox_gateway::openai::plan::{Followed, PlanFile};
+use knox_gateway::openai::{Proxy, ProxyConfig};
+use knox_models::{ChatPlanner, ModelSpec, SpecRole};
+use knox_verify::Outcome;
+
+use crate::error::{Kind, fail};
 
 /// Arguments of `knox gateway openai`.
 #[derive(Debug, clap::Args)]
-pub struct OpenaiGatewayArgs {}
+#[command(after_help = crate::exit_codes!(
+    "  0   the proxy stopped (SIGUSR1, SIGTERM, SIGINT or the stop file) and every conversation's\
+   \n      bundle verified complete\
+   \n  1   a conversation's bundle did not seal or did not verify complete"
+))]
+pub struct OpenaiGatewayArgs {
+    /// The agent's tools: a `knox-toolkit/1` manifest. Function names are tool names
+    /// (a `__` may stand for the first `.`: `bank__send_money` is `bank.send_money`).
+    #[arg(long, value_name = "FILE", value_parser = crate::cmd::path)]
+    pub manifest: PathBuf,
+    /// The upstream's base URL, as an OpenAI SDK's `base_url` (`http://127.0.0.1:8080/v1`,
+    /// `https://api.openai.com/v1`). Its key: the client's `Authorization` header, else
+    /// `KNOX_UPSTREAM_API_KEY`.
+    #[arg(long, value_name = "URL")]
+    pub upstream: String,
+    /// Listen address (loopback only; port 0 picks one, printed on standard error).
+    #[arg(long, default_value = "127.0.0.1:8089")]
+    pub listen: SocketAddr,
+    /// Plans each conversation's first request (system and user messages) with a model:
+    /// `local:NAME`, `local:PATH.gguf` or `openai:URL#MODEL`.
+    #[arg(long, value_name = "SPEC", value_parser = planner_spec, required_unless_present = "plan", conflicts_with = "plan")]
+    pub planner: Option<ModelSpec>,
+    /// Instead of a model: this plan (`{"calls": [{"tool", "params"}, …]}`, as `knox run
+    /// --plan`) for every conversation.
+    #[arg(long, value_name = "PLAN.json", value_parser = crate::cmd::path)]
+    pub plan: Option<PathBuf>,
+    /// Most calls a plan may hold.
+    #[arg(long, default_value_t = knox_models::tools::MAX_PLANNED_CALLS)]
+    pub max_calls: usize,
+    /// How the monitor follows the plan (default `tolerant`: reads may repeat and
+    /// reorder, as real agents do; `exact`: the strict sequence).
+    #[arg(long, value_name = "MODE")]
+    pub trajectory: Option<knox_types::apm::TrajectoryMode>,
+    /// Model cache directory for `--planner local:…`.
+    #[command(flatten)]
+    pub cache: crate::cmd::model::CacheArgs,
+    /// Output directory: one `<run>.json` bundle per conversation (and, with
+    /// `--journal`, its live `<run>.journal.jsonl`).
+    #[arg(long, value_parser = crate::cmd::path)]
+    pub out: PathBuf,
+    /// Write into a non-empty `--out`.
+    #[arg(long)]
+    pub force: bool,
+    /// Append every node to `<run>.journal.jsonl` as it is committed (a killed proxy
+    /// leaves a prefix `knox verify` checks).
+    #[arg(long)]
+    pub journal: bool,
+    /// Seal a conversation after this many seconds without a request.
+    #[arg(long, default_value_t = 300)]
+    pub idle_secs: u64,
+    /// Largest request body, in bytes (413 above it).
+    #[arg(long, default_value_t = 4 << 20)]
+    pub max_body: usize,
+    /// Longest an upstream exchange may take, in seconds (504 after it).
+    #[arg(long, default_value_t = 300)]
+    pub upstream_timeout_secs: u64,
+    /// Seal every conversation and stop when this file exists (as SIGUSR1 does).
+    #[arg(long, value_parser = crate::cmd::path)]
+    pub stop_file: Option<PathBuf>,
+    /// Epoch nonce (hex) bound into the platform evidence with the signing key.
+    #[arg(long, default_value = "")]
+    pub nonce: String,
+    /// Platform evidence backend.
+    #[command(flatten)]
+    pub platform: crate::session::PlatformArgs,
+}
 
-/// Runs the OpenAI-compatible proxy.
-pub fn run(_args: &OpenaiGatewayArgs) -> Result<i32> {
-    anyhow::bail!("knox gateway openai: not built yet")
+fn planner_spec(s: &str) -> std::result::Result<ModelSpec, String> {
+    ModelSpec::parse_for(s, SpecRole::Planner).map_err(|e| e.to_string())
+}
+
+/// The planner the arguments name.
+fn planner(
+    args: &OpenaiGatewayArgs,
+    manifest: &knox_policy::ToolkitManifest,
+) -> Result<Box<dyn Planner>> {
+    if let Some(p) = &args.plan {
+        let text = super::super::read_text(p, super::super::MANIFEST)?;
+        let plan = serde_json::from_str(&text)
+            .map_err(|e| super::super::bad_input(p, "a plan (JSON)", e))?;
+        let plan = PlanFile::new(plan, manifest, args.max_calls)
+            .map_err(|e| super::super::usage(format!("the plan does not fit the manifest: {e}")))?;
+        return Ok(Box::new(plan));
+    }
+    let spec = args
+        .planner
+        .as_ref()
+        .filter(|s| s.is_model())
+        .ok_or_else(|| {
+            super::super::usage("--planner must name a model (local:…, openai:…), or give --plan")
+        })?;
+    let cache_dir = super::super::absolute_cache_dir(args.cache.cache_dir.as_deref())?;
+    let mut locals = Vec::new();
+    let chat = super::super::model::open(spec, cache_dir.as_deref(), &mut locals)?
+        .ok_or_else(|| super::super::usage("--planner must name a model"))?;
+    Ok(Box::new(
+        ChatPlanner::new(chat).with_max_calls(args.max_calls),
+    ))
+}
+
+/// Runs the OpenAI-compatible proxy until stopped; verifies every sealed bundle.
+pub fn run(args: &OpenaiGatewayArgs) -> Result<i32> {
+    // Before any work: SIGUSR1, SIGTERM and SIGINT seal the conversations, not kill them.
+    crate::signals::install()?;
+    let nonce = hex::decode(&args.nonce)
+        .map_err(|e| super::super::usage(format!("--nonce must be hex: {e}")))?;
+    let manifest = super::super::toolkit::load(&args.manifest)?;
+    let _out = super::super::out_dir(&args.out, args.force)?;
+    let mode = args
+        .trajectory
+        .unwrap_or_else(knox_types::apm::TrajectoryMode::tolerant);
+    let planner = Followed::new(planner(args, &manifest)?, mode);
+    let mut builder = Session::builder()
+        .platform_boxed(crate::session::backend(&args.platform)?)
+        .nonce(nonce)
+        .manifest(manifest.clone())
+        .planner(planner)
+        .output(&args.out)
+        .run_prefix("conv");
+    if args.journal {
+        builder = builder.journal_dir(&args.out);
+    }
+    let session = Arc::new(
+        builder
+            .build()
+            .map_err(|e| fail(Kind::Software, e.to_string()))?,
+    );
+    let config = ProxyConfig {
+        upstream: args.upstream.clone(),
+        api_key: std::env::var("KNOX_UPSTREAM_API_KEY")
+            .ok()
+            .filter(|k| !k.is_empty()),
+        idle: Duration::from_secs(args.idle_secs.max(1)),
+        max_body: args.max_body,
+        upstream_timeout: Duration::from_secs(args.upstream_timeout_secs.max(1)),
+        out: Some(args.out.clone()),
+    };
+    let proxy = Proxy::new(session, &config);
+    let flag = crate::signals::stop_flag();
+    let stop_file = args.stop_file.clone();
+    let stop =
+        move || flag.load(Ordering::Acquire) || stop_file.as_ref().is_some_and(|f| f.exists());
+    let upstream = args.upstream.clone();
+    let sealed = proxy
+        .run_until(args.listen, stop, |addr| {
+            eprintln!("knox gateway openai: listening on http://{addr}/v1 (upstream {upstream})");
+        })
+        .map_err(|e| fail(Kind::Unavailable, format!("--listen {}: {e}", args.listen)))?;
+    let mut ok = true;
+    for s in &sealed {
+        let line = match &s.bundle {
+            Ok(Some(path)) => {
+                let outcome = verify(path, &manifest);
+                ok &= outcome == "complete";
+                format!("{}: {} ({})", s.run_id, outcome, path.display())
+            }
+            Ok(None) => format!("{}: sealed", s.run_id),
+            Err(e) => {
+                ok = false;
+                format!("{}: NOT sealed: {e}", s.run_id)
+            }
+        };
+        crate::outln!("{line}");
+    }
+    crate::outln!(
+        "{} conversation(s) sealed into {}",
+        sealed.len(),
+        args.out.display()
+    );
+    Ok(if ok { 0 } else { 1 })
+}
+
+/// The outcome of verifying the bundle at `path` (simulated evidence is Knox's own).
+fn verify(path: &std::path::Path, manifest: &knox_policy::ToolkitManifest) -> String {
+    let Ok(bytes) = std::fs::read(path) else {
+        return "unreadable".into();
+    };
+    let Ok(bundle) = serde_json::from_slice(&bytes) else {
+        return "malformed".into();
+    };
+    let report =
+        knox_verify::verify_bundle(&bundle, manifest, knox_verify::Options::DANGEROUS_SIMULATED);
+    match report.outcome {
+        Outcome::Complete => "complete".into(),
+        other => other.name().to_owned(),
+    }
 }

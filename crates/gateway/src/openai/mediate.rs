@@ -1,0 +1,158 @@
+//! What the client gets when the monitor blocks a call: the call is removed from
+//! `tool_calls` (never released, not even its name in a `tool_calls` entry), and the
+//! assistant message says so in its `content`:
+//!
+//! ```text
+//! [knox] blocked tool call `send_money` (trajectory): <reason>. It was not run; continue without it.
+//! ```
+//!
+//! appended (after a blank line) to any text the model wrote. When no call is left, the
+//! `tool_calls` key is dropped and a `finish_reason` of `tool_calls` becomes `stop`: the
+//! client's loop sees a final answer naming the refusal, never a call it must answer.
+//! When some calls are left, they pass unchanged (same ids, names and arguments) and
+//! `finish_reason` stays `tool_calls`. The response also carries
+//! `"knox": {"run": RUN, "blocked": [{"id", "name", "guard", "reason"}]}` (SDKs ignore
+//! unknown fields).
+
+use serde_json::{Map, Value, json};
+
+use super::conversation::{Decision, ProposedCall};
+
+/// The note naming one blocked call, as the assistant's content carries it.
+pub fn note(name: &str, guard: &str, reason: &str) -> String {
+    format!(
+        "[knox] blocked tool call `{name}` ({guard}): {reason}. It was not run; continue without it."
+    )
+}
+
+/// One `tool_calls` entry as the proxy reads it: its id and the call. An entry that is
+/// not a function call with a string name is proposed with an empty name (and blocked).
+pub(crate) fn read_call(entry: &Value) -> (String, ProposedCall) {
+    let id = entry
+        .get("id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let f = entry.get("function");
+    let name = f
+        .and_then(|f| f.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let arguments = match f.and_then(|f| f.get("arguments")) {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    };
+    (id, ProposedCall { name, arguments })
+}
+
+/// A blocked call, as the `knox.blocked` list reports it.
+pub(crate) fn blocked_entry(id: &str, name: &str, d: &Decision) -> Option<Value> {
+    match d {
+        Decision::Allowed => None,
+        Decision::Blocked { guard, reason } => {
+            Some(json!({"id": id, "name": name, "guard": guard, "reason": reason}))
+        }
+    }
+}
+
+/// Rewrites one assistant `message` (and its choice's `finish_reason`) after the
+/// decisions on its `tool_calls`, in order; returns the notes of the blocked ones.
+pub(crate) fn apply(
+    choice: &mut Map<String, Value>,
+    calls: &[(String, ProposedCall)],
+    decisions: &[Decision],
+) -> Vec<Value> {
+    let mut blocked = Vec::new();
+    let mut notes = Vec::new();
+    let Some(Value::Object(message)) = choice.get_mut("message") else {
+        return blocked;
+    };
+    let Some(Value::Array(entries)) = message.remove("tool_calls") else {
+        return blocked;
+    };
+    let mut kept = Vec::new();
+    for ((entry, (id, call)), d) in entries.into_iter().zip(calls).zip(decisions) {
+        match d {
+            Decision::Allowed => kept.push(entry),
+            Decision::Blocked { guard, reason } => {
+                notes.push(note(&call.name, guard, reason));
+                blocked.extend(blocked_entry(id, &call.name, d));
+            }
+        }
+    }
+    let any_kept = !kept.is_empty();
+    if any_kept {
+        message.insert("tool_calls".into(), Value::Array(kept));
+    }
+    if !notes.is_empty() {
+        let before = match message.get("content") {
+            Some(Value::String(s)) if !s.is_empty() => format!("{s}\n\n"),
+            _ => String::new(),
+        };
+        message.insert(
+            "content".into(),
+            Value::String(format!("{before}{}", notes.join("\n"))),
+        );
+        if !any_kept && choice.get("finish_reason").and_then(Value::as_str) == Some("tool_calls") {
+            choice.insert("finish_reason".into(), json!("stop"));
+        }
+    }
+    blocked
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+mod tests {
+    use super::*;
+
+    fn call(id: &str, name: &str) -> Value {
+        json!({"id": id, "type": "function", "function": {"name": name, "arguments": "{}"}})
+    }
+
+    fn blocked() -> Decision {
+        Decision::Blocked {
+            guard: "trajectory".into(),
+            reason: "off plan".into(),
+        }
+    }
+
+    #[test]
+    fn a_lone_blocked_call_becomes_a_final_answer_naming_it() {
+        let mut choice = json!({"index": 0, "finish_reason": "tool_calls",
+            "message": {"role": "assistant", "content": null, "tool_calls": [call("c1", "send")]}});
+        let c = choice.as_object_mut().unwrap();
+        let calls = vec![read_call(&call("c1", "send"))];
+        let b = apply(c, &calls, &[blocked()]);
+        assert_eq!(b.len(), 1);
+        assert_eq!(c["finish_reason"], "stop");
+        assert!(c["message"].get("tool_calls").is_none());
+        let content = c["message"]["content"].as_str().unwrap();
+        assert!(
+            content.contains("blocked tool call `send` (trajectory): off plan"),
+            "{content}"
+        );
+    }
+
+    #[test]
+    fn allowed_calls_pass_unchanged_beside_a_blocked_one() {
+        let mut choice = json!({"index": 0, "finish_reason": "tool_calls",
+            "message": {"role": "assistant", "content": "Working on it.",
+                "tool_calls": [call("c1", "send"), call("c2", "read")]}});
+        let c = choice.as_object_mut().unwrap();
+        let calls = vec![
+            read_call(&call("c1", "send")),
+            read_call(&call("c2", "read")),
+        ];
+        apply(c, &calls, &[blocked(), Decision::Allowed]);
+        assert_eq!(c["finish_reason"], "tool_calls");
+        assert_eq!(c["message"]["tool_calls"], json!([call("c2", "read")]));
+        assert!(
+            c["message"]["content"]
+                .as_str()
+                .unwrap()
+                .starts_with("Working on it.\n\n[knox]")
+        );
+    }
+}

@@ -1,0 +1,461 @@
+//! The proxy's routes: `POST /v1/chat/completions`, `GET /v1/models`, and a JSON 404
+//! for anything else.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use knox_engine::Session;
+use serde_json::{Value, json};
+
+use super::conversation::{self, CONVERSATION_HEADER, Handle, RUN_HEADER, Sealed, Table};
+use super::error::ApiError;
+use super::mediate;
+use super::stream::StreamMediator;
+use super::upstream::{Events, Upstream};
+
+/// How the proxy runs.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    /// The upstream's base URL, as an OpenAI SDK's `base_url` (`http://host:port/v1`).
+    pub upstream: String,
+    /// Sent upstream as `Authorization: Bearer …` when the client sends none.
+    pub api_key: Option<String>,
+    /// A conversation without a request for this long is sealed.
+    pub idle: Duration,
+    /// The largest request body accepted (413 above it).
+    pub max_body: usize,
+    /// The longest an upstream exchange may take (504 after it).
+    pub upstream_timeout: Duration,
+    /// Where the session writes bundles (reported with each sealed conversation).
+    pub out: Option<PathBuf>,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        Self {
+            upstream: "http://127.0.0.1:8080/v1".into(),
+            api_key: None,
+            idle: Duration::from_secs(300),
+            max_body: 4 << 20,
+            upstream_timeout: Duration::from_secs(300),
+            out: None,
+        }
+    }
+}
+
+/// The OpenAI-compatible proxy over one [`Session`]: each conversation one run.
+pub struct Proxy {
+    table: Table,
+    upstream: Upstream,
+    max_body: usize,
+}
+
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("upstream", &self.upstream)
+            .field("live", &self.table.live())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Proxy {
+    /// A proxy whose conversations run in `session` (its planner plans them, its output
+    /// directory receives their bundles, its journal directory their journals).
+    pub fn new(session: Arc<Session>, config: &ProxyConfig) -> Arc<Self> {
+        Arc::new(Self {
+            table: Table::new(session, config.idle, config.out.clone()),
+            upstream: Upstream::new(
+                &config.upstream,
+                config.api_key.clone(),
+                config.upstream_timeout,
+            ),
+            max_body: config.max_body,
+        })
+    }
+
+    /// The routes.
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/v1/models", get(models))
+            .fallback(not_found)
+            .with_state(self.clone())
+    }
+
+    /// Binds `addr`, which must be a loopback address.
+    pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+        if !addr.ip().is_loopback() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("`{addr}` is not a loopback address: the proxy listens on loopback only"),
+            ));
+        }
+        tokio::net::TcpListener::bind(addr).await
+    }
+
+    /// Serves on `listener` until `shutdown` resolves, then seals every conversation.
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<Vec<Sealed>> {
+        axum::serve(listener, self.router())
+            .with_graceful_shutdown(shutdown)
+            .await?;
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || me.seal_all())
+            .await
+            .map_err(std::io::Error::other)
+    }
+
+    /// Serves on the loopback `addr` (port 0: any) on its own runtime until `stop()`
+    /// turns true (polled every 100 ms), then seals every conversation. `ready` gets the
+    /// bound address once the proxy accepts connections.
+    pub fn run_until(
+        self: Arc<Self>,
+        addr: SocketAddr,
+        stop: impl Fn() -> bool + Send + 'static,
+        ready: impl FnOnce(SocketAddr),
+    ) -> std::io::Result<Vec<Sealed>> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        let listener = rt.block_on(Self::bind(addr))?;
+        ready(listener.local_addr()?);
+        rt.block_on(self.serve(listener, until(stop)))
+    }
+
+    /// Seals every live conversation (SIGUSR1, the stop file, shutdown); returns every
+    /// conversation sealed so far, in the order they were sealed.
+    pub fn seal_all(&self) -> Vec<Sealed> {
+        self.table.seal_all()
+    }
+
+    /// The conversations sealed so far (idle ones included).
+    pub fn sealed(&self) -> Vec<Sealed> {
+        self.table.sealed()
+    }
+
+    /// How many conversations are live.
+    pub fn live(&self) -> usize {
+        self.table.live()
+    }
+}
+
+/// Resolves once `stop()` is true (polled every 100 ms).
+pub(crate) async fn until(stop: impl Fn() -> bool + Send + 'static) {
+    while !stop() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::NotFound {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+    }
+}
+
+fn authorization(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// Runs `f` on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|_| ApiError::ShuttingDown)?
+}
+
+async fn models(State(proxy): State<Arc<Proxy>>, headers: HeaderMap) -> Response {
+    let auth = authorization(&headers);
+    let p = proxy.clone();
+    let answer = blocking(move || {
+        let mut a = p.upstream.get("/models", auth.as_deref())?;
+        let text = p.upstream.text("/models", &mut a.body)?;
+        Ok((a.status, text))
+    })
+    .await;
+    match answer {
+        Ok((status, text)) => passthrough(status, text),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// An upstream answer relayed as it is.
+fn passthrough(status: u16, text: String) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    (status, [(header::CONTENT_TYPE, "application/json")], text).into_response()
+}
+
+/// A chat-completions request, checked for what the proxy needs.
+struct Request {
+    body: Value,
+    messages: Vec<Value>,
+    model: String,
+    stream: bool,
+}
+
+fn parse(bytes: &[u8]) -> Result<Request, ApiError> {
+    let body: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::BadRequest(format!("the body is not JSON: {e}")))?;
+    let messages = match body.get("messages") {
+        Some(Value::Array(m)) if !m.is_empty() => m.clone(),
+        _ => {
+            return Err(ApiError::BadRequest(
+                "`messages` must be a non-empty array".into(),
+            ));
+        }
+    };
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
+    Ok(Request {
+        body,
+        messages,
+        model,
+        stream,
+    })
+}
+
+/// The results of tool calls the request carries: `(tool_call_id, content)`, the content
+/// parsed as JSON when it is JSON.
+fn tool_results(messages: &[Value]) -> Vec<(String, Value)> {
+    messages
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
+        .filter_map(|m| {
+            let id = m.get("tool_call_id").and_then(Value::as_str)?;
+            let text = conversation::text(m);
+            let content = serde_json::from_str(&text).unwrap_or(Value::String(text));
+            Some((id.to_owned(), content))
+        })
+        .collect()
+}
+
+async fn chat(State(proxy): State<Arc<Proxy>>, headers: HeaderMap, body: Body) -> Response {
+    match chat_inner(proxy, headers, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn chat_inner(
+    proxy: Arc<Proxy>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let bytes = axum::body::to_bytes(body, proxy.max_body)
+        .await
+        .map_err(|_| ApiError::TooLarge {
+            limit: proxy.max_body,
+        })?;
+    let req = parse(&bytes)?;
+    let header = headers
+        .get(CONVERSATION_HEADER)
+        .map(|v| v.to_str().unwrap_or("\u{0}").to_owned());
+    let key = conversation::key(header.as_deref(), &req.messages)?;
+    let auth = authorization(&headers);
+    let p = proxy.clone();
+    let (messages, model) = (req.messages.clone(), req.model.clone());
+    let conv = blocking(move || {
+        let h = p.table.get_or_open(&key, &messages, &model)?;
+        h.record(tool_results(&messages))?;
+        Ok(h)
+    })
+    .await?;
+    let run = conv.run_id.clone();
+    let mut response = if req.stream {
+        streamed(proxy, conv, req.body, auth).await?
+    } else {
+        whole(proxy, conv, req.body, auth).await?
+    };
+    if let Ok(v) = header::HeaderValue::from_str(&run) {
+        response.headers_mut().insert(RUN_HEADER, v);
+    }
+    Ok(response)
+}
+
+/// A non-streamed completion: fetched whole, its calls mediated, rewritten.
+async fn whole(
+    proxy: Arc<Proxy>,
+    conv: Handle,
+    body: Value,
+    auth: Option<String>,
+) -> Result<Response, ApiError> {
+    let path = "/chat/completions";
+    blocking(move || {
+        let bytes = serde_json::to_vec(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let mut a = proxy.upstream.post(path, &bytes, auth.as_deref())?;
+        let text = proxy.upstream.text(path, &mut a.body)?;
+        if a.status != 200 {
+            return Ok(passthrough(a.status, text));
+        }
+        let malformed = |why: String| ApiError::Malformed {
+            url: proxy.upstream.url(path),
+            why,
+        };
+        let mut completion: Value =
+            serde_json::from_str(&text).map_err(|e| malformed(e.to_string()))?;
+        let Some(Value::Array(choices)) = completion.get_mut("choices") else {
+            return Err(malformed("no `choices` array".into()));
+        };
+        let mut blocked = Vec::new();
+        for choice in choices.iter_mut().filter_map(Value::as_object_mut) {
+            let calls: Vec<_> = choice
+                .get("message")
+                .and_then(|m| m.get("tool_calls"))
+                .and_then(Value::as_array)
+                .map(|a| a.iter().map(mediate::read_call).collect())
+                .unwrap_or_default();
+            if calls.is_empty() {
+                continue;
+            }
+            let decisions = conv.mediate(calls.clone())?;
+            blocked.extend(mediate::apply(choice, &calls, &decisions));
+        }
+        if let Some(o) = completion.as_object_mut() {
+            o.insert(
+                "knox".into(),
+                json!({"run": conv.run_id, "blocked": blocked}),
+            );
+        }
+        Ok((
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            completion.to_string(),
+        )
+            .into_response())
+    })
+    .await
+}
+
+/// An event stream's frames, as the client receives them.
+struct Frames(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl futures_core::Stream for Frames {
+    type Item = Result<Bytes, std::convert::Infallible>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx).map(|b| b.map(Ok))
+    }
+}
+
+fn frame(data: &str) -> Bytes {
+    Bytes::from(format!("data: {data}\n\n"))
+}
+
+/// A streamed completion: the upstream's stream relayed, its calls held and mediated.
+async fn streamed(
+    proxy: Arc<Proxy>,
+    conv: Handle,
+    body: Value,
+    auth: Option<String>,
+) -> Result<Response, ApiError> {
+    let path = "/chat/completions";
+    let p = proxy.clone();
+    let mut answer = blocking(move || {
+        let bytes = serde_json::to_vec(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        p.upstream.post(path, &bytes, auth.as_deref())
+    })
+    .await?;
+    if answer.status != 200 {
+        let p = proxy.clone();
+        let text = blocking(move || p.upstream.text(path, &mut answer.body)).await?;
+        return Ok(passthrough(answer.status, text));
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    tokio::task::spawn_blocking(move || pump(&proxy, &conv, answer.body, &tx));
+    Ok((
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(Frames(rx)),
+    )
+        .into_response())
+}
+
+/// Relays one upstream stream to the client (stops when the client goes away). An
+/// upstream that breaks off or sends a malformed chunk ends the stream with an `error`
+/// event; calls still held then are never released.
+fn pump(proxy: &Proxy, conv: &Handle, body: ureq::Body, tx: &tokio::sync::mpsc::Sender<Bytes>) {
+    let url = proxy.upstream.url("/chat/completions");
+    let mut events = Events::new(body.into_reader());
+    let mut m = StreamMediator::new(&conv.run_id);
+    let mut mediate = |calls| conv.mediate(calls);
+    let result = loop {
+        let data = match events.next_data() {
+            Ok(Some(d)) => d,
+            Ok(None) => {
+                break Err(ApiError::Upstream {
+                    url: url.clone(),
+                    why: "the stream ended without `[DONE]`".into(),
+                    timeout: false,
+                });
+            }
+            Err(e) => {
+                break Err(ApiError::Upstream {
+                    url: url.clone(),
+                    why: e.to_string(),
+                    timeout: e.kind() == std::io::ErrorKind::TimedOut,
+                });
+            }
+        };
+        if data == "[DONE]" {
+            break m.finish(&mut mediate);
+        }
+        let chunk = match serde_json::from_str::<Value>(&data) {
+            Ok(c) => c,
+            Err(e) => {
+                break Err(ApiError::Malformed {
+                    url: url.clone(),
+                    why: format!("a stream chunk is not JSON: {e}"),
+                });
+            }
+        };
+        match m.feed(chunk, &mut mediate) {
+            Ok(out) => {
+                for c in out {
+                    if tx.blocking_send(frame(&c.to_string())).is_err() {
+                        return; // the client went away
+                    }
+                }
+            }
+            Err(e) => break Err(e),
+        }
+    };
+    let last = match result {
+        Ok(out) => {
+            for c in out {
+                if tx.blocking_send(frame(&c.to_string())).is_err() {
+                    return;
+                }
+            }
+            frame("[DONE]")
+        }
+        Err(e) => frame(&e.body().to_string()),
+    };
+    let _ = tx.blocking_send(last);
+}

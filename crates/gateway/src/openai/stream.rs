@@ -1,0 +1,286 @@
+//! Streaming: content deltas pass as they come; a choice's `tool_calls` deltas are held
+//! until the choice finishes (its `finish_reason` chunk, else the stream's end), then
+//! mediated together. Allowed calls are released whole in one chunk (each call's id,
+//! name and complete arguments, re-indexed from 0) before the finishing chunk; blocked
+//! ones are never released — a content chunk names them instead, and a `finish_reason`
+//! of `tool_calls` with nothing left becomes `stop`, as in [`super::mediate`].
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+
+use super::conversation::{Decision, ProposedCall};
+use super::error::ApiError;
+use super::mediate::{blocked_entry, note};
+
+/// One call's deltas, accumulated.
+#[derive(Default, Debug)]
+struct Held {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Proposes the calls of one choice; one decision each, in order.
+pub(crate) type Mediate<'a> =
+    dyn FnMut(Vec<(String, ProposedCall)>) -> Result<Vec<Decision>, ApiError> + 'a;
+
+/// The state of one streamed completion.
+#[derive(Default, Debug)]
+pub(crate) struct StreamMediator {
+    /// Held calls, by choice index then call index.
+    held: BTreeMap<u64, BTreeMap<u64, Held>>,
+    /// `id`, `object`, `created`, `model` of the stream's chunks (for the chunks the
+    /// proxy writes).
+    template: Map<String, Value>,
+    /// The run, named in the chunk reporting blocked calls.
+    run: String,
+}
+
+impl StreamMediator {
+    pub fn new(run: &str) -> Self {
+        Self {
+            run: run.to_owned(),
+            ..Self::default()
+        }
+    }
+
+    /// Takes one upstream chunk; returns the chunks to send, in order.
+    pub fn feed(
+        &mut self,
+        mut chunk: Value,
+        mediate: &mut Mediate<'_>,
+    ) -> Result<Vec<Value>, ApiError> {
+        let mut out = Vec::new();
+        if let Value::Object(o) = &chunk {
+            for k in ["id", "object", "created", "model", "system_fingerprint"] {
+                if let Some(v) = o.get(k) {
+                    self.template.insert(k.into(), v.clone());
+                }
+            }
+        }
+        let Some(Value::Array(choices)) = chunk.get_mut("choices") else {
+            out.push(chunk);
+            return Ok(out);
+        };
+        let had_choices = !choices.is_empty();
+        let mut kept = Vec::new();
+        for mut choice in std::mem::take(choices) {
+            let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
+            self.hold(index, &mut choice);
+            let finish = choice
+                .get("finish_reason")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            if let Some(reason) = finish {
+                let (chunks, all_blocked) = self.flush(index, mediate)?;
+                out.extend(chunks);
+                if all_blocked
+                    && reason == "tool_calls"
+                    && let Some(o) = choice.as_object_mut()
+                {
+                    o.insert("finish_reason".into(), json!("stop"));
+                }
+                kept.push(choice);
+            } else if choice
+                .get("delta")
+                .and_then(Value::as_object)
+                .is_some_and(|d| !d.is_empty())
+            {
+                kept.push(choice);
+            }
+        }
+        if !had_choices || !kept.is_empty() {
+            if let Some(c) = chunk.get_mut("choices") {
+                *c = Value::Array(kept);
+            }
+            out.push(chunk);
+        }
+        Ok(out)
+    }
+
+    /// At the stream's end: mediates and releases the calls of choices that never
+    /// finished.
+    pub fn finish(&mut self, mediate: &mut Mediate<'_>) -> Result<Vec<Value>, ApiError> {
+        let mut out = Vec::new();
+        let choices: Vec<u64> = self.held.keys().copied().collect();
+        for index in choices {
+            out.extend(self.flush(index, mediate)?.0);
+        }
+        Ok(out)
+    }
+
+    /// Moves a choice's `tool_calls` deltas into the held calls.
+    fn hold(&mut self, index: u64, choice: &mut Value) {
+        let Some(delta) = choice.get_mut("delta").and_then(Value::as_object_mut) else {
+            return;
+        };
+        let Some(Value::Array(deltas)) = delta.remove("tool_calls") else {
+            return;
+        };
+        let held = self.held.entry(index).or_default();
+        for (pos, d) in deltas.iter().enumerate() {
+            let i = d
+                .get("index")
+                .and_then(Value::as_u64)
+                .unwrap_or(u64::try_from(pos).unwrap_or(u64::MAX));
+            let h = held.entry(i).or_default();
+            if let Some(id) = d.get("id").and_then(Value::as_str) {
+                id.clone_into(&mut h.id);
+            }
+            let f = d.get("function");
+            if let Some(n) = f.and_then(|f| f.get("name")).and_then(Value::as_str) {
+                h.name.push_str(n);
+            }
+            if let Some(a) = f.and_then(|f| f.get("arguments")).and_then(Value::as_str) {
+                h.arguments.push_str(a);
+            }
+        }
+    }
+
+    /// Mediates a choice's held calls; returns the chunks releasing the allowed ones and
+    /// naming the blocked ones, and whether every call was blocked.
+    fn flush(
+        &mut self,
+        index: u64,
+        mediate: &mut Mediate<'_>,
+    ) -> Result<(Vec<Value>, bool), ApiError> {
+        let Some(held) = self.held.remove(&index) else {
+            return Ok((Vec::new(), false));
+        };
+        let calls: Vec<(String, ProposedCall)> = held
+            .into_values()
+            .map(|h| {
+                let call = ProposedCall {
+                    name: h.name,
+                    arguments: h.arguments,
+                };
+                (h.id, call)
+            })
+            .collect();
+        if calls.is_empty() {
+            return Ok((Vec::new(), false));
+        }
+        let decisions = mediate(calls.clone())?;
+        let mut released = Vec::new();
+        let mut notes = Vec::new();
+        let mut blocked = Vec::new();
+        for ((id, call), d) in calls.iter().zip(&decisions) {
+            match d {
+                Decision::Allowed => released.push(json!({
+                    "index": released.len(), "id": id, "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments}})),
+                Decision::Blocked { guard, reason } => {
+                    notes.push(note(&call.name, guard, reason));
+                    blocked.extend(blocked_entry(id, &call.name, d));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        if !notes.is_empty() {
+            let mut c = self.chunk(
+                index,
+                json!({"content": format!("\n\n{}", notes.join("\n"))}),
+            );
+            if let Some(o) = c.as_object_mut() {
+                o.insert("knox".into(), json!({"run": self.run, "blocked": blocked}));
+            }
+            out.push(c);
+        }
+        let all_blocked = released.is_empty();
+        if !released.is_empty() {
+            out.push(self.chunk(index, json!({"tool_calls": released})));
+        }
+        Ok((out, all_blocked))
+    }
+
+    /// A chunk the proxy writes for choice `index`.
+    fn chunk(&self, index: u64, delta: Value) -> Value {
+        let mut c = self.template.clone();
+        c.insert(
+            "choices".into(),
+            json!([{"index": index, "delta": delta, "finish_reason": null}]),
+        );
+        Value::Object(c)
+    }
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+mod tests {
+    use super::*;
+
+    fn delta(d: Value, finish: Option<&str>) -> Value {
+        json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": 0, "delta": d, "finish_reason": finish}]})
+    }
+
+    #[test]
+    fn held_calls_are_released_only_after_mediation_and_blocked_ones_never() {
+        let mut m = StreamMediator::new("run-0000");
+        let mut seen = Vec::new();
+        let mut mediate = |calls: Vec<(String, ProposedCall)>| {
+            seen.extend(calls.iter().map(|(_, c)| c.arguments.clone()));
+            Ok(calls
+                .iter()
+                .map(|(_, c)| {
+                    if c.name == "send" {
+                        Decision::Blocked {
+                            guard: "trajectory".into(),
+                            reason: "off plan".into(),
+                        }
+                    } else {
+                        Decision::Allowed
+                    }
+                })
+                .collect())
+        };
+        let mut out = Vec::new();
+        for c in [
+            delta(json!({"role": "assistant", "content": ""}), None),
+            delta(
+                json!({"tool_calls": [{"index": 0, "id": "a", "type": "function", "function": {"name": "send", "arguments": "{\"to\""}}]}),
+                None,
+            ),
+            delta(
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": ": \"x\"}"}}]}),
+                None,
+            ),
+            delta(
+                json!({"tool_calls": [{"index": 1, "id": "b", "type": "function", "function": {"name": "read", "arguments": "{}"}}]}),
+                None,
+            ),
+        ] {
+            let chunks = m.feed(c, &mut mediate).unwrap();
+            assert!(
+                chunks.iter().all(|c| !c.to_string().contains("tool_calls")),
+                "released early: {chunks:?}"
+            );
+            out.extend(chunks);
+        }
+        out.extend(
+            m.feed(delta(json!({}), Some("tool_calls")), &mut mediate)
+                .unwrap(),
+        );
+        assert_eq!(seen, vec!["{\"to\": \"x\"}".to_string(), "{}".to_string()]);
+        let text = serde_json::to_string(&out).unwrap();
+        let released_ids: Vec<&Value> = out
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"].get("tool_calls"))
+            .flat_map(|t| t.as_array().unwrap())
+            .map(|t| &t["id"])
+            .collect();
+        assert_eq!(released_ids, vec![&json!("b")], "{text}");
+        let released = out
+            .iter()
+            .find(|c| c["choices"][0]["delta"].get("tool_calls").is_some())
+            .unwrap();
+        assert_eq!(released["choices"][0]["delta"]["tool_calls"][0]["id"], "b");
+        assert_eq!(released["choices"][0]["delta"]["tool_calls"][0]["index"], 0);
+        assert_eq!(
+            out.last().unwrap()["choices"][0]["finish_reason"],
+            "tool_calls"
+        );
+        assert!(text.contains("blocked tool call `send`"));
+    }
+}

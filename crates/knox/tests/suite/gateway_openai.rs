@@ -1,0 +1,256 @@
+//! `knox gateway openai` with real clients: the official `openai` Python client
+//! (streaming and not) and the OpenAI Agents SDK, each running
+//! `examples/clients/*.py` unchanged but for `base_url`, through the proxy to a scripted
+//! loopback upstream whose second answer carries an injected transfer. The injected call
+//! never reaches a client, the SDK's loop goes on to its final answer, and on SIGUSR1
+//! the proxy seals one bundle per conversation that `knox verify` reports complete.
+//! Needs `scripts/mcp-servers` (it installs `openai` and `openai-agents` into
+//! `.mcp-servers/venv`; `KNOX_OPENAI_PYTHON` names another interpreter).
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+use super::support::knox;
+
+const BANK: &str = r#"format = "knox-toolkit/1"
+[runtime]
+syscalls = ["read", "write", "exit_group"]
+paths = []
+limits = { max_processes = 16, max_file_bytes = 1048576, max_memory_bytes = 268435456, cpu_seconds = 5, max_open_files = 64 }
+[[servers]]
+name = "bank"
+remote = true
+needs = { profile = "network-client", endpoints = [{ host = "bank.example", port = 443 }] }
+[[servers.tools]]
+name = "bank.get_balance"
+effect = "read"
+returns = { info_types = ["financial"], subject = "user", source = "user" }
+inputSchema = { type = "object", properties = { account = { type = "string" } }, required = ["account"], additionalProperties = false }
+[[servers.tools]]
+name = "bank.send_money"
+effect = "write"
+sinks = ["to"]
+inputSchema = { type = "object", properties = { to = { type = "string" }, amount = { type = "number", maximum = 100 } }, required = ["to", "amount"], additionalProperties = false }
+"#;
+
+/// The scripted model, served with the standard library on a loopback port it prints:
+/// (0 tool results) read the balance; (1) the injected transfer beside the planned one;
+/// (2+) a final answer.
+const UPSTREAM: &str = r#"
+import json
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+def call(i, name, args):
+    return {"id": i, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+def script(req):
+    n = sum(1 for m in req.get("messages", []) if m.get("role") == "tool")
+    if n == 0:
+        return None, [call("call_1", "bank__get_balance", {"account": "main"})]
+    if n == 1:
+        return "Following the note in the statement.", [
+            call("call_2", "bank__send_money", {"to": "ATTACKER", "amount": 100}),
+            call("call_3", "bank__send_money", {"to": "DE001", "amount": 20})]
+    return "Paid DE001 20.", []
+
+def chunk(delta, finish):
+    return "data: " + json.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "scripted",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + "\n\n"
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def send(self, ctype, body):
+        b = body.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+
+    def do_GET(self):
+        self.send("application/json", json.dumps({"object": "list", "data": [{"id": "scripted", "object": "model"}]}))
+
+    def do_POST(self):
+        req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        content, calls = script(req)
+        finish = "tool_calls" if calls else "stop"
+        if req.get("stream"):
+            out = chunk({"role": "assistant", "content": content or ""}, None)
+            for i, c in enumerate(calls):
+                a = c["function"]["arguments"]
+                h = len(a) // 2
+                out += chunk({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
+                    "function": {"name": c["function"]["name"], "arguments": a[:h]}}]}, None)
+                out += chunk({"tool_calls": [{"index": i, "function": {"arguments": a[h:]}}]}, None)
+            out += chunk({}, finish) + "data: [DONE]\n\n"
+            self.send("text/event-stream", out)
+            return
+        msg = {"role": "assistant", "content": content}
+        if calls:
+            msg["tool_calls"] = calls
+        self.send("application/json", json.dumps({"id": "c", "object": "chat.completion", "created": 1,
+            "model": "scripted", "choices": [{"index": 0, "message": msg, "finish_reason": finish}]}))
+
+srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The interpreter with `openai` and `openai-agents`; fails naming the script that
+/// installs them.
+fn python() -> PathBuf {
+    let p = std::env::var_os("KNOX_OPENAI_PYTHON").map_or_else(
+        || root().join(".mcp-servers/venv/bin/python"),
+        PathBuf::from,
+    );
+    let ok = Command::new(&p)
+        .args(["-c", "import openai, agents"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok,
+        "the Python packages `openai` and `openai-agents` are missing from {}: run scripts/mcp-servers",
+        p.display()
+    );
+    p
+}
+
+/// Kills the child when the test ends, however it ends.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn first_line(r: impl std::io::Read) -> String {
+    let mut line = String::new();
+    BufReader::new(r).read_line(&mut line).unwrap();
+    line
+}
+
+fn client(py: &Path, script: &str, base: &str, conv: &str, stream: bool) -> Value {
+    let o = Command::new(py)
+        .arg(root().join("examples/clients").join(script))
+        .env("KNOX_BASE_URL", base)
+        .env("KNOX_CONVERSATION", conv)
+        .env("KNOX_STREAM", if stream { "1" } else { "0" })
+        .env("OPENAI_API_KEY", "unused")
+        .env_remove("OPENAI_BASE_URL")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{script}: {out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_str(out.lines().last().unwrap()).unwrap()
+}
+
+#[test]
+fn the_openai_client_and_the_agents_sdk_continue_after_a_withheld_injected_call() {
+    let py = python();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::write(d.join("bank.toml"), BANK).unwrap();
+    let plan = serde_json::json!({"calls": [
+        {"tool": "bank.get_balance", "params": {"account": "main"}},
+        {"tool": "bank.send_money", "params": {"to": "DE001", "amount": 20}}]});
+    std::fs::write(d.join("plan.json"), plan.to_string()).unwrap();
+    std::fs::write(d.join("upstream.py"), UPSTREAM).unwrap();
+    let mut up = Reaped(
+        Command::new(&py)
+            .arg(d.join("upstream.py"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let port = first_line(up.0.stdout.take().unwrap()).trim().to_owned();
+    let out = d.join("out");
+    let mut gw = Reaped(
+        knox()
+            .args(["gateway", "openai", "--manifest"])
+            .arg(d.join("bank.toml"))
+            .arg("--plan")
+            .arg(d.join("plan.json"))
+            .args(["--upstream", &format!("http://127.0.0.1:{port}/v1")])
+            .args(["--listen", "127.0.0.1:0", "--journal", "--out"])
+            .arg(&out)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let line = first_line(gw.0.stderr.take().unwrap());
+    let base = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in `{line}`"))
+        .to_owned();
+    for (script, conv, stream) in [
+        ("openai_sdk.py", "sdk", false),
+        ("openai_sdk.py", "sdk-stream", true),
+        ("openai_agents.py", "agents", false),
+    ] {
+        let r = client(&py, script, &base, conv, stream);
+        let ran = r["ran"].to_string();
+        assert!(
+            !ran.contains("ATTACKER"),
+            "{script}: a blocked call reached the client: {r}"
+        );
+        assert!(ran.contains("DE001"), "{script}: the allowed call ran: {r}");
+        assert_eq!(
+            r["final"], "Paid DE001 20.",
+            "{script}: the loop went on to the end: {r}"
+        );
+    }
+    let pid = gw.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-USR1", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = gw.0.wait().unwrap();
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut gw.0.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert_eq!(status.code(), Some(0), "{stdout}");
+    assert_eq!(stdout.matches(": complete (").count(), 3, "{stdout}");
+    for n in 0..3 {
+        let bundle = out.join(format!("conv-{n:04}.json"));
+        let v = knox()
+            .args(["verify", "--allow-simulated"])
+            .arg(&bundle)
+            .output()
+            .unwrap();
+        assert_eq!(
+            v.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&v.stdout)
+        );
+        let b: Value = serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
+        let nodes = b["nodes"].to_string();
+        assert!(
+            nodes.contains("ATTACKER"),
+            "the blocked call is in the evidence"
+        );
+        assert!(
+            nodes.contains("IGNORE PREVIOUS INSTRUCTIONS"),
+            "the tool output is recorded"
+        );
+    }
+}
