@@ -117,9 +117,57 @@ pub enum GatewayError {
     Serve(String),
 }
 
+/// A bearer token for the user's session endpoint: 128 random bits, hex.
+pub fn session_token() -> Result<String, GatewayError> {
+    random_hex()
+}
+
 /// 128 random bits, hex: session identifiers and tokens nobody can guess.
 pub(crate) fn random_hex() -> Result<String, GatewayError> {
     let mut b = [0u8; 16];
     getrandom::fill(&mut b).map_err(|e| GatewayError::Serve(format!("no randomness: {e}")))?;
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// A runtime for a blocking caller (the CLI).
+fn runtime() -> Result<tokio::runtime::Runtime, GatewayError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("knox-gateway")
+        .build()
+        .map_err(|e| GatewayError::Serve(format!("no async runtime: {e}")))
+}
+
+/// Serves one session over this process's standard input and output, blocking until
+/// it is sealed ([`stdio::serve`]).
+pub fn run_stdio(
+    cfg: Arc<GatewayConfig>,
+    req: OpenRequest,
+) -> Result<Arc<SessionEnd>, GatewayError> {
+    runtime()?.block_on(stdio::serve(cfg, req))
+}
+
+/// Serves Streamable HTTP on `addr` (loopback), blocking until the stop signal:
+/// `listening` is told the bound address once, `ended` each sealed session.
+pub fn run_http(
+    cfg: Arc<GatewayConfig>,
+    addr: std::net::SocketAddr,
+    token: String,
+    listening: impl FnOnce(std::net::SocketAddr),
+    ended: impl Fn(&SessionEnd) + Send + 'static,
+) -> Result<Vec<Arc<SessionEnd>>, GatewayError> {
+    runtime()?.block_on(async move {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Arc<SessionEnd>>();
+        let gw = http::HttpGateway::bind(cfg, addr, token, Some(tx)).await?;
+        listening(gw.local_addr()?);
+        let printer = tokio::spawn(async move {
+            while let Some(end) = rx.recv().await {
+                ended(&end);
+            }
+        });
+        let ends = gw.serve(http::Shutdown::new()).await;
+        // Every end was sent before `serve` returned: let the printer drain them.
+        let _ = tokio::time::timeout(Duration::from_secs(5), printer).await;
+        ends
+    })
 }

@@ -30,6 +30,9 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
+/// Ends [`HttpGateway::serve`] when cancelled.
+pub use tokio_util::sync::CancellationToken as Shutdown;
+
 use super::session::{OpenRequest, SessionEnd, SessionHandle};
 use super::{Front, GatewayConfig, GatewayError, random_hex};
 
