@@ -384,39 +384,48 @@ fn serve(
         }
     };
     let mut state = Served::default();
-    let reason = {
-        let apm_hash = live.apm().hash();
-        let runner = match (&apm_hash, plan_failed) {
-            (Ok(h), false) => cfg
-                .host
-                .runner(RunContext {
-                    apm: live.apm(),
-                    apm_hash: *h,
-                    monitor_key: &key,
-                    run_id: &run_id,
-                    canned: &NoCanned,
-                })
-                .map_err(|e| format!("the MCP host refused the run: {e}")),
-            (Err(e), _) => Err(format!("the APM does not hash: {e}")),
-            (_, true) => Err("planning failed: nothing runs".into()),
-        };
-        let tools = allowed_tools(live.apm(), session.manifest());
-        if ready
-            .send(Ok(Ready {
-                run_id: run_id.clone(),
-                tools: if runner.is_ok() { tools } else { Vec::new() },
-                plan_failed,
-            }))
-            .is_err()
-        {
-            "the opener left before the session started".to_owned()
-        } else {
-            let runner = runner.as_deref();
-            loop_commands(cfg, &session, &live, &agent, runner, rx, &mut state)
-        }
+    // The host's runner holds its own copy of the APM, so the run can be sealed
+    // before the upstream servers are closed (which may take their grace period):
+    // a client that kills the gateway right after hanging up still finds the bundle.
+    let apm = live.apm().clone();
+    let apm_hash = apm.hash();
+    let runner = match (&apm_hash, plan_failed) {
+        (Ok(h), false) => cfg
+            .host
+            .runner(RunContext {
+                apm: &apm,
+                apm_hash: *h,
+                monitor_key: &key,
+                run_id: &run_id,
+                canned: &NoCanned,
+            })
+            .map_err(|e| format!("the MCP host refused the run: {e}")),
+        (Err(e), _) => Err(format!("the APM does not hash: {e}")),
+        (_, true) => Err("planning failed: nothing runs".into()),
+    };
+    let tools = allowed_tools(live.apm(), session.manifest());
+    let reason = if ready
+        .send(Ok(Ready {
+            run_id: run_id.clone(),
+            tools: if runner.is_ok() { tools } else { Vec::new() },
+            plan_failed,
+        }))
+        .is_err()
+    {
+        "the opener left before the session started".to_owned()
+    } else {
+        loop_commands(
+            cfg,
+            &session,
+            &live,
+            &agent,
+            runner.as_deref(),
+            rx,
+            &mut state,
+        )
     };
     let mut end = SessionEnd {
-        run_id,
+        run_id: run_id.clone(),
         reason,
         bundle: None,
         verified: None,
@@ -438,6 +447,7 @@ fn serve(
         }
         Err(e) => end.error = Some(e.to_string()),
     }
+    drop(runner); // closes the upstream sessions, kills the confined servers
     Some(end)
 }
 

@@ -93,22 +93,24 @@ where
             match read_line(&mut input, &mut buf, max).await {
                 Ok(Line::Whole) => {
                     if writer.write_all(&buf).await.is_err() {
-                        return;
+                        break;
                     }
                 }
-                Ok(Line::End) => return,
+                Ok(Line::End) => break,
                 Ok(Line::TooLong) => {
                     pump_handle.end(format!(
                         "the client sent a message over {max} bytes (the gateway's bound)"
                     ));
-                    return;
+                    break;
                 }
                 Err(e) => {
                     pump_handle.end(format!("the client's input failed: {e}"));
-                    return;
+                    break;
                 }
             }
         }
+        // The split halves share one pipe: only a shutdown tells rmcp it ended.
+        let _ = writer.shutdown().await;
     });
     match Front::new(Arc::clone(&handle))
         .serve((reader, output))
