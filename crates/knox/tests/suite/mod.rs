@@ -10,6 +10,7 @@ mod eval;
 mod evidence_bytes;
 mod files;
 mod fuzz_corpus;
+mod gateway_mcp;
 mod guards;
 mod hardware;
 mod journal;
