@@ -321,6 +321,37 @@ fn to_mcp(result: &ToolResult) -> CallToolResult {
     knox_error(&format!("the call was allowed but failed upstream: {why}"))
 }
 
+/// The session's engine session: its own key binding, the gateway's manifest and MCP
+/// host, the journal written live into `--out`.
+fn build(
+    cfg: &GatewayConfig,
+    req: &OpenRequest,
+    planner: SessionPlanner,
+) -> Result<Session, GatewayError> {
+    let backend = (cfg.platform)().map_err(GatewayError::Open)?;
+    let mut signal = StopSignal::from_flag(Arc::clone(&cfg.stop_flag));
+    if let Some(f) = &cfg.stop_file {
+        signal = signal.with_file(f.clone());
+    }
+    let stop = StopPolicy {
+        external: true,
+        ..cfg.stop.clone()
+    };
+    Session::builder()
+        .platform_boxed(backend)
+        .nonce(cfg.nonce.clone())
+        .manifest(cfg.manifest.clone())
+        .planner(planner)
+        .host(SharedHost(Arc::clone(&cfg.host)))
+        .stop(stop)
+        .signal(signal)
+        .journal_dir(&cfg.out)
+        .output(&cfg.out)
+        .run_prefix(req.label.clone())
+        .build()
+        .map_err(|e| GatewayError::Open(e.to_string()))
+}
+
 /// The thread's body: open, report ready, serve, seal. `None` when the session never
 /// started (the error went to the opener).
 fn serve(
@@ -330,31 +361,7 @@ fn serve(
     rx: &mpsc::Receiver<Cmd>,
     ready: &mpsc::SyncSender<Result<Ready, GatewayError>>,
 ) -> Option<SessionEnd> {
-    let opened = (|| {
-        let backend = (cfg.platform)().map_err(GatewayError::Open)?;
-        let mut signal = StopSignal::from_flag(Arc::clone(&cfg.stop_flag));
-        if let Some(f) = &cfg.stop_file {
-            signal = signal.with_file(f.clone());
-        }
-        let stop = StopPolicy {
-            external: true,
-            ..cfg.stop.clone()
-        };
-        let session = Session::builder()
-            .platform_boxed(backend)
-            .nonce(cfg.nonce.clone())
-            .manifest(cfg.manifest.clone())
-            .planner(planner)
-            .host(SharedHost(Arc::clone(&cfg.host)))
-            .stop(stop)
-            .signal(signal)
-            .journal_dir(&cfg.out)
-            .output(&cfg.out)
-            .run_prefix(req.label.clone())
-            .build()
-            .map_err(|e| GatewayError::Open(e.to_string()))?;
-        Ok::<_, GatewayError>(session)
-    })();
+    let opened = build(cfg, req, planner);
     let session = match opened {
         Ok(s) => s,
         Err(e) => {

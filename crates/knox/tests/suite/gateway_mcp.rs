@@ -50,8 +50,11 @@ impl Fixture {
         for p in [dir.path(), docs.as_path()] {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
-        std::fs::set_permissions(docs.join("notes.txt"), std::fs::Permissions::from_mode(0o644))
-            .unwrap();
+        std::fs::set_permissions(
+            docs.join("notes.txt"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
         let modules = servers.join("node/node_modules");
         let index = modules.join("@modelcontextprotocol/server-filesystem/dist/index.js");
         std::fs::write(dir.path().join("fs.toml"), MANIFEST).unwrap();
@@ -76,7 +79,11 @@ paths = [{{ path = "{docs}", access = ["read", "write", "create"] }}, {{ path = 
             ),
         )
         .unwrap();
-        std::fs::write(dir.path().join("plan.json"), Self::plan_of(&docs).to_string()).unwrap();
+        std::fs::write(
+            dir.path().join("plan.json"),
+            Self::plan_of(&docs).to_string(),
+        )
+        .unwrap();
         Self { dir }
     }
 
@@ -236,8 +243,21 @@ fn python_sdk_client_over_http_gets_the_injected_write_blocked_and_complete_bund
     let out = fx.path().join("out");
     let mut gw = knox()
         .current_dir(fx.path())
-        .args(["gateway", "mcp", "--manifest", "fs.toml", "--mcp", "servers.toml"])
-        .args(["--http", "127.0.0.1:0", "--max-message-bytes", "8192", "--out"])
+        .args([
+            "gateway",
+            "mcp",
+            "--manifest",
+            "fs.toml",
+            "--mcp",
+            "servers.toml",
+        ])
+        .args([
+            "--http",
+            "127.0.0.1:0",
+            "--max-message-bytes",
+            "8192",
+            "--out",
+        ])
         .arg(&out)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -275,12 +295,23 @@ fn python_sdk_client_over_http_gets_the_injected_write_blocked_and_complete_bund
     // Only what the plan can ever allow is listed.
     assert_eq!(a["tools"], json!(["fs.read_text_file"]), "{r}");
     assert_eq!(a["fs.read_text_file"]["isError"], false, "{r}");
-    assert!(a["fs.read_text_file"]["text"].as_str().unwrap().contains("IMPORTANT SYSTEM NOTE"));
+    assert!(
+        a["fs.read_text_file"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("IMPORTANT SYSTEM NOTE")
+    );
     // The injected write is blocked with its reason, and did not happen.
     assert_eq!(a["fs.write_file"]["isError"], true, "{r}");
     let why = a["fs.write_file"]["text"].as_str().unwrap();
-    assert!(why.contains("Knox blocked `fs.write_file`") && why.contains("trajectory"), "{why}");
-    assert!(!fx.docs().join("secrets.txt").exists(), "the gateway let the write through");
+    assert!(
+        why.contains("Knox blocked `fs.write_file`") && why.contains("trajectory"),
+        "{why}"
+    );
+    assert!(
+        !fx.docs().join("secrets.txt").exists(),
+        "the gateway let the write through"
+    );
     assert_eq!(a["memory.read_graph"]["isError"], true, "{r}");
     // The concurrent session was served on its own.
     assert_eq!(r["agents"][1]["fs.read_text_file"]["isError"], false, "{r}");
@@ -293,7 +324,13 @@ fn python_sdk_client_over_http_gets_the_injected_write_blocked_and_complete_bund
         ended.push(serde_json::from_str::<Value>(&line).unwrap());
     }
     let pid = gw.id().to_string();
-    assert!(Command::new("kill").args(["-USR1", &pid]).status().unwrap().success());
+    assert!(
+        Command::new("kill")
+            .args(["-USR1", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
     assert!(wait(&mut gw, Duration::from_secs(30)).success());
     let runs: Vec<String> = r["opened"]
         .as_array()
@@ -303,14 +340,28 @@ fn python_sdk_client_over_http_gets_the_injected_write_blocked_and_complete_bund
         .collect();
     for e in &ended {
         assert_eq!(e["verified"], "complete", "{e}");
-        assert!(runs.contains(&e["run_id"].as_str().unwrap().to_owned()), "{e}");
+        assert!(
+            runs.contains(&e["run_id"].as_str().unwrap().to_owned()),
+            "{e}"
+        );
     }
     let b = verified(&out.join(format!("{}.json", runs[0])));
     let blocked = blocked_by(&b, "trajectory").expect("the blocked write is in the evidence");
-    assert!(blocked["payload"]["reason"].as_str().unwrap().contains("fs.write_file"));
-    assert!(blocked_by(&b, "input").is_some(), "the other server's tool is recorded");
+    assert!(
+        blocked["payload"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("fs.write_file")
+    );
+    assert!(
+        blocked_by(&b, "input").is_some(),
+        "the other server's tool is recorded"
+    );
     // The confined server's own off-needs system calls were denied and recorded.
-    assert!(blocked_by(&b, "kernel").is_some(), "no kernel denial recorded");
+    assert!(
+        blocked_by(&b, "kernel").is_some(),
+        "no kernel denial recorded"
+    );
     // The prompt the session was opened with is in the APM.
     assert_eq!(b.apm.tasks[0].instruction, "Read my notes");
     // Each session is its own run, with its own key.
@@ -326,7 +377,14 @@ fn inspector(servers: &Path, fx: &Fixture, out: &Path, method: &[&str]) -> std::
         .arg(cli)
         .arg("--cli")
         .arg(env!("CARGO_BIN_EXE_knox"))
-        .args(["gateway", "mcp", "--manifest", "fs.toml", "--mcp", "servers.toml"])
+        .args([
+            "gateway",
+            "mcp",
+            "--manifest",
+            "fs.toml",
+            "--mcp",
+            "servers.toml",
+        ])
         .args(["--prompt", "Read my notes", "--plan", "plan.json", "--out"])
         .arg(out)
         .args(method)
@@ -389,7 +447,14 @@ fn bad_input_over_stdio_gets_clear_errors_and_a_sealed_bundle() {
     let out = fx.path().join("out");
     let mut gw = knox()
         .current_dir(fx.path())
-        .args(["gateway", "mcp", "--manifest", "fs.toml", "--mcp", "servers.toml"])
+        .args([
+            "gateway",
+            "mcp",
+            "--manifest",
+            "fs.toml",
+            "--mcp",
+            "servers.toml",
+        ])
         .args(["--prompt", "Read my notes", "--plan", "plan.json"])
         .args(["--max-message-bytes", "2048", "--out"])
         .arg(&out)
@@ -405,9 +470,14 @@ fn bad_input_over_stdio_gets_clear_errors_and_a_sealed_bundle() {
         stdin.write_all(b"\n").unwrap();
         stdin.flush().unwrap();
     };
-    send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"roots":{}},"clientInfo":{"name":"scripted","version":"1"}}}"#);
+    send(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"roots":{}},"clientInfo":{"name":"scripted","version":"1"}}}"#,
+    );
     let init: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-    assert_eq!(init["result"]["serverInfo"]["name"], "knox-gateway", "{init}");
+    assert_eq!(
+        init["result"]["serverInfo"]["name"], "knox-gateway",
+        "{init}"
+    );
     send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
     send("this is not JSON {");
     send(r#"{"jsonrpc":"2.0","id":2,"method":"knox/unknown"}"#);
@@ -420,7 +490,9 @@ fn bad_input_over_stdio_gets_clear_errors_and_a_sealed_bundle() {
     };
     let unknown = reply(2);
     assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
-    send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"memory.read_graph","arguments":{}}}"#);
+    send(
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"memory.read_graph","arguments":{}}}"#,
+    );
     let other = reply(3);
     assert_eq!(other["result"]["isError"], true, "{other}");
     // Over the bound: the session ends, sealed, with the reason.
@@ -437,7 +509,10 @@ fn bad_input_over_stdio_gets_clear_errors_and_a_sealed_bundle() {
     }
     assert!(status.success(), "{err}");
     let end: Value = serde_json::from_str(err.lines().last().unwrap()).unwrap();
-    assert!(end["reason"].as_str().unwrap().contains("over 2048 bytes"), "{end}");
+    assert!(
+        end["reason"].as_str().unwrap().contains("over 2048 bytes"),
+        "{end}"
+    );
     assert_eq!(end["verified"], "complete", "{end}");
     let b = verified(&out.join("mcp-stdio-0000.json"));
     assert!(blocked_by(&b, "input").is_some());
@@ -446,19 +521,30 @@ fn bad_input_over_stdio_gets_clear_errors_and_a_sealed_bundle() {
 /// `command` and `args` of the client configuration `file` under `examples/clients/`
 /// (JSON, or TOML read by Python's `tomllib`).
 fn snippet(servers: &Path, file: &str, pointer: &str) -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/clients").join(file);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/clients")
+        .join(file);
     let doc: Value = if file.ends_with(".toml") {
         let o = Command::new(servers.join("venv/bin/python"))
-            .args(["-c", "import json,sys,tomllib;print(json.dumps(tomllib.load(open(sys.argv[1],'rb'))))"])
+            .args([
+                "-c",
+                "import json,sys,tomllib;print(json.dumps(tomllib.load(open(sys.argv[1],'rb'))))",
+            ])
             .arg(&path)
             .output()
             .unwrap();
-        assert!(o.status.success(), "{file}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         serde_json::from_slice(&o.stdout).unwrap()
     } else {
         serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
     };
-    doc.pointer(pointer).unwrap_or_else(|| panic!("{file}: no {pointer}")).clone()
+    doc.pointer(pointer)
+        .unwrap_or_else(|| panic!("{file}: no {pointer}"))
+        .clone()
 }
 
 /// The stdio snippets (Claude Desktop, Codex CLI) launch a working gateway: their
@@ -474,7 +560,10 @@ fn client_configuration_snippets_launch_a_working_gateway() {
         ("codex-config.toml", "/mcp_servers/knox"),
     ] {
         let entry = snippet(&servers, file, pointer);
-        assert!(entry["command"].as_str().unwrap().ends_with("/knox"), "{file}");
+        assert!(
+            entry["command"].as_str().unwrap().ends_with("/knox"),
+            "{file}"
+        );
         let args: Vec<String> = entry["args"]
             .as_array()
             .unwrap()
@@ -510,11 +599,18 @@ fn client_configuration_snippets_launch_a_working_gateway() {
         if super::support::sandbox_unavailable(&o) {
             return;
         }
-        assert!(o.status.success(), "{file}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         verified(&out.join("mcp-stdio-0000.json"));
     }
     let cursor = snippet(&servers, "cursor-mcp.json", "/mcpServers/knox/url");
     let url = cursor.as_str().unwrap();
-    assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"), "{url}");
+    assert!(
+        url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"),
+        "{url}"
+    );
     assert!(url.contains("/knox/sessions/"), "{url}");
 }
