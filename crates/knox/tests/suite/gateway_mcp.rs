@@ -189,7 +189,7 @@ import mcp.types as types
 
 base, token, plan, docs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
 def call(method, url, body=None, auth=True, raw=None):
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     if auth:
         headers["Authorization"] = "Bearer " + token
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
@@ -348,7 +348,7 @@ fn python_sdk_client_over_http_gets_the_injected_write_blocked_and_complete_bund
     let b = verified(&out.join(format!("{}.json", runs[0])));
     let blocked = blocked_by(&b, "trajectory").expect("the blocked write is in the evidence");
     assert!(
-        blocked["payload"]["reason"]
+        blocked["block_reason"]
             .as_str()
             .unwrap()
             .contains("fs.write_file")

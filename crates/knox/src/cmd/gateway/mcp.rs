@@ -89,6 +89,9 @@ fn planner_spec(s: &str) -> std::result::Result<ModelSpec, String> {
 
 /// Runs the MCP gateway.
 pub fn run(args: &McpGatewayArgs) -> Result<i32> {
+    // Before any work: SIGUSR1, SIGTERM and SIGINT seal the sessions instead of
+    // killing the gateway (a second SIGTERM or SIGINT ends it at once).
+    crate::signals::install()?;
     let nonce = hex::decode(&args.nonce).map_err(|e| usage(format!("--nonce must be hex: {e}")))?;
     if args.http.is_none() {
         if args.prompt.is_empty() {
