@@ -12,6 +12,15 @@
 //!
 //! `cargo bench -p knox-gateway --bench mcp`
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unreachable,
+    reason = "a test harness: a failed step is a failed test"
+)]
+
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};

@@ -3,6 +3,15 @@
 //! upstream that hangs, the live journal of a session that was never sealed. (The
 //! npm servers and third-party clients are in `crates/knox/tests/suite/gateway_mcp.rs`.)
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::unreachable,
+    reason = "a test harness: a failed step is a failed test"
+)]
+
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
