@@ -276,6 +276,7 @@ fn python_sdk_client_over_http_gets_the_injected_write_blocked_and_complete_bund
     let stderr = String::from_utf8_lossy(&py.stderr).to_string();
     if !py.status.success() {
         let _ = gw.kill();
+        let _ = gw.wait();
         let mut e = String::new();
         let _ = std::io::Read::read_to_string(gw.stderr.as_mut().unwrap(), &mut e);
         if e.contains("kernel sandbox") && std::env::var_os("CI").is_none() {
@@ -346,7 +347,9 @@ fn python_sdk_client_over_http_gets_the_injected_write_blocked_and_complete_bund
         );
     }
     let b = verified(&out.join(format!("{}.json", runs[0])));
-    let blocked = blocked_by(&b, "trajectory").expect("the blocked write is in the evidence");
+    let Some(blocked) = blocked_by(&b, "trajectory") else {
+        panic!("the blocked write is not in the evidence");
+    };
     assert!(
         blocked["block_reason"]
             .as_str()
