@@ -8,7 +8,7 @@ pub mod openai;
 #[derive(Debug, clap::Subcommand)]
 pub enum GatewayCommand {
     /// Knox as an MCP server fronting upstream MCP servers (stdio, or Streamable HTTP on loopback).
-    Mcp(mcp::McpGatewayArgs),
+    Mcp(Box<mcp::McpGatewayArgs>),
     /// An OpenAI-compatible proxy (`/v1/chat/completions`, `/v1/models`) in front of an upstream.
     Openai(Box<openai::OpenaiGatewayArgs>),
 }

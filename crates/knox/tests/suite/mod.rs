@@ -10,6 +10,7 @@ mod eval;
 mod evidence_bytes;
 mod files;
 mod fuzz_corpus;
+mod gateway_mcp;
 mod gateway_openai;
 mod guards;
 mod hardware;

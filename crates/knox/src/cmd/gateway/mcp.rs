@@ -1,12 +1,226 @@
-//! `knox gateway mcp`.
+//! `knox gateway mcp`: argument parsing and printing; the gateway is
+//! `knox_gateway::mcp`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Result;
+use knox_agent::{Planner, Prompt};
+use knox_gateway::mcp::{GatewayConfig, OpenRequest, PlatformFactory};
+use knox_models::{ChatPlanner, ModelSpec, SpecRole};
+use knox_types::apm::{StopPolicy, TrajectoryMode};
+
+use crate::cmd::{self, usage};
+use crate::error::{Kind, fail};
 
 /// Arguments of `knox gateway mcp`.
 #[derive(Debug, clap::Args)]
-pub struct McpGatewayArgs {}
+#[command(after_help = crate::exit_codes!(
+    "  0   the gateway ended and every session's bundle verified complete\
+   \n  1   a session's bundle did not seal or did not verify complete\
+   \n  SIGUSR1, SIGTERM, SIGINT or the stop file seal every open session and end the gateway"
+))]
+pub struct McpGatewayArgs {
+    /// The `knox-toolkit/1` manifest of the upstream servers' tools (`SERVER.TOOL`).
+    #[arg(value_parser = cmd::path, long, value_name = "FILE")]
+    pub manifest: PathBuf,
+    /// The upstream MCP servers (`servers.toml`, docs/mcp.md): stdio servers run
+    /// confined from their needs; HTTP servers are reached only at their URL.
+    #[arg(value_parser = cmd::path, long, value_name = "SERVERS.toml")]
+    pub mcp: PathBuf,
+    /// Serve Streamable HTTP on this loopback address (`127.0.0.1:0` picks a port)
+    /// instead of stdio: the user opens each session with `POST /knox/sessions`
+    /// (docs/gateway-mcp.md).
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
+    /// Stdio: the user's prompt for the one session, one task per `--prompt`.
+    #[arg(long, value_name = "TEXT", conflicts_with = "http")]
+    pub prompt: Vec<String>,
+    /// Stdio: the user's plan for the prompt (`{"calls": [{"tool", "params"}, …]}`, as
+    /// `knox run --plan`). Over HTTP each session brings its own `plan`, or is planned
+    /// by `--planner`.
+    #[arg(value_parser = cmd::path, long, value_name = "PLAN.json", conflicts_with = "http")]
+    pub plan: Option<PathBuf>,
+    /// The model planning each session's prompt (`local:…`, `openai:URL#MODEL`).
+    #[arg(long, value_name = "SPEC", value_parser = planner_spec)]
+    pub planner: Option<ModelSpec>,
+    /// The model cache.
+    #[command(flatten)]
+    pub cache: cmd::model::CacheArgs,
+    /// Most calls a plan may hold per task.
+    #[arg(long, default_value_t = knox_models::tools::MAX_PLANNED_CALLS)]
+    pub max_calls: usize,
+    /// How the monitor follows the plan (default `tolerant`: reads may repeat and
+    /// reorder, writes run as planned). The APM records it.
+    #[arg(long, value_name = "MODE")]
+    pub trajectory: Option<TrajectoryMode>,
+    /// Bundles (`<run>.json`), live journals (`<run>.journal.jsonl`), the servers'
+    /// workspaces and, with `--http`, the session token: new or empty.
+    #[arg(value_parser = cmd::path, long)]
+    pub out: PathBuf,
+    /// Write into a non-empty `--out`.
+    #[arg(long)]
+    pub force: bool,
+    /// Seal a session after this many seconds without a request.
+    #[arg(long, default_value_t = knox_gateway::mcp::DEFAULT_IDLE_TIMEOUT.as_secs())]
+    pub idle_timeout_secs: u64,
+    /// Largest MCP message a client may send, in bytes.
+    #[arg(long, default_value_t = knox_gateway::mcp::DEFAULT_MAX_MESSAGE_BYTES)]
+    pub max_message_bytes: usize,
+    /// Seal every session and end when this file exists (SIGUSR1 does the same).
+    #[arg(value_parser = cmd::path, long)]
+    pub stop_file: Option<PathBuf>,
+    /// Stop guard: most proposals per session.
+    #[arg(long)]
+    pub max_actions: Option<u32>,
+    /// Epoch nonce (hex) bound into each session's platform evidence.
+    #[arg(long, default_value = "")]
+    pub nonce: String,
+    /// Platform evidence backend (one key binding per session).
+    #[command(flatten)]
+    pub platform: crate::session::PlatformArgs,
+}
+
+fn planner_spec(s: &str) -> std::result::Result<ModelSpec, String> {
+    ModelSpec::parse_for(s, SpecRole::Planner).map_err(|e| e.to_string())
+}
 
 /// Runs the MCP gateway.
-pub fn run(_args: &McpGatewayArgs) -> Result<i32> {
-    anyhow::bail!("knox gateway mcp: not built yet")
+pub fn run(args: &McpGatewayArgs) -> Result<i32> {
+    // Before any work: SIGUSR1, SIGTERM and SIGINT seal the sessions instead of
+    // killing the gateway (a second SIGTERM or SIGINT ends it at once).
+    crate::signals::install()?;
+    let nonce = hex::decode(&args.nonce).map_err(|e| usage(format!("--nonce must be hex: {e}")))?;
+    if args.http.is_none() {
+        if args.prompt.is_empty() {
+            return Err(usage(
+                "a stdio gateway is one session: give the user's --prompt (or serve --http)",
+            ));
+        }
+        if args.plan.is_some() == args.planner.is_some() {
+            return Err(usage(
+                "plan the session with a model (--planner) or give the plan (--plan), one of the two",
+            ));
+        }
+    }
+    if let Some(a) = args.http
+        && !a.ip().is_loopback()
+    {
+        return Err(usage(format!(
+            "--http {a}: the gateway listens on loopback only"
+        )));
+    }
+    let manifest = cmd::toolkit::load(&args.manifest)?;
+    let plan = args
+        .plan
+        .as_deref()
+        .map(|p| {
+            serde_json::from_str::<serde_json::Value>(&cmd::read_text(p, cmd::MANIFEST)?)
+                .map_err(|e| cmd::bad_input(p, "a plan (JSON)", e))
+        })
+        .transpose()?;
+    let _out = cmd::out_dir(&args.out, args.force)?;
+    let host = cmd::mcp::host(&args.mcp, args.out.join("mcp"))?;
+    let cache_dir = cmd::absolute_cache_dir(args.cache.cache_dir.as_deref())?;
+    let mut locals = Vec::new();
+    let planner: Option<Arc<dyn Planner>> = match &args.planner {
+        Some(spec) => {
+            let chat = cmd::model::open(spec, cache_dir.as_deref(), &mut locals)?
+                .ok_or_else(|| usage("--planner must name a model"))?;
+            Some(Arc::new(
+                ChatPlanner::new(chat).with_max_calls(args.max_calls),
+            ))
+        }
+        None => None,
+    };
+    let platform_args = args.platform.clone();
+    crate::session::backend(&platform_args)?; // a bad platform fails now, not per session
+    let platform: PlatformFactory =
+        Arc::new(move || crate::session::backend(&platform_args).map_err(|e| e.to_string()));
+    let cfg = Arc::new(GatewayConfig {
+        manifest,
+        host: Arc::new(host),
+        planner,
+        max_calls: args.max_calls,
+        trajectory: args.trajectory.unwrap_or_else(TrajectoryMode::tolerant),
+        platform,
+        nonce,
+        out: args.out.clone(),
+        stop: StopPolicy {
+            max_actions: args.max_actions,
+            ..StopPolicy::default()
+        },
+        stop_flag: crate::signals::stop_flag(),
+        stop_file: args.stop_file.clone(),
+        idle_timeout: Duration::from_secs(args.idle_timeout_secs.max(1)),
+        max_message_bytes: args.max_message_bytes.max(1024),
+    });
+    let ends = match args.http {
+        None => {
+            let req = OpenRequest {
+                prompt: Prompt {
+                    tasks: args.prompt.clone(),
+                },
+                plan,
+                label: "mcp-stdio".into(),
+            };
+            let end = knox_gateway::mcp::run_stdio(Arc::clone(&cfg), req)
+                .map_err(|e| fail(Kind::Unavailable, e.to_string()))?;
+            // Standard output is the MCP channel: the summary goes to standard error.
+            eprintln!("{}", serde_json::to_string(end.as_ref())?);
+            vec![end]
+        }
+        Some(addr) => serve_http(&cfg, addr)?,
+    };
+    drop(locals);
+    let ok = ends
+        .iter()
+        .all(|e| e.verified.as_deref() == Some("complete"));
+    Ok(if ok { 0 } else { 1 })
+}
+
+/// The HTTP gateway: the session token written to `<out>/session-token` (mode 0600),
+/// one JSON line on standard output when listening, one per sealed session.
+fn serve_http(
+    cfg: &Arc<GatewayConfig>,
+    addr: SocketAddr,
+) -> Result<Vec<Arc<knox_gateway::mcp::SessionEnd>>> {
+    let token =
+        knox_gateway::mcp::session_token().map_err(|e| fail(Kind::Software, e.to_string()))?;
+    let token_file = cfg.out.join("session-token");
+    {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&token_file)
+            .map_err(|e| fail(Kind::CantCreate, format!("{}: {e}", token_file.display())))?;
+        f.write_all(token.as_bytes())?;
+    }
+    let shown = token_file.display().to_string();
+    knox_gateway::mcp::run_http(
+        Arc::clone(cfg),
+        addr,
+        token,
+        |local| {
+            crate::outln!(
+                "{}",
+                serde_json::json!({
+                    "listening": format!("http://{local}"),
+                    "open_sessions": format!("http://{local}/knox/sessions"),
+                    "token_file": shown,
+                })
+            );
+        },
+        |end| {
+            if let Ok(line) = serde_json::to_string(end) {
+                crate::outln!("{line}");
+            }
+        },
+    )
+    .map_err(|e| fail(Kind::Unavailable, e.to_string()))
 }

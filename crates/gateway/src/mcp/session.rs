@@ -1,0 +1,546 @@
+//! One gateway session: one engine run, owned by a thread of its own.
+//!
+//! [`knox_engine::LiveRun`] borrows its [`knox_engine::OpenRun`], which borrows its
+//! [`knox_engine::Session`]: the worker thread builds all three on its stack, serves
+//! the commands the async front ends send it over a channel, and seals the bundle
+//! when the session ends. Nothing is leaked and nothing is `unsafe`; the front ends
+//! hold a [`SessionHandle`] (a sender and a watch on the end).
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use knox_agent::{
+    Plan, PlanError, Planner, Prompt, Regulations, RunContext, ToolHost, ToolResult, ToolRunner,
+};
+use knox_engine::{Session, Verdict};
+use knox_mcp::McpHost;
+use knox_monitor::guard::stop::StopSignal;
+use knox_policy::ToolkitManifest;
+use knox_types::Action;
+use knox_types::apm::{Apm, StopPolicy, TrajectoryMode};
+use knox_types::bundle::ModelInfo;
+use knox_types::grant::Grant;
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
+use serde_json::{Map, Value, json};
+use tokio::sync::{oneshot, watch};
+
+use super::{GatewayConfig, GatewayError};
+
+/// How often a waiting session checks the stop signal and its idle deadline.
+const TICK: Duration = Duration::from_millis(100);
+
+/// What the user gives to open a session: the prompt, and optionally the user's own
+/// plan (`{"calls": […]}` or `{"tasks": [{"calls": […]}, …]}`, as `knox run --plan`).
+#[derive(Clone, Debug)]
+pub struct OpenRequest {
+    /// The user's prompt, one task each.
+    pub prompt: Prompt,
+    /// The user's plan; without it the gateway's model planner plans the prompt.
+    pub plan: Option<Value>,
+    /// The prefix of the run identifier (`<label>-0000`).
+    pub label: String,
+}
+
+/// How a session ended.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SessionEnd {
+    /// The run.
+    pub run_id: String,
+    /// Why it ended (client disconnect, idle timeout, stop signal, the user's request,
+    /// an interrupt).
+    pub reason: String,
+    /// The sealed bundle, when sealing succeeded.
+    pub bundle: Option<PathBuf>,
+    /// The verifier's outcome on the sealed bundle (`complete`, …).
+    pub verified: Option<String>,
+    /// Nodes in the sealed AEG.
+    pub nodes: usize,
+    /// Tool calls proposed during the session, and how many were blocked.
+    pub calls: u64,
+    /// Of them, blocked (or refused after an interrupt).
+    pub blocked: u64,
+    /// Why sealing failed, when it did.
+    pub error: Option<String>,
+}
+
+enum Cmd {
+    Call {
+        name: String,
+        args: JsonObject,
+        reply: oneshot::Sender<CallToolResult>,
+    },
+    End {
+        reason: String,
+    },
+}
+
+/// The front ends' handle on a session's thread.
+#[derive(Debug)]
+pub struct SessionHandle {
+    run_id: String,
+    tools: Arc<Vec<Tool>>,
+    plan_failed: bool,
+    tx: mpsc::Sender<Cmd>,
+    ended: watch::Receiver<Option<Arc<SessionEnd>>>,
+}
+
+impl std::fmt::Debug for Cmd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Call { name, .. } => write!(f, "Call({name})"),
+            Self::End { reason } => write!(f, "End({reason})"),
+        }
+    }
+}
+
+/// The session's planner: the gateway's model planner, or the user's plan for this
+/// session, followed in the gateway's trajectory mode.
+struct SessionPlanner {
+    inner: Arc<dyn Planner>,
+    mode: TrajectoryMode,
+}
+
+impl Planner for SessionPlanner {
+    fn plan(
+        &self,
+        prompt: &Prompt,
+        manifest: &ToolkitManifest,
+        regulations: &Regulations,
+        stop: &StopPolicy,
+    ) -> Result<Plan, PlanError> {
+        self.inner.plan(prompt, manifest, regulations, stop)
+    }
+
+    fn model(&self) -> ModelInfo {
+        self.inner.model()
+    }
+
+    fn trajectory(&self) -> TrajectoryMode {
+        self.mode
+    }
+}
+
+/// The gateway's one MCP host, as this session's tool host: the engine then issues a
+/// grant with every allowed call, which the host admits (signature, run, action,
+/// expiry, single use) before anything reaches a server.
+struct SharedHost(Arc<McpHost>);
+
+impl ToolHost for SharedHost {
+    fn runner<'r>(&'r self, cx: RunContext<'r>) -> Result<Box<dyn ToolRunner + 'r>, String> {
+        self.0.runner(cx)
+    }
+}
+
+/// Answers nothing in process: every tool of a gateway session runs upstream.
+struct NoCanned;
+
+impl ToolRunner for NoCanned {
+    fn run(&self, action: &Action, _: Option<&Grant>) -> ToolResult {
+        ToolResult::from(json!({"error": format!("`{}` is served by no MCP server", action.tool)}))
+    }
+}
+
+/// What the thread reports once the run is live.
+struct Ready {
+    run_id: String,
+    tools: Vec<Tool>,
+    plan_failed: bool,
+}
+
+impl SessionHandle {
+    /// Opens a session: plans `req.prompt` (or checks the user's plan), derives and
+    /// attests the APM, starts the monitor on a thread of its own. Blocks until the run
+    /// is live; call it from a blocking context.
+    pub fn open(cfg: &Arc<GatewayConfig>, req: OpenRequest) -> Result<Self, GatewayError> {
+        if req.prompt.tasks.is_empty() || req.prompt.tasks.iter().any(|t| t.trim().is_empty()) {
+            return Err(GatewayError::BadRequest(
+                "the prompt needs at least one non-empty task".into(),
+            ));
+        }
+        let inner: Arc<dyn Planner> = match (&req.plan, &cfg.planner) {
+            (Some(plan), _) => {
+                knox_models::UserPlans::validate(plan, &req.prompt, &cfg.manifest, cfg.max_calls)
+                    .map_err(|e| {
+                    GatewayError::BadRequest(format!("the plan does not fit the manifest: {e}"))
+                })?;
+                Arc::new(knox_models::UserPlans::new([plan.clone()], cfg.max_calls))
+            }
+            (None, Some(p)) => Arc::clone(p),
+            (None, None) => {
+                return Err(GatewayError::BadRequest(
+                    "this gateway has no model planner: the session needs the user's plan".into(),
+                ));
+            }
+        };
+        let planner = SessionPlanner {
+            inner,
+            mode: cfg.trajectory,
+        };
+        let (tx, rx) = mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+        let (end_tx, ended) = watch::channel(None);
+        let worker_cfg = Arc::clone(cfg);
+        std::thread::Builder::new()
+            .name(format!("knox-gw-{}", req.label))
+            .spawn(move || {
+                let end = serve(&worker_cfg, &req, planner, &rx, &ready_tx);
+                if let Some(end) = end {
+                    let _ = end_tx.send(Some(Arc::new(end)));
+                }
+            })
+            .map_err(|e| GatewayError::Serve(format!("no session thread: {e}")))?;
+        match ready_rx.recv() {
+            Ok(Ok(r)) => Ok(Self {
+                run_id: r.run_id,
+                tools: Arc::new(r.tools),
+                plan_failed: r.plan_failed,
+                tx,
+                ended,
+            }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(GatewayError::Open(
+                "the session's thread ended before the run started".into(),
+            )),
+        }
+    }
+
+    /// The run's identifier (its bundle is `<out>/<run>.json`).
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The tools the session's policy can ever allow.
+    pub fn tools(&self) -> &Arc<Vec<Tool>> {
+        &self.tools
+    }
+
+    /// Whether planning failed: the run then holds an attested `plan_failed`
+    /// interrupt, no tool is listed and every call is refused.
+    pub fn plan_failed(&self) -> bool {
+        self.plan_failed
+    }
+
+    /// Mediates one `tools/call`: the answer is the upstream's result, or a tool
+    /// error naming why Knox blocked it. After the session ended, a tool error too.
+    pub async fn call(&self, name: String, args: JsonObject) -> CallToolResult {
+        let (reply, answer) = oneshot::channel();
+        if self.tx.send(Cmd::Call { name, args, reply }).is_err() {
+            return knox_error("the Knox session has ended: open a new one");
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| knox_error("the Knox session ended during the call"))
+    }
+
+    /// Asks the session to end (and seal); returns at once.
+    pub fn end(&self, reason: impl Into<String>) {
+        let _ = self.tx.send(Cmd::End {
+            reason: reason.into(),
+        });
+    }
+
+    /// Waits until the session has ended and its bundle is sealed.
+    pub async fn ended(&self) -> Option<Arc<SessionEnd>> {
+        let mut rx = self.ended.clone();
+        let seen = rx.wait_for(Option::is_some).await.map(|v| v.clone());
+        match seen {
+            Ok(v) => v,
+            Err(_) => rx.borrow().clone(),
+        }
+    }
+
+    /// The end, when the session has ended.
+    pub fn end_state(&self) -> Option<Arc<SessionEnd>> {
+        self.ended.borrow().clone()
+    }
+}
+
+/// A tool error from Knox itself (not from the upstream).
+fn knox_error(text: &str) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(format!("Knox: {text}"))])
+}
+
+/// The tools `apm` can ever allow: those on an agent's trajectory, as the manifest
+/// describes them, in name order.
+pub fn allowed_tools(apm: &Apm, manifest: &ToolkitManifest) -> Vec<Tool> {
+    let names: BTreeSet<&str> = apm
+        .agents
+        .iter()
+        .flat_map(|a| a.trajectory.iter().map(|e| e.tool.as_str()))
+        .collect();
+    names
+        .into_iter()
+        .filter_map(|n| manifest.tool(n))
+        .map(|entry| {
+            let schema = match &entry.input_schema {
+                Some(s) => s.schema.clone(),
+                None => legacy_schema(&entry.spec.parameters),
+            };
+            let schema = match schema {
+                Value::Object(o) => o,
+                _ => Map::from_iter([("type".to_owned(), json!("object"))]),
+            };
+            Tool::new(entry.name.clone(), entry.spec.summary.clone(), schema)
+        })
+        .collect()
+}
+
+/// A JSON Schema for a legacy tool's parameter list.
+fn legacy_schema(params: &[knox_policy::spec::FieldSpec]) -> Value {
+    let properties: Map<String, Value> = params
+        .iter()
+        .map(|p| {
+            (
+                p.name.clone(),
+                json!({"type": p.ty, "description": p.description}),
+            )
+        })
+        .collect();
+    let required: Vec<&str> = params
+        .iter()
+        .filter(|p| p.required.unwrap_or(false))
+        .map(|p| p.name.as_str())
+        .collect();
+    json!({"type": "object", "properties": properties, "required": required})
+}
+
+/// The MCP answer for an allowed call's recorded result: the upstream's own
+/// `CallToolResult` when it sent one, else a tool error naming what failed.
+fn to_mcp(result: &ToolResult) -> CallToolResult {
+    if let Ok(r) = serde_json::from_value::<CallToolResult>(result.output.clone()) {
+        return r;
+    }
+    let why = result
+        .output
+        .get("error")
+        .and_then(Value::as_str)
+        .map_or_else(|| result.output.to_string(), str::to_owned);
+    knox_error(&format!("the call was allowed but failed upstream: {why}"))
+}
+
+/// The session's engine session: its own key binding, the gateway's manifest and MCP
+/// host, the journal written live into `--out`.
+fn build(
+    cfg: &GatewayConfig,
+    req: &OpenRequest,
+    planner: SessionPlanner,
+) -> Result<Session, GatewayError> {
+    let backend = (cfg.platform)().map_err(GatewayError::Open)?;
+    let mut signal = StopSignal::from_flag(Arc::clone(&cfg.stop_flag));
+    if let Some(f) = &cfg.stop_file {
+        signal = signal.with_file(f.clone());
+    }
+    let stop = StopPolicy {
+        external: true,
+        ..cfg.stop.clone()
+    };
+    Session::builder()
+        .platform_boxed(backend)
+        .nonce(cfg.nonce.clone())
+        .manifest(cfg.manifest.clone())
+        .planner(planner)
+        .host(SharedHost(Arc::clone(&cfg.host)))
+        .stop(stop)
+        .signal(signal)
+        .journal_dir(&cfg.out)
+        .output(&cfg.out)
+        .run_prefix(req.label.clone())
+        .build()
+        .map_err(|e| GatewayError::Open(e.to_string()))
+}
+
+/// The thread's body: open, report ready, serve, seal. `None` when the session never
+/// started (the error went to the opener).
+fn serve(
+    cfg: &GatewayConfig,
+    req: &OpenRequest,
+    planner: SessionPlanner,
+    rx: &mpsc::Receiver<Cmd>,
+    ready: &mpsc::SyncSender<Result<Ready, GatewayError>>,
+) -> Option<SessionEnd> {
+    let opened = build(cfg, req, planner);
+    let session = match opened {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return None;
+        }
+    };
+    let mut open = match session.open(&req.prompt, None) {
+        Ok(o) => o,
+        Err(e) => {
+            let _ = ready.send(Err(GatewayError::Open(e.to_string())));
+            return None;
+        }
+    };
+    let run_id = open.run_id().to_owned();
+    let agent = open
+        .agents()
+        .first()
+        .map_or_else(|| "agent-0".to_owned(), |a| (*a).to_owned());
+    let plan_failed = open.plan_failed();
+    let key = session.runtime().key.public_key();
+    let live = match open.live() {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = ready.send(Err(GatewayError::Open(e.to_string())));
+            return None;
+        }
+    };
+    let mut state = Served::default();
+    // The host's runner holds its own copy of the APM, so the run can be sealed
+    // before the upstream servers are closed (which may take their grace period):
+    // a client that kills the gateway right after hanging up still finds the bundle.
+    let apm = live.apm().clone();
+    let apm_hash = apm.hash();
+    let runner = match (&apm_hash, plan_failed) {
+        (Ok(h), false) => cfg
+            .host
+            .runner(RunContext {
+                apm: &apm,
+                apm_hash: *h,
+                monitor_key: &key,
+                run_id: &run_id,
+                canned: &NoCanned,
+            })
+            .map_err(|e| format!("the MCP host refused the run: {e}")),
+        (Err(e), _) => Err(format!("the APM does not hash: {e}")),
+        (_, true) => Err("planning failed: nothing runs".into()),
+    };
+    let tools = allowed_tools(live.apm(), session.manifest());
+    let reason = if ready
+        .send(Ok(Ready {
+            run_id: run_id.clone(),
+            tools: if runner.is_ok() { tools } else { Vec::new() },
+            plan_failed,
+        }))
+        .is_err()
+    {
+        "the opener left before the session started".to_owned()
+    } else {
+        loop_commands(
+            cfg,
+            &session,
+            &live,
+            &agent,
+            runner.as_deref(),
+            rx,
+            &mut state,
+        )
+    };
+    let mut end = SessionEnd {
+        run_id: run_id.clone(),
+        reason,
+        bundle: None,
+        verified: None,
+        nodes: 0,
+        calls: state.calls,
+        blocked: state.blocked,
+        error: None,
+    };
+    match live.finish() {
+        Ok(bundle) => {
+            let report = knox_verify::verify_bundle(
+                &bundle,
+                &knox_verify::manifests::Manifests::new(),
+                knox_verify::Options::DANGEROUS_SIMULATED,
+            );
+            end.nodes = bundle.nodes.len();
+            end.verified = Some(report.outcome.name().to_owned());
+            end.bundle = Some(cfg.out.join(format!("{}.json", bundle.run_id)));
+        }
+        Err(e) => end.error = Some(e.to_string()),
+    }
+    drop(runner); // closes the upstream sessions, kills the confined servers
+    Some(end)
+}
+
+#[derive(Default)]
+struct Served {
+    calls: u64,
+    blocked: u64,
+}
+
+/// Serves commands until the session ends; returns why it ended.
+fn loop_commands(
+    cfg: &GatewayConfig,
+    session: &Session,
+    live: &knox_engine::LiveRun<'_>,
+    agent: &str,
+    runner: Result<&(dyn ToolRunner + '_), &String>,
+    rx: &mpsc::Receiver<Cmd>,
+    state: &mut Served,
+) -> String {
+    let mut last = Instant::now();
+    loop {
+        if session.signal().is_set() {
+            return "stop signal (SIGUSR1 or the stop file)".into();
+        }
+        match rx.recv_timeout(TICK) {
+            Ok(Cmd::Call { name, args, reply }) => {
+                last = Instant::now();
+                state.calls += 1;
+                let (answer, refused, interrupted) = call(live, agent, runner, &name, args);
+                state.blocked += u64::from(refused);
+                let _ = reply.send(answer);
+                if let Some(why) = interrupted {
+                    return why;
+                }
+            }
+            Ok(Cmd::End { reason }) => return reason,
+            Err(RecvTimeoutError::Timeout) => {
+                if last.elapsed() >= cfg.idle_timeout {
+                    return format!("idle for {} s", cfg.idle_timeout.as_secs());
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => return "every client left".into(),
+        }
+    }
+}
+
+/// One `tools/call`: propose, run if allowed, record, answer; whether Knox refused
+/// it, and why the session must end (an interrupt).
+fn call(
+    live: &knox_engine::LiveRun<'_>,
+    agent: &str,
+    runner: Result<&(dyn ToolRunner + '_), &String>,
+    name: &str,
+    args: JsonObject,
+) -> (CallToolResult, bool, Option<String>) {
+    let raw = serde_json::to_vec(&json!({"tool": name, "params": args}))
+        .unwrap_or_else(|_| b"{}".to_vec());
+    match live.propose(agent, &raw) {
+        Verdict::Allow(ticket) => {
+            let result = match runner {
+                Ok(r) => r.run(&ticket.action, ticket.grant.as_ref()),
+                Err(why) => ToolResult::from(json!({"error": why})),
+            };
+            let answer = to_mcp(&result);
+            live.record(ticket, result);
+            (answer, false, None)
+        }
+        Verdict::Block { guard, reason } => (blocked(name, guard.as_str(), &reason), true, None),
+        Verdict::Interrupt { cause } => {
+            let why = format!("interrupted by the stop guard: {}", cause.as_str());
+            (blocked(name, "stop", &why), true, Some(why))
+        }
+        Verdict::Stopped => {
+            let why = "the session was stopped".to_owned();
+            (blocked(name, "stop", &why), true, Some(why))
+        }
+    }
+}
+
+/// The tool result of a blocked call: `isError`, the reason in text (what clients
+/// show the model) and structured (what programs read).
+fn blocked(tool: &str, guard: &str, reason: &str) -> CallToolResult {
+    let mut r = CallToolResult::error(vec![ContentBlock::text(format!(
+        "Knox blocked `{tool}` (guard `{guard}`): {reason}. The call did not run; the refusal is recorded in the session's evidence."
+    ))]);
+    r.structured_content =
+        Some(json!({"knox": {"blocked": true, "tool": tool, "guard": guard, "reason": reason}}));
+    r
+}
