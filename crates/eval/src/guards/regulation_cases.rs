@@ -48,12 +48,15 @@ use crate::EvalError;
 
 /// GoldCoin's HIPAA training split (applicability; its Permit / Forbid rows are the
 /// compliance split).
-pub const TRAIN: &str = include_str!(
-    "../../../../data/privacy/goldcoin/train_generate_cases_hipaa_applicability.jsonl"
-);
+pub const TRAIN: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../data/privacy/goldcoin/train_generate_cases_hipaa_applicability.jsonl"
+));
 /// GoldCoin's HIPAA validation split.
-pub const VALIDATION: &str =
-    include_str!("../../../../data/privacy/goldcoin/val_generate_cases_hipaa_applicability.jsonl");
+pub const VALIDATION: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../data/privacy/goldcoin/val_generate_cases_hipaa_applicability.jsonl"
+));
 
 /// Roles that hold protected health information under HIPAA (45 CFR 160.103).
 const HOLDERS: [&str; 6] = [
