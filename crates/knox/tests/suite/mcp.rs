@@ -6,6 +6,41 @@ use std::path::{Path, PathBuf};
 
 use super::support::knox;
 
+/// The user manifest of the filesystem server's read tool (`knox-toolkit/1`).
+const FS_READ: &str = r#"format = "knox-toolkit/1"
+description = "files"
+[runtime]
+syscalls = ["read", "write", "exit_group"]
+paths = []
+limits = { max_processes = 64, max_file_bytes = 1048576, max_memory_bytes = 1073741824, cpu_seconds = 60, max_open_files = 1024 }
+[[servers]]
+name = "fs"
+needs = { profile = "offline" }
+cost = 1
+[[servers.tools]]
+name = "fs.read_text_file"
+description = "Read a file"
+effect = "read"
+[servers.tools.inputSchema]
+type = "object"
+required = ["path"]
+[servers.tools.inputSchema.properties]
+path = { type = "string" }
+"#;
+
+/// Its write tool, appended to [`FS_READ`] where the run offers it.
+const FS_WRITE: &str = r#"[[servers.tools]]
+name = "fs.write_file"
+description = "Write a file"
+effect = "write"
+[servers.tools.inputSchema]
+type = "object"
+required = ["path", "content"]
+[servers.tools.inputSchema.properties]
+path = { type = "string" }
+content = { type = "string" }
+"#;
+
 fn servers() -> Option<PathBuf> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.mcp-servers");
     if p.join(".installed").exists() {
@@ -200,30 +235,7 @@ fn run_with_a_user_manifest_and_a_real_mcp_server_verifies_from_the_bundle_alone
     .unwrap();
     let modules = dir.join("node/node_modules");
     let index = modules.join("@modelcontextprotocol/server-filesystem/dist/index.js");
-    std::fs::write(
-        tmp.path().join("fs.toml"),
-        r#"format = "knox-toolkit/1"
-description = "files"
-[runtime]
-syscalls = ["read", "write", "exit_group"]
-paths = []
-limits = { max_processes = 64, max_file_bytes = 1048576, max_memory_bytes = 1073741824, cpu_seconds = 60, max_open_files = 1024 }
-[[servers]]
-name = "fs"
-needs = { profile = "offline" }
-cost = 1
-[[servers.tools]]
-name = "fs.read_text_file"
-description = "Read a file"
-effect = "read"
-[servers.tools.inputSchema]
-type = "object"
-required = ["path"]
-[servers.tools.inputSchema.properties]
-path = { type = "string" }
-"#,
-    )
-    .unwrap();
+    std::fs::write(tmp.path().join("fs.toml"), FS_READ).unwrap();
     std::fs::write(
         tmp.path().join("servers.toml"),
         format!(
@@ -408,40 +420,7 @@ fn an_injected_instruction_through_the_cli_is_blocked_the_kernel_denial_recorded
     let pwned = docs.join("pwned.txt");
     let modules = dir.join("node/node_modules");
     let index = modules.join("@modelcontextprotocol/server-filesystem/dist/index.js");
-    std::fs::write(
-        tmp.path().join("fs.toml"),
-        r#"format = "knox-toolkit/1"
-description = "files"
-[runtime]
-syscalls = ["read", "write", "exit_group"]
-paths = []
-limits = { max_processes = 64, max_file_bytes = 1048576, max_memory_bytes = 1073741824, cpu_seconds = 60, max_open_files = 1024 }
-[[servers]]
-name = "fs"
-needs = { profile = "offline" }
-cost = 1
-[[servers.tools]]
-name = "fs.read_text_file"
-description = "Read a file"
-effect = "read"
-[servers.tools.inputSchema]
-type = "object"
-required = ["path"]
-[servers.tools.inputSchema.properties]
-path = { type = "string" }
-[[servers.tools]]
-name = "fs.write_file"
-description = "Write a file"
-effect = "write"
-[servers.tools.inputSchema]
-type = "object"
-required = ["path", "content"]
-[servers.tools.inputSchema.properties]
-path = { type = "string" }
-content = { type = "string" }
-"#,
-    )
-    .unwrap();
+    std::fs::write(tmp.path().join("fs.toml"), format!("{FS_READ}{FS_WRITE}")).unwrap();
     // The server is told both directories; its needs grant only `docs`.
     std::fs::write(
         tmp.path().join("servers.toml"),
