@@ -280,7 +280,12 @@ pub async fn deliver(
             did.conflicts += 1;
         }
     }
-    let bundle = current_bundle(&mut tx, &id).await?;
+    let bundle = match current_bundle(&mut tx, &id).await? {
+        Some(b) => Some(b),
+        // The sealed bundle can arrive before the stream's last delivery (or its
+        // first): the one this provider submitted under the run id is linked now.
+        None => submitted_bundle(&mut tx, &provider.key_id, &d.run_id).await?,
+    };
     recompute(&mut tx, verifier, &id, bundle.as_deref(), now).await?;
     tx.commit().await?;
     let run = store
@@ -365,6 +370,26 @@ async fn current_bundle(conn: &mut AnyConnection, id: &str) -> Result<Option<Str
         .await?;
     Ok(match row {
         Some(r) => r.try_get("bundle")?,
+        None => None,
+    })
+}
+
+/// The latest sealed bundle `provider` submitted under `run_id`, if any.
+async fn submitted_bundle(
+    conn: &mut AnyConnection,
+    provider: &str,
+    run_id: &str,
+) -> Result<Option<String>, LiveError> {
+    let row = sqlx::query(
+        "SELECT digest FROM runs WHERE provider = $1 AND run_id = $2 AND kind = 'bundle' \
+         ORDER BY log_index DESC LIMIT 1",
+    )
+    .bind(provider)
+    .bind(run_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(match row {
+        Some(r) => Some(r.try_get("digest")?),
         None => None,
     })
 }

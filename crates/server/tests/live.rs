@@ -41,6 +41,7 @@ macro_rules! on_both_engines_sync {
 
 on_both_engines_sync!(
     a_streamed_run_is_in_progress_then_complete,
+    a_bundle_sealed_before_the_stream_arrives_completes_it,
     duplicate_and_reordered_deliveries_change_nothing,
     a_tampered_delivery_is_kept_as_tampered_never_replacing,
     a_tampered_first_delivery_is_caught_by_the_chain,
@@ -120,6 +121,31 @@ fn a_streamed_run_is_in_progress_then_complete(url: &str) {
     assert_eq!(run.verified, 64);
     assert_eq!(run.bundle.as_deref(), Some(sealed.digest.as_str()));
     assert_eq!(run.reason, None);
+}
+
+/// The sealed bundle submitted before any delivery (a streamer that lags behind the
+/// run): the deliveries that follow link it, and the run is complete once the stream
+/// has caught up with it — not left in progress for ever.
+fn a_bundle_sealed_before_the_stream_arrives_completes_it(url: &str) {
+    let s = serve(url);
+    let acme = client(&s, &s.people.acme.0);
+    let (header, nodes) = journal();
+    let sealed = acme.submit(LIVE_BUNDLE).unwrap();
+    assert_eq!(sealed.outcome, "complete");
+    let a = deliver(&acme, &header, &nodes[..10]);
+    let id = a.run.live_id.clone();
+    assert_eq!(a.run.bundle.as_deref(), Some(sealed.digest.as_str()));
+    deliver(&acme, &header, &nodes[10..]);
+    let (status, run) = live(&acme, &id).unwrap();
+    assert_eq!(status, "complete");
+    assert_eq!((run.verified, run.received), (64, 64));
+    assert_eq!(run.bundle.as_deref(), Some(sealed.digest.as_str()));
+    // A delivery that contradicts the sealed bundle still makes the run tampered.
+    let other = client(&s, &s.people.acme.0);
+    let mut bad = nodes.clone();
+    bad[3] = forged(&nodes, 3);
+    let a = deliver(&other, &header, &bad[3..4]);
+    assert_eq!(a.run.outcome, "tampered");
 }
 
 fn duplicate_and_reordered_deliveries_change_nothing(url: &str) {
