@@ -129,11 +129,13 @@ pub struct Node {
 #[serde(deny_unknown_fields)]
 struct NodeWire {
     seq: u64,
+    #[serde(deserialize_with = "crate::json::present")]
     parent: Option<u64>,
     kind: NodeKind,
     agent: String,
     payload: Value,
     allowed: bool,
+    #[serde(deserialize_with = "crate::json::present")]
     block_reason: Option<String>,
     measurement: Digest,
     #[serde(default)]

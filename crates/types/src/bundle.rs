@@ -251,7 +251,8 @@ pub struct ModelInfo {
     pub role: ModelRole,
     /// Model name (`dataset`, `benign`, `local:…`, `openai:…`).
     pub name: String,
-    /// SHA-256 of the weights, when there are weights.
+    /// SHA-256 of the weights, when there are weights (`null` otherwise: written).
+    #[serde(deserialize_with = "crate::json::present")]
     pub weights_hash: Option<Digest>,
     /// True when the hash was declared rather than measured.
     pub declared: bool,

@@ -663,3 +663,19 @@ mod tests {
         assert_eq!(v["v"]["z"], 1);
     }
 }
+
+/// Deserializes an `Option` member that must be written, `null` when there is no
+/// value (`#[serde(deserialize_with = "crate::json::present")]`): serde's derive would
+/// read a missing member as `None`, so evidence with the member left out would read
+/// the same as evidence with `null` — while the evidence format measures the member,
+/// and an independent verifier would compute another hash.
+///
+/// # Errors
+/// The member's own deserialization error; a missing member is serde's "missing field".
+pub fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    <Option<T> as serde::Deserialize>::deserialize(d)
+}
