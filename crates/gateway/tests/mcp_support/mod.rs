@@ -95,6 +95,13 @@ required = ["text"]
 text = { type = "string" }
 "#;
 
+/// Set (to anything) to serve the upstream with Nagle's algorithm left on, as axum
+/// does by default. Unset, the upstream sets `TCP_NODELAY`, as Node's and Python's
+/// HTTP servers do: with Nagle on, each answer after a session's first waits about
+/// 40 ms for the gateway's delayed acknowledgement of the upstream's priming event
+/// (docs/gateway-mcp.md, "Measured"), which hides every other cost.
+pub const UPSTREAM_NAGLE: &str = "KNOX_BENCH_UPSTREAM_NAGLE";
+
 /// A running upstream and gateway (both on loopback ports of their own).
 pub struct Fx {
     /// The upstream's MCP URL (`http://127.0.0.1:P/mcp`), for direct calls.
@@ -109,8 +116,9 @@ pub struct Fx {
     pub dir: tempfile::TempDir,
 }
 
-/// Starts the `echo` upstream and an HTTP gateway in front of it; a user's plan may
-/// hold up to `max_calls` calls. Call it inside a multi-threaded tokio runtime.
+/// Starts the `echo` upstream (see [`UPSTREAM_NAGLE`]) and an HTTP gateway in front
+/// of it; a user's plan may hold up to `max_calls` calls. Call it inside a
+/// multi-threaded tokio runtime.
 pub async fn start(max_calls: usize) -> Fx {
     let svc = StreamableHttpService::new(
         || Ok(Echo),
@@ -120,7 +128,15 @@ pub async fn start(max_calls: usize) -> Fx {
     let app = axum::Router::new().route_service("/mcp", svc);
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(l, app).await });
+    if std::env::var_os(UPSTREAM_NAGLE).is_some() {
+        tokio::spawn(async move { axum::serve(l, app).await });
+    } else {
+        use axum::serve::ListenerExt as _;
+        let l = l.tap_io(|t| {
+            let _ = t.set_nodelay(true);
+        });
+        tokio::spawn(async move { axum::serve(l, app).await });
+    }
     let upstream = format!("http://{addr}/mcp");
     let dir = tempfile::tempdir().unwrap();
     let servers = dir.path().join("servers.toml");
