@@ -3,14 +3,21 @@
 //! - `call/direct` vs `call/gateway`: one allowed `tools/call` from an rmcp client
 //!   straight to an upstream Streamable-HTTP server, and the same call through a
 //!   gateway session in front of that server, in the same run. The difference is what
-//!   the gateway adds (mediation, grant, recording, the extra hop). p50/p99 of both
-//!   are printed from 2,000 timed calls each.
-//! - `session/open_seal`: one session opened (plan checked, key bound, APM attested)
-//!   and sealed (bundle written and self-verified).
-//! - 64 concurrent sessions, 16 calls each: every bundle is checked for lost or
-//!   mixed-up nodes (each session's calls carry its own marker).
+//!   the gateway adds (the extra hop, mediation, the grant, recording, the journal
+//!   line). Every gateway call is a planned one: a session is opened (by the user,
+//!   over HTTP) per batch of [`BATCH`] calls whose plan holds each of them once, and
+//!   only the calls are timed — opening and sealing are measured on their own below.
+//!   A session's first call also connects the session to its upstream (an MCP
+//!   handshake): it is made before the batch and timed apart. p50/p99 of both paths
+//!   are printed from [`SAMPLES`] interleaved calls each.
+//! - `session/open_seal_http`: one session opened by the user (`POST /knox/sessions`:
+//!   plan checked, key bound, APM attested, journal opened) and closed (`DELETE`:
+//!   bundle sealed and self-verified); sessions per second = 1 / its time.
+//! - 64 concurrent sessions × 16 calls over HTTP, each with its own rmcp client and
+//!   markers: every bundle is verified and checked for lost, mixed-up or foreign
+//!   nodes (the same check as `tests/mcp_concurrency.rs`); the bench fails on any.
 //!
-//! `cargo bench -p knox-gateway --bench mcp`
+//! `cargo bench -p knox-gateway --bench mcp -- --warm-up-time 1 --measurement-time 3`
 
 #![allow(
     clippy::unwrap_used,
@@ -21,322 +28,236 @@
     reason = "a test harness: a failed step is a failed test"
 )]
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+#[path = "../tests/mcp_support/mod.rs"]
+mod mcp_support;
+
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use knox_agent::Prompt;
-use knox_gateway::mcp::http::{HttpGateway, Shutdown};
-use knox_gateway::mcp::{GatewayConfig, OpenRequest, SessionHandle};
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, InitializeResult,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
-};
-use rmcp::service::{RequestContext, RoleClient, RoleServer, RunningService};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use rmcp::{ErrorData, ServerHandler, ServiceExt as _};
-use serde_json::{Map, Value, json};
+use mcp_support::{Fx, Opened, Report, client, close, echo, marker, open};
+use rmcp::service::{RoleClient, RunningService};
+use serde_json::json;
 
-/// The upstream: one `echo` tool answering its `text`.
-#[derive(Clone)]
-struct Echo;
+/// Calls per gateway session (each planned once in the session's plan).
+const BATCH: usize = 64;
+/// Interleaved calls per path for the percentile table (32 sessions of [`BATCH`]).
+const SAMPLES: usize = 2048;
+/// Concurrent sessions, and calls each.
+const SESSIONS: usize = 64;
+const CALLS: usize = 16;
 
-impl ServerHandler for Echo {
-    fn get_info(&self) -> ServerConfig {
-        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
-    }
-
-    async fn list_tools(
-        &self,
-        _: Option<PaginatedRequestParams>,
-        _: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        let schema = json!({"type": "object", "properties": {"text": {"type": "string"}}});
-        let Value::Object(o) = schema else {
-            unreachable!()
-        };
-        Ok(ListToolsResult::with_all_items(vec![Tool::new(
-            "echo", "echo", o,
-        )]))
-    }
-
-    async fn call_tool(
-        &self,
-        r: CallToolRequestParams,
-        _: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        let text = r
-            .arguments
-            .as_ref()
-            .and_then(|a| a.get("text"))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
-        Ok(CallToolResponse::Complete(CallToolResult::success(vec![
-            ContentBlock::text(text),
-        ])))
-    }
-}
-
-const MANIFEST: &str = r#"format = "knox-toolkit/1"
-description = "echo"
-[runtime]
-syscalls = ["read", "write", "exit_group"]
-paths = []
-limits = { max_processes = 8, max_file_bytes = 1048576, max_memory_bytes = 268435456, cpu_seconds = 60, max_open_files = 64 }
-[[servers]]
-name = "up"
-needs = { profile = "offline" }
-cost = 1
-[[servers.tools]]
-name = "up.echo"
-description = "Echo a text"
-effect = "read"
-[servers.tools.inputSchema]
-type = "object"
-required = ["text"]
-[servers.tools.inputSchema.properties]
-text = { type = "string" }
-"#;
-
-struct Bench {
-    rt: tokio::runtime::Runtime,
-    upstream: String,
-    cfg: Arc<GatewayConfig>,
-    gateway: String,
-    token: String,
-    _dir: tempfile::TempDir,
-}
-
-fn setup() -> Bench {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let upstream = rt.block_on(async {
-        let svc = StreamableHttpService::new(
-            || Ok(Echo),
-            Arc::new(LocalSessionManager::default()),
-            StreamableHttpServerConfig::default(),
-        );
-        let app = axum::Router::new().route_service("/mcp", svc);
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(l, app).await });
-        format!("http://{addr}/mcp")
-    });
-    let servers = dir.path().join("servers.toml");
-    std::fs::write(
-        &servers,
-        format!("version = 1\n[[server]]\nname = \"up\"\nurl = \"{upstream}\"\n"),
-    )
-    .unwrap();
-    let out = dir.path().join("out");
-    std::fs::create_dir(&out).unwrap();
-    let host = knox_mcp::McpHost::from_file(&servers, out.join("mcp")).unwrap();
-    let cfg = Arc::new(GatewayConfig {
-        manifest: knox_policy::ToolkitManifest::from_toolkit_text(MANIFEST).unwrap(),
-        host: Arc::new(host),
-        planner: None,
-        max_calls: 8,
-        trajectory: knox_types::apm::TrajectoryMode::tolerant(),
-        platform: Arc::new(|| Ok(Box::new(knox_engine::Simulated) as Box<_>)),
-        nonce: Vec::new(),
-        out,
-        stop: knox_types::apm::StopPolicy::default(),
-        stop_flag: Arc::new(AtomicBool::new(false)),
-        stop_file: None,
-        idle_timeout: Duration::from_secs(600),
-        max_message_bytes: 1 << 20,
-    });
-    let token = knox_gateway::mcp::session_token().unwrap();
-    let gateway = rt.block_on(async {
-        let gw = HttpGateway::bind(
-            Arc::clone(&cfg),
-            "127.0.0.1:0".parse().unwrap(),
-            token.clone(),
-            None,
-        )
-        .await
-        .unwrap();
-        let addr = gw.local_addr().unwrap();
-        tokio::spawn(gw.serve(Shutdown::new()));
-        format!("http://{addr}")
-    });
-    Bench {
-        rt,
-        upstream,
-        cfg,
-        gateway,
-        token,
-        _dir: dir,
-    }
-}
-
-fn request(text: &str) -> OpenRequest {
-    OpenRequest {
-        prompt: Prompt {
-            tasks: vec!["Echo my text".into()],
-        },
-        plan: Some(json!({"calls": [{"tool": "up.echo", "params": {"text": text}}]})),
-        label: format!("bench-{text}"),
-    }
-}
-
-/// Opens a session as the user would, over HTTP: its MCP URL.
-fn open_http(b: &Bench, text: &str) -> String {
-    let body = json!({"prompt": "Echo my text", "plan": {"calls": [{"tool": "up.echo", "params": {"text": text}}]}});
-    let text = b.rt.block_on(async {
-        let mut s = tokio::net::TcpStream::connect(b.gateway.trim_start_matches("http://"))
-            .await
-            .unwrap();
-        let body = body.to_string();
-        let req = format!(
-            "POST /knox/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            b.token,
-            body.len()
-        );
-        tokio::io::AsyncWriteExt::write_all(&mut s, req.as_bytes()).await.unwrap();
-        let mut out = String::new();
-        tokio::io::AsyncReadExt::read_to_string(&mut s, &mut out).await.unwrap();
-        out
-    });
-    let json = &text[text.find("\r\n\r\n").unwrap() + 4..];
-    let v: Value = serde_json::from_str(json).unwrap();
-    v["mcp_url"].as_str().unwrap().to_owned()
-}
-
-async fn client(url: &str) -> RunningService<RoleClient, ()> {
-    ().serve(StreamableHttpClientTransport::from_uri(url.to_owned()))
-        .await
         .unwrap()
 }
 
-fn echo(name: &str, text: &str) -> CallToolRequestParams {
-    let mut p = CallToolRequestParams::new(name.to_owned());
-    p.arguments = Some(Map::from_iter([("text".to_owned(), json!(text))]));
-    p
+/// A gateway session planned for `1 + BATCH` calls, with its client.
+struct Batch {
+    opened: Opened,
+    client: RunningService<RoleClient, ()>,
+    texts: Vec<String>,
 }
 
-fn percentiles(mut v: Vec<Duration>) -> (Duration, Duration) {
-    v.sort();
-    (v[v.len() / 2], v[v.len() * 99 / 100])
+async fn end(fx: &Fx, b: Batch) {
+    let end = close(&fx.user, &b.opened.id).await;
+    assert_eq!(end["verified"], "complete", "{end}");
+    assert_eq!(end["blocked"], 0, "{end}");
+    let _ = b.client.cancel().await;
+}
+
+async fn gated(b: &Batch, i: usize) -> Duration {
+    let t = Instant::now();
+    let r = b
+        .client
+        .peer()
+        .call_tool(echo("up.echo", &b.texts[i]))
+        .await
+        .unwrap();
+    let took = t.elapsed();
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    took
+}
+
+/// Gateway sessions, each opened by the user over HTTP with a plan of `1 + BATCH`
+/// calls: the first call of a session (which also connects the session to the
+/// upstream) is timed apart, the next `BATCH` are the per-call samples.
+#[derive(Default)]
+struct Sessions {
+    current: Option<Batch>,
+    next: usize,
+    opened: usize,
+    first_calls: Vec<Duration>,
+}
+
+impl Sessions {
+    /// One planned call through the gateway; a new session when the current one's
+    /// plan is used up.
+    async fn call(&mut self, fx: &Fx) -> Duration {
+        if self.next > BATCH || self.current.is_none() {
+            if let Some(b) = self.current.take() {
+                end(fx, b).await;
+            }
+            let texts: Vec<String> = (0..=BATCH).map(|c| marker(self.opened % 100, c)).collect();
+            let opened = open(&fx.user, &texts).await;
+            let b = Batch {
+                client: client(&opened.mcp_url).await,
+                opened,
+                texts,
+            };
+            self.first_calls.push(gated(&b, 0).await);
+            self.current = Some(b);
+            self.opened += 1;
+            self.next = 1;
+        }
+        let b = self.current.as_ref().unwrap();
+        let took = gated(b, self.next).await;
+        self.next += 1;
+        took
+    }
+
+    async fn close(&mut self, fx: &Fx) {
+        if let Some(b) = self.current.take() {
+            end(fx, b).await;
+        }
+    }
+}
+
+async fn direct(c: &RunningService<RoleClient, ()>, text: &str) -> Duration {
+    let t = Instant::now();
+    let r = c.peer().call_tool(echo("echo", text)).await.unwrap();
+    let took = t.elapsed();
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    took
+}
+
+fn percentile(v: &mut [Duration], p: usize) -> Duration {
+    v.sort_unstable();
+    v[(v.len() * p / 100).min(v.len() - 1)]
+}
+
+fn us(d: Duration) -> u128 {
+    d.as_micros()
 }
 
 fn calls(c: &mut Criterion) {
-    let b = setup();
-    let url = open_http(&b, "hi");
-    let (direct, gated) =
-        b.rt.block_on(async { (client(&b.upstream).await, client(&url).await) });
+    let rt = runtime();
+    let fx = rt.block_on(mcp_support::start(BATCH + 1));
+    let up = rt.block_on(client(&fx.upstream));
+    let text = marker(0, 0);
     let mut g = c.benchmark_group("call");
     g.bench_function("direct", |x| {
-        x.iter(|| {
-            b.rt.block_on(direct.peer().call_tool(echo("echo", "hi")))
-                .unwrap()
+        x.iter_custom(|iters| {
+            rt.block_on(async {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    total += direct(&up, &text).await;
+                }
+                total
+            })
         })
     });
+    let mut pool = Sessions::default();
     g.bench_function("gateway", |x| {
-        x.iter(|| {
-            let r =
-                b.rt.block_on(gated.peer().call_tool(echo("up.echo", "hi")))
-                    .unwrap();
-            assert_ne!(r.is_error, Some(true), "{r:?}");
+        x.iter_custom(|iters| {
+            rt.block_on(async {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    total += pool.call(&fx).await;
+                }
+                total
+            })
         })
     });
+    rt.block_on(pool.close(&fx));
     g.finish();
-    // p50/p99 from the same run, interleaved so both see the same machine state.
-    let (mut d, mut w) = (Vec::new(), Vec::new());
-    for _ in 0..2000 {
-        let t = Instant::now();
-        b.rt.block_on(direct.peer().call_tool(echo("echo", "hi")))
-            .unwrap();
-        d.push(t.elapsed());
-        let t = Instant::now();
-        b.rt.block_on(gated.peer().call_tool(echo("up.echo", "hi")))
-            .unwrap();
-        w.push(t.elapsed());
-    }
-    let ((d50, d99), (w50, w99)) = (percentiles(d), percentiles(w));
+    // p50/p99 from the same run, interleaved so both paths see the same machine state.
+    let (mut d, mut w, mut diff) = (Vec::new(), Vec::new(), Vec::new());
+    let mut pool = Sessions::default();
+    rt.block_on(async {
+        for i in 0..SAMPLES {
+            let x = direct(&up, &marker(0, i % BATCH)).await;
+            let y = pool.call(&fx).await;
+            d.push(x);
+            w.push(y);
+            diff.push(y.saturating_sub(x));
+        }
+        pool.close(&fx).await;
+    });
+    let mut first = std::mem::take(&mut pool.first_calls);
+    let (f50, f99) = (percentile(&mut first, 50), percentile(&mut first, 99));
+    let (d50, d99) = (percentile(&mut d, 50), percentile(&mut d, 99));
+    let (w50, w99) = (percentile(&mut w, 50), percentile(&mut w, 99));
+    let (a50, a99) = (percentile(&mut diff, 50), percentile(&mut diff, 99));
     println!(
-        "tools/call over loopback, 2000 each: direct p50 {d50:?} p99 {d99:?}; through the gateway p50 {w50:?} p99 {w99:?}; added p50 {:?} p99 {:?}",
-        w50.saturating_sub(d50),
-        w99.saturating_sub(d99)
+        "\nmcp gateway, {SAMPLES} interleaved tools/call per path ({} sessions of {BATCH} planned calls; µs)",
+        SAMPLES / BATCH
     );
+    println!("| path | p50 | p99 |");
+    println!("|---|---|---|");
+    println!("| direct to the upstream | {} | {} |", us(d50), us(d99));
+    println!("| through the gateway | {} | {} |", us(w50), us(w99));
+    println!(
+        "| added (difference of the percentiles) | {} | {} |",
+        us(w50.saturating_sub(d50)),
+        us(w99.saturating_sub(d99))
+    );
+    println!(
+        "| added (percentile of the paired differences) | {} | {} |",
+        us(a50),
+        us(a99)
+    );
+    println!(
+        "| a session's first call, which also connects it to the upstream ({} sessions; not in the rows above) | {} | {} |\n",
+        first.len(),
+        us(f50),
+        us(f99)
+    );
+    fx.stop.cancel();
 }
 
 fn sessions(c: &mut Criterion) {
-    let b = setup();
+    let rt = runtime();
+    let fx = rt.block_on(mcp_support::start(BATCH));
     let mut g = c.benchmark_group("session");
     g.sample_size(20);
-    g.bench_function("open_seal", |x| {
+    let one = vec![marker(0, 0)];
+    g.bench_function("open_seal_http", |x| {
         x.iter(|| {
-            let h = SessionHandle::open(&b.cfg, request("s")).unwrap();
-            h.end("bench");
-            let end = b.rt.block_on(h.ended()).unwrap();
-            assert_eq!(end.verified.as_deref(), Some("complete"));
+            rt.block_on(async {
+                let o = open(&fx.user, &one).await;
+                let end = close(&fx.user, &o.id).await;
+                assert_eq!(end["verified"], "complete", "{end}");
+            })
         })
     });
     g.finish();
+    fx.stop.cancel();
 }
 
-/// 64 sessions at once, 16 calls each: no lost and no mixed-up node.
+/// 64 sessions at once, 16 calls each: no lost, mixed-up or foreign node.
 fn concurrent(_: &mut Criterion) {
-    const N: usize = 64;
-    const CALLS: usize = 16;
-    let b = setup();
-    let handles: Vec<Arc<SessionHandle>> = (0..N)
-        .map(|i| Arc::new(SessionHandle::open(&b.cfg, request(&format!("s{i}"))).unwrap()))
-        .collect();
-    let t = Instant::now();
-    b.rt.block_on(async {
-        let mut tasks = Vec::new();
-        for (i, h) in handles.iter().enumerate() {
-            let h = Arc::clone(h);
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..CALLS {
-                    let mut args = Map::new();
-                    args.insert("text".into(), json!(format!("s{i}")));
-                    let r = h.call("up.echo".into(), args).await;
-                    assert_ne!(r.is_error, Some(true), "{r:?}");
-                }
-            }));
-        }
-        for t in tasks {
-            t.await.unwrap();
-        }
-    });
-    let elapsed = t.elapsed();
-    let (mut lost, mut mixed) = (0, 0);
-    for (i, h) in handles.iter().enumerate() {
-        h.end("bench");
-        let end = b.rt.block_on(h.ended()).unwrap();
-        assert_eq!(end.verified.as_deref(), Some("complete"));
-        let bundle: Value =
-            serde_json::from_slice(&std::fs::read(end.bundle.as_ref().unwrap()).unwrap()).unwrap();
-        let outputs: Vec<&Value> = bundle["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|n| n["kind"] == "tool_output")
-            .collect();
-        lost += CALLS.saturating_sub(outputs.len());
-        mixed += outputs
-            .iter()
-            .filter(|n| {
-                !n["payload"]["output"]
-                    .to_string()
-                    .contains(&format!("\"s{i}\""))
-            })
-            .count();
-    }
+    let rt = runtime();
+    let fx = rt.block_on(mcp_support::start(CALLS));
+    let run = rt.block_on(mcp_support::concurrent(&fx, SESSIONS, CALLS));
+    let total = SESSIONS * CALLS;
     println!(
-        "{N} concurrent sessions × {CALLS} calls in {elapsed:?}: {lost} lost, {mixed} mixed-up tool outputs"
+        "{SESSIONS} concurrent sessions × {CALLS} calls over HTTP: opened and all {total} calls answered in {:.0} ms ({:.0} calls/s), all sealed and closed in {:.0} ms ({:.1} sessions/s); {}",
+        run.calls_elapsed.as_secs_f64() * 1e3,
+        total as f64 / run.calls_elapsed.as_secs_f64(),
+        run.total_elapsed.as_secs_f64() * 1e3,
+        SESSIONS as f64 / run.total_elapsed.as_secs_f64(),
+        json!({
+            "incomplete": run.report.incomplete,
+            "lost": run.report.lost,
+            "mixed": run.report.mixed,
+            "foreign": run.report.foreign,
+            "wrong_answers": run.report.wrong_answers,
+        })
     );
-    assert_eq!((lost, mixed), (0, 0));
+    assert_eq!(run.report, Report::default());
+    fx.stop.cancel();
 }
 
 criterion_group!(benches, calls, sessions, concurrent);

@@ -140,7 +140,7 @@ impl HttpGateway {
         let stopping = Arc::clone(&shared);
         let collected = Arc::new(Mutex::new(Vec::new()));
         let out = Arc::clone(&collected);
-        axum::serve(self.listener, router)
+        axum::serve(crate::no_delay(self.listener), router)
             .with_graceful_shutdown(async move {
                 wait_for_stop(&stopping.cfg, &shutdown).await;
                 let ends = end_all(&stopping, "the gateway stopped").await;

@@ -19,7 +19,7 @@ use super::conversation::{self, CONVERSATION_HEADER, Handle, RUN_HEADER, Sealed,
 use super::error::ApiError;
 use super::mediate;
 use super::stream::StreamMediator;
-use super::upstream::{Events, Upstream};
+use super::upstream::{Answer, Events, Upstream};
 
 /// How the proxy runs.
 #[derive(Debug, Clone)]
@@ -108,7 +108,7 @@ impl Proxy {
         listener: tokio::net::TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<Vec<Sealed>> {
-        axum::serve(listener, self.router())
+        axum::serve(crate::no_delay(listener), self.router())
             .with_graceful_shutdown(shutdown)
             .await?;
         let me = self.clone();
@@ -202,25 +202,32 @@ fn passthrough(status: u16, text: String) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], text).into_response()
 }
 
-/// A chat-completions request, checked for what the proxy needs.
+/// A chat-completions request, checked for what the proxy needs. The body is
+/// forwarded upstream as the client sent it (its bytes, not a re-serialization).
 struct Request {
     body: Value,
-    messages: Vec<Value>,
     model: String,
     stream: bool,
+}
+
+impl Request {
+    /// Its messages (checked non-empty by [`parse`]).
+    fn messages(&self) -> &[Value] {
+        self.body
+            .get("messages")
+            .and_then(Value::as_array)
+            .map_or(&[], Vec::as_slice)
+    }
 }
 
 fn parse(bytes: &[u8]) -> Result<Request, ApiError> {
     let body: Value = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::BadRequest(format!("the body is not JSON: {e}")))?;
-    let messages = match body.get("messages") {
-        Some(Value::Array(m)) if !m.is_empty() => m.clone(),
-        _ => {
-            return Err(ApiError::BadRequest(
-                "`messages` must be a non-empty array".into(),
-            ));
-        }
-    };
+    if !matches!(body.get("messages"), Some(Value::Array(m)) if !m.is_empty()) {
+        return Err(ApiError::BadRequest(
+            "`messages` must be a non-empty array".into(),
+        ));
+    }
     let model = body
         .get("model")
         .and_then(Value::as_str)
@@ -229,7 +236,6 @@ fn parse(bytes: &[u8]) -> Result<Request, ApiError> {
     let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
     Ok(Request {
         body,
-        messages,
         model,
         stream,
     })
@@ -257,6 +263,15 @@ async fn chat(State(proxy): State<Arc<Proxy>>, headers: HeaderMap, body: Body) -
     }
 }
 
+/// What the blocking part of a request produced.
+enum Exchanged {
+    /// A non-streamed completion of the run, mediated and rewritten (or an upstream
+    /// error relayed).
+    Whole(String, Response),
+    /// A streamed completion's upstream answer, not yet read.
+    Streamed(Handle, Answer),
+}
+
 async fn chat_inner(
     proxy: Arc<Proxy>,
     headers: HeaderMap,
@@ -271,21 +286,31 @@ async fn chat_inner(
     let header = headers
         .get(CONVERSATION_HEADER)
         .map(|v| v.to_str().unwrap_or("\u{0}").to_owned());
-    let key = conversation::key(header.as_deref(), &req.messages)?;
+    let key = conversation::key(header.as_deref(), req.messages())?;
     let auth = authorization(&headers);
     let p = proxy.clone();
-    let (messages, model) = (req.messages.clone(), req.model.clone());
-    let conv = blocking(move || {
-        let h = p.table.get_or_open(&key, &messages, &model)?;
-        h.record(tool_results(&messages))?;
-        Ok(h)
+    // One blocking hop for the whole exchange: the conversation (opened, planned, when
+    // it is new), the tool results it carries, the upstream request and — not
+    // streamed — the mediation of its calls. Each hop between threads is a wake-up the
+    // scheduler of a busy machine may delay (docs/gateway-openai.md, "Measured").
+    let exchanged = blocking(move || {
+        let conv = p.table.get_or_open(&key, req.messages(), &req.model)?;
+        conv.record(tool_results(req.messages()))?;
+        let path = "/chat/completions";
+        let answer = p.upstream.post(path, &bytes, auth.as_deref())?;
+        if req.stream {
+            Ok(Exchanged::Streamed(conv, answer))
+        } else {
+            let response = whole(&p, &conv, answer)?;
+            Ok(Exchanged::Whole(conv.run_id, response))
+        }
     })
     .await?;
-    let run = conv.run_id.clone();
-    let mut response = if req.stream {
-        streamed(proxy, conv, req.body, auth).await?
-    } else {
-        whole(proxy, conv, req.body, auth).await?
+    let (run, mut response) = match exchanged {
+        Exchanged::Whole(run, r) => (run, r),
+        Exchanged::Streamed(conv, answer) => {
+            (conv.run_id.clone(), streamed(proxy, conv, answer).await?)
+        }
     };
     if let Ok(v) = header::HeaderValue::from_str(&run) {
         response.headers_mut().insert(RUN_HEADER, v);
@@ -293,58 +318,54 @@ async fn chat_inner(
     Ok(response)
 }
 
-/// A non-streamed completion: fetched whole, its calls mediated, rewritten.
-async fn whole(
-    proxy: Arc<Proxy>,
-    conv: Handle,
-    body: Value,
-    auth: Option<String>,
-) -> Result<Response, ApiError> {
+/// A non-streamed completion: read whole, its calls mediated, rewritten.
+fn whole(proxy: &Proxy, conv: &Handle, mut a: Answer) -> Result<Response, ApiError> {
     let path = "/chat/completions";
-    blocking(move || {
-        let bytes = serde_json::to_vec(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        let mut a = proxy.upstream.post(path, &bytes, auth.as_deref())?;
-        let text = proxy.upstream.text(path, &mut a.body)?;
-        if a.status != 200 {
-            return Ok(passthrough(a.status, text));
+    let text = proxy.upstream.text(path, &mut a.body)?;
+    if a.status == 200 {
+        mediated(proxy, conv, &text)
+    } else {
+        Ok(passthrough(a.status, text))
+    }
+}
+
+/// A 200 completion's calls mediated: allowed ones unchanged, blocked ones removed and
+/// named (see [`mediate`]).
+fn mediated(proxy: &Proxy, conv: &Handle, text: &str) -> Result<Response, ApiError> {
+    let malformed = |why: String| ApiError::Malformed {
+        url: proxy.upstream.url("/chat/completions"),
+        why,
+    };
+    let mut completion: Value = serde_json::from_str(text).map_err(|e| malformed(e.to_string()))?;
+    let Some(Value::Array(choices)) = completion.get_mut("choices") else {
+        return Err(malformed("no `choices` array".into()));
+    };
+    let mut blocked = Vec::new();
+    for choice in choices.iter_mut().filter_map(Value::as_object_mut) {
+        let calls: Vec<_> = choice
+            .get("message")
+            .and_then(|m| m.get("tool_calls"))
+            .and_then(Value::as_array)
+            .map(|a| a.iter().map(mediate::read_call).collect())
+            .unwrap_or_default();
+        if calls.is_empty() {
+            continue;
         }
-        let malformed = |why: String| ApiError::Malformed {
-            url: proxy.upstream.url(path),
-            why,
-        };
-        let mut completion: Value =
-            serde_json::from_str(&text).map_err(|e| malformed(e.to_string()))?;
-        let Some(Value::Array(choices)) = completion.get_mut("choices") else {
-            return Err(malformed("no `choices` array".into()));
-        };
-        let mut blocked = Vec::new();
-        for choice in choices.iter_mut().filter_map(Value::as_object_mut) {
-            let calls: Vec<_> = choice
-                .get("message")
-                .and_then(|m| m.get("tool_calls"))
-                .and_then(Value::as_array)
-                .map(|a| a.iter().map(mediate::read_call).collect())
-                .unwrap_or_default();
-            if calls.is_empty() {
-                continue;
-            }
-            let decisions = conv.mediate(calls.clone())?;
-            blocked.extend(mediate::apply(choice, &calls, &decisions));
-        }
-        if let Some(o) = completion.as_object_mut() {
-            o.insert(
-                "knox".into(),
-                json!({"run": conv.run_id, "blocked": blocked}),
-            );
-        }
-        Ok((
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            completion.to_string(),
-        )
-            .into_response())
-    })
-    .await
+        let decisions = conv.mediate(calls.clone())?;
+        blocked.extend(mediate::apply(choice, &calls, &decisions));
+    }
+    if let Some(o) = completion.as_object_mut() {
+        o.insert(
+            "knox".into(),
+            json!({"run": conv.run_id, "blocked": blocked}),
+        );
+    }
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        completion.to_string(),
+    )
+        .into_response())
 }
 
 /// An event stream's frames, as the client receives them.
@@ -369,16 +390,9 @@ fn frame(data: &str) -> Bytes {
 async fn streamed(
     proxy: Arc<Proxy>,
     conv: Handle,
-    body: Value,
-    auth: Option<String>,
+    mut answer: Answer,
 ) -> Result<Response, ApiError> {
     let path = "/chat/completions";
-    let p = proxy.clone();
-    let mut answer = blocking(move || {
-        let bytes = serde_json::to_vec(&body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        p.upstream.post(path, &bytes, auth.as_deref())
-    })
-    .await?;
     if answer.status != 200 {
         let p = proxy.clone();
         let text = blocking(move || p.upstream.text(path, &mut answer.body)).await?;

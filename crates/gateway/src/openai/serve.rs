@@ -71,7 +71,7 @@ impl ModelServer {
         let listener = rt.block_on(super::Proxy::bind(addr))?;
         ready(listener.local_addr()?);
         rt.block_on(async move {
-            axum::serve(listener, self.router())
+            axum::serve(crate::no_delay(listener), self.router())
                 .with_graceful_shutdown(super::proxy::until(stop))
                 .await
         })
