@@ -65,3 +65,68 @@ pub fn contract(data: &[u8]) {
     });
     let _ = decide(&valid.0, &valid.1, a, ap, &state, 1_800_000_000_000);
 }
+
+/// A toolkit manifest (`knox-toolkit/1`, JSON or TOML) as `--manifest` reads it, and
+/// the canonical form a bundle embeds.
+pub fn toolkit_manifest(data: &[u8]) {
+    if let Ok(s) = std::str::from_utf8(data) {
+        let _ = ToolkitManifest::from_toolkit_text(s);
+    }
+    let _ = ToolkitManifest::from_canonical(data);
+}
+
+/// An Intel TDX quote, parsed and then verified against the genuine collateral of the
+/// vendored vector (`data/attestation/intel-tdx/dcap-qvl`); and the bytes read as
+/// collateral.
+pub fn tdx_quote(data: &[u8]) {
+    use knox_hw::tdx::{Collateral, parse_unverified, verify};
+    static COLLATERAL: OnceLock<Option<Collateral>> = OnceLock::new();
+    let _ = parse_unverified(data);
+    let _ = Collateral::from_json(data);
+    let collateral = COLLATERAL.get_or_init(|| {
+        Collateral::from_json(include_bytes!(
+            "../../../data/attestation/intel-tdx/dcap-qvl/tdx_quote_collateral.json"
+        ))
+        .ok()
+    });
+    if let Some(c) = collateral {
+        // The vector's own time, so the chain's validity does not decide first.
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_736_000_000);
+        let _ = verify(data, c, at);
+    }
+}
+
+/// NVIDIA GPU evidence: SPDM evidence verified under the genuine certificate chain of
+/// the vendored Hopper vector (so the parser past the chain is reached), the bytes as a
+/// certificate chain, as serialized evidence, and as a reference-integrity manifest.
+pub fn gpu_evidence(data: &[u8]) {
+    use knox_hw::nvidia::{GpuVerifier, parse_serialized, rim};
+    const CHAIN: &[u8] =
+        include_bytes!("../../../data/attestation/nvidia-gpu/nvtrust/hopperCertChain.txt");
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_736_000_000);
+    let gpu = GpuVerifier::nvidia().at(at);
+    let _ = gpu.verify(data, CHAIN, None);
+    let _ = gpu.verify(&[], data, None);
+    let _ = parse_serialized(data);
+    let _ = rim::verify(data, at);
+}
+
+/// The regulator's hardware acceptance policy (`--policy`, TOML).
+pub fn hw_policy(data: &[u8]) {
+    let _ = knox_hw::policy::RegulatorPolicy::from_toml(data);
+}
+
+/// The configuration files Knox reads from users: MCP servers (`servers.toml`) and a
+/// server's access file (`access.toml`).
+pub fn config(data: &[u8]) {
+    if let Ok(s) = std::str::from_utf8(data) {
+        let _ = knox_mcp::config::ServersFile::parse(s);
+        let _ = knox_server::config::Access::parse(s);
+    }
+}
+
+/// A live delivery to `knox serve` (`POST /api/live`: a journal fragment), parsed as the
+/// server does before it stores anything.
+pub fn live_delivery(data: &[u8]) {
+    let _ = knox_server::live::Delivery::parse(data);
+}

@@ -30,4 +30,10 @@ fn seed_corpora_never_panic() {
     assert!(replay("evidence", knox::fuzz::evidence) >= 3);
     assert!(replay("pylit", knox::fuzz::pylit) >= 2);
     assert!(replay("contract", knox::fuzz::contract) >= 5);
+    assert!(replay("manifest", knox::fuzz::toolkit_manifest) >= 2);
+    assert!(replay("tdx_quote", knox::fuzz::tdx_quote) >= 3);
+    assert!(replay("gpu_evidence", knox::fuzz::gpu_evidence) >= 4);
+    assert!(replay("hw_policy", knox::fuzz::hw_policy) >= 2);
+    assert!(replay("config", knox::fuzz::config) >= 2);
+    assert!(replay("live_delivery", knox::fuzz::live_delivery) >= 3);
 }

@@ -20,6 +20,7 @@ mod models;
 mod planning;
 mod regulation;
 mod repository;
+mod robustness;
 mod server;
 mod support;
 mod tamper;
