@@ -635,7 +635,10 @@ fn a_member_left_out_instead_of_null_is_not_complete() {
     ] {
         let mut m = doc.clone();
         let parent = m.pointer_mut(&pointer).unwrap().as_object_mut().unwrap();
-        assert!(parent.get(member).is_some_and(Value::is_null), "{pointer}/{member}");
+        assert!(
+            parent.get(member).is_some_and(Value::is_null),
+            "{pointer}/{member}"
+        );
         parent.remove(member);
         match verdict(&serde_json::to_vec(&m).unwrap()) {
             Some(Err(e)) => assert!(e.contains(member), "{pointer}: {e}"),
