@@ -123,8 +123,7 @@ impl Journal {
         s.frontier.push(node.leaf_hash());
         s.since += 1;
         let every = s.every;
-        if s.since >= every.every_nodes
-            || s.last.elapsed() >= Duration::from_millis(every.every_ms)
+        if s.since >= every.every_nodes || s.last.elapsed() >= Duration::from_millis(every.every_ms)
         {
             self.checkpoint(chain)?;
         }

@@ -257,8 +257,7 @@ fn journaled(every: u64, dir: &std::path::Path) -> (Vec<u8>, knox_types::bundle:
 }
 
 fn verify_journal(bytes: &[u8]) -> knox_verify::Report {
-    knox_verify::journal::verify_journal(bytes, &manifest(), Options::DANGEROUS_SIMULATED)
-        .unwrap()
+    knox_verify::journal::verify_journal(bytes, &manifest(), Options::DANGEROUS_SIMULATED).unwrap()
 }
 
 /// Lines of a journal as text.
@@ -288,7 +287,10 @@ fn the_journal_carries_a_signed_checkpoint_every_n_nodes() {
         for (i, c) in checkpoints.iter().enumerate() {
             let c = &c.checkpoint;
             assert_eq!(c.nodes, (i as u64 + 1) * every);
-            assert_eq!((c.run_id.as_str(), c.apm_hash), ("tiny-0000", bundle.summary.apm_hash));
+            assert_eq!(
+                (c.run_id.as_str(), c.apm_hash),
+                ("tiny-0000", bundle.summary.apm_hash)
+            );
             // What the sealed graph says of the same nodes.
             let leaves: Vec<_> = bundle.nodes[..c.nodes as usize]
                 .iter()
@@ -308,12 +310,18 @@ fn a_forged_moved_or_foreign_checkpoint_is_tampered_naming_its_line() {
     let dir = tempfile::tempdir().unwrap();
     let (bytes, _) = journaled(2, dir.path());
     let text = lines(&bytes);
-    let at = text.iter().position(|l| l.starts_with("{\"checkpoint\"")).unwrap();
+    let at = text
+        .iter()
+        .position(|l| l.starts_with("{\"checkpoint\""))
+        .unwrap();
     let tampered = |forged: Vec<String>, what: &str, why: &str| {
         let r = verify_journal(&join(&forged));
         match &r.outcome {
             Outcome::Tampered { reason, .. } => {
-                assert!(reason.contains(&format!("checkpoint on line {}", at + 1)), "{what}: {r}");
+                assert!(
+                    reason.contains(&format!("checkpoint on line {}", at + 1)),
+                    "{what}: {r}"
+                );
                 assert!(reason.contains(why), "{what}: {r}");
             }
             other => panic!("{what}: {other:?}"),

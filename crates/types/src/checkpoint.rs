@@ -69,7 +69,13 @@ mod tests {
     #[test]
     fn signed_bytes_are_canonical_with_sorted_members() {
         let b = String::from_utf8(body().signed_bytes().unwrap()).unwrap();
-        let order = ["apm_hash", "chain_head", "nodes", "run_id", "structure_root"];
+        let order = [
+            "apm_hash",
+            "chain_head",
+            "nodes",
+            "run_id",
+            "structure_root",
+        ];
         let at: Vec<usize> = order.iter().map(|k| b.find(k).unwrap()).collect();
         assert!(at.windows(2).all(|w| w[0] < w[1]), "{b}");
         assert!(!b.contains(' '));

@@ -4,8 +4,8 @@
 use crate::manifests::TrustedManifests;
 use knox_types::aeg::{Node, chain_start, chain_step};
 use knox_types::bundle::{
-    Bundle, Counts, JOURNAL_FORMAT as CURRENT, JOURNAL_FORMAT_V1, JOURNAL_FORMAT_V2,
-    JournalHeader, MAX_BUNDLE_BYTES, PublicKey, Summary,
+    Bundle, Counts, JOURNAL_FORMAT as CURRENT, JOURNAL_FORMAT_V1, JOURNAL_FORMAT_V2, JournalHeader,
+    MAX_BUNDLE_BYTES, PublicKey, Summary,
 };
 use knox_types::checkpoint::{CHECKPOINT_CONTEXT, Checkpoint};
 use knox_types::digest::Digest;

@@ -115,7 +115,7 @@ fn a_run_killed_with_sigkill_leaves_journals_that_verify_as_prefixes() {
 /// a journal that verifies as a prefix: journals of every topology, with and without
 /// regulations, with a checkpoint every 1 to 3 nodes, and of confined terminal runs
 /// whose kernel denials are nodes (where the sandbox is available), cut after every line
-/// and in the middle of every line, are never tampered and never unreadable; the nodes
+/// and in the middle of every checkpoint line, are never tampered and never unreadable; the nodes
 /// a cut leaves authenticated are those before its last whole checkpoint, so they never
 /// decrease as the cut moves on; each run's sealed bundle is complete.
 #[test]
@@ -133,8 +133,13 @@ fn a_journal_cut_at_every_line_boundary_verifies_as_a_prefix() {
             args.extend(["--checkpoint-every-nodes".into(), (1 + i % 3).to_string()]);
             if regulated {
                 args.extend(
-                    ["--regulations", "GDPR,HIPAA", "--regulation-context", context]
-                        .map(String::from),
+                    [
+                        "--regulations",
+                        "GDPR,HIPAA",
+                        "--regulation-context",
+                        context,
+                    ]
+                    .map(String::from),
                 );
             }
             runs.push(args);
@@ -151,7 +156,10 @@ fn a_journal_cut_at_every_line_boundary_verifies_as_a_prefix() {
     for args in runs {
         let dir = tempfile::tempdir().unwrap();
         let mut cmd = super::support::knox();
-        cmd.args(&args).arg("--journal").arg("--out").arg(dir.path());
+        cmd.args(&args)
+            .arg("--journal")
+            .arg("--out")
+            .arg(dir.path());
         let out = cmd.output().unwrap();
         if super::support::sandbox_unavailable(&out) {
             continue;
@@ -178,7 +186,9 @@ fn a_journal_cut_at_every_line_boundary_verifies_as_a_prefix() {
             denials += sealed
                 .nodes
                 .iter()
-                .filter(|n| n.kind == NodeKind::Blocked && n.payload.to_value()["guard"] == "kernel")
+                .filter(|n| {
+                    n.kind == NodeKind::Blocked && n.payload.to_value()["guard"] == "kernel"
+                })
                 .count();
             let name = path.file_name().unwrap().to_string_lossy().into_owned();
             cuts.every_cut(&name, &bytes);
@@ -208,14 +218,15 @@ struct Cuts {
 }
 
 impl Cuts {
-    /// Cuts `bytes` after every line and in the middle of every line: each must be a
-    /// prefix authenticating the nodes before its last whole checkpoint line, and that
-    /// count never decreases with the cut.
+    /// Cuts `bytes` after every line and in the middle of every checkpoint line (a torn
+    /// node line: `a_killed_run_leaves_a_verifiable_prefix_even_when_the_last_line_is_torn`):
+    /// each must be a prefix authenticating the nodes before its last whole checkpoint
+    /// line, and that count never decreases with the cut.
     fn every_cut(&mut self, name: &str, bytes: &[u8]) {
         let mut ends = Vec::new();
         let mut start = 0;
         for (i, _) in bytes.iter().enumerate().filter(|(_, b)| **b == b'\n') {
-            if start > 0 {
+            if start > 0 && serde_json::from_slice::<Checkpoint>(&bytes[start..i]).is_ok() {
                 ends.push((start + (i - start) / 2, &bytes[start..i]));
             }
             ends.push((i + 1, &bytes[start..i]));
@@ -239,7 +250,8 @@ impl Cuts {
             match knox_verify::journal::verify_journal(&bytes[..end], manifest(), ALLOW) {
                 Ok(r) if r.outcome == Outcome::Prefix && r.authenticated == Some(signed) => {
                     if signed < last {
-                        self.failures.push(format!("{name} cut at byte {end}: {signed} < {last}"));
+                        self.failures
+                            .push(format!("{name} cut at byte {end}: {signed} < {last}"));
                     }
                     last = signed;
                 }
@@ -346,6 +358,15 @@ enum Line {
     Checkpoint(Checkpoint),
 }
 
+impl Line {
+    fn text(&self) -> String {
+        match self {
+            Self::Node(n) => serde_json::to_string(n).unwrap(),
+            Self::Checkpoint(c) => serde_json::to_string(c).unwrap(),
+        }
+    }
+}
+
 impl Lines {
     fn read(bytes: &[u8]) -> Self {
         let mut it = bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty());
@@ -364,10 +385,7 @@ impl Lines {
         let mut out = self.header.clone();
         out.push(b'\n');
         for l in &self.lines {
-            match l {
-                Line::Node(n) => serde_json::to_writer(&mut out, n).unwrap(),
-                Line::Checkpoint(c) => serde_json::to_writer(&mut out, c).unwrap(),
-            }
+            out.extend(l.text().into_bytes());
             out.push(b'\n');
         }
         out
@@ -439,13 +457,23 @@ fn checkpointed(nonce: &[u8]) -> Lines {
 
 /// A forgery of `honest` whose first edited node is `first`, a forgery that verified
 /// as a prefix before checkpoints (it still does with its checkpoints stripped):
-/// up to the checkpoint line after the edit, it is tampered, naming that line; cut just
-/// before that checkpoint (the edit in the unauthenticated tail), it is a prefix whose
-/// authenticated nodes are those before the edit's previous checkpoint. Returns whether
-/// the forgery was viable (some edits are caught by the replay anyway).
-fn caught_before_the_last_checkpoint(honest: &Lines, forged: &Lines, first: usize, what: &str) -> bool {
-    let at = forged.line_of(first);
-    let Some(cp) = (at..forged.lines.len()).find(|&i| matches!(forged.lines[i], Line::Checkpoint(_)))
+/// up to the first checkpoint line after the first line it changes, it is tampered,
+/// naming that checkpoint's line; cut just before that checkpoint (the edit in the
+/// unauthenticated tail), it is a prefix whose authenticated nodes are those the last
+/// checkpoint before the edit signs. Returns whether the forgery was viable (some edits
+/// are caught by the replay anyway).
+fn caught_before_the_last_checkpoint(
+    honest: &Lines,
+    forged: &Lines,
+    first: usize,
+    what: &str,
+) -> bool {
+    // The first line that differs (a deletion may leave a checkpoint there).
+    let at = (0..forged.lines.len())
+        .find(|&i| honest.lines.get(i).map(Line::text) != Some(forged.lines[i].text()))
+        .unwrap_or(forged.lines.len());
+    let Some(cp) =
+        (at..forged.lines.len()).find(|&i| matches!(forged.lines[i], Line::Checkpoint(_)))
     else {
         return false;
     };
@@ -495,7 +523,9 @@ fn a_rewritten_tool_output_before_a_checkpoint_is_tampered() {
     for n in honest.nodes().filter(|n| n.kind == NodeKind::ToolOutput) {
         let mut forged = honest.clone();
         let at = forged.line_of(n.seq as usize);
-        let Line::Node(node) = &mut forged.lines[at] else { unreachable!() };
+        let Line::Node(node) = &mut forged.lines[at] else {
+            unreachable!()
+        };
         let mut v = node.payload.to_value();
         v["output"] = serde_json::json!({"note": "nothing happened"});
         node.payload = Body::read(node.kind, v);
@@ -507,7 +537,10 @@ fn a_rewritten_tool_output_before_a_checkpoint_is_tampered() {
             "rewritten output",
         ));
     }
-    assert!(viable > 0, "no rewritten output verified as a prefix without checkpoints");
+    assert!(
+        viable > 0,
+        "no rewritten output verified as a prefix without checkpoints"
+    );
 }
 
 /// #16 defect 4: a blocked attack (its call, checks and `blocked` node) deleted and the
@@ -524,7 +557,9 @@ fn a_deleted_blocked_attack_before_a_checkpoint_is_tampered() {
         let gone = last - first + 1;
         let up = nodes[call as usize].parent;
         let mut forged = honest.clone();
-        forged.lines.retain(|l| !matches!(l, Line::Node(n) if (first..=last).contains(&n.seq)));
+        forged
+            .lines
+            .retain(|l| !matches!(l, Line::Node(n) if (first..=last).contains(&n.seq)));
         for l in &mut forged.lines {
             if let Line::Node(n) = l {
                 if n.seq > last {
@@ -545,7 +580,10 @@ fn a_deleted_blocked_attack_before_a_checkpoint_is_tampered() {
             "deleted attack",
         ));
     }
-    assert!(viable > 0, "no deleted attack verified as a prefix without checkpoints");
+    assert!(
+        viable > 0,
+        "no deleted attack verified as a prefix without checkpoints"
+    );
 }
 
 /// #16 defect 4: another execution of the same run (same run id and APM, another key)
