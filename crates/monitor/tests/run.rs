@@ -225,11 +225,21 @@ fn an_interrupted_proposal_is_in_no_tally() {
 /// The run above, journaled into `dir` with a checkpoint after every `every` nodes: the
 /// journal's bytes and the sealed bundle.
 fn journaled(every: u64, dir: &std::path::Path) -> (Vec<u8>, knox_types::bundle::Bundle) {
+    journaled_with(
+        knox_monitor::aeg::Checkpoints {
+            every_nodes: every,
+            every_ms: u64::MAX,
+        },
+        dir,
+    )
+}
+
+fn journaled_with(
+    checkpoints: knox_monitor::aeg::Checkpoints,
+    dir: &std::path::Path,
+) -> (Vec<u8>, knox_types::bundle::Bundle) {
     let mut rt = Runtime::start(&Simulated, b"epoch", manifest()).unwrap();
-    rt.checkpoints = knox_monitor::aeg::Checkpoints {
-        every_nodes: every,
-        every_ms: u64::MAX,
-    };
+    rt.checkpoints = checkpoints;
     let (tools, factory) = (Echo::default(), ScriptedFactory::default());
     let cfg = RunConfig {
         topology: Topology {
@@ -303,6 +313,32 @@ fn the_journal_carries_a_signed_checkpoint_every_n_nodes() {
         assert_eq!(r.authenticated, Some(n / every * every), "{r}");
         assert!(r.to_string().contains("authenticated: nodes 0.."), "{r}");
     }
+}
+
+#[test]
+fn a_checkpoint_is_also_due_after_every_ms_since_the_last() {
+    let dir = tempfile::tempdir().unwrap();
+    // No node count is ever reached; 0 ms have always passed: one after every node.
+    let every_node_by_time = knox_monitor::aeg::Checkpoints {
+        every_nodes: u64::MAX,
+        every_ms: 0,
+    };
+    let (bytes, bundle) = journaled_with(every_node_by_time, dir.path());
+    let counts: Vec<u64> = lines(&bytes)
+        .iter()
+        .filter_map(|l| serde_json::from_str::<knox_types::checkpoint::Checkpoint>(l).ok())
+        .map(|c| c.checkpoint.nodes)
+        .collect();
+    let n = bundle.nodes.len() as u64;
+    assert_eq!(counts, (1..=n).collect::<Vec<_>>());
+    // Neither due: no checkpoint at all, and nothing authenticated.
+    let never = knox_monitor::aeg::Checkpoints {
+        every_nodes: u64::MAX,
+        every_ms: u64::MAX,
+    };
+    let (bytes, _) = journaled_with(never, dir.path());
+    assert!(!lines(&bytes).iter().any(|l| l.starts_with("{\"checkpoint\"")));
+    assert_eq!(verify_journal(&bytes).authenticated, Some(0));
 }
 
 #[test]
