@@ -337,7 +337,11 @@ fn a_checkpoint_is_also_due_after_every_ms_since_the_last() {
         every_ms: u64::MAX,
     };
     let (bytes, _) = journaled_with(never, dir.path());
-    assert!(!lines(&bytes).iter().any(|l| l.starts_with("{\"checkpoint\"")));
+    assert!(
+        !lines(&bytes)
+            .iter()
+            .any(|l| l.starts_with("{\"checkpoint\""))
+    );
     assert_eq!(verify_journal(&bytes).authenticated, Some(0));
 }
 
