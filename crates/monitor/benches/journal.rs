@@ -34,6 +34,8 @@ paths = []
 limits = { max_processes = 1, max_file_bytes = 1, max_memory_bytes = 1, cpu_seconds = 1, max_open_files = 1 }
 [toolkits.Mail]
 profile = "network-client"
+syscalls = ["socket", "connect"]
+endpoints = [{ host = "mail.example", port = 443 }]
 cost = 1
 "#;
 
