@@ -2,7 +2,12 @@
 //! planner, a scripted executor and an in-process tool runner; the bundle it seals
 //! verifies `complete`, and proposals are tallied per executor label.
 
-#![expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+#![expect(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "tests"
+)]
 
 use std::sync::Mutex;
 use std::time::Instant;
