@@ -15,7 +15,7 @@ use knox_types::canon::CanonError;
 use knox_types::payload::GuardKind;
 use serde_json::Value;
 
-use crate::aeg::{AegBuilder, FinishedAeg, JOURNAL_FORMAT, Journal};
+use crate::aeg::{AegBuilder, Checkpoints, FinishedAeg, JOURNAL_FORMAT, Journal};
 use knox_agent::{
     AgentTask, ExecutorFactory, Label, Observation, Planner, Prompt, Regulations, RunContext, Step,
     ToolHost, ToolRunner,
@@ -70,6 +70,8 @@ pub struct Runtime {
     pub manifest: ToolkitManifest,
     /// How long collecting the platform evidence took.
     pub platform_time: Duration,
+    /// How often the key signs a checkpoint into each run's journal.
+    pub checkpoints: Checkpoints,
 }
 
 impl Runtime {
@@ -92,6 +94,7 @@ impl Runtime {
             platform,
             manifest,
             platform_time: t.elapsed(),
+            checkpoints: Checkpoints::DEFAULT,
         })
     }
 }
@@ -333,6 +336,8 @@ pub fn plan(
             Some(Journal::create(
                 &dir.join(format!("{run_id}.journal.jsonl")),
                 &header,
+                &rt.key,
+                rt.checkpoints,
             )?)
         }
         None => None,

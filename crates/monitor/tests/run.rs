@@ -2,7 +2,12 @@
 //! planner, a scripted executor and an in-process tool runner; the bundle it seals
 //! verifies `complete`, and proposals are tallied per executor label.
 
-#![expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+#![expect(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "tests"
+)]
 
 use std::sync::Mutex;
 use std::time::Instant;
@@ -220,4 +225,210 @@ fn an_interrupted_proposal_is_in_no_tally() {
     assert_eq!(s.labels.len(), 1);
     let report = knox_verify::verify_bundle(&out.bundle, &manifest(), Options::DANGEROUS_SIMULATED);
     assert_eq!(report.outcome, Outcome::Complete, "{report:?}");
+}
+
+/// The run above, journaled into `dir` with a checkpoint after every `every` nodes: the
+/// journal's bytes and the sealed bundle.
+fn journaled(every: u64, dir: &std::path::Path) -> (Vec<u8>, knox_types::bundle::Bundle) {
+    journaled_with(
+        knox_monitor::aeg::Checkpoints {
+            every_nodes: every,
+            every_ms: u64::MAX,
+        },
+        dir,
+    )
+}
+
+fn journaled_with(
+    checkpoints: knox_monitor::aeg::Checkpoints,
+    dir: &std::path::Path,
+) -> (Vec<u8>, knox_types::bundle::Bundle) {
+    let mut rt = Runtime::start(&Simulated, b"epoch", manifest()).unwrap();
+    rt.checkpoints = checkpoints;
+    let (tools, factory) = (Echo::default(), ScriptedFactory::default());
+    let cfg = RunConfig {
+        topology: Topology {
+            kind: TopologyKind::StSa,
+            tasks: 1,
+            agents: 1,
+        },
+        planner: &ReadPlanner,
+        executor: &factory,
+        norms: None,
+        judge: None,
+        regulations: Regulations::default(),
+        stop: StopPolicy::default(),
+        signal: StopSignal::new(),
+        journal_dir: Some(dir),
+        host: None,
+        refresh: None,
+    };
+    let prompt = Prompt {
+        tasks: vec!["read my mail".into()],
+    };
+    let out = run_prompt(&rt, &prompt, &tools, &cfg, "tiny-0000", Instant::now()).unwrap();
+    let bytes = std::fs::read(dir.join("tiny-0000.journal.jsonl")).unwrap();
+    (bytes, out.bundle)
+}
+
+fn verify_journal(bytes: &[u8]) -> knox_verify::Report {
+    knox_verify::journal::verify_journal(bytes, &manifest(), Options::DANGEROUS_SIMULATED).unwrap()
+}
+
+/// Lines of a journal as text.
+fn lines(bytes: &[u8]) -> Vec<String> {
+    String::from_utf8(bytes.to_vec())
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+fn join(lines: &[String]) -> Vec<u8> {
+    (lines.join("\n") + "\n").into_bytes()
+}
+
+#[test]
+fn the_journal_carries_a_signed_checkpoint_every_n_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    for every in [1, 2, 5] {
+        let (bytes, bundle) = journaled(every, dir.path());
+        let n = bundle.nodes.len() as u64;
+        let checkpoints: Vec<knox_types::checkpoint::Checkpoint> = lines(&bytes)
+            .iter()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        assert_eq!(checkpoints.len() as u64, n / every, "every {every}");
+        for (i, c) in checkpoints.iter().enumerate() {
+            let c = &c.checkpoint;
+            assert_eq!(c.nodes, (i as u64 + 1) * every);
+            assert_eq!(
+                (c.run_id.as_str(), c.apm_hash),
+                ("tiny-0000", bundle.summary.apm_hash)
+            );
+            // What the sealed graph says of the same nodes.
+            let leaves: Vec<_> = bundle.nodes[..c.nodes as usize]
+                .iter()
+                .map(knox_types::aeg::Node::leaf_hash)
+                .collect();
+            assert_eq!(c.structure_root, knox_types::merkle::root(&leaves));
+        }
+        let r = verify_journal(&bytes);
+        assert_eq!(r.outcome, Outcome::Prefix, "{r}");
+        assert_eq!(r.authenticated, Some(n / every * every), "{r}");
+        assert!(r.to_string().contains("authenticated: nodes 0.."), "{r}");
+    }
+}
+
+#[test]
+fn a_checkpoint_is_also_due_after_every_ms_since_the_last() {
+    let dir = tempfile::tempdir().unwrap();
+    // No node count is ever reached; 0 ms have always passed: one after every node.
+    let every_node_by_time = knox_monitor::aeg::Checkpoints {
+        every_nodes: u64::MAX,
+        every_ms: 0,
+    };
+    let (bytes, bundle) = journaled_with(every_node_by_time, dir.path());
+    let counts: Vec<u64> = lines(&bytes)
+        .iter()
+        .filter_map(|l| serde_json::from_str::<knox_types::checkpoint::Checkpoint>(l).ok())
+        .map(|c| c.checkpoint.nodes)
+        .collect();
+    let n = bundle.nodes.len() as u64;
+    assert_eq!(counts, (1..=n).collect::<Vec<_>>());
+    // Neither due: no checkpoint at all, and nothing authenticated.
+    let never = knox_monitor::aeg::Checkpoints {
+        every_nodes: u64::MAX,
+        every_ms: u64::MAX,
+    };
+    let (bytes, _) = journaled_with(never, dir.path());
+    assert!(
+        !lines(&bytes)
+            .iter()
+            .any(|l| l.starts_with("{\"checkpoint\""))
+    );
+    assert_eq!(verify_journal(&bytes).authenticated, Some(0));
+}
+
+#[test]
+fn a_forged_moved_or_foreign_checkpoint_is_tampered_naming_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bytes, _) = journaled(2, dir.path());
+    let text = lines(&bytes);
+    let at = text
+        .iter()
+        .position(|l| l.starts_with("{\"checkpoint\""))
+        .unwrap();
+    let tampered = |forged: Vec<String>, what: &str, why: &str| {
+        let r = verify_journal(&join(&forged));
+        match &r.outcome {
+            Outcome::Tampered { reason, .. } => {
+                assert!(
+                    reason.contains(&format!("checkpoint on line {}", at + 1)),
+                    "{what}: {r}"
+                );
+                assert!(reason.contains(why), "{what}: {r}");
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+    };
+    // A signature byte changed.
+    let mut forged = text.clone();
+    let mut c: knox_types::checkpoint::Checkpoint = serde_json::from_str(&text[at]).unwrap();
+    c.sig.0[0] ^= 1;
+    forged[at] = serde_json::to_string(&c).unwrap();
+    tampered(forged, "signature", "signature");
+    // The count changed (the signature no longer covers it).
+    let mut forged = text.clone();
+    forged[at] = text[at].replace("\"nodes\":2", "\"nodes\":1");
+    tampered(forged, "count", "signature");
+    // Moved after the next node: it counts fewer nodes than precede it.
+    let mut forged = text.clone();
+    forged.swap(at, at + 1);
+    let r = verify_journal(&join(&forged));
+    match &r.outcome {
+        Outcome::Tampered { reason, .. } => assert!(reason.contains("precede it"), "{r}"),
+        other => panic!("moved: {other:?}"),
+    }
+    // Signed by another key over the same run (another execution's checkpoint).
+    let other = tempfile::tempdir().unwrap();
+    let (theirs, _) = journaled(2, other.path());
+    let mut forged = text.clone();
+    forged[at] = lines(&theirs)[at].clone();
+    tampered(forged, "foreign", "signature");
+}
+
+#[test]
+fn a_journal_before_checkpoints_authenticates_no_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bytes, _) = journaled(1, dir.path());
+    let v3 = knox_types::bundle::JOURNAL_FORMAT;
+    let v2 = knox_types::bundle::JOURNAL_FORMAT_V2;
+    let text = lines(&bytes);
+    assert!(text[0].contains(v3));
+    // A version-2 journal (no checkpoint lines) verifies as before: nothing signed.
+    let mut old: Vec<String> = text
+        .iter()
+        .filter(|l| !l.starts_with("{\"checkpoint\""))
+        .cloned()
+        .collect();
+    old[0] = old[0].replace(v3, v2);
+    let r = verify_journal(&join(&old));
+    assert_eq!(r.outcome, Outcome::Prefix, "{r}");
+    assert_eq!(r.authenticated, Some(0), "{r}");
+    // Relabelled as version 2, a journal's checkpoint lines are not nodes.
+    let mut relabelled = text.clone();
+    relabelled[0] = relabelled[0].replace(v3, v2);
+    assert!(
+        knox_verify::journal::verify_journal(
+            &join(&relabelled),
+            &manifest(),
+            Options::DANGEROUS_SIMULATED
+        )
+        .is_err()
+    );
+    // A sealed bundle says nothing of checkpoints.
+    let (_, bundle) = journaled(1, dir.path());
+    let r = knox_verify::verify_bundle(&bundle, &manifest(), Options::DANGEROUS_SIMULATED);
+    assert_eq!((r.outcome, r.authenticated), (Outcome::Complete, None));
 }

@@ -3,7 +3,8 @@
 //! the sealed bundle of the same run id arrives.
 //!
 //! A delivery is a journal fragment: the journal's header line, then any of its node
-//! lines, in any order, each ending in `\n`. The first line stored for a node stays:
+//! lines, in any order, each ending in `\n` (its checkpoint lines may come along: they
+//! are accepted and not stored). The first line stored for a node stays:
 //! the same line again changes nothing (a duplicate or re-ordered delivery), a
 //! different one is kept as a *conflict* beside it and marks the run tampered — never a
 //! replacement. After every delivery the contiguous prefix (nodes 0, 1, … up to the first
@@ -14,6 +15,7 @@ use std::sync::Arc;
 
 use knox_types::aeg::Node;
 use knox_types::bundle::{Bundle, JournalHeader};
+use knox_types::checkpoint::Checkpoint;
 use knox_types::digest::Digest;
 use serde::Deserialize;
 use sqlx::{AnyConnection, Row as _};
@@ -114,11 +116,19 @@ impl<'a> Delivery<'a> {
             if nodes.len() == MAX_LINES {
                 return Err(LiveError::TooMany);
             }
-            let Seq { seq } = serde_json::from_slice(line).map_err(|e| LiveError::Line {
-                line: i + 2,
-                reason: format!("not a node: {e}"),
-            })?;
-            nodes.push((seq, line));
+            match serde_json::from_slice::<Seq>(line) {
+                Ok(Seq { seq }) => nodes.push((seq, line)),
+                // A journal's signed checkpoint (format v3): accepted, not stored. The
+                // stored prefix is authenticated by the stream's signature and, once
+                // sealed, by the bundle; its verdict counts no checkpoint.
+                Err(_) if serde_json::from_slice::<Checkpoint>(line).is_ok() => {}
+                Err(e) => {
+                    return Err(LiveError::Line {
+                        line: i + 2,
+                        reason: format!("not a node: {e}"),
+                    });
+                }
+            }
         }
         Ok(Self {
             header,

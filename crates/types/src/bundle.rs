@@ -19,9 +19,14 @@ pub const BUNDLE_FORMAT: &str = "knox-evidence/v2";
 /// necessarily canonical as written (they are canonicalised before hashing).
 pub const BUNDLE_FORMAT_V1: &str = "knox-evidence/v1";
 
-/// Format identifier of the journal header Knox writes (canonical parts, as
-/// [`BUNDLE_FORMAT`]).
-pub const JOURNAL_FORMAT: &str = "knox-journal/v2";
+/// Format identifier of the journal header Knox writes: canonical parts, as
+/// [`BUNDLE_FORMAT`], and signed checkpoint lines ([`crate::checkpoint`]) between the
+/// node lines.
+pub const JOURNAL_FORMAT: &str = "knox-journal/v3";
+
+/// The journal format before checkpoints, still verified: the same lines without
+/// checkpoints, so no node of it is authenticated before the run seals.
+pub const JOURNAL_FORMAT_V2: &str = "knox-journal/v2";
 
 /// The previous journal format, still verified.
 pub const JOURNAL_FORMAT_V1: &str = "knox-journal/v1";

@@ -7,6 +7,7 @@ pub mod bundle;
 pub mod bytes;
 pub mod canon;
 pub mod canon_ser;
+pub mod checkpoint;
 pub mod digest;
 pub mod dsse;
 pub mod grant;

@@ -110,6 +110,55 @@ pub fn verify_inclusion(
     sn == 0 && r == *root
 }
 
+/// The tree hash of a growing list of leaves, kept as the roots of its perfect
+/// subtrees (one per set bit of the count, largest first): pushing a leaf costs one
+/// node hash amortised and [`Frontier::root`] at most `log2 n`, so a journal writer can
+/// state the structure root of its prefix at every checkpoint without rehashing it.
+/// The root equals [`root`] over the same leaves (RFC 9162 splits at the largest power
+/// of two below `n`, which is exactly the first perfect subtree).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Frontier {
+    /// `(size, root)` of each perfect subtree, sizes strictly decreasing.
+    peaks: Vec<(u64, Digest)>,
+    len: u64,
+}
+
+impl Frontier {
+    /// Appends one already-hashed leaf.
+    pub fn push(&mut self, leaf: Digest) {
+        let (mut size, mut hash) = (1u64, leaf);
+        while let Some(&(s, left)) = self.peaks.last() {
+            if s != size {
+                break;
+            }
+            self.peaks.pop();
+            hash = node_hash(&left, &hash);
+            size = size.saturating_mul(2);
+        }
+        self.peaks.push((size, hash));
+        self.len += 1;
+    }
+
+    /// Leaves pushed so far.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether no leaf was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The tree hash of the leaves so far (`SHA-256("")` for none).
+    pub fn root(&self) -> Digest {
+        let mut peaks = self.peaks.iter().rev();
+        match peaks.next() {
+            None => Digest::sha256(b""),
+            Some(&(_, last)) => peaks.fold(last, |right, (_, left)| node_hash(left, &right)),
+        }
+    }
+}
+
 #[cfg(test)]
 #[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 mod tests {
@@ -118,6 +167,18 @@ mod tests {
 
     fn leaves(n: usize) -> Vec<Digest> {
         (0..n).map(|i| leaf_hash(&[i as u8])).collect()
+    }
+
+    #[test]
+    fn frontier_root_is_the_tree_hash_of_every_prefix() {
+        let all = leaves(200);
+        let mut f = Frontier::default();
+        assert_eq!(f.root(), root(&[]));
+        for (i, l) in all.iter().enumerate() {
+            f.push(*l);
+            assert_eq!(f.len(), i as u64 + 1);
+            assert_eq!(f.root(), root(&all[..=i]), "{} leaves", i + 1);
+        }
     }
 
     #[test]

@@ -35,7 +35,8 @@ pub const UNREADABLE: i32 = 4;
 #[command(after_help = crate::exit_codes!(
     "  0   complete\
    \n  1   tampered\
-   \n  2   prefix (an unfinished run, e.g. a journal)\
+   \n  2   prefix (an unfinished run, e.g. a journal: its nodes 0..K are signed by its last\
+   \n      checkpoint, the rest an unauthenticated tail; K is `authenticated` in --json)\
    \n  3   refused (evidence not accepted: simulated without --allow-simulated, hardware the\
    \n      policy does not accept, a regulation policy set other than the verifier's, or a\
    \n      toolkit manifest neither trusted (shipped, --needs, --manifest) nor embedded in the\

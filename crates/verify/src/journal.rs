@@ -2,13 +2,17 @@
 //! prefix at best.
 
 use crate::manifests::TrustedManifests;
-use knox_types::aeg::Node;
+use knox_types::aeg::{Node, chain_start, chain_step};
 use knox_types::bundle::{
-    Bundle, Counts, JOURNAL_FORMAT as CURRENT, JOURNAL_FORMAT_V1, JournalHeader, MAX_BUNDLE_BYTES,
-    Summary,
+    Bundle, Counts, JOURNAL_FORMAT as CURRENT, JOURNAL_FORMAT_V1, JOURNAL_FORMAT_V2, JournalHeader,
+    MAX_BUNDLE_BYTES, PublicKey, Summary,
 };
+use knox_types::checkpoint::{CHECKPOINT_CONTEXT, Checkpoint};
+use knox_types::digest::Digest;
+use knox_types::merkle::Frontier;
 use serde_json::Value;
 
+use crate::replay::Fail;
 use crate::written::{self, Reader};
 use crate::{Options, ReadError, Report, Steps};
 
@@ -23,7 +27,7 @@ pub fn is_journal(bytes: &[u8]) -> bool {
         .and_then(|v| {
             v.get("format")
                 .and_then(Value::as_str)
-                .map(|f| f == JOURNAL_FORMAT || f == JOURNAL_FORMAT_V1)
+                .map(|f| [JOURNAL_FORMAT, JOURNAL_FORMAT_V2, JOURNAL_FORMAT_V1].contains(&f))
         })
         .unwrap_or(false)
 }
@@ -31,8 +35,11 @@ pub fn is_journal(bytes: &[u8]) -> bool {
 /// Verifies a journal: the same steps as a bundle, but there is no signed summary, so
 /// the best outcome is `prefix`. A torn last line (the process died mid-write) is
 /// ignored and reported. Every line is read strictly (a repeated key is tampering) and,
-/// in a version-2 journal, the header's APM, prompt and platform evidence and every
-/// node's payload must be canonical as written.
+/// from version 2, the header's APM, prompt and platform evidence and every node's
+/// payload must be canonical as written. In version 3 every checkpoint line must be
+/// signed by the header's key over the run, the count of the nodes before it, their
+/// chain head and structure root; the report's `authenticated` is the count the last
+/// one signs (0 without one, and in earlier versions).
 pub fn verify_journal<M: TrustedManifests + ?Sized>(
     bytes: &[u8],
     manifests: &M,
@@ -45,9 +52,10 @@ pub fn verify_journal<M: TrustedManifests + ?Sized>(
     let first = lines.next().unwrap_or_default();
     let scan = knox_types::json::scan(first, &written::header_part)?;
     let header: JournalHeader = knox_types::json::from_scanned(first, &scan)?;
-    let canonical = match header.format.as_str() {
-        JOURNAL_FORMAT => true,
-        JOURNAL_FORMAT_V1 => false,
+    let (canonical, checkpointed) = match header.format.as_str() {
+        JOURNAL_FORMAT => (true, true),
+        JOURNAL_FORMAT_V2 => (true, false),
+        JOURNAL_FORMAT_V1 => (false, false),
         _ => return Err(ReadError::Format(header.format)),
     };
     let mut r = Reader {
@@ -58,8 +66,11 @@ pub fn verify_journal<M: TrustedManifests + ?Sized>(
     r.spans(first, &scan, 0, None, Some(&header.apm));
     let mut base = first.len() + 1;
     let mut nodes = Vec::new();
+    let mut checkpoints = Vec::new();
     let mut torn = false;
+    let mut number = 1;
     while let Some(line) = lines.next() {
+        number += 1;
         let at = base;
         base += line.len() + 1;
         if line.is_empty() {
@@ -84,8 +95,19 @@ pub fn verify_journal<M: TrustedManifests + ?Sized>(
                 r.spans(line, &scan, at, Some(nodes.len() as u64), None);
                 nodes.push(n);
             }
-            Err(_) if last => torn = true,
-            Err(e) => return Err(ReadError::Json(e)),
+            // A checkpoint line has none of a node's members (version 3 only).
+            Err(e) => match knox_types::json::from_scanned::<Checkpoint>(line, &scan) {
+                Ok(c) if checkpointed => {
+                    r.spans(line, &scan, at, None, None);
+                    checkpoints.push(Placed {
+                        line: number,
+                        after: nodes.len() as u64,
+                        checkpoint: c,
+                    });
+                }
+                _ if last => torn = true,
+                _ => return Err(ReadError::Json(e)),
+            },
         }
     }
     let format = if canonical {
@@ -131,7 +153,20 @@ pub fn verify_journal<M: TrustedManifests + ?Sized>(
     crate::roles_step(&mut s, &bundle);
     s.skip("signature", "journal: the run never signed a summary");
     let findings = crate::graph_steps(&mut s, &bundle, manifest, apm_hash, false, opts.norms);
+    let authenticated = if checkpointed {
+        checkpoint_step(&mut s, &bundle, &checkpoints)
+    } else {
+        s.skip(
+            "checkpoints",
+            format!(
+                "{} has no checkpoints: no node is signed, only the header's APM attestation",
+                bundle_format_name(canonical)
+            ),
+        );
+        0
+    };
     let mut report = crate::build_report(s, &bundle, platform, hw, findings, false);
+    report.authenticated = Some(authenticated);
     if torn {
         report.warnings.push(
             "the journal's last line was torn (the run died while writing it) and was ignored"
@@ -139,4 +174,121 @@ pub fn verify_journal<M: TrustedManifests + ?Sized>(
         );
     }
     Ok(report)
+}
+
+/// The journal format a version-1 or -2 journal declared (for the report).
+fn bundle_format_name(canonical: bool) -> &'static str {
+    if canonical {
+        JOURNAL_FORMAT_V2
+    } else {
+        JOURNAL_FORMAT_V1
+    }
+}
+
+/// A checkpoint line, where it stands.
+struct Placed {
+    /// 1-based line of the file.
+    line: usize,
+    /// How many node lines precede it.
+    after: u64,
+    checkpoint: Checkpoint,
+}
+
+/// Checks every checkpoint against the nodes before it and returns how many nodes the
+/// last one authenticates (0 when there is none or one fails).
+///
+/// The chain is recomputed from the recorded measurements and positions: the chain
+/// step of [`crate::graph_steps`] has checked each against its node's content (or
+/// failed), so a checkpoint that matches signs the nodes as written.
+fn checkpoint_step(s: &mut Steps, b: &Bundle, checkpoints: &[Placed]) -> u64 {
+    let mut chain = chain_start();
+    let mut frontier = Frontier::default();
+    let mut nodes = b.nodes.iter();
+    let mut last = None;
+    for p in checkpoints {
+        while frontier.len() < p.after {
+            let Some(n) = nodes.next() else { break };
+            chain = chain_step(&chain, frontier.len(), &n.measurement);
+            frontier.push(n.leaf_hash());
+        }
+        if let Err(why) = check_one(b, &p.checkpoint, p.after, &chain, &frontier.root()) {
+            s.fail(
+                "checkpoints",
+                Fail::unplaced(format!("checkpoint on line {}: {why}", p.line)),
+            );
+            return 0;
+        }
+        last = Some(p);
+    }
+    let total = b.nodes.len() as u64;
+    let Some(p) = last else {
+        s.pass(
+            "checkpoints",
+            format!("no checkpoint: none of the {total} nodes is authenticated, only the header"),
+        );
+        return 0;
+    };
+    s.pass(
+        "checkpoints",
+        format!(
+            "{} checkpoint(s) verify; nodes 0..{k} signed by the checkpoint on line {}, nodes {k}..{total} ({}) an unauthenticated tail",
+            checkpoints.len(),
+            p.line,
+            total - p.after,
+            k = p.after,
+        ),
+    );
+    p.after
+}
+
+/// Why one checkpoint, preceded by `after` nodes whose chain head and structure root
+/// are `chain` and `root`, does not sign them.
+fn check_one(
+    b: &Bundle,
+    c: &Checkpoint,
+    after: u64,
+    chain: &Digest,
+    root: &Digest,
+) -> Result<(), String> {
+    let body = &c.checkpoint;
+    verify_sig(&b.key, c)?;
+    if body.run_id != b.run_id {
+        return Err(format!(
+            "it signs run `{}`, the header names run `{}`: a checkpoint of another run",
+            body.run_id, b.run_id
+        ));
+    }
+    if body.apm_hash != b.apm_attestation.statement.apm_hash {
+        return Err(format!(
+            "it signs APM {}, the header's attestation names APM {}",
+            body.apm_hash, b.apm_attestation.statement.apm_hash
+        ));
+    }
+    if body.nodes != after {
+        return Err(format!(
+            "it signs {} nodes, {after} precede it: nodes were removed, inserted or it was moved",
+            body.nodes
+        ));
+    }
+    if body.chain_head != *chain {
+        return Err(format!(
+            "the chain head of the {after} nodes before it differs from the signed one: a node before it was edited (and re-measured), replaced or reordered"
+        ));
+    }
+    if body.structure_root != *root {
+        return Err(format!(
+            "the structure root of the {after} nodes before it differs from the signed one"
+        ));
+    }
+    Ok(())
+}
+
+/// The checkpoint's signature under the header's key.
+fn verify_sig(key: &PublicKey, c: &Checkpoint) -> Result<(), String> {
+    let signed = c
+        .checkpoint
+        .signed_bytes()
+        .map_err(|e| format!("cannot encode it: {e}"))?;
+    knox_attest::key::verify_signature(key, CHECKPOINT_CONTEXT, &signed, &c.sig)
+        .map_err(|e| format!("its signature under the header's key: {e}"))
 }

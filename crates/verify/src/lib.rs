@@ -756,6 +756,7 @@ pub(crate) fn build_report(
                 )
             })
             .collect(),
+        authenticated: None,
         warnings,
     }
 }

@@ -104,6 +104,12 @@ pub struct Report {
     pub flagged_for_review: u64,
     /// Models, as `role=name (weights hash or none)`.
     pub models: Vec<String>,
+    /// For a journal: how many nodes, from the first, a signed checkpoint authenticates
+    /// (nodes `0..K`; the rest is an unauthenticated tail). 0 when no checkpoint was
+    /// written (or verified), and for journals before version 3, which have none; absent
+    /// for a bundle, whose signed summary covers every node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub authenticated: Option<u64>,
     /// Things a reader should know that do not change the outcome.
     pub warnings: Vec<String>,
 }
@@ -148,6 +154,14 @@ impl fmt::Display for Report {
             self.interrupts.len(),
             self.flagged_for_review
         );
+        if let Some(k) = self.authenticated {
+            let _ = writeln!(
+                s,
+                "  authenticated: nodes 0..{k} signed by a checkpoint; nodes {k}..{} ({}) unauthenticated tail",
+                self.nodes,
+                self.nodes.saturating_sub(k)
+            );
+        }
         for b in &self.blocked {
             let tool = b.tool.as_deref().unwrap_or("<malformed>");
             let _ = writeln!(

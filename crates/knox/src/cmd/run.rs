@@ -80,6 +80,16 @@ pub struct RunArgs {
     /// Also append every node to `<run>.journal.jsonl` as it is committed.
     #[arg(long)]
     pub journal: bool,
+    /// Journals: sign a checkpoint after at most N nodes, so a journal cut by a crash
+    /// is authenticated up to its last checkpoint (`knox verify` says how far).
+    #[arg(long, value_name = "N", default_value_t = knox_monitor::aeg::Checkpoints::DEFAULT.every_nodes,
+          value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "manifest")]
+    pub checkpoint_every_nodes: u64,
+    /// Journals: also sign one at the first node committed MS milliseconds or more after
+    /// the last.
+    #[arg(long, value_name = "MS", default_value_t = knox_monitor::aeg::Checkpoints::DEFAULT.every_ms,
+          conflicts_with = "manifest")]
+    pub checkpoint_every_ms: u64,
     /// Stream each run live to a `knox serve` store, `http://HOST:PORT`: every node as
     /// it is committed (the journal, followed; implies `--journal`), then the sealed
     /// bundle. Signed with `--stream-key`.
@@ -188,7 +198,11 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     };
     let mut regulation = args.regulation.setup()?;
     let backend = session::backend(&args.platform)?;
-    let rt = session::runtime_with(backend.as_ref(), &nonce)?;
+    let mut rt = session::runtime_with(backend.as_ref(), &nonce)?;
+    rt.rt.checkpoints = knox_monitor::aeg::Checkpoints {
+        every_nodes: args.checkpoint_every_nodes,
+        every_ms: args.checkpoint_every_ms,
+    };
     let manifest = session::embedded_manifest()?;
     // `main` installed the handlers of SIGUSR1, SIGTERM and SIGINT before any work.
     let mut signal = StopSignal::from_flag(crate::signals::stop_flag());
