@@ -56,6 +56,7 @@ limits = { max_processes = 16, max_file_bytes = 1048576, max_memory_bytes = 2684
 
 [toolkits.Contract]
 profile = "offline"
+syscalls = []
 cost = 0
 "#;
 
