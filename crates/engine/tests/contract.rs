@@ -156,6 +156,10 @@ struct Run {
 /// vault/k2.txt]; executor = the same with an off-plan read the contract allows
 /// inserted third; a token for vault/k2.txt given up front, none for vault/k.txt.
 fn run() -> Run {
+    run_with(None)
+}
+
+fn run_with(journal: Option<&std::path::Path>) -> Run {
     let authority = TeeKey::generate().unwrap();
     let alice = TeeKey::generate().unwrap();
     let c = contract(&alice);
@@ -187,7 +191,11 @@ fn run() -> Run {
     )
     .unwrap();
     let manifest = knox_engine::contract::manifest().unwrap();
-    let session = Session::builder()
+    let mut builder = Session::builder();
+    if let Some(j) = journal {
+        builder = builder.journal_dir(j);
+    }
+    let session = builder
         .platform(Simulated)
         .manifest(manifest.clone())
         .planner(PlanOf(vec![
@@ -426,4 +434,54 @@ fn an_edited_contract_is_tampered() {
     let mut b = r.bundle.clone();
     b.contract = None;
     assert_tampered(&b, &r.manifest, "dropped contract");
+}
+
+#[test]
+fn a_cut_journal_is_a_prefix_whose_reservations_are_visible() {
+    let jdir = tempfile::tempdir().unwrap();
+    let r = run_with(Some(jdir.path()));
+    let path = jdir
+        .path()
+        .join(format!("{}.journal.jsonl", r.bundle.run_id));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    // Cut right before the first tool_output: a crash after the reservation.
+    let first_output = r
+        .bundle
+        .nodes
+        .iter()
+        .find(|n| n.kind == NodeKind::ToolOutput)
+        .unwrap()
+        .seq as usize;
+    let cut = lines[..=first_output].join("\n") + "\n";
+    let report = knox_verify::evidence::verify_bytes(
+        cut.as_bytes(),
+        &r.manifest,
+        Options::DANGEROUS_SIMULATED,
+    )
+    .unwrap();
+    assert_eq!(report.outcome, Outcome::Prefix, "{report:?}");
+    // The header carries the contract; the prefix shows reservation 0 held, unsettled.
+    let header: knox_types::bundle::JournalHeader = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(
+        header.contract.map(|c| c.envelope),
+        Some(r.verified.envelope.clone())
+    );
+    let reserved: Vec<u64> = lines[1..=first_output]
+        .iter()
+        .filter_map(|l| serde_json::from_str::<knox_types::aeg::Node>(l).ok())
+        .filter_map(|n| match n.payload.check() {
+            Some(CheckPayload {
+                detail: CheckDetail::Contract(c),
+                ..
+            }) => c.reservation,
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reserved, vec![0]);
+    assert!(
+        !lines[1..=first_output]
+            .iter()
+            .any(|l| l.contains("\"settled\""))
+    );
 }
