@@ -422,6 +422,11 @@ pub fn demo(a: &DemoContractsArgs) -> Result<i32> {
             }
         }
         crate::outln!(
+            "\nthe with-Knox half as Knox runs (knox_engine::Session bounded by the contract, the broker's contract executor as tool host), one bundle each in {}:\n",
+            out.join("with-knox-runs/bundles").display()
+        );
+        crate::out!("{}", crate::contract_demo::bundle_table(&report));
+        crate::outln!(
             "\n{} session journals verified ({} complete): every decision recomputed from the signed contract",
             report.journals.len(),
             report
