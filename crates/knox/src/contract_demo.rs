@@ -1104,7 +1104,7 @@ pub struct BundleRow {
     pub bundle: Option<PathBuf>,
     /// `knox verify`'s outcome of it.
     pub verified: String,
-    /// Actions executed.
+    /// Actions executed (outputs settling their reservation as executed).
     pub executed: u64,
     /// The blocked nodes' reasons, in order.
     pub blocked: Vec<String>,
@@ -1246,7 +1246,20 @@ fn engine_run(
     );
     row.bundle = Some(bundles.join(format!("{}.json", o.bundle.run_id)));
     row.verified = report.outcome.name().to_owned();
-    row.executed = o.bundle.summary.counts.executed;
+    // Executed: outputs whose settlement says the action ran (a refusal by the
+    // executor leaves an output that settles the reservation as not executed).
+    row.executed = o
+        .bundle
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::ToolOutput)
+        .filter(|n| {
+            serde_json::to_value(&n.payload)
+                .ok()
+                .and_then(|v| v.pointer("/settled/executed").and_then(Value::as_bool))
+                .unwrap_or(false)
+        })
+        .count() as u64;
     row.blocked = o
         .bundle
         .nodes
