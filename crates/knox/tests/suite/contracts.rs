@@ -495,3 +495,128 @@ fn knox_run_with_a_contract_executes_on_contract_actions_and_blocks_the_others()
     assert_eq!(o.status.code(), Some(65));
     assert!(!p.join("out2").join("summary.json").exists());
 }
+
+/// A crash at any point of a run bounded by a contract leaves a journal that verifies
+/// as a prefix: a `knox run --contract --journal` with an allowed write, a contract
+/// denial, a pending high-impact write and an executor refusal (a planted symbolic
+/// link), cut after every line, is never tampered and never unreadable.
+#[test]
+fn a_contract_journal_cut_at_every_line_boundary_verifies_as_a_prefix() {
+    if !sandbox_here() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    let ws = p.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::os::unix::fs::symlink(p, ws.join("link")).unwrap();
+    assert!(run(p, &["keygen", "--out", "authority"]).status.success());
+    assert!(run(p, &["keygen", "--out", "alice"]).status.success());
+    assert!(
+        run(p, &["contract", "new", "--out", "c.json"])
+            .status
+            .success()
+    );
+    let mut c: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(p.join("c.json")).unwrap()).unwrap();
+    c["directories"]["workspace"]["root"] = serde_json::json!(ws.to_str().unwrap());
+    c["directories"]["vault"] = serde_json::json!({
+        "root": ws.to_str().unwrap(), "access": "write", "cost_cents": 1, "impact": "high"});
+    let alice: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(p.join("alice.pub")).unwrap()).unwrap();
+    c["approvers"]["alice"] = alice["public_key"].clone();
+    c["approval_required"] = serde_json::json!(["high"]);
+    std::fs::write(p.join("c.json"), serde_json::to_vec(&c).unwrap()).unwrap();
+    let o = run(
+        p,
+        &[
+            "contract",
+            "sign",
+            "c.json",
+            "--key",
+            "authority.key",
+            "--out",
+            "c.signed.json",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let w = |dir: &str, path: &str| serde_json::json!({"tool": "ContractWriteFile", "params": {"dir": dir, "path": path, "content": "x"}});
+    std::fs::write(
+        p.join("plan.json"),
+        serde_json::to_vec(&serde_json::json!({"calls": [
+            w("workspace", "a.txt"),
+            w("workspace", "../b.txt"),
+            w("vault", "k.txt"),
+            w("workspace", "link/c.txt"),
+            w("workspace", "d.txt"),
+        ]}))
+        .unwrap(),
+    )
+    .unwrap();
+    std::fs::create_dir_all(p.join("tokens")).unwrap();
+    let o = run(
+        p,
+        &[
+            "run",
+            "--contract",
+            "c.signed.json",
+            "--contract-authority",
+            "authority.pub",
+            "--approvals",
+            "tokens",
+            "--prompt",
+            "write",
+            "--plan",
+            "plan.json",
+            "--journal",
+            "--out",
+            "out",
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // The pending write's request was published for an approver.
+    assert_eq!(std::fs::read_dir(p.join("out/pending")).unwrap().count(), 1);
+    let journal = std::fs::read_dir(p.join("out"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".journal.jsonl"))
+        .unwrap();
+    let bytes = std::fs::read(&journal).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    for named in ["\"path\"", "pending", "resolve_beneath", "\"settled\""] {
+        assert!(text.contains(named), "{named} not in the journal");
+    }
+    // A journal header carries no manifest: the verifier is given the contract's.
+    let manifest =
+        knox_verify::manifests::Manifests::new().with(knox_engine::contract::manifest().unwrap());
+    let (mut cuts, mut failures) = (0, Vec::new());
+    for end in bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .map(|(i, _)| i + 1)
+    {
+        cuts += 1;
+        match knox_verify::journal::verify_journal(
+            &bytes[..end],
+            &manifest,
+            knox_verify::Options::DANGEROUS_SIMULATED,
+        ) {
+            Ok(r) if r.outcome == knox_verify::Outcome::Prefix => {}
+            Ok(r) => failures.push(format!("cut at byte {end}: {r}")),
+            Err(e) => failures.push(format!("cut at byte {end}: unreadable: {e}")),
+        }
+    }
+    assert!(cuts > 20, "{cuts} lines");
+    assert!(
+        failures.is_empty(),
+        "{} of {cuts} cuts are not a prefix:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
