@@ -16,14 +16,17 @@ use std::collections::BTreeSet;
 use std::io::{Read as _, Write as _};
 use std::net::{TcpStream, ToSocketAddrs as _};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
+
+use knox_agent::{RunContext, ToolHost, ToolResult, ToolRunner};
 
 use knox_attest::grant;
 use knox_contract::action::{ExecParams, HttpParams, Request};
 use knox_contract::decide::{Check, boundary};
 use knox_contract::format::{DirAccess, Scheme};
 use knox_contract::signed::Verified;
-use knox_sandbox::{Access, Degraded, Family, Sandbox, SandboxPolicy};
+use knox_sandbox::{Access, Degraded, Family, RunAs, Sandbox, SandboxConfig, SandboxPolicy};
 use knox_types::Action;
 use knox_types::bundle::PublicKey;
 use knox_types::digest::Digest;
@@ -94,7 +97,7 @@ pub struct Executed {
 /// Runs contract actions under grants.
 #[derive(Debug)]
 pub struct ContractExecutor {
-    sandbox: Sandbox,
+    sandbox: Arc<Sandbox>,
     contract: Verified,
     monitor: PublicKey,
     session: Digest,
@@ -109,6 +112,18 @@ impl ContractExecutor {
     /// `scratch` (created, mode 0700, owned by the tools' uid).
     pub fn new(
         sandbox: Sandbox,
+        contract: Verified,
+        monitor: PublicKey,
+        session: Digest,
+        scratch: PathBuf,
+    ) -> Result<Self, std::io::Error> {
+        Self::shared(Arc::new(sandbox), contract, monitor, session, scratch)
+    }
+
+    /// [`ContractExecutor::new`] over a sandbox shared with other runs (a
+    /// [`ContractHost`] serves every run of a session from one).
+    pub fn shared(
+        sandbox: Arc<Sandbox>,
         contract: Verified,
         monitor: PublicKey,
         session: Digest,
@@ -266,6 +281,115 @@ impl ContractExecutor {
             kernel,
             binary: Some(digest),
         })
+    }
+}
+
+/// The contract's tools as the tool host of a Knox run (`knox run --contract`): each
+/// run gets a [`ContractExecutor`] admitting only the grants of that run's monitor for
+/// that run's APM, and a run whose APM does not name this contract gets none. A refusal
+/// comes back as a `refusal` event naming the check that refused (the monitor records
+/// it as a `blocked` node under the broker and settles the reservation as not executed).
+#[derive(Debug)]
+pub struct ContractHost {
+    sandbox: Arc<Sandbox>,
+    contract: Verified,
+    scratch: PathBuf,
+    degraded: BTreeSet<Degraded>,
+}
+
+impl ContractHost {
+    /// A host for `contract`; executables without a `workdir` run in
+    /// `scratch/<run id>`. Tools never run as root: as `config.run_as`, by default
+    /// [`RunAs::from_env`] (refused when a local account already has that id), as
+    /// [`crate::Broker::new`] does.
+    pub fn new(
+        contract: Verified,
+        scratch: PathBuf,
+        mut config: SandboxConfig,
+    ) -> Result<Self, crate::BrokerError> {
+        let chosen =
+            config.run_as.is_some() || std::env::var_os(knox_sandbox::RUN_AS_ENV).is_some();
+        if config.run_as.is_none() {
+            config.run_as = Some(RunAs::from_env().map_err(crate::BrokerError::RunAs)?);
+        }
+        let sandbox = Sandbox::new(config)?;
+        if let Some(ids) = sandbox.tool_identity().filter(|_| !chosen) {
+            ids.check_unassigned().map_err(crate::BrokerError::RunAs)?;
+        }
+        Ok(Self {
+            sandbox: Arc::new(sandbox),
+            contract,
+            scratch,
+            degraded: BTreeSet::new(),
+        })
+    }
+
+    /// Protections accepted as missing on this kernel (see `Broker::accept_degraded`).
+    #[must_use]
+    pub fn accept_degraded(mut self, degraded: impl IntoIterator<Item = Degraded>) -> Self {
+        self.degraded = degraded.into_iter().collect();
+        self
+    }
+
+    /// The contract.
+    pub fn contract(&self) -> &Verified {
+        &self.contract
+    }
+}
+
+impl ToolHost for ContractHost {
+    fn runner<'r>(&'r self, cx: RunContext<'r>) -> Result<Box<dyn ToolRunner + 'r>, String> {
+        if cx.apm.inputs.contract != Some(self.contract.hash) {
+            return Err(format!(
+                "the run's APM does not name the capability contract {} the host serves",
+                self.contract.hash
+            ));
+        }
+        let scratch = self.scratch.join(cx.run_id);
+        let exec = ContractExecutor::shared(
+            Arc::clone(&self.sandbox),
+            self.contract.clone(),
+            cx.monitor_key.clone(),
+            cx.apm_hash,
+            scratch.clone(),
+        )
+        .map_err(|e| format!("scratch directory `{}`: {e}", scratch.display()))?
+        .accept_degraded(self.degraded.iter().copied());
+        Ok(Box::new(exec))
+    }
+}
+
+impl ToolRunner for ContractExecutor {
+    fn run(&self, action: &Action, grant: Option<&Grant>) -> ToolResult {
+        match self.execute(action, grant) {
+            Ok(e) => ToolResult {
+                output: e.output,
+                kernel: e.kernel,
+                confinement: None,
+            },
+            Err(r) => refusal(&r),
+        }
+    }
+}
+
+/// A refusal as the evidence records it: the check that refused, then why.
+fn refusal(r: &Refused) -> ToolResult {
+    // Every other variant's message starts with its check's name already.
+    let detail = match r {
+        Refused::Pin(_) => format!("{}: {r}", r.check()),
+        _ => r.to_string(),
+    };
+    ToolResult {
+        output: json!({"error": format!("contract executor refused: {detail}")}),
+        kernel: vec![KernelEvent {
+            event: "refusal".into(),
+            syscall: None,
+            nr: None,
+            pid: None,
+            args: vec![],
+            detail: Some(detail),
+        }],
+        confinement: None,
     }
 }
 

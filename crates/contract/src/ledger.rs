@@ -74,6 +74,11 @@ impl Ledger {
         &self.state
     }
 
+    /// The number the next reservation gets.
+    pub fn next_id(&self) -> u64 {
+        self.next
+    }
+
     /// Reservations not settled.
     pub fn held(&self) -> &BTreeMap<u64, u64> {
         &self.held

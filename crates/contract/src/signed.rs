@@ -25,6 +25,8 @@ pub struct Verified {
     pub hash: Digest,
     /// The authority key that signed it.
     pub authority: PublicKey,
+    /// The envelope as the authority signed it (what a Knox bundle embeds).
+    pub envelope: Envelope,
 }
 
 /// Why a signed contract is refused.
@@ -99,6 +101,7 @@ pub fn verify(env: &Envelope, authority: &PublicKey) -> Result<Verified, SignedE
         contract,
         hash,
         authority: authority.clone(),
+        envelope: env.clone(),
     })
 }
 

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod contract;
 pub mod error;
 pub mod live;
 pub mod mcp;

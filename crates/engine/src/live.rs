@@ -125,6 +125,7 @@ impl Session {
             stop: &self.stop,
             models,
             journal_dir: self.journal_dir.as_deref(),
+            contract: self.contract.as_ref(),
         };
         let (planned, journal) = run::plan(self.runtime(), prompt, &spec, &run_id)
             .map_err(|e| EngineError::bundle(&run_id, e))?;
@@ -179,6 +180,7 @@ impl<'s> OpenRun<'s> {
             judge: session.regulation.as_ref().and_then(|r| r.judge.as_deref()),
             signal: session.signal.clone(),
             grants: session.host.is_some(),
+            approvals: session.approvals.as_deref(),
         };
         let monitor = run::start(session.runtime(), &this.planned, journal, guarding)
             .map_err(|e| EngineError::bundle(&this.planned.run_id, e))?;

@@ -8,8 +8,10 @@ use std::time::Instant;
 
 use knox_agent::{ExecutorFactory, Planner, Prompt, Regulations, ToolHost, ToolResult, ToolRunner};
 use knox_attest::platform::PlatformBackend;
+use knox_contract::Verified;
 use knox_harness::{DatasetPlanner, Harness};
 use knox_monitor::guard::stop::StopSignal;
+use knox_monitor::monitor::ApprovalSource;
 use knox_monitor::run::{self, RunConfig, RunOutcome, Runtime};
 use knox_policy::ToolkitManifest;
 use knox_types::Action;
@@ -66,6 +68,8 @@ pub struct SessionBuilder {
     output: Option<PathBuf>,
     refresh: bool,
     run_prefix: Option<String>,
+    contract: Option<Verified>,
+    approvals: Option<Box<dyn ApprovalSource>>,
 }
 
 impl std::fmt::Debug for SessionBuilder {
@@ -209,6 +213,24 @@ impl SessionBuilder {
         self
     }
 
+    /// Bounds every run by a signed capability contract, already verified against its
+    /// authority key (`knox_contract::signed::verify`): its hash goes into each APM's
+    /// inputs, its envelope into the bundle, and the guards' `contract` stage decides
+    /// every proposal with it (a tool outside the contract's four is denied). With the
+    /// planner's plan as well, an action must satisfy both. The toolkit manifest must
+    /// offer the contract's tools ([`crate::contract::manifest`]).
+    pub fn contract(mut self, contract: Verified) -> Self {
+        self.contract = Some(contract);
+        self
+    }
+
+    /// Where approval tokens for the contract's high-impact actions come from (see
+    /// [`crate::contract::ApprovalDir`]); without one, such an action stays pending.
+    pub fn approvals(mut self, source: impl ApprovalSource + 'static) -> Self {
+        self.approvals = Some(Box::new(source));
+        self
+    }
+
     /// Checks the pieces, generates the key and binds it through the platform.
     pub fn build(self) -> Result<Session, EngineError> {
         let platform = self.platform.ok_or(EngineError::Missing("platform"))?;
@@ -273,6 +295,8 @@ impl SessionBuilder {
             refresh: self.refresh,
             run_prefix: self.run_prefix.unwrap_or_else(|| "run".into()),
             runs: AtomicU64::new(0),
+            contract: self.contract,
+            approvals: self.approvals,
         })
     }
 }
@@ -296,6 +320,8 @@ pub struct Session {
     pub(crate) refresh: bool,
     run_prefix: String,
     runs: AtomicU64,
+    pub(crate) contract: Option<Verified>,
+    pub(crate) approvals: Option<Box<dyn ApprovalSource>>,
 }
 
 impl std::fmt::Debug for Session {
@@ -393,6 +419,8 @@ impl Session {
             journal_dir: self.journal_dir.as_deref(),
             host: self.host.as_deref(),
             refresh: self.refresh.then_some(self.platform.as_ref()),
+            contract: self.contract.as_ref(),
+            approvals: self.approvals.as_deref(),
         }
     }
 

@@ -101,6 +101,8 @@ impl<'a> WorkloadRun<'a> {
             journal_dir: self.journal_dir,
             host: self.host,
             refresh: self.refresh,
+            contract: None,
+            approvals: None,
         }
     }
 

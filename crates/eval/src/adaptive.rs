@@ -1237,6 +1237,8 @@ fn attempt(
     let run_id = format!("adaptive-{}", a.id().replace('/', "-"));
     let m = Monitor::start(
         MonitorConfig {
+            contract: None,
+            approvals: None,
             apm: &apm,
             apm_hash,
             run_id: &run_id,

@@ -353,6 +353,8 @@ pub fn run(
     }];
     let monitor = Monitor::start(
         MonitorConfig {
+            contract: None,
+            approvals: None,
             apm: &apm,
             apm_hash,
             run_id: RUN_ID,

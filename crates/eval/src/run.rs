@@ -304,6 +304,8 @@ impl Ctx<'_, '_> {
             tasks: flows.iter().map(|f| f.instruction.clone()).collect(),
         };
         let cfg = RunConfig {
+            contract: None,
+            approvals: None,
             topology: workload.0,
             planner,
             executor: &recorder,

@@ -359,6 +359,8 @@ fn scripted(
         .map_err(|e| EvalError::Invalid(format!("regulator: {e}")))?;
     let m = Monitor::start(
         MonitorConfig {
+            contract: None,
+            approvals: None,
             apm,
             apm_hash,
             run_id,

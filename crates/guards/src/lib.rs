@@ -1,5 +1,7 @@
 #![doc = include_str!("../README.md")]
 
+pub mod contract;
+
 use std::sync::Arc;
 
 use knox_policy::dataflow::{RunOutput, Tainted};
@@ -18,6 +20,8 @@ use knox_types::payload::{
 };
 use knox_types::regulation::InfoFlow;
 use serde_json::Value;
+
+pub use contract::ContractInput;
 
 /// An output of a tool whose content others can write: the data-flow guard's taint.
 #[derive(Clone, Debug, PartialEq)]
@@ -474,6 +478,8 @@ pub struct Pipeline<'a> {
     /// Per agent plan, its tolerant-mode automaton (none in the exact mode).
     automata: Vec<Option<Automaton>>,
     regexes: RegexCache,
+    /// The signed capability contract bounding the run, when the APM names one.
+    contract: Option<&'a knox_contract::Verified>,
 }
 
 impl<'a> Pipeline<'a> {
@@ -495,7 +501,20 @@ impl<'a> Pipeline<'a> {
                 })
                 .collect(),
             regexes: RegexCache::default(),
+            contract: None,
         }
+    }
+
+    /// The guards with the `contract` stage: every well-formed proposal is decided by
+    /// the contract too (after the input guard), and must pass both it and the plan.
+    pub fn with_contract(mut self, contract: Option<&'a knox_contract::Verified>) -> Self {
+        self.contract = contract;
+        self
+    }
+
+    /// The contract the run is bounded by, if any.
+    pub fn contract(&self) -> Option<&'a knox_contract::Verified> {
+        self.contract
     }
 
     /// The APM.
@@ -529,6 +548,22 @@ impl<'a> Pipeline<'a> {
         clock: Clock,
         regulation: &mut dyn RegulationSource,
         run: &[Arc<SharedOutput>],
+    ) -> Evaluation<'a> {
+        self.evaluate_with(st, proposal, clock, regulation, run, None)
+    }
+
+    /// [`Pipeline::evaluate`] with the `contract` stage's inputs (a pipeline
+    /// [`with_contract`](Self::with_contract) decides the contract after the input
+    /// guard; without inputs its check denies). A call a later guard blocks reserves
+    /// nothing: its contract check records no reservation.
+    pub fn evaluate_with(
+        &mut self,
+        st: &AgentState,
+        proposal: Proposal<'a>,
+        clock: Clock,
+        regulation: &mut dyn RegulationSource,
+        run: &[Arc<SharedOutput>],
+        contract_input: Option<ContractInput<'_>>,
     ) -> Evaluation<'a> {
         let closed = self.apm.guards.closed;
         let plan = self.apm.agents.get(st.plan);
@@ -632,6 +667,9 @@ impl<'a> Pipeline<'a> {
             passed: true,
             detail: CheckDetail::Input { error: None },
         });
+        if let Some(c) = self.contract {
+            checks.push(contract::check(c, &action, contract_input));
+        }
         let tainted: Vec<Tainted<'_>> = st
             .tainted
             .iter()
@@ -755,6 +793,7 @@ impl<'a> Pipeline<'a> {
                 reason,
                 advances,
             };
+            contract::settle_reservation(&mut checks);
             return done(call, checks, decision);
         }
         let decision = Decision::Allow {

@@ -164,6 +164,8 @@ mod tests {
         executor: &'a dyn ExecutorFactory,
     ) -> RunConfig<'a> {
         RunConfig {
+            contract: None,
+            approvals: None,
             topology: w.parse::<Workload>().unwrap().0,
             planner,
             executor,

@@ -74,6 +74,8 @@ fn mediation(c: &mut Criterion, rt: &Harness) {
     let start_with = |grants: bool| {
         Monitor::start(
             MonitorConfig {
+                contract: None,
+                approvals: None,
                 apm: &apm,
                 apm_hash,
                 run_id: "bench",

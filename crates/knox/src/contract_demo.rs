@@ -18,9 +18,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow};
+use knox_agent::{
+    AgentTask, Executor, ExecutorFactory, Label, Observation, Plan, PlanError, Planner, Prompt,
+    Regulations, RunContext, Step as AgentStep, ToolHost, ToolResult, ToolRunner,
+};
 use knox_attest::TeeKey;
 use knox_attest::grant::now_ms;
 use knox_broker::contract::ContractExecutor;
+use knox_broker::contract::ContractHost;
 use knox_broker::pinned;
 use knox_contract::approval;
 use knox_contract::format::{
@@ -29,7 +34,15 @@ use knox_contract::format::{
 };
 use knox_contract::session::{ContractSession, JournalReport, verify_journal};
 use knox_contract::{Decision, signed};
+use knox_engine::{Session, Simulated};
+use knox_monitor::monitor::ApprovalSource;
+use knox_policy::ToolkitManifest;
 use knox_types::Action;
+use knox_types::aeg::NodeKind;
+use knox_types::apm::{ExpectedCall, StopPolicy};
+use knox_types::bundle::ModelInfo;
+use knox_types::digest::Digest;
+use knox_types::grant::Grant;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -512,6 +525,25 @@ pub struct Report {
     pub without_unavailable: Option<String>,
     /// The verified journals of the Knox sessions.
     pub journals: Vec<JournalReport>,
+    /// The with-Knox half again as Knox runs: one bundle per scenario.
+    pub bundles: Vec<BundleRow>,
+}
+
+impl BundleRow {
+    /// A legitimate scenario's bundle: complete, nothing blocked, something executed; a
+    /// hostile one's: complete with its step blocked and the check named, or (the
+    /// tampered contract) no run at all, refused by the contract's signature.
+    pub fn passed(&self) -> bool {
+        if self.bundle.is_none() {
+            return self.hostile && self.check.starts_with("contract signature");
+        }
+        let complete = self.verified == "complete";
+        if self.hostile {
+            complete && !self.blocked.is_empty() && self.check != "-"
+        } else {
+            complete && self.blocked.is_empty() && self.executed > 0
+        }
+    }
 }
 
 impl Report {
@@ -523,6 +555,8 @@ impl Report {
             let with_ok = if r.hostile { !r.with_knox } else { r.with_knox };
             without_ok && with_ok
         }) && self.journals.iter().all(|j| j.status == "complete")
+            && self.bundles.len() == self.rows.len()
+            && self.bundles.iter().all(BundleRow::passed)
     }
 }
 
@@ -934,6 +968,311 @@ pub fn with_knox(root: &Path) -> Result<(Vec<Effect>, Vec<JournalReport>)> {
     Ok((rows, journals))
 }
 
+// ------------------------------------------------------- under Knox, as Knox runs
+
+/// Plans a scenario's steps exactly: the plan allows everything the scenario proposes,
+/// so what stops a hostile step is the contract (or its executor), never the plan.
+struct PlanOf(Vec<Action>);
+
+impl Planner for PlanOf {
+    fn plan(
+        &self,
+        _: &Prompt,
+        _: &ToolkitManifest,
+        _: &Regulations,
+        _: &StopPolicy,
+    ) -> std::result::Result<Plan, PlanError> {
+        let calls = self
+            .0
+            .iter()
+            .map(|a| ExpectedCall::exact(0, &a.tool, a.params.clone()))
+            .collect();
+        Ok(Plan { tasks: vec![calls] })
+    }
+
+    fn model(&self) -> ModelInfo {
+        model_info("planner", "scenario-plan")
+    }
+}
+
+fn model_info(role: &str, name: &str) -> ModelInfo {
+    ModelInfo {
+        role: role.into(),
+        name: name.into(),
+        weights_hash: None,
+        declared: false,
+    }
+}
+
+/// Proposes a scenario's steps in order, whatever it observes.
+struct Script(Vec<Action>);
+
+struct Scripted(std::vec::IntoIter<Action>);
+
+impl Executor for Scripted {
+    fn next(&mut self, _: Option<&Observation>) -> AgentStep {
+        match self.0.next().map(|a| serde_json::to_vec(&a)) {
+            Some(Ok(bytes)) => AgentStep::Propose(bytes, Label::NONE),
+            _ => AgentStep::Finish,
+        }
+    }
+}
+
+impl ExecutorFactory for Script {
+    fn build(&self, _: AgentTask) -> Box<dyn Executor> {
+        Box::new(Scripted(self.0.clone().into_iter()))
+    }
+
+    fn model(&self) -> ModelInfo {
+        model_info("executor", "scenario-script")
+    }
+}
+
+/// The scenario's approval tokens, handed over in order, each for the action it names;
+/// nobody approves a pending action.
+#[derive(Debug)]
+struct Tokens(Mutex<std::collections::VecDeque<(Digest, Value)>>);
+
+impl ApprovalSource for Tokens {
+    fn token(&self, _: &Action, hash: &Digest) -> Option<Value> {
+        let mut q = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if q.front().is_some_and(|(h, _)| h == hash) {
+            return q.pop_front().map(|(_, t)| t);
+        }
+        None
+    }
+
+    fn wait(&self, _: &Action, _: &Digest) -> Option<Value> {
+        None
+    }
+}
+
+/// The broker's contract host, with an attacker on the way from the monitor to it: the
+/// allowed call number `replay` reaches the executor with the previous call's grant
+/// (already used) instead of its own.
+struct Replaying {
+    host: ContractHost,
+    replay: Option<usize>,
+}
+
+struct ReplayingRunner<'r> {
+    inner: Box<dyn ToolRunner + 'r>,
+    replay: Option<usize>,
+    /// Calls so far and the last grant seen.
+    seen: Mutex<(usize, Option<Grant>)>,
+}
+
+impl ToolHost for Replaying {
+    fn runner<'r>(
+        &'r self,
+        cx: RunContext<'r>,
+    ) -> std::result::Result<Box<dyn ToolRunner + 'r>, String> {
+        Ok(Box::new(ReplayingRunner {
+            inner: self.host.runner(cx)?,
+            replay: self.replay,
+            seen: Mutex::new((0, None)),
+        }))
+    }
+}
+
+impl ToolRunner for ReplayingRunner<'_> {
+    fn run(&self, action: &Action, grant: Option<&Grant>) -> ToolResult {
+        let presented = {
+            let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+            let n = seen.0;
+            seen.0 += 1;
+            let presented = if Some(n) == self.replay {
+                seen.1.clone()
+            } else {
+                grant.cloned()
+            };
+            seen.1 = grant.cloned();
+            presented
+        };
+        self.inner.run(action, presented.as_ref())
+    }
+}
+
+/// One scenario run through the engine: its bundle and what the verifier says.
+#[derive(Debug, Clone, Serialize)]
+pub struct BundleRow {
+    /// Scenario.
+    pub scenario: String,
+    /// Hostile or legitimate.
+    pub hostile: bool,
+    /// The bundle written (none: the run could not start, see `check`).
+    pub bundle: Option<PathBuf>,
+    /// `knox verify`'s outcome of it.
+    pub verified: String,
+    /// Actions executed (outputs settling their reservation as executed).
+    pub executed: u64,
+    /// The blocked nodes' reasons, in order.
+    pub blocked: Vec<String>,
+    /// The check that blocked the scenario's last blocked step (`-` when none did).
+    pub check: String,
+}
+
+/// The check a blocked node's reason names: a contract decision (`contract check
+/// `X` failed`), a pending approval, or the executor's refusal (`X: …`).
+fn named_check(reason: &str) -> String {
+    if let Some(rest) = reason.split("contract check `").nth(1) {
+        return rest.split('`').next().unwrap_or_default().to_owned();
+    }
+    if reason.contains("pending approval") {
+        return "approval (pending)".into();
+    }
+    for c in [
+        "resolve_beneath",
+        "pinned_digest",
+        "pinned_file",
+        "grant",
+        "sandbox",
+        "http",
+    ] {
+        if reason.contains(&format!("({c}: ")) || reason.contains(&format!("refused: {c}")) {
+            return c.into();
+        }
+    }
+    reason.chars().take(60).collect()
+}
+
+fn hashed_tokens(
+    steps: &[Step],
+    alice: &TeeKey,
+    contract: Digest,
+) -> Result<std::collections::VecDeque<(Digest, Value)>> {
+    let mut q = std::collections::VecDeque::new();
+    for st in steps {
+        let action: Action = serde_json::from_value(st.action.clone())?;
+        if let Some(t) = token(st.token, alice, contract, &st.action)? {
+            q.push_back((action.hash(), t));
+        }
+    }
+    Ok(q)
+}
+
+/// Runs every scenario under Knox as a Knox run (`knox_engine::Session` bounded by the
+/// signed contract, the scenario's steps as its plan and its executor's proposals, the
+/// broker's contract executor as the tool host): one sealed bundle per scenario in
+/// `root/bundles`, each verified offline. The tampered contract cannot start a run
+/// (`knox run --contract` refuses it: its signature does not verify).
+pub fn with_knox_runs(root: &Path) -> Result<Vec<BundleRow>> {
+    let w = World::new(root)?;
+    let alice = TeeKey::generate()?;
+    let authority = TeeKey::generate()?;
+    let pin = pinned::hash_path(&w.wc)?.to_hex();
+    let c = w.contract(&alice, &pin);
+    let env = signed::sign(&authority, &c)?;
+    let bundles = root.join("bundles");
+    std::fs::create_dir_all(&bundles)?;
+    let manifest = knox_engine::contract::manifest()?;
+    let mut rows = Vec::new();
+    for (i, s) in scenarios(&w).into_iter().enumerate() {
+        prepare(&w, &s)?;
+        let row = engine_run(&w, &s, i, &env, &authority, &alice, &manifest, &bundles);
+        restore(&w, &s)?;
+        rows.push(row?);
+    }
+    Ok(rows)
+}
+
+#[expect(clippy::too_many_arguments, reason = "one scenario's inputs, named")]
+fn engine_run(
+    w: &World,
+    s: &Scenario,
+    i: usize,
+    env: &knox_types::dsse::Envelope,
+    authority: &TeeKey,
+    alice: &TeeKey,
+    manifest: &ToolkitManifest,
+    bundles: &Path,
+) -> Result<BundleRow> {
+    let mut row = BundleRow {
+        scenario: s.name.to_owned(),
+        hostile: s.hostile,
+        bundle: None,
+        verified: "not run".into(),
+        executed: 0,
+        blocked: Vec::new(),
+        check: "-".into(),
+    };
+    let envelope = if s.setup == Setup::TamperContract {
+        tamper(env, &w.home)?
+    } else {
+        env.clone()
+    };
+    let verified = match signed::verify(&envelope, &authority.public_key()) {
+        Ok(v) => v,
+        Err(e) => {
+            row.check = format!("contract signature ({e})");
+            return Ok(row);
+        }
+    };
+    let actions = s
+        .steps
+        .iter()
+        .map(|st| serde_json::from_value::<Action>(st.action.clone()))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let host = ContractHost::new(
+        verified.clone(),
+        w.root.join("scratch"),
+        knox_sandbox::SandboxConfig {
+            run_as: Some(knox_sandbox::RunAs::from_env().map_err(|e| anyhow!(e))?),
+            ..knox_sandbox::SandboxConfig::default()
+        },
+    )?;
+    let tokens = hashed_tokens(&s.steps, alice, verified.hash)?;
+    let session = Session::builder()
+        .platform(Simulated)
+        .manifest(manifest.clone())
+        .planner(PlanOf(actions.clone()))
+        .executor(Script(actions))
+        .host(Replaying {
+            host,
+            replay: s.steps.iter().position(|st| st.replay),
+        })
+        .contract(verified)
+        .approvals(Tokens(Mutex::new(tokens)))
+        .output(bundles)
+        .run_prefix(format!("scenario-{i:02}"))
+        .build()?;
+    let o = session.run_prompt(&Prompt {
+        tasks: vec![s.name.to_owned()],
+    })?;
+    let report = knox_verify::verify_bundle(
+        &o.bundle,
+        &knox_verify::manifests::Manifests::new(),
+        knox_verify::Options::DANGEROUS_SIMULATED,
+    );
+    row.bundle = Some(bundles.join(format!("{}.json", o.bundle.run_id)));
+    row.verified = report.outcome.name().to_owned();
+    // Executed: outputs whose settlement says the action ran (a refusal by the
+    // executor leaves an output that settles the reservation as not executed).
+    row.executed = o
+        .bundle
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::ToolOutput)
+        .filter(|n| {
+            serde_json::to_value(&n.payload)
+                .ok()
+                .and_then(|v| v.pointer("/settled/executed").and_then(Value::as_bool))
+                .unwrap_or(false)
+        })
+        .count() as u64;
+    row.blocked = o
+        .bundle
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Blocked)
+        .filter_map(|n| n.block_reason.clone())
+        .collect();
+    if let Some(last) = row.blocked.last() {
+        row.check = named_check(last);
+    }
+    Ok(row)
+}
+
 /// Both phases and the table.
 pub fn run_demo(knox: &Path, out: &Path) -> Result<Report> {
     let probe = World::new(&out.join("probe"))?;
@@ -948,6 +1287,7 @@ pub fn run_demo(knox: &Path, out: &Path) -> Result<Report> {
         Err(e) => (None, Some(format!("{e:#}"))),
     };
     let (with, journals) = with_knox(&out.join("with-knox"))?;
+    let bundles = with_knox_runs(&out.join("with-knox-runs"))?;
     let rows = names
         .into_iter()
         .enumerate()
@@ -966,6 +1306,7 @@ pub fn run_demo(knox: &Path, out: &Path) -> Result<Report> {
         rows,
         without_unavailable: unavailable,
         journals,
+        bundles,
     })
 }
 
@@ -1000,6 +1341,28 @@ pub fn table(r: &Report) -> String {
             "{:<42} {kind:<8} {:<40} {with:<9} {by}\n",
             row.scenario,
             without.chars().take(40).collect::<String>()
+        ));
+    }
+    s
+}
+
+/// The Knox runs' bundles as text: scenario, `knox verify`'s outcome, executed actions,
+/// the check named in the last blocked node.
+pub fn bundle_table(r: &Report) -> String {
+    let mut s = format!(
+        "{:<42} {:<9} {:<8} {}\n",
+        "scenario", "verified", "executed", "blocked by (in the bundle)"
+    );
+    for b in &r.bundles {
+        let verified = if b.bundle.is_some() {
+            b.verified.as_str()
+        } else {
+            "no run"
+        };
+        let by: String = b.check.chars().take(90).collect();
+        s.push_str(&format!(
+            "{:<42} {verified:<9} {:<8} {by}\n",
+            b.scenario, b.executed
         ));
     }
     s

@@ -137,6 +137,7 @@ pub fn from_plan(
             manifest: manifest.hash(),
             regulations: Digest::of_json(tag::REGULATIONS, regulations)?,
             stop: Digest::of_json(tag::STOP, stop)?,
+            contract: None,
         },
         topology,
         tasks,

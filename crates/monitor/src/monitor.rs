@@ -14,9 +14,10 @@ use std::time::Instant;
 
 use knox_agent::ToolResult;
 use knox_attest::TeeKey;
+use knox_contract::{Ledger, LedgerEvent, Verified};
 use knox_guards::{
-    AgentState, Clock, Decision, Disclosure, Evaluation, Pipeline, Proposal, RecordedOutput,
-    RegulationSource, SharedOutput,
+    AgentState, Clock, ContractInput, Decision, Disclosure, Evaluation, Pipeline, Proposal,
+    RecordedOutput, RegulationSource, SharedOutput,
 };
 use knox_policy::ToolkitManifest;
 use knox_regulation::{Judge, Regulator};
@@ -28,7 +29,8 @@ use knox_types::digest::Digest;
 use knox_types::grant::Grant;
 use knox_types::payload::{
     AgentBranchPayload, AgentStepPayload, Assignment, BlockedPayload, Body, CheckPayload,
-    GuardKind, InterruptPayload, ProofOfInferencePayload, RootPayload, ToolOutputPayload,
+    ContractOutcome, GuardKind, InterruptPayload, ProofOfInferencePayload, RootPayload, Settlement,
+    ToolOutputPayload,
 };
 use serde_json::Value;
 
@@ -70,6 +72,25 @@ pub struct Ticket {
     /// The signed, single-use execution grant a broker requires (absent only if the
     /// system could not produce randomness for it; a broker then refuses).
     pub grant: Option<Grant>,
+    /// The contract reservation the output settles (runs bounded by a contract).
+    pub reservation: Option<u64>,
+}
+
+/// Where approval tokens for a contract's high-impact actions come from (`knox run
+/// --approvals DIR`, a regulator UI): looked up before the contract decides, and —
+/// when the decision is *pending* — waited for once; a token that arrives is decided
+/// with (and recorded), none leaves the action pending (recorded, not executed).
+pub trait ApprovalSource: Send + Sync + std::fmt::Debug {
+    /// A token already given for the action `action_hash` names, if any.
+    fn token(&self, action: &Action, action_hash: &Digest) -> Option<Value>;
+    /// The action is pending: publish the request and wait (bounded) for a token.
+    fn wait(&self, action: &Action, action_hash: &Digest) -> Option<Value>;
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// One agent as the monitor keeps it: the guards' state, the node its next step
@@ -136,6 +157,11 @@ pub struct Monitor<'a> {
     /// The run's outputs in commit order, when the APM closes the content or label
     /// channel (appended under `aeg`; a disclosing call records how many it saw).
     run_outputs: Mutex<Vec<Arc<SharedOutput>>>,
+    /// The contract's budget ledger, run-wide (taken after an agent's lock, before the
+    /// graph's): a decision, its reservation and its commit are one step, so the
+    /// verifier rebuilds the same ledger in commit order.
+    ledger: Mutex<Ledger>,
+    approvals: Option<&'a dyn ApprovalSource>,
 }
 
 impl std::fmt::Debug for Monitor<'_> {
@@ -168,6 +194,10 @@ pub struct MonitorConfig<'a> {
     /// Sign an execution grant for every allowed action (needed when a broker runs the
     /// tools; an Ed25519 signature per action, so off for in-process tools).
     pub grants: bool,
+    /// The signed capability contract the APM names (`apm.inputs.contract`), if any.
+    pub contract: Option<&'a Verified>,
+    /// Where approval tokens come from, for a contract's high-impact actions.
+    pub approvals: Option<&'a dyn ApprovalSource>,
 }
 
 impl<'a> Monitor<'a> {
@@ -188,6 +218,8 @@ impl<'a> Monitor<'a> {
             signal,
             mut aeg,
             grants,
+            contract,
+            approvals,
         } = cfg;
         let node = |parent, kind, agent, payload| NewNode {
             parent,
@@ -286,7 +318,7 @@ impl<'a> Monitor<'a> {
                 Mutex::new(Agent {
                     state: AgentState::new(apm, i),
                     cursor,
-                    guards: Pipeline::new(apm, manifest),
+                    guards: Pipeline::new(apm, manifest).with_contract(contract),
                 }),
             );
         }
@@ -303,6 +335,8 @@ impl<'a> Monitor<'a> {
             aeg: Mutex::new(aeg),
             agents,
             run_outputs: Mutex::new(Vec::new()),
+            ledger: Mutex::new(Ledger::new()),
+            approvals,
         }
     }
 
@@ -334,9 +368,62 @@ impl<'a> Monitor<'a> {
         } else {
             Vec::new()
         };
-        let eval = st
-            .guards
-            .evaluate(&st.state, proposal, clock, &mut regulation, &run);
+        let contracted = st.guards.contract().is_some();
+        let action = proposal.actual.clone().filter(|_| contracted);
+        let mut token = match (&action, self.approvals) {
+            (Some(a), Some(src)) => src.token(a, &proposal.actual_hash),
+            _ => None,
+        };
+        let mut ledger = lock(&self.ledger);
+        let mut eval = st.guards.evaluate_with(
+            &st.state,
+            proposal.clone(),
+            clock,
+            &mut regulation,
+            &run,
+            contracted.then(|| ContractInput {
+                at_ms: unix_ms(),
+                approval: token.as_ref(),
+                ledger: &ledger,
+            }),
+        );
+        let pending = knox_guards::contract::of(&eval.checks)
+            .is_some_and(|c| c.outcome == ContractOutcome::Pending);
+        if let (true, Some(a), Some(src)) = (pending, &action, self.approvals) {
+            // Wait for a human without holding the ledger; decide again with the token.
+            drop(ledger);
+            token = src.wait(a, &proposal.actual_hash);
+            ledger = lock(&self.ledger);
+            if token.is_some() {
+                eval = st.guards.evaluate_with(
+                    &st.state,
+                    proposal,
+                    clock,
+                    &mut regulation,
+                    &run,
+                    Some(ContractInput {
+                        at_ms: unix_ms(),
+                        approval: token.as_ref(),
+                        ledger: &ledger,
+                    }),
+                );
+            }
+        }
+        let reserved = knox_guards::contract::of(&eval.checks)
+            .and_then(knox_guards::contract::reserved)
+            .filter(|_| matches!(eval.decision, Decision::Allow { .. }));
+        if let Some(ev) = &reserved
+            && ledger.apply(ev).is_err()
+        {
+            // The guards gave the ledger's next number: this cannot refuse; if it did,
+            // nothing is recorded and the action does not run.
+            return Verdict::Stopped;
+        }
+        drop(ledger);
+        let reservation = match reserved {
+            Some(LedgerEvent::Reserved { id, .. }) => Some(id),
+            _ => None,
+        };
         if matches!(eval.decision, Decision::Undecided) {
             // The monitor's regulation source always answers: nothing to record.
             return Verdict::Stopped;
@@ -449,6 +536,7 @@ impl<'a> Monitor<'a> {
                     cost,
                     action,
                     grant,
+                    reservation,
                 }))
             }
             Decision::Undecided => Verdict::Stopped,
@@ -470,6 +558,10 @@ impl<'a> Monitor<'a> {
             return;
         };
         let mut st = lock(slot);
+        let settled = ticket.reservation.map(|reservation| Settlement {
+            reservation,
+            executed: !result.kernel.iter().any(|e| e.event == "refusal"),
+        });
         let mut group = Vec::with_capacity(result.kernel.len() + 1);
         for event in result.kernel {
             let guard = if event.event == "refusal" {
@@ -507,6 +599,7 @@ impl<'a> Monitor<'a> {
                 output: result.output.clone(),
                 cost: ticket.cost,
                 confinement: result.confinement,
+                settled,
             }),
             allowed: true,
             block_reason: None,
@@ -521,7 +614,15 @@ impl<'a> Monitor<'a> {
             output: result.output,
         };
         {
+            let mut ledger = settled.map(|_| lock(&self.ledger));
             let mut aeg = lock(&self.aeg);
+            if let (Some(l), Some(s)) = (ledger.as_deref_mut(), settled) {
+                // Held since the reservation: it applies.
+                let _ = l.apply(&LedgerEvent::Settled {
+                    id: s.reservation,
+                    executed: s.executed,
+                });
+            }
             for n in group {
                 st.cursor = aeg.commit_prepared(n, None);
             }

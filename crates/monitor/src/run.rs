@@ -126,6 +126,10 @@ pub struct RunConfig<'a> {
     /// When set, a refresh report from this backend binds each run's chain head to the
     /// same key with fresh platform evidence (one report per bundle).
     pub refresh: Option<&'a dyn PlatformBackend>,
+    /// The signed capability contract bounding every run (see [`PlanSpec::contract`]).
+    pub contract: Option<&'a knox_contract::Verified>,
+    /// Where approval tokens for the contract's high-impact actions come from.
+    pub approvals: Option<&'a dyn crate::monitor::ApprovalSource>,
 }
 
 impl std::fmt::Debug for RunConfig<'_> {
@@ -245,6 +249,9 @@ pub struct PlanSpec<'a> {
     pub models: Vec<ModelInfo>,
     /// Directory for journals, when journaling.
     pub journal_dir: Option<&'a Path>,
+    /// The signed capability contract bounding the run: its hash goes into the APM's
+    /// inputs, its envelope into the journal header and the bundle.
+    pub contract: Option<&'a knox_contract::Verified>,
 }
 
 impl std::fmt::Debug for PlanSpec<'_> {
@@ -278,6 +285,8 @@ pub struct Planned {
     pub apm_time: Duration,
     /// How long signing the APM took.
     pub sign_time: Duration,
+    /// The signed capability contract the APM names, if any.
+    pub contract: Option<knox_contract::Verified>,
 }
 
 impl Planned {
@@ -308,7 +317,7 @@ pub fn plan(
     run_id: &str,
 ) -> Result<(Planned, Option<Journal>), RunError> {
     let t = Instant::now();
-    let apm = apm::derive(
+    let mut apm = apm::derive(
         prompt,
         &rt.manifest,
         spec.regulations,
@@ -316,6 +325,7 @@ pub fn plan(
         spec.planner,
         spec.topology,
     )?;
+    apm.inputs.contract = spec.contract.map(|c| c.hash);
     let apm_hash = apm.hash()?;
     let apm_time = t.elapsed();
     let t = Instant::now();
@@ -332,6 +342,7 @@ pub fn plan(
                 key: rt.key.public_key(),
                 platform: rt.platform.clone(),
                 models: spec.models.clone(),
+                contract: spec.contract.map(embedded_contract),
             };
             Some(Journal::create(
                 &dir.join(format!("{run_id}.journal.jsonl")),
@@ -351,6 +362,7 @@ pub fn plan(
         models: spec.models.clone(),
         apm_time,
         sign_time,
+        contract: spec.contract.cloned(),
     };
     Ok((planned, journal))
 }
@@ -367,6 +379,8 @@ pub struct Guarding<'a> {
     pub signal: StopSignal,
     /// Issue signed grants for allowed calls (a tool host runs them).
     pub grants: bool,
+    /// Where approval tokens for the contract's high-impact actions come from.
+    pub approvals: Option<&'a dyn crate::monitor::ApprovalSource>,
 }
 
 impl std::fmt::Debug for Guarding<'_> {
@@ -399,6 +413,8 @@ pub fn start<'p>(
             signal: guarding.signal,
             aeg: AegBuilder::new(journal),
             grants: guarding.grants,
+            contract: planned.contract.as_ref(),
+            approvals: guarding.approvals,
         },
         regulator,
         guarding.judge,
@@ -416,6 +432,7 @@ pub fn seal_planned(
     if let Some(e) = aeg.journal_error.take() {
         return Err(RunError::Journal(e));
     }
+    let contract = planned.contract.as_ref().map(embedded_contract);
     let mut bundle = seal(
         rt,
         &planned.run_id,
@@ -425,6 +442,7 @@ pub fn seal_planned(
         planned.models,
         aeg,
     )?;
+    bundle.contract = contract;
     if let Some(backend) = refresh {
         let refresh = backend.collect(&KeyBinding {
             public_key: rt.key.public_bytes(),
@@ -458,6 +476,7 @@ pub fn run_prompt(
         stop: &cfg.stop,
         models,
         journal_dir: cfg.journal_dir,
+        contract: cfg.contract,
     };
     let (planned, journal) = plan(rt, prompt, &spec, run_id)?;
     let guarding = Guarding {
@@ -465,6 +484,7 @@ pub fn run_prompt(
         judge: cfg.judge,
         signal: cfg.signal.clone(),
         grants: cfg.host.is_some(),
+        approvals: cfg.approvals,
     };
     let t_start = Instant::now();
     let monitor = start(rt, &planned, journal, guarding)?;
@@ -569,8 +589,17 @@ pub fn seal(
         refresh: None,
         models,
         manifest: embedded_manifest(&rt.manifest),
+        contract: None,
         as_written: None,
     })
+}
+
+/// The signed contract as a bundle or journal carries it.
+fn embedded_contract(c: &knox_contract::Verified) -> knox_types::bundle::SignedContract {
+    knox_types::bundle::SignedContract {
+        authority: c.authority.clone(),
+        envelope: c.envelope.clone(),
+    }
 }
 
 /// The manifest's canonical bytes for the bundle, unless every verifier of this build

@@ -154,6 +154,8 @@ impl ToolRunner for Echo {
 
 fn run(rt: &Runtime, stop: StopPolicy, tools: &Echo, factory: &ScriptedFactory) -> RunOutcome {
     let cfg = RunConfig {
+        contract: None,
+        approvals: None,
         topology: Topology {
             kind: TopologyKind::StSa,
             tasks: 1,

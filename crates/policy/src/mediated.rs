@@ -188,5 +188,17 @@ pub fn block_reason(check: &CheckPayload, position: u32) -> Option<String> {
             error.as_deref().unwrap_or_default()
         ),
         CheckDetail::Stop { .. } => "interrupted".into(),
+        CheckDetail::Contract(c) => match c.outcome {
+            knox_types::payload::ContractOutcome::Pending => format!(
+                "contract: pending approval of `{}` (impact {})",
+                c.capability.as_deref().unwrap_or_default(),
+                c.impact.as_deref().unwrap_or_default()
+            ),
+            _ => format!(
+                "contract check `{}` failed: {}",
+                c.check.as_deref().unwrap_or_default(),
+                c.reason.as_deref().unwrap_or_default()
+            ),
+        },
     })
 }

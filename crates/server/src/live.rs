@@ -598,6 +598,7 @@ fn agrees(b: &Bundle, header: &[u8], lines: &[(u64, Vec<u8>)]) -> State {
         key: b.key.clone(),
         platform: b.platform.clone(),
         models: b.models.clone(),
+        contract: b.contract.clone(),
     };
     if h != expected {
         return State::tampered(

@@ -80,6 +80,12 @@ pub struct ApmInputs {
     pub regulations: Digest,
     /// `H("knox/stop", canonical(stop condition))`.
     pub stop: Digest,
+    /// `H("knox/contract", canonical(contract))` of the signed capability contract the
+    /// run is bounded by (`knox-contract`), when one is: its `contract` guard decides
+    /// every action and the bundle embeds the signed envelope. Absent otherwise, so an
+    /// APM without a contract hashes as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract: Option<Digest>,
 }
 
 /// Workload shape.

@@ -79,6 +79,12 @@ pub struct Bundle {
     /// bundles written before it was added, and for the shipped manifests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifest: Option<String>,
+    /// The signed capability contract the run was bounded by, when the APM names one
+    /// (`apm.inputs.contract`): a verifier uses it only when its signature verifies
+    /// under the authority key it names and its contract hashes to that name. Absent
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract: Option<SignedContract>,
     /// What the strict reader found in the bytes this bundle was read from; `None` for
     /// a bundle built in memory. Not part of the format.
     #[serde(skip)]
@@ -126,6 +132,21 @@ pub struct JournalHeader {
     pub platform: PlatformEvidence,
     /// Models used, by role.
     pub models: Vec<ModelInfo>,
+    /// The signed capability contract, as in a bundle ([`Bundle::contract`]), so a
+    /// journal's prefix can be replayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract: Option<SignedContract>,
+}
+
+/// A signed capability contract as evidence carries it: the authority's DSSE envelope
+/// and the authority's public key (which a verifier may require to be a specific one).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignedContract {
+    /// The authority's public key.
+    pub authority: PublicKey,
+    /// The envelope, as the authority signed it.
+    pub envelope: crate::dsse::Envelope,
 }
 
 /// The statement an APM attestation signs.

@@ -102,13 +102,17 @@ pub enum GuardKind {
     Kernel,
     /// The broker refused to execute (no valid, unconsumed grant).
     Broker,
+    /// The signed capability contract (`knox-contract`): evaluated after the input
+    /// guard when the APM names a contract.
+    Contract,
 }
 
 impl GuardKind {
     /// Order of evaluation.
-    pub const ORDER: [Self; 6] = [
+    pub const ORDER: [Self; 7] = [
         Self::Stop,
         Self::Input,
+        Self::Contract,
         Self::Trajectory,
         Self::Syscall,
         Self::DataFlow,
@@ -126,6 +130,7 @@ impl GuardKind {
             Self::DataFlow => "data_flow",
             Self::Kernel => "kernel",
             Self::Broker => "broker",
+            Self::Contract => "contract",
         }
     }
 }
@@ -221,6 +226,77 @@ pub enum CheckDetail {
         /// Why the verdict is what it is, in words.
         note: Option<String>,
     },
+    /// The capability contract's decision (`knox_contract::decide`), with the inputs
+    /// the verifier decides again with: the time and the approval token. The ledger
+    /// state it was decided in is the one the run's earlier nodes rebuild.
+    Contract(Box<ContractCheck>),
+}
+
+/// What the contract decided on one proposal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContractOutcome {
+    /// Within the contract.
+    Allow,
+    /// Within the contract but needs a human approval it did not have: not executed.
+    Pending,
+    /// Refused by the check named.
+    Deny,
+}
+
+/// The `contract` check's facts: inputs, decision and the reservation it made.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContractCheck {
+    /// When it was decided (Unix ms): the contract's window and an approval's validity
+    /// are checked at this time.
+    pub at_ms: u64,
+    /// The approval token presented with the action, as presented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Value>,
+    /// The decision.
+    pub outcome: ContractOutcome,
+    /// The check that decided a denial (`window`, `structure`, `capability`, `path`,
+    /// `argv`, `endpoint`, `action_cap`, `budget`, `approval`; `approval` for pending).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<String>,
+    /// Why, in words (a denial).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The capability the action resolved to (allow, pending).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capability: Option<String>,
+    /// Its cost in cents, from the signed capability (allow, pending).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_cents: Option<u64>,
+    /// Its impact level (allow, pending).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub impact: Option<String>,
+    /// The approval's nonce, consumed with the reservation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_nonce: Option<String>,
+    /// The reservation made: set only when every guard passed and the action was
+    /// authorized (numbered from 0 in the run, in commit order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<u64>,
+    /// The ledger before this decision: cents spent, cents reserved and actions
+    /// authorized (the verifier rebuilds it and compares).
+    pub spent_cents: u64,
+    /// Cents reserved and not settled before this decision.
+    pub reserved_cents: u64,
+    /// Actions authorized before this decision.
+    pub actions: u64,
+}
+
+/// The settlement of a contract reservation, recorded with the action's output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settlement {
+    /// The reservation.
+    pub reservation: u64,
+    /// Whether the action ran (its cost is spent) or the executor refused it (the
+    /// hold is released; it still counts against the action cap).
+    pub executed: bool,
 }
 
 /// What an LLM judge said about a disclosure. Its classification fills in information
@@ -301,6 +377,9 @@ pub struct ToolOutputPayload {
     /// the kernel sandbox.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confinement: Option<Value>,
+    /// The contract reservation this output settles (runs bounded by a contract).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settled: Option<Settlement>,
 }
 
 /// `blocked`.

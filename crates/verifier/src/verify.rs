@@ -40,7 +40,8 @@ pub const UNREADABLE: i32 = 4;
    \n  3   refused (evidence not accepted: simulated without --allow-simulated, hardware the\
    \n      policy does not accept, a regulation policy set other than the verifier's, or a\
    \n      toolkit manifest neither trusted (shipped, --needs, --manifest) nor embedded in the\
-   \n      bundle with the APM's hash)\
+   \n      bundle with the APM's hash, or, with --contract-authority, no capability contract or\
+   \n      one another authority signed)\
    \n  4   a FILE could not be read as evidence (missing, a directory, not a bundle)\
    \n  With several FILEs, the worst of them, in the order tampered, unreadable, refused,\
    \n  prefix, complete. --json prints one report object per FILE (an array for several),\
@@ -79,6 +80,13 @@ pub struct VerifyArgs {
     /// it; a bundle whose APM names another set is refused.
     #[arg(value_parser = crate::files::path, long, value_name = "DIR")]
     pub policy_set: Option<PathBuf>,
+    /// Require the runs to be bounded by a capability contract signed by this authority
+    /// (`knox keygen`'s `.pub`): evidence without one, or with one another authority
+    /// signed, is refused (3), naming both key ids. Without this option a bounded run's
+    /// report names the authority's key id (the `contract` step; `contract_authority`
+    /// in `--json`).
+    #[arg(value_parser = crate::files::path, long, value_name = "AUTH.pub")]
+    pub contract_authority: Option<PathBuf>,
     /// The regulator's private key (`knox keygen`), to sign a receipt with.
     #[arg(value_parser = crate::files::path, long, value_name = "KEY", requires = "receipt")]
     pub key: Option<PathBuf>,
@@ -139,6 +147,15 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
     // The key is read before any verification: a bad key file is one error, not a
     // report followed by an error.
     let key = args.key.as_deref().map(crate::keys::load).transpose()?;
+    let required_authority = args
+        .contract_authority
+        .as_deref()
+        .map(|p| {
+            let bytes = crate::files::read_input(p, crate::files::KEY)?;
+            knox_types::json::from_slice::<knox_types::bundle::PublicKey>(&bytes)
+                .map_err(|e| crate::files::bad_input(p, "a public key written by `knox keygen`", e))
+        })
+        .transpose()?;
     let manifest = match &args.needs {
         Some(p) => {
             let needs = crate::files::read_text(p, crate::files::CONFIG)?;
@@ -189,10 +206,15 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
         let checked = match crate::files::read_input_or_stdin(file, crate::files::EVIDENCE) {
             Err(e) => Checked::Unreadable(format!("{e:#}")),
             Ok(bytes) => match verify_evidence(&bytes, &trusted, opts) {
-                Ok(evidence) => Checked::Verified {
-                    bytes,
-                    evidence: Box::new(evidence),
-                },
+                Ok(mut evidence) => {
+                    if let Some(auth) = &required_authority {
+                        require_authority(&mut evidence, &bytes, auth);
+                    }
+                    Checked::Verified {
+                        bytes,
+                        evidence: Box::new(evidence),
+                    }
+                }
                 Err(e) => Checked::Unreadable(format!("`{shown}`: {e}")),
             },
         };
@@ -218,7 +240,7 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
             }
             Checked::Verified { bytes, evidence } => {
                 if args.json {
-                    objects.push(report_json(&shown, evidence));
+                    objects.push(report_json_of(&shown, evidence, Some(bytes)));
                 } else if args.ear {
                     let mut ear =
                         knox_verify::ear::ear(&evidence.report, now, policy_id.as_deref());
@@ -261,12 +283,64 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
     Ok(worst)
 }
 
-/// The JSON report of one file: the verifier's report, the file, and the signed
-/// structure root (`null` unless complete).
+/// The authority key of the capability contract a bundle or a journal (its header,
+/// the first line) embeds, if any. Trusted only as far as the verification of the same
+/// bytes went: a complete or prefix outcome means it signed the contract the APM names.
+pub fn contract_authority(bytes: &[u8]) -> Option<knox_types::bundle::PublicKey> {
+    #[derive(serde::Deserialize)]
+    struct Embeds {
+        contract: Option<knox_types::bundle::SignedContract>,
+    }
+    let whole = serde_json::from_slice::<Embeds>(bytes).ok();
+    let embeds = whole.or_else(|| {
+        let first = bytes.split(|&b| b == b'\n').next()?;
+        serde_json::from_slice::<Embeds>(first).ok()
+    })?;
+    embeds.contract.map(|c| c.authority)
+}
+
+fn key_id(k: &knox_types::bundle::PublicKey) -> String {
+    knox_attest::key::key_id(&k.public_key.0).to_string()
+}
+
+/// `--contract-authority`: evidence that verified (complete or prefix) is refused
+/// unless the capability contract it embeds is signed by `required`.
+fn require_authority(e: &mut Evidence, bytes: &[u8], required: &knox_types::bundle::PublicKey) {
+    if !matches!(e.report.outcome, Outcome::Complete | Outcome::Prefix) {
+        return;
+    }
+    let reason = match contract_authority(bytes) {
+        Some(k) if k == *required => return,
+        Some(k) => format!(
+            "the capability contract is signed by authority {}, not the required {} (--contract-authority)",
+            key_id(&k),
+            key_id(required)
+        ),
+        None => format!(
+            "the run is not bounded by a capability contract; --contract-authority requires one signed by {}",
+            key_id(required)
+        ),
+    };
+    e.report.outcome = Outcome::Refused { reason };
+    e.structure_root = None;
+}
+
+/// The JSON report of one file: the verifier's report, the file, the signed
+/// structure root (`null` unless complete) and, for a run bounded by a capability
+/// contract, the key id of the authority that signed it (`contract_authority`).
 pub fn report_json(file: &str, e: &Evidence) -> serde_json::Value {
+    report_json_of(file, e, None)
+}
+
+/// [`report_json`], with the evidence's bytes to read the contract authority from.
+pub fn report_json_of(file: &str, e: &Evidence, bytes: Option<&[u8]>) -> serde_json::Value {
     let mut v = serde_json::to_value(&e.report).unwrap_or_default();
     if let Some(o) = v.as_object_mut() {
         o.insert("file".into(), json!(file));
+        let verified = !matches!(e.report.outcome, Outcome::Tampered { .. });
+        if let Some(k) = bytes.and_then(contract_authority).filter(|_| verified) {
+            o.insert("contract_authority".into(), json!(key_id(&k)));
+        }
         o.insert(
             "structure_root".into(),
             json!(e.structure_root.map(|d| d.to_hex())),

@@ -141,6 +141,7 @@ pub fn verify_journal<M: TrustedManifests + ?Sized>(
         refresh: None,
         models: header.models,
         manifest: None,
+        contract: header.contract,
         as_written: Some(r.found),
     };
     let mut s = Steps::default();

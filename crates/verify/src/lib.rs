@@ -659,6 +659,63 @@ fn regulation_step<'n>(
     }
 }
 
+/// The `contract` step: the signed capability contract the APM names
+/// (`apm.inputs.contract`) must be embedded, verify under the authority key it names
+/// and hash to that name; a contract the APM does not name must not be there. `Err`
+/// when the evidence is tampered (the step says why); `Ok(None)` for a run without one.
+fn contract_step(s: &mut Steps, b: &Bundle) -> Result<Option<knox_contract::Verified>, ()> {
+    match (&b.apm.inputs.contract, &b.contract) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => {
+            s.fail(
+                "contract",
+                Fail::unplaced("the bundle embeds a capability contract the APM does not name"),
+            );
+            Err(())
+        }
+        (Some(h), None) => {
+            s.fail(
+                "contract",
+                Fail::unplaced(format!(
+                    "the APM names capability contract {h}, the bundle embeds none"
+                )),
+            );
+            Err(())
+        }
+        (Some(h), Some(sc)) => match knox_contract::signed::verify(&sc.envelope, &sc.authority) {
+            Err(e) => {
+                s.fail(
+                    "contract",
+                    Fail::unplaced(format!("the embedded capability contract: {e}")),
+                );
+                Err(())
+            }
+            Ok(v) if v.hash != *h => {
+                s.fail(
+                    "contract",
+                    Fail::unplaced(format!(
+                        "the embedded capability contract is {}, the APM names {h}",
+                        v.hash
+                    )),
+                );
+                Err(())
+            }
+            Ok(v) => {
+                s.pass(
+                    "contract",
+                    format!(
+                        "capability contract `{}` {} signed by authority {}; every contract decision recomputed",
+                        v.contract.id,
+                        v.hash,
+                        knox_attest::key::key_id(&v.authority.public_key.0)
+                    ),
+                );
+                Ok(Some(v))
+            }
+        },
+    }
+}
+
 /// Steps 3–5: proof of inference, policy consistency and topology by replay.
 fn policy_step(
     s: &mut Steps,
@@ -677,6 +734,10 @@ fn policy_step(
         return None;
     };
     let regulation = regulation_step(s, &b.apm.guards.regulation, norms);
+    let contract = match contract_step(s, b) {
+        Ok(c) => c,
+        Err(()) => return None,
+    };
     let cx = Context {
         apm: &b.apm,
         apm_hash,
@@ -685,6 +746,7 @@ fn policy_step(
         models: &b.models,
         key: &b.key,
         regulation: &regulation,
+        contract: contract.as_ref(),
     };
     match replay::replay(&cx, &b.nodes, finished) {
         Ok(f) => {

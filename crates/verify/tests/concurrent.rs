@@ -77,6 +77,8 @@ fn parallel_sub_agents_leave_evidence_that_verifies_complete() {
     let regulator = knox_regulation::Regulator::new(&apm.guards.regulation, None).unwrap();
     let m = Monitor::start(
         MonitorConfig {
+            contract: None,
+            approvals: None,
             apm: &apm,
             apm_hash,
             run_id: "concurrent",

@@ -303,6 +303,8 @@ fn run(s: &Scenario) -> Bundle {
         knox_regulation::Regulator::new(spec, spec.policy_hash.map(|_| norms())).unwrap();
     let m = Monitor::start(
         MonitorConfig {
+            contract: None,
+            approvals: None,
             apm: &run_apm,
             apm_hash,
             run_id: "pipeline",
@@ -389,6 +391,7 @@ fn replays(b: &Bundle, nodes: &[Node]) -> Result<(), String> {
         )),
     };
     let cx = Context {
+        contract: None,
         apm: &b.apm,
         apm_hash: b.apm.hash().unwrap(),
         manifest: manifest(),

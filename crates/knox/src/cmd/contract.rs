@@ -141,6 +141,91 @@ fn verified(contract: &Path, auth: &Path) -> Result<Verified> {
     signed::verify_bytes(&bytes, &key).map_err(|e| bad_input(contract, "a signed contract", e))
 }
 
+/// What `knox run --contract` runs with: the contract, verified under the authority
+/// the user named and valid now; the broker's host for its tools; where approval
+/// tokens come from.
+#[derive(Debug)]
+pub struct RunContract {
+    /// The signed contract, verified.
+    pub verified: Verified,
+    /// Its four tools, executed by the broker's `ContractExecutor`.
+    pub host: knox_broker::contract::ContractHost,
+    /// `--approvals DIR` (pending requests written to `<out>/pending/`).
+    pub approvals: Option<knox_engine::contract::ApprovalDir>,
+}
+
+/// How `knox run --contract` is set up (the flags of `knox run`).
+#[derive(Debug, Clone, Copy)]
+pub struct RunContractArgs<'a> {
+    /// `--contract`.
+    pub contract: &'a Path,
+    /// `--contract-authority`.
+    pub authority: &'a Path,
+    /// `--approvals`.
+    pub approvals: Option<&'a Path>,
+    /// `--approval-timeout-ms`.
+    pub approval_timeout_ms: u64,
+    /// `--out`.
+    pub out: &'a Path,
+    /// `--degraded`.
+    pub degraded: &'a [knox_sandbox::Degraded],
+}
+
+/// Verifies the contract under the authority (65 when it is malformed, signed by
+/// another key, or not valid now) and starts the host of its tools (69 when the
+/// kernel sandbox is unavailable).
+pub fn for_run(a: &RunContractArgs<'_>) -> Result<RunContract> {
+    let key = authority(a.authority)?;
+    let bytes = read_input(a.contract, CONFIG)?;
+    let verified = signed::verify_bytes(&bytes, &key).map_err(|e| {
+        bad_input(
+            a.contract,
+            &format!(
+                "a capability contract signed by the authority `{}` (key id {})",
+                a.authority.display(),
+                knox_attest::key::key_id(&key.public_key.0)
+            ),
+            e,
+        )
+    })?;
+    let now = knox_attest::grant::now_ms();
+    let c = &verified.contract;
+    if now < c.valid_from_ms || now > c.valid_until_ms {
+        return Err(fail(
+            Kind::DataErr,
+            format!(
+                "`{}`: capability contract `{}` is not valid now (valid from {} to {} Unix ms, now {now}): sign a new one",
+                a.contract.display(),
+                c.id,
+                c.valid_from_ms,
+                c.valid_until_ms
+            ),
+        ));
+    }
+    let host = knox_broker::contract::ContractHost::new(
+        verified.clone(),
+        a.out.join("contract-scratch"),
+        knox_sandbox::SandboxConfig::default(),
+    )
+    .map_err(|e| {
+        fail(
+            Kind::Unavailable,
+            format!("starting the kernel sandbox for the contract's executables (needs Landlock, Linux 5.13+, and seccomp user notification): {e}"),
+        )
+    })?
+    .accept_degraded(a.degraded.iter().copied());
+    let approvals = a.approvals.map(|dir| knox_engine::contract::ApprovalDir {
+        dir: dir.to_path_buf(),
+        pending: Some(a.out.join("pending")),
+        timeout: std::time::Duration::from_millis(a.approval_timeout_ms),
+    });
+    Ok(RunContract {
+        verified,
+        host,
+        approvals,
+    })
+}
+
 /// Runs `knox contract …`.
 pub fn run(c: &ContractCommand) -> Result<i32> {
     match c {
@@ -336,6 +421,11 @@ pub fn demo(a: &DemoContractsArgs) -> Result<i32> {
                 crate::outln!("journal {i}: {}", j.status);
             }
         }
+        crate::outln!(
+            "\nthe with-Knox half as Knox runs (knox_engine::Session bounded by the contract, the broker's contract executor as tool host), one bundle each in {}:\n",
+            out.join("with-knox-runs/bundles").display()
+        );
+        crate::out!("{}", crate::contract_demo::bundle_table(&report));
         crate::outln!(
             "\n{} session journals verified ({} complete): every decision recomputed from the signed contract",
             report.journals.len(),

@@ -111,7 +111,7 @@ fn jobs(args: &RunArgs) -> Result<Vec<Job>> {
     }
     let Some(file) = &args.tasks else {
         return Err(super::usage(
-            "--manifest needs --prompt TEXT or --tasks FILE.jsonl",
+            "--manifest (or --contract) needs --prompt TEXT or --tasks FILE.jsonl",
         ));
     };
     let text = super::read_text(file, super::MANIFEST)?;
@@ -159,9 +159,26 @@ fn read_json(p: &Path, what: &str) -> Result<Value> {
 
 /// Runs the user's prompts over the user's manifest; prints one line per run.
 pub fn run(args: &RunArgs, manifest_path: &Path) -> Result<i32> {
+    let manifest = super::toolkit::load(manifest_path)?;
+    run_over(args, manifest, None)
+}
+
+/// `knox run --contract`: the user's prompts over the contract's four tools
+/// (`knox_engine::contract::manifest`), every run bounded by the signed contract and
+/// its tools executed by the broker's `ContractExecutor`.
+pub fn run_contract(args: &RunArgs, contract: super::contract::RunContract) -> Result<i32> {
+    let manifest =
+        knox_engine::contract::manifest().map_err(|e| fail(Kind::Software, e.to_string()))?;
+    run_over(args, manifest, Some(contract))
+}
+
+fn run_over(
+    args: &RunArgs,
+    manifest: ToolkitManifest,
+    contract: Option<super::contract::RunContract>,
+) -> Result<i32> {
     let nonce =
         hex::decode(&args.nonce).map_err(|e| super::usage(format!("--nonce must be hex: {e}")))?;
-    let manifest = super::toolkit::load(manifest_path)?;
     let jobs = jobs(args)?;
     let user_plans = jobs.iter().any(|j| j.plan.is_some());
     if user_plans && jobs.iter().any(|j| j.plan.is_none()) {
@@ -171,7 +188,7 @@ pub fn run(args: &RunArgs, manifest_path: &Path) -> Result<i32> {
     }
     if user_plans == args.models.planner.is_model() {
         return Err(super::usage(
-            "with --manifest, plan with a model (--planner local:…|openai:…) or give the plan (--plan PLAN.json), one of the two",
+            "with --manifest or --contract, plan with a model (--planner local:…|openai:…) or give the plan (--plan PLAN.json), one of the two",
         ));
     }
     let _out = super::out_dir(&args.out, args.force)?;
@@ -235,13 +252,20 @@ pub fn run(args: &RunArgs, manifest_path: &Path) -> Result<i32> {
         .manifest(manifest.clone())
         .planner(planner)
         .executor_boxed(executor);
-    builder = match (&args.mcp, &args.responses) {
-        (Some(servers), _) => builder.host(super::mcp::host(servers, args.out.join("mcp"))?),
-        (None, Some(responses)) => builder.tools(
+    builder = match (contract, &args.mcp, &args.responses) {
+        (Some(c), _, _) => {
+            let b = builder.contract(c.verified).host(c.host);
+            match c.approvals {
+                Some(a) => b.approvals(a),
+                None => b,
+            }
+        }
+        (None, Some(servers), _) => builder.host(super::mcp::host(servers, args.out.join("mcp"))?),
+        (None, None, Some(responses)) => builder.tools(
             ResponsesFile::parse(&super::read_text(responses, super::MANIFEST)?)
                 .map_err(|e| super::bad_input(responses, "a responses file", e))?,
         ),
-        (None, None) => {
+        (None, None, None) => {
             return Err(super::usage(
                 "--manifest needs its tools: --mcp SERVERS.toml (real MCP servers) or --responses FILE.json (canned outputs, in process)",
             ));

@@ -17,15 +17,17 @@ use crate::session::{self, ExecutorKind, WorkloadRun};
 
 /// Arguments of `knox run`.
 #[derive(Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("user_tools").args(["manifest", "contract"]).multiple(false))]
 #[command(after_help = crate::exit_codes!(
     "  0   every bundle verified complete, no planned call blocked, no injected call allowed\
    \n  1   the run finished, but a bundle did not verify complete or a guard decided wrongly\
+   \n  65  --contract: the contract is malformed, not signed by --contract-authority, or not valid now\
    \n  SIGUSR1, SIGTERM or SIGINT stop the run as the stop file does (interrupts, sealed bundles,\
    \n  the summary; the code as above); a second SIGTERM or SIGINT ends it at once: 143 or 130"
 ))]
 pub struct RunArgs {
     /// Workload: st-sa, mt-sa-seq:T, mt-sa-int:T or mt-ma:T:M.
-    #[arg(long, value_parser = clap::value_parser!(Workload), required_unless_present = "manifest", conflicts_with = "manifest")]
+    #[arg(long, value_parser = clap::value_parser!(Workload), required_unless_present = "user_tools", conflicts_with = "user_tools")]
     pub workload: Option<Workload>,
     /// Your own tools: a `knox-toolkit/1` manifest (`knox toolkit check`). Runs
     /// `--prompt` (or each line of `--tasks`) planned by `--planner MODEL` or `--plan`,
@@ -33,23 +35,23 @@ pub struct RunArgs {
     /// from `--responses`; one bundle per run, carrying the manifest.
     #[arg(value_parser = crate::cmd::path, long, value_name = "FILE")]
     pub manifest: Option<PathBuf>,
-    /// With `--manifest`: the prompt, one task per `--prompt` (repeatable).
+    /// With `--manifest` or `--contract`: the prompt, one task per `--prompt` (repeatable).
     #[arg(
         long,
         value_name = "TEXT",
-        requires = "manifest",
+        requires = "user_tools",
         conflicts_with = "tasks"
     )]
     pub prompt: Vec<String>,
-    /// With `--manifest`: one run per line, `"TEXT"`, `{"prompt": TEXT}` or `{"tasks":
-    /// [TEXT, …]}`, optionally with its own `"plan"`.
-    #[arg(value_parser = crate::cmd::path, long, value_name = "FILE.jsonl", requires = "manifest")]
+    /// With `--manifest` or `--contract`: one run per line, `"TEXT"`, `{"prompt": TEXT}`
+    /// or `{"tasks": [TEXT, …]}`, optionally with its own `"plan"`.
+    #[arg(value_parser = crate::cmd::path, long, value_name = "FILE.jsonl", requires = "user_tools")]
     pub tasks: Option<PathBuf>,
-    /// With `--manifest`: your plan, `{"tasks": [{"calls": [{"tool", "params"}, …]}, …]}`
-    /// (or `{"calls": […]}` for one task), validated against the manifest as a model's
-    /// plan is: declared prose may be reworded, every other parameter is fixed; a value an
-    /// earlier call returns is `"$output:K/FIELD"`.
-    #[arg(value_parser = crate::cmd::path, long, value_name = "PLAN.json", requires = "manifest")]
+    /// With `--manifest` or `--contract`: your plan, `{"tasks": [{"calls": [{"tool",
+    /// "params"}, …]}, …]}` (or `{"calls": […]}` for one task), validated against the
+    /// manifest as a model's plan is: declared prose may be reworded, every other
+    /// parameter is fixed; a value an earlier call returns is `"$output:K/FIELD"`.
+    #[arg(value_parser = crate::cmd::path, long, value_name = "PLAN.json", requires = "user_tools")]
     pub plan: Option<PathBuf>,
     /// With `--manifest`: canned tool outputs, `{"TOOL": OUTPUT}` or `{"TOOL":
     /// {"responses": [O1, O2, …]}}`, answered in process (a stand-in for a tool host).
@@ -60,6 +62,29 @@ pub struct RunArgs {
     /// run; HTTP servers are reached only at their URL. Their workspaces live under `--out`.
     #[arg(value_parser = crate::cmd::path, long, value_name = "SERVERS.toml", requires = "manifest", conflicts_with = "responses")]
     pub mcp: Option<PathBuf>,
+    /// Bound every run by a signed capability contract (`knox contract sign`,
+    /// `docs/contracts.md`) instead of a toolkit manifest: the tools are the contract's
+    /// four (`ContractReadFile`, `ContractWriteFile`, `ContractExec`, `ContractHttp`),
+    /// each proposal must pass the contract (capability, path, argv, endpoint, budget,
+    /// action cap, approval) and the plan, and allowed ones are executed for real by the
+    /// broker's contract executor (files beneath the capability root, pinned binaries
+    /// in the kernel sandbox, HTTP to the contract's endpoints). The APM names the
+    /// contract's hash; each bundle embeds the signed contract.
+    #[arg(value_parser = crate::cmd::path, long, value_name = "C.signed.json", requires = "contract_authority", conflicts_with_all = ["responses", "mcp"])]
+    pub contract: Option<PathBuf>,
+    /// With `--contract`: the authority's public key (`knox keygen`'s `.pub`) the
+    /// contract must be signed by; a contract it did not sign is refused (65).
+    #[arg(value_parser = crate::cmd::path, long, value_name = "AUTH.pub", requires = "contract")]
+    pub contract_authority: Option<PathBuf>,
+    /// With `--contract`: approval tokens for high-impact actions, `DIR/<H(action)
+    /// hex>.json` (`knox approve`). A high-impact action without one is pending: its
+    /// request is written to `<out>/pending/<H(action) hex>.json` and DIR polled for
+    /// `--approval-timeout-ms`; no token in time leaves it recorded as pending (blocked).
+    #[arg(value_parser = crate::cmd::path, long, value_name = "DIR", requires = "contract")]
+    pub approvals: Option<PathBuf>,
+    /// With `--approvals`: how long a pending action waits for its token (0: not at all).
+    #[arg(long, value_name = "MS", default_value_t = 0, requires = "approvals")]
+    pub approval_timeout_ms: u64,
     /// Most calls a plan may hold per task.
     #[arg(long, default_value_t = knox_models::tools::MAX_PLANNED_CALLS)]
     pub max_calls: usize,
@@ -97,7 +122,7 @@ pub struct RunArgs {
         long,
         value_name = "URL",
         requires = "stream_key",
-        conflicts_with = "manifest"
+        conflicts_with = "user_tools"
     )]
     pub stream_to: Option<String>,
     /// The provider's private key the stream is signed with (`knox keygen`).
@@ -180,6 +205,17 @@ pub enum Tools {
 pub fn run(args: &RunArgs) -> Result<i32> {
     if let Some(m) = &args.manifest {
         return super::prompt::run(args, m);
+    }
+    if let (Some(contract), Some(authority)) = (&args.contract, &args.contract_authority) {
+        let c = super::contract::for_run(&super::contract::RunContractArgs {
+            contract,
+            authority,
+            approvals: args.approvals.as_deref(),
+            approval_timeout_ms: args.approval_timeout_ms,
+            out: &args.out,
+            degraded: &args.degraded,
+        })?;
+        return super::prompt::run_contract(args, c);
     }
     let Some(workload) = args.workload else {
         return Err(super::usage("--workload or --manifest is required"));

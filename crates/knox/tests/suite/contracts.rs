@@ -87,8 +87,60 @@ fn every_hostile_scenario_escapes_without_knox_and_is_blocked_by_its_check_with_
     assert_eq!(r.journals.len(), 15);
     assert!(r.journals.iter().all(|j| j.status == "complete"));
     assert!(r.passed());
+    // The with-Knox half again as Knox runs (the engine's Session bounded by the signed
+    // contract, the broker's contract executor as tool host): one bundle per scenario
+    // that `knox verify` reports complete, every hostile step blocked with the check
+    // named in its blocked node; the tampered contract starts no run.
+    let checks = [
+        "-",
+        "-",
+        "-",
+        "path",
+        "path",
+        "resolve_beneath",
+        "argv",
+        "capability",
+        "pinned_digest",
+        "endpoint",
+        "budget",
+        "action_cap",
+        "approval (pending)",
+        "grant",
+        "approval",
+        "contract signature",
+    ];
+    assert_eq!(r.bundles.len(), checks.len());
+    for (b, check) in r.bundles.iter().zip(checks) {
+        assert!(b.check.starts_with(check), "{}: {:?}", b.scenario, b);
+        assert!(b.passed(), "{b:?}");
+        let Some(path) = &b.bundle else {
+            assert_eq!(b.scenario, "tampered contract (root widened to ~)");
+            continue;
+        };
+        let o = knox()
+            .args(["verify", "--allow-simulated"])
+            .arg(path)
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}: {}",
+            b.scenario,
+            String::from_utf8_lossy(&o.stdout)
+        );
+        if b.hostile {
+            let text = std::fs::read_to_string(path).unwrap();
+            assert!(
+                text.contains(check.trim_end_matches(" (pending)")),
+                "{}",
+                b.scenario
+            );
+        }
+    }
     // The fake home of the Knox half was never written.
     assert!(!dir.path().join("with-knox/home/.bashrc").exists());
+    assert!(!dir.path().join("with-knox-runs/home/.bashrc").exists());
     // The without-Knox half wrote into a tmpfs of its own mount namespace only.
     if namespaces {
         let left: Vec<_> = std::fs::read_dir(dir.path().join("without-knox"))
@@ -251,5 +303,320 @@ fn contract_new_sign_check_show_approve_and_a_tampered_copy() {
         Some(65),
         "{}",
         String::from_utf8_lossy(&t.stderr)
+    );
+}
+
+fn bundle_in(out: &Path) -> std::path::PathBuf {
+    std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            n.starts_with("run-") && n.ends_with(".json") && !n.ends_with(".journal.jsonl")
+        })
+        .unwrap()
+}
+
+/// `knox run --contract`: a planned write inside the directory capability is executed
+/// for real by the broker's contract executor, a planned `../` escape is blocked by the
+/// contract's `path` check (and nothing is written outside); the bundle verifies
+/// complete, also under `--contract-authority` of its signer, and is refused under
+/// another authority. A contract signed by another key, expired, or malformed is
+/// refused before anything runs (65).
+#[test]
+fn knox_run_with_a_contract_executes_on_contract_actions_and_blocks_the_others() {
+    if !sandbox_here() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    let ws = p.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    for k in ["authority", "other"] {
+        assert!(run(p, &["keygen", "--out", k]).status.success());
+    }
+    assert!(
+        run(p, &["contract", "new", "--out", "c.json"])
+            .status
+            .success()
+    );
+    let mut c: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(p.join("c.json")).unwrap()).unwrap();
+    c["directories"]["workspace"]["root"] = serde_json::json!(ws.to_str().unwrap());
+    let sign = |c: &serde_json::Value, name: &str| {
+        std::fs::write(
+            p.join(format!("{name}.json")),
+            serde_json::to_vec(c).unwrap(),
+        )
+        .unwrap();
+        let o = run(
+            p,
+            &[
+                "contract",
+                "sign",
+                &format!("{name}.json"),
+                "--key",
+                "authority.key",
+                "--out",
+                &format!("{name}.signed.json"),
+            ],
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    sign(&c, "c");
+    std::fs::write(
+        p.join("plan.json"),
+        serde_json::to_vec(&serde_json::json!({"calls": [
+            {"tool": "ContractWriteFile", "params": {"dir": "workspace", "path": "notes/hello.txt", "content": "hello from knox"}},
+            {"tool": "ContractWriteFile", "params": {"dir": "workspace", "path": "../outside.txt", "content": "escaped"}},
+        ]}))
+        .unwrap(),
+    )
+    .unwrap();
+    let knox_run = |contract: &str, authority: &str, out: &str| {
+        run(
+            p,
+            &[
+                "run",
+                "--contract",
+                contract,
+                "--contract-authority",
+                authority,
+                "--prompt",
+                "write the note",
+                "--plan",
+                "plan.json",
+                "--journal",
+                "--out",
+                out,
+            ],
+        )
+    };
+    let o = knox_run("c.signed.json", "authority.pub", "out");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Executed for real, beneath the capability root; the escape wrote nothing.
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes/hello.txt")).unwrap(),
+        "hello from knox"
+    );
+    assert!(!p.join("outside.txt").exists());
+    let bundle = bundle_in(&p.join("out"));
+    let b: knox_types::bundle::Bundle =
+        serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
+    assert!(b.apm.inputs.contract.is_some());
+    assert!(b.contract.is_some());
+    let blocked: Vec<_> = b
+        .nodes
+        .iter()
+        .filter(|n| n.kind == knox_types::aeg::NodeKind::Blocked)
+        .filter_map(|n| n.block_reason.clone())
+        .collect();
+    assert_eq!(blocked.len(), 1, "{blocked:?}");
+    assert!(blocked[0].contains("path"), "{blocked:?}");
+    assert_eq!(b.summary.counts.executed, 1);
+    // The verifier: complete; under the signer's key complete; under another refused.
+    let bundle = bundle.to_str().unwrap();
+    let verify = |extra: &[&str]| {
+        let mut a = vec!["verify", "--allow-simulated", bundle];
+        a.extend_from_slice(extra);
+        run(p, &a)
+    };
+    let v = verify(&[]);
+    assert_eq!(
+        v.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&v.stdout)
+    );
+    let text = String::from_utf8_lossy(&v.stdout);
+    let id_of = |k: &str| {
+        let pk: knox_types::bundle::PublicKey =
+            serde_json::from_slice(&std::fs::read(p.join(k)).unwrap()).unwrap();
+        knox_attest::key::key_id(&pk.public_key.0).to_string()
+    };
+    let (auth_id, other_id) = (id_of("authority.pub"), id_of("other.pub"));
+    assert!(text.contains(&auth_id), "{text}");
+    let j = verify(&["--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&j.stdout).unwrap();
+    assert_eq!(report["contract_authority"], serde_json::json!(auth_id));
+    assert_eq!(
+        verify(&["--contract-authority", "authority.pub"])
+            .status
+            .code(),
+        Some(0)
+    );
+    let refused = verify(&["--contract-authority", "other.pub"]);
+    assert_eq!(refused.status.code(), Some(3));
+    let text = String::from_utf8_lossy(&refused.stdout);
+    assert!(
+        text.contains(&auth_id) && text.contains(&other_id),
+        "{text}"
+    );
+    // The journal too.
+    let journal = bundle.replace(".json", ".journal.jsonl");
+    let jr = run(
+        p,
+        &[
+            "verify",
+            "--allow-simulated",
+            "--contract-authority",
+            "other.pub",
+            &journal,
+        ],
+    );
+    assert_eq!(jr.status.code(), Some(3));
+    // Refused before anything runs: another authority, expired, malformed.
+    let o = knox_run("c.signed.json", "other.pub", "out2");
+    assert_eq!(
+        o.status.code(),
+        Some(65),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains(&other_id));
+    let from = c["valid_from_ms"].as_u64().unwrap();
+    c["valid_until_ms"] = serde_json::json!(from + 1);
+    sign(&c, "expired");
+    let o = knox_run("expired.signed.json", "authority.pub", "out3");
+    assert_eq!(o.status.code(), Some(65));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("not valid now"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::fs::write(p.join("bad.signed.json"), "{\"payload\": 1}").unwrap();
+    let o = knox_run("bad.signed.json", "authority.pub", "out4");
+    assert_eq!(o.status.code(), Some(65));
+    assert!(!p.join("out2").join("summary.json").exists());
+}
+
+/// A crash at any point of a run bounded by a contract leaves a journal that verifies
+/// as a prefix: a `knox run --contract --journal` with an allowed write, a contract
+/// denial, a pending high-impact write and an executor refusal (a planted symbolic
+/// link), cut after every line, is never tampered and never unreadable.
+#[test]
+fn a_contract_journal_cut_at_every_line_boundary_verifies_as_a_prefix() {
+    if !sandbox_here() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    let ws = p.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::os::unix::fs::symlink(p, ws.join("link")).unwrap();
+    assert!(run(p, &["keygen", "--out", "authority"]).status.success());
+    assert!(run(p, &["keygen", "--out", "alice"]).status.success());
+    assert!(
+        run(p, &["contract", "new", "--out", "c.json"])
+            .status
+            .success()
+    );
+    let mut c: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(p.join("c.json")).unwrap()).unwrap();
+    c["directories"]["workspace"]["root"] = serde_json::json!(ws.to_str().unwrap());
+    c["directories"]["vault"] = serde_json::json!({
+        "root": ws.to_str().unwrap(), "access": "write", "cost_cents": 1, "impact": "high"});
+    let alice: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(p.join("alice.pub")).unwrap()).unwrap();
+    c["approvers"]["alice"] = alice["public_key"].clone();
+    c["approval_required"] = serde_json::json!(["high"]);
+    std::fs::write(p.join("c.json"), serde_json::to_vec(&c).unwrap()).unwrap();
+    let o = run(
+        p,
+        &[
+            "contract",
+            "sign",
+            "c.json",
+            "--key",
+            "authority.key",
+            "--out",
+            "c.signed.json",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let w = |dir: &str, path: &str| serde_json::json!({"tool": "ContractWriteFile", "params": {"dir": dir, "path": path, "content": "x"}});
+    std::fs::write(
+        p.join("plan.json"),
+        serde_json::to_vec(&serde_json::json!({"calls": [
+            w("workspace", "a.txt"),
+            w("workspace", "../b.txt"),
+            w("vault", "k.txt"),
+            w("workspace", "link/c.txt"),
+            w("workspace", "d.txt"),
+        ]}))
+        .unwrap(),
+    )
+    .unwrap();
+    std::fs::create_dir_all(p.join("tokens")).unwrap();
+    let o = run(
+        p,
+        &[
+            "run",
+            "--contract",
+            "c.signed.json",
+            "--contract-authority",
+            "authority.pub",
+            "--approvals",
+            "tokens",
+            "--prompt",
+            "write",
+            "--plan",
+            "plan.json",
+            "--journal",
+            "--out",
+            "out",
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // The pending write's request was published for an approver.
+    assert_eq!(std::fs::read_dir(p.join("out/pending")).unwrap().count(), 1);
+    let journal = std::fs::read_dir(p.join("out"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".journal.jsonl"))
+        .unwrap();
+    let bytes = std::fs::read(&journal).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    for named in ["\"path\"", "pending", "resolve_beneath", "\"settled\""] {
+        assert!(text.contains(named), "{named} not in the journal");
+    }
+    // A journal header carries no manifest: the verifier is given the contract's.
+    let manifest =
+        knox_verify::manifests::Manifests::new().with(knox_engine::contract::manifest().unwrap());
+    let (mut cuts, mut failures) = (0, Vec::new());
+    for end in bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .map(|(i, _)| i + 1)
+    {
+        cuts += 1;
+        match knox_verify::journal::verify_journal(
+            &bytes[..end],
+            &manifest,
+            knox_verify::Options::DANGEROUS_SIMULATED,
+        ) {
+            Ok(r) if r.outcome == knox_verify::Outcome::Prefix => {}
+            Ok(r) => failures.push(format!("cut at byte {end}: {r}")),
+            Err(e) => failures.push(format!("cut at byte {end}: unreadable: {e}")),
+        }
+    }
+    assert!(cuts > 20, "{cuts} lines");
+    assert!(
+        failures.is_empty(),
+        "{} of {cuts} cuts are not a prefix:\n{}",
+        failures.len(),
+        failures.join("\n")
     );
 }

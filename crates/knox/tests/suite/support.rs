@@ -198,6 +198,8 @@ impl Harness {
     ) -> Monitor<'a> {
         let rt = runtime();
         let cfg = MonitorConfig {
+            contract: None,
+            approvals: None,
             apm: &self.apm,
             apm_hash: self.apm_hash,
             run_id: "test-run",

