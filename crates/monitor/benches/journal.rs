@@ -75,6 +75,7 @@ fn output(i: u64) -> NewNode<'static> {
                 "subject": "Quarterly report", "body": "x".repeat(200)}}),
             cost: 1,
             confinement: None,
+            settled: None,
         })),
         allowed: true,
         block_reason: None,
@@ -116,6 +117,7 @@ fn journal(c: &mut Criterion) {
             stop: &stop,
             models: vec![Empty.model()],
             journal_dir: Some(dir.path()),
+            contract: None,
         };
         g.bench_function(name, |b| {
             b.iter_batched(

@@ -264,6 +264,8 @@ fn journaled_with(
         journal_dir: Some(dir),
         host: None,
         refresh: None,
+        contract: None,
+        approvals: None,
     };
     let prompt = Prompt {
         tasks: vec!["read my mail".into()],

@@ -509,6 +509,22 @@ impl Scanner<'_, '_> {
     }
 }
 
+/// Deserializes an `Option` member that must be written, `null` when there is no
+/// value (`#[serde(deserialize_with = "crate::json::present")]`): serde's derive would
+/// read a missing member as `None`, so evidence with the member left out would read
+/// the same as evidence with `null` — while the evidence format measures the member,
+/// and an independent verifier would compute another hash.
+///
+/// # Errors
+/// The member's own deserialization error; a missing member is serde's "missing field".
+pub fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    <Option<T> as serde::Deserialize>::deserialize(d)
+}
+
 #[cfg(test)]
 #[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 mod tests {
@@ -662,20 +678,4 @@ mod tests {
         let v = serde_json::to_value(&w).unwrap();
         assert_eq!(v["v"]["z"], 1);
     }
-}
-
-/// Deserializes an `Option` member that must be written, `null` when there is no
-/// value (`#[serde(deserialize_with = "crate::json::present")]`): serde's derive would
-/// read a missing member as `None`, so evidence with the member left out would read
-/// the same as evidence with `null` — while the evidence format measures the member,
-/// and an independent verifier would compute another hash.
-///
-/// # Errors
-/// The member's own deserialization error; a missing member is serde's "missing field".
-pub fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: serde::Deserialize<'de>,
-{
-    <Option<T> as serde::Deserialize>::deserialize(d)
 }

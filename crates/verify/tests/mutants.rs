@@ -376,7 +376,7 @@ fn write_with_duplicate(
 fn classes_for(index: usize) -> Vec<usize> {
     if full() {
         (0..CLASSES).collect()
-    } else if index % SAMPLE == 0 {
+    } else if index.is_multiple_of(SAMPLE) {
         vec![(index / SAMPLE) % CLASSES]
     } else {
         Vec::new()
@@ -435,7 +435,7 @@ fn no_bundle_with_a_repeated_member_verifies_complete() {
             if !doc.pointer(parent).unwrap().is_object() {
                 continue;
             }
-            if !full() && i % (3 * SAMPLE) != 0 {
+            if !full() && !i.is_multiple_of(3 * SAMPLE) {
                 continue;
             }
             let original = doc.pointer(p).unwrap();
@@ -489,7 +489,7 @@ fn no_splice_across_runs_or_node_replay_verifies_complete() {
             let na = a["nodes"].as_array().unwrap();
             let nb = b["nodes"].as_array().unwrap();
             for i in 0..na.len().min(nb.len()) {
-                if !full() && i % SAMPLE != 0 {
+                if !full() && !i.is_multiple_of(SAMPLE) {
                     continue;
                 }
                 let mut m = a.clone();
@@ -505,7 +505,7 @@ fn no_splice_across_runs_or_node_replay_verifies_complete() {
         // Node replays inside one run.
         let nodes = a["nodes"].as_array().unwrap();
         for i in 0..nodes.len() {
-            if !full() && i % 3 != 0 {
+            if !full() && !i.is_multiple_of(3) {
                 continue;
             }
             for j in [i + 1, i + 2, nodes.len() - 1] {
