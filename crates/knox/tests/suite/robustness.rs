@@ -202,13 +202,16 @@ const MODES: [Mode; 3] = [
 ];
 
 fn spawn(out: &Path, mode: &Mode) -> Child {
+    // Standard error goes to a file beside `out` (a pipe nobody reads could fill and
+    // stall the run).
+    let log = std::fs::File::create(out.with_extension("stderr")).unwrap();
     knox()
         .arg("run")
         .args(mode.args)
         .arg("--out")
         .arg(out)
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(log)
         .spawn()
         .unwrap()
 }
@@ -287,10 +290,7 @@ fn kill_9_at_random_moments_leaves_only_verifiable_evidence_and_no_cgroup() {
             if ended_first {
                 // It ended before the moment: a sandbox that cannot start here, or a
                 // window too long. Either way this was not a kill.
-                let mut err = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
-                }
+                let err = std::fs::read_to_string(out.with_extension("stderr")).unwrap_or_default();
                 if mode.confined && err.contains("sandbox") {
                     eprintln!("robustness: kill {}: sandbox unavailable here", mode.name);
                     unavailable = true;
@@ -442,7 +442,8 @@ fn the_cgroup_probe_sees_a_live_confined_runs_pool() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let _ = child.kill();
-    let o = child.wait_with_output().unwrap();
+    let mut o = child.wait_with_output().unwrap();
+    o.stderr = std::fs::read(out.with_extension("stderr")).unwrap_or_default();
     if !seen && sandbox_unavailable(&o) {
         return;
     }
