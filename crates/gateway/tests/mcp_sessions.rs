@@ -12,6 +12,8 @@
     reason = "a test harness: a failed step is a failed test"
 )]
 
+mod mcp_support;
+
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -19,46 +21,14 @@ use std::time::Duration;
 use knox_agent::Prompt;
 use knox_gateway::mcp::http::{HttpGateway, Shutdown};
 use knox_gateway::mcp::{GatewayConfig, GatewayError, OpenRequest, SessionHandle};
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, InitializeResult,
-    ServerCapabilities, ServerConfig,
-};
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::ServiceExt as _;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use rmcp::{ErrorData, ServerHandler, ServiceExt as _};
 use serde_json::{Map, Value, json};
 
-/// The upstream: `echo` answers its `text`; `hang` never answers.
-#[derive(Clone)]
-struct Upstream;
-
-impl ServerHandler for Upstream {
-    fn get_info(&self) -> ServerConfig {
-        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
-    }
-
-    async fn call_tool(
-        &self,
-        r: CallToolRequestParams,
-        _: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        if r.name == "hang" {
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-        }
-        let text = r
-            .arguments
-            .as_ref()
-            .and_then(|a| a.get("text"))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
-        Ok(CallToolResponse::Complete(CallToolResult::success(vec![
-            ContentBlock::text(text),
-        ])))
-    }
-}
+/// The upstream: `echo` (and `send`) answer their `text`; `hang` never answers.
+use mcp_support::Echo as Upstream;
 
 const MANIFEST: &str = r#"format = "knox-toolkit/1"
 description = "echo"

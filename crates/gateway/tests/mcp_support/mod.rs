@@ -32,7 +32,8 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{ErrorData, ServerHandler, ServiceExt as _};
 use serde_json::{Map, Value, json};
 
-/// The upstream: one `echo` tool answering its `text`.
+/// The upstream: one listed `echo` tool answering its `text` (any other name is
+/// echoed too, and `hang` never answers).
 #[derive(Clone)]
 pub struct Echo;
 
@@ -60,6 +61,10 @@ impl ServerHandler for Echo {
         r: CallToolRequestParams,
         _: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // Not listed, but answered: the session test's upstream that never answers.
+        if r.name == "hang" {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
         let text = r
             .arguments
             .as_ref()
