@@ -18,8 +18,31 @@ impl Drop for Server {
     }
 }
 
-/// `knox serve` in `d` with `access.toml` (acme, cnil); the server and its URL.
-fn start(d: &std::path::Path) -> (Server, String) {
+/// `knox` in `d`, with its data under `d/data`.
+fn knox_in(d: &std::path::Path, args: &[&str]) -> std::process::Output {
+    knox()
+        .current_dir(d)
+        .env("XDG_DATA_HOME", d.join("data"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The keys of a provider (acme) and a regulator (cnil) assigned to it, and
+/// `access.toml` naming them, in `d`.
+fn acme_and_cnil(d: &std::path::Path) {
+    assert!(knox_in(d, &["keygen", "--out", "acme"]).status.success());
+    assert!(knox_in(d, &["keygen", "--out", "cnil"]).status.success());
+    std::fs::write(
+        d.join("access.toml"),
+        "[[provider]]\nname = \"acme\"\nkey = \"acme.pub\"\n\n[[regulator]]\nname = \"cnil\"\nkey = \"cnil.pub\"\nproviders = [\"acme\"]\n",
+    )
+    .unwrap();
+}
+
+/// `knox serve` in `d` with `access.toml`: the server, its URL and the line that
+/// announced it.
+fn start(d: &std::path::Path) -> (Server, String, String) {
     let mut child = knox()
         .current_dir(d)
         .env("XDG_DATA_HOME", d.join("data"))
@@ -43,29 +66,16 @@ fn start(d: &std::path::Path) -> (Server, String) {
         .find(|w| w.starts_with("http://"))
         .unwrap_or_else(|| panic!("no URL in {line:?}"))
         .to_owned();
-    (Server(child), url)
+    (Server(child), url, line)
 }
 
 #[test]
 fn run_streams_each_run_live_then_sealed() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let run = |args: &[&str]| {
-        knox()
-            .current_dir(d)
-            .env("XDG_DATA_HOME", d.join("data"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    assert!(run(&["keygen", "--out", "acme"]).status.success());
-    assert!(run(&["keygen", "--out", "cnil"]).status.success());
-    std::fs::write(
-        d.join("access.toml"),
-        "[[provider]]\nname = \"acme\"\nkey = \"acme.pub\"\n\n[[regulator]]\nname = \"cnil\"\nkey = \"cnil.pub\"\nproviders = [\"acme\"]\n",
-    )
-    .unwrap();
-    let (_server, url) = start(d);
+    let run = |args: &[&str]| knox_in(d, args);
+    acme_and_cnil(d);
+    let (_server, url, _) = start(d);
     let out = run(&[
         "run",
         "--workload",
@@ -117,45 +127,9 @@ fn run_streams_each_run_live_then_sealed() {
 fn serve_submit_login_and_report_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let run = |args: &[&str]| {
-        knox()
-            .current_dir(d)
-            .env("XDG_DATA_HOME", d.join("data"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    assert!(run(&["keygen", "--out", "acme"]).status.success());
-    assert!(run(&["keygen", "--out", "cnil"]).status.success());
-    std::fs::write(
-        d.join("access.toml"),
-        "[[provider]]\nname = \"acme\"\nkey = \"acme.pub\"\n\n[[regulator]]\nname = \"cnil\"\nkey = \"cnil.pub\"\nproviders = [\"acme\"]\n",
-    )
-    .unwrap();
-    let mut child = knox()
-        .current_dir(d)
-        .env("XDG_DATA_HOME", d.join("data"))
-        .args([
-            "serve",
-            "--access",
-            "access.toml",
-            "--allow-simulated",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let _server = Server(child);
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {line:?}"))
-        .to_owned();
+    let run = |args: &[&str]| knox_in(d, args);
+    acme_and_cnil(d);
+    let (_server, url, line) = start(d);
     assert!(line.contains("sqlite store"), "{line}");
     let server_dir = d.join("data/knox/server");
     assert!(
