@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use knox_types::bundle::Bundle;
 use serde_json::{Value, json};
 
+use super::mcp::{FS_READ, FS_WRITE};
 use super::support::knox;
 
 /// The installed clients and servers; a failure naming `scripts/mcp-servers` when
@@ -57,7 +58,7 @@ impl Fixture {
         .unwrap();
         let modules = servers.join("node/node_modules");
         let index = modules.join("@modelcontextprotocol/server-filesystem/dist/index.js");
-        std::fs::write(dir.path().join("fs.toml"), MANIFEST).unwrap();
+        std::fs::write(dir.path().join("fs.toml"), format!("{FS_READ}{FS_WRITE}")).unwrap();
         std::fs::write(
             dir.path().join("servers.toml"),
             format!(
@@ -99,37 +100,6 @@ paths = [{{ path = "{docs}", access = ["read", "write", "create"] }}, {{ path = 
         self.dir.path().join("docs")
     }
 }
-
-const MANIFEST: &str = r#"format = "knox-toolkit/1"
-description = "files, through npm's filesystem MCP server"
-[runtime]
-syscalls = ["read", "write", "exit_group"]
-paths = []
-limits = { max_processes = 64, max_file_bytes = 1048576, max_memory_bytes = 1073741824, cpu_seconds = 60, max_open_files = 1024 }
-[[servers]]
-name = "fs"
-needs = { profile = "offline" }
-cost = 1
-[[servers.tools]]
-name = "fs.read_text_file"
-description = "Read a text file"
-effect = "read"
-[servers.tools.inputSchema]
-type = "object"
-required = ["path"]
-[servers.tools.inputSchema.properties]
-path = { type = "string" }
-[[servers.tools]]
-name = "fs.write_file"
-description = "Write a file"
-effect = "write"
-[servers.tools.inputSchema]
-type = "object"
-required = ["path", "content"]
-[servers.tools.inputSchema.properties]
-path = { type = "string" }
-content = { type = "string" }
-"#;
 
 /// Reads and checks a sealed bundle as a regulator would: `complete`, from the bundle
 /// alone (it carries its manifest).

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use super::support::knox;
 
 /// The user manifest of the filesystem server's read tool (`knox-toolkit/1`).
-const FS_READ: &str = r#"format = "knox-toolkit/1"
+pub(super) const FS_READ: &str = r#"format = "knox-toolkit/1"
 description = "files"
 [runtime]
 syscalls = ["read", "write", "exit_group"]
@@ -29,7 +29,7 @@ path = { type = "string" }
 "#;
 
 /// Its write tool, appended to [`FS_READ`] where the run offers it.
-const FS_WRITE: &str = r#"[[servers.tools]]
+pub(super) const FS_WRITE: &str = r#"[[servers.tools]]
 name = "fs.write_file"
 description = "Write a file"
 effect = "write"
