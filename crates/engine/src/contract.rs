@@ -10,9 +10,12 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations};
 use knox_monitor::monitor::ApprovalSource;
 use knox_policy::ToolkitManifest;
 use knox_types::Action;
+use knox_types::apm::{StopPolicy, TrajectoryMode};
+use knox_types::bundle::{ModelInfo, ModelRole};
 use knox_types::digest::Digest;
 use serde_json::Value;
 
@@ -63,6 +66,51 @@ cost = 0
 /// The toolkit manifest offering the contract's tools.
 pub fn manifest() -> Result<ToolkitManifest, knox_policy::ManifestError> {
     ToolkitManifest::from_sources(TOOLS, NEEDS)
+}
+
+/// The planner of a session nobody gave a prompt (an MCP gateway session opened with a
+/// contract alone): it plans nothing — every task's trajectory is empty — and the
+/// monitor follows it in [`TrajectoryMode::Unplanned`], so the contract's decision is
+/// what bounds each call. A session with this planner and no contract does not build.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Unplanned;
+
+impl Unplanned {
+    /// The one task of an unplanned session's prompt: what the APM records in place of
+    /// a user's instruction, naming the contract that bounds the session.
+    pub fn task(contract: &knox_contract::Verified) -> String {
+        format!(
+            "No prompt was given: the session is bounded by the signed capability contract `{}` ({}).",
+            contract.contract.id, contract.hash
+        )
+    }
+}
+
+impl Planner for Unplanned {
+    fn plan(
+        &self,
+        prompt: &Prompt,
+        _: &ToolkitManifest,
+        _: &Regulations,
+        _: &StopPolicy,
+    ) -> Result<Plan, PlanError> {
+        Ok(Plan {
+            tasks: vec![Vec::new(); prompt.tasks.len()],
+        })
+    }
+
+    fn model(&self) -> ModelInfo {
+        ModelInfo {
+            role: ModelRole::Planner,
+            name: "unplanned".into(),
+            weights_hash: None,
+            declared: false,
+        }
+    }
+
+    fn trajectory(&self) -> TrajectoryMode {
+        TrajectoryMode::Unplanned
+    }
 }
 
 /// Approval tokens from a directory (`knox run --approvals DIR`): a token for the

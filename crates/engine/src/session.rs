@@ -273,6 +273,16 @@ impl SessionBuilder {
             ),
         };
         let custom_planner = self.planner.is_some();
+        if self.contract.is_none()
+            && self
+                .planner
+                .as_ref()
+                .is_some_and(|p| p.trajectory().is_unplanned())
+        {
+            return Err(EngineError::Invalid(
+                "an unplanned session (no prompt-derived plan) needs a contract to bound it",
+            ));
+        }
         let planner = match (self.planner, &core) {
             (Some(p), _) => p,
             (None, Core::Suite(h)) => Box::new(DatasetPlanner::new(&h.data)),

@@ -33,9 +33,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use knox_agent::Planner;
+use knox_agent::{Planner, ToolHost};
 use knox_attest::PlatformBackend;
-use knox_mcp::McpHost;
 use knox_policy::ToolkitManifest;
 use knox_types::apm::{StopPolicy, TrajectoryMode};
 
@@ -59,10 +58,19 @@ pub type PlatformFactory =
 
 /// What every session of one gateway shares.
 pub struct GatewayConfig {
-    /// The toolkit manifest of the upstream servers' tools (`SERVER.TOOL`).
+    /// The toolkit manifest of the upstream servers' tools (`SERVER.TOOL`); under a
+    /// contract, the contract's tools ([`knox_engine::contract::manifest`]).
     pub manifest: ToolkitManifest,
-    /// The upstream servers: stdio ones run confined, HTTP ones pinned.
-    pub host: Arc<McpHost>,
+    /// What runs an allowed call: the upstream servers ([`knox_mcp::McpHost`]: stdio
+    /// ones confined, HTTP ones pinned), or under a contract the broker's contract host
+    /// (`knox_broker::contract::ContractHost`).
+    pub host: Arc<dyn ToolHost>,
+    /// The signed capability contract bounding every session, when the gateway serves
+    /// one (`knox gateway mcp --contract`): each APM names it, each bundle embeds it,
+    /// and every call must pass it — and the session's plan too when the session was
+    /// opened with a prompt. A session opened without a prompt is unplanned: the
+    /// contract alone bounds it.
+    pub contract: Option<Contract>,
     /// The model planner, when sessions are planned by a model; without it every
     /// session must bring the user's plan.
     pub planner: Option<Arc<dyn Planner>>,
@@ -90,10 +98,21 @@ pub struct GatewayConfig {
     pub max_message_bytes: usize,
 }
 
+/// The contract a gateway is bounded by, and where approvals of its high-impact
+/// actions come from.
+#[derive(Clone, Debug)]
+pub struct Contract {
+    /// The contract, verified against its authority key.
+    pub verified: knox_contract::Verified,
+    /// Approval tokens (none: a high-impact action stays pending and is refused).
+    pub approvals: Option<knox_engine::contract::ApprovalDir>,
+}
+
 impl std::fmt::Debug for GatewayConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GatewayConfig")
             .field("manifest", &self.manifest.hash())
+            .field("contract", &self.contract.as_ref().map(|c| c.verified.hash))
             .field("planner", &self.planner.as_ref().map(|p| p.model().name))
             .field("trajectory", &self.trajectory)
             .field("out", &self.out)

@@ -94,6 +94,7 @@ async fn fixture() -> Fx {
     let cfg = Arc::new(GatewayConfig {
         manifest: knox_policy::ToolkitManifest::from_toolkit_text(MANIFEST).unwrap(),
         host: Arc::new(host),
+        contract: None,
         planner: None,
         max_calls: 8,
         trajectory: knox_types::apm::TrajectoryMode::tolerant(),

@@ -494,7 +494,7 @@ impl<'a> Pipeline<'a> {
                 .agents
                 .iter()
                 .map(|p| match apm.guards.trajectory {
-                    TrajectoryMode::Exact => None,
+                    TrajectoryMode::Exact | TrajectoryMode::Unplanned => None,
                     TrajectoryMode::Tolerant { read_repeats } => {
                         Some(Automaton::compile(p, manifest, read_repeats))
                     }
@@ -678,6 +678,14 @@ impl<'a> Pipeline<'a> {
                 output: &t.output,
             })
             .collect();
+        // An unplanned run (no prompt was given) has no trajectory to follow: the
+        // contract bounds it, and without a contract nothing passes.
+        let unplanned = self
+            .apm
+            .guards
+            .trajectory
+            .is_unplanned()
+            .then(|| unplanned_outcome(self.contract.is_some()));
         let run: &[Arc<SharedOutput>] = if self.shares_outputs() { run } else { &[] };
         let run_view: Vec<RunOutput<'_>> = run
             .iter()
@@ -703,7 +711,9 @@ impl<'a> Pipeline<'a> {
             outputs: &outputs,
             tainted: &tainted,
             prompt: &self.prompt,
-            trajectory: selection.as_ref().map(|s| &s.outcome),
+            trajectory: unplanned
+                .as_ref()
+                .or_else(|| selection.as_ref().map(|s| &s.outcome)),
             closed,
             run: &run_view,
             links: &links,
@@ -803,6 +813,19 @@ impl<'a> Pipeline<'a> {
             entry,
         };
         done(call, checks, decision)
+    }
+}
+
+/// The trajectory check of a call in an unplanned run: passed under a contract
+/// (which decides the call in its own stage), failed without one.
+fn unplanned_outcome(bounded: bool) -> knox_policy::trajectory::Outcome {
+    knox_policy::trajectory::Outcome {
+        matched: bounded,
+        mode: "unplanned",
+        params: Vec::new(),
+        reason: (!bounded).then(|| {
+            "the run has no plan and no contract bounds it: nothing is permitted".to_owned()
+        }),
     }
 }
 

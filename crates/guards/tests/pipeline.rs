@@ -532,3 +532,34 @@ fn a_repeated_read_does_not_change_what_a_later_step_takes_from_its_output() {
         e.decision
     );
 }
+
+/// An APM that says "unplanned" (no prompt was given) but names no contract permits
+/// nothing: the trajectory check fails every call, planned or not, so an unplanned
+/// mode cannot be used to run without a bound.
+#[test]
+fn an_unplanned_apm_without_a_contract_blocks_every_call_at_the_trajectory_guard() {
+    let (mut apm, m) = (apm(), manifest());
+    apm.guards.trajectory = knox_types::apm::TrajectoryMode::Unplanned;
+    let mut p = Pipeline::new(&apm, &m);
+    let mut st = AgentState::new(&apm, 0);
+    for e in apm.agents[0].trajectory.clone() {
+        let ev = p.evaluate(
+            &st,
+            Proposal::classify(&raw(&e), &m),
+            Clock::default(),
+            &mut never(),
+            &[],
+        );
+        let Decision::Block { guard, reason, .. } = &ev.decision else {
+            panic!("{:?}", ev.decision);
+        };
+        assert_eq!(*guard, GuardKind::Trajectory);
+        assert!(reason.contains("no plan and no contract"), "{reason}");
+        let CheckDetail::Trajectory { mode, .. } = &ev.checks[2].detail else {
+            panic!("{:?}", ev.checks[2]);
+        };
+        assert_eq!(mode, "unplanned");
+        st.apply(ev.change());
+    }
+    assert_eq!((st.actions, st.pointer), (2, 0));
+}

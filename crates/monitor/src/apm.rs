@@ -64,6 +64,12 @@ pub fn derive(
         other => other,
     }?;
     apm.guards.trajectory = planner.trajectory();
+    if apm.guards.trajectory.is_unplanned() && apm.planning.is_none() {
+        // No plan names the toolkits the run needs: an unplanned run (bounded by its
+        // contract) is authorized every toolkit of its manifest.
+        let all: Vec<&str> = manifest.tools().map(|t| t.toolkit.as_str()).collect();
+        apm.guards.syscall = auth::authorization(manifest, all);
+    }
     // Decide on the APM the verifier will read back from its canonical bytes.
     Ok(knox_types::canon::normalized(&apm)?)
 }

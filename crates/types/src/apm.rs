@@ -340,6 +340,12 @@ pub enum TrajectoryMode {
         /// Extra times each read step may run beyond its planned once.
         read_repeats: u32,
     },
+    /// No plan: nobody gave the session a prompt (an MCP gateway session bounded by a
+    /// signed capability contract alone). Every trajectory is empty and the trajectory
+    /// check passes any call, recording that no plan exists; the contract's decision
+    /// bounds the run. Valid only in an APM that names a contract
+    /// ([`ApmInputs::contract`]): without one the trajectory check fails every call.
+    Unplanned,
 }
 
 impl TrajectoryMode {
@@ -358,11 +364,17 @@ impl TrajectoryMode {
         }
     }
 
-    /// The CLI name (`exact`, `tolerant`).
+    /// Whether this is [`TrajectoryMode::Unplanned`].
+    pub fn is_unplanned(&self) -> bool {
+        matches!(self, Self::Unplanned)
+    }
+
+    /// The name (`exact`, `tolerant`, `unplanned`).
     pub fn as_str(&self) -> &'static str {
         match self {
             Self::Exact => "exact",
             Self::Tolerant { .. } => "tolerant",
+            Self::Unplanned => "unplanned",
         }
     }
 }
@@ -374,6 +386,8 @@ impl std::str::FromStr for TrajectoryMode {
         match s {
             "exact" => Ok(Self::Exact),
             "tolerant" => Ok(Self::tolerant()),
+            // Not a choice a user makes for a plan: a session without a prompt is
+            // unplanned by construction (and only under a contract).
             _ => Err(format!(
                 "unknown trajectory mode `{s}`: expected exact or tolerant"
             )),

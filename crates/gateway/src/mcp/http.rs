@@ -2,7 +2,7 @@
 //!
 //! | request | who | what |
 //! |---|---|---|
-//! | `POST /knox/sessions` | the user (bearer token) | opens a session from `{"prompt": TEXT}` or `{"tasks": [TEXT, …]}`, optionally with `"plan"`; answers its `mcp_url` |
+//! | `POST /knox/sessions` | the user (bearer token) | opens a session from `{"prompt": TEXT}` or `{"tasks": [TEXT, …]}`, optionally with `"plan"` (or from `{}` on a gateway bounded by a contract: an unplanned session); answers its `mcp_url` |
 //! | `GET /knox/sessions/ID` | the user | the session's state (and its end, once sealed) |
 //! | `DELETE /knox/sessions/ID` | the user | ends the session; answers once the bundle is sealed |
 //! | `/knox/sessions/ID/mcp` | the agent's MCP client | Streamable HTTP (rmcp), one engine run per ID |
@@ -254,6 +254,8 @@ fn parse_open(body: &[u8]) -> Result<(Prompt, Option<Value>), String> {
             .map(|x| x.as_str().map(str::to_owned))
             .collect::<Option<Vec<_>>>()
             .ok_or("`tasks` must be strings")?,
+        // No prompt: a session bounded by the gateway's contract alone.
+        (None, None) => Vec::new(),
         _ => return Err("expected {\"prompt\": TEXT} or {\"tasks\": [TEXT, …]}".into()),
     };
     Ok((Prompt { tasks }, o.get("plan").cloned()))

@@ -16,7 +16,6 @@ use knox_agent::{
     Plan, PlanError, Planner, Prompt, Regulations, RunContext, ToolHost, ToolResult, ToolRunner,
 };
 use knox_engine::{Session, Verdict};
-use knox_mcp::McpHost;
 use knox_monitor::guard::stop::StopSignal;
 use knox_policy::ToolkitManifest;
 use knox_types::Action;
@@ -123,10 +122,11 @@ impl Planner for SessionPlanner {
     }
 }
 
-/// The gateway's one MCP host, as this session's tool host: the engine then issues a
+/// The gateway's one tool host (its MCP host, or its contract host), as this session's
+/// tool host: the engine then issues a
 /// grant with every allowed call, which the host admits (signature, run, action,
 /// expiry, single use) before anything reaches a server.
-struct SharedHost(Arc<McpHost>);
+struct SharedHost(Arc<dyn ToolHost>);
 
 impl ToolHost for SharedHost {
     fn runner<'r>(&'r self, cx: RunContext<'r>) -> Result<Box<dyn ToolRunner + 'r>, String> {
@@ -155,30 +155,33 @@ impl SessionHandle {
     /// attests the APM, starts the monitor on a thread of its own. Blocks until the run
     /// is live; call it from a blocking context.
     pub fn open(cfg: &Arc<GatewayConfig>, req: OpenRequest) -> Result<Self, GatewayError> {
-        if req.prompt.tasks.is_empty() || req.prompt.tasks.iter().any(|t| t.trim().is_empty()) {
+        if req.prompt.tasks.iter().any(|t| t.trim().is_empty()) {
             return Err(GatewayError::BadRequest(
-                "the prompt needs at least one non-empty task".into(),
+                "every task of the prompt must be non-empty".into(),
             ));
         }
-        let inner: Arc<dyn Planner> = match (&req.plan, &cfg.planner) {
-            (Some(plan), _) => {
-                knox_models::UserPlans::validate(plan, &req.prompt, &cfg.manifest, cfg.max_calls)
-                    .map_err(|e| {
-                    GatewayError::BadRequest(format!("the plan does not fit the manifest: {e}"))
-                })?;
-                Arc::new(knox_models::UserPlans::new([plan.clone()], cfg.max_calls))
-            }
-            (None, Some(p)) => Arc::clone(p),
-            (None, None) => {
+        let mut req = req;
+        let (inner, mode): (Arc<dyn Planner>, TrajectoryMode) = if req.prompt.tasks.is_empty() {
+            // No prompt: only a contract can bound the session, and there is no plan.
+            let Some(c) = &cfg.contract else {
                 return Err(GatewayError::BadRequest(
-                    "this gateway has no model planner: the session needs the user's plan".into(),
+                    "the prompt needs at least one non-empty task (only a gateway bounded by a contract opens a session without one)".into(),
+                ));
+            };
+            if req.plan.is_some() {
+                return Err(GatewayError::BadRequest(
+                    "a plan needs the prompt it plans: give the prompt too".into(),
                 ));
             }
+            req.prompt.tasks = vec![knox_engine::contract::Unplanned::task(&c.verified)];
+            (
+                Arc::new(knox_engine::contract::Unplanned),
+                TrajectoryMode::Unplanned,
+            )
+        } else {
+            (Self::planner_for(cfg, &req)?, cfg.trajectory)
         };
-        let planner = SessionPlanner {
-            inner,
-            mode: cfg.trajectory,
-        };
+        let planner = SessionPlanner { inner, mode };
         let (tx, rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
         let (end_tx, ended) = watch::channel(None);
@@ -205,6 +208,29 @@ impl SessionHandle {
                 "the session's thread ended before the run started".into(),
             )),
         }
+    }
+
+    /// The planner of a session opened with a prompt: the user's plan (checked against
+    /// the manifest), else the gateway's model planner.
+    fn planner_for(
+        cfg: &GatewayConfig,
+        req: &OpenRequest,
+    ) -> Result<Arc<dyn Planner>, GatewayError> {
+        Ok(match (&req.plan, &cfg.planner) {
+            (Some(plan), _) => {
+                knox_models::UserPlans::validate(plan, &req.prompt, &cfg.manifest, cfg.max_calls)
+                    .map_err(|e| {
+                    GatewayError::BadRequest(format!("the plan does not fit the manifest: {e}"))
+                })?;
+                Arc::new(knox_models::UserPlans::new([plan.clone()], cfg.max_calls))
+            }
+            (None, Some(p)) => Arc::clone(p),
+            (None, None) => {
+                return Err(GatewayError::BadRequest(
+                    "this gateway has no model planner: the session needs the user's plan".into(),
+                ));
+            }
+        })
     }
 
     /// The run's identifier (its bundle is `<out>/<run>.json`).
@@ -263,14 +289,18 @@ fn knox_error(text: &str) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(format!("Knox: {text}"))])
 }
 
-/// The tools `apm` can ever allow: those on an agent's trajectory, as the manifest
+/// The tools `apm` can ever allow: those on an agent's trajectory (in an unplanned
+/// run, every tool of the manifest: the contract decides each call), as the manifest
 /// describes them, in name order.
 pub fn allowed_tools(apm: &Apm, manifest: &ToolkitManifest) -> Vec<Tool> {
-    let names: BTreeSet<&str> = apm
-        .agents
-        .iter()
-        .flat_map(|a| a.trajectory.iter().map(|e| e.tool.as_str()))
-        .collect();
+    let names: BTreeSet<&str> = if apm.guards.trajectory.is_unplanned() && apm.planning.is_none() {
+        manifest.tools().map(|t| t.name.as_str()).collect()
+    } else {
+        apm.agents
+            .iter()
+            .flat_map(|a| a.trajectory.iter().map(|e| e.tool.as_str()))
+            .collect()
+    };
     names
         .into_iter()
         .filter_map(|n| manifest.tool(n))
@@ -308,17 +338,29 @@ fn legacy_schema(params: &[knox_policy::spec::FieldSpec]) -> Value {
 }
 
 /// The MCP answer for an allowed call's recorded result: the upstream's own
-/// `CallToolResult` when it sent one, else a tool error naming what failed.
+/// `CallToolResult` when it sent one; a tool error naming what failed when the output
+/// is an error (`{"error": …}`, as the MCP host and the contract executor report a
+/// failure); else a Knox tool's output (the contract's tools answer plain JSON such as
+/// `{"written": 14}`), as text and as structured content.
 fn to_mcp(result: &ToolResult) -> CallToolResult {
     if let Ok(r) = serde_json::from_value::<CallToolResult>(result.output.clone()) {
         return r;
     }
-    let why = result
-        .output
-        .get("error")
-        .and_then(Value::as_str)
-        .map_or_else(|| result.output.to_string(), str::to_owned);
-    knox_error(&format!("the call was allowed but failed upstream: {why}"))
+    match &result.output {
+        Value::Object(o) if !o.contains_key("error") => {
+            let mut r =
+                CallToolResult::success(vec![ContentBlock::text(result.output.to_string())]);
+            r.structured_content = Some(result.output.clone());
+            r
+        }
+        other => {
+            let why = other
+                .get("error")
+                .and_then(Value::as_str)
+                .map_or_else(|| other.to_string(), str::to_owned);
+            knox_error(&format!("the call was allowed but failed: {why}"))
+        }
+    }
 }
 
 /// The session's engine session: its own key binding, the gateway's manifest and MCP
@@ -337,7 +379,7 @@ fn build(
         external: true,
         ..cfg.stop.clone()
     };
-    Session::builder()
+    let mut builder = Session::builder()
         .platform_boxed(backend)
         .nonce(cfg.nonce.clone())
         .manifest(cfg.manifest.clone())
@@ -347,7 +389,14 @@ fn build(
         .signal(signal)
         .journal_dir(&cfg.out)
         .output(&cfg.out)
-        .run_prefix(req.label.clone())
+        .run_prefix(req.label.clone());
+    if let Some(c) = &cfg.contract {
+        builder = builder.contract(c.verified.clone());
+        if let Some(a) = &c.approvals {
+            builder = builder.approvals(a.clone());
+        }
+    }
+    builder
         .build()
         .map_err(|e| GatewayError::Open(e.to_string()))
 }

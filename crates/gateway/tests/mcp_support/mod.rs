@@ -158,6 +158,7 @@ pub async fn start(max_calls: usize) -> Fx {
     let cfg = Arc::new(GatewayConfig {
         manifest: knox_policy::ToolkitManifest::from_toolkit_text(MANIFEST).unwrap(),
         host: Arc::new(host),
+        contract: None,
         planner: None,
         max_calls,
         trajectory: knox_types::apm::TrajectoryMode::tolerant(),
@@ -202,7 +203,7 @@ pub struct User {
 
 /// One HTTP/1.1 exchange with the gateway's user endpoint (`Connection: close`):
 /// the status and the JSON body.
-async fn exchange(user: &User, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+pub async fn exchange(user: &User, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let addr = user.gateway.trim_start_matches("http://");
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();

@@ -154,27 +154,75 @@ pub struct RunContract {
     pub approvals: Option<knox_engine::contract::ApprovalDir>,
 }
 
-/// How `knox run --contract` is set up (the flags of `knox run`).
-#[derive(Debug, Clone, Copy)]
-pub struct RunContractArgs<'a> {
-    /// `--contract`.
-    pub contract: &'a Path,
-    /// `--contract-authority`.
-    pub authority: &'a Path,
-    /// `--approvals`.
-    pub approvals: Option<&'a Path>,
-    /// `--approval-timeout-ms`.
+/// The flags that bound `knox run` or `knox gateway mcp` by a signed capability
+/// contract.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ContractFlags {
+    /// Bound every run (every gateway session) by a signed capability contract (`knox
+    /// contract sign`, `docs/contracts.md`) instead of a toolkit manifest: the tools
+    /// are the contract's four (`ContractReadFile`, `ContractWriteFile`, `ContractExec`,
+    /// `ContractHttp`), each proposal must pass the contract (capability, path, argv,
+    /// endpoint, budget, action cap, approval) and the plan, and allowed ones are
+    /// executed for real by the broker's contract executor (files beneath the
+    /// capability root, pinned binaries in the kernel sandbox, HTTP to the contract's
+    /// endpoints). The APM names the contract's hash; each bundle embeds the signed
+    /// contract. A gateway session opened without a prompt has no plan: the contract
+    /// alone bounds it.
+    #[arg(value_parser = crate::cmd::path, long, value_name = "C.signed.json", requires = "contract_authority")]
+    pub contract: Option<PathBuf>,
+    /// With `--contract`: the authority's public key (`knox keygen`'s `.pub`) the
+    /// contract must be signed by; a contract it did not sign is refused (65).
+    #[arg(value_parser = crate::cmd::path, long, value_name = "AUTH.pub", requires = "contract")]
+    pub contract_authority: Option<PathBuf>,
+    /// With `--contract`: approval tokens for high-impact actions, `DIR/<H(action)
+    /// hex>.json` (`knox approve`). A high-impact action without one is pending: its
+    /// request is written to `<out>/pending/<H(action) hex>.json` and DIR polled for
+    /// `--approval-timeout-ms`; no token in time leaves it recorded as pending (blocked).
+    #[arg(value_parser = crate::cmd::path, long, value_name = "DIR", requires = "contract")]
+    pub approvals: Option<PathBuf>,
+    /// With `--approvals`: how long a pending action waits for its token (0: not at all).
+    #[arg(long, value_name = "MS", default_value_t = 0, requires = "approvals")]
     pub approval_timeout_ms: u64,
-    /// `--out`.
-    pub out: &'a Path,
-    /// `--degraded`.
-    pub degraded: &'a [knox_sandbox::Degraded],
 }
 
-/// Verifies the contract under the authority (65 when it is malformed, signed by
-/// another key, or not valid now) and starts the host of its tools (69 when the
-/// kernel sandbox is unavailable).
-pub fn for_run(a: &RunContractArgs<'_>) -> Result<RunContract> {
+impl ContractFlags {
+    /// Without `--contract`, `None`. Otherwise verifies the contract under the
+    /// authority (65 when it is malformed, signed by another key, or not valid now)
+    /// and starts the host of its tools (69 when the kernel sandbox is unavailable):
+    /// pending requests go to `out/pending/`, executables' scratch directories to
+    /// `out/contract-scratch/`.
+    pub fn for_run(
+        &self,
+        out: &Path,
+        degraded: &[knox_sandbox::Degraded],
+    ) -> Result<Option<RunContract>> {
+        let (Some(contract), Some(authority)) = (&self.contract, &self.contract_authority) else {
+            return Ok(None);
+        };
+        for_run(&RunContractArgs {
+            contract,
+            authority,
+            approvals: self.approvals.as_deref(),
+            approval_timeout_ms: self.approval_timeout_ms,
+            out,
+            degraded,
+        })
+        .map(Some)
+    }
+}
+
+/// How a contract run is set up (from [`ContractFlags`]).
+#[derive(Debug, Clone, Copy)]
+struct RunContractArgs<'a> {
+    contract: &'a Path,
+    authority: &'a Path,
+    approvals: Option<&'a Path>,
+    approval_timeout_ms: u64,
+    out: &'a Path,
+    degraded: &'a [knox_sandbox::Degraded],
+}
+
+fn for_run(a: &RunContractArgs<'_>) -> Result<RunContract> {
     let key = authority(a.authority)?;
     let bytes = read_input(a.contract, CONFIG)?;
     let verified = signed::verify_bytes(&bytes, &key).map_err(|e| {

@@ -62,29 +62,9 @@ pub struct RunArgs {
     /// run; HTTP servers are reached only at their URL. Their workspaces live under `--out`.
     #[arg(value_parser = crate::cmd::path, long, value_name = "SERVERS.toml", requires = "manifest", conflicts_with = "responses")]
     pub mcp: Option<PathBuf>,
-    /// Bound every run by a signed capability contract (`knox contract sign`,
-    /// `docs/contracts.md`) instead of a toolkit manifest: the tools are the contract's
-    /// four (`ContractReadFile`, `ContractWriteFile`, `ContractExec`, `ContractHttp`),
-    /// each proposal must pass the contract (capability, path, argv, endpoint, budget,
-    /// action cap, approval) and the plan, and allowed ones are executed for real by the
-    /// broker's contract executor (files beneath the capability root, pinned binaries
-    /// in the kernel sandbox, HTTP to the contract's endpoints). The APM names the
-    /// contract's hash; each bundle embeds the signed contract.
-    #[arg(value_parser = crate::cmd::path, long, value_name = "C.signed.json", requires = "contract_authority", conflicts_with_all = ["responses", "mcp"])]
-    pub contract: Option<PathBuf>,
-    /// With `--contract`: the authority's public key (`knox keygen`'s `.pub`) the
-    /// contract must be signed by; a contract it did not sign is refused (65).
-    #[arg(value_parser = crate::cmd::path, long, value_name = "AUTH.pub", requires = "contract")]
-    pub contract_authority: Option<PathBuf>,
-    /// With `--contract`: approval tokens for high-impact actions, `DIR/<H(action)
-    /// hex>.json` (`knox approve`). A high-impact action without one is pending: its
-    /// request is written to `<out>/pending/<H(action) hex>.json` and DIR polled for
-    /// `--approval-timeout-ms`; no token in time leaves it recorded as pending (blocked).
-    #[arg(value_parser = crate::cmd::path, long, value_name = "DIR", requires = "contract")]
-    pub approvals: Option<PathBuf>,
-    /// With `--approvals`: how long a pending action waits for its token (0: not at all).
-    #[arg(long, value_name = "MS", default_value_t = 0, requires = "approvals")]
-    pub approval_timeout_ms: u64,
+    /// `--contract`, `--contract-authority`, `--approvals`, `--approval-timeout-ms`.
+    #[command(flatten)]
+    pub bound: super::contract::ContractFlags,
     /// Most calls a plan may hold per task.
     #[arg(long, default_value_t = knox_models::tools::MAX_PLANNED_CALLS)]
     pub max_calls: usize,
@@ -206,15 +186,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     if let Some(m) = &args.manifest {
         return super::prompt::run(args, m);
     }
-    if let (Some(contract), Some(authority)) = (&args.contract, &args.contract_authority) {
-        let c = super::contract::for_run(&super::contract::RunContractArgs {
-            contract,
-            authority,
-            approvals: args.approvals.as_deref(),
-            approval_timeout_ms: args.approval_timeout_ms,
-            out: &args.out,
-            degraded: &args.degraded,
-        })?;
+    if let Some(c) = args.bound.for_run(&args.out, &args.degraded)? {
         return super::prompt::run_contract(args, c);
     }
     let Some(workload) = args.workload else {

@@ -306,6 +306,35 @@ fn contract_new_sign_check_show_approve_and_a_tampered_copy() {
     );
 }
 
+/// In `p`: an authority key (`authority.key`, `authority.pub`) and the example
+/// contract (`knox contract new`) changed by `edit`, saved as `c.json` and signed as
+/// `c.signed.json`.
+fn signed_contract(p: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+    assert!(run(p, &["keygen", "--out", "authority"]).status.success());
+    assert!(
+        run(p, &["contract", "new", "--out", "c.json"])
+            .status
+            .success()
+    );
+    let mut c: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(p.join("c.json")).unwrap()).unwrap();
+    edit(&mut c);
+    std::fs::write(p.join("c.json"), serde_json::to_vec(&c).unwrap()).unwrap();
+    let o = run(
+        p,
+        &[
+            "contract",
+            "sign",
+            "c.json",
+            "--key",
+            "authority.key",
+            "--out",
+            "c.signed.json",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 fn bundle_in(out: &Path) -> std::path::PathBuf {
     std::fs::read_dir(out)
         .unwrap()
@@ -510,36 +539,16 @@ fn a_contract_journal_cut_at_every_line_boundary_verifies_as_a_prefix() {
     let ws = p.join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     std::os::unix::fs::symlink(p, ws.join("link")).unwrap();
-    assert!(run(p, &["keygen", "--out", "authority"]).status.success());
     assert!(run(p, &["keygen", "--out", "alice"]).status.success());
-    assert!(
-        run(p, &["contract", "new", "--out", "c.json"])
-            .status
-            .success()
-    );
-    let mut c: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(p.join("c.json")).unwrap()).unwrap();
-    c["directories"]["workspace"]["root"] = serde_json::json!(ws.to_str().unwrap());
-    c["directories"]["vault"] = serde_json::json!({
-        "root": ws.to_str().unwrap(), "access": "write", "cost_cents": 1, "impact": "high"});
-    let alice: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(p.join("alice.pub")).unwrap()).unwrap();
-    c["approvers"]["alice"] = alice["public_key"].clone();
-    c["approval_required"] = serde_json::json!(["high"]);
-    std::fs::write(p.join("c.json"), serde_json::to_vec(&c).unwrap()).unwrap();
-    let o = run(
-        p,
-        &[
-            "contract",
-            "sign",
-            "c.json",
-            "--key",
-            "authority.key",
-            "--out",
-            "c.signed.json",
-        ],
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    signed_contract(p, |c| {
+        c["directories"]["workspace"]["root"] = serde_json::json!(ws.to_str().unwrap());
+        c["directories"]["vault"] = serde_json::json!({
+            "root": ws.to_str().unwrap(), "access": "write", "cost_cents": 1, "impact": "high"});
+        let alice: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(p.join("alice.pub")).unwrap()).unwrap();
+        c["approvers"]["alice"] = alice["public_key"].clone();
+        c["approval_required"] = serde_json::json!(["high"]);
+    });
     let w = |dir: &str, path: &str| serde_json::json!({"tool": "ContractWriteFile", "params": {"dir": dir, "path": path, "content": "x"}});
     std::fs::write(
         p.join("plan.json"),
@@ -619,4 +628,132 @@ fn a_contract_journal_cut_at_every_line_boundary_verifies_as_a_prefix() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// `knox gateway mcp --contract` over stdio, driven by the MCP Inspector's CLI (a real
+/// client, installed by `scripts/mcp-servers`): with no prompt, each session is
+/// unplanned and bounded by the contract alone. The contract's four tools are listed;
+/// a write inside the directory capability happens for real, a `../` escape is refused
+/// by the contract's `path` check and writes nothing; each session's bundle verifies
+/// complete, and `knox verify --contract-authority` names the signer.
+#[test]
+fn the_mcp_gateway_bounded_by_a_contract_serves_its_tools_to_a_real_client_without_a_prompt() {
+    if !sandbox_here() {
+        return;
+    }
+    let servers = super::gateway_mcp::installed();
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    let ws = p.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    signed_contract(p, |c| {
+        c["directories"]["workspace"]["root"] = serde_json::json!(ws.to_str().unwrap());
+    });
+    let inspector = |out: &str, method: &[&str]| {
+        let cli =
+            servers.join("node/node_modules/@modelcontextprotocol/inspector/cli/build/cli.js");
+        let o = std::process::Command::new("node")
+            .current_dir(p)
+            .arg(cli)
+            .arg("--cli")
+            .arg(env!("CARGO_BIN_EXE_knox"))
+            .args([
+                "gateway",
+                "mcp",
+                "--contract",
+                "c.signed.json",
+                "--contract-authority",
+                "authority.pub",
+                "--out",
+                out,
+            ])
+            .args(method)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        // The client hung up and killed the gateway: the bundle was sealed first.
+        let bundle = p.join(out).join("mcp-stdio-0000.json");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !bundle.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let answer: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (answer, bundle)
+    };
+    let write = |out: &str, path: &str| {
+        inspector(
+            out,
+            &[
+                "--method",
+                "tools/call",
+                "--tool-name",
+                "ContractWriteFile",
+                "--tool-arg",
+                "dir=workspace",
+                "--tool-arg",
+                &format!("path={path}"),
+                "--tool-arg",
+                "content=from the client",
+            ],
+        )
+    };
+    let (listed, _) = inspector("list", &["--method", "tools/list"]);
+    let mut names: Vec<&str> = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "ContractExec",
+            "ContractHttp",
+            "ContractReadFile",
+            "ContractWriteFile"
+        ]
+    );
+    let (ok, ok_bundle) = write("inside", "notes/from-client.txt");
+    assert_ne!(ok["isError"], true, "{ok}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes/from-client.txt")).unwrap(),
+        "from the client"
+    );
+    let (no, no_bundle) = write("escape", "../escaped.txt");
+    assert_eq!(no["isError"], true, "{no}");
+    assert_eq!(no["structuredContent"]["knox"]["guard"], "contract", "{no}");
+    assert!(
+        no["structuredContent"]["knox"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("path"),
+        "{no}"
+    );
+    assert!(!p.join("escaped.txt").exists());
+    for bundle in [&ok_bundle, &no_bundle] {
+        let b: knox_types::bundle::Bundle =
+            serde_json::from_slice(&std::fs::read(bundle).unwrap()).unwrap();
+        assert_eq!(
+            b.apm.guards.trajectory,
+            knox_types::apm::TrajectoryMode::Unplanned
+        );
+        assert!(b.apm.inputs.contract.is_some() && b.contract.is_some());
+        let v = run(
+            p,
+            &[
+                "verify",
+                "--allow-simulated",
+                "--contract-authority",
+                "authority.pub",
+                bundle.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(
+            v.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&v.stdout)
+        );
+    }
 }

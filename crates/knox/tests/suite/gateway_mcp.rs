@@ -22,7 +22,7 @@ use super::support::knox;
 
 /// The installed clients and servers; a failure naming `scripts/mcp-servers` when
 /// they are missing.
-fn installed() -> PathBuf {
+pub(super) fn installed() -> PathBuf {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.mcp-servers");
     let inspector = p.join("node/node_modules/@modelcontextprotocol/inspector/cli/build/cli.js");
     assert!(

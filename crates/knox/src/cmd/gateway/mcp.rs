@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use knox_agent::{Planner, Prompt};
+use knox_agent::{Planner, Prompt, ToolHost};
 use knox_gateway::mcp::{GatewayConfig, OpenRequest, PlatformFactory};
 use knox_models::{ChatPlanner, ModelSpec, SpecRole};
 use knox_types::apm::{StopPolicy, TrajectoryMode};
@@ -20,22 +20,30 @@ use crate::error::{Kind, fail};
 #[command(after_help = crate::exit_codes!(
     "  0   the gateway ended and every session's bundle verified complete\
    \n  1   a session's bundle did not seal or did not verify complete\
+   \n  65  --contract: the contract is malformed, not signed by --contract-authority, or not valid now\
    \n  SIGUSR1, SIGTERM, SIGINT or the stop file seal every open session and end the gateway"
 ))]
 pub struct McpGatewayArgs {
     /// The `knox-toolkit/1` manifest of the upstream servers' tools (`SERVER.TOOL`).
-    #[arg(value_parser = cmd::path, long, value_name = "FILE")]
-    pub manifest: PathBuf,
+    #[arg(value_parser = cmd::path, long, value_name = "FILE", required_unless_present = "contract", conflicts_with = "contract")]
+    pub manifest: Option<PathBuf>,
     /// The upstream MCP servers (`servers.toml`, docs/mcp.md): stdio servers run
     /// confined from their needs; HTTP servers are reached only at their URL.
-    #[arg(value_parser = cmd::path, long, value_name = "SERVERS.toml")]
-    pub mcp: PathBuf,
+    #[arg(value_parser = cmd::path, long, value_name = "SERVERS.toml", required_unless_present = "contract", conflicts_with = "contract")]
+    pub mcp: Option<PathBuf>,
+    /// Instead of upstream servers: the contract's four tools, executed by Knox's
+    /// broker (`--contract`, `--contract-authority`, `--approvals`,
+    /// `--approval-timeout-ms`).
+    #[command(flatten)]
+    pub bound: cmd::contract::ContractFlags,
     /// Serve Streamable HTTP on this loopback address (`127.0.0.1:0` picks a port)
     /// instead of stdio: the user opens each session with `POST /knox/sessions`
     /// (docs/gateway-mcp.md).
     #[arg(long, value_name = "ADDR")]
     pub http: Option<SocketAddr>,
-    /// Stdio: the user's prompt for the one session, one task per `--prompt`.
+    /// Stdio: the user's prompt for the one session, one task per `--prompt`. With
+    /// `--contract` it may be left out: the session is then unplanned, bounded by the
+    /// contract alone.
     #[arg(long, value_name = "TEXT", conflicts_with = "http")]
     pub prompt: Vec<String>,
     /// Stdio: the user's plan for the prompt (`{"calls": [{"tool", "params"}, …]}`, as
@@ -93,13 +101,17 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
     // killing the gateway (a second SIGTERM or SIGINT ends it at once).
     crate::signals::install()?;
     let nonce = hex::decode(&args.nonce).map_err(|e| usage(format!("--nonce must be hex: {e}")))?;
+    let contracted = args.bound.contract.is_some();
     if args.http.is_none() {
-        if args.prompt.is_empty() {
+        if args.prompt.is_empty() && !contracted {
             return Err(usage(
-                "a stdio gateway is one session: give the user's --prompt (or serve --http)",
+                "a stdio gateway is one session: give the user's --prompt (or serve --http, or bound the session by --contract)",
             ));
         }
-        if args.plan.is_some() == args.planner.is_some() {
+        if args.prompt.is_empty() && args.plan.is_some() {
+            return Err(usage("--plan plans a prompt: give the --prompt too"));
+        }
+        if !args.prompt.is_empty() && args.plan.is_some() == args.planner.is_some() {
             return Err(usage(
                 "plan the session with a model (--planner) or give the plan (--plan), one of the two",
             ));
@@ -112,7 +124,6 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
             "--http {a}: the gateway listens on loopback only"
         )));
     }
-    let manifest = cmd::toolkit::load(&args.manifest)?;
     let plan = args
         .plan
         .as_deref()
@@ -122,7 +133,26 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
         })
         .transpose()?;
     let _out = cmd::out_dir(&args.out, args.force)?;
-    let host = cmd::mcp::host(&args.mcp, args.out.join("mcp"))?;
+    let (manifest, host, contract): (_, Arc<dyn ToolHost>, _) = match (
+        args.bound.for_run(&args.out, &[])?,
+        &args.manifest,
+        &args.mcp,
+    ) {
+        (Some(c), _, _) => (
+            knox_engine::contract::manifest().map_err(|e| fail(Kind::Software, e.to_string()))?,
+            Arc::new(c.host),
+            Some(knox_gateway::mcp::Contract {
+                verified: c.verified,
+                approvals: c.approvals,
+            }),
+        ),
+        (None, Some(manifest), Some(servers)) => (
+            cmd::toolkit::load(manifest)?,
+            Arc::new(cmd::mcp::host(servers, args.out.join("mcp"))?),
+            None,
+        ),
+        _ => return Err(usage("give --manifest and --mcp, or --contract")),
+    };
     let cache_dir = cmd::absolute_cache_dir(args.cache.cache_dir.as_deref())?;
     let mut locals = Vec::new();
     let planner: Option<Arc<dyn Planner>> = match &args.planner {
@@ -141,7 +171,8 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
         Arc::new(move || crate::session::backend(&platform_args).map_err(|e| e.to_string()));
     let cfg = Arc::new(GatewayConfig {
         manifest,
-        host: Arc::new(host),
+        host,
+        contract,
         planner,
         max_calls: args.max_calls,
         trajectory: args.trajectory.unwrap_or_else(TrajectoryMode::tolerant),
