@@ -254,3 +254,126 @@ fn the_openai_client_and_the_agents_sdk_continue_after_a_withheld_injected_call(
         );
     }
 }
+
+/// The proxy in front of a real model served by Knox itself: `knox serve-model
+/// local:smollm2` (llama.cpp, the pinned SmolLM2, fetched into the model cache on first
+/// use) is the upstream of `knox gateway openai`, and the official `openai` client runs
+/// its agent loop through the proxy. Whatever the model proposes, only a call the plan
+/// allows reaches the client; the client's loop ends (a final answer, or the refusal
+/// message); the conversation's bundle verifies complete.
+#[cfg(feature = "local")]
+#[test]
+fn the_openai_client_through_the_proxy_to_a_local_model_served_by_knox_serve_model() {
+    use knox_models::catalog;
+    let py = python();
+    let cache = knox_models::pull::cache_dir(None).unwrap();
+    knox_models::pull::ensure(&catalog::SMOLLM2, Some(&cache)).unwrap_or_else(|e| {
+        panic!(
+            "the pinned SmolLM2 is needed in the model cache `{}`: {e}",
+            cache.display()
+        )
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::write(d.join("bank.toml"), BANK).unwrap();
+    let plan = serde_json::json!({"calls": [
+        {"tool": "bank.get_balance", "params": {"account": "main"}},
+        {"tool": "bank.send_money", "params": {"to": "DE001", "amount": 20}}]});
+    std::fs::write(d.join("plan.json"), plan.to_string()).unwrap();
+    let mut model = Reaped(
+        knox()
+            .args([
+                "serve-model",
+                "local:smollm2",
+                "--listen",
+                "127.0.0.1:0",
+                "--cache-dir",
+            ])
+            .arg(&cache)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let line = first_line(model.0.stderr.take().unwrap());
+    let upstream = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in `{line}`"))
+        .to_owned();
+    let out = d.join("out");
+    let mut gw = Reaped(
+        knox()
+            .args(["gateway", "openai", "--manifest"])
+            .arg(d.join("bank.toml"))
+            .arg("--plan")
+            .arg(d.join("plan.json"))
+            .args(["--upstream", &upstream])
+            .args(["--listen", "127.0.0.1:0", "--journal", "--out"])
+            .arg(&out)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let line = first_line(gw.0.stderr.take().unwrap());
+    let base = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in `{line}`"))
+        .to_owned();
+    let r = client(&py, "openai_sdk.py", &base, "local", false);
+    // Every call the client ran is one the plan allows, in its planned form.
+    let allowed = [
+        serde_json::json!({"name": "bank__get_balance", "arguments": {"account": "main"}}),
+        serde_json::json!({"name": "bank__send_money", "arguments": {"to": "DE001", "amount": 20}}),
+    ];
+    for ran in r["ran"].as_array().unwrap() {
+        assert!(
+            allowed.contains(ran),
+            "a call off the plan reached the client: {r}"
+        );
+    }
+    assert!(r["final"].is_string(), "the client's loop did not end: {r}");
+    let pid = gw.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-USR1", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = gw.0.wait().unwrap();
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut gw.0.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert_eq!(status.code(), Some(0), "{stdout}");
+    let bundle = out.join("conv-0000.json");
+    let v = knox()
+        .args(["verify", "--allow-simulated"])
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    assert_eq!(
+        v.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&v.stdout)
+    );
+    // The evidence holds what the client ran: one allowed call and its output each.
+    let b: knox_types::bundle::Bundle =
+        serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
+    let outputs = b
+        .nodes
+        .iter()
+        .filter(|n| n.kind == knox_types::aeg::NodeKind::ToolOutput)
+        .count();
+    assert!(
+        outputs <= r["ran"].as_array().unwrap().len(),
+        "{outputs} outputs for {r}"
+    );
+    eprintln!(
+        "SmolLM2 through the proxy: {} call(s) ran, {} node(s), final {:?}",
+        r["ran"].as_array().unwrap().len(),
+        b.nodes.len(),
+        r["final"]
+    );
+}
