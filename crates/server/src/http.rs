@@ -329,13 +329,13 @@ async fn submit(app: &App, p: &Principal, body: &Bytes) -> Result<Response, Refu
         // nothing about the other submission is said.
         return Err(Refusal::Forbidden("these bytes are already stored"));
     }
-    if ingested.run.kind == "bundle" {
+    if let (true, Some(key)) = (ingested.run.kind == "bundle", &ingested.run.run_key) {
         // The sealed bundle of a streamed run: the live run is complete if it agrees.
         live::sealed(
             &app.store,
             &app.verifier,
             p,
-            &ingested.run.run_id,
+            (&ingested.run.run_id, key),
             &ingested.run.digest,
             auth::now(),
         )

@@ -51,6 +51,27 @@ pub struct Checked {
     pub structure_root: Option<Digest>,
     /// Regulation decisions recorded in check nodes.
     pub decisions: Vec<Decision>,
+    /// Key id of the run's signing key (the bundle's, or the journal header's), when
+    /// it can be read.
+    pub run_key: Option<String>,
+}
+
+/// Key id (hex) of a run's signing key.
+pub fn run_key(key: &knox_types::bundle::PublicKey) -> String {
+    knox_attest::key::key_id(&key.public_key.0).to_hex()
+}
+
+/// Just the key a journal's header line names.
+#[derive(serde::Deserialize)]
+struct HeaderKey {
+    key: knox_types::bundle::PublicKey,
+}
+
+/// The run key a journal's first line names, when it names one.
+fn journal_key(bytes: &[u8]) -> Option<String> {
+    let first = bytes.split(|&b| b == b'\n').next()?;
+    let h: HeaderKey = serde_json::from_slice(first).ok()?;
+    Some(run_key(&h.key))
 }
 
 /// Why a submission was not stored.
@@ -93,6 +114,7 @@ impl Verifier {
                 report: ev.report,
                 structure_root: None,
                 decisions: Vec::new(),
+                run_key: journal_key(bytes),
             });
         }
         let bundle = knox_verify::parse_bundle(bytes)?;
@@ -120,6 +142,7 @@ impl Verifier {
             report: ev.report,
             structure_root: ev.structure_root,
             decisions,
+            run_key: Some(run_key(&bundle.key)),
         })
     }
 }

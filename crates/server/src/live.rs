@@ -1,6 +1,8 @@
 //! Live runs: a running monitor streams its journal (`knox run --stream-to URL`) and
 //! the store shows the run *in progress* with its verified prefix, then *complete* once
-//! the sealed bundle of the same run id arrives.
+//! the sealed bundle of the same run arrives. A run is named by its provider, its run
+//! id and the key that signs it ([`live_id`]): an execution that reuses another's run
+//! id is another run, never a contradiction of the first.
 //!
 //! A delivery is a journal fragment: the journal's header line, then any of its node
 //! lines, in any order, each ending in `\n` (its checkpoint lines may come along: they
@@ -72,6 +74,9 @@ pub struct Delivery<'a> {
     pub header: &'a [u8],
     /// The run id the header names.
     pub run_id: String,
+    /// Key id of the run's signing key, as the header names it
+    /// ([`crate::ingest::run_key`]): with the run id, what names the run.
+    pub run_key: String,
     /// Node lines (without `\n`) and their sequence numbers, as delivered.
     pub nodes: Vec<(u64, &'a [u8])>,
 }
@@ -80,6 +85,7 @@ pub struct Delivery<'a> {
 #[derive(Deserialize)]
 struct HeaderId {
     run_id: String,
+    key: knox_types::bundle::PublicKey,
 }
 
 /// Just a node line's sequence number.
@@ -132,19 +138,25 @@ impl<'a> Delivery<'a> {
         }
         Ok(Self {
             header,
+            run_key: crate::ingest::run_key(&id.key),
             run_id: id.run_id,
             nodes,
         })
     }
 }
 
-/// The id of `provider`'s live run `run_id`, hex.
-pub fn live_id(provider_key_id: &str, run_id: &str) -> String {
-    let mut m = Vec::with_capacity(LIVE_ID_TAG.len() + provider_key_id.len() + run_id.len() + 1);
+/// The id of `provider`'s live run `run_id` signed by the key `run_key` (its key id,
+/// hex): two executions that reuse a run id are two live runs.
+pub fn live_id(provider_key_id: &str, run_id: &str, run_key: &str) -> String {
+    let mut m = Vec::with_capacity(
+        LIVE_ID_TAG.len() + provider_key_id.len() + run_id.len() + run_key.len() + 2,
+    );
     m.extend_from_slice(LIVE_ID_TAG);
     m.extend_from_slice(provider_key_id.as_bytes());
     m.push(b'\n');
     m.extend_from_slice(run_id.as_bytes());
+    m.push(b'\n');
+    m.extend_from_slice(run_key.as_bytes());
     Digest::sha256(&m).to_hex()
 }
 
@@ -236,17 +248,18 @@ pub async fn deliver(
     d: &Delivery<'_>,
     now: u64,
 ) -> Result<(LiveRun, Delivered), LiveError> {
-    let id = live_id(&provider.key_id, &d.run_id);
+    let id = live_id(&provider.key_id, &d.run_id, &d.run_key);
     let now = to_i64(now);
     let mut tx = store.pool().begin().await?;
     lock(&mut tx, store.engine(), &id).await?;
     sqlx::query(
-        "INSERT INTO live_runs (live_id, provider, run_id, header, started_at) \
-         VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+        "INSERT INTO live_runs (live_id, provider, run_id, run_key, header, started_at) \
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
     )
     .bind(&id)
     .bind(&provider.key_id)
     .bind(&d.run_id)
+    .bind(&d.run_key)
     .bind(d.header.to_vec())
     .bind(now)
     .execute(&mut *tx)
@@ -294,7 +307,7 @@ pub async fn deliver(
         Some(b) => Some(b),
         // The sealed bundle can arrive before the stream's last delivery (or its
         // first): the one this provider submitted under the run id is linked now.
-        None => submitted_bundle(&mut tx, &provider.key_id, &d.run_id).await?,
+        None => submitted_bundle(&mut tx, &provider.key_id, &d.run_id, &d.run_key).await?,
     };
     recompute(&mut tx, verifier, &id, bundle.as_deref(), now).await?;
     tx.commit().await?;
@@ -306,17 +319,17 @@ pub async fn deliver(
 }
 
 /// Links the sealed bundle `digest` (just stored) to `provider`'s live run of the same
-/// run id, if there is one, and re-verifies: the run is complete when the bundle
-/// verified complete and agrees with every streamed line.
+/// run id and run key, if there is one, and re-verifies: the run is complete when the
+/// bundle verified complete and agrees with every streamed line.
 pub async fn sealed(
     store: &Store,
     verifier: &Arc<Verifier>,
     provider: &Principal,
-    run_id: &str,
+    (run_id, run_key): (&str, &str),
     digest: &str,
     now: u64,
 ) -> Result<Option<LiveRun>, LiveError> {
-    let id = live_id(&provider.key_id, run_id);
+    let id = live_id(&provider.key_id, run_id, run_key);
     let mut tx = store.pool().begin().await?;
     lock(&mut tx, store.engine(), &id).await?;
     let exists = sqlx::query("SELECT live_id FROM live_runs WHERE live_id = $1")
@@ -384,18 +397,21 @@ async fn current_bundle(conn: &mut AnyConnection, id: &str) -> Result<Option<Str
     })
 }
 
-/// The latest sealed bundle `provider` submitted under `run_id`, if any.
+/// The latest sealed bundle `provider` submitted under `run_id`, signed by `run_key`,
+/// if any.
 async fn submitted_bundle(
     conn: &mut AnyConnection,
     provider: &str,
     run_id: &str,
+    run_key: &str,
 ) -> Result<Option<String>, LiveError> {
     let row = sqlx::query(
-        "SELECT digest FROM runs WHERE provider = $1 AND run_id = $2 AND kind = 'bundle' \
-         ORDER BY log_index DESC LIMIT 1",
+        "SELECT digest FROM runs WHERE provider = $1 AND run_id = $2 AND run_key = $3 \
+         AND kind = 'bundle' ORDER BY log_index DESC LIMIT 1",
     )
     .bind(provider)
     .bind(run_id)
+    .bind(run_key)
     .fetch_optional(&mut *conn)
     .await?;
     Ok(match row {

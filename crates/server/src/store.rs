@@ -26,6 +26,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "live",
         include_str!("../migrations/sqlite/0002_live.sql"),
     ),
+    (
+        3,
+        "run keys",
+        include_str!("../migrations/sqlite/0003_run_keys.sql"),
+    ),
 ];
 /// PostgreSQL migrations: the same schema in its dialect.
 const POSTGRES: &[(i64, &str, &str)] = &[
@@ -39,6 +44,33 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "live",
         include_str!("../migrations/postgres/0002_live.sql"),
     ),
+    (
+        3,
+        "run keys",
+        include_str!("../migrations/postgres/0003_run_keys.sql"),
+    ),
+];
+
+/// The statements that turn SQLite's v2 `live_runs` into v3's ([`Store::migrate`]).
+const LIVE_RUNS_V3: &[&str] = &[
+    "CREATE TABLE live_runs_v3 (
+        live_id     TEXT PRIMARY KEY,
+        provider    TEXT NOT NULL REFERENCES principals (key_id),
+        run_id      TEXT NOT NULL,
+        run_key     TEXT,
+        header      BLOB NOT NULL,
+        started_at  BIGINT NOT NULL
+    )",
+    "INSERT INTO live_runs_v3 (live_id, provider, run_id, header, started_at) \
+        SELECT live_id, provider, run_id, header, started_at FROM live_runs",
+    "DROP TABLE live_runs",
+    "ALTER TABLE live_runs_v3 RENAME TO live_runs",
+    "CREATE UNIQUE INDEX live_runs_by_run ON live_runs (provider, run_id, run_key)",
+    "CREATE INDEX live_runs_by_provider ON live_runs (provider, started_at)",
+    "CREATE TRIGGER live_runs_no_update BEFORE UPDATE ON live_runs \
+        BEGIN SELECT RAISE(ABORT, 'append-only table'); END",
+    "CREATE TRIGGER live_runs_no_delete BEFORE DELETE ON live_runs \
+        BEGIN SELECT RAISE(ABORT, 'append-only table'); END",
 ];
 
 /// Which database engine a store runs on.
@@ -177,6 +209,10 @@ pub struct RunRow {
     pub log_index: i64,
     /// Unix seconds.
     pub submitted_at: i64,
+    /// Key id of the key the run's evidence is signed by (the run's own key; absent
+    /// for evidence stored before schema v3). A run id is unique only with it: two
+    /// executions may reuse a run id.
+    pub run_key: Option<String>,
 }
 
 impl RunRow {
@@ -217,6 +253,7 @@ impl RunRow {
             report: serde_json::to_string(r)?,
             log_index,
             submitted_at: now,
+            run_key: c.run_key.clone(),
         })
     }
 }
@@ -423,7 +460,7 @@ fn to_u64(v: i64) -> Result<u64, StoreError> {
 const RUN_COLUMNS: &str = "r.digest, r.provider, p.name AS provider_name, r.run_id, r.kind, \
     r.outcome, r.offending_node, r.reason, r.platform, r.hardware_backed, r.nodes, \
     r.tool_calls, r.executed, r.blocked, r.interrupts, r.flagged, r.structure_root, r.report, \
-    r.log_index, r.submitted_at";
+    r.log_index, r.submitted_at, r.run_key";
 
 fn run_row(r: &sqlx::any::AnyRow) -> Result<RunRow, StoreError> {
     Ok(RunRow {
@@ -447,6 +484,7 @@ fn run_row(r: &sqlx::any::AnyRow) -> Result<RunRow, StoreError> {
         report: r.try_get("report")?,
         log_index: r.try_get("log_index")?,
         submitted_at: r.try_get("submitted_at")?,
+        run_key: r.try_get("run_key")?,
     })
 }
 
@@ -526,7 +564,70 @@ impl Store {
 
     async fn migrate(&self) -> Result<(), StoreError> {
         Self::migrator(self.engine).run(&self.pool).await?;
+        if self.engine == Engine::Sqlite {
+            self.rebuild_live_runs().await?;
+        }
         Ok(())
+    }
+
+    /// Schema v3 on SQLite: `live_runs` as v3 has it — with `run_key`, unique on
+    /// (provider, run id, run key) — rebuilt from the v2 table, its rows, index and
+    /// append-only triggers carried over. SQLite drops a table constraint only by
+    /// rebuilding the table, with foreign keys off (a pragma without effect inside a
+    /// transaction, so not in a migration). Idempotent: a v3 table is left alone, and
+    /// the check is repeated under the write lock, so two stores opening one file at
+    /// once rebuild it once.
+    async fn rebuild_live_runs(&self) -> Result<(), StoreError> {
+        const V2_UNIQUE: &str = "UNIQUE (provider, run_id)";
+        let schema = |name: &'static str| {
+            sqlx::query("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = $1")
+                .bind(name)
+        };
+        let sql: String = schema("live_runs")
+            .fetch_one(&self.pool)
+            .await?
+            .try_get("sql")?;
+        if !sql.contains(V2_UNIQUE) {
+            return Ok(());
+        }
+        let mut conn = self.pool.acquire().await?;
+        sqlx::query("PRAGMA foreign_keys = OFF")
+            .execute(&mut *conn)
+            .await?;
+        let rebuilt = async {
+            sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+            let sql: String = schema("live_runs")
+                .fetch_one(&mut *conn)
+                .await?
+                .try_get("sql")?;
+            if sql.contains(V2_UNIQUE) {
+                for statement in LIVE_RUNS_V3 {
+                    sqlx::query(statement).execute(&mut *conn).await?;
+                }
+                let dangling = sqlx::query("PRAGMA foreign_key_check")
+                    .fetch_all(&mut *conn)
+                    .await?;
+                if !dangling.is_empty() {
+                    sqlx::query("ROLLBACK").execute(&mut *conn).await?;
+                    return Err(StoreError::Corrupt(format!(
+                        "rebuilding live_runs would leave {} dangling reference(s)",
+                        dangling.len()
+                    )));
+                }
+            }
+            sqlx::query("COMMIT").execute(&mut *conn).await?;
+            Ok::<(), StoreError>(())
+        }
+        .await;
+        if rebuilt.is_err() {
+            // Best effort: a failed statement left the transaction open.
+            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+        }
+        // The connection goes back to the pool enforcing foreign keys again.
+        sqlx::query("PRAGMA foreign_keys = ON")
+            .execute(&mut *conn)
+            .await?;
+        rebuilt
     }
 
     /// Closes the pool.
@@ -812,8 +913,8 @@ impl Store {
         sqlx::query(
             "INSERT INTO runs (digest, provider, run_id, kind, outcome, offending_node, reason, \
              platform, hardware_backed, nodes, tool_calls, executed, blocked, interrupts, flagged, \
-             structure_root, report, log_index, submitted_at) VALUES \
-             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
+             structure_root, report, log_index, submitted_at, run_key) VALUES \
+             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
         )
         .bind(digest)
         .bind(&run.provider)
@@ -834,6 +935,7 @@ impl Store {
         .bind(&run.report)
         .bind(idx)
         .bind(now)
+        .bind(run.run_key.as_deref())
         .execute(&mut *tx)
         .await?;
         let r = &c.report;

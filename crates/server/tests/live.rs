@@ -55,6 +55,12 @@ fn client(s: &Served, key: &TeeKey) -> Client {
     Client::new(&s.base, TeeKey::from_seed(key.seed())).unwrap()
 }
 
+/// The run key (key id of the run's signing key) a journal header line names.
+fn run_key(header: &[u8]) -> String {
+    let h: knox_types::bundle::JournalHeader = serde_json::from_slice(header).unwrap();
+    knox_server::ingest::run_key(&h.key)
+}
+
 /// The journal's header line and node lines, each with its `\n`.
 fn journal() -> (Vec<u8>, Vec<Vec<u8>>) {
     let mut lines = JOURNAL.split_inclusive(|&b| b == b'\n').map(<[u8]>::to_vec);
@@ -332,7 +338,11 @@ fn the_streamer_follows_a_journal_being_written(url: &str) {
     )
     .unwrap();
     let acme = client(&s, &s.people.acme.0);
-    let id = knox_server::live::live_id(&s.people.acme.1.key_id, "mt-ma-4-2-injected-0000");
+    let id = knox_server::live::live_id(
+        &s.people.acme.1.key_id,
+        "mt-ma-4-2-injected-0000",
+        &run_key(&header),
+    );
     for chunk in nodes.chunks(9) {
         for n in chunk {
             // Each line in two writes: the streamer may see half of one.

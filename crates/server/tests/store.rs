@@ -433,3 +433,78 @@ async fn a_regulators_receipt_is_stored_with_the_log_size(url: String) {
     assert_eq!(rs.len(), 1);
     assert_eq!((rs[0].regulator.as_str(), rs[0].tree_size), ("cnil", 1));
 }
+
+/// A SQLite store written by schema v2 — a live run stored under its run id alone, with
+/// a node line — opens as v3: the run and its line are kept, the table takes a run
+/// key, another execution of the same run id (another key) is a run of its own, the
+/// append-only triggers and foreign keys still hold.
+#[tokio::test]
+async fn a_sqlite_store_of_schema_v2_is_upgraded_with_its_live_runs_kept() {
+    use sqlx::Row as _;
+    let url = format!("{}?mode=rwc", common::sqlite_url());
+    sqlx::any::install_default_drivers();
+    {
+        let pool = sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&url)
+            .await
+            .unwrap();
+        let mut v2 = Store::migrator(knox_server::store::Engine::Sqlite);
+        v2.migrations = std::borrow::Cow::Owned(v2.migrations[..2].to_vec());
+        v2.run(&pool).await.unwrap();
+        for q in [
+            "INSERT INTO principals (key_id, public_key, role, name) VALUES ('p', 'pk', 'provider', 'acme')",
+            "INSERT INTO live_runs (live_id, provider, run_id, header, started_at) VALUES ('old', 'p', 'run-0000', X'7b7d', 1)",
+            "INSERT INTO live_nodes (live_id, seq, line, received_at) VALUES ('old', 0, X'7b7d', 1)",
+        ] {
+            sqlx::query(q).execute(&pool).await.unwrap();
+        }
+        pool.close().await;
+    }
+    let store = Store::open(&url).await.unwrap();
+    let pool = sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    let count = |q: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query(q)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+                .try_get::<i64, _>(0)
+                .unwrap()
+        }
+    };
+    assert_eq!(
+        count("SELECT COUNT(*) FROM live_runs WHERE live_id = 'old' AND run_id = 'run-0000'").await,
+        1
+    );
+    assert_eq!(
+        count("SELECT COUNT(*) FROM live_nodes WHERE live_id = 'old'").await,
+        1
+    );
+    // Another execution of the same run id, under its own key: a run of its own.
+    sqlx::query("INSERT INTO live_runs (live_id, provider, run_id, run_key, header, started_at) VALUES ('new', 'p', 'run-0000', 'k2', X'7b7d', 2)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    // The same run key again is still refused; so are an update and a dangling line.
+    for refused in [
+        "INSERT INTO live_runs (live_id, provider, run_id, run_key, header, started_at) VALUES ('dup', 'p', 'run-0000', 'k2', X'7b7d', 3)",
+        "UPDATE live_runs SET run_id = 'other' WHERE live_id = 'old'",
+        "INSERT INTO live_nodes (live_id, seq, line, received_at) VALUES ('nowhere', 0, X'7b7d', 1)",
+    ] {
+        assert!(
+            sqlx::query(refused).execute(&pool).await.is_err(),
+            "{refused}"
+        );
+    }
+    // Opening it again changes nothing.
+    store.close().await;
+    let again = Store::open(&url).await.unwrap();
+    assert_eq!(count("SELECT COUNT(*) FROM live_runs").await, 2);
+    again.close().await;
+}

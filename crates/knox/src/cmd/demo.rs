@@ -38,6 +38,15 @@ pub struct DemoArgs {
     /// Print what the demo did as one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Stream both runs live to a `knox serve` store, `http://HOST:PORT`: every node
+    /// as it is committed (each run's journal, written beside its bundle and followed),
+    /// then the sealed bundle; the store's UI shows them in progress, then complete.
+    /// Signed with `--stream-key`.
+    #[arg(long, value_name = "URL", requires = "stream_key")]
+    pub stream_to: Option<String>,
+    /// The provider's private key the stream is signed with (`knox keygen`).
+    #[arg(value_parser = crate::cmd::path, long, value_name = "KEY", requires = "stream_to")]
+    pub stream_key: Option<PathBuf>,
     /// Another demo instead of the default one.
     #[command(subcommand)]
     pub what: Option<DemoCommand>,
@@ -77,6 +86,15 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
     // The default folder is the demo's own: each demo replaces the last one's files.
     let out = args.out.clone().unwrap_or_else(default_out);
     let _out = super::out_dir(&out, args.force || args.out.is_none())?;
+    let mut stream = match (&args.stream_to, &args.stream_key) {
+        (Some(url), Some(key)) => {
+            // The default folder is reused: a journal of an earlier demo would be
+            // streamed again, so this demo's journals start afresh.
+            remove_journals(&out)?;
+            Some(super::serve::Stream::start(url, key, &out)?)
+        }
+        _ => None,
+    };
     let text = !args.json;
     // Text lines, printed unless --json.
     macro_rules! say {
@@ -135,6 +153,7 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
         };
         let w = WorkloadRun {
             executor: kind,
+            journal_dir: stream.is_some().then_some(out.as_path()),
             ..crate::cmd::model::apply(&models, WorkloadRun::new(workload, kind, 2))
         };
         // A model's bundle is named `model.json`: a spec may hold `/` or `:`.
@@ -146,7 +165,11 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
         session::run_workload_regulated(&rt, &w, regulation.as_ref(), |o| {
             let b = &o.bundle;
             let path = out.join(format!("{label}.json"));
-            super::write_file(&path, serde_json::to_vec_pretty(b)?)?;
+            let bytes = serde_json::to_vec_pretty(b)?;
+            if let Some(s) = stream.as_mut() {
+                s.seal(&bytes);
+            }
+            super::write_file(&path, bytes)?;
             say!(
                 "== planner {}, executor {spec}: {} nodes, {} proposals",
                 args.models.planner,
@@ -226,6 +249,9 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
             Ok(())
         })?;
     }
+    if let Some(s) = stream.take() {
+        s.finish();
+    }
     let model_lines = models.report();
     for line in &model_lines {
         say!("{line}");
@@ -282,6 +308,20 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
         );
     }
     Ok(0)
+}
+
+/// Removes the journals (`*.journal.jsonl`) an earlier demo left in `out`.
+fn remove_journals(out: &std::path::Path) -> Result<()> {
+    let entries = std::fs::read_dir(out)
+        .kind_context(Kind::IoErr, || format!("reading {}", out.display()))?;
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().ends_with(".journal.jsonl") {
+            std::fs::remove_file(e.path()).kind_context(Kind::CantCreate, || {
+                format!("removing the earlier journal {}", e.path().display())
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// What the regulation check of call `seq` decided, and what a judge said, if asked.

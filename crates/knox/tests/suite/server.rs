@@ -96,12 +96,19 @@ fn run_streams_each_run_live_then_sealed() {
         String::from_utf8_lossy(&out.stdout)
     );
     // Each run is a live run of the store, complete, every node streamed and verified.
+    assert_eq!(streamed_complete(d, &d.join("out"), &url), 2);
+}
+
+/// Checks every journal in `out` against the store at `url` (as the regulator `cnil`):
+/// its live run — named by the provider, the run id and the run's own key — is
+/// complete, every node line received and verified. Returns how many runs it checked.
+fn streamed_complete(d: &std::path::Path, out: &std::path::Path, url: &str) -> usize {
     let key = knox_attest::keyfile::decode(&std::fs::read(d.join("cnil.key")).unwrap()).unwrap();
-    let cnil = knox_server::client::Client::new(&url, key).unwrap();
+    let cnil = knox_server::client::Client::new(url, key).unwrap();
     let acme = knox_attest::keyfile::decode(&std::fs::read(d.join("acme.key")).unwrap()).unwrap();
     let acme_id = knox_attest::key::key_id(&acme.public_bytes()).to_hex();
     let mut runs = 0;
-    for e in std::fs::read_dir(d.join("out")).unwrap().flatten() {
+    for e in std::fs::read_dir(out).unwrap().flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some(run_id) = name.strip_suffix(".journal.jsonl") else {
             continue;
@@ -114,13 +121,54 @@ fn run_streams_each_run_live_then_sealed() {
             .skip(1)
             .filter(|l| serde_json::from_str::<knox_types::checkpoint::Checkpoint>(l).is_err())
             .count();
-        let id = knox_server::live::live_id(&acme_id, run_id);
+        let header: knox_types::bundle::JournalHeader =
+            serde_json::from_str(journal.lines().next().unwrap()).unwrap();
+        let id = knox_server::live::live_id(
+            &acme_id,
+            run_id,
+            &knox_server::ingest::run_key(&header.key),
+        );
         let v: serde_json::Value = cnil.ok("GET", &format!("/api/live/{id}"), b"").unwrap();
         assert_eq!(v["status"], "complete", "{v}");
         assert_eq!(v["run"]["received"], nodes, "{v}");
         assert_eq!(v["run"]["verified"], nodes, "{v}");
+        assert_eq!(v["run"]["conflicts"], 0, "{v}");
     }
-    assert_eq!(runs, 2);
+    runs
+}
+
+/// `knox demo --stream-to`, twice into one store: the second demo reuses the first's
+/// run ids (the same workload, the same executors), yet each execution is its own live
+/// run (its own key), complete, with no line of one taken for a contradiction of the
+/// other's.
+#[test]
+fn the_demo_streams_live_twice_and_each_execution_is_its_own_complete_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let run = |args: &[&str]| knox_in(d, args);
+    acme_and_cnil(d);
+    let (_server, url, _) = start(d);
+    for out in ["demo1", "demo2"] {
+        let o = run(&[
+            "demo",
+            "--out",
+            out,
+            "--stream-to",
+            &url,
+            "--stream-key",
+            "acme.key",
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.success()
+                && err.contains("2 sealed bundles submitted")
+                && !err.contains("failed"),
+            "{err}{}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+    assert_eq!(streamed_complete(d, &d.join("demo1"), &url), 2);
+    assert_eq!(streamed_complete(d, &d.join("demo2"), &url), 2);
 }
 
 #[test]
