@@ -30,6 +30,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use knox_types::apm::TrajectoryMode;
 use serde_json::{Value, json};
 
 use super::super::gateway_mcp::{CANARY, Fixture};
@@ -38,8 +39,12 @@ use super::{Found, Moments, first_journal, kills_per_mode, pools_of, wait_bounde
 
 /// Sessions open at once in each killed gateway.
 const SESSIONS: usize = 3;
-/// Rounds of four calls each agent makes.
+/// Rounds of four calls each agent makes in the timed run (the window is how long
+/// they take).
 const ROUNDS: usize = 3;
+/// Most rounds an agent makes in a killed gateway: it works until the kill (far
+/// longer than the window), bounded.
+const MAX_ROUNDS: usize = 200;
 /// How long the processes of a killed gateway get to end.
 const GRACE: Duration = Duration::from_secs(10);
 /// Longest wait for any one answer of the gateway.
@@ -270,10 +275,15 @@ impl Gateway {
     /// Starts the gateway over `fx` into `out`; `None` (skipped) when the kernel
     /// sandbox cannot start here, outside CI.
     fn start(fx: &Fixture, out: &Path) -> Option<Self> {
+        Self::start_in(fx.path(), "fs.toml", out)
+    }
+
+    /// Starts the gateway in `dir` with its `manifest` and `servers.toml`.
+    fn start_in(dir: &Path, manifest: &str, out: &Path) -> Option<Self> {
         let log = std::fs::File::create(out.with_extension("stderr")).unwrap();
         let mut child = knox()
-            .current_dir(fx.path())
-            .args(["gateway", "mcp", "--manifest", "fs.toml"])
+            .current_dir(dir)
+            .args(["gateway", "mcp", "--manifest", manifest])
             .args(["--mcp", "servers.toml", "--http", "127.0.0.1:0", "--out"])
             .arg(out)
             .stdout(Stdio::piped())
@@ -374,17 +384,17 @@ struct Agent {
     wrong: Vec<String>,
 }
 
-/// One agent of the kill mode: opens its session and makes `ROUNDS` rounds of the
+/// One agent of the kill mode: opens its session and makes `rounds` rounds of the
 /// four calls, checking each answer it gets.
-fn agent(user: &User, dir: &Path) -> Agent {
+fn agent(user: &User, dir: &Path, rounds: usize) -> Agent {
     let mut a = Agent::default();
-    if let Err(e) = agent_rounds(user, dir, &mut a) {
+    if let Err(e) = agent_rounds(user, dir, rounds, &mut a) {
         a.error = Some(e.to_string());
     }
     a
 }
 
-fn agent_rounds(user: &User, dir: &Path, a: &mut Agent) -> std::io::Result<()> {
+fn agent_rounds(user: &User, dir: &Path, rounds: usize, a: &mut Agent) -> std::io::Result<()> {
     let opened = user.open(&Fixture::plan_of(dir))?;
     a.run_id = opened["run_id"].as_str().unwrap_or_default().to_owned();
     a.session = opened["session"].as_str().unwrap_or_default().to_owned();
@@ -392,26 +402,38 @@ fn agent_rounds(user: &User, dir: &Path, a: &mut Agent) -> std::io::Result<()> {
     let notes = dir.join("docs/notes.txt");
     let report = dir.join("reports/q3.txt");
     let secrets = dir.join("docs/secrets.txt");
-    for _ in 0..ROUNDS {
+    // The gateway's tolerant trajectory runs a planned read its planned once and a
+    // bounded number of times more; past that the trajectory guard blocks it.
+    let runs = 1 + TrajectoryMode::DEFAULT_READ_REPEATS as usize;
+    for round in 0..rounds {
         let r = c.call("fs.read_text_file", json!({"path": notes}))?;
         a.calls += 1;
-        if r["isError"] == true || !r.to_string().contains("IMPORTANT SYSTEM NOTE") {
-            a.wrong.push(format!("the planned read failed: {r}"));
+        let served = r["isError"] != true && r.to_string().contains("IMPORTANT SYSTEM NOTE");
+        let refused = r["structuredContent"]["knox"]["guard"] == "trajectory";
+        if (round < runs && !served) || (round >= runs && !refused) {
+            a.wrong
+                .push(format!("the planned read, run {}: {r}", round + 1));
         }
-        let r = c.call("fs.write_file", json!({"path": secrets, "content": "pwned"}))?;
+        let r = c.call(
+            "fs.write_file",
+            json!({"path": secrets, "content": "pwned"}),
+        )?;
         a.calls += 1;
         if r["structuredContent"]["knox"]["guard"] != "trajectory" {
-            a.wrong.push(format!("the injected write was not blocked: {r}"));
+            a.wrong
+                .push(format!("the injected write was not blocked: {r}"));
         }
         let r = c.call("memory.read_graph", json!({}))?;
         a.calls += 1;
         if r["structuredContent"]["knox"]["guard"] != "input" {
-            a.wrong.push(format!("another server's tool was not blocked: {r}"));
+            a.wrong
+                .push(format!("another server's tool was not blocked: {r}"));
         }
         let r = c.call("fs.read_text_file", json!({"path": report}))?;
         a.calls += 1;
         if r["isError"] != true || r.to_string().contains(CANARY) {
-            a.wrong.push(format!("the kernel did not keep the server out: {r}"));
+            a.wrong
+                .push(format!("the kernel did not keep the server out: {r}"));
         }
     }
     Ok(())
@@ -490,11 +512,11 @@ fn signal(pid: u32, signal: &str) {
 }
 
 /// One gateway with `SESSIONS` agents at work: the agents' threads.
-fn start_agents(gw: &Gateway, fx: &Fixture) -> Vec<std::thread::JoinHandle<Agent>> {
+fn start_agents(gw: &Gateway, fx: &Fixture, rounds: usize) -> Vec<std::thread::JoinHandle<Agent>> {
     (0..SESSIONS)
         .map(|_| {
             let (user, dir) = (gw.user.clone(), fx.path().to_owned());
-            std::thread::spawn(move || agent(&user, &dir))
+            std::thread::spawn(move || agent(&user, &dir, rounds))
         })
         .collect()
 }
@@ -516,7 +538,7 @@ fn kill_9_of_the_mcp_gateway_mid_sessions_leaves_verifiable_evidence_and_no_proc
     let Some(mut gw) = Gateway::start(&fx, &out) else {
         return;
     };
-    let agents = start_agents(&gw, &fx);
+    let agents = start_agents(&gw, &fx, ROUNDS);
     first_journal(&out, &mut gw.child);
     let from = Instant::now();
     for a in agents {
@@ -525,7 +547,10 @@ fn kill_9_of_the_mcp_gateway_mid_sessions_leaves_verifiable_evidence_and_no_proc
         assert_eq!(a.calls, 4 * ROUNDS as u64, "{a:?}");
     }
     let window = from.elapsed();
-    assert!(gw.stop().success(), "the timed gateway's sessions did not all verify");
+    assert!(
+        gw.stop().success(),
+        "the timed gateway's sessions did not all verify"
+    );
     found.add_with(&out, &verify_args);
     assert_eq!(found.complete, SESSIONS as u64, "{found:?}");
 
@@ -542,7 +567,7 @@ fn kill_9_of_the_mcp_gateway_mid_sessions_leaves_verifiable_evidence_and_no_proc
         let Some(mut gw) = Gateway::start(&fx, &out) else {
             return;
         };
-        let agents = start_agents(&gw, &fx);
+        let agents = start_agents(&gw, &fx, MAX_ROUNDS);
         first_journal(&out, &mut gw.child);
         std::thread::sleep(moments.below(window));
         let pid = gw.child.id();
@@ -641,7 +666,8 @@ fn concurrent_gateway_sessions_each_hold_only_their_own_calls() {
         .map(|i| {
             let (user, file) = (gw.user.clone(), own(i));
             std::thread::spawn(move || {
-                let plan = json!({"calls": [{"tool": "fs.read_text_file", "params": {"path": file}}]});
+                let plan =
+                    json!({"calls": [{"tool": "fs.read_text_file", "params": {"path": file}}]});
                 let opened = user.open(&plan).unwrap();
                 let mut c = McpClient::connect(opened["mcp_url"].as_str().unwrap()).unwrap();
                 let mut texts = Vec::new();
@@ -675,7 +701,10 @@ fn concurrent_gateway_sessions_each_hold_only_their_own_calls() {
     assert!(gw.stop().success());
     let mut found = Found::default();
     let manifest = fx.path().join("fs.toml");
-    found.add_with(&out, &[std::ffi::OsStr::new("--manifest"), manifest.as_os_str()]);
+    found.add_with(
+        &out,
+        &[std::ffi::OsStr::new("--manifest"), manifest.as_os_str()],
+    );
     let mut mixed = Vec::new();
     for (i, (opened, end)) in sessions.iter().zip(&ends).enumerate() {
         let run = opened["run_id"].as_str().unwrap();
@@ -687,11 +716,17 @@ fn concurrent_gateway_sessions_each_hold_only_their_own_calls() {
         assert_eq!(bundle["run_id"], run);
         let nodes = bundle["nodes"].as_array().unwrap();
         let calls: Vec<&Value> = nodes.iter().filter(|n| n["kind"] == "tool_call").collect();
-        let outputs: Vec<&Value> = nodes.iter().filter(|n| n["kind"] == "tool_output").collect();
+        let outputs: Vec<&Value> = nodes
+            .iter()
+            .filter(|n| n["kind"] == "tool_output")
+            .collect();
         assert_eq!(calls.len(), reads + 1, "{run}: its calls, all of them");
         assert_eq!(outputs.len(), reads, "{run}: its reads' outputs");
         for o in &outputs {
-            assert!(o.to_string().contains(&format!("secret-of-session-{i}")), "{o}");
+            assert!(
+                o.to_string().contains(&format!("secret-of-session-{i}")),
+                "{o}"
+            );
         }
         // No node of another session.
         for node in nodes {
@@ -733,4 +768,112 @@ fn concurrent_gateway_sessions_each_hold_only_their_own_calls() {
     // Every session's bundle and journal, and nothing else; every bundle complete.
     assert_eq!(found.files, 2 * n as u64, "{found:?}");
     assert_eq!(found.complete, n as u64, "{found:?}");
+}
+
+/// A Python SDK (FastMCP) server that does not end when its input does: a thread of
+/// its own (bounded) keeps the interpreter alive after the end of standard input.
+const LINGERING_SERVER: &str = r#"
+import threading, time
+from mcp.server.fastmcp import FastMCP
+mcp = FastMCP("py")
+
+@mcp.tool()
+def echo(text: str) -> str:
+    """Echo the text."""
+    return text
+
+threading.Thread(target=lambda: time.sleep(120)).start()
+mcp.run()
+"#;
+
+/// Its manifest (`py.echo`).
+const LINGERING_MANIFEST: &str = r#"format = "knox-toolkit/1"
+description = "echo"
+[runtime]
+syscalls = ["read", "write", "exit_group"]
+paths = []
+limits = { max_processes = 64, max_file_bytes = 1048576, max_memory_bytes = 1073741824, cpu_seconds = 60, max_open_files = 1024 }
+[[servers]]
+name = "py"
+needs = { profile = "offline" }
+cost = 1
+[[servers.tools]]
+name = "py.echo"
+description = "Echo the text"
+effect = "read"
+[servers.tools.inputSchema]
+type = "object"
+required = ["text"]
+[servers.tools.inputSchema.properties]
+text = { type = "string" }
+"#;
+
+/// The leak this probe found: a confined server that does not end with its input
+/// outlived a SIGKILLed gateway (until a later confined start reclaimed its pool, if
+/// one ever came). Now the kernel kills it with the gateway (the sandbox's
+/// parent-death signal), with no later start.
+#[test]
+fn a_killed_gateway_takes_a_server_that_ignores_the_end_of_its_input_with_it() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Some(servers) = servers() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = dir.path().join("server.py");
+    std::fs::write(&script, LINGERING_SERVER).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(dir.path().join("py.toml"), LINGERING_MANIFEST).unwrap();
+    let venv = servers.join("venv");
+    std::fs::write(
+        dir.path().join("servers.toml"),
+        format!(
+            r#"version = 1
+[[server]]
+name = "py"
+command = "{python}"
+args = ["{script}"]
+manifest = "py.toml"
+[server.needs]
+profile = ["offline", "network-client"]
+syscalls = ["epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "eventfd2", "socketpair"]
+paths = [{{ path = "{venv}", access = ["read"] }}, {{ path = "/usr/lib/python3.11", access = ["read"] }}, {{ path = "{dir}", access = ["read"] }}]
+"#,
+            python = venv.join("bin/python").display(),
+            script = script.display(),
+            venv = venv.display(),
+            dir = dir.path().display(),
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let Some(mut gw) = Gateway::start_in(dir.path(), "py.toml", &out) else {
+        return;
+    };
+    let plan = json!({"calls": [{"tool": "py.echo", "params": {"text": "hi"}}]});
+    let opened = gw.user.open(&plan).unwrap();
+    let mut c = McpClient::connect(opened["mcp_url"].as_str().unwrap()).unwrap();
+    let r = c.call("py.echo", json!({"text": "hi"})).unwrap();
+    assert_eq!(r["isError"], false, "{r}");
+    let pid = gw.child.id();
+    signal(pid, "-STOP");
+    let procs = processes_of(pid);
+    let _ = gw.child.kill();
+    let _ = gw.child.wait();
+    assert!(!procs.is_empty(), "the server's process was not found");
+    let deadline = Instant::now() + GRACE;
+    while procs.iter().any(|p| running(*p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let survived: Vec<(u32, u64)> = procs.into_iter().filter(|p| running(*p)).collect();
+    for (p, _) in &survived {
+        signal(*p, "-KILL"); // the test's own leftovers
+    }
+    assert!(
+        survived.is_empty(),
+        "the server outlived the killed gateway: {survived:?}"
+    );
+    // The next start reclaims the dead gateway's pool.
+    let after = dir.path().join("after");
+    let gw = Gateway::start_in(dir.path(), "py.toml", &after).unwrap();
+    assert!(pools_of(pid).is_empty(), "{:?}", pools_of(pid));
+    assert!(gw.stop().success());
 }
