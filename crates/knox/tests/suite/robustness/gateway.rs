@@ -11,9 +11,15 @@
 //!   killed at a random moment of that work. Every evidence file left verifies
 //!   `complete` or `prefix`; no process of the killed gateway outlives it; no cgroup
 //!   pool of it is left once the next gateway has started.
+//! - **a server that ignores the end of its input** (a Python SDK server kept alive
+//!   by a thread of its own): killed with the gateway by the kernel, with no later
+//!   start — the leak this probe found (the filesystem server above only ends because
+//!   it reads the end of its input), fixed in `knox-sandbox`.
 //! - **concurrent sessions**: sessions reading files of their own through one
 //!   gateway: each bundle verifies `complete`, names its own run, holds exactly its
 //!   own calls and no node of another session, and its journal holds its nodes.
+//!
+//! Without the MCP servers the tests fail under `CI` and are skipped, loudly, otherwise.
 //!
 //! How the processes of a killed gateway are found: at the kill moment the gateway is
 //! stopped (`SIGSTOP`, so it can start nothing more), then every process descending
