@@ -111,7 +111,7 @@ impl Launch<'_> {
         };
         // Returns once the child has executed the tool or died. If the clone fails,
         // dropping `report_w` below ends the supervisor's handshake with end of file.
-        let spawned = sys::spawn_child(&spec);
+        let spawned = sys::spawn_child_for_life(&spec);
         drop((stdin_r, stdout_w, stderr_w, report_w));
         let pid = spawned.map_err(io("clone"))?;
         let (pidfd, mut report) = match handshake_rx.recv() {
@@ -177,7 +177,7 @@ impl Launch<'_> {
         };
         // Nothing is mediated, so no supervisor: the clone returns once the
         // program runs (or the child died), and the pipe holds the whole report.
-        let spawned = sys::spawn_child(&spec);
+        let spawned = sys::spawn_child_for_life(&spec);
         drop((stdin_r, stdout_w, stderr_w, report_w));
         let pid = spawned.map_err(io("clone"))?;
         match read_report(&mut report_r)? {

@@ -12,6 +12,12 @@
 //! listener fd and any failure as pairs of integers on a pipe. All signals stay
 //! blocked until every disposition is back to its default, so no parent handler
 //! ever runs in the child.
+//!
+//! Every child is cloned by one thread that lives as long as the process
+//! ([`spawn_child_for_life`]) and asks for `SIGKILL` when its parent dies
+//! (`PR_SET_PDEATHSIG`): the kernel sends it when the thread that cloned the child
+//! ends, so a confined tool — an MCP server that never reads the end of its input,
+//! say — cannot outlive a Knox process killed with SIGKILL.
 #![allow(unsafe_code)]
 
 use std::ffi::{CStr, CString, c_int, c_void};
@@ -473,10 +479,12 @@ pub enum ChildStep {
     Namespaces = 13,
     /// `setgroups`, `setresgid`, `setresuid` to the tool's unprivileged identity.
     Identity = 14,
+    /// `PR_SET_PDEATHSIG`, or the parent died before it was set.
+    ParentDeath = 15,
 }
 
 impl ChildStep {
-    const ALL: [ChildStep; 14] = [
+    const ALL: [ChildStep; 15] = [
         ChildStep::Descriptors,
         ChildStep::ProcessGroup,
         ChildStep::Cgroup,
@@ -491,6 +499,7 @@ impl ChildStep {
         ChildStep::Exec,
         ChildStep::Namespaces,
         ChildStep::Identity,
+        ChildStep::ParentDeath,
     ];
 
     /// The step a report code names.
@@ -595,6 +604,8 @@ struct Lowered<'a> {
     rlimits: [(libc::__rlimit_resource_t, libc::rlimit); MAX_RLIMITS],
     rlimit_count: usize,
     prog: libc::sock_fprog,
+    /// This process's pid: the child's parent, until it dies.
+    parent: libc::pid_t,
 }
 
 /// Stack of the cloned child until `execve`; the setup code is shallow.
@@ -668,6 +679,7 @@ pub(crate) fn spawn_child(spec: &ChildSpec<'_>) -> io::Result<i32> {
             len,
             filter: instructions.as_ptr().cast_mut(),
         },
+        parent: libc::pid_t::try_from(std::process::id()).map_err(|_| invalid("pid"))?,
     };
     let mut stack = vec![0_u8; CHILD_STACK];
     let top = stack.as_mut_ptr_range().end;
@@ -691,6 +703,57 @@ pub(crate) fn spawn_child(spec: &ChildSpec<'_>) -> io::Result<i32> {
     restore_signals(&old_mask);
     drop(stack);
     cloned
+}
+
+/// A pointer to the caller's [`ChildSpec`], handed to the spawner thread.
+struct SpecPtr(*const c_void);
+
+// SAFETY: the spec behind the pointer is only read, by the spawner thread, while
+// the thread that owns it waits for the result (see `spawn_child_for_life`).
+unsafe impl Send for SpecPtr {}
+
+type SpawnJob = Box<dyn FnOnce() + Send>;
+
+/// [`spawn_child`] on the process's spawner thread, which is never ended: the
+/// child's parent-death signal (set in [`child_after_clone`]) follows the thread
+/// that cloned it, so a child cloned by a caller's thread — a session thread, an
+/// agent's scoped thread — would be killed when that thread ends, while one cloned
+/// here is killed only when the process dies. Clones are serialised (each one lasts
+/// until the child has executed).
+pub(crate) fn spawn_child_for_life(spec: &ChildSpec<'_>) -> io::Result<i32> {
+    static SPAWNER: std::sync::OnceLock<Option<std::sync::mpsc::Sender<SpawnJob>>> =
+        std::sync::OnceLock::new();
+    let spawner = SPAWNER
+        .get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<SpawnJob>();
+            std::thread::Builder::new()
+                .name("knox-spawn".into())
+                .spawn(move || {
+                    for job in rx {
+                        job();
+                    }
+                })
+                .ok()
+                .map(|_| tx)
+        })
+        .as_ref()
+        .ok_or_else(|| io::Error::other("no spawner thread"))?;
+    let (done_tx, done_rx) = std::sync::mpsc::sync_channel(1);
+    let spec_ptr = SpecPtr(ptr::from_ref(spec).cast());
+    let job: SpawnJob = Box::new(move || {
+        let p = spec_ptr;
+        // SAFETY: `spec` lives in the frame of the thread that sent this job, which
+        // waits below until the job has sent its result (or was dropped unrun, or
+        // unwound: then `done_tx` is gone and the wait ends); it is only read.
+        let spec = unsafe { &*p.0.cast::<ChildSpec<'_>>() };
+        let _ = done_tx.send(spawn_child(spec));
+    });
+    spawner
+        .send(job)
+        .map_err(|_| io::Error::other("the spawner thread has ended"))?;
+    done_rx
+        .recv()
+        .unwrap_or_else(|_| Err(io::Error::other("the spawner thread failed")))
 }
 
 fn block_all_signals() -> io::Result<libc::sigset_t> {
@@ -788,6 +851,15 @@ fn child_after_clone(p: &Lowered<'_>) -> ! {
         }
         step(clear_capabilities(), ChildStep::Capabilities);
     }
+    // After every change of credentials, which clears it: SIGKILL when the thread
+    // that cloned this child ends — the process's spawner thread, so when the
+    // process dies. Had it died already, this child is an orphan: it ends.
+    // SAFETY: prctl and getppid with integer arguments only.
+    step(
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } == 0
+            && unsafe { libc::syscall(libc::SYS_getppid) } == libc::c_long::from(p.parent),
+        ChildStep::ParentDeath,
+    );
     // SAFETY: prctl with integer arguments only.
     step(
         unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } == 0,

@@ -113,9 +113,10 @@ fn run_as_refuses_root_ids() {
 
 const CHILD_ENV: &str = "KNOX_TEST_RECLAIM_CHILD";
 
-/// Not a test on its own: the child process of the test below (which sets
-/// [`CHILD_ENV`] to a workspace). Makes a pool, starts a confined `sleep` in it,
-/// prints the pool's directories and the tool's pid, then waits to be SIGKILLed.
+/// Not a test on its own: the child process of the tests below (which set
+/// [`CHILD_ENV`] to a workspace). Makes a pool, starts a confined `sleep` in it from
+/// a thread that then ends, prints the pool's directories and the tool's pid, then
+/// waits to be SIGKILLed.
 #[test]
 fn reclaim_child_process() -> TestResult {
     let Some(workspace) = std::env::var_os(CHILD_ENV) else {
@@ -124,7 +125,12 @@ fn reclaim_child_process() -> TestResult {
     let sandbox = Sandbox::new(SandboxConfig::default())?;
     let policy = SandboxPolicy::for_families(&[Family::Offline], PathBuf::from(workspace))?
         .grant("/usr/bin/sleep", &[Access::Read, Access::Execute]);
-    let tool = sandbox.spawn(&policy, &["/usr/bin/sleep", "600"], &[], b"")?;
+    // The tool's parent-death signal must follow the process, not this thread.
+    let tool = std::thread::scope(|s| {
+        s.spawn(|| sandbox.spawn(&policy, &["/usr/bin/sleep", "600"], &[], b""))
+            .join()
+    })
+    .map_err(|_| "the spawning thread panicked")??;
     let line = serde_json::json!({"dirs": sandbox.cgroup_pool_dirs(), "tool": tool.pid()});
     let mut out = std::io::stdout().lock();
     writeln!(out, "{line}")?;
@@ -179,6 +185,63 @@ fn cgroup_procs(dir: &std::path::Path) -> Vec<u32> {
     pids
 }
 
+/// Whether `pid` still runs (not gone, not a zombie).
+fn running(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')')
+        .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+}
+
+/// A confined tool is killed with its SIGKILLed owner — by the kernel, with no later
+/// sandbox — and not when the owner's thread that started it ends.
+#[test]
+fn a_confined_tool_dies_with_its_sigkilled_owner_not_with_the_thread_that_started_it() -> TestResult
+{
+    crate::require_kernel!();
+    let fx = Fixture::new()?;
+    let mut child = Command::new(std::env::current_exe()?)
+        .args([
+            "--exact",
+            "suite::identity::reclaim_child_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, &fx.workspace)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let report = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            let (_, json) = l.split_once('{')?;
+            serde_json::from_str::<serde_json::Value>(&format!("{{{json}")).ok()
+        })
+        .ok_or("the child printed no report")?;
+    let dirs: Vec<PathBuf> = serde_json::from_value(report.get("dirs").cloned().ok_or("no dirs")?)?;
+    let tool = report.get("tool").and_then(serde_json::Value::as_u64);
+    let tool = u32::try_from(tool.ok_or("no tool pid")?)?;
+    let _leftovers = Leftovers { tool, dirs };
+    // The thread that started it has ended; the tool runs on.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        running(tool),
+        "the tool died with the thread that started it"
+    );
+    child.kill()?;
+    child.wait()?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while running(tool) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        !running(tool),
+        "the tool {tool} outlived its SIGKILLed owner"
+    );
+    Ok(())
+}
+
 #[test]
 fn a_sigkilled_owners_cgroups_are_reclaimed_by_the_next_sandbox() -> TestResult {
     crate::require_kernel!();
@@ -222,7 +285,8 @@ fn a_sigkilled_owners_cgroups_are_reclaimed_by_the_next_sandbox() -> TestResult 
     assert!(dirs.iter().all(|d| d.exists()), "{dirs:?}");
     let pids_dir = dirs.first().ok_or("no pool directory")?;
     assert!(cgroup_procs(pids_dir).contains(&tool), "{dirs:?}");
-    // SIGKILL: the owner cannot remove its pool; the confined tool lives on in it.
+    // SIGKILL: the owner cannot remove its pool (its tool is killed with it; what
+    // a tool forked would live on in the pool).
     child.kill()?;
     child.wait()?;
     let next = Sandbox::new(SandboxConfig::default())?;

@@ -390,9 +390,8 @@ fn an_injected_instruction_through_the_cli_is_blocked_the_kernel_denial_recorded
  {
     use std::os::unix::fs::PermissionsExt as _;
     let Some(dir) = servers() else { return };
-    let audit_was_off = knox_sandbox::audit::enable_kernel_audit()
-        .ok()
-        .map(|s| s.enabled == 0);
+    // Held on until the test ends (shared with the other tests of this binary).
+    let audit = super::support::AuditOn::take();
     let tmp = tempfile::tempdir().unwrap();
     let ids = knox_sandbox::RunAs::from_env().unwrap();
     let shared = |name: &str| {
@@ -466,9 +465,6 @@ paths = [{{ path = "{docs}", access = ["read", "write", "create"] }}, {{ path = 
         .arg(&out)
         .output()
         .unwrap();
-    if audit_was_off == Some(true) {
-        let _ = knox_sandbox::audit::set_kernel_audit(false);
-    }
     if super::support::sandbox_unavailable(&o) {
         return;
     }
@@ -528,7 +524,7 @@ paths = [{{ path = "{docs}", access = ["read", "write", "create"] }}, {{ path = 
         );
     } else {
         assert!(
-            std::env::var_os("CI").is_none() || audit_was_off.is_none(),
+            std::env::var_os("CI").is_none() || audit.is_none(),
             "audit on, yet not read"
         );
         eprintln!(

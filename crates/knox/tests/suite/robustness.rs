@@ -7,7 +7,9 @@
 //!   started, no cgroup pool of a killed run is left under Knox's cgroup parent, so no
 //!   confined process of it survives;
 //! - **concurrent runs** into separate folders: every bundle verifies `complete`, and
-//!   each holds only its own run (its run id is its file name's, its journal agrees).
+//!   each holds only its own run (its run id is its file name's, its journal agrees);
+//! - **the MCP gateway** ([`gateway`]): `knox gateway mcp --http` killed mid-sessions,
+//!   and concurrent sessions through one gateway.
 //!
 //! CI runs a few kills per mode; `KNOX_ROBUSTNESS_KILLS=N` runs N per mode (what
 //! `scripts/robustness` does and `docs/robustness.md` reports), with the moments drawn
@@ -19,6 +21,8 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use super::support::{knox, sandbox_unavailable};
+
+mod gateway;
 
 fn kills_per_mode() -> u64 {
     std::env::var("KNOX_ROBUSTNESS_KILLS")
@@ -90,6 +94,12 @@ struct Found {
 impl Found {
     /// Verifies every evidence file of `dir` (one `knox verify --json` for all).
     fn add(&mut self, dir: &Path) {
+        self.add_with(dir, &[]);
+    }
+
+    /// [`Found::add`], with more `knox verify` arguments (`--manifest FILE` for
+    /// journals of runs under a user's manifest).
+    fn add_with(&mut self, dir: &Path, verify_args: &[&std::ffi::OsStr]) {
         let mut files = Vec::new();
         for f in evidence(dir) {
             self.files += 1;
@@ -104,6 +114,7 @@ impl Found {
         }
         let out = knox()
             .args(["verify", "--allow-simulated", "--json"])
+            .args(verify_args)
             .args(&files)
             .output()
             .unwrap();

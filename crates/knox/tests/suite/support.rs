@@ -234,3 +234,39 @@ pub fn params(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value
 pub fn raw(tool: &str, p: serde_json::Value) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({"tool": tool, "params": p})).unwrap()
 }
+
+/// The kernel's audit held on while a test needs Landlock's denial records; the
+/// tests of this binary run in parallel, so it is switched back off (when it was
+/// off) only after the last holder is gone — a test that restored it on its own
+/// could switch it off under another one's run.
+pub struct AuditOn(());
+
+/// Holders, and whether the audit was off before the first.
+static AUDIT_ON: std::sync::Mutex<(usize, bool)> = std::sync::Mutex::new((0, false));
+
+impl AuditOn {
+    /// Switches the audit on; `None` when it cannot be (not root, no audit here).
+    pub fn take() -> Option<Self> {
+        let mut holders = AUDIT_ON
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let before = knox_sandbox::audit::enable_kernel_audit().ok()?;
+        if holders.0 == 0 {
+            holders.1 = before.enabled == 0;
+        }
+        holders.0 += 1;
+        Some(Self(()))
+    }
+}
+
+impl Drop for AuditOn {
+    fn drop(&mut self) {
+        let mut holders = AUDIT_ON
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        holders.0 = holders.0.saturating_sub(1);
+        if holders.0 == 0 && holders.1 {
+            let _ = knox_sandbox::audit::set_kernel_audit(false);
+        }
+    }
+}
