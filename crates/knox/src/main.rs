@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a benign and an injected agent, verify their evidence, and show a tampered copy caught.
-    Demo(cmd::demo::DemoArgs),
+    Demo(Box<cmd::demo::DemoArgs>),
     /// Signed capability contracts: create, sign, check, show.
     #[command(subcommand)]
     Contract(cmd::contract::ContractCommand),

@@ -123,9 +123,8 @@ impl Planner for SessionPlanner {
 }
 
 /// The gateway's one tool host (its MCP host, or its contract host), as this session's
-/// tool host: the engine then issues a
-/// grant with every allowed call, which the host admits (signature, run, action,
-/// expiry, single use) before anything reaches a server.
+/// tool host: the engine then issues a grant with every allowed call, which the host
+/// admits (signature, run, action, expiry, single use) before anything runs.
 struct SharedHost(Arc<dyn ToolHost>);
 
 impl ToolHost for SharedHost {

@@ -159,6 +159,71 @@ fn client(py: &Path, script: &str, base: &str, conv: &str, stream: bool) -> Valu
     serde_json::from_str(out.lines().last().unwrap()).unwrap()
 }
 
+/// The address a process announced on its first line of standard error.
+fn announced(r: impl std::io::Read) -> String {
+    let line = first_line(r);
+    line.split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in `{line}`"))
+        .to_owned()
+}
+
+/// `knox gateway openai` on a loopback port for `bank.toml` and `plan.json` in `d`,
+/// in front of `upstream`, bundles and journals into `out`: the process and its
+/// base URL.
+fn proxy(d: &Path, upstream: &str, out: &Path) -> (Reaped, String) {
+    let mut gw = Reaped(
+        knox()
+            .args(["gateway", "openai", "--manifest"])
+            .arg(d.join("bank.toml"))
+            .arg("--plan")
+            .arg(d.join("plan.json"))
+            .args(["--upstream", upstream])
+            .args(["--listen", "127.0.0.1:0", "--journal", "--out"])
+            .arg(out)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let base = announced(gw.0.stderr.take().unwrap());
+    (gw, base)
+}
+
+/// Seals every conversation (SIGUSR1), waits for the proxy to end with 0, and returns
+/// what it printed.
+fn seal(mut gw: Reaped) -> String {
+    let pid = gw.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-USR1", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = gw.0.wait().unwrap();
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut gw.0.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert_eq!(status.code(), Some(0), "{stdout}");
+    stdout
+}
+
+/// `knox verify --allow-simulated` exits 0 on `bundle`; the bundle, read.
+fn verified(bundle: &Path) -> Value {
+    let v = knox()
+        .args(["verify", "--allow-simulated"])
+        .arg(bundle)
+        .output()
+        .unwrap();
+    assert_eq!(
+        v.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&v.stdout)
+    );
+    serde_json::from_slice(&std::fs::read(bundle).unwrap()).unwrap()
+}
+
 #[test]
 fn the_openai_client_and_the_agents_sdk_continue_after_a_withheld_injected_call() {
     let py = python();
@@ -179,26 +244,7 @@ fn the_openai_client_and_the_agents_sdk_continue_after_a_withheld_injected_call(
     );
     let port = first_line(up.0.stdout.take().unwrap()).trim().to_owned();
     let out = d.join("out");
-    let mut gw = Reaped(
-        knox()
-            .args(["gateway", "openai", "--manifest"])
-            .arg(d.join("bank.toml"))
-            .arg("--plan")
-            .arg(d.join("plan.json"))
-            .args(["--upstream", &format!("http://127.0.0.1:{port}/v1")])
-            .args(["--listen", "127.0.0.1:0", "--journal", "--out"])
-            .arg(&out)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let line = first_line(gw.0.stderr.take().unwrap());
-    let base = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no address in `{line}`"))
-        .to_owned();
+    let (gw, base) = proxy(d, &format!("http://127.0.0.1:{port}/v1"), &out);
     for (script, conv, stream) in [
         ("openai_sdk.py", "sdk", false),
         ("openai_sdk.py", "sdk-stream", true),
@@ -216,33 +262,10 @@ fn the_openai_client_and_the_agents_sdk_continue_after_a_withheld_injected_call(
             "{script}: the loop went on to the end: {r}"
         );
     }
-    let pid = gw.0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-USR1", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = gw.0.wait().unwrap();
-    let mut stdout = String::new();
-    std::io::Read::read_to_string(&mut gw.0.stdout.take().unwrap(), &mut stdout).unwrap();
-    assert_eq!(status.code(), Some(0), "{stdout}");
+    let stdout = seal(gw);
     assert_eq!(stdout.matches(": complete (").count(), 3, "{stdout}");
     for n in 0..3 {
-        let bundle = out.join(format!("conv-{n:04}.json"));
-        let v = knox()
-            .args(["verify", "--allow-simulated"])
-            .arg(&bundle)
-            .output()
-            .unwrap();
-        assert_eq!(
-            v.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&v.stdout)
-        );
-        let b: Value = serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
+        let b = verified(&out.join(format!("conv-{n:04}.json")));
         let nodes = b["nodes"].to_string();
         assert!(
             nodes.contains("ATTACKER"),
@@ -294,33 +317,9 @@ fn the_openai_client_through_the_proxy_to_a_local_model_served_by_knox_serve_mod
             .spawn()
             .unwrap(),
     );
-    let line = first_line(model.0.stderr.take().unwrap());
-    let upstream = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no address in `{line}`"))
-        .to_owned();
+    let upstream = announced(model.0.stderr.take().unwrap());
     let out = d.join("out");
-    let mut gw = Reaped(
-        knox()
-            .args(["gateway", "openai", "--manifest"])
-            .arg(d.join("bank.toml"))
-            .arg("--plan")
-            .arg(d.join("plan.json"))
-            .args(["--upstream", &upstream])
-            .args(["--listen", "127.0.0.1:0", "--journal", "--out"])
-            .arg(&out)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let line = first_line(gw.0.stderr.take().unwrap());
-    let base = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no address in `{line}`"))
-        .to_owned();
+    let (gw, base) = proxy(d, &upstream, &out);
     let r = client(&py, "openai_sdk.py", &base, "local", false);
     // Every call the client ran is one the plan allows, in its planned form.
     let allowed = [
@@ -334,33 +333,10 @@ fn the_openai_client_through_the_proxy_to_a_local_model_served_by_knox_serve_mod
         );
     }
     assert!(r["final"].is_string(), "the client's loop did not end: {r}");
-    let pid = gw.0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-USR1", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = gw.0.wait().unwrap();
-    let mut stdout = String::new();
-    std::io::Read::read_to_string(&mut gw.0.stdout.take().unwrap(), &mut stdout).unwrap();
-    assert_eq!(status.code(), Some(0), "{stdout}");
-    let bundle = out.join("conv-0000.json");
-    let v = knox()
-        .args(["verify", "--allow-simulated"])
-        .arg(&bundle)
-        .output()
-        .unwrap();
-    assert_eq!(
-        v.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&v.stdout)
-    );
+    seal(gw);
     // The evidence holds what the client ran: one allowed call and its output each.
     let b: knox_types::bundle::Bundle =
-        serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
+        serde_json::from_value(verified(&out.join("conv-0000.json"))).unwrap();
     let outputs = b
         .nodes
         .iter()
