@@ -41,7 +41,8 @@ pub struct DemoArgs {
     /// Stream both runs live to a `knox serve` store, `http://HOST:PORT`: every node
     /// as it is committed (each run's journal, written beside its bundle and followed),
     /// then the sealed bundle; the store's UI shows them in progress, then complete.
-    /// Signed with `--stream-key`.
+    /// Journals an earlier demo left in the folder are removed first (they would be
+    /// streamed again). Signed with `--stream-key`.
     #[arg(long, value_name = "URL", requires = "stream_key")]
     pub stream_to: Option<String>,
     /// The provider's private key the stream is signed with (`knox keygen`).
