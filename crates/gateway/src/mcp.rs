@@ -39,6 +39,8 @@ use knox_policy::ToolkitManifest;
 use knox_types::apm::{StopPolicy, TrajectoryMode};
 
 pub mod front;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod http;
 pub mod session;
 pub mod stdio;

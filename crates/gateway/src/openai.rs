@@ -23,6 +23,8 @@
 
 mod conversation;
 mod error;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod mediate;
 pub mod plan;
 mod proxy;

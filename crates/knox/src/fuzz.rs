@@ -130,3 +130,27 @@ pub fn config(data: &[u8]) {
 pub fn live_delivery(data: &[u8]) {
     let _ = knox_server::live::Delivery::parse(data);
 }
+
+/// A client's chat-completions request to the OpenAI-compatible proxy (`knox gateway
+/// openai`): parsed, keyed into a conversation, its prompt and tool results read.
+pub fn openai_request(data: &[u8]) {
+    knox_gateway::openai::fuzz::request(data);
+}
+
+/// An upstream's answer to the OpenAI-compatible proxy, as a whole completion and as an
+/// event stream: its `tool_calls` mediated (allowed when the monitor's proposal parser
+/// accepts the action the proxy builds); panics if a blocked call would reach the client.
+pub fn openai_upstream(data: &[u8]) {
+    if let Some(m) = manifest() {
+        knox_gateway::openai::fuzz::upstream(data, m);
+    }
+}
+
+/// What an MCP client sends `knox gateway mcp`: JSON-RPC lines as rmcp's stdio codec
+/// decodes them, a Streamable HTTP body, the user's session-opening body; each
+/// `tools/call` proposed as the session does and parsed as the monitor does.
+pub fn mcp_message(data: &[u8]) {
+    if let Some(m) = manifest() {
+        knox_gateway::mcp::fuzz::message(data, m);
+    }
+}

@@ -236,7 +236,7 @@ fn authorized(headers: &HeaderMap, token: &str) -> bool {
 }
 
 /// The open request's body.
-fn parse_open(body: &[u8]) -> Result<(Prompt, Option<Value>), String> {
+pub(crate) fn parse_open(body: &[u8]) -> Result<(Prompt, Option<Value>), String> {
     let v: Value = serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
     let Value::Object(o) = v else {
         return Err("expected {\"prompt\": TEXT} or {\"tasks\": [TEXT, …]}".into());

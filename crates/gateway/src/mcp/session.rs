@@ -531,7 +531,7 @@ fn loop_commands(
             Ok(Cmd::Call { name, args, reply }) => {
                 last = Instant::now();
                 state.calls += 1;
-                let (answer, refused, interrupted) = call(live, agent, runner, &name, args);
+                let (answer, refused, interrupted) = call(live, agent, runner, &name, &args);
                 state.blocked += u64::from(refused);
                 let _ = reply.send(answer);
                 if let Some(why) = interrupted {
@@ -556,11 +556,9 @@ fn call(
     agent: &str,
     runner: Result<&(dyn ToolRunner + '_), &String>,
     name: &str,
-    args: JsonObject,
+    args: &JsonObject,
 ) -> (CallToolResult, bool, Option<String>) {
-    let raw = serde_json::to_vec(&json!({"tool": name, "params": args}))
-        .unwrap_or_else(|_| b"{}".to_vec());
-    match live.propose(agent, &raw) {
+    match live.propose(agent, &action(name, args)) {
         Verdict::Allow(ticket) => {
             let result = match runner {
                 Ok(r) => r.run(&ticket.action, ticket.grant.as_ref()),
@@ -580,6 +578,11 @@ fn call(
             (blocked(name, "stop", &why), true, Some(why))
         }
     }
+}
+
+/// The action bytes a `tools/call` proposes: `{"tool", "params"}`.
+pub(crate) fn action(name: &str, args: &JsonObject) -> Vec<u8> {
+    serde_json::to_vec(&json!({"tool": name, "params": args})).unwrap_or_else(|_| b"{}".to_vec())
 }
 
 /// The tool result of a blocked call: `isError`, the reason in text (what clients

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use super::conversation::{self, CONVERSATION_HEADER, Handle, RUN_HEADER, Sealed, Table};
 use super::error::ApiError;
 use super::mediate;
-use super::stream::StreamMediator;
+use super::stream::{Mediate, StreamMediator};
 use super::upstream::{Answer, Events, Upstream};
 
 /// How the proxy runs.
@@ -204,7 +204,7 @@ fn passthrough(status: u16, text: String) -> Response {
 
 /// A chat-completions request, checked for what the proxy needs. The body is
 /// forwarded upstream as the client sent it (its bytes, not a re-serialization).
-struct Request {
+pub(crate) struct Request {
     body: Value,
     model: String,
     stream: bool,
@@ -212,7 +212,7 @@ struct Request {
 
 impl Request {
     /// Its messages (checked non-empty by [`parse`]).
-    fn messages(&self) -> &[Value] {
+    pub(crate) fn messages(&self) -> &[Value] {
         self.body
             .get("messages")
             .and_then(Value::as_array)
@@ -220,7 +220,7 @@ impl Request {
     }
 }
 
-fn parse(bytes: &[u8]) -> Result<Request, ApiError> {
+pub(crate) fn parse(bytes: &[u8]) -> Result<Request, ApiError> {
     let body: Value = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::BadRequest(format!("the body is not JSON: {e}")))?;
     if !matches!(body.get("messages"), Some(Value::Array(m)) if !m.is_empty()) {
@@ -243,7 +243,7 @@ fn parse(bytes: &[u8]) -> Result<Request, ApiError> {
 
 /// The results of tool calls the request carries: `(tool_call_id, content)`, the content
 /// parsed as JSON when it is JSON.
-fn tool_results(messages: &[Value]) -> Vec<(String, Value)> {
+pub(crate) fn tool_results(messages: &[Value]) -> Vec<(String, Value)> {
     messages
         .iter()
         .filter(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
@@ -332,8 +332,26 @@ fn whole(proxy: &Proxy, conv: &Handle, mut a: Answer) -> Result<Response, ApiErr
 /// A 200 completion's calls mediated: allowed ones unchanged, blocked ones removed and
 /// named (see [`mediate`]).
 fn mediated(proxy: &Proxy, conv: &Handle, text: &str) -> Result<Response, ApiError> {
+    let url = proxy.upstream.url("/chat/completions");
+    let body = mediate_completion(text, &conv.run_id, &url, &mut |calls| conv.mediate(calls))?;
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response())
+}
+
+/// The text of a 200 completion from `url`, its calls mediated by `mediate` and
+/// rewritten, with the `knox` report of run `run`.
+pub(crate) fn mediate_completion(
+    text: &str,
+    run: &str,
+    url: &str,
+    mediate: &mut Mediate<'_>,
+) -> Result<String, ApiError> {
     let malformed = |why: String| ApiError::Malformed {
-        url: proxy.upstream.url("/chat/completions"),
+        url: url.to_owned(),
         why,
     };
     let mut completion: Value = serde_json::from_str(text).map_err(|e| malformed(e.to_string()))?;
@@ -351,21 +369,13 @@ fn mediated(proxy: &Proxy, conv: &Handle, text: &str) -> Result<Response, ApiErr
         if calls.is_empty() {
             continue;
         }
-        let decisions = conv.mediate(calls.clone())?;
+        let decisions = mediate(calls.clone())?;
         blocked.extend(mediate::apply(choice, &calls, &decisions));
     }
     if let Some(o) = completion.as_object_mut() {
-        o.insert(
-            "knox".into(),
-            json!({"run": conv.run_id, "blocked": blocked}),
-        );
+        o.insert("knox".into(), json!({"run": run, "blocked": blocked}));
     }
-    Ok((
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        completion.to_string(),
-    )
-        .into_response())
+    Ok(completion.to_string())
 }
 
 /// An event stream's frames, as the client receives them.
@@ -411,48 +421,66 @@ async fn streamed(
         .into_response())
 }
 
-/// Relays one upstream stream to the client (stops when the client goes away). An
-/// upstream that breaks off or sends a malformed chunk ends the stream with an `error`
-/// event; calls still held then are never released.
+/// Relays one upstream stream to the client (stops when the client goes away).
 fn pump(proxy: &Proxy, conv: &Handle, body: ureq::Body, tx: &tokio::sync::mpsc::Sender<Bytes>) {
     let url = proxy.upstream.url("/chat/completions");
-    let mut events = Events::new(body.into_reader());
-    let mut m = StreamMediator::new(&conv.run_id);
     let mut mediate = |calls| conv.mediate(calls);
+    relay(
+        body.into_reader(),
+        &conv.run_id,
+        &url,
+        &mut mediate,
+        &mut |f| tx.blocking_send(f).is_ok(),
+    );
+}
+
+/// Relays the event stream `upstream` of `url` as frames to `send` (which answers
+/// `false` when the client went away), its calls held and mediated by `mediate`. An
+/// upstream that breaks off or sends a malformed chunk ends the stream with an `error`
+/// event; calls still held then are never released.
+pub(crate) fn relay(
+    upstream: impl std::io::Read,
+    run: &str,
+    url: &str,
+    mediate: &mut Mediate<'_>,
+    send: &mut dyn FnMut(Bytes) -> bool,
+) {
+    let mut events = Events::new(upstream);
+    let mut m = StreamMediator::new(run);
     let result = loop {
         let data = match events.next_data() {
             Ok(Some(d)) => d,
             Ok(None) => {
                 break Err(ApiError::Upstream {
-                    url: url.clone(),
+                    url: url.to_owned(),
                     why: "the stream ended without `[DONE]`".into(),
                     timeout: false,
                 });
             }
             Err(e) => {
                 break Err(ApiError::Upstream {
-                    url: url.clone(),
+                    url: url.to_owned(),
                     why: e.to_string(),
                     timeout: e.kind() == std::io::ErrorKind::TimedOut,
                 });
             }
         };
         if data == "[DONE]" {
-            break m.finish(&mut mediate);
+            break m.finish(mediate);
         }
         let chunk = match serde_json::from_str::<Value>(&data) {
             Ok(c) => c,
             Err(e) => {
                 break Err(ApiError::Malformed {
-                    url: url.clone(),
+                    url: url.to_owned(),
                     why: format!("a stream chunk is not JSON: {e}"),
                 });
             }
         };
-        match m.feed(chunk, &mut mediate) {
+        match m.feed(chunk, mediate) {
             Ok(out) => {
                 for c in out {
-                    if tx.blocking_send(frame(&c.to_string())).is_err() {
+                    if !send(frame(&c.to_string())) {
                         return; // the client went away
                     }
                 }
@@ -463,7 +491,7 @@ fn pump(proxy: &Proxy, conv: &Handle, body: ureq::Body, tx: &tokio::sync::mpsc::
     let last = match result {
         Ok(out) => {
             for c in out {
-                if tx.blocking_send(frame(&c.to_string())).is_err() {
+                if !send(frame(&c.to_string())) {
                     return;
                 }
             }
@@ -471,5 +499,5 @@ fn pump(proxy: &Proxy, conv: &Handle, body: ureq::Body, tx: &tokio::sync::mpsc::
         }
         Err(e) => frame(&e.body().to_string()),
     };
-    let _ = tx.blocking_send(last);
+    let _ = send(last);
 }

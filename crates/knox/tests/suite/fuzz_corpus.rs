@@ -36,4 +36,7 @@ fn seed_corpora_never_panic() {
     assert!(replay("hw_policy", knox::fuzz::hw_policy) >= 2);
     assert!(replay("config", knox::fuzz::config) >= 2);
     assert!(replay("live_delivery", knox::fuzz::live_delivery) >= 3);
+    assert!(replay("openai_request", knox::fuzz::openai_request) >= 4);
+    assert!(replay("openai_upstream", knox::fuzz::openai_upstream) >= 5);
+    assert!(replay("mcp_message", knox::fuzz::mcp_message) >= 4);
 }
