@@ -43,9 +43,18 @@ fn decide(manifest: &ToolkitManifest, call: &ProposedCall) -> Decision {
     }
 }
 
-/// Panics if a `tool_calls` entry the client receives is a call the monitor blocked.
-fn check_released(manifest: &ToolkitManifest, tool_calls: Option<&Value>, stream: bool) {
-    let Some(Value::Array(entries)) = tool_calls else {
+/// Panics if a message (or delta) the client receives carries a call the monitor did
+/// not allow: a blocked `tool_calls` entry, a `tool_calls` that is not an array, or a
+/// legacy `function_call` (never mediated).
+fn check_released(manifest: &ToolkitManifest, message: Option<&Value>, stream: bool) {
+    let Some(message) = message else {
+        return;
+    };
+    assert!(
+        mediate::unmediable(message).is_none(),
+        "an unmediated call reached the client (stream: {stream}): {message}"
+    );
+    let Some(Value::Array(entries)) = message.get("tool_calls") else {
         return;
     };
     for entry in entries {
@@ -60,7 +69,8 @@ fn check_released(manifest: &ToolkitManifest, tool_calls: Option<&Value>, stream
 
 /// An upstream's answer to a chat completion, both as a whole completion and as an
 /// event stream, mediated as the proxy does. Panics if the client would receive a
-/// blocked call, or a stream frame that is not `data: JSON`.
+/// call the monitor did not allow (blocked, or in a form the proxy does not mediate),
+/// or a stream frame that is not `data: JSON`.
 #[expect(
     clippy::expect_used,
     reason = "a fuzz oracle: its panic is the finding"
@@ -79,8 +89,7 @@ pub fn upstream(data: &[u8], manifest: &ToolkitManifest) {
             .into_iter()
             .flatten()
         {
-            let message = choice.get("message");
-            check_released(manifest, message.and_then(|m| m.get("tool_calls")), false);
+            check_released(manifest, choice.get("message"), false);
         }
     }
     let mut frames = Vec::new();
@@ -104,8 +113,74 @@ pub fn upstream(data: &[u8], manifest: &ToolkitManifest) {
             .into_iter()
             .flatten()
         {
-            let delta = choice.get("delta");
-            check_released(manifest, delta.and_then(|d| d.get("tool_calls")), true);
+            check_released(manifest, choice.get("delta"), true);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![expect(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    const MANIFEST: &str = r#"format = "knox-toolkit/1"
+[runtime]
+syscalls = ["read", "write", "exit_group"]
+paths = []
+limits = { max_processes = 16, max_file_bytes = 1048576, max_memory_bytes = 268435456, cpu_seconds = 5, max_open_files = 64 }
+[[servers]]
+name = "Gmail"
+remote = true
+needs = { profile = "network-client", endpoints = [{ host = "mail.example", port = 443 }] }
+[[servers.tools]]
+name = "GmailSendEmail"
+effect = "disclose"
+inputSchema = { type = "object", properties = { to = { type = "string" } }, required = ["to"], additionalProperties = false }
+"#;
+
+    fn seed(name: &str) -> Vec<u8> {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fuzz/corpus/openai_upstream")
+            .join(name);
+        std::fs::read(p).unwrap()
+    }
+
+    /// A legacy `function_call` (whole or streamed) and a `tool_calls` object never
+    /// reach the client: the proxy's answer is a malformed-upstream error instead, and
+    /// the fuzz oracle, which checks every message and delta released, holds.
+    #[test]
+    fn calls_the_proxy_would_not_mediate_never_reach_the_client() {
+        let m = ToolkitManifest::from_toolkit_text(MANIFEST).unwrap();
+        let mut allow_all = |calls: Vec<(String, ProposedCall)>| {
+            Ok::<_, ApiError>(vec![Decision::Allowed; calls.len()])
+        };
+        for name in [
+            "completion_function_call.json",
+            "completion_tool_calls_object.json",
+        ] {
+            let text = String::from_utf8(seed(name)).unwrap();
+            let answer = proxy::mediate_completion(&text, RUN, URL, &mut allow_all);
+            assert!(
+                matches!(answer, Err(ApiError::Malformed { .. })),
+                "{name}: {answer:?}"
+            );
+            upstream(text.as_bytes(), &m);
+        }
+        let stream = seed("stream_function_call.sse");
+        let mut frames = Vec::new();
+        proxy::relay(stream.as_slice(), RUN, URL, &mut allow_all, &mut |f| {
+            frames.push(String::from_utf8(f.to_vec()).unwrap());
+            true
+        });
+        assert!(
+            frames.iter().all(|f| !f.contains("function_call\":{")),
+            "{frames:?}"
+        );
+        assert!(
+            frames.last().unwrap().contains("function_call"),
+            "the error names why: {frames:?}"
+        );
+        upstream(&stream, &m);
     }
 }

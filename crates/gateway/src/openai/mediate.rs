@@ -25,6 +25,25 @@ pub fn note(name: &str, guard: &str, reason: &str) -> String {
     )
 }
 
+/// Why an assistant message (or a streamed choice's delta) cannot reach the client:
+/// it carries a call the proxy would not mediate — a legacy `function_call` (the API
+/// before `tools`), or `tool_calls` that is not an array. A client could run either
+/// without the monitor seeing it, so the whole answer is refused as malformed.
+pub(crate) fn unmediable(message: &Value) -> Option<&'static str> {
+    if message.get("function_call").is_some_and(|v| !v.is_null()) {
+        return Some(
+            "it carries a legacy `function_call`, which Knox does not mediate: ask with `tools`",
+        );
+    }
+    if message
+        .get("tool_calls")
+        .is_some_and(|v| !v.is_null() && !v.is_array())
+    {
+        return Some("its `tool_calls` is not an array");
+    }
+    None
+}
+
 /// One `tool_calls` entry as the proxy reads it: its id and the call. An entry that is
 /// not a function call with a string name is proposed with an empty name (and blocked).
 pub(crate) fn read_call(entry: &Value) -> (String, ProposedCall) {

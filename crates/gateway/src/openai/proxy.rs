@@ -359,7 +359,13 @@ pub(crate) fn mediate_completion(
         return Err(malformed("no `choices` array".into()));
     };
     let mut blocked = Vec::new();
-    for choice in choices.iter_mut().filter_map(Value::as_object_mut) {
+    for (i, choice) in choices.iter_mut().enumerate() {
+        if let Some(why) = choice.get("message").and_then(mediate::unmediable) {
+            return Err(malformed(format!("choice {i}: {why}")));
+        }
+        let Some(choice) = choice.as_object_mut() else {
+            continue;
+        };
         let calls: Vec<_> = choice
             .get("message")
             .and_then(|m| m.get("tool_calls"))
@@ -477,6 +483,18 @@ pub(crate) fn relay(
                 });
             }
         };
+        let unmediable = chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find_map(|c| c.get("delta").and_then(mediate::unmediable));
+        if let Some(why) = unmediable {
+            break Err(ApiError::Malformed {
+                url: url.to_owned(),
+                why: format!("a stream chunk: {why}"),
+            });
+        }
         match m.feed(chunk, mediate) {
             Ok(out) => {
                 for c in out {
