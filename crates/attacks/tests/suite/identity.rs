@@ -192,13 +192,10 @@ fn running(pid: u32) -> bool {
         .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
 }
 
-/// A confined tool is killed with its SIGKILLed owner — by the kernel, with no later
-/// sandbox — and not when the owner's thread that started it ends.
-#[test]
-fn a_confined_tool_dies_with_its_sigkilled_owner_not_with_the_thread_that_started_it() -> TestResult
-{
-    crate::require_kernel!();
-    let fx = Fixture::new()?;
+/// Starts the owner: this test binary, running [`reclaim_child_process`] in a child
+/// process, which starts a confined tool and reports it. Returns the owner and what it
+/// reported (removed when the test ends, however it ends).
+fn owner(fx: &Fixture) -> Result<(std::process::Child, Leftovers), Box<dyn std::error::Error>> {
     let mut child = Command::new(std::env::current_exe()?)
         .args([
             "--exact",
@@ -214,6 +211,7 @@ fn a_confined_tool_dies_with_its_sigkilled_owner_not_with_the_thread_that_starte
     let report = BufReader::new(stdout)
         .lines()
         .map_while(Result::ok)
+        // The harness prints the test's name first, on the same line.
         .find_map(|l| {
             let (_, json) = l.split_once('{')?;
             serde_json::from_str::<serde_json::Value>(&format!("{{{json}")).ok()
@@ -222,7 +220,18 @@ fn a_confined_tool_dies_with_its_sigkilled_owner_not_with_the_thread_that_starte
     let dirs: Vec<PathBuf> = serde_json::from_value(report.get("dirs").cloned().ok_or("no dirs")?)?;
     let tool = report.get("tool").and_then(serde_json::Value::as_u64);
     let tool = u32::try_from(tool.ok_or("no tool pid")?)?;
-    let _leftovers = Leftovers { tool, dirs };
+    Ok((child, Leftovers { tool, dirs }))
+}
+
+/// A confined tool is killed with its SIGKILLed owner — by the kernel, with no later
+/// sandbox — and not when the owner's thread that started it ends.
+#[test]
+fn a_confined_tool_dies_with_its_sigkilled_owner_not_with_the_thread_that_started_it() -> TestResult
+{
+    crate::require_kernel!();
+    let fx = Fixture::new()?;
+    let (mut child, left) = owner(&fx)?;
+    let tool = left.tool;
     // The thread that started it has ended; the tool runs on.
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert!(
@@ -253,34 +262,8 @@ fn a_sigkilled_owners_cgroups_are_reclaimed_by_the_next_sandbox() -> TestResult 
         return Ok(());
     }
     let fx = Fixture::new()?;
-    let mut child = Command::new(std::env::current_exe()?)
-        .args([
-            "--exact",
-            "suite::identity::reclaim_child_process",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, &fx.workspace)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let stdout = child.stdout.take().ok_or("no stdout")?;
-    let report = BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
-        // The harness prints the test's name first, on the same line.
-        .find_map(|l| {
-            let (_, json) = l.split_once('{')?;
-            serde_json::from_str::<serde_json::Value>(&format!("{{{json}")).ok()
-        })
-        .ok_or("the child printed no report")?;
-    let dirs: Vec<PathBuf> = serde_json::from_value(report.get("dirs").cloned().ok_or("no dirs")?)?;
-    let tool = report.get("tool").and_then(serde_json::Value::as_u64);
-    let tool = u32::try_from(tool.ok_or("no tool pid")?)?;
-    let _leftovers = Leftovers {
-        tool,
-        dirs: dirs.clone(),
-    };
+    let (mut child, left) = owner(&fx)?;
+    let (tool, dirs) = (left.tool, left.dirs.clone());
     assert!(!dirs.is_empty());
     assert!(dirs.iter().all(|d| d.exists()), "{dirs:?}");
     let pids_dir = dirs.first().ok_or("no pool directory")?;
@@ -299,11 +282,6 @@ fn a_sigkilled_owners_cgroups_are_reclaimed_by_the_next_sandbox() -> TestResult 
             next.reclaimed_cgroups()
         );
     }
-    let state = std::fs::read_to_string(format!("/proc/{tool}/stat")).unwrap_or_default();
-    let state = state.rsplit_once(')').map(|(_, r)| r.trim_start());
-    assert!(
-        state.is_none_or(|s| s.starts_with('Z')),
-        "the leaked tool {tool} still runs: {state:?}"
-    );
+    assert!(!running(tool), "the leaked tool {tool} still runs");
     Ok(())
 }
