@@ -154,32 +154,15 @@ fn every_hostile_scenario_escapes_without_knox_and_is_blocked_by_its_check_with_
 fn contract_new_sign_check_show_approve_and_a_tampered_copy() {
     let d = tempfile::tempdir().unwrap();
     let p = d.path();
-    assert!(run(p, &["keygen", "--out", "authority"]).status.success());
     assert!(run(p, &["keygen", "--out", "alice"]).status.success());
-    let o = run(p, &["contract", "new", "--out", "c.json"]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // Name alice as approver of high-impact actions; make the API high impact.
-    let mut c: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(p.join("c.json")).unwrap()).unwrap();
-    let alice: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(p.join("alice.pub")).unwrap()).unwrap();
-    c["approvers"]["alice"] = alice["public_key"].clone();
-    c["approval_required"] = serde_json::json!(["high"]);
-    c["endpoints"]["example-api"]["impact"] = serde_json::json!("high");
-    std::fs::write(p.join("c.json"), serde_json::to_vec(&c).unwrap()).unwrap();
-    let o = run(
-        p,
-        &[
-            "contract",
-            "sign",
-            "c.json",
-            "--key",
-            "authority.key",
-            "--out",
-            "c.signed.json",
-        ],
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    signed_contract(p, |c| {
+        let alice: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(p.join("alice.pub")).unwrap()).unwrap();
+        c["approvers"]["alice"] = alice["public_key"].clone();
+        c["approval_required"] = serde_json::json!(["high"]);
+        c["endpoints"]["example-api"]["impact"] = serde_json::json!("high");
+    });
     let check = |extra: &[&str]| {
         let mut a = vec![
             "contract",

@@ -159,6 +159,16 @@ fn client(py: &Path, script: &str, base: &str, conv: &str, stream: bool) -> Valu
     serde_json::from_str(out.lines().last().unwrap()).unwrap()
 }
 
+/// Writes the bank's manifest (`bank.toml`) and the user's plan (`plan.json`: read
+/// the main account's balance, then pay DE001 20) into `d`.
+fn bank(d: &Path) {
+    std::fs::write(d.join("bank.toml"), BANK).unwrap();
+    let plan = serde_json::json!({"calls": [
+        {"tool": "bank.get_balance", "params": {"account": "main"}},
+        {"tool": "bank.send_money", "params": {"to": "DE001", "amount": 20}}]});
+    std::fs::write(d.join("plan.json"), plan.to_string()).unwrap();
+}
+
 /// The address a process announced on its first line of standard error.
 fn announced(r: impl std::io::Read) -> String {
     let line = first_line(r);
@@ -229,11 +239,7 @@ fn the_openai_client_and_the_agents_sdk_continue_after_a_withheld_injected_call(
     let py = python();
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    std::fs::write(d.join("bank.toml"), BANK).unwrap();
-    let plan = serde_json::json!({"calls": [
-        {"tool": "bank.get_balance", "params": {"account": "main"}},
-        {"tool": "bank.send_money", "params": {"to": "DE001", "amount": 20}}]});
-    std::fs::write(d.join("plan.json"), plan.to_string()).unwrap();
+    bank(d);
     std::fs::write(d.join("upstream.py"), UPSTREAM).unwrap();
     let mut up = Reaped(
         Command::new(&py)
@@ -298,11 +304,7 @@ fn the_openai_client_through_the_proxy_to_a_local_model_served_by_knox_serve_mod
     });
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    std::fs::write(d.join("bank.toml"), BANK).unwrap();
-    let plan = serde_json::json!({"calls": [
-        {"tool": "bank.get_balance", "params": {"account": "main"}},
-        {"tool": "bank.send_money", "params": {"to": "DE001", "amount": 20}}]});
-    std::fs::write(d.join("plan.json"), plan.to_string()).unwrap();
+    bank(d);
     let mut model = Reaped(
         knox()
             .args([
