@@ -10,8 +10,9 @@ use knox_attest::{TeeKey, key::KeyGenError};
 use knox_policy::{ManifestError, ToolkitManifest};
 use knox_types::Action;
 use knox_types::apm::{StopPolicy, Topology, TopologyKind};
-use knox_types::bundle::{BUNDLE_FORMAT, Bundle, ModelInfo, PlatformEvidence, Summary};
+use knox_types::bundle::{BUNDLE_FORMAT, Bundle, KeyChain, ModelInfo, PlatformEvidence, Summary};
 use knox_types::canon::CanonError;
+use knox_types::dsse::Envelope;
 use knox_types::payload::GuardKind;
 use serde_json::Value;
 
@@ -72,6 +73,9 @@ pub struct Runtime {
     pub platform_time: Duration,
     /// How often the key signs a checkpoint into each run's journal.
     pub checkpoints: Checkpoints,
+    /// The key's chain of sealed runs: the next run's number and what it names as the
+    /// run before it.
+    chain: std::sync::Mutex<KeyChain>,
 }
 
 impl Runtime {
@@ -89,13 +93,41 @@ impl Runtime {
             nonce: nonce.to_vec(),
             chain_head: None,
         })?;
+        let platform_time = t.elapsed();
+        let start = KeyChain::start(&knox_types::Digest::of_json(
+            knox_types::digest::tag::PLATFORM,
+            &platform,
+        )?);
         Ok(Self {
             key,
             platform,
             manifest,
-            platform_time: t.elapsed(),
+            platform_time,
             checkpoints: Checkpoints::DEFAULT,
+            chain: std::sync::Mutex::new(KeyChain {
+                seq: 0,
+                prev: start,
+            }),
         })
+    }
+
+    /// Signs `summary` as the key's next sealed run: numbers it in the key's chain and
+    /// names the run sealed before it, under one lock, so that runs sealed at once on
+    /// several threads still form one chain. A summary that fails to sign takes no
+    /// number.
+    fn sign_next(&self, summary: &mut Summary) -> Result<Envelope, RunError> {
+        let mut chain = self
+            .chain
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        summary.key_chain = Some(*chain);
+        let envelope = knox_attest::dsse::sign(&self.key, &summary.to_statement()?)?;
+        let sealed = summary.seal_digest()?;
+        *chain = KeyChain {
+            seq: chain.seq + 1,
+            prev: sealed,
+        };
+        Ok(envelope)
     }
 }
 
@@ -561,7 +593,7 @@ pub fn seal(
     models: Vec<ModelInfo>,
     aeg: FinishedAeg,
 ) -> Result<Bundle, RunError> {
-    let summary = Summary {
+    let mut summary = Summary {
         format: BUNDLE_FORMAT.into(),
         run_id: run_id.into(),
         chain_head: aeg.chain_head,
@@ -569,8 +601,9 @@ pub fn seal(
         apm_hash: apm_attestation.statement.apm_hash,
         counts: aeg.counts,
         refresh: None,
+        key_chain: None,
     };
-    let envelope = knox_attest::dsse::sign(&rt.key, &summary.to_statement()?)?;
+    let envelope = rt.sign_next(&mut summary)?;
     let prompt = prompt
         .map(serde_json::to_value)
         .transpose()

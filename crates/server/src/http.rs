@@ -15,6 +15,7 @@ use knox_attest::TeeKey;
 use serde::Deserialize;
 
 use crate::auth::{self, AuthError, Claimed};
+use crate::chains;
 use crate::ingest::Verifier;
 use crate::live;
 use crate::store::{Principal, Role, RunFilter, RunRow, Store, StoreError};
@@ -627,6 +628,26 @@ async fn dashboard_of(
     Ok(app.store.dashboard(providers, f).await?)
 }
 
+/// The chains of runs of each of `providers` (key ids), by provider name, as handed
+/// over up to `to`.
+async fn chains_of(
+    app: &App,
+    providers: &[String],
+    to: i64,
+) -> Result<Vec<(String, chains::KeyChains)>, Refusal> {
+    let mut out = Vec::with_capacity(providers.len());
+    for key in providers {
+        let name = app
+            .store
+            .principal(key)
+            .await?
+            .map_or_else(|| key.clone(), |p| p.name);
+        let links = app.store.chain_links(key, to).await?;
+        out.push((name, chains::KeyChains::of(links)));
+    }
+    Ok(out)
+}
+
 async fn ui_dashboard(
     State(app): State<App>,
     method: Method,
@@ -636,7 +657,8 @@ async fn ui_dashboard(
     ui_page!(app, method, uri, headers, |p| async {
         let providers = app.store.visible_providers(&p).await?;
         let d = dashboard_of(&app, &providers, &RunFilter::default()).await?;
-        Ok(html(ui::dashboard(&p, &d)))
+        let c = chains_of(&app, &providers, i64::MAX).await?;
+        Ok(html(ui::dashboard(&p, &d, &c)))
     }
     .await)
 }
@@ -709,6 +731,15 @@ async fn ui_run(
             .into_iter()
             .filter(|o| o.run_id == run.run_id && o.digest != run.digest)
             .collect();
+        let chain = match &run.run_key {
+            Some(key) => {
+                chains::KeyChains::of(app.store.chain_links(&run.provider, i64::MAX).await?)
+                    .chains
+                    .into_iter()
+                    .find(|c| &c.key == key)
+            }
+            None => None,
+        };
         Ok(html(ui::run(
             &p,
             &ui::RunPage {
@@ -719,6 +750,7 @@ async fn ui_run(
                 receipts: &receipts,
                 inclusion: inclusion.as_ref(),
                 same_run_id: &same,
+                chain: chain.as_ref(),
             },
         )))
     }
@@ -830,6 +862,7 @@ async fn report_page(
     let d = dashboard_of(app, &only, &f).await?;
     let head = app.store.head(&app.log_key, auth::now()).await?;
     let shown_to = to.min(to_i64(auth::now()));
+    let key_chains = chains::KeyChains::of(app.store.chain_links(&prov.key_id, to).await?);
     if pdf {
         let base = request_base(headers);
         let bytes = crate::pdf::report(&crate::pdf::Report {
@@ -840,6 +873,7 @@ async fn report_page(
             dashboard: &d,
             head: Some(&head),
             base: base.as_deref(),
+            chains: &key_chains,
         });
         let file: String = name
             .chars()
@@ -866,6 +900,7 @@ async fn report_page(
             dashboard: &d,
             head: Some(&head),
             pdf_href: &pdf_href,
+            chains: &key_chains,
         },
     )))
 }

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod auth;
+pub mod chains;
 pub mod client;
 pub mod config;
 pub mod http;

@@ -234,6 +234,9 @@ pub struct Report<'a> {
     /// The server's URL (`http://HOST:PORT`), for the links back to each run; none when
     /// not known.
     pub base: Option<&'a str>,
+    /// The provider's chains of runs, one per in-TEE key, as handed over by the end of
+    /// the period.
+    pub chains: &'a crate::chains::KeyChains,
 }
 
 /// The exit report as a PDF document.
@@ -334,6 +337,21 @@ pub fn report(r: &Report<'_>) -> Vec<u8> {
             r.base.map(|b| format!("{b}/runs/{}", run.digest)),
         );
     }
+    d.heading("Runs left out (each key's chain of runs)");
+    d.para(crate::ui::CHAINS_NOTE);
+    if r.chains.chains.is_empty() {
+        d.para("No run of format v3 (none carries a key chain).");
+    }
+    for c in &r.chains.chains {
+        d.push(
+            &format!(
+                "{}{}",
+                if c.has_gaps() { "GAP: " } else { "" },
+                c.describe()
+            ),
+            None,
+        );
+    }
     d.write(&format!("Exit report \u{2014} {}", r.provider))
 }
 
@@ -366,6 +384,7 @@ mod tests {
             dashboard: &d,
             head: None,
             base: None,
+            chains: &crate::chains::KeyChains::default(),
         });
         assert!(pdf.starts_with(b"%PDF-"));
         let text = String::from_utf8_lossy(&pdf);

@@ -31,6 +31,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "run keys",
         include_str!("../migrations/sqlite/0003_run_keys.sql"),
     ),
+    (
+        4,
+        "key chains",
+        include_str!("../migrations/sqlite/0004_key_chains.sql"),
+    ),
 ];
 /// PostgreSQL migrations: the same schema in its dialect.
 const POSTGRES: &[(i64, &str, &str)] = &[
@@ -48,6 +53,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         3,
         "run keys",
         include_str!("../migrations/postgres/0003_run_keys.sql"),
+    ),
+    (
+        4,
+        "key chains",
+        include_str!("../migrations/postgres/0004_key_chains.sql"),
     ),
 ];
 
@@ -1004,8 +1014,57 @@ impl Store {
             models,
         )
         .await?;
+        if let (Some(link), Some(run_key)) = (&r.key_chain, &run.run_key) {
+            sqlx::query(
+                "INSERT INTO chain_links (digest, provider, run_key, seq, prev, seal) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(digest)
+            .bind(&run.provider)
+            .bind(run_key)
+            .bind(to_i64(link.seq))
+            .bind(link.prev.to_hex())
+            .bind(link.seal.to_hex())
+            .execute(&mut *tx)
+            .await?;
+        }
         tx.commit().await?;
         Ok(Some(run))
+    }
+
+    /// The key-chain links of `provider`'s stored bundles submitted up to `to` (Unix
+    /// seconds), by key and number: what [`crate::chains::KeyChains::of`] reads the
+    /// gaps from.
+    pub async fn chain_links(
+        &self,
+        provider: &str,
+        to: i64,
+    ) -> Result<Vec<crate::chains::Link>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT c.run_key, c.seq, c.prev, c.seal, c.digest, r.run_id, r.outcome, r.log_index \
+             FROM chain_links c JOIN runs r ON r.digest = c.digest \
+             WHERE c.provider = $1 AND r.submitted_at <= $2 \
+             ORDER BY c.run_key, c.seq, c.digest",
+        )
+        .bind(provider)
+        .bind(to)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(crate::chains::Link {
+                    key: r.try_get("run_key")?,
+                    seq: u64::try_from(r.try_get::<i64, _>("seq")?)
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                    prev: r.try_get("prev")?,
+                    seal: r.try_get("seal")?,
+                    digest: r.try_get("digest")?,
+                    run_id: r.try_get("run_id")?,
+                    outcome: r.try_get("outcome")?,
+                    log_index: r.try_get("log_index")?,
+                })
+            })
+            .collect()
     }
 
     /// A run by digest (no access check: callers check [`Self::visible_providers`]).

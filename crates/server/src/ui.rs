@@ -22,6 +22,7 @@ table{border-collapse:collapse;background:#fff;width:100%} td,th{border-bottom:1
 .badge{display:inline-block;padding:.1em .6em;border-radius:1em;font-weight:600;font-size:.85em;color:#fff}
 .complete{background:#1a7f37}.prefix{background:#9a6700}.tampered{background:#cf222e}.refused{background:#6e7781}
 .hw{font-size:.85em;color:#57606a} .card{background:#fff;padding:1em;margin:.8em 0;border:1px solid #dde;border-radius:6px}
+.gap{color:#cf222e;font-weight:600}
 form.filters input,form.filters select{margin-right:.5em} pre{white-space:pre-wrap;word-break:break-all;background:#f0f2f5;padding:.6em;font-size:.8em}
 svg .node{cursor:pointer} svg .blocked circle{fill:#cf222e} svg .offending circle{stroke:#cf222e;stroke-width:5;fill:#fff}
 svg text{font-size:11px;font-family:monospace} .offending-label{fill:#cf222e;font-weight:700}
@@ -152,6 +153,8 @@ pub struct RunPage<'a> {
     pub inclusion: Option<&'a Inclusion>,
     /// Other runs with the same run id (conflicting submissions).
     pub same_run_id: &'a [RunRow],
+    /// The chain of runs of the key that signed it, as handed over (format v3).
+    pub chain: Option<&'a crate::chains::KeyChain>,
 }
 
 /// The AEG as SVG: one row per node, indented by depth, edges to parents; blocked
@@ -237,6 +240,10 @@ pub fn run(who: &Principal, p: &RunPage<'_>) -> Markup {
             p { (r.nodes) " nodes, " (r.tool_calls) " tool calls, " (r.executed) " executed, " (r.blocked) " blocked, " (r.interrupts) " interrupts, " (r.flagged) " flagged for review" }
             p { "Platform evidence: " (r.platform) " — " @if r.hardware_backed { "hardware-backed" } @else { "simulated (no hardware vouches for the signing key)" } }
             @if let Some(root) = &r.structure_root { p { "Signed structure root " code { (root) } } }
+            @if let Some(link) = report.get("key_chain") {
+                p #key-chain { "Run " (link.get("seq").and_then(serde_json::Value::as_u64).unwrap_or_default()) " of its key's chain of runs"
+                    @if let Some(c) = p.chain { span.gap[c.has_gaps()] { " — " (c.describe()) } } }
+            }
             p { a href={ "/runs/" (r.digest) "/download" } { "Download the evidence" } }
             @if !p.same_run_id.is_empty() {
                 p style="color:#cf222e" { "Other submissions name the same run id: "
@@ -301,8 +308,43 @@ pub fn bars(rows: &[(String, i64)]) -> Markup {
 
 pub use crate::store::Dashboard;
 
+/// What the chains of runs show, in one sentence (the UI and the exit report).
+pub const CHAINS_NOTE: &str = "Every in-TEE key numbers the runs it seals and names the run before each, so a run the provider left out shows as a missing number, two runs signed at one number as a fork, and a run handed over after a later one as late. Runs sealed after the last one handed over show once a later run of the key arrives.";
+
+/// The chains of runs of each provider: one line per key, the ones with a gap marked.
+pub fn chains(list: &[(String, crate::chains::KeyChains)]) -> Markup {
+    html! {
+        h2 { "Runs left out (each key's chain of runs)" }
+        div.card #chains {
+            p.hw { (CHAINS_NOTE) }
+            @if list.iter().all(|(_, c)| c.chains.is_empty()) {
+                p { "No run of evidence format v3 yet (none carries a key chain)." }
+            }
+            ul {
+                @for (provider, cs) in list {
+                    @for c in &cs.chains {
+                        li.gap[c.has_gaps()] data-key=(c.key) {
+                            strong { (provider) } ": " (c.describe())
+                            @if !c.forks.is_empty() || !c.late.is_empty() {
+                                " — "
+                                @for l in c.runs.iter().filter(|l| c.forks.contains(&l.seq) || c.late.iter().any(|(n, _)| *n == l.seq)) {
+                                    a href={ "/runs/" (l.digest) } { "run " (l.seq) } " "
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The dashboard.
-pub fn dashboard(who: &Principal, d: &Dashboard) -> Markup {
+pub fn dashboard(
+    who: &Principal,
+    d: &Dashboard,
+    chain_list: &[(String, crate::chains::KeyChains)],
+) -> Markup {
     let body = html! {
         table { tr { th { "Provider" } th { "Runs" } th { "Blocked actions" } th { "Tool calls" } th { "Tampered" } th { "Prefixes" } th { "Refused" } }
             @for (p, n) in &d.providers { tr { td { a href={ "/runs?provider=" (p) } { (p) } } @for v in n { td { (v) } } } } }
@@ -310,6 +352,7 @@ pub fn dashboard(who: &Principal, d: &Dashboard) -> Markup {
         h2 { "Top blocked tools" } div.card { (bars(&d.tools)) }
         h2 { "Top blocking guards" } div.card { (bars(&d.guards)) }
         h2 { "Regulation verdicts by provision" } div.card { (bars(&d.provisions)) }
+        (chains(chain_list))
     };
     page("Dashboard", Some(who), body)
 }
@@ -331,6 +374,8 @@ pub struct ReportPage<'a> {
     pub head: Option<&'a crate::tlog::TreeHead>,
     /// The PDF button's link (the same period).
     pub pdf_href: &'a str,
+    /// The provider's chains of runs, as handed over by the end of the period.
+    pub chains: &'a crate::chains::KeyChains,
 }
 
 /// The exit report: the provider's runs in the period, what was blocked and why,
@@ -344,6 +389,7 @@ pub fn report(who: &Principal, r: &ReportPage<'_>) -> Markup {
         dashboard: d,
         head,
         pdf_href,
+        chains: key_chains,
     } = *r;
     let incidents: Vec<&RunRow> = rows.iter().filter(|r| r.outcome != "complete").collect();
     let body = html! {
@@ -374,6 +420,7 @@ pub fn report(who: &Principal, r: &ReportPage<'_>) -> Markup {
         h2 { "Incidents" }
         @if incidents.is_empty() { p { "None: every run verified complete." } }
         ul { @for r in &incidents { li { a href={ "/runs/" (r.digest) } { (r.run_id) } ": " (r.outcome) @if let Some(x) = &r.reason { " — " (x) } } } }
+        (chains(&[(provider.to_owned(), key_chains.clone())]))
     };
     page(&format!("Exit report — {provider}"), Some(who), body)
 }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{BUNDLE, BUNDLE2, Served, log_key, serve, tampered};
+use common::{BUNDLE, BUNDLE2, CHAIN, CHAIN_FORK, Served, log_key, serve, tampered};
 use knox_attest::TeeKey;
 use knox_server::auth::{self, Signed};
 use knox_server::client::Client;
@@ -36,6 +36,7 @@ on_both_engines_sync!(
     a_provider_or_regulator_outside_the_run_learns_nothing,
     injection_and_traversal_in_every_parameter_are_refused,
     the_ui_needs_a_session_and_shows_only_what_the_principal_may_see,
+    a_run_left_out_shows_on_the_dashboard_the_run_page_and_the_exit_report,
 );
 
 fn client(s: &Served, key: &TeeKey) -> Client {
@@ -377,4 +378,80 @@ fn the_ui_needs_a_session_and_shows_only_what_the_principal_may_see(s: &Served) 
     // Login sets the cookie and goes only to a local path.
     let (st, _) = get_with_cookie(s, &format!("/login?token={t}&next=//evil.example/"), None);
     assert_eq!(st, 303);
+}
+
+/// The `.gap` list items of a page (the chains with something wrong).
+fn gaps(page: &str) -> Vec<String> {
+    page.split("<li class=\"gap\"")
+        .skip(1)
+        .map(|li| li.split("</li>").next().unwrap_or_default().to_owned())
+        .collect()
+}
+
+fn a_run_left_out_shows_on_the_dashboard_the_run_page_and_the_exit_report(s: &Served) {
+    let acme = client(s, &s.people.acme.0);
+    let t = token(s, &s.people.acme.0);
+    let c = token(s, &s.people.cnil.0);
+    // Runs 0, 1 and 3 of one key handed over; run 2 withheld.
+    let runs: Vec<_> = [CHAIN[0], CHAIN[1], CHAIN[3]]
+        .iter()
+        .map(|b| acme.submit(b).unwrap())
+        .collect();
+    let (st, dash) = get_with_cookie(s, "/", Some(&t));
+    assert_eq!(st, 200);
+    let g = gaps(&dash);
+    assert_eq!(g.len(), 1, "{dash}");
+    assert!(g[0].contains("1 missing: 2"), "{}", g[0]);
+    // The run after the gap says where it stands; so does the regulator's exit report.
+    let (_, page) = get_with_cookie(s, &format!("/runs/{}", runs[2].digest), Some(&t));
+    assert!(
+        page.contains("Run 3 of its key&#39;s chain of runs")
+            || page.contains("Run 3 of its key's chain of runs"),
+        "{page}"
+    );
+    assert!(page.contains("1 missing: 2"));
+    let (st, report) = get_with_cookie(s, "/report?provider=acme", Some(&c));
+    assert_eq!(st, 200);
+    assert!(
+        gaps(&report).iter().any(|g| g.contains("1 missing: 2")),
+        "{report}"
+    );
+    let (st, pdf) = {
+        let agent = ureq::Agent::new_with_config(
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .build(),
+        );
+        let mut r = agent
+            .get(&format!("{}/report?provider=acme&format=pdf", s.base))
+            .header("cookie", &format!("{}={c}", auth::SESSION_COOKIE))
+            .call()
+            .unwrap();
+        (r.status().as_u16(), r.body_mut().read_to_vec().unwrap())
+    };
+    assert_eq!(st, 200);
+    if let Some(text) = common::pdftotext(&pdf) {
+        assert!(
+            text.contains("GAP:") && text.contains("1 missing: 2"),
+            "{text}"
+        );
+    }
+    // Run 2 handed over late, then a fork of run 1: both show.
+    acme.submit(CHAIN[2]).unwrap();
+    acme.submit(CHAIN_FORK).unwrap();
+    let (_, dash) = get_with_cookie(s, "/", Some(&t));
+    let g = gaps(&dash);
+    assert_eq!(g.len(), 1);
+    assert!(!g[0].contains("missing"), "{}", g[0]);
+    // Run 2 arrived after run 3; so did the second run 1.
+    assert!(
+        g[0].contains("handed over late: 1 (after 3), 2 (after 3)"),
+        "{}",
+        g[0]
+    );
+    assert!(g[0].contains("forked (two runs signed) at 1"), "{}", g[0]);
+    // Globex sees no chain of acme's.
+    let gx = token(s, &s.people.globex.0);
+    let (_, dash) = get_with_cookie(s, "/", Some(&gx));
+    assert!(gaps(&dash).is_empty());
 }

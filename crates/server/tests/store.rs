@@ -4,7 +4,10 @@
 
 mod common;
 
-use common::{BUNDLE, BUNDLE2, BUNDLE3, JOURNAL, ingest, log_key, people, tampered};
+use common::{
+    BUNDLE, BUNDLE2, BUNDLE3, CHAIN, CHAIN_FORK, JOURNAL, ingest, log_key, people, tampered,
+};
+use knox_server::chains::KeyChains;
 use knox_server::store::{RunFilter, Store};
 use knox_server::tlog::{self, Consistency, LogError};
 use knox_types::digest::Digest;
@@ -21,6 +24,7 @@ on_both_engines!(
     a_withheld_run_a_reordered_log_and_a_fork_are_detected,
     nonces_are_accepted_once_and_sessions_expire,
     a_regulators_receipt_is_stored_with_the_log_size,
+    a_run_left_out_of_a_keys_chain_shows_as_a_gap_late_or_forked,
 );
 
 async fn migrations_are_idempotent_and_a_reopened_store_keeps_its_runs(url: String) {
@@ -507,4 +511,51 @@ async fn a_sqlite_store_of_schema_v2_is_upgraded_with_its_live_runs_kept() {
     let again = Store::open(&url).await.unwrap();
     assert_eq!(count("SELECT COUNT(*) FROM live_runs").await, 2);
     again.close().await;
+}
+
+async fn a_run_left_out_of_a_keys_chain_shows_as_a_gap_late_or_forked(url: String) {
+    let s = Store::open(&url).await.unwrap();
+    let p = people(&s).await;
+    let acme = &p.acme.1;
+    let chains = || async { KeyChains::of(s.chain_links(&acme.key_id, i64::MAX).await.unwrap()) };
+    // A bundle of format v2 has no link.
+    ingest(&s, acme, BUNDLE).await;
+    assert!(chains().await.chains.is_empty());
+    // Runs 0 and 2 handed over: run 1 is missing.
+    ingest(&s, acme, CHAIN[0]).await;
+    ingest(&s, acme, CHAIN[2]).await;
+    let c = chains().await;
+    assert_eq!(c.chains.len(), 1);
+    assert_eq!(c.chains[0].missing, vec![(1, 1)]);
+    assert_eq!(c.missing_runs(), 1);
+    assert!(c.chains[0].has_gaps());
+    // The same bytes again change nothing.
+    ingest(&s, acme, CHAIN[2]).await;
+    assert_eq!(chains().await, c);
+    // Run 1 handed over after run 2: no number missing, but late.
+    ingest(&s, acme, CHAIN[1]).await;
+    let c = chains().await;
+    assert!(c.chains[0].missing.is_empty());
+    assert_eq!(c.chains[0].late, vec![(1, 2)]);
+    assert!(c.chains[0].forks.is_empty() && c.chains[0].broken.is_empty());
+    // A second run 1 signed by the same key: a fork.
+    ingest(&s, acme, CHAIN_FORK).await;
+    let c = chains().await;
+    assert_eq!(c.chains[0].forks, vec![1]);
+    assert!(
+        c.chains[0].describe().contains("forked"),
+        "{}",
+        c.chains[0].describe()
+    );
+    // Another provider's chains are its own: globex handed over nothing.
+    assert!(
+        s.chain_links(&p.globex.1.key_id, i64::MAX)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A period that ends before anything was handed over shows no link.
+    assert!(s.chain_links(&acme.key_id, -1).await.unwrap().is_empty());
+    // The links are append-only, as the runs they index.
+    assert!(s.execute_raw("DELETE FROM chain_links").await.is_err());
 }

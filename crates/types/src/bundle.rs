@@ -12,8 +12,13 @@ use crate::dsse::{APM_PREDICATE, Envelope, SUMMARY_PREDICATE, Statement, Subject
 
 /// Format identifier of the bundles Knox writes: the APM, the prompt, the platform
 /// evidence and every node payload are written in their canonical (RFC 8785) form and
-/// verified as written.
-pub const BUNDLE_FORMAT: &str = "knox-evidence/v2";
+/// verified as written, and the signed summary places the run in its key's chain of
+/// runs ([`KeyChain`]).
+pub const BUNDLE_FORMAT: &str = "knox-evidence/v3";
+
+/// The bundle format before per-key chains of runs, still verified: as
+/// [`BUNDLE_FORMAT`], without [`Summary::key_chain`].
+pub const BUNDLE_FORMAT_V2: &str = "knox-evidence/v2";
 
 /// The previous bundle format, still verified: the same structure, its parts not
 /// necessarily canonical as written (they are canonicalised before hashing).
@@ -186,6 +191,15 @@ impl ApmStatement {
 }
 
 impl Summary {
+    /// How the next run of the same key names this one:
+    /// `H("knox/seal", canonical(summary without refresh))`. The refresh report is left
+    /// out so that a report bound after sealing (`bind_refresh`) does not change it.
+    pub fn seal_digest(&self) -> Result<Digest, CanonError> {
+        let mut s = self.clone();
+        s.refresh = None;
+        Digest::of_json(crate::digest::tag::SEAL, &s)
+    }
+
     /// The in-toto statement signed for this summary.
     pub fn to_statement(&self) -> Result<Statement, CanonError> {
         let mut digest = serde_json::Map::new();
@@ -225,6 +239,32 @@ pub struct Summary {
     /// signs every byte of it (a TDX report's `attested_at` included).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refresh: Option<Digest>,
+    /// Where this run stands in its key's chain of runs (format v3; absent before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_chain: Option<KeyChain>,
+}
+
+/// A sealed run's place in the chain of runs signed by the same in-TEE key: every run
+/// the key seals is numbered and names the run sealed before it, so a verifier of the
+/// runs a provider hands over sees a run left out (a number missing), and a run signed
+/// twice at one place (a fork).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyChain {
+    /// 0 for the key's first sealed run, then one more for each.
+    pub seq: u64,
+    /// For run 0, [`KeyChain::start`] of the key's platform evidence; then the previous
+    /// run's [`Summary::seal_digest`].
+    pub prev: Digest,
+}
+
+impl KeyChain {
+    /// What run 0 names as its predecessor: `H("knox/key-chain-start", H_platform)`,
+    /// where `H_platform = H("knox/platform", platform evidence)` is the hash the APM
+    /// attestation binds.
+    pub fn start(platform_hash: &Digest) -> Digest {
+        Digest::tagged(crate::digest::tag::KEY_CHAIN_START, &[&platform_hash.0])
+    }
 }
 
 /// Node counts by outcome.

@@ -51,6 +51,11 @@ pub mod tag {
     pub const PLATFORM: &str = "knox/platform";
     /// A refresh report, as the signed summary binds it.
     pub const REFRESH: &str = "knox/refresh";
+    /// A sealed run as the next run of the same key's chain names it (its signed
+    /// summary, the refresh report left out).
+    pub const SEAL: &str = "knox/seal";
+    /// The start of a key's chain of runs: its start-up platform evidence.
+    pub const KEY_CHAIN_START: &str = "knox/key-chain-start";
 }
 
 /// A 32-byte SHA-256 digest.

@@ -130,6 +130,7 @@ pub fn verify_journal<M: TrustedManifests + ?Sized>(
             apm_hash: Default::default(),
             counts: Counts::default(),
             refresh: None,
+            key_chain: None,
         },
         envelope: knox_types::dsse::Envelope {
             payload: String::new(),

@@ -12,11 +12,14 @@ mod written;
 
 use knox_attest::platform::{self, AppraisalOptions, PlatformError};
 use knox_policy::ToolkitManifest;
-use knox_types::bundle::{BUNDLE_FORMAT, BUNDLE_FORMAT_V1, Bundle, MAX_BUNDLE_BYTES, PlatformMode};
+use knox_types::bundle::{
+    BUNDLE_FORMAT, BUNDLE_FORMAT_V1, BUNDLE_FORMAT_V2, Bundle, KeyChain, MAX_BUNDLE_BYTES,
+    PlatformMode,
+};
 use knox_types::dsse::{APM_PREDICATE, SUMMARY_PREDICATE};
 use knox_types::merkle;
 
-pub use report::{Outcome, Report, Step};
+pub use report::{ChainLink, Outcome, Report, Step};
 
 use crate::manifests::{Chosen, TrustedManifests};
 use crate::replay::{Context, Fail, RegulationReplay};
@@ -70,7 +73,7 @@ pub fn parse_bundle(bytes: &[u8]) -> Result<Bundle, ReadError> {
     let scan = knox_types::json::scan(bytes, &written::bundle_part)?;
     let mut b: Bundle = knox_types::json::from_scanned(bytes, &scan)?;
     let canonical = match b.format.as_str() {
-        BUNDLE_FORMAT => true,
+        BUNDLE_FORMAT | BUNDLE_FORMAT_V2 => true,
         BUNDLE_FORMAT_V1 => false,
         _ => return Err(ReadError::Format(b.format)),
     };
@@ -163,15 +166,23 @@ pub fn verify_bundle<M: TrustedManifests + ?Sized>(
     sandbox_step(&mut s, b, opts);
     refresh_step(&mut s, b, opts);
     // Summary and its signature.
-    match summary_step(b, apm_hash) {
-        Ok(()) => s.pass(
-            "signature",
-            "summary signed by the in-TEE key (DSSE, in-toto Statement v1)",
-        ),
-        Err(why) => s.fail("signature", Fail::unplaced(why)),
-    }
+    let signed = match summary_step(b, apm_hash) {
+        Ok(()) => {
+            s.pass(
+                "signature",
+                "summary signed by the in-TEE key (DSSE, in-toto Statement v1)",
+            );
+            true
+        }
+        Err(why) => {
+            s.fail("signature", Fail::unplaced(why));
+            false
+        }
+    };
+    let link = key_chain_step(&mut s, b, signed);
     let findings = graph_steps(&mut s, b, manifest, apm_hash, true, opts.norms);
     let mut report = build_report(s, b, platform, hardware_backed, findings, true);
+    report.key_chain = link;
     if let Ok(Chosen::Embedded(m)) = &chosen {
         report.warnings.push(format!(
             "the toolkit manifest {} was taken from the bundle (its hash is the APM's), not from the verifier's trusted set: review its tools and needs",
@@ -179,6 +190,89 @@ pub fn verify_bundle<M: TrustedManifests + ?Sized>(
         ));
     }
     report
+}
+
+/// The run's place in its key's chain of runs (format v3): present, and for the key's
+/// first run, starting at the key's platform evidence. Whether the runs before it were
+/// handed over is for a reader of many bundles to see ([`ChainLink`]); only a signed
+/// link is reported.
+fn key_chain_step(s: &mut Steps, b: &Bundle, signed: bool) -> Option<report::ChainLink> {
+    let Some(chain) = b.summary.key_chain else {
+        if b.format == BUNDLE_FORMAT {
+            s.fail(
+                "key chain",
+                Fail::unplaced(
+                    "the signed summary has no key chain: format v3 numbers every run of its key",
+                ),
+            );
+        } else {
+            s.skip(
+                "key chain",
+                format!("format {}: written before per-key chains of runs", b.format),
+            );
+        }
+        return None;
+    };
+    if b.format != BUNDLE_FORMAT {
+        s.fail(
+            "key chain",
+            Fail::unplaced(format!(
+                "a key chain in a bundle of format {}, which has none",
+                b.format
+            )),
+        );
+        return None;
+    }
+    if chain.seq == 0 {
+        let platform = match b.as_written.as_ref().and_then(|w| w.platform_hash) {
+            Some(h) => Ok(h),
+            None => knox_types::Digest::of_json(knox_types::digest::tag::PLATFORM, &b.platform),
+        };
+        match platform {
+            Ok(h) if KeyChain::start(&h) == chain.prev => {}
+            Ok(_) => {
+                s.fail(
+                    "key chain",
+                    Fail::unplaced(
+                        "run 0 of the key's chain does not start at the key's platform evidence",
+                    ),
+                );
+                return None;
+            }
+            Err(e) => {
+                s.fail(
+                    "key chain",
+                    Fail::unplaced(format!("platform evidence: {e}")),
+                );
+                return None;
+            }
+        }
+    }
+    let seal = match b.summary.seal_digest() {
+        Ok(d) => d,
+        Err(e) => {
+            s.fail("key chain", Fail::unplaced(e.to_string()));
+            return None;
+        }
+    };
+    if !signed {
+        return None;
+    }
+    let detail = if chain.seq == 0 {
+        "run 0 of its key's chain, which starts at the key's platform evidence".to_owned()
+    } else {
+        format!(
+            "run {} of its key's chain; the run before it sealed as {}",
+            chain.seq, chain.prev
+        )
+    };
+    s.pass("key chain", detail);
+    Some(report::ChainLink {
+        key: knox_attest::key::key_id(&b.key.public_key.0).to_hex(),
+        seq: chain.seq,
+        prev: chain.prev,
+        seal,
+    })
 }
 
 /// A refresh report, when present, must bind the signed chain head to the same key.
@@ -227,9 +321,9 @@ fn refresh_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) {
 /// v2 for every mode but simulated, whose evidence is fixed).
 fn refresh_unbound(b: &Bundle, refresh: &knox_types::bundle::PlatformEvidence) -> Option<String> {
     let Some(signed) = b.summary.refresh else {
-        return (b.format == BUNDLE_FORMAT && refresh.mode != PlatformMode::Simulated).then(|| {
+        return (b.format != BUNDLE_FORMAT_V1 && refresh.mode != PlatformMode::Simulated).then(|| {
             format!(
-                "the signed summary does not bind the `{}` refresh report: format v2 requires its hash for every mode but simulated",
+                "the signed summary does not bind the `{}` refresh report: formats v2 and later require its hash for every mode but simulated",
                 refresh.mode
             )
         });
@@ -418,7 +512,7 @@ pub(crate) fn evidence_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) -> (Pl
 pub(crate) fn encoding_step(s: &mut Steps, b: &Bundle) {
     let Some(w) = &b.as_written else { return };
     match w.faults.first() {
-        None if b.format == BUNDLE_FORMAT => s.pass(
+        None if b.format != BUNDLE_FORMAT_V1 => s.pass(
             "encoding",
             "strict JSON (no repeated key); the APM, prompt, platform evidence and every payload canonical as written, hashed as written",
         ),
@@ -491,11 +585,11 @@ fn platform_unbound(b: &Bundle) -> Option<String> {
 /// Version 2 binds hardware platform evidence in the APM attestation.
 fn platform_required(b: &Bundle) -> Option<String> {
     (b.apm_attestation.statement.platform.is_none()
-        && b.format == BUNDLE_FORMAT
+        && b.format != BUNDLE_FORMAT_V1
         && b.platform.mode != PlatformMode::Simulated)
         .then(|| {
             format!(
-                "the APM attestation does not bind the `{}` platform evidence: format v2 requires its hash for every mode but simulated (whose evidence is fixed)",
+                "the APM attestation does not bind the `{}` platform evidence: formats v2 and later require its hash for every mode but simulated (whose evidence is fixed)",
                 b.platform.mode
             )
         })
@@ -819,6 +913,7 @@ pub(crate) fn build_report(
             })
             .collect(),
         authenticated: None,
+        key_chain: None,
         warnings,
     }
 }

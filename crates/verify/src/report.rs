@@ -110,8 +110,25 @@ pub struct Report {
     /// for a bundle, whose signed summary covers every node.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authenticated: Option<u64>,
+    /// For a bundle of format v3 whose signature verified: its place in its key's chain
+    /// of runs, for a reader of many bundles to find the runs left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_chain: Option<ChainLink>,
     /// Things a reader should know that do not change the outcome.
     pub warnings: Vec<String>,
+}
+
+/// A verified run's place in its key's chain of runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ChainLink {
+    /// The id of the in-TEE key that signed the run: `H("knox/key", public key)`, hex.
+    pub key: String,
+    /// Its number in the key's chain (0 for the key's first sealed run).
+    pub seq: u64,
+    /// The previous run's seal digest (for run 0, the chain's start).
+    pub prev: knox_types::Digest,
+    /// This run's seal digest: what the key's next run names as `prev`.
+    pub seal: knox_types::Digest,
 }
 
 impl fmt::Display for Report {

@@ -360,9 +360,12 @@ fn version_1_evidence_still_verifies_and_is_still_bound() {
     assert_tampered("b.json", &t, &["APM as written"]);
     let t = replace_once(&b, "\"layout\":", "\"forged\":1,\"layout\":");
     assert_tampered("b.json", &t, &["simulated evidence must be exactly"]);
-    // A version-2 bundle cannot be passed off as version 1: the format is signed.
-    let t = replace_once(&bundle(), "knox-evidence/v2", "knox-evidence/v1");
-    assert_tampered("b.json", &t, &["another run or format"]);
+    // A version-3 bundle cannot be passed off as version 1 or 2 (which relax what is
+    // checked): the format is signed.
+    for older in ["knox-evidence/v1", "knox-evidence/v2"] {
+        let t = replace_once(&bundle(), "knox-evidence/v3", older);
+        assert_tampered("b.json", &t, &["another run or format"]);
+    }
 }
 
 /// Kernel denials carry 64-bit system call arguments (`AT_FDCWD` is

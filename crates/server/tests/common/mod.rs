@@ -29,6 +29,17 @@ pub const JOURNAL: &[u8] =
 pub const LIVE_BUNDLE: &[u8] =
     include_bytes!("../../../verify/tests/fixtures/topologies/mt-ma-4-2.json");
 
+/// Runs 0–3 of one in-TEE key's chain (evidence format v3), and `fork-1`: a second run
+/// 1 signed by the same key (`crates/verify/tests/key_chain.rs` writes them).
+pub const CHAIN: [&[u8]; 4] = [
+    include_bytes!("../../../verify/tests/fixtures/chain/run-0.json"),
+    include_bytes!("../../../verify/tests/fixtures/chain/run-1.json"),
+    include_bytes!("../../../verify/tests/fixtures/chain/run-2.json"),
+    include_bytes!("../../../verify/tests/fixtures/chain/run-3.json"),
+];
+/// A second run 1 of [`CHAIN`]'s key: a fork.
+pub const CHAIN_FORK: &[u8] = include_bytes!("../../../verify/tests/fixtures/chain/fork-1.json");
+
 /// [`BUNDLE`] with one blocked node's reason rewritten: tampered evidence.
 pub fn tampered() -> Vec<u8> {
     let s = std::str::from_utf8(BUNDLE).unwrap();
