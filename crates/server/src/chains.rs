@@ -144,7 +144,7 @@ impl KeyChains {
         let chains = by_key
             .into_iter()
             .map(|(key, mut runs)| {
-                runs.sort_by(|a, b| (a.seq, a.log_index).cmp(&(b.seq, b.log_index)));
+                runs.sort_by_key(|a| (a.seq, a.log_index));
                 chain(key, runs)
             })
             .collect();
