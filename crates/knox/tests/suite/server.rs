@@ -69,6 +69,83 @@ fn start(d: &std::path::Path) -> (Server, String, String) {
     (Server(child), url, line)
 }
 
+/// The bundles one `knox run` seals are one chain of its in-TEE key: a provider who
+/// submits all but one leaves a gap the regulator's exit report names; the run handed
+/// over afterwards shows as late.
+#[test]
+fn a_run_withheld_from_a_knox_run_shows_in_the_exit_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let run = |args: &[&str]| knox_in(d, args);
+    acme_and_cnil(d);
+    let (_server, url, _) = start(d);
+    let out = run(&["run", "--workload", "st-sa", "--flows", "3", "--out", "out"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The bundles by their number in the key's chain.
+    let mut by_seq: Vec<(u64, String)> = std::fs::read_dir(d.join("out"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let b: knox_types::bundle::Bundle =
+                serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok()?;
+            Some((b.summary.key_chain?.seq, format!("out/{name}")))
+        })
+        .collect();
+    by_seq.sort();
+    let seqs: Vec<u64> = by_seq.iter().map(|(n, _)| *n).collect();
+    assert_eq!(seqs, (0..by_seq.len() as u64).collect::<Vec<_>>());
+    assert!(by_seq.len() >= 3, "{by_seq:?}");
+    let submit = |file: &str| {
+        let out = run(&["submit", file, "--to", &url, "--key", "acme.key"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let report = || {
+        let out = run(&[
+            "report",
+            "--provider",
+            "acme",
+            "--to",
+            &url,
+            "--key",
+            "cnil.key",
+            "--out",
+            "exit.html",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::read_to_string(d.join("exit.html")).unwrap()
+    };
+    // Run 1 withheld.
+    for (n, f) in &by_seq {
+        if *n != 1 {
+            submit(f);
+        }
+    }
+    let html = report();
+    assert!(html.contains("class=\"gap\""), "{html}");
+    assert!(
+        html.contains("1 missing: 1;") || html.contains("1 missing: 1<"),
+        "{html}"
+    );
+    // Handed over afterwards: no number missing, but late.
+    submit(&by_seq[1].1);
+    let html = report();
+    assert!(!html.contains("missing: 1"), "{html}");
+    assert!(html.contains("handed over late: 1 (after"), "{html}");
+}
+
 #[test]
 fn run_streams_each_run_live_then_sealed() {
     let dir = tempfile::tempdir().unwrap();
