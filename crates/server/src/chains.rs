@@ -53,7 +53,11 @@ pub struct KeyChain {
 impl KeyChain {
     /// How many runs are missing.
     pub fn missing_runs(&self) -> u64 {
-        self.missing.iter().map(|(a, b)| b - a + 1).sum()
+        // Numbers are the key's to choose (a key anyone can make, on a simulated
+        // platform): nothing here may overflow.
+        self.missing.iter().fold(0u64, |n, (a, b)| {
+            n.saturating_add(b.saturating_sub(*a).saturating_add(1))
+        })
     }
 
     /// Whether anything is wrong with the chain (a late run included).
@@ -158,7 +162,9 @@ impl KeyChains {
 
     /// How many runs are missing over every chain.
     pub fn missing_runs(&self) -> u64 {
-        self.chains.iter().map(KeyChain::missing_runs).sum()
+        self.chains
+            .iter()
+            .fold(0u64, |n, c| n.saturating_add(c.missing_runs()))
     }
 }
 
@@ -195,18 +201,22 @@ fn chain(key: String, runs: Vec<Link>) -> KeyChain {
         .map(|l| l.seq)
         .collect();
     broken.dedup();
-    // A run handed over after a higher-numbered run of the same key was stored.
+    // A run handed over after a higher-numbered run of the same key was stored: in
+    // submission order, the highest number stored so far (n log n, however many runs
+    // a key sealed).
+    let mut arrival: Vec<(i64, u64)> = runs.iter().map(|l| (l.log_index, l.seq)).collect();
+    arrival.sort_unstable();
     let mut late = Vec::new();
-    for l in &runs {
-        if let Some(later) = runs
-            .iter()
-            .filter(|o| o.seq > l.seq && o.log_index < l.log_index)
-            .map(|o| o.seq)
-            .max()
-        {
-            late.push((l.seq, later));
+    let mut highest: Option<u64> = None;
+    for (_, seq) in arrival {
+        match highest {
+            Some(h) if h > seq => late.push((seq, h)),
+            Some(h) if h >= seq => {}
+            _ => highest = Some(seq),
         }
     }
+    late.sort_unstable();
+    late.dedup();
     KeyChain {
         key,
         runs,
@@ -281,6 +291,11 @@ mod tests {
         assert!(c.chains[0].missing.is_empty());
         assert_eq!(c.chains[0].late, vec![(1, 2)]);
         assert!(c.chains[0].has_gaps());
+        // Numbers at the ends of the range: no overflow, no list of every number.
+        let c = KeyChains::of(vec![link(u64::MAX, "x", "y", 0), link(5, "s", "a", 1)]);
+        assert_eq!(c.chains[0].missing, vec![(0, 4), (6, u64::MAX - 1)]);
+        assert_eq!(c.missing_runs(), u64::MAX - 1);
+        assert_eq!(c.chains[0].late, vec![(5, u64::MAX)]);
         // The same run handed over twice (two byte-copies): one seal, no fork.
         let c = KeyChains::of(vec![link(0, "s", "a", 0), link(0, "s", "a", 1)]);
         assert!(!c.chains[0].has_gaps());
