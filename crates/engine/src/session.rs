@@ -494,9 +494,10 @@ impl Session {
     }
 }
 
-/// Writes `bundle` as `<dir>/<run>.json`.
+/// Writes `bundle` as `<dir>/<run>.json`, atomically (a temporary file fsynced and
+/// renamed into place): a crash never leaves a partial or empty bundle.
 pub fn write_bundle(dir: &Path, bundle: &knox_types::bundle::Bundle) -> Result<(), EngineError> {
     let path = dir.join(format!("{}.json", bundle.run_id));
     let bytes = serde_json::to_vec(bundle).map_err(EngineError::Serialize)?;
-    std::fs::write(&path, bytes).map_err(|source| EngineError::Output { path, source })
+    knox_files::write_atomic(&path, &bytes).map_err(|source| EngineError::Output { path, source })
 }

@@ -375,6 +375,7 @@ pub fn plan(
                 platform: rt.platform.clone(),
                 models: spec.models.clone(),
                 contract: spec.contract.map(embedded_contract),
+                manifest: embedded_manifest(&rt.manifest),
             };
             Some(Journal::create(
                 &dir.join(format!("{run_id}.journal.jsonl")),

@@ -615,6 +615,7 @@ fn agrees(b: &Bundle, header: &[u8], lines: &[(u64, Vec<u8>)]) -> State {
         platform: b.platform.clone(),
         models: b.models.clone(),
         contract: b.contract.clone(),
+        manifest: b.manifest.clone(),
     };
     if h != expected {
         return State::tampered(

@@ -141,6 +141,11 @@ pub struct JournalHeader {
     /// journal's prefix can be replayed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contract: Option<SignedContract>,
+    /// The toolkit manifest's canonical bytes, as in a bundle ([`Bundle::manifest`]):
+    /// present when the run's manifest is not one every verifier knows, so a journal's
+    /// prefix (a live run, a crashed one) verifies with no other file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<String>,
 }
 
 /// A signed capability contract as evidence carries it: the authority's DSSE envelope

@@ -141,7 +141,7 @@ pub fn verify_journal<M: TrustedManifests + ?Sized>(
         platform: header.platform,
         refresh: None,
         models: header.models,
-        manifest: None,
+        manifest: header.manifest,
         contract: header.contract,
         as_written: Some(r.found),
     };

@@ -192,6 +192,10 @@ fn run_over(
         ));
     }
     let _out = super::out_dir(&args.out, args.force)?;
+    let mut stream = match (&args.stream_to, &args.stream_key) {
+        (Some(url), Some(key)) => Some(super::serve::Stream::start(url, key, &args.out)?),
+        _ => None,
+    };
     // The manifest is the process's for its whole life: a model executor borrows it.
     let manifest: &'static ToolkitManifest = Box::leak(Box::new(manifest));
     let cache_dir = super::absolute_cache_dir(args.models.cache.cache_dir.as_deref())?;
@@ -276,7 +280,7 @@ fn run_over(
         .signal(signal)
         .output(&args.out)
         .refresh(args.refresh);
-    if args.journal {
+    if args.journal || stream.is_some() {
         builder = builder.journal_dir(&args.out);
     }
     let session = builder
@@ -302,6 +306,12 @@ fn run_over(
             .map(|(g, n)| (g.as_str(), *n))
             .collect();
         let bundle = args.out.join(format!("{}.json", out.bundle.run_id));
+        if let Some(s) = stream.as_mut() {
+            // The bytes as written, which the live run's sealed copy must agree with.
+            let bytes = std::fs::read(&bundle)
+                .map_err(|e| fail(Kind::IoErr, format!("{}: {e}", bundle.display())))?;
+            s.seal(&bytes);
+        }
         if !args.json {
             crate::outln!(
                 "{}: {} proposals, {} executed, blocked {:?}, {} plan failure(s); verified {} — {}",
@@ -323,6 +333,9 @@ fn run_over(
             "plan_failures": out.stats.plan_failures,
             "verified": report.outcome.name(),
         }));
+    }
+    if let Some(s) = stream {
+        s.finish();
     }
     let summary = json!({
         "manifest": manifest.hash().to_string(),

@@ -97,13 +97,8 @@ pub struct RunArgs {
     pub checkpoint_every_ms: u64,
     /// Stream each run live to a `knox serve` store, `http://HOST:PORT`: every node as
     /// it is committed (the journal, followed; implies `--journal`), then the sealed
-    /// bundle. Signed with `--stream-key`.
-    #[arg(
-        long,
-        value_name = "URL",
-        requires = "stream_key",
-        conflicts_with = "user_tools"
-    )]
+    /// bundle. Signed with `--stream-key`. Workload, `--manifest` and `--contract` runs.
+    #[arg(long, value_name = "URL", requires = "stream_key")]
     pub stream_to: Option<String>,
     /// The provider's private key the stream is signed with (`knox keygen`).
     #[arg(value_parser = crate::cmd::path, long, value_name = "KEY", requires = "stream_to")]

@@ -176,6 +176,52 @@ fn run_streams_each_run_live_then_sealed() {
     assert_eq!(streamed_complete(d, &d.join("out"), &url), 2);
 }
 
+/// A run over the user's own manifest streams like a workload's: live, then sealed.
+#[test]
+fn a_manifest_run_streams_live_then_sealed() {
+    use super::toolkit::{BANK, plan, write};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    acme_and_cnil(d);
+    let (_server, url, _) = start(d);
+    write(d, "bank.toml", BANK);
+    write(d, "plan.json", &plan(20));
+    write(
+        d,
+        "responses.json",
+        r#"{"bank.get_balance": {"balance": 120}, "bank.send_money": {"ok": true}}"#,
+    );
+    let out = knox_in(
+        d,
+        &[
+            "run",
+            "--manifest",
+            "bank.toml",
+            "--prompt",
+            "Check my main balance and send 20 to DE001",
+            "--plan",
+            "plan.json",
+            "--responses",
+            "responses.json",
+            "--out",
+            "out",
+            "--stream-to",
+            &url,
+            "--stream-key",
+            "acme.key",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success()
+            && err.contains("1 sealed bundles submitted")
+            && !err.contains("failed"),
+        "{err}{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(streamed_complete(d, &d.join("out"), &url), 1);
+}
+
 /// Checks every journal in `out` against the store at `url` (as the regulator `cnil`):
 /// its live run — named by the provider, the run id and the run's own key — is
 /// complete, every node line received and verified. Returns how many runs it checked.

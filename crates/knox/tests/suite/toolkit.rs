@@ -9,7 +9,8 @@ use std::path::Path;
 
 use super::support::knox;
 
-const BANK: &str = r#"
+/// A user manifest: one remote bank server with a read and a write tool.
+pub(super) const BANK: &str = r#"
 format = "knox-toolkit/1"
 
 [runtime]
@@ -36,13 +37,14 @@ prose = ["memo"]
 inputSchema = { type = "object", properties = { to = { type = "string" }, amount = { type = "number", maximum = 100 }, memo = { type = "string" } }, required = ["to", "amount"], additionalProperties = false }
 "#;
 
-fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+pub(super) fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
     p
 }
 
-fn plan(amount: u32) -> String {
+/// A plan over [`BANK`]: the balance read, then `amount` sent to DE001.
+pub(super) fn plan(amount: u32) -> String {
     serde_json::json!({"tasks": [{"calls": [
         {"tool": "bank.get_balance", "params": {"account": "main"}},
         {"tool": "bank.send_money", "params": {"to": "DE001", "amount": amount, "memo": "Thanks for dinner"}}]}]})
