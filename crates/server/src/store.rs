@@ -1286,7 +1286,9 @@ impl Store {
             let (name, day): (String, i64) = (r.try_get("label")?, r.try_get("day")?);
             let (blocked, calls): (i64, i64) = (r.try_get("blocked")?, r.try_get("calls")?);
             let pct = if calls > 0 { 100 * blocked / calls } else { 0 };
-            d.rate.push((format!("{name} day {day}"), pct));
+            let date = crate::ui::when(day.saturating_mul(86_400));
+            let date = date.get(..10).unwrap_or(&date);
+            d.rate.push((format!("{name} {date}"), pct));
         }
         Ok(d)
     }

@@ -294,7 +294,7 @@ pub fn bars(rows: &[(String, i64)]) -> Markup {
     let max = rows.iter().map(|(_, n)| *n).max().unwrap_or(1).max(1);
     let h = 20 * u32::try_from(rows.len()).unwrap_or(0) + 4;
     html! {
-        svg xmlns="http://www.w3.org/2000/svg" width="640" height=(h) {
+        svg xmlns="http://www.w3.org/2000/svg" width="720" height=(h) {
             @for (i, (label, n)) in rows.iter().enumerate() {
                 @let y = 20 * u32::try_from(i).unwrap_or(0);
                 @let w = 1 + 380 * n / max;
@@ -328,7 +328,7 @@ pub fn chains(list: &[(String, crate::chains::KeyChains)]) -> Markup {
                             @if !c.forks.is_empty() || !c.late.is_empty() {
                                 " — "
                                 @for l in c.runs.iter().filter(|l| c.forks.contains(&l.seq) || c.late.iter().any(|(n, _)| *n == l.seq)) {
-                                    a href={ "/runs/" (l.digest) } { "run " (l.seq) } " "
+                                    a href={ "/runs/" (l.digest) } { "run " (l.seq) " (" (l.outcome) ")" } " "
                                 }
                             }
                         }
