@@ -69,6 +69,30 @@ fn start(d: &std::path::Path) -> (Server, String, String) {
     (Server(child), url, line)
 }
 
+/// `knox report` of acme's runs as the regulator cnil, as HTML.
+fn exit_report(d: &std::path::Path, url: &str) -> String {
+    let out = knox_in(
+        d,
+        &[
+            "report",
+            "--provider",
+            "acme",
+            "--to",
+            url,
+            "--key",
+            "cnil.key",
+            "--out",
+            "exit.html",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read_to_string(d.join("exit.html")).unwrap()
+}
+
 /// The bundles one `knox run` seals are one chain of its in-TEE key: a provider who
 /// submits all but one leaves a gap the regulator's exit report names; the run handed
 /// over afterwards shows as late.
@@ -108,25 +132,7 @@ fn a_run_withheld_from_a_knox_run_shows_in_the_exit_report() {
             String::from_utf8_lossy(&out.stderr)
         );
     };
-    let report = || {
-        let out = run(&[
-            "report",
-            "--provider",
-            "acme",
-            "--to",
-            &url,
-            "--key",
-            "cnil.key",
-            "--out",
-            "exit.html",
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::fs::read_to_string(d.join("exit.html")).unwrap()
-    };
+    let report = || exit_report(d, &url);
     // Run 1 withheld.
     for (n, f) in &by_seq {
         if *n != 1 {
@@ -363,23 +369,7 @@ fn serve_submit_login_and_report_end_to_end() {
     let out = run(&["login", "--to", &url, "--key", "cnil.key"]);
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).starts_with(&format!("{url}/login?token=")));
-    let out = run(&[
-        "report",
-        "--provider",
-        "acme",
-        "--to",
-        &url,
-        "--key",
-        "cnil.key",
-        "--out",
-        "exit.html",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let html = std::fs::read_to_string(d.join("exit.html")).unwrap();
+    let html = exit_report(d, &url);
     assert!(
         html.contains("2 runs; 1 complete, 0 prefix, 1 tampered"),
         "{html}"
