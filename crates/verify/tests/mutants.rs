@@ -46,13 +46,16 @@ use serde_json::{Map, Value, json};
 
 const ALLOW: Options = Options::DANGEROUS_SIMULATED;
 
-/// One bundle file per topology, and the journal beside one of them.
-const TOPOLOGIES: [&str; 5] = [
+/// One bundle file per topology (evidence format v2), a bundle of format v3 (its
+/// signed summary places it in its key's chain of runs: `tests/key_chain.rs`), and the
+/// journal beside one of them.
+const TOPOLOGIES: [&str; 6] = [
     "st-sa",
     "mt-sa-seq-2",
     "mt-sa-int-3",
     "mt-ma-4-2",
     "mt-ma-3-3",
+    "../chain/run-1",
 ];
 const JOURNAL: &str = "mt-ma-4-2.journal.jsonl";
 
