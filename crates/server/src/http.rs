@@ -642,7 +642,7 @@ async fn chains_of(
             .principal(key)
             .await?
             .map_or_else(|| key.clone(), |p| p.name);
-        let links = app.store.chain_links(key, to).await?;
+        let links = app.store.chain_links(key, to, None).await?;
         out.push((name, chains::KeyChains::of(links)));
     }
     Ok(out)
@@ -732,12 +732,14 @@ async fn ui_run(
             .filter(|o| o.run_id == run.run_id && o.digest != run.digest)
             .collect();
         let chain = match &run.run_key {
-            Some(key) => {
-                chains::KeyChains::of(app.store.chain_links(&run.provider, i64::MAX).await?)
-                    .chains
-                    .into_iter()
-                    .find(|c| &c.key == key)
-            }
+            Some(key) => chains::KeyChains::of(
+                app.store
+                    .chain_links(&run.provider, i64::MAX, Some(key))
+                    .await?,
+            )
+            .chains
+            .into_iter()
+            .next(),
             None => None,
         };
         Ok(html(ui::run(
@@ -862,7 +864,7 @@ async fn report_page(
     let d = dashboard_of(app, &only, &f).await?;
     let head = app.store.head(&app.log_key, auth::now()).await?;
     let shown_to = to.min(to_i64(auth::now()));
-    let key_chains = chains::KeyChains::of(app.store.chain_links(&prov.key_id, to).await?);
+    let key_chains = chains::KeyChains::of(app.store.chain_links(&prov.key_id, to, None).await?);
     if pdf {
         let base = request_base(headers);
         let bytes = crate::pdf::report(&crate::pdf::Report {

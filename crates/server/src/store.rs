@@ -1033,23 +1033,30 @@ impl Store {
     }
 
     /// The key-chain links of `provider`'s stored bundles submitted up to `to` (Unix
-    /// seconds), by key and number: what [`crate::chains::KeyChains::of`] reads the
-    /// gaps from.
+    /// seconds) — of every key, or of `key` only — by key and number: what
+    /// [`crate::chains::KeyChains::of`] reads the gaps from.
     pub async fn chain_links(
         &self,
         provider: &str,
         to: i64,
+        key: Option<&str>,
     ) -> Result<Vec<crate::chains::Link>, StoreError> {
-        let rows = sqlx::query(
+        let one_key = if key.is_some() {
+            "AND c.run_key = $3 "
+        } else {
+            ""
+        };
+        let sql = format!(
             "SELECT c.run_key, c.seq, c.prev, c.seal, c.digest, r.run_id, r.outcome, r.log_index \
              FROM chain_links c JOIN runs r ON r.digest = c.digest \
-             WHERE c.provider = $1 AND r.submitted_at <= $2 \
-             ORDER BY c.run_key, c.seq, c.digest",
-        )
-        .bind(provider)
-        .bind(to)
-        .fetch_all(&self.pool)
-        .await?;
+             WHERE c.provider = $1 AND r.submitted_at <= $2 {one_key}\
+             ORDER BY c.run_key, c.seq, c.digest"
+        );
+        let mut q = sqlx::query(&sql).bind(provider).bind(to);
+        if let Some(k) = key {
+            q = q.bind(k);
+        }
+        let rows = q.fetch_all(&self.pool).await?;
         rows.iter()
             .map(|r| {
                 Ok(crate::chains::Link {

@@ -517,7 +517,8 @@ async fn a_run_left_out_of_a_keys_chain_shows_as_a_gap_late_or_forked(url: Strin
     let s = Store::open(&url).await.unwrap();
     let p = people(&s).await;
     let acme = &p.acme.1;
-    let chains = || async { KeyChains::of(s.chain_links(&acme.key_id, i64::MAX).await.unwrap()) };
+    let chains =
+        || async { KeyChains::of(s.chain_links(&acme.key_id, i64::MAX, None).await.unwrap()) };
     // A bundle of format v2 has no link.
     ingest(&s, acme, BUNDLE).await;
     assert!(chains().await.chains.is_empty());
@@ -549,13 +550,34 @@ async fn a_run_left_out_of_a_keys_chain_shows_as_a_gap_late_or_forked(url: Strin
     );
     // Another provider's chains are its own: globex handed over nothing.
     assert!(
-        s.chain_links(&p.globex.1.key_id, i64::MAX)
+        s.chain_links(&p.globex.1.key_id, i64::MAX, None)
             .await
             .unwrap()
             .is_empty()
     );
     // A period that ends before anything was handed over shows no link.
-    assert!(s.chain_links(&acme.key_id, -1).await.unwrap().is_empty());
+    assert!(
+        s.chain_links(&acme.key_id, -1, None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // One key's links: that key's only (runs 0, 1 and 2 and the fork; the copy of run
+    // 2 handed over twice is stored once).
+    let key = &chains().await.chains[0].key;
+    assert_eq!(
+        s.chain_links(&acme.key_id, i64::MAX, Some(key))
+            .await
+            .unwrap()
+            .len(),
+        4
+    );
+    assert!(
+        s.chain_links(&acme.key_id, i64::MAX, Some("00"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // The links are append-only, as the runs they index.
     assert!(s.execute_raw("DELETE FROM chain_links").await.is_err());
 }
