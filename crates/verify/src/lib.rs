@@ -248,6 +248,9 @@ fn key_chain_step(s: &mut Steps, b: &Bundle, signed: bool) -> Option<report::Cha
             }
         }
     }
+    if !signed {
+        return None;
+    }
     let seal = match b.summary.seal_digest() {
         Ok(d) => d,
         Err(e) => {
@@ -255,9 +258,6 @@ fn key_chain_step(s: &mut Steps, b: &Bundle, signed: bool) -> Option<report::Cha
             return None;
         }
     };
-    if !signed {
-        return None;
-    }
     let detail = if chain.seq == 0 {
         "run 0 of its key's chain, which starts at the key's platform evidence".to_owned()
     } else {

@@ -192,10 +192,7 @@ fn run_over(
         ));
     }
     let _out = super::out_dir(&args.out, args.force)?;
-    let mut stream = match (&args.stream_to, &args.stream_key) {
-        (Some(url), Some(key)) => Some(super::serve::Stream::start(url, key, &args.out)?),
-        _ => None,
-    };
+    let mut stream = super::run::stream(args)?;
     // The manifest is the process's for its whole life: a model executor borrows it.
     let manifest: &'static ToolkitManifest = Box::leak(Box::new(manifest));
     let cache_dir = super::absolute_cache_dir(args.models.cache.cache_dir.as_deref())?;

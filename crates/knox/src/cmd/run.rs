@@ -176,6 +176,15 @@ pub enum Tools {
     Confined,
 }
 
+/// The live stream `--stream-to`/`--stream-key` ask for, following the journals of
+/// `--out` (workload, `--manifest` and `--contract` runs alike).
+pub(super) fn stream(args: &RunArgs) -> Result<Option<super::serve::Stream>> {
+    match (&args.stream_to, &args.stream_key) {
+        (Some(url), Some(key)) => Ok(Some(super::serve::Stream::start(url, key, &args.out)?)),
+        _ => Ok(None),
+    }
+}
+
 /// Runs the workload and prints the counts.
 pub fn run(args: &RunArgs) -> Result<i32> {
     if let Some(m) = &args.manifest {
@@ -195,10 +204,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         ));
     }
     let _out = super::out_dir(&args.out, args.force)?;
-    let mut stream = match (&args.stream_to, &args.stream_key) {
-        (Some(url), Some(key)) => Some(super::serve::Stream::start(url, key, &args.out)?),
-        _ => None,
-    };
+    let mut stream = stream(args)?;
     let mut regulation = args.regulation.setup()?;
     let backend = session::backend(&args.platform)?;
     let mut rt = session::runtime_with(backend.as_ref(), &nonce)?;
