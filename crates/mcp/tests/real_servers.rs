@@ -582,6 +582,21 @@ fn the_python_fastmcp_server_answers_and_its_misbehaviour_is_contained() {
     );
     let r = run.call(&*runner, "py.add", json!({"a": 3, "b": 4}));
     assert_eq!(r.output["structuredContent"]["result"], 7, "{}", r.output);
+    // An exit between two calls: the next call finds the server gone, records how it
+    // ended and gets a fresh process (the run's runtime only runs during calls).
+    let r = run.call(&*runner, "py.exit_soon", json!({}));
+    assert_eq!(text(&r), "leaving", "{}", r.output);
+    std::thread::sleep(Duration::from_millis(1500));
+    let r = run.call(&*runner, "py.add", json!({"a": 5, "b": 5}));
+    assert_eq!(r.output["structuredContent"]["result"], 10, "{}", r.output);
+    assert!(
+        r.kernel.iter().any(|e| e.event == "limit"
+            && e.detail
+                .as_deref()
+                .is_some_and(|d| d.contains("exited with status 4"))),
+        "{:?}",
+        r.kernel
+    );
 }
 
 #[test]
