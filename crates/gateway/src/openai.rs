@@ -32,6 +32,6 @@ pub mod serve;
 mod stream;
 mod upstream;
 
-pub use conversation::{CONVERSATION_HEADER, RUN_HEADER, Sealed};
+pub use conversation::{CONVERSATION_HEADER, RUN_HEADER, SealHook, Sealed};
 pub use error::ApiError;
 pub use proxy::{Proxy, ProxyConfig};

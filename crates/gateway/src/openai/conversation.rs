@@ -57,6 +57,17 @@ pub struct Sealed {
     pub bundle: Result<Option<PathBuf>, String>,
 }
 
+/// A function told of each sealed conversation, from the conversation's own thread
+/// (see [`super::ProxyConfig::on_seal`]).
+#[derive(Clone)]
+pub struct SealHook(pub Arc<dyn Fn(&Sealed) + Send + Sync>);
+
+impl std::fmt::Debug for SealHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SealHook")
+    }
+}
+
 enum Cmd {
     /// Mediate these calls, in order; answer one decision each, keyed by call id.
     Mediate {
@@ -178,6 +189,7 @@ pub(crate) struct Table {
     out: Option<PathBuf>,
     live: Arc<Mutex<HashMap<String, Slot>>>,
     sealed: Arc<Mutex<Vec<Sealed>>>,
+    on_seal: Option<SealHook>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
@@ -194,8 +206,16 @@ impl Table {
             out,
             live: Arc::default(),
             sealed: Arc::default(),
+            on_seal: None,
             threads: Mutex::default(),
         }
+    }
+
+    /// Tells `hook` of each conversation as it is sealed.
+    #[must_use]
+    pub fn on_seal(mut self, hook: Option<SealHook>) -> Self {
+        self.on_seal = hook;
+        self
     }
 
     /// The conversation `key`, opened (planned from `messages`) if it is not live. Blocks
@@ -227,6 +247,7 @@ impl Table {
             out: self.out.clone(),
             live: self.live.clone(),
             sealed: self.sealed.clone(),
+            on_seal: self.on_seal.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("knox-conversation".into())
@@ -281,6 +302,7 @@ struct Owner {
     out: Option<PathBuf>,
     live: Arc<Mutex<HashMap<String, Slot>>>,
     sealed: Arc<Mutex<Vec<Sealed>>>,
+    on_seal: Option<SealHook>,
 }
 
 impl Owner {
@@ -362,11 +384,15 @@ impl Owner {
                     .map(|d| d.join(format!("{}.json", b.run_id)))
             })
             .map_err(|e| e.to_string());
-        lock(&self.sealed).push(Sealed {
+        let sealed = Sealed {
             run_id,
             conversation: self.key,
             bundle,
-        });
+        };
+        if let Some(hook) = &self.on_seal {
+            (hook.0)(&sealed);
+        }
+        lock(&self.sealed).push(sealed);
     }
 
     /// Proposes one call; keeps an allowed call's ticket under its id.

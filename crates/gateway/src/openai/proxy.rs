@@ -15,7 +15,7 @@ use axum::routing::{get, post};
 use knox_engine::Session;
 use serde_json::{Value, json};
 
-use super::conversation::{self, CONVERSATION_HEADER, Handle, RUN_HEADER, Sealed, Table};
+use super::conversation::{self, CONVERSATION_HEADER, Handle, RUN_HEADER, SealHook, Sealed, Table};
 use super::error::ApiError;
 use super::mediate;
 use super::stream::{Mediate, StreamMediator};
@@ -36,6 +36,9 @@ pub struct ProxyConfig {
     pub upstream_timeout: Duration,
     /// Where the session writes bundles (reported with each sealed conversation).
     pub out: Option<PathBuf>,
+    /// Told of each conversation as it is sealed, from the conversation's own thread
+    /// (`knox gateway openai --stream-to` submits the bundle to the store then).
+    pub on_seal: Option<SealHook>,
 }
 
 impl Default for ProxyConfig {
@@ -47,6 +50,7 @@ impl Default for ProxyConfig {
             max_body: 4 << 20,
             upstream_timeout: Duration::from_secs(300),
             out: None,
+            on_seal: None,
         }
     }
 }
@@ -72,7 +76,8 @@ impl Proxy {
     /// directory receives their bundles, its journal directory their journals).
     pub fn new(session: Arc<Session>, config: &ProxyConfig) -> Arc<Self> {
         Arc::new(Self {
-            table: Table::new(session, config.idle, config.out.clone()),
+            table: Table::new(session, config.idle, config.out.clone())
+                .on_seal(config.on_seal.clone()),
             upstream: Upstream::new(
                 &config.upstream,
                 config.api_key.clone(),

@@ -407,3 +407,60 @@ impl Stream {
         }
     }
 }
+
+/// `knox gateway … --stream-to`: a [`Stream`] fed from other threads. A gateway seals
+/// its sessions on threads of its own, as each ends; the bundle's path is handed over
+/// with [`Sealing::sender`] and submitted from this stream's thread, in the order the
+/// sessions were sealed.
+#[derive(Debug)]
+pub struct Sealing {
+    tx: std::sync::mpsc::Sender<Option<PathBuf>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// Hands a sealed bundle's path to a [`Sealing`] stream.
+#[derive(Debug, Clone)]
+pub struct Sealed(std::sync::mpsc::Sender<Option<PathBuf>>);
+
+impl Sealed {
+    /// Submits the bundle at `path` (after those handed over before it).
+    pub fn submit(&self, path: PathBuf) {
+        // After `Sealing::finish` nothing is submitted any more: the gateway has ended.
+        let _ = self.0.send(Some(path));
+    }
+}
+
+impl Sealing {
+    /// Starts following the journals of `dir` (see [`Stream::start`]).
+    pub fn start(url: &str, key: &Path, dir: &Path) -> Result<Self> {
+        let mut stream = Stream::start(url, key, dir)?;
+        let (tx, rx) = std::sync::mpsc::channel::<Option<PathBuf>>();
+        let thread = std::thread::Builder::new()
+            .name("knox-stream-seal".into())
+            .spawn(move || {
+                while let Ok(Some(path)) = rx.recv() {
+                    match std::fs::read(&path) {
+                        Ok(bytes) => stream.seal(&bytes),
+                        Err(e) => stream.errors.push(format!("{}: {e}", path.display())),
+                    }
+                }
+                stream.finish();
+            })
+            .map_err(|e| fail(Kind::Software, format!("cannot start streaming: {e}")))?;
+        Ok(Self { tx, thread })
+    }
+
+    /// Where sealed bundles are handed over.
+    pub fn sender(&self) -> Sealed {
+        Sealed(self.tx.clone())
+    }
+
+    /// Submits what was handed over so far, delivers what is left of the journals and
+    /// says what was streamed (on standard error).
+    pub fn finish(self) {
+        let _ = self.tx.send(None);
+        if self.thread.join().is_err() {
+            eprintln!("streaming: the thread submitting sealed bundles panicked");
+        }
+    }
+}

@@ -193,7 +193,7 @@ fn kernel_denied(b: &Bundle, file: &Path, audit: Option<&super::support::AuditOn
     }
 }
 
-fn wait(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+pub(super) fn wait(child: &mut Child, within: Duration) -> std::process::ExitStatus {
     let deadline = Instant::now() + within;
     loop {
         if let Some(s) = child.try_wait().unwrap() {

@@ -39,7 +39,7 @@ inputSchema = { type = "object", properties = { to = { type = "string" }, amount
 /// The scripted model, served with the standard library on a loopback port it prints:
 /// (0 tool results) read the balance; (1) the injected transfer beside the planned one;
 /// (2+) a final answer.
-const UPSTREAM: &str = r#"
+pub(super) const UPSTREAM: &str = r#"
 import json
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -107,7 +107,7 @@ fn root() -> PathBuf {
 
 /// The interpreter with `openai` and `openai-agents`; fails naming the script that
 /// installs them.
-fn python() -> PathBuf {
+pub(super) fn python() -> PathBuf {
     let p = std::env::var_os("KNOX_OPENAI_PYTHON").map_or_else(
         || root().join(".mcp-servers/venv/bin/python"),
         PathBuf::from,
@@ -125,7 +125,7 @@ fn python() -> PathBuf {
 }
 
 /// Kills the child when the test ends, however it ends.
-struct Reaped(Child);
+pub(super) struct Reaped(pub(super) Child);
 
 impl Drop for Reaped {
     fn drop(&mut self) {
@@ -134,13 +134,13 @@ impl Drop for Reaped {
     }
 }
 
-fn first_line(r: impl std::io::Read) -> String {
+pub(super) fn first_line(r: impl std::io::Read) -> String {
     let mut line = String::new();
     BufReader::new(r).read_line(&mut line).unwrap();
     line
 }
 
-fn client(py: &Path, script: &str, base: &str, conv: &str, stream: bool) -> Value {
+pub(super) fn client(py: &Path, script: &str, base: &str, conv: &str, stream: bool) -> Value {
     let o = Command::new(py)
         .arg(root().join("examples/clients").join(script))
         .env("KNOX_BASE_URL", base)
@@ -161,7 +161,7 @@ fn client(py: &Path, script: &str, base: &str, conv: &str, stream: bool) -> Valu
 
 /// Writes the bank's manifest (`bank.toml`) and the user's plan (`plan.json`: read
 /// the main account's balance, then pay DE001 20) into `d`.
-fn bank(d: &Path) {
+pub(super) fn bank(d: &Path) {
     std::fs::write(d.join("bank.toml"), BANK).unwrap();
     let plan = serde_json::json!({"calls": [
         {"tool": "bank.get_balance", "params": {"account": "main"}},

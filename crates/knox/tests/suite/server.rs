@@ -1,7 +1,7 @@
 //! `knox serve` with no set-up (SQLite under the XDG data folder, a log key created on
 //! first start), `knox submit` (signed, each inclusion proof checked, exit 1 for a
 //! tampered run), `knox login`, `knox report` (HTML and PDF); `knox run --stream-to`
-//! (each run live in the store, then complete).
+//! and `knox gateway … --stream-to` (each run live in the store, then complete).
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Child, Stdio};
@@ -232,38 +232,338 @@ fn submitted_all(out: &std::process::Output, n: usize) {
 /// its live run — named by the provider, the run id and the run's own key — is
 /// complete, every node line received and verified. Returns how many runs it checked.
 fn streamed_complete(d: &std::path::Path, out: &std::path::Path, url: &str) -> usize {
-    let key = knox_attest::keyfile::decode(&std::fs::read(d.join("cnil.key")).unwrap()).unwrap();
-    let cnil = knox_server::client::Client::new(url, key).unwrap();
-    let acme = knox_attest::keyfile::decode(&std::fs::read(d.join("acme.key")).unwrap()).unwrap();
-    let acme_id = knox_attest::key::key_id(&acme.public_bytes()).to_hex();
     let mut runs = 0;
     for e in std::fs::read_dir(out).unwrap().flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(run_id) = name.strip_suffix(".journal.jsonl") else {
+        if !e.file_name().to_string_lossy().ends_with(".journal.jsonl") {
             continue;
-        };
+        }
         runs += 1;
-        let journal = std::fs::read_to_string(e.path()).unwrap();
-        // The header aside, and the signed checkpoints (not stored by the live store).
-        let nodes = journal
-            .lines()
-            .skip(1)
-            .filter(|l| serde_json::from_str::<knox_types::checkpoint::Checkpoint>(l).is_err())
-            .count();
-        let header: knox_types::bundle::JournalHeader =
-            serde_json::from_str(journal.lines().next().unwrap()).unwrap();
-        let id = knox_server::live::live_id(
-            &acme_id,
-            run_id,
-            &knox_server::ingest::run_key(&header.key),
-        );
-        let v: serde_json::Value = cnil.ok("GET", &format!("/api/live/{id}"), b"").unwrap();
+        let (v, nodes) = live(d, &e.path(), url).unwrap();
         assert_eq!(v["status"], "complete", "{v}");
         assert_eq!(v["run"]["received"], nodes, "{v}");
         assert_eq!(v["run"]["verified"], nodes, "{v}");
         assert_eq!(v["run"]["conflicts"], 0, "{v}");
     }
     runs
+}
+
+/// The live run of `journal` as the store at `url` shows it to the regulator `cnil`,
+/// and the node lines the journal holds now (its header and signed checkpoints aside:
+/// the live store does not keep checkpoints); an error while the store has none.
+fn live(
+    d: &std::path::Path,
+    journal: &std::path::Path,
+    url: &str,
+) -> Result<(serde_json::Value, usize), String> {
+    let key = knox_attest::keyfile::decode(&std::fs::read(d.join("cnil.key")).unwrap()).unwrap();
+    let cnil = knox_server::client::Client::new(url, key).unwrap();
+    let acme = knox_attest::keyfile::decode(&std::fs::read(d.join("acme.key")).unwrap()).unwrap();
+    let acme_id = knox_attest::key::key_id(&acme.public_bytes()).to_hex();
+    let name = journal.file_name().unwrap().to_string_lossy().into_owned();
+    let run_id = name.strip_suffix(".journal.jsonl").unwrap();
+    let text = std::fs::read_to_string(journal).map_err(|e| e.to_string())?;
+    let mut lines = text.lines();
+    let header: knox_types::bundle::JournalHeader =
+        serde_json::from_str(lines.next().ok_or("no header yet")?).map_err(|e| e.to_string())?;
+    let nodes = lines
+        .filter(|l| serde_json::from_str::<knox_types::checkpoint::Checkpoint>(l).is_err())
+        .count();
+    let id =
+        knox_server::live::live_id(&acme_id, run_id, &knox_server::ingest::run_key(&header.key));
+    let v = cnil
+        .ok("GET", &format!("/api/live/{id}"), b"")
+        .map_err(|e| e.to_string())?;
+    Ok((v, nodes))
+}
+
+/// `knox gateway mcp --stream-to`, a stdio session in front of npm's filesystem
+/// server: while the client works the session is in the store *in progress*, every
+/// node so far received and verified; the client's off-plan write is blocked; when the
+/// client hangs up the session is sealed, its bundle submitted at once, and the live
+/// run is complete.
+#[test]
+fn an_mcp_gateway_session_streams_live_then_sealed() {
+    use std::io::Write as _;
+    use std::time::{Duration, Instant};
+    let servers = super::gateway_mcp::installed();
+    let fx = super::gateway_mcp::Fixture::new(&servers);
+    let d = fx.path();
+    acme_and_cnil(d);
+    let (_server, url, _) = start(d);
+    let out = d.join("out");
+    let mut gw = Server(
+        knox()
+            .current_dir(d)
+            .env("XDG_DATA_HOME", d.join("data"))
+            .args([
+                "gateway",
+                "mcp",
+                "--manifest",
+                "fs.toml",
+                "--mcp",
+                "servers.toml",
+            ])
+            .args(["--prompt", "Read my notes", "--plan", "plan.json", "--out"])
+            .arg(&out)
+            .args(["--stream-to", &url, "--stream-key", "acme.key"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdin = gw.0.stdin.take().unwrap();
+    let mut lines = BufReader::new(gw.0.stdout.take().unwrap()).lines();
+    let mut send = |v: &str| {
+        stdin.write_all(v.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    };
+    send(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"scripted","version":"1"}}}"#,
+    );
+    let Some(Ok(init)) = lines.next() else {
+        let mut err = String::new();
+        std::io::Read::read_to_string(gw.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+        if err.contains("kernel sandbox") && std::env::var_os("CI").is_none() {
+            eprintln!("skipping: kernel sandbox unavailable here: {err}");
+            return;
+        }
+        panic!("the gateway did not answer: {err}");
+    };
+    assert!(init.contains("knox-gateway"), "{init}");
+    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let notes = d.join("docs/notes.txt");
+    send(
+        &serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "fs.read_text_file", "arguments": {"path": notes}}})
+        .to_string(),
+    );
+    let read: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_ne!(read["result"]["isError"], true, "{read}");
+    // Live: the session is in the store while it runs, every node so far verified.
+    let journal = out.join("mcp-stdio-0000.journal.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let seen = loop {
+        if let Ok((v, nodes)) = live(d, &journal, &url)
+            && v["status"] == "in progress"
+            && nodes > 0
+            && v["run"]["received"] == nodes
+        {
+            break v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the session never showed live: {:?}",
+            live(d, &journal, &url)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(seen["run"]["verified"], seen["run"]["received"], "{seen}");
+    send(
+        &serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "fs.write_file",
+                       "arguments": {"path": d.join("docs/secrets.txt"), "content": "pwned"}}})
+        .to_string(),
+    );
+    let write: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(write["result"]["isError"], true, "{write}");
+    // The client hangs up: the session is sealed and its bundle submitted.
+    drop(stdin);
+    let status = super::gateway_mcp::wait(&mut gw.0, Duration::from_secs(60));
+    let mut err = String::new();
+    std::io::Read::read_to_string(gw.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(
+        status.success() && err.contains("1 sealed bundles submitted") && !err.contains("failed"),
+        "{err}"
+    );
+    assert!(!d.join("docs/secrets.txt").exists());
+    assert_eq!(streamed_complete(d, &out, &url), 1);
+}
+
+/// `knox gateway mcp --http --stream-to`: a session the user opens and closes over
+/// HTTP is submitted as soon as it is sealed, while the gateway goes on serving.
+#[test]
+fn an_http_mcp_gateway_submits_each_session_as_it_is_sealed() {
+    use std::time::{Duration, Instant};
+    let servers = super::gateway_mcp::installed();
+    let fx = super::gateway_mcp::Fixture::new(&servers);
+    let d = fx.path();
+    acme_and_cnil(d);
+    let (_server, url, _) = start(d);
+    let out = d.join("out");
+    let mut gw = Server(
+        knox()
+            .current_dir(d)
+            .env("XDG_DATA_HOME", d.join("data"))
+            .args([
+                "gateway",
+                "mcp",
+                "--manifest",
+                "fs.toml",
+                "--mcp",
+                "servers.toml",
+            ])
+            .args(["--http", "127.0.0.1:0", "--out"])
+            .arg(&out)
+            .args(["--stream-to", &url, "--stream-key", "acme.key"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(gw.0.stdout.take().unwrap()).lines();
+    let listening: serde_json::Value =
+        serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let sessions = listening["open_sessions"].as_str().unwrap().to_owned();
+    // The user opens a session with the plan, then closes it (no call made).
+    let user = r#"
+import json, sys, urllib.request
+url, token, plan = sys.argv[1], open(sys.argv[2]).read().strip(), json.load(open(sys.argv[3]))
+def call(method, u, body=None):
+    r = urllib.request.Request(u, method=method, data=json.dumps(body).encode() if body else None,
+        headers={"Content-Type": "application/json", "Authorization": "Bearer " + token})
+    with urllib.request.urlopen(r) as resp:
+        return json.loads(resp.read())
+opened = call("POST", url, {"prompt": "Read my notes", "plan": plan})
+print(json.dumps(call("DELETE", url + "/" + opened["session"])))
+"#;
+    let o = std::process::Command::new(servers.join("venv/bin/python"))
+        .args(["-c", user, &sessions])
+        .arg(listening["token_file"].as_str().unwrap())
+        .arg(d.join("plan.json"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let end: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(end["verified"], "complete", "{end}");
+    let journal = out.join(format!("{}.journal.jsonl", end["run_id"].as_str().unwrap()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok((v, _)) = live(d, &journal, &url)
+            && v["status"] == "complete"
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sealed session never reached the store: {:?}",
+            live(d, &journal, &url)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        gw.0.try_wait().unwrap().is_none(),
+        "the gateway still serves"
+    );
+    let pid = gw.0.id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-USR1", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = super::gateway_mcp::wait(&mut gw.0, Duration::from_secs(60));
+    let mut err = String::new();
+    std::io::Read::read_to_string(gw.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(
+        status.success() && err.contains("1 sealed bundles submitted") && !err.contains("failed"),
+        "{err}"
+    );
+    assert_eq!(streamed_complete(d, &out, &url), 1);
+}
+
+/// `knox gateway openai --stream-to`: the `openai` client's conversation through the
+/// proxy to a scripted upstream streams into the store; once idle the conversation is
+/// sealed and its bundle submitted while the proxy still serves (the live run is
+/// complete before the proxy is stopped).
+#[test]
+fn an_openai_gateway_conversation_is_submitted_as_soon_as_it_is_sealed() {
+    use super::gateway_openai as oa;
+    use std::time::{Duration, Instant};
+    let py = oa::python();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    acme_and_cnil(d);
+    let (_server, url, _) = start(d);
+    oa::bank(d);
+    std::fs::write(d.join("upstream.py"), oa::UPSTREAM).unwrap();
+    let mut up = oa::Reaped(
+        std::process::Command::new(&py)
+            .arg(d.join("upstream.py"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let port = oa::first_line(up.0.stdout.take().unwrap())
+        .trim()
+        .to_owned();
+    let out = d.join("out");
+    let mut gw = oa::Reaped(
+        knox()
+            .current_dir(d)
+            .env("XDG_DATA_HOME", d.join("data"))
+            .args([
+                "gateway",
+                "openai",
+                "--manifest",
+                "bank.toml",
+                "--plan",
+                "plan.json",
+            ])
+            .args(["--upstream", &format!("http://127.0.0.1:{port}/v1")])
+            .args(["--listen", "127.0.0.1:0", "--idle-secs", "1", "--out"])
+            .arg(&out)
+            .args(["--stream-to", &url, "--stream-key", "acme.key"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // Standard error stays open to the end: the stream's summary is written there.
+    let mut err = BufReader::new(gw.0.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let base = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_owned();
+    let r = oa::client(&py, "openai_sdk.py", &base, "sdk", false);
+    assert_eq!(r["final"], "Paid DE001 20.", "{r}");
+    let journal = out.join("conv-0000.journal.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok((v, _)) = live(d, &journal, &url)
+            && v["status"] == "complete"
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sealed conversation never reached the store: {:?}",
+            live(d, &journal, &url)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(gw.0.try_wait().unwrap().is_none(), "the proxy still serves");
+    let pid = gw.0.id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-USR1", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = gw.0.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    assert!(
+        status.success() && rest.contains("1 sealed bundles submitted") && !rest.contains("failed"),
+        "{rest}"
+    );
+    assert_eq!(streamed_complete(d, &out, &url), 1);
 }
 
 /// `knox demo --stream-to`, twice into one store: the second demo reuses the first's

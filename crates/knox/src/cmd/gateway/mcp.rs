@@ -77,6 +77,14 @@ pub struct McpGatewayArgs {
     /// Largest MCP message a client may send, in bytes.
     #[arg(long, default_value_t = knox_gateway::mcp::DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_bytes: usize,
+    /// Stream every session live to a `knox serve` store, `http://HOST:PORT`: each node
+    /// as it is committed (the session's journal in `--out`, followed), then the
+    /// sealed bundle as soon as the session ends. Signed with `--stream-key`.
+    #[arg(long, value_name = "URL", requires = "stream_key")]
+    pub stream_to: Option<String>,
+    /// The provider's private key the stream is signed with (`knox keygen`).
+    #[arg(value_parser = cmd::path, long, value_name = "KEY", requires = "stream_to")]
+    pub stream_key: Option<PathBuf>,
     /// Seal every session and end when this file exists (SIGUSR1 does the same).
     #[arg(value_parser = cmd::path, long)]
     pub stop_file: Option<PathBuf>,
@@ -188,7 +196,12 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
         idle_timeout: Duration::from_secs(args.idle_timeout_secs.max(1)),
         max_message_bytes: args.max_message_bytes.max(1024),
     });
-    let ends = match args.http {
+    let stream = match (&args.stream_to, &args.stream_key) {
+        (Some(url), Some(key)) => Some(cmd::serve::Sealing::start(url, key, &args.out)?),
+        _ => None,
+    };
+    let sealed = stream.as_ref().map(cmd::serve::Sealing::sender);
+    let served = match args.http {
         None => {
             let req = OpenRequest {
                 prompt: Prompt {
@@ -197,14 +210,24 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
                 plan,
                 label: "mcp-stdio".into(),
             };
-            let end = knox_gateway::mcp::run_stdio(Arc::clone(&cfg), req)
-                .map_err(|e| fail(Kind::Unavailable, e.to_string()))?;
-            // Standard output is the MCP channel: the summary goes to standard error.
-            eprintln!("{}", serde_json::to_string(end.as_ref())?);
-            vec![end]
+            knox_gateway::mcp::run_stdio(Arc::clone(&cfg), req)
+                .map_err(|e| fail(Kind::Unavailable, e.to_string()))
+                .and_then(|end| {
+                    if let (Some(s), Some(b)) = (&sealed, &end.bundle) {
+                        s.submit(b.clone());
+                    }
+                    // Standard output is the MCP channel: the summary goes to standard error.
+                    eprintln!("{}", serde_json::to_string(end.as_ref())?);
+                    Ok(vec![end])
+                })
         }
-        Some(addr) => serve_http(&cfg, addr)?,
+        Some(addr) => serve_http(&cfg, addr, sealed),
     };
+    // What was sealed is submitted, and the journals delivered, also when serving failed.
+    if let Some(s) = stream {
+        s.finish();
+    }
+    let ends = served?;
     drop(locals);
     let ok = ends
         .iter()
@@ -213,10 +236,12 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
 }
 
 /// The HTTP gateway: the session token written to `<out>/session-token` (mode 0600),
-/// one JSON line on standard output when listening, one per sealed session.
+/// one JSON line on standard output when listening, one per sealed session (whose
+/// bundle goes to `sealed`, when streaming).
 fn serve_http(
     cfg: &Arc<GatewayConfig>,
     addr: SocketAddr,
+    sealed: Option<cmd::serve::Sealed>,
 ) -> Result<Vec<Arc<knox_gateway::mcp::SessionEnd>>> {
     let token =
         knox_gateway::mcp::session_token().map_err(|e| fail(Kind::Software, e.to_string()))?;
@@ -247,7 +272,10 @@ fn serve_http(
                 })
             );
         },
-        |end| {
+        move |end| {
+            if let (Some(s), Some(b)) = (&sealed, &end.bundle) {
+                s.submit(b.clone());
+            }
             if let Ok(line) = serde_json::to_string(end) {
                 crate::outln!("{line}");
             }

@@ -11,7 +11,7 @@ use anyhow::Result;
 use knox_agent::Planner;
 use knox_engine::Session;
 use knox_gateway::openai::plan::{Followed, PlanFile};
-use knox_gateway::openai::{Proxy, ProxyConfig};
+use knox_gateway::openai::{Proxy, ProxyConfig, SealHook, Sealed};
 use knox_models::{ChatPlanner, ModelSpec, SpecRole};
 use knox_verify::Outcome;
 
@@ -66,6 +66,15 @@ pub struct OpenaiGatewayArgs {
     /// leaves a prefix `knox verify` checks).
     #[arg(long)]
     pub journal: bool,
+    /// Stream every conversation live to a `knox serve` store, `http://HOST:PORT`:
+    /// each node as it is committed (its journal, followed; implies `--journal`), then
+    /// the sealed bundle as soon as the conversation is sealed. Signed with
+    /// `--stream-key`.
+    #[arg(long, value_name = "URL", requires = "stream_key")]
+    pub stream_to: Option<String>,
+    /// The provider's private key the stream is signed with (`knox keygen`).
+    #[arg(value_parser = crate::cmd::path, long, value_name = "KEY", requires = "stream_to")]
+    pub stream_key: Option<PathBuf>,
     /// Seal a conversation after this many seconds without a request.
     #[arg(long, default_value_t = 300)]
     pub idle_secs: u64,
@@ -138,7 +147,7 @@ pub fn run(args: &OpenaiGatewayArgs) -> Result<i32> {
         .planner(planner)
         .output(&args.out)
         .run_prefix("conv");
-    if args.journal {
+    if args.journal || args.stream_to.is_some() {
         builder = builder.journal_dir(&args.out);
     }
     let session = Arc::new(
@@ -146,6 +155,18 @@ pub fn run(args: &OpenaiGatewayArgs) -> Result<i32> {
             .build()
             .map_err(|e| fail(Kind::Software, e.to_string()))?,
     );
+    let stream = match (&args.stream_to, &args.stream_key) {
+        (Some(url), Some(key)) => Some(super::super::serve::Sealing::start(url, key, &args.out)?),
+        _ => None,
+    };
+    let on_seal = stream.as_ref().map(|s| {
+        let sealed = s.sender();
+        SealHook(Arc::new(move |c: &Sealed| {
+            if let Ok(Some(path)) = &c.bundle {
+                sealed.submit(path.clone());
+            }
+        }))
+    });
     let config = ProxyConfig {
         upstream: args.upstream.clone(),
         api_key: std::env::var("KNOX_UPSTREAM_API_KEY")
@@ -155,6 +176,7 @@ pub fn run(args: &OpenaiGatewayArgs) -> Result<i32> {
         max_body: args.max_body,
         upstream_timeout: Duration::from_secs(args.upstream_timeout_secs.max(1)),
         out: Some(args.out.clone()),
+        on_seal,
     };
     let proxy = Proxy::new(session, &config);
     let flag = crate::signals::stop_flag();
@@ -162,11 +184,15 @@ pub fn run(args: &OpenaiGatewayArgs) -> Result<i32> {
     let stop =
         move || flag.load(Ordering::Acquire) || stop_file.as_ref().is_some_and(|f| f.exists());
     let upstream = args.upstream.clone();
-    let sealed = proxy
-        .run_until(args.listen, stop, |addr| {
-            eprintln!("knox gateway openai: listening on http://{addr}/v1 (upstream {upstream})");
-        })
-        .map_err(|e| fail(Kind::Unavailable, format!("--listen {}: {e}", args.listen)))?;
+    let served = proxy.run_until(args.listen, stop, |addr| {
+        eprintln!("knox gateway openai: listening on http://{addr}/v1 (upstream {upstream})");
+    });
+    // What was sealed is submitted, and the journals delivered, also when serving failed.
+    if let Some(s) = stream {
+        s.finish();
+    }
+    let sealed =
+        served.map_err(|e| fail(Kind::Unavailable, format!("--listen {}: {e}", args.listen)))?;
     let mut ok = true;
     for s in &sealed {
         let line = match &s.bundle {
