@@ -276,22 +276,34 @@ fn live(
     Ok((v, nodes))
 }
 
-/// `knox gateway mcp --stream-to`, a stdio session in front of npm's filesystem
-/// server: while the client works the session is in the store *in progress*, every
-/// node so far received and verified; the client's off-plan write is blocked; when the
-/// client hangs up the session is sealed, its bundle submitted at once, and the live
-/// run is complete.
-#[test]
-fn an_mcp_gateway_session_streams_live_then_sealed() {
-    use std::io::Write as _;
-    use std::time::{Duration, Instant};
-    let servers = super::gateway_mcp::installed();
-    let fx = super::gateway_mcp::Fixture::new(&servers);
-    let d = fx.path();
-    acme_and_cnil(d);
-    let (_server, url, _) = start(d);
-    let out = d.join("out");
-    let mut gw = Server(
+/// Polls the live run of `journal` in the store at `url` until `done` holds of it and
+/// the journal's node count (30 s at most); returns what the store showed.
+fn live_until(
+    d: &std::path::Path,
+    journal: &std::path::Path,
+    url: &str,
+    done: impl Fn(&serde_json::Value, usize) -> bool,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Ok((v, nodes)) = live(d, journal, url)
+            && done(&v, nodes)
+        {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the store never showed the run so: {:?}",
+            live(d, journal, url)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// `knox gateway mcp` in front of the filesystem fixture in `d` (`fs.toml`,
+/// `servers.toml`), with `args`, into `out`, streaming to `url` signed by acme.
+fn mcp_gateway(d: &std::path::Path, out: &std::path::Path, url: &str, args: &[&str]) -> Server {
+    Server(
         knox()
             .current_dir(d)
             .env("XDG_DATA_HOME", d.join("data"))
@@ -303,14 +315,68 @@ fn an_mcp_gateway_session_streams_live_then_sealed() {
                 "--mcp",
                 "servers.toml",
             ])
-            .args(["--prompt", "Read my notes", "--plan", "plan.json", "--out"])
-            .arg(&out)
-            .args(["--stream-to", &url, "--stream-key", "acme.key"])
+            .args(args)
+            .arg("--out")
+            .arg(out)
+            .args(["--stream-to", url, "--stream-key", "acme.key"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
+    )
+}
+
+/// Stops a serving gateway with SIGUSR1: see [`ended_having_submitted`].
+fn stopped_having_submitted(gw: &mut Server, err: impl std::io::Read, n: usize) {
+    assert!(
+        gw.0.try_wait().unwrap().is_none(),
+        "the gateway still serves"
+    );
+    let pid = gw.0.id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-USR1", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    ended_having_submitted(gw, err, n);
+}
+
+/// Waits for a gateway to end and checks it ended well, having submitted `n` sealed
+/// bundles and failed none (what is left of its standard error is read from `err`).
+fn ended_having_submitted(gw: &mut Server, mut err: impl std::io::Read, n: usize) {
+    let status = super::gateway_mcp::wait(&mut gw.0, std::time::Duration::from_secs(60));
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    assert!(
+        status.success()
+            && rest.contains(&format!("{n} sealed bundles submitted"))
+            && !rest.contains("failed"),
+        "{rest}"
+    );
+}
+
+/// `knox gateway mcp --stream-to`, a stdio session in front of npm's filesystem
+/// server: while the client works the session is in the store *in progress*, every
+/// node so far received and verified; the client's off-plan write is blocked; when the
+/// client hangs up the session is sealed, its bundle submitted at once, and the live
+/// run is complete.
+#[test]
+fn an_mcp_gateway_session_streams_live_then_sealed() {
+    use std::io::Write as _;
+    let servers = super::gateway_mcp::installed();
+    let fx = super::gateway_mcp::Fixture::new(&servers);
+    let d = fx.path();
+    acme_and_cnil(d);
+    let (_server, url, _) = start(d);
+    let out = d.join("out");
+    let mut gw = mcp_gateway(
+        d,
+        &out,
+        &url,
+        &["--prompt", "Read my notes", "--plan", "plan.json"],
     );
     let mut stdin = gw.0.stdin.take().unwrap();
     let mut lines = BufReader::new(gw.0.stdout.take().unwrap()).lines();
@@ -343,22 +409,9 @@ fn an_mcp_gateway_session_streams_live_then_sealed() {
     assert_ne!(read["result"]["isError"], true, "{read}");
     // Live: the session is in the store while it runs, every node so far verified.
     let journal = out.join("mcp-stdio-0000.journal.jsonl");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let seen = loop {
-        if let Ok((v, nodes)) = live(d, &journal, &url)
-            && v["status"] == "in progress"
-            && nodes > 0
-            && v["run"]["received"] == nodes
-        {
-            break v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the session never showed live: {:?}",
-            live(d, &journal, &url)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let seen = live_until(d, &journal, &url, |v, nodes| {
+        v["status"] == "in progress" && nodes > 0 && v["run"]["received"] == nodes
+    });
     assert_eq!(seen["run"]["verified"], seen["run"]["received"], "{seen}");
     send(
         &serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
@@ -370,13 +423,8 @@ fn an_mcp_gateway_session_streams_live_then_sealed() {
     assert_eq!(write["result"]["isError"], true, "{write}");
     // The client hangs up: the session is sealed and its bundle submitted.
     drop(stdin);
-    let status = super::gateway_mcp::wait(&mut gw.0, Duration::from_secs(60));
-    let mut err = String::new();
-    std::io::Read::read_to_string(gw.0.stderr.as_mut().unwrap(), &mut err).unwrap();
-    assert!(
-        status.success() && err.contains("1 sealed bundles submitted") && !err.contains("failed"),
-        "{err}"
-    );
+    let err = gw.0.stderr.take().unwrap();
+    ended_having_submitted(&mut gw, err, 1);
     assert!(!d.join("docs/secrets.txt").exists());
     assert_eq!(streamed_complete(d, &out, &url), 1);
 }
@@ -385,33 +433,13 @@ fn an_mcp_gateway_session_streams_live_then_sealed() {
 /// HTTP is submitted as soon as it is sealed, while the gateway goes on serving.
 #[test]
 fn an_http_mcp_gateway_submits_each_session_as_it_is_sealed() {
-    use std::time::{Duration, Instant};
     let servers = super::gateway_mcp::installed();
     let fx = super::gateway_mcp::Fixture::new(&servers);
     let d = fx.path();
     acme_and_cnil(d);
     let (_server, url, _) = start(d);
     let out = d.join("out");
-    let mut gw = Server(
-        knox()
-            .current_dir(d)
-            .env("XDG_DATA_HOME", d.join("data"))
-            .args([
-                "gateway",
-                "mcp",
-                "--manifest",
-                "fs.toml",
-                "--mcp",
-                "servers.toml",
-            ])
-            .args(["--http", "127.0.0.1:0", "--out"])
-            .arg(&out)
-            .args(["--stream-to", &url, "--stream-key", "acme.key"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let mut gw = mcp_gateway(d, &out, &url, &["--http", "127.0.0.1:0"]);
     let mut lines = BufReader::new(gw.0.stdout.take().unwrap()).lines();
     let listening: serde_json::Value =
         serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
@@ -438,39 +466,9 @@ print(json.dumps(call("DELETE", url + "/" + opened["session"])))
     let end: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(end["verified"], "complete", "{end}");
     let journal = out.join(format!("{}.journal.jsonl", end["run_id"].as_str().unwrap()));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok((v, _)) = live(d, &journal, &url)
-            && v["status"] == "complete"
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the sealed session never reached the store: {:?}",
-            live(d, &journal, &url)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(
-        gw.0.try_wait().unwrap().is_none(),
-        "the gateway still serves"
-    );
-    let pid = gw.0.id().to_string();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-USR1", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = super::gateway_mcp::wait(&mut gw.0, Duration::from_secs(60));
-    let mut err = String::new();
-    std::io::Read::read_to_string(gw.0.stderr.as_mut().unwrap(), &mut err).unwrap();
-    assert!(
-        status.success() && err.contains("1 sealed bundles submitted") && !err.contains("failed"),
-        "{err}"
-    );
+    live_until(d, &journal, &url, |v, _| v["status"] == "complete");
+    let err = gw.0.stderr.take().unwrap();
+    stopped_having_submitted(&mut gw, err, 1);
     assert_eq!(streamed_complete(d, &out, &url), 1);
 }
 
@@ -481,7 +479,6 @@ print(json.dumps(call("DELETE", url + "/" + opened["session"])))
 #[test]
 fn an_openai_gateway_conversation_is_submitted_as_soon_as_it_is_sealed() {
     use super::gateway_openai as oa;
-    use std::time::{Duration, Instant};
     let py = oa::python();
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
@@ -500,7 +497,7 @@ fn an_openai_gateway_conversation_is_submitted_as_soon_as_it_is_sealed() {
         .trim()
         .to_owned();
     let out = d.join("out");
-    let mut gw = oa::Reaped(
+    let mut gw = Server(
         knox()
             .current_dir(d)
             .env("XDG_DATA_HOME", d.join("data"))
@@ -533,36 +530,8 @@ fn an_openai_gateway_conversation_is_submitted_as_soon_as_it_is_sealed() {
     let r = oa::client(&py, "openai_sdk.py", &base, "sdk", false);
     assert_eq!(r["final"], "Paid DE001 20.", "{r}");
     let journal = out.join("conv-0000.journal.jsonl");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok((v, _)) = live(d, &journal, &url)
-            && v["status"] == "complete"
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the sealed conversation never reached the store: {:?}",
-            live(d, &journal, &url)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(gw.0.try_wait().unwrap().is_none(), "the proxy still serves");
-    let pid = gw.0.id().to_string();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-USR1", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = gw.0.wait().unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
-    assert!(
-        status.success() && rest.contains("1 sealed bundles submitted") && !rest.contains("failed"),
-        "{rest}"
-    );
+    live_until(d, &journal, &url, |v, _| v["status"] == "complete");
+    stopped_having_submitted(&mut gw, err, 1);
     assert_eq!(streamed_complete(d, &out, &url), 1);
 }
 
