@@ -75,8 +75,8 @@ pub struct Bundle {
         serialize_with = "crate::json::canonical"
     )]
     pub refresh: Option<PlatformEvidence>,
-    /// Models used, by role.
-    #[serde(default)]
+    /// Models used, by role. Always written, `[]` when the run used none: a bundle
+    /// that leaves it out is unreadable (a lenient reader would take it for `[]`).
     pub models: Vec<ModelInfo>,
     /// The toolkit manifest's canonical bytes (UTF-8 JSON, as a string), when the run's
     /// manifest is not one every verifier of this build knows: a verifier uses it only

@@ -649,3 +649,17 @@ fn a_member_left_out_instead_of_null_is_not_complete() {
         }
     }
 }
+
+/// A bundle's `models` left out where the list is empty would read as that empty
+/// list: it must be written too (found by the full mutator run, on the key-chain
+/// fixture, whose run declares no model).
+#[test]
+fn a_bundles_empty_models_left_out_is_not_complete() {
+    let mut doc: Value = serde_json::from_slice(&fixture("../chain/run-1.json")).unwrap();
+    assert_eq!(doc["models"], Value::Array(Vec::new()));
+    doc.as_object_mut().unwrap().remove("models");
+    match verdict(&serde_json::to_vec(&doc).unwrap()) {
+        Some(Err(e)) => assert!(e.contains("models"), "{e}"),
+        other => panic!("`models` left out: {other:?}"),
+    }
+}
