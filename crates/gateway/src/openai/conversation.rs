@@ -198,24 +198,23 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Table {
-    /// No conversation yet; bundles land in `out` (the session's output directory).
-    pub fn new(session: Arc<Session>, idle: Duration, out: Option<PathBuf>) -> Self {
+    /// No conversation yet; bundles land in `out` (the session's output directory),
+    /// and `on_seal` is told of each conversation as it is sealed.
+    pub fn new(
+        session: Arc<Session>,
+        idle: Duration,
+        out: Option<PathBuf>,
+        on_seal: Option<SealHook>,
+    ) -> Self {
         Self {
             session,
             idle,
             out,
             live: Arc::default(),
             sealed: Arc::default(),
-            on_seal: None,
+            on_seal,
             threads: Mutex::default(),
         }
-    }
-
-    /// Tells `hook` of each conversation as it is sealed.
-    #[must_use]
-    pub fn on_seal(mut self, hook: Option<SealHook>) -> Self {
-        self.on_seal = hook;
-        self
     }
 
     /// The conversation `key`, opened (planned from `messages`) if it is not live. Blocks

@@ -76,8 +76,12 @@ impl Proxy {
     /// directory receives their bundles, its journal directory their journals).
     pub fn new(session: Arc<Session>, config: &ProxyConfig) -> Arc<Self> {
         Arc::new(Self {
-            table: Table::new(session, config.idle, config.out.clone())
-                .on_seal(config.on_seal.clone()),
+            table: Table::new(
+                session,
+                config.idle,
+                config.out.clone(),
+                config.on_seal.clone(),
+            ),
             upstream: Upstream::new(
                 &config.upstream,
                 config.api_key.clone(),

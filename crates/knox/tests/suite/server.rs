@@ -300,6 +300,15 @@ fn live_until(
     }
 }
 
+/// The MCP gateway's filesystem fixture (its folder holds acme's and cnil's keys) and
+/// a `knox serve` there: the fixture, the server and its URL.
+fn mcp_fixture_and_store() -> (super::gateway_mcp::Fixture, Server, String) {
+    let fx = super::gateway_mcp::Fixture::new(&super::gateway_mcp::installed());
+    acme_and_cnil(fx.path());
+    let (server, url, _) = start(fx.path());
+    (fx, server, url)
+}
+
 /// `knox gateway mcp` in front of the filesystem fixture in `d` (`fs.toml`,
 /// `servers.toml`), with `args`, into `out`, streaming to `url` signed by acme.
 fn mcp_gateway(d: &std::path::Path, out: &std::path::Path, url: &str, args: &[&str]) -> Server {
@@ -366,11 +375,8 @@ fn ended_having_submitted(gw: &mut Server, mut err: impl std::io::Read, n: usize
 #[test]
 fn an_mcp_gateway_session_streams_live_then_sealed() {
     use std::io::Write as _;
-    let servers = super::gateway_mcp::installed();
-    let fx = super::gateway_mcp::Fixture::new(&servers);
+    let (fx, _server, url) = mcp_fixture_and_store();
     let d = fx.path();
-    acme_and_cnil(d);
-    let (_server, url, _) = start(d);
     let out = d.join("out");
     let mut gw = mcp_gateway(
         d,
@@ -433,11 +439,8 @@ fn an_mcp_gateway_session_streams_live_then_sealed() {
 /// HTTP is submitted as soon as it is sealed, while the gateway goes on serving.
 #[test]
 fn an_http_mcp_gateway_submits_each_session_as_it_is_sealed() {
-    let servers = super::gateway_mcp::installed();
-    let fx = super::gateway_mcp::Fixture::new(&servers);
+    let (fx, _server, url) = mcp_fixture_and_store();
     let d = fx.path();
-    acme_and_cnil(d);
-    let (_server, url, _) = start(d);
     let out = d.join("out");
     let mut gw = mcp_gateway(d, &out, &url, &["--http", "127.0.0.1:0"]);
     let mut lines = BufReader::new(gw.0.stdout.take().unwrap()).lines();
@@ -456,7 +459,7 @@ def call(method, u, body=None):
 opened = call("POST", url, {"prompt": "Read my notes", "plan": plan})
 print(json.dumps(call("DELETE", url + "/" + opened["session"])))
 "#;
-    let o = std::process::Command::new(servers.join("venv/bin/python"))
+    let o = std::process::Command::new(super::gateway_mcp::installed().join("venv/bin/python"))
         .args(["-c", user, &sessions])
         .arg(listening["token_file"].as_str().unwrap())
         .arg(d.join("plan.json"))
