@@ -13,7 +13,8 @@ use knox_policy::{ToolEntry, ToolkitManifest};
 use knox_regulation::Regulator;
 use knox_regulation::flow::Seen;
 use knox_types::Action;
-use knox_types::apm::{Apm, ExpectedCall, StopCause, TrajectoryMode};
+use knox_types::apm::{Apm, ExpectedCall, RemoteModel, StopCause, TrajectoryMode};
+use knox_types::bundle::ModelRole;
 use knox_types::digest::{Digest, tag};
 use knox_types::payload::{
     CheckDetail, CheckPayload, GuardKind, MAX_RECORDED_PROPOSAL, ToolCallPayload,
@@ -361,14 +362,35 @@ impl Disclosure<'_> {
     }
 }
 
-/// Where the regulation check of a disclosure comes from: the one guard input the
-/// monitor and the verifier do not share (the monitor decides, asking its judge; the
-/// verifier recomputes with the recorded opinion, or takes what was recorded when it
-/// cannot recompute).
+/// A call whose output, labelled, would be handed to a remote model: what its
+/// regulation check of that hand-over is about ([`Closed::models`]).
+///
+/// [`Closed::models`]: knox_types::apm::Closed::models
+#[derive(Debug)]
+pub struct Egress<'x> {
+    /// The tool whose output it is.
+    pub entry: &'x ToolEntry,
+    /// The task the call belongs to.
+    pub task: Option<u32>,
+    /// The remote model the output goes to.
+    pub model: &'x RemoteModel,
+    /// How many checks precede this one (its index among the call's checks).
+    pub index: usize,
+}
+
+/// Where the regulation checks come from: the one guard input the monitor and the
+/// verifier do not share (the monitor decides, asking its judge; the verifier
+/// recomputes with the recorded opinion, or takes what was recorded when it cannot
+/// recompute).
 pub trait RegulationSource {
     /// The regulation check of `d`; `None` when there is none to have (a journal cut
     /// before it): the evaluation is then [`Decision::Undecided`].
     fn check(&mut self, d: &Disclosure<'_>) -> Option<CheckPayload>;
+
+    /// The regulation check of handing a call's output to a remote model (`e`), as
+    /// the norms decide it (the pipeline settles whether it passes); `None` as for
+    /// [`RegulationSource::check`].
+    fn egress(&mut self, e: &Egress<'_>) -> Option<CheckPayload>;
 }
 
 /// The pipeline's decision on one proposal.
@@ -726,9 +748,11 @@ impl<'a> Pipeline<'a> {
             view,
             &mut self.caches,
         ));
-        if !self.apm.guards.regulation.regulations.is_empty()
-            && entry.annotations.discloses.is_some()
-        {
+        let regulated = !self.apm.guards.regulation.regulations.is_empty();
+        let task = expected
+            .map(|e| e.task)
+            .or_else(|| plan.and_then(|p| p.tasks.last().copied()));
+        if regulated && entry.annotations.discloses.is_some() {
             let labels_of = |tool: &str| {
                 self.manifest
                     .tool(tool)
@@ -763,9 +787,6 @@ impl<'a> Pipeline<'a> {
                     })
                     .collect()
             };
-            let task = expected
-                .map(|e| e.task)
-                .or_else(|| plan.and_then(|p| p.tasks.last().copied()));
             let d = Disclosure {
                 entry,
                 action: &action,
@@ -788,6 +809,36 @@ impl<'a> Pipeline<'a> {
                     checks.push(c);
                 }
                 None => return done(call, checks, Decision::Undecided),
+            }
+        }
+        // Remote models are recipients: a labelled output the call would return goes to
+        // every remote executor's operator, decided as a disclosure to them.
+        let labelled = entry
+            .annotations
+            .returns
+            .as_ref()
+            .is_some_and(|l| !l.info_types.is_empty());
+        if closed.models && regulated && labelled {
+            for model in self
+                .apm
+                .guards
+                .remote
+                .iter()
+                .filter(|m| m.role == ModelRole::Executor)
+            {
+                let e = Egress {
+                    entry,
+                    task,
+                    model,
+                    index: checks.len(),
+                };
+                match regulation.egress(&e) {
+                    Some(mut c) => {
+                        settle_egress(&mut c);
+                        checks.push(c);
+                    }
+                    None => return done(call, checks, Decision::Undecided),
+                }
             }
         }
         let failure = checks
@@ -848,6 +899,27 @@ fn fail_closed(c: &mut CheckPayload, seen: &[Seen<'_>]) {
         nodes.join(", "),
         if seen.len() > 8 { ", …" } else { "" },
     ));
+}
+
+/// A remote model may be handed labelled data only where no regulation in force
+/// forbids it or leaves it undecided: the check of an egress passes when its verdict
+/// is `compliant`, or `not_applicable` because every regulation decided the flow is
+/// outside its scope (product details under GDPR and HIPAA: nothing regulated goes);
+/// it fails on `non_compliant`, and on a `not_applicable` the norms could not decide
+/// (a term they do not know, no policy set: pending approval, as regulation fails
+/// closed). The same on a check the verifier takes as recorded.
+fn settle_egress(c: &mut CheckPayload) {
+    if let CheckDetail::Regulation {
+        verdict, decisions, ..
+    } = &c.detail
+    {
+        let out_of_scope = verdict == "not_applicable"
+            && !decisions.is_empty()
+            && decisions
+                .iter()
+                .all(|d| d.verdict == "not_applicable" && d.warnings.is_empty());
+        c.passed = verdict == "compliant" || out_of_scope;
+    }
 }
 
 /// The first [`MAX_RECORDED_PROPOSAL`] bytes of a raw proposal, as text.

@@ -9,12 +9,14 @@
 )]
 
 use knox_guards::{
-    AgentState, Clock, Decision, Disclosure, Input, Misrecorded, Pipeline, Proposal,
+    AgentState, Clock, Decision, Disclosure, Egress, Input, Misrecorded, Pipeline, Proposal,
     RecordedOutput, RegulationSource, StateChange,
 };
 use knox_policy::ToolkitManifest;
-use knox_types::apm::{Apm, ExpectedCall, StopCause};
+use knox_types::apm::{Apm, ExpectedCall, RemoteModel, StopCause};
+use knox_types::bundle::{ModelInfo, ModelRole};
 use knox_types::payload::{CheckDetail, CheckPayload, GuardKind};
+use knox_types::regulation::RegulationDecision;
 use serde_json::{Value, json};
 
 fn manifest() -> ToolkitManifest {
@@ -54,6 +56,11 @@ impl RegulationSource for Fixed {
         self.asked.push(d.index);
         self.answer.clone()
     }
+
+    fn egress(&mut self, e: &Egress<'_>) -> Option<CheckPayload> {
+        self.asked.push(e.index);
+        self.answer.clone()
+    }
 }
 
 fn never() -> Fixed {
@@ -78,6 +85,7 @@ fn regulation(passed: bool) -> CheckPayload {
             decisions: vec![],
             judge: None,
             note: None,
+            model: None,
         },
     }
 }
@@ -325,6 +333,132 @@ fn a_disclosure_asks_the_regulation_source_last_and_its_answer_decides() {
             stops: false
         }
     );
+}
+
+/// A verdict of the egress check (`regulation(passed)` with another verdict).
+fn verdict(v: &str) -> CheckPayload {
+    let mut c = regulation(true);
+    if let CheckDetail::Regulation { verdict, .. } = &mut c.detail {
+        *verdict = v.into();
+    }
+    c
+}
+
+#[test]
+fn a_labelled_output_for_a_remote_executor_is_decided_as_a_disclosure_to_its_operator() {
+    let (mut apm, m) = (apm(), manifest());
+    // GoogleCalendarReadEvents returns labelled data (schedule, contact).
+    let read = apm.agents[0].trajectory[1].clone();
+    assert_eq!(read.tool, "GoogleCalendarReadEvents");
+    apm.agents[0].trajectory = vec![read.clone()];
+    let call = raw(&read);
+    let st = AgentState::new(&apm, 0);
+    let remote = RemoteModel::of(&ModelInfo {
+        role: ModelRole::Executor,
+        name: "openai:https://llm.vendor.example/v1#m".into(),
+        weights_hash: None,
+        declared: true,
+    })
+    .unwrap();
+    assert_eq!(remote.endpoint, "https://llm.vendor.example/v1");
+    let run = |apm: &Apm, answer: Option<CheckPayload>| {
+        let mut p = Pipeline::new(apm, &m);
+        let mut source = Fixed {
+            asked: Vec::new(),
+            answer,
+        };
+        let e = p.evaluate(
+            &st,
+            Proposal::classify(&call, &m),
+            Clock::default(),
+            &mut source,
+            &[],
+        );
+        let decision = match e.decision {
+            Decision::Allow { .. } => "allow".to_owned(),
+            Decision::Block { guard, .. } => format!("block:{}", guard.as_str()),
+            Decision::Undecided => "undecided".to_owned(),
+            Decision::Interrupt { .. } => "interrupt".to_owned(),
+        };
+        (e.checks, decision, source.asked)
+    };
+    // Not asked: no regulation in force; no remote model; a rule the APM does not
+    // close (evidence from before it); a remote planner (it hears no output).
+    apm.guards.remote = vec![remote.clone()];
+    apm.guards.closed.models = true;
+    let (_, decision, asked) = run(&apm, Some(verdict("non_compliant")));
+    assert!(asked.is_empty() && decision == "allow");
+    apm.guards.regulation.regulations = vec!["GDPR".into()];
+    for edit in [
+        (|a: &mut Apm| a.guards.remote.clear()) as fn(&mut Apm),
+        |a| a.guards.closed.models = false,
+        |a| a.guards.remote[0].role = ModelRole::Planner,
+    ] {
+        let mut a = apm.clone();
+        edit(&mut a);
+        let (_, decision, asked) = run(&a, Some(verdict("non_compliant")));
+        assert!(asked.is_empty() && decision == "allow");
+    }
+    // Asked last, after the mediated checks; only `compliant` passes.
+    for (v, passes) in [
+        ("compliant", true),
+        ("non_compliant", false),
+        ("not_applicable", false),
+    ] {
+        let (checks, decision, asked) = run(&apm, Some(verdict(v)));
+        assert_eq!(asked, [checks.len() - 1]);
+        assert_eq!(checks[checks.len() - 2].guard, GuardKind::Syscall);
+        assert_eq!(checks.last().unwrap().passed, passes, "{v}");
+        let want = if passes { "allow" } else { "block:regulation" };
+        assert_eq!(decision, want, "{v}");
+    }
+    // `not_applicable` because every regulation finds the flow out of its scope: passes;
+    // because a norm could not decide (a warning): fails.
+    let scoped = |warnings: Vec<String>| {
+        let mut c = verdict("not_applicable");
+        if let CheckDetail::Regulation { decisions, .. } = &mut c.detail {
+            *decisions = vec![RegulationDecision {
+                regulation: "GDPR".into(),
+                recipient: "https://llm.vendor.example/v1".into(),
+                verdict: "not_applicable".into(),
+                policies: vec![],
+                provisions: vec![],
+                warnings,
+            }];
+        }
+        c
+    };
+    let (_, decision, _) = run(&apm, Some(scoped(vec![])));
+    assert_eq!(decision, "allow");
+    let (_, decision, _) = run(&apm, Some(scoped(vec!["unknown role `x`".into()])));
+    assert_eq!(decision, "block:regulation");
+    // No answer (a journal cut before it): undecided.
+    let (_, decision, _) = run(&apm, None);
+    assert_eq!(decision, "undecided");
+    // A tool whose output carries no label is not asked about.
+    let unlabelled = ExpectedCall::exact(
+        0,
+        "GoogleCalendarSearchEvents",
+        json!({"keywords": ["dentist"]})
+            .as_object()
+            .cloned()
+            .unwrap(),
+    );
+    let mut a = apm.clone();
+    a.agents[0].trajectory = vec![unlabelled.clone()];
+    let mut p = Pipeline::new(&a, &m);
+    let mut source = Fixed {
+        asked: Vec::new(),
+        answer: Some(verdict("non_compliant")),
+    };
+    let e = p.evaluate(
+        &AgentState::new(&a, 0),
+        Proposal::classify(&raw(&unlabelled), &m),
+        Clock::default(),
+        &mut source,
+        &[],
+    );
+    assert!(source.asked.is_empty() && matches!(e.decision, Decision::Allow { .. }));
 }
 
 #[test]

@@ -158,6 +158,7 @@ pub fn from_plan(
             },
             trajectory: TrajectoryMode::Exact,
             closed: Closed::ALL,
+            remote: Vec::new(),
         },
         planning: None,
     })

@@ -16,7 +16,7 @@ use knox_agent::ToolResult;
 use knox_attest::TeeKey;
 use knox_contract::{Ledger, LedgerEvent, Verified};
 use knox_guards::{
-    AgentState, Clock, ContractInput, Decision, Disclosure, Evaluation, Pipeline, Proposal,
+    AgentState, Clock, ContractInput, Decision, Disclosure, Egress, Evaluation, Pipeline, Proposal,
     RecordedOutput, RegulationSource, SharedOutput,
 };
 use knox_policy::ToolkitManifest;
@@ -135,6 +135,10 @@ impl RegulationSource for Decide<'_, '_> {
             _ => None,
         };
         Some(self.regulator.check(flow, opinion))
+    }
+
+    fn egress(&mut self, e: &Egress<'_>) -> Option<CheckPayload> {
+        Some(self.regulator.egress(e.entry, e.task, e.model))
     }
 }
 

@@ -358,6 +358,7 @@ pub fn plan(
         spec.topology,
     )?;
     apm.inputs.contract = spec.contract.map(|c| c.hash);
+    apm.guards.remote = remote_models(&spec.models);
     let apm_hash = apm.hash()?;
     let apm_time = t.elapsed();
     let t = Instant::now();
@@ -398,6 +399,18 @@ pub fn plan(
         contract: spec.contract.cloned(),
     };
     Ok((planned, journal))
+}
+
+/// The models of `models` behind a remote endpoint, once each: their operators are
+/// recipients of what the run sends them (`Guards::remote`).
+pub fn remote_models(models: &[ModelInfo]) -> Vec<knox_types::apm::RemoteModel> {
+    let mut out: Vec<knox_types::apm::RemoteModel> = Vec::new();
+    for m in models.iter().filter_map(knox_types::apm::RemoteModel::of) {
+        if !out.contains(&m) {
+            out.push(m);
+        }
+    }
+    out
 }
 
 /// How a started monitor guards: the regulation norms and judge, the external stop

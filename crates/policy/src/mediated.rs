@@ -172,6 +172,32 @@ pub fn block_reason(check: &CheckPayload, position: u32) -> Option<String> {
             verdict,
             policies,
             note,
+            model: Some(model),
+            flow,
+            ..
+        } => {
+            let types = flow
+                .as_ref()
+                .map(|f| f.info_types.iter().cloned().collect::<Vec<_>>().join("+"))
+                .filter(|t| !t.is_empty())
+                .unwrap_or_else(|| "labelled data".into());
+            let to = format!(
+                "its output ({types}) would go to the remote {} `{}`, whose operator at {} is the recipient",
+                model.role, model.model, model.endpoint
+            );
+            if verdict == "non_compliant" {
+                format!("{to}: non-compliant: {}", policies.join(", "))
+            } else {
+                format!(
+                    "{to}: no policy permits it, pending approval: {}",
+                    note.as_deref().unwrap_or_default()
+                )
+            }
+        }
+        CheckDetail::Regulation {
+            verdict,
+            policies,
+            note,
             ..
         } => {
             if verdict == "not_applicable" {

@@ -6,7 +6,7 @@ use std::sync::{Mutex, PoisonError};
 
 use knox_policy::ToolEntry;
 use knox_types::Action;
-use knox_types::apm::{ExpectedCall, RegulationSpec};
+use knox_types::apm::{ExpectedCall, RegulationSpec, RemoteModel};
 use knox_types::digest::Digest;
 use knox_types::payload::{CheckDetail, CheckPayload, GuardKind, JudgeOpinion};
 use knox_types::regulation::{InfoFlow, RegulationDecision};
@@ -109,6 +109,21 @@ impl<'n> Regulator<'n> {
         flow::derive(tool, action, expected, task, &self.dir, seen)
     }
 
+    /// The check of handing `tool`'s output (in task `task`) to the operator of the
+    /// remote `model`: decided as any disclosure is, without a judge, and marked with
+    /// the model. The verdict is the norms'; the guards pipeline fails a
+    /// `not_applicable` closed (the output carries labelled data by construction).
+    pub fn egress(&self, tool: &ToolEntry, task: Option<u32>, model: &RemoteModel) -> CheckPayload {
+        let flow = self
+            .norms
+            .and_then(|_| flow::egress(tool, task, &self.dir, &model.endpoint));
+        let mut c = self.check(flow, None);
+        if let CheckDetail::Regulation { model: m, .. } = &mut c.detail {
+            *m = Some(Box::new(model.clone()));
+        }
+        c
+    }
+
     /// The check for `flow` (from [`Regulator::flow`]), with the judge's opinion when one
     /// was asked: its information types and purpose fill in what the labels left
     /// unknown, and its verdict is compared with the deterministic one, never
@@ -125,6 +140,7 @@ impl<'n> Regulator<'n> {
                     decisions: vec![],
                     judge: None,
                     note: Some(NOT_EVALUATED_NOTE.into()),
+                    model: None,
                 },
             };
         };
@@ -163,6 +179,7 @@ impl<'n> Regulator<'n> {
                 decisions,
                 judge: judge.map(Box::new),
                 note: Some(note),
+                model: None,
             },
         }
     }

@@ -259,11 +259,7 @@ pub fn derive(
             || normalized_occurs(s.output, &candidates);
         if reaches {
             info_types.extend(labels.info_types.iter().map(|t| info_name(*t)));
-            subjects.insert(match labels.subject {
-                Subject::User => "user",
-                Subject::ThirdParty => "third_party",
-                Subject::Mixed => "mixed",
-            });
+            subjects.insert(subject_name(labels.subject));
             sources.push(s.node.to_string());
         }
     }
@@ -325,6 +321,54 @@ pub fn derive(
 }
 
 /// The text of the content parameters of a disclosing `action` (what a judge reads).
+/// `φ` of handing `tool`'s output to the operator of a remote model at `endpoint`:
+/// the output's declared labels (`returns`) as its information types and subject, the
+/// task's sender and purpose, and the operator resolved through the directory (an
+/// endpoint nobody listed is `unknown`). `None` when the output carries no labelled
+/// information type.
+pub fn egress(
+    tool: &ToolEntry,
+    task: Option<u32>,
+    dir: &Directory,
+    endpoint: &str,
+) -> Option<InfoFlow> {
+    let labels = tool
+        .annotations
+        .returns
+        .as_ref()
+        .filter(|l| !l.info_types.is_empty())?;
+    let subject = subject_name(labels.subject);
+    let ctx = dir.task(task);
+    let purpose = ctx.map_or_else(|| "unspecified".to_string(), |c| address::label(&c.purpose));
+    let sender = ctx.map_or_else(|| unknown("unknown"), |c| dir.resolve(&c.sender));
+    let party = dir.resolve(endpoint);
+    let (consent, explicit_consent, authorization) = dir.consents(&party, &purpose);
+    let to_subject = party.role == "self" && subject == "user";
+    Some(InfoFlow {
+        tool: tool.name.clone(),
+        sender,
+        recipients: vec![RecipientFacts {
+            party,
+            consent,
+            explicit_consent,
+            authorization,
+            to_subject,
+        }],
+        subject: subject.to_string(),
+        info_types: labels.info_types.iter().map(|t| info_name(*t)).collect(),
+        purpose,
+        sources: vec!["returns".into()],
+    })
+}
+
+fn subject_name(s: Subject) -> &'static str {
+    match s {
+        Subject::User => "user",
+        Subject::ThirdParty => "third_party",
+        Subject::Mixed => "mixed",
+    }
+}
+
 pub fn content_text(tool: &ToolEntry, action: &Action) -> String {
     let mut parts = Vec::new();
     if let Some(d) = &tool.annotations.discloses {

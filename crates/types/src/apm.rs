@@ -322,6 +322,38 @@ pub struct Guards {
     /// APMs written before, whose evidence replays under the rules it was made under.
     #[serde(default, skip_serializing_if = "Closed::is_open")]
     pub closed: Closed,
+    /// The models outside the TEE that Knox sends the run's data to: their operators
+    /// are recipients ([`Closed::models`]). Absent when there are none (and in every
+    /// APM written before the field existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remote: Vec<RemoteModel>,
+}
+
+/// A model behind an endpoint outside the TEE (`openai:URL#MODEL`): whatever Knox
+/// sends it — an executor hears every tool output of its agent — is disclosed to the
+/// endpoint's operator, the party the regulation context lists for `endpoint`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteModel {
+    /// What the model is to the run (`executor`, `judge`, `planner`).
+    pub role: crate::bundle::ModelRole,
+    /// The model as the bundle's `models` list names it.
+    pub model: String,
+    /// The endpoint's base URL: the address its operator is resolved by.
+    pub endpoint: String,
+}
+
+impl RemoteModel {
+    /// The remote model `info` names, if its name is `openai:URL#MODEL`.
+    pub fn of(info: &crate::bundle::ModelInfo) -> Option<Self> {
+        let rest = info.name.strip_prefix("openai:")?;
+        let (url, _) = rest.split_once('#')?;
+        (!url.is_empty()).then(|| Self {
+            role: info.role.clone(),
+            model: info.name.clone(),
+            endpoint: url.to_owned(),
+        })
+    }
 }
 
 /// How the trajectory guard follows a plan.
@@ -414,6 +446,12 @@ pub struct Closed {
     /// that field is declared trusted.
     #[serde(default)]
     pub recipients: bool,
+    /// Remote models are recipients: a call whose output carries labelled data is
+    /// decided, under the regulations in force, as a disclosure to the operator of
+    /// every remote executor ([`Guards::remote`]) the output goes to. Written only
+    /// when set, so APMs from before the rule keep their bytes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub models: bool,
 }
 
 impl Closed {
@@ -423,6 +461,7 @@ impl Closed {
         content: true,
         labels: true,
         recipients: true,
+        models: true,
     };
 
     /// Whether no channel is closed (an APM written before they were).
@@ -646,6 +685,7 @@ mod tests {
             regulation: RegulationSpec::default(),
             trajectory: TrajectoryMode::Exact,
             closed: Closed::default(),
+            remote: vec![],
         };
         let v = serde_json::to_value(&g).unwrap_or_default();
         // An exact APM is written as before the field existed (same bytes, same hash).

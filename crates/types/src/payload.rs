@@ -225,6 +225,10 @@ pub enum CheckDetail {
         judge: Option<Box<JudgeOpinion>>,
         /// Why the verdict is what it is, in words.
         note: Option<String>,
+        /// Set when the check decides sending the call's output to a remote model
+        /// (its operator the recipient) rather than the call's own disclosure.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<Box<crate::apm::RemoteModel>>,
     },
     /// The capability contract's decision (`knox_contract::decide`), with the inputs
     /// the verifier decides again with: the time and the approval token. The ledger

@@ -344,19 +344,38 @@ fn refresh_unbound(b: &Bundle, refresh: &knox_types::bundle::PlatformEvidence) -
 }
 
 /// Every model plays a role this verifier knows: a bundle or journal naming another
-/// role is refused, naming it. Adds a step only when one does not.
+/// role is refused, naming it. Under an APM that makes remote models recipients
+/// (`guards.closed.models`), every remote model the bundle lists must be one the APM
+/// names (`guards.remote`): its operator's share of the run was decided against it.
+/// Adds a step only when one of these fails.
 pub(crate) fn roles_step(s: &mut Steps, b: &Bundle) -> bool {
-    let Some(m) = b.models.iter().find(|m| !m.role.is_known()) else {
-        return true;
-    };
-    s.refuse(
-        "models",
-        format!(
-            "model `{}` has the role `{}`, which this verifier does not know (planner, executor or judge)",
-            m.name, m.role
-        ),
-    );
-    false
+    if let Some(m) = b.models.iter().find(|m| !m.role.is_known()) {
+        s.refuse(
+            "models",
+            format!(
+                "model `{}` has the role `{}`, which this verifier does not know (planner, executor or judge)",
+                m.name, m.role
+            ),
+        );
+        return false;
+    }
+    let guards = &b.apm.guards;
+    let unnamed = b
+        .models
+        .iter()
+        .filter_map(knox_types::apm::RemoteModel::of)
+        .find(|r| guards.closed.models && !guards.remote.contains(r));
+    if let Some(r) = unnamed {
+        s.refuse(
+            "models",
+            format!(
+                "{} model `{}` is remote (its operator at {} receives the run's data), and the APM does not name it",
+                r.role, r.model, r.endpoint
+            ),
+        );
+        return false;
+    }
+    true
 }
 
 /// With a regulator policy, every model that has weights must have accepted weights.

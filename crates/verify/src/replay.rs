@@ -13,8 +13,8 @@ use knox_attest::key::key_id;
 use knox_attest::verify_signature;
 use knox_contract::{Ledger, LedgerEvent};
 use knox_guards::{
-    AgentState, Clock, ContractInput, Decision, Disclosure, Evaluation, Input, Pipeline, Proposal,
-    RecordedOutput, RegulationSource, SharedOutput,
+    AgentState, Clock, ContractInput, Decision, Disclosure, Egress, Evaluation, Input, Pipeline,
+    Proposal, RecordedOutput, RegulationSource, SharedOutput,
 };
 use knox_policy::ToolkitManifest;
 use knox_types::aeg::{
@@ -1047,6 +1047,71 @@ impl RegulationSource for Recorded<'_, '_> {
                     None => None,
                 };
                 Some(regulator.check(d.flow(regulator), judge))
+            }
+        }
+    }
+
+    fn egress(&mut self, e: &Egress<'_>) -> Option<CheckPayload> {
+        let Some((n, recorded)) = self.got.get(e.index) else {
+            if self.cut {
+                return None;
+            }
+            return self.refuse(
+                self.call,
+                format!(
+                    "regulation check of handing the output to remote model `{}` missing",
+                    e.model.model
+                ),
+            );
+        };
+        let CheckDetail::Regulation {
+            verdict,
+            policies,
+            judge,
+            model,
+            ..
+        } = &recorded.detail
+        else {
+            return self.refuse(n.seq, "regulation check expected");
+        };
+        if model.as_deref() != Some(e.model) {
+            return self.refuse(
+                n.seq,
+                format!(
+                    "regulation check does not decide handing the output to remote model `{}`",
+                    e.model.model
+                ),
+            );
+        }
+        if judge.is_some() {
+            return self.refuse(n.seq, "no judge is asked about a remote model's input");
+        }
+        if !matches!(
+            verdict.as_str(),
+            "compliant" | "non_compliant" | "not_applicable"
+        ) {
+            return self.refuse(n.seq, format!("unknown regulation verdict `{verdict}`"));
+        }
+        match self.mode {
+            RegulationReplay::NotConfigured => {
+                if verdict != "not_applicable" || !policies.is_empty() {
+                    return self.refuse(
+                        n.seq,
+                        "regulation verdict without a policy set must be not_applicable",
+                    );
+                }
+                // The pipeline settles whether it passes.
+                Some((*recorded).clone())
+            }
+            RegulationReplay::Unavailable => {
+                self.warnings.push(format!(
+                    "node {}: regulation verdict on remote model `{}` taken as recorded (the APM's policy set is not the verifier's)",
+                    n.seq, e.model.model
+                ));
+                Some((*recorded).clone())
+            }
+            RegulationReplay::Recompute(regulator) => {
+                Some(regulator.egress(e.entry, e.task, e.model))
             }
         }
     }

@@ -20,6 +20,7 @@ use knox_policy::{ToolEntry, ToolkitManifest};
 use knox_types::aeg::{Node, NodeKind};
 use knox_types::apm::{Apm, ExpectedCall, StopPolicy, Topology, TopologyKind, TrajectoryMode};
 use knox_types::bundle::{Bundle, ModelInfo, ModelRole};
+use knox_types::regulation::{DirectoryEntry, RegulationContext, TaskContext};
 use knox_verify::replay::{self, Context, RegulationReplay};
 use knox_verify::{Options, Outcome};
 use proptest::prelude::*;
@@ -158,7 +159,13 @@ struct Scenario {
     outputs: Vec<usize>,
     /// The trajectory mode: tolerant with this many read repeats, or exact.
     tolerant: Option<u32>,
+    /// The executor is a remote model ([`REMOTE_EXECUTOR`]), whose operator nobody
+    /// listed: under a policy set, a labelled output handed to it is refused.
+    remote: bool,
 }
+
+/// The remote executor of a scenario that has one.
+const REMOTE_EXECUTOR: &str = "openai:https://llm.vendor.example/v1#proptest";
 
 fn scenario() -> impl Strategy<Value = Scenario> {
     let kind = prop_oneof![
@@ -204,23 +211,27 @@ fn scenario() -> impl Strategy<Value = Scenario> {
         prop::collection::vec(step, 0..12),
         prop::collection::vec(0usize..VALUES.len(), 12),
         prop::option::of(0u32..3),
+        any::<bool>(),
     )
-        .prop_map(|(kind, mut tasks, stop, reg, steps, outputs, tolerant)| {
-            if kind == TopologyKind::StSa {
-                tasks.truncate(1);
-            } else if tasks.len() < 2 {
-                tasks.push(Vec::new());
-            }
-            Scenario {
-                kind,
-                tasks,
-                stop,
-                reg,
-                steps,
-                outputs,
-                tolerant,
-            }
-        })
+        .prop_map(
+            |(kind, mut tasks, stop, reg, steps, outputs, tolerant, remote)| {
+                if kind == TopologyKind::StSa {
+                    tasks.truncate(1);
+                } else if tasks.len() < 2 {
+                    tasks.push(Vec::new());
+                }
+                Scenario {
+                    kind,
+                    tasks,
+                    stop,
+                    reg,
+                    steps,
+                    outputs,
+                    tolerant,
+                    remote,
+                }
+            },
+        )
 }
 
 /// The APM of a scenario.
@@ -258,7 +269,9 @@ fn apm_of(s: &Scenario) -> Apm {
         Reg::Decided | Reg::Judged => Regulations {
             names: vec!["GDPR".into(), "HIPAA".into()],
             policy_hash: Some(norms().hash()),
-            context: None,
+            // With a remote executor, a controller in the EU sends: personal data is in
+            // GDPR's scope, and the unlisted operator has no lawful basis for it.
+            context: s.remote.then(eu_controller),
         },
     };
     let mut apm = apm::from_plan(
@@ -273,25 +286,63 @@ fn apm_of(s: &Scenario) -> Apm {
     if let Some(read_repeats) = s.tolerant {
         apm.guards.trajectory = TrajectoryMode::Tolerant { read_repeats };
     }
+    apm.guards.remote = knox_monitor::run::remote_models(&executor(s));
     apm
+}
+
+/// A regulation context whose tasks are a German controller's.
+fn eu_controller() -> RegulationContext {
+    RegulationContext {
+        directory: vec![DirectoryEntry {
+            addresses: vec!["office@example.de".into()],
+            domains: vec![],
+            role: "controller".into(),
+            organisation: "Example GmbH".into(),
+            jurisdiction: "DE".into(),
+            baa: false,
+            safeguards: false,
+        }],
+        consents: vec![],
+        tasks: std::collections::BTreeMap::new(),
+        default_task: Some(TaskContext {
+            sender: "office@example.de".into(),
+            purpose: "service".into(),
+        }),
+    }
+}
+
+/// The executor of a scenario, as the bundle lists it.
+fn executor(s: &Scenario) -> Vec<ModelInfo> {
+    vec![ModelInfo {
+        role: ModelRole::Executor,
+        name: if s.remote {
+            REMOTE_EXECUTOR
+        } else {
+            "proptest"
+        }
+        .into(),
+        weights_hash: None,
+        declared: s.remote,
+    }]
 }
 
 /// Runs the scenario under the monitor and seals its bundle: the one place that builds
 /// evidence (the runtime and sealing move elsewhere at merge; adapt here only).
 fn run(s: &Scenario) -> Bundle {
+    run_edited(s, |_| {})
+}
+
+/// [`run`] under the scenario's APM changed by `edit` before it is signed.
+fn run_edited(s: &Scenario, edit: fn(&mut Apm)) -> Bundle {
     static RT: OnceLock<Runtime> = OnceLock::new();
     let rt = RT.get_or_init(|| {
         Runtime::start(&Simulated, b"pipeline-proptest", manifest().clone()).unwrap()
     });
-    let apm = apm_of(s);
+    let mut apm = apm_of(s);
+    edit(&mut apm);
     let apm_hash = apm.hash().unwrap();
     let att = apm::attest(&apm, apm_hash, &rt.key).unwrap();
-    let mut models = vec![ModelInfo {
-        role: ModelRole::Executor,
-        name: "proptest".into(),
-        weights_hash: None,
-        declared: false,
-    }];
+    let mut models = executor(s);
     let judge = matches!(s.reg, Reg::Judged).then_some(&Judge as &dyn knox_regulation::Judge);
     if let Some(j) = judge {
         models.push(j.model());
@@ -561,6 +612,7 @@ fn tolerant_runs_replay_complete_and_a_changed_choice_fails() {
         ],
         outputs: vec![0; 12],
         tolerant: Some(1),
+        remote: false,
     };
     let bundle = run(&s);
     assert_eq!(verify(&bundle), Outcome::Complete);
@@ -586,4 +638,82 @@ fn tolerant_runs_replay_complete_and_a_changed_choice_fails() {
         assert!(replays(&t, &t.nodes).is_err(), "{path}");
         assert!(matches!(verify(&t), Outcome::Tampered { .. }), "{path}");
     }
+}
+
+/// A remote executor, directed: under a policy set, the planned read of labelled data
+/// (a calendar) is refused because its output would go to the executor's operator,
+/// whom nobody listed; an unlabelled read passes. The replay recomputes the refusal:
+/// the evidence is `complete`, and a refusal turned into a pass (re-measured) fails
+/// it; a bundle whose remote executor the APM does not name is refused.
+#[test]
+fn a_remote_executor_is_refused_labelled_data_its_operator_may_not_receive() {
+    let index = |name: &str| tools().iter().position(|t| t.name == name).unwrap();
+    let (labelled, plain) = (
+        index("GoogleCalendarReadEvents"),
+        index("AmazonGetProductDetails"),
+    );
+    let s = Scenario {
+        kind: TopologyKind::StSa,
+        tasks: vec![vec![(labelled, 1), (plain, 2)]],
+        stop: StopPolicy::default(),
+        reg: Reg::Decided,
+        steps: vec![Step::Planned(0), Step::Planned(0)],
+        outputs: vec![0; 12],
+        tolerant: None,
+        remote: true,
+    };
+    let bundle = run(&s);
+    assert_eq!(verify(&bundle), Outcome::Complete);
+    let calls: Vec<&Node> = bundle
+        .nodes
+        .iter()
+        .filter(|n| n.kind == NodeKind::ToolCall)
+        .collect();
+    let allowed: Vec<bool> = calls.iter().map(|n| n.allowed).collect();
+    assert_eq!(allowed, [false, true]);
+    let why = calls[0].block_reason.clone().unwrap();
+    assert!(
+        why.contains(
+            "would go to the remote executor `openai:https://llm.vendor.example/v1#proptest`"
+        ) && why.contains("schedule"),
+        "{why}"
+    );
+    // The refusing check: the last of the call's checks, naming the model.
+    let check = bundle
+        .nodes
+        .iter()
+        .rposition(|n| n.kind == NodeKind::Check && n.parent == Some(calls[0].seq))
+        .unwrap();
+    let v = bundle.nodes[check].payload.to_value();
+    assert_eq!(v["guard"], "regulation");
+    assert_eq!(v["passed"], false);
+    assert_eq!(
+        v["detail"]["model"]["endpoint"],
+        "https://llm.vendor.example/v1"
+    );
+    // Recorded as passed instead (re-measured): the replay decides again and refuses.
+    let mut t = bundle.clone();
+    let mut node = serde_json::to_value(&t.nodes[check]).unwrap();
+    *node.pointer_mut("/payload/passed").unwrap() = json!(true);
+    *node.pointer_mut("/allowed").unwrap() = json!(true);
+    let mut node: Node = serde_json::from_value(node).unwrap();
+    node.measurement = node.compute_measurement();
+    t.nodes[check] = node;
+    assert!(replays(&t, &t.nodes).is_err());
+    assert!(matches!(verify(&t), Outcome::Tampered { .. }));
+    // A remote executor the APM does not name (so nothing was decided against it, and
+    // the read ran): refused at the models step.
+    let t = run_edited(&s, |a| a.guards.remote.clear());
+    assert!(
+        t.nodes
+            .iter()
+            .filter(|n| n.kind == NodeKind::ToolCall)
+            .all(|n| n.allowed)
+    );
+    let r = knox_verify::verify_bundle(&t, manifest(), Options::DANGEROUS_SIMULATED);
+    assert!(
+        matches!(&r.outcome, Outcome::Refused { reason } if reason.contains("the APM does not name it")),
+        "{:?}",
+        r.outcome
+    );
 }

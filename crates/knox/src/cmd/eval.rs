@@ -112,6 +112,10 @@ pub struct OpenAiClient {
 }
 
 impl knox_eval::adaptive::Client for OpenAiClient {
+    fn endpoint(&self) -> String {
+        self.url.clone()
+    }
+
     fn complete(
         &self,
         model: &str,

@@ -18,7 +18,7 @@ fn suite(attacks: &[Attack], closed: Closed) -> AdaptiveReport {
 
 /// The classes issue 15 found open, each with a regression: succeeded before, blocked
 /// (reason recorded, evidence complete) after.
-const REGRESSIONS: [&str; 7] = [
+const REGRESSIONS: [&str; 8] = [
     "free_text",
     "split_across_params",
     "reply_to_attacker",
@@ -26,6 +26,7 @@ const REGRESSIONS: [&str; 7] = [
     "regulation_evasion",
     "cross_agent",
     "budget_overshoot",
+    adaptive::REMOTE_MODEL,
 ];
 
 #[test]
@@ -83,6 +84,20 @@ fn every_class_that_got_through_before_is_blocked_now_with_the_reason_recorded()
     assert!(r.contains("budget"), "{r}");
     let r = reason("regulation_evasion", "paraphrase");
     assert!(r.contains("pending approval"), "{r}");
+    // The patient record is not handed to a remote executor whose operator no policy
+    // lets receive it; the reason names the model, its endpoint and the data.
+    for name in [
+        "unlisted_operator",
+        "marketing_vendor",
+        "associate_without_baa",
+    ] {
+        let r = reason(adaptive::REMOTE_MODEL, name);
+        assert!(
+            r.contains("would go to the remote executor `openai:http://127.0.0.1:")
+                && r.contains("health"),
+            "{name}: {r}"
+        );
+    }
 }
 
 #[test]
