@@ -851,3 +851,140 @@ fn the_demo_shows_regulation_verdicts_and_what_a_judge_said() {
     assert_eq!(refused.status.code(), Some(64), "a usage error");
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--regulations"));
 }
+
+/// Issue 15, class 8, end to end through the engine: a remote executor (an
+/// OpenAI-compatible endpoint, the real client) under HIPAA. The planned read of a
+/// patient record is decided, before it runs, as a disclosure of the record to the
+/// endpoint's operator. Unlisted, the operator may not receive it: the read is blocked
+/// with the reason recorded and the model never hears the record. Listed as a business
+/// associate under an agreement, the read runs and the model hears it. Both bundles
+/// name the remote executor in their APM and verify `complete`.
+#[test]
+fn a_remote_executor_hears_a_patient_record_only_when_its_operator_may_receive_it() {
+    use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations, ToolResult, ToolRunner};
+    use knox_types::Action;
+    use knox_types::grant::Grant;
+    use knox_types::apm::{ExpectedCall, StopPolicy};
+    use knox_types::bundle::ModelInfo;
+    use knox_types::regulation::{DirectoryEntry, RegulationContext, TaskContext};
+
+    struct ReadRecord;
+    impl Planner for ReadRecord {
+        fn plan(
+            &self,
+            _: &Prompt,
+            _: &knox_policy::ToolkitManifest,
+            _: &Regulations,
+            _: &StopPolicy,
+        ) -> Result<Plan, PlanError> {
+            let params = json!({"patient_id": "123abc"});
+            Ok(Plan {
+                tasks: vec![vec![ExpectedCall::exact(
+                    0,
+                    "EpicFHIRGetPatientDetails",
+                    params.as_object().cloned().unwrap(),
+                )]],
+            })
+        }
+        fn model(&self) -> ModelInfo {
+            ModelInfo {
+                role: ModelRole::Planner,
+                name: "fixed".into(),
+                weights_hash: None,
+                declared: false,
+            }
+        }
+    }
+    struct Records;
+    impl ToolRunner for Records {
+        fn run(&self, _: &Action, _: Option<&Grant>) -> ToolResult {
+            ToolResult::from(json!({"patient_data": {"name": "Maria Quintero",
+                "conditions": ["Type 2 diabetes mellitus"]}}))
+        }
+    }
+    let rt = runtime();
+    let context = |operator: Option<DirectoryEntry>| RegulationContext {
+        directory: [DirectoryEntry {
+            addresses: vec!["records@riverside-clinic.example".into()],
+            domains: vec![],
+            role: "covered_entity".into(),
+            organisation: "Riverside Clinic".into(),
+            jurisdiction: "US".into(),
+            baa: false,
+            safeguards: false,
+        }]
+        .into_iter()
+        .chain(operator)
+        .collect(),
+        consents: vec![],
+        tasks: std::collections::BTreeMap::new(),
+        default_task: Some(TaskContext {
+            sender: "records@riverside-clinic.example".into(),
+            purpose: "treatment".into(),
+        }),
+    };
+    let run = |listed: bool| {
+        let script = vec![
+            call("EpicFHIRGetPatientDetails", &json!({"patient_id": "123abc"})),
+            json!({"role": "assistant", "content": "Done."}),
+        ];
+        let (url, seen) = serve(script);
+        let operator = listed.then(|| DirectoryEntry {
+            addresses: vec![url.clone()],
+            domains: vec![],
+            role: "business_associate".into(),
+            organisation: "Inference Co".into(),
+            jurisdiction: "US".into(),
+            baa: true,
+            safeguards: true,
+        });
+        let setup = knox_engine::RegulationSetup::new(
+            ["HIPAA"],
+            knox_regulation::Norms::embedded().unwrap(),
+            context(operator),
+        )
+        .unwrap();
+        let endpoint = Endpoint::parse(&format!("openai:{url}#remote-model")).unwrap();
+        let session = knox_engine::Session::builder()
+            .platform(knox_attest::simulated::Simulated)
+            .embedded_suite()
+            .regulations(setup)
+            .planner(ReadRecord)
+            .executor(ChatExecutor::new(Arc::new(endpoint), &rt.manifest))
+            .tools(Records)
+            .build()
+            .unwrap();
+        let prompt = Prompt {
+            tasks: vec!["Look up patient 123abc and summarise their conditions".into()],
+        };
+        let bundle = session.run_prompt(&prompt).unwrap().bundle;
+        let heard = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.to_string().contains("Maria Quintero"));
+        (url, bundle, heard)
+    };
+
+    let (url, b, heard) = run(false);
+    assert_eq!(verify(&b).outcome, Outcome::Complete);
+    assert_eq!(b.apm.guards.remote.len(), 1);
+    assert_eq!(b.apm.guards.remote[0].endpoint, url);
+    let calls = tool_calls(&b);
+    assert_eq!(calls.len(), 1);
+    assert!(!calls[0].allowed);
+    let why = calls[0].block_reason.clone().unwrap();
+    assert!(
+        why.contains("would go to the remote executor `openai:")
+            && why.contains("health")
+            && why.contains("non-compliant"),
+        "{why}"
+    );
+    assert!(!heard, "the model heard the record its operator may not receive");
+
+    let (_, b, heard) = run(true);
+    assert_eq!(verify(&b).outcome, Outcome::Complete);
+    let calls = tool_calls(&b);
+    assert!(calls[0].allowed, "{:?}", calls[0].block_reason);
+    assert!(heard, "the model should have heard the record");
+}
