@@ -380,10 +380,41 @@ pub fn check_url(url: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The TCP endpoint an `http(s)://` URL reaches: its host (an IPv6 address without
+/// brackets) and its port, or the scheme's.
+pub fn endpoint_of(url: &str) -> Result<Endpoint, String> {
+    check_url(url)?;
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("url `{url}`: {e}"))?;
+    match (parsed.host_str(), parsed.port_or_known_default()) {
+        (Some(host), Some(port)) => Ok(Endpoint {
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+            port,
+        }),
+        _ => Err(format!("url `{url}` names no host and port")),
+    }
+}
+
 #[cfg(test)]
 #[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_http_url_reaches_its_host_and_port() {
+        for (url, host, port) in [
+            ("http://127.0.0.1:3001/mcp", "127.0.0.1", 3001),
+            ("https://mcp.example/v1", "mcp.example", 443),
+            ("http://[::1]/mcp", "::1", 80),
+        ] {
+            let e = endpoint_of(url).unwrap();
+            assert_eq!((e.host.as_str(), e.port), (host, port), "{url}");
+        }
+        assert!(endpoint_of("ftp://x/").is_err());
+        assert!(endpoint_of("http://u:p@x/").is_err());
+    }
 
     #[test]
     fn parses_and_validates_a_servers_file() {

@@ -2,7 +2,7 @@
 //! server's `tools/list`, every guess marked for review.
 //!
 //! The importer works on its own small types ([`Skeleton`], [`ImportedTool`]); the
-//! one function that knows the user manifest format is [`to_manifest`], so that the
+//! one function that knows the user manifest format is [`to_toolkit`], so that the
 //! format can change without touching what is learned from the server.
 
 use knox_types::payload::KernelEvent;
@@ -165,34 +165,115 @@ pub fn valid_tool_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
 }
 
-/// FORMAT BOUNDARY: the skeleton written as a user manifest document. Everything the
-/// importer knows is in `skeleton`; this is the only function that knows the
-/// manifest's shape (`knox-toolkit-skeleton/1`, JSON, documented in `docs/mcp.md`),
-/// to be pointed at the manifest format of `knox_policy::manifest` when they meet.
-pub fn to_manifest(skeleton: &Skeleton, needs: &crate::config::Needs) -> Value {
-    json!({
-        "format": "knox-toolkit-skeleton/1",
-        "generated_by": "knox toolkit import",
-        "review_required": true,
-        "server": {
-            "name": skeleton.server,
-            "source": skeleton.source,
-            "needs": needs,
-            "needs_review": "the needs the server was imported under; tighten them to what its tools need",
-        },
-        "tools": skeleton.tools.iter().map(|t| json!({
-            "name": t.name,
-            "description": t.description,
-            "inputSchema": t.input_schema,
-            "effect": t.effect,
-            "mcp_hints": t.hints,
-            "needs": "server",
-            "labels": [],
-            "sinks": [],
-            "review": t.review,
-        })).collect::<Vec<_>>(),
-        "kernel_denials_during_import": skeleton.kernel,
-    })
+/// The review note every imported tool carries about its server's needs.
+pub const NEEDS_REVIEW: &str = "needs: the server's needs are those it was imported under \
+     (stdio: the starter needs it ran confined with; HTTP: its URL's host and port); tighten \
+     them to what its tools need";
+
+/// Where an imported server runs, as its manifest entry says.
+#[derive(Clone, Debug)]
+pub enum Locality<'a> {
+    /// A stdio server, run locally: the needs it was imported under.
+    Stdio(&'a crate::config::Needs),
+    /// A Streamable-HTTP server, run elsewhere: the endpoint its URL names.
+    Http(knox_types::apm::Endpoint),
+}
+
+/// FORMAT BOUNDARY: the skeleton as a user manifest (`knox-toolkit/1`, which
+/// `knox_policy::ToolkitManifest::from_doc` loads): one server as imported — a stdio
+/// server local, needing what it ran under; an HTTP server `remote`, reaching its URL's
+/// host and port only — whose tools carry their guessed effect, the server's hints and
+/// every guess in `review` (`knox toolkit check` exits 1 until the entries are deleted).
+/// `runtime` is what every tool worker needs (the shipped manifest's runtime).
+pub fn to_toolkit(
+    skeleton: &Skeleton,
+    locality: &Locality<'_>,
+    runtime: knox_policy::manifest::RuntimeNeeds,
+) -> knox_policy::toolkit::ToolkitDoc {
+    use knox_policy::manifest::{Effect as ManifestEffect, Profile};
+    use knox_policy::toolkit::{McpHints, Server, ServerNeeds, Tool, ToolkitDoc};
+    use knox_sandbox::Family;
+    let tools = skeleton
+        .tools
+        .iter()
+        .map(|t| {
+            let h = t.hints;
+            let hints = (h != Hints::default()).then_some(McpHints {
+                read_only_hint: h.read_only,
+                destructive_hint: h.destructive,
+                idempotent_hint: h.idempotent,
+                open_world_hint: h.open_world,
+            });
+            let mut review = t.review.clone();
+            review.push(NEEDS_REVIEW.into());
+            Tool {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                input_schema: if t.input_schema.is_object() {
+                    t.input_schema.clone()
+                } else {
+                    json!({"type": "object"})
+                },
+                effect: Some(match t.effect {
+                    Effect::Read => ManifestEffect::Read,
+                    Effect::Write => ManifestEffect::Write,
+                    Effect::Disclose => ManifestEffect::Disclose,
+                    Effect::Execute => ManifestEffect::Execute,
+                }),
+                hints,
+                discloses: None,
+                returns: None,
+                sinks: vec![],
+                prose: vec![],
+                trusted: vec![],
+                review,
+            }
+        })
+        .collect();
+    let (remote, needs) = match locality {
+        Locality::Stdio(n) => (
+            false,
+            ServerNeeds {
+                profile: if n.profile.contains(&Family::Terminal) {
+                    Profile::Terminal
+                } else if n.profile.contains(&Family::NetworkClient) {
+                    Profile::NetworkClient
+                } else {
+                    Profile::Offline
+                },
+                syscalls: n.syscalls.clone(),
+                paths: n.paths.clone(),
+                endpoints: n.endpoints.clone(),
+                limits: n.limits,
+            },
+        ),
+        Locality::Http(endpoint) => (
+            true,
+            ServerNeeds {
+                profile: Profile::NetworkClient,
+                syscalls: Default::default(),
+                paths: vec![],
+                endpoints: vec![endpoint.clone()],
+                limits: None,
+            },
+        ),
+    };
+    ToolkitDoc {
+        format: knox_policy::toolkit::FORMAT.into(),
+        description: format!(
+            "imported by knox toolkit import from {}: review every `review` entry",
+            skeleton.source
+        ),
+        runtime,
+        servers: vec![Server {
+            name: skeleton.server.clone(),
+            description: skeleton.source.clone(),
+            remote,
+            needs,
+            cost: 1,
+            tools,
+        }],
+    }
 }
 
 /// System calls of an interpreter's event loop (node's libuv, Python's asyncio)
@@ -365,6 +446,60 @@ mod tests {
         assert!(needs.endpoints.is_empty());
         assert!(needs.paths.iter().all(|g| g.access.len() == 1));
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn the_skeleton_is_a_manifest_that_loads_with_every_guess_to_review() {
+        let skeleton = Skeleton {
+            server: "fs".into(),
+            source: "stdio: node index.js /srv".into(),
+            tools: vec![ImportedTool {
+                name: "fs.read_text_file".into(),
+                description: "Read a file".into(),
+                input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}},
+                    "required": ["path"]}),
+                effect: Effect::Read,
+                hints: h(Some(true), None, Some(false)),
+                review: vec!["effect `read` from the hints".into()],
+            }],
+            kernel: vec![],
+        };
+        let runtime = knox_policy::shipped::current()
+            .unwrap()
+            .needs()
+            .runtime
+            .clone();
+        let needs = crate::config::Needs {
+            profile: [knox_sandbox::Family::Offline].into(),
+            syscalls: ["epoll_wait".to_string()].into(),
+            paths: vec![knox_types::apm::PathGrant {
+                path: "/srv".into(),
+                access: [knox_types::apm::Access::Read].into(),
+            }],
+            endpoints: vec![],
+            limits: None,
+        };
+        let stdio = to_toolkit(&skeleton, &Locality::Stdio(&needs), runtime.clone());
+        let m = knox_policy::ToolkitManifest::from_doc(stdio.clone()).unwrap();
+        let t = m.tool("fs.read_text_file").unwrap();
+        assert_eq!(t.effect(), knox_policy::manifest::Effect::Read);
+        let server = &stdio.servers[0];
+        assert!(!server.remote);
+        assert_eq!(
+            server.needs.profile,
+            knox_policy::manifest::Profile::Offline
+        );
+        assert_eq!(server.needs.paths[0].path, "/srv");
+        let review = stdio.pending_review();
+        assert_eq!(review.len(), 2, "{review:?}");
+        let http = to_toolkit(
+            &skeleton,
+            &Locality::Http(crate::config::endpoint_of("https://mcp.example/v1").unwrap()),
+            runtime,
+        );
+        knox_policy::ToolkitManifest::from_doc(http.clone()).unwrap();
+        assert!(http.servers[0].remote);
+        assert_eq!(http.servers[0].needs.endpoints[0].host, "mcp.example");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! `knox toolkit import --mcp-stdio "CMD ARGS…"` / `--mcp-http URL` runs the server
 //! (a stdio one confined in the kernel sandbox), asks `tools/list` and writes a
 //! manifest skeleton with effects from the MCP annotations and every guess marked for
-//! review. The skeleton's shape is `knox_mcp::import::to_manifest`'s.
+//! review: a `knox-toolkit/1` manifest (`knox_mcp::import::to_toolkit`) that loads as it
+//! stands and that `knox toolkit check` passes once the review entries are deleted.
 
 use std::path::PathBuf;
 
@@ -12,7 +13,7 @@ use anyhow::Result;
 use knox_mcp::config::{ServerSpec, valid_server_name};
 use knox_mcp::{McpHost, import};
 
-use crate::cmd::{path, usage, write_file};
+use crate::cmd::{path, usage};
 use crate::error::{Kind, fail};
 
 /// `knox mcp …`.
@@ -47,7 +48,8 @@ pub struct ImportArgs {
     /// Seconds the server has to start and answer.
     #[arg(long, default_value_t = 30)]
     pub timeout_secs: u64,
-    /// Where the skeleton is written (default: standard output).
+    /// Where the manifest is written (`.json`: JSON, anything else TOML; default: JSON on
+    /// standard output).
     #[arg(long, short, value_name = "FILE", value_parser = path)]
     pub output: Option<PathBuf>,
     /// Directory for the server's workspace while it runs.
@@ -121,20 +123,43 @@ pub fn import(a: &ImportArgs) -> Result<i32> {
         tools: import::imported(&a.name, &tools),
         kernel,
     };
-    let doc = import::to_manifest(&skeleton, &needs);
-    let mut bytes = serde_json::to_vec_pretty(&doc)?;
-    bytes.push(b'\n');
+    let locality = match &server.reach {
+        knox_mcp::Reach::Http { url } => import::Locality::Http(
+            knox_mcp::config::endpoint_of(url).map_err(|e| usage(format!("--mcp-http: {e}")))?,
+        ),
+        knox_mcp::Reach::Stdio { .. } => import::Locality::Stdio(&needs),
+    };
+    let runtime = knox_policy::shipped::current()
+        .map_err(|e| fail(Kind::Software, e.to_string()))?
+        .needs()
+        .runtime
+        .clone();
+    let doc = import::to_toolkit(&skeleton, &locality, runtime);
+    // The manifest must load as it stands (names, schemas, needs): only its `review`
+    // entries stand between it and a run.
+    knox_policy::ToolkitManifest::from_doc(doc.clone()).map_err(|e| {
+        fail(
+            Kind::DataErr,
+            format!("the server's tools do not make a manifest Knox can load: {e}"),
+        )
+    })?;
     match &a.output {
         Some(p) => {
-            write_file(p, &bytes)?;
+            super::toolkit::write_doc(p, &doc)?;
             eprintln!(
-                "{} tools of `{}` written to {}: every `review` entry is a guess to check",
+                "{} tools of `{}` written to {}: {} guesses marked for review (`knox toolkit check {}`)",
                 skeleton.tools.len(),
                 a.name,
+                p.display(),
+                doc.pending_review().len(),
                 p.display()
             );
         }
-        None => knox_verifier::cli::write_stdout(&bytes)?,
+        None => {
+            let mut bytes = serde_json::to_vec_pretty(&doc)?;
+            bytes.push(b'\n');
+            knox_verifier::cli::write_stdout(&bytes)?;
+        }
     }
     for d in &skeleton.kernel {
         eprintln!(

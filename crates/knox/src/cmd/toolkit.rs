@@ -60,7 +60,8 @@ pub struct ImportArgs {
     pub openai: Option<PathBuf>,
     /// A stdio MCP server's command line, split like a shell without being one (no
     /// operators, no expansion): the server runs confined in the kernel sandbox and is
-    /// asked `tools/list`; the skeleton is JSON (`knox-toolkit-skeleton/1`, docs/mcp.md).
+    /// asked `tools/list`; written as a `knox-toolkit/1` manifest with every guess marked
+    /// for review (docs/mcp.md).
     #[arg(long, value_name = "CMD ARGS…")]
     pub mcp_stdio: Option<String>,
     /// A Streamable-HTTP MCP server's endpoint, asked `tools/list`; nothing else is
@@ -79,8 +80,7 @@ pub struct ImportArgs {
     /// MCP: directory for the server's workspace while it runs.
     #[arg(long, value_name = "DIR", value_parser = crate::cmd::path)]
     pub workspaces: Option<PathBuf>,
-    /// Where to write the skeleton (OpenAI: `.json` writes JSON, anything else TOML;
-    /// MCP: JSON).
+    /// Where to write the skeleton (`.json` writes JSON, anything else TOML).
     #[arg(value_parser = crate::cmd::path, long, short)]
     pub out: PathBuf,
 }
@@ -241,7 +241,8 @@ fn effect_words(e: Effect) -> &'static str {
 }
 
 /// Writes `doc` as JSON (a `.json` path) or TOML.
-fn write_doc(out: &Path, doc: &ToolkitDoc) -> Result<()> {
+/// Writes `doc` to `out`: JSON for a `.json` file, TOML otherwise.
+pub(super) fn write_doc(out: &Path, doc: &ToolkitDoc) -> Result<()> {
     let json = out.extension().is_some_and(|e| e == "json");
     let text = if json {
         serde_json::to_string_pretty(doc)?

@@ -50,6 +50,18 @@ fn every_class_that_got_through_before_is_blocked_now_with_the_reason_recorded()
     }
     let after = suite(&attacks, Closed::ALL);
     assert_eq!(after.succeeded, 0, "{}", after.markdown());
+    // Every attempt ran under both trajectory modes.
+    for mode in ["exact", "tolerant"] {
+        assert_eq!(
+            after
+                .attempts
+                .iter()
+                .filter(|a| a.trajectory == mode)
+                .count(),
+            attacks.len(),
+            "{mode}"
+        );
+    }
     for a in &after.attempts {
         assert!(
             a.setup_error.is_none(),
@@ -64,12 +76,14 @@ fn every_class_that_got_through_before_is_blocked_now_with_the_reason_recorded()
     }
     // The reasons name what closed each channel.
     let reason = |class: &str, name: &str| {
-        after
+        let why: Vec<String> = after
             .attempts
             .iter()
-            .find(|a| a.class == class && a.name == name)
-            .and_then(|a| a.blocked_by.clone())
-            .unwrap()
+            .filter(|a| a.class == class && a.name == name)
+            .filter_map(|a| a.blocked_by.clone())
+            .collect();
+        assert_eq!(why.len(), 2, "{class}/{name}: blocked in both modes");
+        why.into_iter().next().unwrap()
     };
     let r = reason("free_text", "tweet_base64");
     assert!(
@@ -109,6 +123,35 @@ fn honest_paraphrasing_runs_are_not_blocked() {
     let r = suite(&benign, Closed::ALL);
     assert_eq!(r.falsely_blocked, 0, "{}", r.markdown());
     assert!(r.attempts.iter().all(|a| a.allowed && a.evidence_shows));
+    assert_eq!(r.attempts.len(), 2 * benign.len(), "both trajectory modes");
+}
+
+/// The static tricks (an injected call, near-miss and confusable recipients, an extra
+/// parameter, duplicate keys, a look-alike tool, malformed arguments, a planned email
+/// sent twice) are blocked in both trajectory modes: the tolerant mode's relaxations
+/// (repeated, reordered reads; equivalent argument forms) let none of them through.
+#[test]
+fn the_tolerant_trajectory_mode_lets_no_static_trick_through() {
+    let statics: Vec<Attack> = adaptive::attacks()
+        .into_iter()
+        .filter(|a| a.class == "policy_known_static")
+        .collect();
+    let r = suite(&statics, Closed::ALL);
+    let tolerant: Vec<_> = r
+        .attempts
+        .iter()
+        .filter(|a| a.trajectory == "tolerant")
+        .collect();
+    assert_eq!(tolerant.len(), statics.len());
+    for a in tolerant {
+        assert!(
+            !a.allowed && a.evidence_shows && a.setup_error.is_none(),
+            "{}: {:?} {:?}",
+            a.name,
+            a.blocked_by,
+            a.setup_error
+        );
+    }
 }
 
 #[test]

@@ -57,7 +57,7 @@ fn skeleton(out: &Path) -> serde_json::Value {
 }
 
 fn effect<'a>(doc: &'a serde_json::Value, tool: &str) -> &'a str {
-    doc["tools"]
+    doc["servers"][0]["tools"]
         .as_array()
         .unwrap()
         .iter()
@@ -104,24 +104,61 @@ fn import_writes_a_reviewed_skeleton_from_a_confined_stdio_server() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let doc = skeleton(&out);
-    // The same skeleton (the kernel denials name their pids and addresses).
-    let first = skeleton(&via_toolkit);
-    for key in ["format", "server", "tools"] {
-        assert!(
-            first[key] == doc[key],
-            "`{key}` differs between the two spellings"
-        );
-    }
-    assert_eq!(doc["format"], "knox-toolkit-skeleton/1");
-    assert_eq!(doc["review_required"], true);
+    // The same manifest by both spellings.
+    assert_eq!(skeleton(&via_toolkit), doc);
+    assert_eq!(doc["format"], "knox-toolkit/1");
     assert_eq!(effect(&doc, "fs.read_text_file"), "read");
     assert_eq!(effect(&doc, "fs.write_file"), "write");
-    for t in doc["tools"].as_array().unwrap() {
+    let server = &doc["servers"][0];
+    assert_eq!(server["name"], "fs");
+    assert_ne!(server["remote"], true, "a stdio server runs locally");
+    for t in server["tools"].as_array().unwrap() {
         assert!(!t["review"].as_array().unwrap().is_empty(), "{t}");
         assert_eq!(t["inputSchema"]["type"], "object", "{t}");
     }
-    // The needs it ran under are in the skeleton, for review: no TCP endpoint.
-    assert_eq!(doc["server"]["needs"]["endpoints"], serde_json::json!([]));
+    // The needs it ran under are the server's needs, for review: no TCP endpoint, and
+    // read access to the package it runs.
+    assert!(
+        server["needs"].get("endpoints").is_none(),
+        "{}",
+        server["needs"]
+    );
+    assert!(
+        server["needs"]["paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["path"].as_str().unwrap().ends_with("node_modules")),
+        "{}",
+        server["needs"]
+    );
+    // It loads as it stands; `knox toolkit check` fails until the guesses are reviewed,
+    // and passes once the review entries are deleted.
+    let check = |m: &Path| knox().args(["toolkit", "check"]).arg(m).output().unwrap();
+    let o = check(&out);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        said.contains("fs.write_file") && said.contains("needs:"),
+        "{said}"
+    );
+    let mut reviewed = doc.clone();
+    for t in reviewed["servers"][0]["tools"].as_array_mut().unwrap() {
+        t.as_object_mut().unwrap().remove("review");
+    }
+    let reviewed_path = tmp.path().join("fs-reviewed.json");
+    std::fs::write(&reviewed_path, serde_json::to_vec(&reviewed).unwrap()).unwrap();
+    let o = check(&reviewed_path);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 #[test]

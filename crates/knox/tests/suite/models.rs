@@ -863,9 +863,9 @@ fn the_demo_shows_regulation_verdicts_and_what_a_judge_said() {
 fn a_remote_executor_hears_a_patient_record_only_when_its_operator_may_receive_it() {
     use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations, ToolResult, ToolRunner};
     use knox_types::Action;
-    use knox_types::grant::Grant;
     use knox_types::apm::{ExpectedCall, StopPolicy};
     use knox_types::bundle::ModelInfo;
+    use knox_types::grant::Grant;
     use knox_types::regulation::{DirectoryEntry, RegulationContext, TaskContext};
 
     struct ReadRecord;
@@ -925,7 +925,10 @@ fn a_remote_executor_hears_a_patient_record_only_when_its_operator_may_receive_i
     };
     let run = |listed: bool| {
         let script = vec![
-            call("EpicFHIRGetPatientDetails", &json!({"patient_id": "123abc"})),
+            call(
+                "EpicFHIRGetPatientDetails",
+                &json!({"patient_id": "123abc"}),
+            ),
             json!({"role": "assistant", "content": "Done."}),
         ];
         let (url, seen) = serve(script);
@@ -980,7 +983,10 @@ fn a_remote_executor_hears_a_patient_record_only_when_its_operator_may_receive_i
             && why.contains("non-compliant"),
         "{why}"
     );
-    assert!(!heard, "the model heard the record its operator may not receive");
+    assert!(
+        !heard,
+        "the model heard the record its operator may not receive"
+    );
 
     let (_, b, heard) = run(true);
     assert_eq!(verify(&b).outcome, Outcome::Complete);
