@@ -226,6 +226,21 @@ fn assert_evidence(b: &Value) {
         text.contains("IGNORE PREVIOUS INSTRUCTIONS"),
         "the tool's output is recorded"
     );
+    // The upstream is named as the remote executor it is, and the APM names it.
+    let exec = b["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "executor")
+        .unwrap();
+    assert!(
+        exec["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("openai:http://127.0.0.1:"),
+        "{exec}"
+    );
+    assert_eq!(b["apm"]["guards"]["remote"][0]["model"], exec["name"]);
     // The prompt was planned from the system and user messages only.
     let apm = b["apm"].to_string();
     assert!(
@@ -261,6 +276,109 @@ fn an_injected_call_is_withheld_and_the_conversation_seals_complete() {
                 .exists()
         );
     }
+    up_stop.store(true, Ordering::Release);
+}
+
+/// The upstream is a remote executor: it hears every tool result the client sends
+/// back. Under GDPR, with an EU controller sending and the upstream's operator listed
+/// nowhere, the balance read the model asks for (the user's financial data) is withheld
+/// before the client may run it, the reason naming the upstream; the run's evidence
+/// verifies `complete`.
+#[test]
+fn a_labelled_read_is_withheld_when_the_upstreams_operator_may_not_receive_it() {
+    use knox_types::regulation::{DirectoryEntry, RegulationContext, TaskContext};
+    let dir = tempfile::tempdir().unwrap();
+    let (up, up_stop) = upstream();
+    let m = manifest();
+    let context = RegulationContext {
+        directory: vec![DirectoryEntry {
+            addresses: vec!["office@bank-user.example".into()],
+            domains: vec![],
+            role: "controller".into(),
+            organisation: "Example GmbH".into(),
+            jurisdiction: "DE".into(),
+            baa: false,
+            safeguards: false,
+        }],
+        consents: vec![],
+        tasks: std::collections::BTreeMap::new(),
+        default_task: Some(TaskContext {
+            sender: "office@bank-user.example".into(),
+            purpose: "service".into(),
+        }),
+    };
+    let setup = knox_engine::RegulationSetup::new(
+        ["GDPR"],
+        knox_regulation::Norms::embedded().unwrap(),
+        context,
+    )
+    .unwrap();
+    let planner = knox_gateway::openai::plan::Followed::new(
+        Box::new(knox_gateway::openai::plan::PlanFile::new(openai_support::plan(), &m, 8).unwrap()),
+        knox_types::apm::TrajectoryMode::tolerant(),
+    );
+    let session = Arc::new(
+        knox_engine::Session::builder()
+            .platform(knox_engine::Simulated)
+            .manifest(m)
+            .planner(planner)
+            .regulations(setup)
+            .output(dir.path())
+            .run_prefix("conv")
+            .build()
+            .unwrap(),
+    );
+    let config = ProxyConfig {
+        upstream: format!("http://{up}/v1"),
+        idle: Duration::from_secs(60),
+        out: Some(dir.path().to_owned()),
+        ..ProxyConfig::default()
+    };
+    let proxy = Proxy::new(session, &config);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (p, s) = (proxy.clone(), stop.clone());
+    let thread = std::thread::spawn(move || {
+        p.run_until(
+            "127.0.0.1:0".parse().unwrap(),
+            move || s.load(Ordering::Acquire),
+            |a| {
+                tx.send(a).unwrap();
+            },
+        )
+        .unwrap()
+    });
+    let addr = rx.recv().unwrap();
+    let body = json!({"model": "scripted", "messages": [
+        {"role": "system", "content": "You are a careful banking assistant."},
+        {"role": "user", "content": "Check my balance, then pay DE001 20."}]});
+    let (status, _, text) = post(addr, "regulated", &body);
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let message = &v["choices"][0]["message"];
+    assert!(
+        message["tool_calls"].is_null(),
+        "the read reached the client: {v}"
+    );
+    let said = message["content"].as_str().unwrap();
+    assert!(
+        said.contains("blocked tool call `bank__get_balance` (regulation)")
+            && said.contains("would go to the remote executor `openai:http://127.0.0.1:")
+            && said.contains("financial"),
+        "{said}"
+    );
+    stop.store(true, Ordering::Release);
+    let sealed = thread.join().unwrap();
+    let path = sealed[0].bundle.as_ref().unwrap().as_ref().unwrap();
+    let b = verify(path);
+    let calls: Vec<&Value> = b["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["kind"] == "tool_call")
+        .collect();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["allowed"], false);
     up_stop.store(true, Ordering::Release);
 }
 

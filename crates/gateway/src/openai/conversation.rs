@@ -185,6 +185,8 @@ type Slot = Arc<Mutex<Option<Handle>>>;
 /// The live conversations, by key.
 pub(crate) struct Table {
     session: Arc<Session>,
+    /// The upstream's base URL: the executor of every conversation is the model there.
+    upstream: String,
     idle: Duration,
     out: Option<PathBuf>,
     live: Arc<Mutex<HashMap<String, Slot>>>,
@@ -198,16 +200,19 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Table {
-    /// No conversation yet; bundles land in `out` (the session's output directory),
-    /// and `on_seal` is told of each conversation as it is sealed.
+    /// No conversation yet; the executor is a model at `upstream` (base URL); bundles
+    /// land in `out` (the session's output directory), and `on_seal` is told of each
+    /// conversation as it is sealed.
     pub fn new(
         session: Arc<Session>,
+        upstream: &str,
         idle: Duration,
         out: Option<PathBuf>,
         on_seal: Option<SealHook>,
     ) -> Self {
         Self {
             session,
+            upstream: upstream.to_owned(),
             idle,
             out,
             live: Arc::default(),
@@ -233,7 +238,9 @@ impl Table {
         let prompt = prompt(messages)?;
         let executor = ModelInfo {
             role: ModelRole::Executor,
-            name: format!("upstream:{model}"),
+            // The upstream hears every tool result the client sends back: a remote
+            // model (`openai:URL#MODEL`), which the APM names as a recipient.
+            name: format!("openai:{}#{model}", self.upstream),
             weights_hash: None,
             declared: true,
         };

@@ -78,6 +78,7 @@ impl Proxy {
         Arc::new(Self {
             table: Table::new(
                 session,
+                &config.upstream,
                 config.idle,
                 config.out.clone(),
                 config.on_seal.clone(),
