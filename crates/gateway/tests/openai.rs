@@ -32,7 +32,11 @@ fn proxy(out: &Path, upstream: &str, timeout: Duration) -> Running {
         out: Some(out.to_owned()),
         ..ProxyConfig::default()
     };
-    let proxy = Proxy::new(session(out), &config);
+    start(Proxy::new(session(out), &config))
+}
+
+/// Serves `proxy` on a loopback port until `stop` is set.
+fn start(proxy: Arc<Proxy>) -> Running {
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = std::sync::mpsc::channel();
     let (p, s) = (proxy.clone(), stop.clone());
@@ -334,25 +338,11 @@ fn a_labelled_read_is_withheld_when_the_upstreams_operator_may_not_receive_it() 
         out: Some(dir.path().to_owned()),
         ..ProxyConfig::default()
     };
-    let proxy = Proxy::new(session, &config);
-    let stop = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (p, s) = (proxy.clone(), stop.clone());
-    let thread = std::thread::spawn(move || {
-        p.run_until(
-            "127.0.0.1:0".parse().unwrap(),
-            move || s.load(Ordering::Acquire),
-            |a| {
-                tx.send(a).unwrap();
-            },
-        )
-        .unwrap()
-    });
-    let addr = rx.recv().unwrap();
+    let p = start(Proxy::new(session, &config));
     let body = json!({"model": "scripted", "messages": [
         {"role": "system", "content": "You are a careful banking assistant."},
         {"role": "user", "content": "Check my balance, then pay DE001 20."}]});
-    let (status, _, text) = post(addr, "regulated", &body);
+    let (status, _, text) = post(p.addr, "regulated", &body);
     assert_eq!(status, 200, "{text}");
     let v: Value = serde_json::from_str(&text).unwrap();
     let message = &v["choices"][0]["message"];
@@ -367,8 +357,8 @@ fn a_labelled_read_is_withheld_when_the_upstreams_operator_may_not_receive_it() 
             && said.contains("financial"),
         "{said}"
     );
-    stop.store(true, Ordering::Release);
-    let sealed = thread.join().unwrap();
+    p.stop.store(true, Ordering::Release);
+    let sealed = p.thread.join().unwrap();
     let path = sealed[0].bundle.as_ref().unwrap().as_ref().unwrap();
     let b = verify(path);
     let calls: Vec<&Value> = b["nodes"]
