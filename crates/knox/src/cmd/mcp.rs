@@ -135,14 +135,10 @@ pub fn import(a: &ImportArgs) -> Result<i32> {
         .runtime
         .clone();
     let doc = import::to_toolkit(&skeleton, &locality, runtime);
-    // The manifest must load as it stands (names, schemas, needs): only its `review`
-    // entries stand between it and a run.
-    knox_policy::ToolkitManifest::from_doc(doc.clone()).map_err(|e| {
-        fail(
-            Kind::DataErr,
-            format!("the server's tools do not make a manifest Knox can load: {e}"),
-        )
-    })?;
+    // It should load as it stands (names, schemas, needs), so that only its `review`
+    // entries stand between it and a run; a server whose tools do not fit (a name
+    // outside the pattern) still gets its file, with the fault named and exit 1.
+    let fault = knox_policy::ToolkitManifest::from_doc(doc.clone()).err();
     match &a.output {
         Some(p) => {
             super::toolkit::write_doc(p, &doc)?;
@@ -170,6 +166,12 @@ pub fn import(a: &ImportArgs) -> Result<i32> {
                 .map(|x| format!(" ({x})"))
                 .unwrap_or_default()
         );
+    }
+    if let Some(e) = fault {
+        eprintln!(
+            "error: the manifest does not load as it stands: {e} (the tools' `review` entries name what to change)"
+        );
+        return Ok(1);
     }
     Ok(0)
 }
