@@ -111,8 +111,8 @@ impl<'n> Regulator<'n> {
 
     /// The check of handing `tool`'s output (in task `task`) to the operator of the
     /// remote `model`: decided as any disclosure is, without a judge, and marked with
-    /// the model. The verdict is the norms'; the guards pipeline fails a
-    /// `not_applicable` closed (the output carries labelled data by construction).
+    /// the model. The verdict is the norms'; the guards pipeline settles whether it
+    /// passes (`compliant`, or outside every regulation's scope).
     pub fn egress(&self, tool: &ToolEntry, task: Option<u32>, model: &RemoteModel) -> CheckPayload {
         let flow = self
             .norms
