@@ -15,5 +15,3 @@ pub const ATTACKER_RESPONSES: &str =
     include_str!("../../../data/injecagent/attacker_simulated_responses.json");
 /// Knox's reviewed attacker tool calls, one entry per attacker case.
 pub const ATTACKER_CALLS: &str = include_str!("../../../data/attacker_calls.json");
-/// Knox's reviewed toolkit needs.
-pub const TOOLKIT_NEEDS: &str = include_str!("../../../data/toolkits.toml");

@@ -247,10 +247,7 @@ pub fn run_terminal<E: From<EngineError>>(
 /// The InjecAgent toolkit manifest embedded in this build (the one verifiers of the
 /// suite's bundles trust by default).
 pub fn embedded_manifest() -> Result<knox_policy::ToolkitManifest, knox_policy::ManifestError> {
-    knox_policy::ToolkitManifest::from_sources(
-        knox_dataset::embedded::TOOLS_JSON,
-        knox_dataset::embedded::TOOLKIT_NEEDS,
-    )
+    knox_policy::shipped::current()
 }
 
 /// Which suite [`Session::run_workload`] runs.

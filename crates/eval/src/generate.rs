@@ -359,11 +359,7 @@ mod tests {
     #[test]
     fn generated_tasks_validate_and_carry_the_injection() {
         let data = Dataset::embedded().unwrap();
-        let manifest = ToolkitManifest::from_sources(
-            knox_dataset::embedded::TOOLS_JSON,
-            knox_dataset::embedded::TOOLKIT_NEEDS,
-        )
-        .unwrap();
+        let manifest = knox_policy::shipped::current().unwrap();
         let cx = PoolContext {
             data: &data,
             manifest: &manifest,

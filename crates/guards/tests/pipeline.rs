@@ -20,11 +20,7 @@ use knox_types::regulation::RegulationDecision;
 use serde_json::{Value, json};
 
 fn manifest() -> ToolkitManifest {
-    ToolkitManifest::from_sources(
-        knox_dataset::embedded::TOOLS_JSON,
-        knox_dataset::embedded::TOOLKIT_NEEDS,
-    )
-    .unwrap()
+    knox_policy::shipped::current().unwrap()
 }
 
 /// The fixture's APM: agent-0 plans `AmazonGetProductDetails` then

@@ -69,11 +69,7 @@ impl Harness {
     /// The embedded dataset and manifest, bound through `backend`.
     pub fn embedded(backend: &dyn PlatformBackend, nonce: &[u8]) -> Result<Self, HarnessError> {
         let data = Dataset::embedded()?;
-        let manifest = ToolkitManifest::from_sources(
-            knox_dataset::embedded::TOOLS_JSON,
-            knox_dataset::embedded::TOOLKIT_NEEDS,
-        )
-        .map_err(RunError::from)?;
+        let manifest = knox_policy::shipped::current().map_err(RunError::from)?;
         Self::start(backend, nonce, data, manifest)
     }
 }

@@ -10,32 +10,8 @@ use rmcp::model::Tool;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-/// What a tool does to the world (the manifest's effect vocabulary).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Effect {
-    /// Observes; changes nothing, sends nothing anywhere.
-    Read,
-    /// Changes state without sending data to anyone.
-    Write,
-    /// Transmits data to a recipient outside the user (the open world).
-    Disclose,
-    /// Runs code or a command.
-    Execute,
-}
-
-/// The MCP annotations a server gave one tool (hints: the server's own claims).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Hints {
-    /// `readOnlyHint`.
-    pub read_only: Option<bool>,
-    /// `destructiveHint`.
-    pub destructive: Option<bool>,
-    /// `idempotentHint`.
-    pub idempotent: Option<bool>,
-    /// `openWorldHint`.
-    pub open_world: Option<bool>,
-}
+pub use knox_policy::manifest::Effect;
+pub use knox_policy::toolkit::McpHints;
 
 /// One tool as imported.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -46,10 +22,10 @@ pub struct ImportedTool {
     pub description: String,
     /// The `inputSchema` as sent.
     pub input_schema: Value,
-    /// The effect guessed from the hints.
+    /// The effect guessed from its name and hints (`knox_policy::toolkit::guess_effect`).
     pub effect: Effect,
-    /// The hints it was guessed from.
-    pub hints: Hints,
+    /// The hints it was guessed from, as the server sent them (absent: none).
+    pub hints: Option<McpHints>,
     /// Every guess made for this tool, for a person to check.
     pub review: Vec<String>,
 }
@@ -67,71 +43,18 @@ pub struct Skeleton {
     pub kernel: Vec<KernelEvent>,
 }
 
-/// Names that suggest running code: such a tool is guessed `execute`.
-const EXECUTE_WORDS: [&str; 6] = ["exec", "run_command", "shell", "eval", "command", "script"];
-
-/// The effect of a tool from its MCP hints, conservatively (MCP's defaults for
-/// absent hints: not read-only, destructive, open world), with the reason.
-pub fn effect_of(name: &str, hints: Hints) -> (Effect, String) {
-    let read_only = hints.read_only.unwrap_or(false);
-    let open_world = hints.open_world.unwrap_or(true);
-    let lower = name.to_ascii_lowercase();
-    if let Some(w) = EXECUTE_WORDS.iter().find(|w| lower.contains(**w)) {
-        return (
-            Effect::Execute,
-            format!("effect `execute` guessed from the name (`{w}`); hints are not trusted for it"),
-        );
-    }
-    let show = |v: Option<bool>| v.map_or_else(|| "absent".to_owned(), |b| b.to_string());
-    let basis = format!(
-        "readOnlyHint={}, destructiveHint={}, openWorldHint={}",
-        show(hints.read_only),
-        show(hints.destructive),
-        show(hints.open_world)
-    );
-    let (effect, why) = match (read_only, open_world) {
-        (true, false) => (Effect::Read, "read-only, closed world"),
-        // A read of the open world sends its parameters there (a URL, a query).
-        (true, true) => (
-            Effect::Disclose,
-            "read-only but open world: its parameters leave the machine",
-        ),
-        (false, true) => (Effect::Disclose, "changes the open world"),
-        (false, false) => (Effect::Write, "changes local state only"),
-    };
-    (
-        effect,
-        format!(
-            "effect `{}` from {basis} ({why}); hints are the server's own claims",
-            effect_name(effect)
-        ),
-    )
-}
-
-fn effect_name(e: Effect) -> &'static str {
-    match e {
-        Effect::Read => "read",
-        Effect::Write => "write",
-        Effect::Disclose => "disclose",
-        Effect::Execute => "execute",
-    }
-}
-
 /// The tools of `server`, namespaced and annotated.
 pub fn imported(server: &str, tools: &[Tool]) -> Vec<ImportedTool> {
     tools
         .iter()
         .map(|t| {
-            let hints = t
-                .annotations
-                .as_ref()
-                .map_or_else(Hints::default, |a| Hints {
-                    read_only: a.read_only_hint,
-                    destructive: a.destructive_hint,
-                    idempotent: a.idempotent_hint,
-                    open_world: a.open_world_hint,
-                });
-            let (effect, why) = effect_of(&t.name, hints);
+            let hints = t.annotations.as_ref().map(|a| McpHints {
+                read_only_hint: a.read_only_hint,
+                destructive_hint: a.destructive_hint,
+                idempotent_hint: a.idempotent_hint,
+                open_world_hint: a.open_world_hint,
+            });
+            let (effect, why) = knox_policy::toolkit::guess_effect(&t.name, hints);
             let mut review = vec![why];
             if t.annotations.is_none() {
                 review.push("no annotations: MCP's defaults assumed".into());
@@ -190,20 +113,13 @@ pub fn to_toolkit(
     locality: &Locality<'_>,
     runtime: knox_policy::manifest::RuntimeNeeds,
 ) -> knox_policy::toolkit::ToolkitDoc {
-    use knox_policy::manifest::{Effect as ManifestEffect, Profile};
-    use knox_policy::toolkit::{McpHints, Server, ServerNeeds, Tool, ToolkitDoc};
+    use knox_policy::manifest::Profile;
+    use knox_policy::toolkit::{Server, ServerNeeds, Tool, ToolkitDoc};
     use knox_sandbox::Family;
     let tools = skeleton
         .tools
         .iter()
         .map(|t| {
-            let h = t.hints;
-            let hints = (h != Hints::default()).then_some(McpHints {
-                read_only_hint: h.read_only,
-                destructive_hint: h.destructive,
-                idempotent_hint: h.idempotent,
-                open_world_hint: h.open_world,
-            });
             let mut review = t.review.clone();
             review.push(NEEDS_REVIEW.into());
             Tool {
@@ -214,13 +130,8 @@ pub fn to_toolkit(
                 } else {
                     json!({"type": "object"})
                 },
-                effect: Some(match t.effect {
-                    Effect::Read => ManifestEffect::Read,
-                    Effect::Write => ManifestEffect::Write,
-                    Effect::Disclose => ManifestEffect::Disclose,
-                    Effect::Execute => ManifestEffect::Execute,
-                }),
-                hints,
+                effect: Some(t.effect),
+                hints: t.hints.filter(|h| *h != McpHints::default()),
                 discloses: None,
                 returns: None,
                 sinks: vec![],
@@ -382,43 +293,6 @@ pub fn starter_needs(
 mod tests {
     use super::*;
 
-    fn h(read_only: Option<bool>, destructive: Option<bool>, open_world: Option<bool>) -> Hints {
-        Hints {
-            read_only,
-            destructive,
-            idempotent: None,
-            open_world,
-        }
-    }
-
-    #[test]
-    fn effects_follow_the_hints_conservatively() {
-        assert_eq!(
-            effect_of("read_file", h(Some(true), None, Some(false))).0,
-            Effect::Read
-        );
-        assert_eq!(
-            effect_of("write_file", h(Some(false), Some(true), Some(false))).0,
-            Effect::Write
-        );
-        // Absent hints take MCP's defaults: not read-only, open world.
-        assert_eq!(effect_of("post", h(None, None, None)).0, Effect::Disclose);
-        assert_eq!(
-            effect_of("fetch", h(Some(true), None, None)).0,
-            Effect::Disclose
-        );
-        // The name wins over a read-only claim for code execution.
-        assert_eq!(
-            effect_of("run_command", h(Some(true), None, Some(false))).0,
-            Effect::Execute
-        );
-        assert!(
-            effect_of("x", h(None, None, None))
-                .1
-                .contains("readOnlyHint=absent")
-        );
-    }
-
     #[test]
     fn starter_needs_cover_the_package_and_nothing_wide() {
         let dir = std::env::temp_dir().join(format!("knox-mcp-starter-{}", std::process::id()));
@@ -460,7 +334,11 @@ mod tests {
                 input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}},
                     "required": ["path"]}),
                 effect: Effect::Read,
-                hints: h(Some(true), None, Some(false)),
+                hints: Some(McpHints {
+                    read_only_hint: Some(true),
+                    open_world_hint: Some(false),
+                    ..McpHints::default()
+                }),
                 review: vec!["effect `read` from the hints".into()],
             }],
             kernel: vec![],

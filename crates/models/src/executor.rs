@@ -307,11 +307,7 @@ mod tests {
         });
         let chat = Arc::new(Canned::default());
         *chat.replies.lock().unwrap() = vec![call.clone(), call.clone()];
-        let m = ToolkitManifest::from_sources(
-            include_str!("../../../data/injecagent/tools.json"),
-            include_str!("../../../data/toolkits.toml"),
-        )
-        .unwrap();
+        let m = knox_policy::shipped::current().unwrap();
         let mut l = ChatExecutor::new(chat, &m).build(AgentTask::default());
         assert!(matches!(l.next(None), Step::Propose(..)));
         assert_eq!(

@@ -369,11 +369,7 @@ mod tests {
     use serde_json::json;
 
     fn manifest() -> ToolkitManifest {
-        ToolkitManifest::from_sources(
-            include_str!("../../../data/injecagent/tools.json"),
-            include_str!("../../../data/toolkits.toml"),
-        )
-        .unwrap()
+        knox_policy::shipped::current().unwrap()
     }
 
     #[test]

@@ -265,11 +265,7 @@ mod tests {
     use super::*;
 
     fn manifest() -> ToolkitManifest {
-        ToolkitManifest::from_sources(
-            include_str!("../../../data/injecagent/tools.json"),
-            include_str!("../../../data/toolkits.toml"),
-        )
-        .unwrap()
+        knox_policy::shipped::current().unwrap()
     }
 
     #[test]

@@ -125,7 +125,8 @@ pub enum ManifestError {
     },
 }
 
-/// The reviewed needs file (`data/toolkits.toml`).
+/// A legacy needs file: the TOML that, beside InjecAgent's `tools.json`, once held
+/// Knox's reviewed needs (`data/manifests/toolkits-*.toml`, frozen).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NeedsFile {

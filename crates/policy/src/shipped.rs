@@ -11,21 +11,38 @@ use knox_types::digest::Digest;
 
 use crate::manifest::{ManifestError, ToolkitManifest};
 
-/// InjecAgent's `tools.json` (the tool schemas of the InjecAgent manifest).
+/// The toolkit manifest shipped with this build, in the `knox-toolkit/1` format users
+/// write theirs in (`data/manifests/injecagent.toolkit.json`): InjecAgent's 330 tools
+/// in 38 toolkits (the terminal suite's `TerminalExecute` among them), with Knox's
+/// reviewed needs, effects and annotations. Knox's own suites run from it.
+pub const INJECAGENT_MANIFEST: &str =
+    include_str!("../../../data/manifests/injecagent.toolkit.json");
+
+/// InjecAgent's `tools.json` (the tool schemas of the frozen legacy manifests, and of a
+/// legacy needs file a verifier is handed with `--needs`).
 pub const INJECAGENT_TOOLS_JSON: &str = include_str!("../../../data/injecagent/tools.json");
 
-/// Knox's reviewed needs and annotations for those tools, as shipped with this build
-/// (`data/toolkits.toml`).
-pub const NEEDS: &str = include_str!("../../../data/toolkits.toml");
+/// Knox's reviewed needs file as of commit a644880, frozen
+/// (`data/manifests/toolkits-a644880.toml`, once `data/toolkits.toml`): with InjecAgent's
+/// `tools.json`, the manifest every bundle and journal written from a644880 until the
+/// suites ran from [`INJECAGENT_MANIFEST`] names. It is also the source the shipped
+/// manifest was converted from (`knox toolkit convert`), and decides the same.
+pub const LEGACY_NEEDS_A644880: &str =
+    include_str!("../../../data/manifests/toolkits-a644880.toml");
 
-/// `data/toolkits.toml` as of commit 6c31851, frozen: the manifest every bundle and
+/// The needs file as of commit 6c31851, frozen: the manifest every bundle and
 /// journal written before it changed names (`data/manifests/toolkits-6c31851.toml`).
 pub const LEGACY_NEEDS_6C31851: &str =
     include_str!("../../../data/manifests/toolkits-6c31851.toml");
 
-/// The manifest shipped with this build (InjecAgent's tools with [`NEEDS`]).
+/// The manifest shipped with this build ([`INJECAGENT_MANIFEST`]).
 pub fn current() -> Result<ToolkitManifest, ManifestError> {
-    ToolkitManifest::from_sources(INJECAGENT_TOOLS_JSON, NEEDS)
+    ToolkitManifest::from_toolkit_text(INJECAGENT_MANIFEST)
+}
+
+/// The manifest of commit a644880 (InjecAgent's tools with [`LEGACY_NEEDS_A644880`]).
+pub fn legacy_a644880() -> Result<ToolkitManifest, ManifestError> {
+    ToolkitManifest::from_sources(INJECAGENT_TOOLS_JSON, LEGACY_NEEDS_A644880)
 }
 
 /// The manifest of commit 6c31851 (InjecAgent's tools with [`LEGACY_NEEDS_6C31851`]).
@@ -41,7 +58,10 @@ pub fn known() -> &'static [ToolkitManifest] {
     static KNOWN: OnceLock<Vec<ToolkitManifest>> = OnceLock::new();
     KNOWN.get_or_init(|| {
         let mut all: Vec<ToolkitManifest> = Vec::new();
-        for m in [current(), legacy_6c31851()].into_iter().flatten() {
+        for m in [current(), legacy_a644880(), legacy_6c31851()]
+            .into_iter()
+            .flatten()
+        {
             let blind = m.without_info_types().ok();
             for m in std::iter::once(m).chain(blind) {
                 if !all.iter().any(|k| k.hash() == m.hash()) {
@@ -73,7 +93,18 @@ mod tests {
     fn every_shipped_manifest_loads_and_is_known() {
         let current = current().unwrap();
         let legacy = legacy_6c31851().unwrap();
+        let a644880 = legacy_a644880().unwrap();
         assert!(is_known(&current.hash()));
+        assert!(is_known(&a644880.hash()));
+        assert!(is_known(&a644880.without_info_types().unwrap().hash()));
+        // The shipped manifest is not a frozen one: its hash is new.
+        assert_ne!(current.hash(), a644880.hash());
+        // The hash evidence written from a644880 until the switch names (the key-chain
+        // fixtures of knox-verify among it).
+        assert_eq!(
+            a644880.hash().to_string(),
+            "dfd627447c836415615a72aea0a555e1452782830600007b299e4f2dbfc95300"
+        );
         assert!(is_known(&legacy.hash()));
         assert!(is_known(&legacy.without_info_types().unwrap().hash()));
         assert!(is_known(&current.without_info_types().unwrap().hash()));

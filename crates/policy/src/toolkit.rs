@@ -493,21 +493,70 @@ const GUESS_PROSE: &str = "prose: none declared, so every parameter is controlle
 const GUESS_LABELS: &str =
     "returns/discloses/sinks: none declared; say what the output carries and who receives data";
 
+/// Names that suggest running code: such a tool is guessed `execute`.
+const EXECUTE_WORDS: [&str; 6] = ["exec", "run_command", "shell", "eval", "command", "script"];
+
+/// The effect an importer guesses for a tool it knows only by name and MCP hints, with
+/// the reason, for a person to review. Conservative where [`McpHints::effect`] (the
+/// default in force for a manifest that declares no effect) follows the hints: a name
+/// that says it runs code is `execute` whatever the hints claim, and absent hints take
+/// MCP's defaults (not read-only, open world), so a read of the open world, which sends
+/// its parameters there, is `disclose`; only a read-only, closed-world tool is `read`.
+pub fn guess_effect(name: &str, hints: Option<McpHints>) -> (Effect, String) {
+    let h = hints.unwrap_or_default();
+    let lower = name.to_ascii_lowercase();
+    if let Some(w) = EXECUTE_WORDS.iter().find(|w| lower.contains(**w)) {
+        return (
+            Effect::Execute,
+            format!("{GUESS_EFFECT} `execute` from the name (`{w}`); hints are not trusted for it"),
+        );
+    }
+    let show = |v: Option<bool>| v.map_or_else(|| "absent".to_owned(), |b| b.to_string());
+    let basis = match hints {
+        None => "no hints (MCP's defaults: not read-only, open world)".to_owned(),
+        Some(_) => format!(
+            "readOnlyHint={}, destructiveHint={}, openWorldHint={}",
+            show(h.read_only_hint),
+            show(h.destructive_hint),
+            show(h.open_world_hint)
+        ),
+    };
+    let (effect, why) = match (
+        h.read_only_hint.unwrap_or(false),
+        h.open_world_hint.unwrap_or(true),
+    ) {
+        (true, false) => (Effect::Read, "read-only, closed world"),
+        // A read of the open world sends its parameters there (a URL, a query).
+        (true, true) => (
+            Effect::Disclose,
+            "read-only but open world: its parameters leave the machine",
+        ),
+        (false, true) => (Effect::Disclose, "changes the open world"),
+        (false, false) => (Effect::Write, "changes local state only"),
+    };
+    let name = match effect {
+        Effect::Read => "read",
+        Effect::Write => "write",
+        Effect::Disclose => "disclose",
+        Effect::Execute => "execute",
+    };
+    (
+        effect,
+        format!("{GUESS_EFFECT} `{name}` from {basis} ({why}); hints are the server's own claims"),
+    )
+}
+
 /// A manifest skeleton for the tools one MCP server lists (`server` becomes the server
 /// name and the tools' namespace: `server.tool`). The server is marked `remote` and
-/// every guess — the effect from the hints (or `write` without them), the needs, the
-/// absent prose parameters and labels — is listed in the tool's `review`. Used by
+/// every guess — the effect ([`guess_effect`]), the needs, the absent prose parameters
+/// and labels — is listed in the tool's `review`. Used by
 /// `knox toolkit import --mcp-*` (after `tools/list`) and [`skeleton_from_openai`].
 pub fn skeleton_from_tools(server: &str, tools: &[McpTool], runtime: RuntimeNeeds) -> ToolkitDoc {
     let tools = tools
         .iter()
         .map(|t| {
             let hints = t.annotations;
-            let effect = hints.map_or(Effect::Write, |h| h.effect());
-            let why = match hints {
-                Some(_) => format!("{GUESS_EFFECT} `{effect:?}` from the server's hints"),
-                None => format!("{GUESS_EFFECT} `{effect:?}` (no hints: never assumed a read)"),
-            };
+            let (effect, why) = guess_effect(&t.name, hints);
             let mut schema = t.input_schema.clone();
             if !schema.is_object() {
                 schema = json!({"type": "object"});
@@ -869,7 +918,8 @@ inputSchema = { type = "object", properties = { limit = { type = "integer", mini
             doc.servers[0]
                 .tools
                 .iter()
-                .all(|t| t.effect() == Effect::Write)
+                .all(|t| t.effect() == Effect::Disclose),
+            "no hints: MCP's defaults (open world), so a guessed disclosure"
         );
         assert!(doc.pending_review().len() >= 8);
         // A skeleton is a valid manifest as it stands.
@@ -882,12 +932,44 @@ inputSchema = { type = "object", properties = { limit = { type = "integer", mini
             input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
             annotations: Some(McpHints {
                 read_only_hint: Some(true),
+                open_world_hint: Some(false),
                 ..McpHints::default()
             }),
         }];
         let doc = skeleton_from_tools("fs", &tools, runtime);
         assert_eq!(doc.servers[0].tools[0].effect(), Effect::Read);
-        assert!(doc.pending_review()[0].1.contains("hints"));
+        assert!(doc.pending_review()[0].1.contains("readOnlyHint=true"));
+    }
+
+    #[test]
+    fn an_importers_guess_is_conservative() {
+        let h = |read_only, destructive, open_world| {
+            Some(McpHints {
+                read_only_hint: read_only,
+                destructive_hint: destructive,
+                idempotent_hint: None,
+                open_world_hint: open_world,
+            })
+        };
+        let guess = |name, hints| guess_effect(name, hints).0;
+        assert_eq!(
+            guess("read_file", h(Some(true), None, Some(false))),
+            Effect::Read
+        );
+        assert_eq!(
+            guess("write_file", h(Some(false), Some(true), Some(false))),
+            Effect::Write
+        );
+        assert_eq!(guess("post", h(None, None, None)), Effect::Disclose);
+        assert_eq!(guess("post", None), Effect::Disclose);
+        // A read of the open world sends its parameters there.
+        assert_eq!(guess("fetch", h(Some(true), None, None)), Effect::Disclose);
+        // A name that says it runs code outweighs the hints.
+        let (e, why) = guess_effect("run_command", h(Some(true), None, Some(false)));
+        assert_eq!(e, Effect::Execute);
+        assert!(why.contains("run_command"), "{why}");
+        // The default in force for a manifest that declares no effect follows the hints.
+        assert_eq!(h(Some(true), None, None).unwrap().effect(), Effect::Read);
         assert!(tools_from_openai("{\"x\": 1}").is_err());
         assert!(tools_from_openai("[{\"description\": \"no name\"}]").is_err());
     }

@@ -25,11 +25,7 @@ fn entry(address: &str, role: &str, country: &str) -> DirectoryEntry {
 }
 
 fn bench(c: &mut Criterion) {
-    let manifest = knox_policy::ToolkitManifest::from_sources(
-        knox_dataset::embedded::TOOLS_JSON,
-        knox_dataset::embedded::TOOLKIT_NEEDS,
-    )
-    .unwrap();
+    let manifest = knox_policy::shipped::current().unwrap();
     let norms = Norms::embedded().unwrap();
     let spec = RegulationSpec {
         regulations: vec!["GDPR".into(), "HIPAA".into()],

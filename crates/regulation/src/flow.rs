@@ -1,7 +1,8 @@
 //! `φ = derive(α)`: a disclosing action as a contextual-integrity information flow.
 //!
 //! - **Which tools disclose**, which parameters name the recipient and which carry the
-//!   content come from the toolkit manifest (`discloses` in `data/toolkits.toml`).
+//!   content come from the toolkit manifest (`discloses` in the shipped
+//!   `data/manifests/injecagent.toolkit.json`, or the user's manifest).
 //! - **Information types and data subject** come from data labels: the `returns` labels
 //!   of every earlier tool output of the same agent that reaches the content — through
 //!   the plan's data link (`from_output` constraint on a content parameter) or because a
@@ -435,11 +436,7 @@ mod tests {
     use serde_json::json;
 
     fn manifest() -> knox_policy::ToolkitManifest {
-        knox_policy::ToolkitManifest::from_sources(
-            knox_dataset::embedded::TOOLS_JSON,
-            knox_dataset::embedded::TOOLKIT_NEEDS,
-        )
-        .unwrap()
+        knox_policy::shipped::current().unwrap()
     }
 
     fn ctx() -> RegulationContext {

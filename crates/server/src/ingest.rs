@@ -86,10 +86,7 @@ impl Verifier {
     /// The embedded toolkit manifest and regulation set, no hardware policy.
     pub fn embedded(allow_simulated: bool) -> Result<Self, knox_policy::ManifestError> {
         Ok(Self {
-            manifest: ToolkitManifest::from_sources(
-                knox_verifier::verify::TOOLS_JSON,
-                knox_verifier::verify::TOOLKIT_NEEDS,
-            )?,
+            manifest: knox_policy::shipped::current()?,
             policy: None,
             norms: None,
             allow_simulated,

@@ -12,19 +12,13 @@ pub use knox_verify::evidence::{AsRead, Evidence, of_bundle, verify_bytes, verif
 use knox_verify::{Options, Outcome, Report};
 use serde_json::json;
 
-/// InjecAgent's `tools.json`, as embedded in this build (the same file `knox` runs
-/// with): the tool schemas of the toolkit manifest.
-pub const TOOLS_JSON: &str = include_str!("../../../data/injecagent/tools.json");
-/// Knox's reviewed toolkit needs, as embedded in this build (the default of `--needs`).
-pub const TOOLKIT_NEEDS: &str = include_str!("../../../data/toolkits.toml");
-
-/// The toolkit manifest embedded in this build, the one APMs are derived from by
-/// default. "internal" (70) if it does not load (a broken build).
+/// The toolkit manifest embedded in this build (`knox_policy::shipped::current`), the
+/// one APMs are derived from by default. "internal" (70) if it does not load (a broken
+/// build).
 pub fn embedded_manifest() -> Result<knox_policy::ToolkitManifest> {
-    knox_policy::ToolkitManifest::from_sources(TOOLS_JSON, TOOLKIT_NEEDS)
-        .kind_context(crate::error::Kind::Software, || {
-            "loading the embedded toolkit manifest".into()
-        })
+    knox_policy::shipped::current().kind_context(crate::error::Kind::Software, || {
+        "loading the embedded toolkit manifest".into()
+    })
 }
 
 /// Exit code of a file that could not be read as evidence.
@@ -66,7 +60,9 @@ pub struct VerifyArgs {
     /// measurements, GPU driver/VBIOS versions, model weights hashes.
     #[arg(value_parser = crate::files::path, long, value_name = "TOML")]
     pub policy: Option<PathBuf>,
-    /// Toolkit needs file the APM was derived from (default: the embedded one).
+    /// A legacy toolkit needs file (the TOML form beside InjecAgent's `tools.json`, as
+    /// `data/manifests/toolkits-*.toml`) to trust, instead of the manifest this build
+    /// ships; the frozen ones are trusted anyway.
     #[arg(value_parser = crate::files::path, long, value_name = "TOML")]
     pub needs: Option<PathBuf>,
     /// A toolkit manifest (`knox-toolkit/1`, TOML or JSON) to trust, beside the ones
@@ -159,8 +155,11 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
     let manifest = match &args.needs {
         Some(p) => {
             let needs = crate::files::read_text(p, crate::files::CONFIG)?;
-            knox_policy::ToolkitManifest::from_sources(TOOLS_JSON, &needs)
-                .map_err(|e| crate::files::bad_input(p, "a toolkit needs file", e))?
+            knox_policy::ToolkitManifest::from_sources(
+                knox_policy::shipped::INJECAGENT_TOOLS_JSON,
+                &needs,
+            )
+            .map_err(|e| crate::files::bad_input(p, "a toolkit needs file", e))?
         }
         None => embedded_manifest()?,
     };

@@ -32,11 +32,7 @@ fn email(agent: usize, i: usize) -> String {
 
 #[test]
 fn parallel_sub_agents_leave_evidence_that_verifies_complete() {
-    let manifest = ToolkitManifest::from_sources(
-        knox_dataset::embedded::TOOLS_JSON,
-        knox_dataset::embedded::TOOLKIT_NEEDS,
-    )
-    .unwrap();
+    let manifest = knox_policy::shipped::current().unwrap();
     let rt = Runtime::start(&Simulated, b"concurrent-test", manifest).unwrap();
     let tasks: Vec<Vec<ExpectedCall>> = (0..AGENTS)
         .map(|t| {

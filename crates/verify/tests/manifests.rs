@@ -1,6 +1,7 @@
 //! The verifier picks the manifest the evidence names, by hash: evidence written under
-//! the manifest frozen at 6c31851 keeps verifying `complete` whatever manifest the
-//! verifier is handed, and a journal under an unknown manifest is refused by name.
+//! the manifests frozen at 6c31851 and a644880 keeps verifying `complete` whatever
+//! manifest the verifier is handed, and a journal under an unknown manifest is refused
+//! by name.
 
 #![expect(clippy::unwrap_used, clippy::panic, reason = "tests")]
 
@@ -13,7 +14,7 @@ const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 /// A manifest that differs from every shipped one (a cost changed).
 fn changed() -> ToolkitManifest {
-    let needs = knox_policy::shipped::NEEDS.replacen("cost = ", "cost = 1", 1);
+    let needs = knox_policy::shipped::LEGACY_NEEDS_A644880.replacen("cost = ", "cost = 1", 1);
     ToolkitManifest::from_sources(knox_policy::shipped::INJECAGENT_TOOLS_JSON, &needs).unwrap()
 }
 
@@ -25,6 +26,8 @@ fn frozen_manifest_evidence_verifies_whatever_manifest_is_handed() {
         "topologies/st-sa.json",
         "topologies/mt-ma-3-3.json",
         "evidence-v1/bundle.json",
+        // Written under the needs file frozen at a644880 (`dfd62744…`).
+        "chain/run-0.json",
     ] {
         let bytes = std::fs::read(format!("{FIXTURES}/{f}")).unwrap();
         let e = verify_evidence(&bytes, &m, Options::DANGEROUS_SIMULATED).unwrap();

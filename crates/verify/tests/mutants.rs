@@ -61,13 +61,7 @@ const JOURNAL: &str = "mt-ma-4-2.journal.jsonl";
 
 fn manifest() -> &'static ToolkitManifest {
     static M: OnceLock<ToolkitManifest> = OnceLock::new();
-    M.get_or_init(|| {
-        ToolkitManifest::from_sources(
-            include_str!("../../../data/injecagent/tools.json"),
-            include_str!("../../../data/toolkits.toml"),
-        )
-        .unwrap()
-    })
+    M.get_or_init(|| knox_policy::shipped::current().unwrap())
 }
 
 fn fixture(name: &str) -> Vec<u8> {

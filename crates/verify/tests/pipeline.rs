@@ -28,13 +28,7 @@ use serde_json::{Map, Value, json};
 
 fn manifest() -> &'static ToolkitManifest {
     static M: OnceLock<ToolkitManifest> = OnceLock::new();
-    M.get_or_init(|| {
-        ToolkitManifest::from_sources(
-            knox_dataset::embedded::TOOLS_JSON,
-            knox_dataset::embedded::TOOLKIT_NEEDS,
-        )
-        .unwrap()
-    })
+    M.get_or_init(|| knox_policy::shipped::current().unwrap())
 }
 
 fn norms() -> &'static knox_regulation::Norms {

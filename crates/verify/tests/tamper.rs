@@ -34,13 +34,7 @@ const ALLOW: Options = Options::DANGEROUS_SIMULATED;
 /// The toolkit manifest the fixtures' APMs were derived from (the embedded default).
 fn manifest() -> &'static ToolkitManifest {
     static M: OnceLock<ToolkitManifest> = OnceLock::new();
-    M.get_or_init(|| {
-        ToolkitManifest::from_sources(
-            include_str!("../../../data/injecagent/tools.json"),
-            include_str!("../../../data/toolkits.toml"),
-        )
-        .unwrap()
-    })
+    M.get_or_init(|| knox_policy::shipped::current().unwrap())
 }
 
 fn fixture(name: &str) -> Vec<u8> {

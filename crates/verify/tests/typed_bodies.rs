@@ -161,11 +161,7 @@ fn a_bundle_with_a_malformed_body_is_tampered_at_that_node() {
     node.measurement = node.compute_measurement();
     nodes[i] = serde_json::to_value(&node).unwrap();
     let bytes = serde_json::to_vec(&v).unwrap();
-    let manifest = knox_policy::ToolkitManifest::from_sources(
-        include_str!("../../../data/injecagent/tools.json"),
-        include_str!("../../../data/toolkits.toml"),
-    )
-    .unwrap();
+    let manifest = knox_policy::shipped::current().unwrap();
     let r = knox_verify::evidence::verify_bytes(&bytes, &manifest, Options::DANGEROUS_SIMULATED)
         .unwrap();
     match r.outcome {

@@ -897,11 +897,7 @@ mod tests {
 
     fn pool() -> (GuardPool, knox_policy::ToolkitManifest) {
         let data = knox_dataset::Dataset::embedded().unwrap();
-        let manifest = knox_policy::ToolkitManifest::from_sources(
-            knox_dataset::embedded::TOOLS_JSON,
-            knox_dataset::embedded::TOOLKIT_NEEDS,
-        )
-        .unwrap();
+        let manifest = knox_policy::shipped::current().unwrap();
         let cx = PoolContext {
             data: &data,
             manifest: &manifest,

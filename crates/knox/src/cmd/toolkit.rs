@@ -22,12 +22,12 @@ pub enum ToolkitCommand {
     ))]
     Check(CheckArgs),
     /// Write a manifest skeleton from tool definitions: every tool namespaced by the
-    /// server, its effect from the MCP hints (or `write`), the server `remote`, every
-    /// guess marked for review.
+    /// server, its effect guessed conservatively from its name and MCP hints (absent
+    /// hints: MCP's defaults, so `disclose`), every guess marked for review.
     #[command(after_help = crate::exit_codes!("  0   written"))]
     Import(ImportArgs),
     /// Write a legacy manifest (InjecAgent's `tools.json` and a needs file; default: the
-    /// ones this build ships) as a `knox-toolkit/1` manifest.
+    /// last ones Knox shipped, frozen at a644880) as a `knox-toolkit/1` manifest.
     #[command(after_help = crate::exit_codes!("  0   written"))]
     Convert(ConvertArgs),
 }
@@ -88,10 +88,11 @@ pub struct ImportArgs {
 /// Arguments of `knox toolkit convert`.
 #[derive(Debug, clap::Args)]
 pub struct ConvertArgs {
-    /// InjecAgent-style `tools.json` (default: the one this build ships).
+    /// InjecAgent-style `tools.json` (default: InjecAgent's, as this build ships it).
     #[arg(value_parser = crate::cmd::path, long, requires = "needs")]
     pub tools: Option<PathBuf>,
-    /// The needs file (default: the one this build ships).
+    /// The legacy needs file (default: the last one Knox shipped, frozen at a644880, from
+    /// which the shipped `data/manifests/injecagent.toolkit.json` was converted).
     #[arg(value_parser = crate::cmd::path, long)]
     pub needs: Option<PathBuf>,
     /// Where to write the manifest (`.json` writes JSON, anything else TOML).
@@ -305,7 +306,7 @@ fn convert(a: &ConvertArgs) -> Result<i32> {
             ToolkitManifest::from_sources(knox_policy::shipped::INJECAGENT_TOOLS_JSON, &needs)
                 .map_err(|e| super::bad_input(n, "a needs file", e))?
         }
-        _ => knox_policy::shipped::current()
+        _ => knox_policy::shipped::legacy_a644880()
             .map_err(|e| crate::error::fail(crate::error::Kind::Software, e.to_string()))?,
     };
     let doc = ToolkitDoc::from_legacy(&legacy);
