@@ -27,15 +27,15 @@ use crate::regulation::RegulationSetup;
 pub(crate) enum Core {
     /// A runtime over the caller's manifest.
     Plain(Runtime),
-    /// The embedded InjecAgent suite.
-    Suite(Harness),
+    /// An embedded suite, its harness under the suite's own manifest.
+    Suite(Harness, crate::workload::Suite),
 }
 
 impl Core {
     pub(crate) fn rt(&self) -> &Runtime {
         match self {
             Self::Plain(rt) => rt,
-            Self::Suite(h) => &h.rt,
+            Self::Suite(h, _) => &h.rt,
         }
     }
 }
@@ -46,6 +46,8 @@ enum Tools {
     Manifest(Box<ToolkitManifest>),
     /// The embedded InjecAgent suite: its manifest, data, planner and simulated tools.
     Embedded,
+    /// The embedded terminal suite: the same, under the terminal suite's manifest.
+    EmbeddedTerminal,
 }
 
 /// Builds a [`Session`]: the platform backend and the toolkit manifest are required;
@@ -117,6 +119,15 @@ impl SessionBuilder {
     /// simulated tools as defaults, and [`Session::run_workload`].
     pub fn embedded_suite(mut self) -> Self {
         self.tools = Some(Tools::Embedded);
+        self
+    }
+
+    /// The embedded terminal suite: as [`embedded_suite`](Self::embedded_suite), under
+    /// the terminal suite's own manifest (`data/manifests/terminal.toolkit.json`, its
+    /// one tool `TerminalExecute`), which its APMs then name. For
+    /// [`Session::run_workload`] with [`Suite::Terminal`](crate::workload::Suite).
+    pub fn terminal_suite(mut self) -> Self {
+        self.tools = Some(Tools::EmbeddedTerminal);
         self
     }
 
@@ -259,17 +270,21 @@ impl SessionBuilder {
             mode: platform.mode(),
             source: Box::new(source),
         };
+        let suite_error = |e: knox_harness::HarnessError| match e {
+            knox_harness::HarnessError::Run(r @ run::RunError::Platform(_)) => platform_error(r),
+            other => EngineError::Suite(Box::new(other)),
+        };
         let core = match tools {
             Tools::Manifest(m) => Core::Plain(
                 Runtime::start(platform.as_ref(), &self.nonce, *m).map_err(platform_error)?,
             ),
             Tools::Embedded => Core::Suite(
-                Harness::embedded(platform.as_ref(), &self.nonce).map_err(|e| match e {
-                    knox_harness::HarnessError::Run(r @ run::RunError::Platform(_)) => {
-                        platform_error(r)
-                    }
-                    other => EngineError::Suite(Box::new(other)),
-                })?,
+                Harness::embedded(platform.as_ref(), &self.nonce).map_err(suite_error)?,
+                crate::workload::Suite::Injecagent,
+            ),
+            Tools::EmbeddedTerminal => Core::Suite(
+                Harness::embedded_terminal(platform.as_ref(), &self.nonce).map_err(suite_error)?,
+                crate::workload::Suite::Terminal,
             ),
         };
         let custom_planner = self.planner.is_some();
@@ -285,7 +300,7 @@ impl SessionBuilder {
         }
         let planner = match (self.planner, &core) {
             (Some(p), _) => p,
-            (None, Core::Suite(h)) => Box::new(DatasetPlanner::new(&h.data)),
+            (None, Core::Suite(h, _)) => Box::new(DatasetPlanner::new(&h.data)),
             (None, Core::Plain(_)) => return Err(EngineError::Missing("planner")),
         };
         Ok(Session {
@@ -381,7 +396,7 @@ impl Session {
     /// The InjecAgent harness, when the session carries the embedded suite.
     pub fn harness(&self) -> Option<&Harness> {
         match &self.core {
-            Core::Suite(h) => Some(h),
+            Core::Suite(h, _) => Some(h),
             Core::Plain(_) => None,
         }
     }
@@ -438,7 +453,9 @@ impl Session {
     fn with_tools<T>(&self, f: impl FnOnce(&dyn ToolRunner) -> T) -> T {
         match (&self.runner, &self.core) {
             (Some(r), _) => f(r.as_ref()),
-            (None, Core::Suite(h)) => f(&knox_harness::SimulatedTools::new(&h.data, &h.manifest)),
+            (None, Core::Suite(h, _)) => {
+                f(&knox_harness::SimulatedTools::new(&h.data, &h.manifest))
+            }
             (None, Core::Plain(_)) => f(&NoTools),
         }
     }

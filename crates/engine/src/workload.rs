@@ -13,7 +13,7 @@ use knox_types::apm::StopPolicy;
 
 use crate::error::EngineError;
 use crate::regulation::RegulationSetup;
-use crate::session::Session;
+use crate::session::{Core, Session};
 
 /// The executors the deterministic runs offer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -264,9 +264,13 @@ impl Session {
     /// signal, regulations, journal, host and output (and the session's planner and
     /// executor when they were set, else the dataset planner and the `executor`
     /// kind); `flows` InjecAgent flows are drawn (ignored for the terminal suite).
-    /// `each` sees every outcome. Needs [`SessionBuilder::embedded_suite`].
+    /// `each` sees every outcome. Needs the suite's builder call: the InjecAgent suite
+    /// [`SessionBuilder::embedded_suite`], the terminal suite
+    /// [`SessionBuilder::terminal_suite`] (each runs under its own manifest, which its
+    /// APMs name).
     ///
     /// [`SessionBuilder::embedded_suite`]: crate::SessionBuilder::embedded_suite
+    /// [`SessionBuilder::terminal_suite`]: crate::SessionBuilder::terminal_suite
     pub fn run_workload<E: From<EngineError>>(
         &self,
         suite: Suite,
@@ -275,9 +279,11 @@ impl Session {
         flows: usize,
         mut each: impl FnMut(&RunOutcome) -> Result<(), E>,
     ) -> Result<usize, E> {
-        let h = self
-            .harness()
-            .ok_or(EngineError::Missing("embedded_suite"))?;
+        let h = match (&self.core, suite) {
+            (Core::Suite(h, s), _) if *s == suite => h,
+            (_, Suite::Injecagent) => return Err(EngineError::Missing("embedded_suite").into()),
+            (_, Suite::Terminal) => return Err(EngineError::Missing("terminal_suite").into()),
+        };
         let w = WorkloadRun {
             workload,
             executor,

@@ -333,6 +333,61 @@ fn the_builder_names_the_missing_piece() {
 }
 
 #[test]
+fn the_terminal_suite_runs_under_its_own_manifest() {
+    let session = Session::builder()
+        .platform(Simulated)
+        .terminal_suite()
+        .build()
+        .unwrap();
+    let terminal = knox_policy::shipped::terminal().unwrap();
+    let mut n = 0;
+    session
+        .run_workload::<EngineError>(
+            Suite::Terminal,
+            "st-sa".parse().unwrap(),
+            ExecutorKind::Benign,
+            0,
+            |o| {
+                // The APM names the terminal manifest, of the one tool the suite calls,
+                // and the bundle verifies under it.
+                assert_eq!(o.bundle.apm.inputs.manifest, terminal.hash());
+                complete(&o.bundle, &terminal);
+                n += 1;
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert_eq!(n, knox_engine::workload::terminal_tasks().unwrap().len());
+    // The InjecAgent suite needs its own manifest: refused here, and the terminal
+    // suite is refused under the InjecAgent manifest.
+    let e = session
+        .run_workload::<EngineError>(
+            Suite::Injecagent,
+            "st-sa".parse().unwrap(),
+            ExecutorKind::Benign,
+            1,
+            |_| Ok(()),
+        )
+        .unwrap_err();
+    assert!(matches!(e, EngineError::Missing("embedded_suite")), "{e}");
+    let injecagent = Session::builder()
+        .platform(Simulated)
+        .embedded_suite()
+        .build()
+        .unwrap();
+    let e = injecagent
+        .run_workload::<EngineError>(
+            Suite::Terminal,
+            "st-sa".parse().unwrap(),
+            ExecutorKind::Benign,
+            0,
+            |_| Ok(()),
+        )
+        .unwrap_err();
+    assert!(matches!(e, EngineError::Missing("terminal_suite")), "{e}");
+}
+
+#[test]
 fn the_embedded_suite_runs_workloads_with_the_sessions_settings() {
     let out_dir = tempfile_dir("workload");
     let session = Session::builder()

@@ -66,10 +66,22 @@ impl Harness {
         Ok(Self { rt, data })
     }
 
-    /// The embedded dataset and manifest, bound through `backend`.
+    /// The embedded dataset and the shipped InjecAgent manifest, bound through
+    /// `backend`.
     pub fn embedded(backend: &dyn PlatformBackend, nonce: &[u8]) -> Result<Self, HarnessError> {
         let data = Dataset::embedded()?;
         let manifest = knox_policy::shipped::current().map_err(RunError::from)?;
+        Self::start(backend, nonce, data, manifest)
+    }
+
+    /// The embedded dataset and the terminal suite's manifest (its one tool,
+    /// `TerminalExecute`), bound through `backend`: the runtime of the terminal suite.
+    pub fn embedded_terminal(
+        backend: &dyn PlatformBackend,
+        nonce: &[u8],
+    ) -> Result<Self, HarnessError> {
+        let data = Dataset::embedded()?;
+        let manifest = knox_policy::shipped::terminal().map_err(RunError::from)?;
         Self::start(backend, nonce, data, manifest)
     }
 }

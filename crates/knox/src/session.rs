@@ -70,6 +70,17 @@ pub fn runtime_with(backend: &dyn knox_attest::PlatformBackend, nonce: &[u8]) ->
     })
 }
 
+/// The terminal suite's runtime (the harness under `data/manifests/terminal.toolkit.json`)
+/// bound through `backend`.
+pub fn terminal_runtime_with(
+    backend: &dyn knox_attest::PlatformBackend,
+    nonce: &[u8],
+) -> Result<Harness> {
+    Harness::embedded_terminal(backend, nonce).kind_context(Kind::Unavailable, || {
+        format!("binding the key through `{}`", backend.mode())
+    })
+}
+
 /// The runtime on the embedded dataset and manifest, with simulated platform evidence.
 pub fn embedded_runtime(nonce: &[u8]) -> Result<Harness> {
     Harness::embedded(&Simulated, nonce).kind_context(Kind::Software, || {

@@ -18,6 +18,11 @@ use crate::manifest::{ManifestError, ToolkitManifest};
 pub const INJECAGENT_MANIFEST: &str =
     include_str!("../../../data/manifests/injecagent.toolkit.json");
 
+/// The terminal suite's manifest (`data/manifests/terminal.toolkit.json`): the runtime
+/// and the one server `Terminal` of [`INJECAGENT_MANIFEST`], unchanged, so that a
+/// terminal run's APM names a manifest of the one tool it may call.
+pub const TERMINAL_MANIFEST: &str = include_str!("../../../data/manifests/terminal.toolkit.json");
+
 /// InjecAgent's `tools.json` (the tool schemas of the frozen legacy manifests, and of a
 /// legacy needs file a verifier is handed with `--needs`).
 pub const INJECAGENT_TOOLS_JSON: &str = include_str!("../../../data/injecagent/tools.json");
@@ -40,6 +45,11 @@ pub fn current() -> Result<ToolkitManifest, ManifestError> {
     ToolkitManifest::from_toolkit_text(INJECAGENT_MANIFEST)
 }
 
+/// The terminal suite's manifest ([`TERMINAL_MANIFEST`]).
+pub fn terminal() -> Result<ToolkitManifest, ManifestError> {
+    ToolkitManifest::from_toolkit_text(TERMINAL_MANIFEST)
+}
+
 /// The manifest of commit a644880 (InjecAgent's tools with [`LEGACY_NEEDS_A644880`]).
 pub fn legacy_a644880() -> Result<ToolkitManifest, ManifestError> {
     ToolkitManifest::from_sources(INJECAGENT_TOOLS_JSON, LEGACY_NEEDS_A644880)
@@ -58,7 +68,7 @@ pub fn known() -> &'static [ToolkitManifest] {
     static KNOWN: OnceLock<Vec<ToolkitManifest>> = OnceLock::new();
     KNOWN.get_or_init(|| {
         let mut all: Vec<ToolkitManifest> = Vec::new();
-        for m in [current(), legacy_a644880(), legacy_6c31851()]
+        for m in [current(), terminal(), legacy_a644880(), legacy_6c31851()]
             .into_iter()
             .flatten()
         {
@@ -95,6 +105,7 @@ mod tests {
         let legacy = legacy_6c31851().unwrap();
         let a644880 = legacy_a644880().unwrap();
         assert!(is_known(&current.hash()));
+        assert!(is_known(&terminal().unwrap().hash()));
         assert!(is_known(&a644880.hash()));
         assert!(is_known(&a644880.without_info_types().unwrap().hash()));
         // The shipped manifest is not a frozen one: its hash is new.
@@ -113,6 +124,26 @@ mod tests {
             legacy.hash().to_string(),
             "5fa5f6800fa5d7ba87105bc5d2e309e1ff0c5078686c19ddda039ecc269398c6"
         );
+    }
+
+    #[test]
+    fn the_terminal_manifest_is_the_terminal_server_of_the_injecagent_one() {
+        let all = current().unwrap();
+        let t = terminal().unwrap();
+        assert_eq!(t.needs().runtime, all.needs().runtime);
+        let names: Vec<&str> = t.tools().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["TerminalExecute"]);
+        let (a, b) = (
+            t.tool("TerminalExecute").unwrap(),
+            all.tool("TerminalExecute").unwrap(),
+        );
+        assert_eq!(a.toolkit, b.toolkit);
+        assert_eq!(a.needs, b.needs);
+        assert_eq!(a.needs_hash, b.needs_hash);
+        assert_eq!(a.effect(), b.effect());
+        assert_eq!(a.spec, b.spec);
+        assert_eq!(a.annotations, b.annotations);
+        assert_ne!(t.hash(), all.hash());
     }
 
     #[test]

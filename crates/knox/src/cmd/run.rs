@@ -126,8 +126,9 @@ pub struct RunArgs {
     /// report (one hardware quote per bundle on TDX).
     #[arg(long)]
     pub refresh: bool,
-    /// Which tasks: InjecAgent flows, or the terminal suite (real commands,
-    /// `data/terminal_tasks.json`).
+    /// Which tasks: InjecAgent flows (under the shipped manifest
+    /// `data/manifests/injecagent.toolkit.json`), or the terminal suite (real commands,
+    /// `data/terminal_tasks.json`, under `data/manifests/terminal.toolkit.json`).
     #[arg(long, value_enum, default_value_t = Suite::Injecagent)]
     pub suite: Suite,
     /// Where tools run: simulated in-process, or in kernel-confined workers through the
@@ -207,12 +208,16 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     let mut stream = stream(args)?;
     let mut regulation = args.regulation.setup()?;
     let backend = session::backend(&args.platform)?;
-    let mut rt = session::runtime_with(backend.as_ref(), &nonce)?;
+    // Each suite runs under its own shipped manifest, which its APMs name.
+    let mut rt = match args.suite {
+        Suite::Injecagent => session::runtime_with(backend.as_ref(), &nonce)?,
+        Suite::Terminal => session::terminal_runtime_with(backend.as_ref(), &nonce)?,
+    };
     rt.rt.checkpoints = knox_monitor::aeg::Checkpoints {
         every_nodes: args.checkpoint_every_nodes,
         every_ms: args.checkpoint_every_ms,
     };
-    let manifest = session::embedded_manifest()?;
+    let manifest = rt.manifest.clone();
     // `main` installed the handlers of SIGUSR1, SIGTERM and SIGINT before any work.
     let mut signal = StopSignal::from_flag(crate::signals::stop_flag());
     if let Some(f) = &args.stop_file {
