@@ -113,22 +113,37 @@ impl std::fmt::Debug for EvalJudge<'_> {
     }
 }
 
-/// The needs file (in the output directory) of the manifest the judge's cells run
-/// under: the toolkit needs with every information-type label removed.
+/// The manifest (in the output directory) the judge's cells run under, with every
+/// information-type label removed, as a `knox-toolkit/1` document (`knox verify
+/// --manifest`), when the run's manifest is one.
+pub const UNLABELLED_MANIFEST: &str = "toolkit-without-info-types.json";
+
+/// The same for a legacy manifest: its needs file (`knox verify --needs`).
 pub const UNLABELLED_NEEDS: &str = "toolkits-without-info-types.toml";
 
 /// The runtime of a judge's cells: `rt`'s dataset under its manifest without
-/// information-type labels, whose needs file goes to [`UNLABELLED_NEEDS`] in the output.
+/// information-type labels, written to [`UNLABELLED_MANIFEST`] (or, for a legacy
+/// manifest, its needs file to [`UNLABELLED_NEEDS`]) in the output: exactly the
+/// manifest whose hash the judge's APMs name.
 fn blind_runtime(rt: &Harness, opts: &Options<'_>) -> Result<Harness, EvalError> {
     let manifest = rt
         .manifest
         .without_info_types()
         .map_err(|e| EvalError::Invalid(format!("withholding the manifest's labels: {e}")))?;
-    let path = opts.out.join(UNLABELLED_NEEDS);
-    let toml = manifest
-        .needs_toml()
-        .map_err(|e| EvalError::Invalid(format!("writing `{}`: {e}", path.display())))?;
-    knox_files::write_atomic(&path, toml.as_bytes()).map_err(|e| EvalError::io(&path, e))?;
+    let (path, bytes) = if manifest.doc().is_some() {
+        // Canonical bytes of a `knox-toolkit/1` manifest are its document as JSON.
+        (
+            opts.out.join(UNLABELLED_MANIFEST),
+            manifest.canonical_bytes().to_vec(),
+        )
+    } else {
+        let path = opts.out.join(UNLABELLED_NEEDS);
+        let toml = manifest
+            .needs_toml()
+            .map_err(|e| EvalError::Invalid(format!("writing `{}`: {e}", path.display())))?;
+        (path, toml.into_bytes())
+    };
+    knox_files::write_atomic(&path, &bytes).map_err(|e| EvalError::io(&path, e))?;
     Ok(Harness::start(
         opts.backend,
         &rt.platform.nonce.0,

@@ -948,6 +948,26 @@ impl Recorded<'_, '_> {
         self.error = Some(Fail::at(node, why));
         None
     }
+
+    /// Whether a recorded regulation check's verdict can stand, whatever it decided: a
+    /// verdict of the vocabulary, and, with no policy set in force, `not_applicable`
+    /// by no policy. Otherwise the check is refused (the replay's error is set).
+    fn verdict_can_stand(&mut self, node: u64, verdict: &str, policies: &[String]) -> bool {
+        if !matches!(verdict, "compliant" | "non_compliant" | "not_applicable") {
+            self.refuse(node, format!("unknown regulation verdict `{verdict}`"));
+            return false;
+        }
+        if matches!(self.mode, RegulationReplay::NotConfigured)
+            && (verdict != "not_applicable" || !policies.is_empty())
+        {
+            self.refuse(
+                node,
+                "regulation verdict without a policy set must be not_applicable",
+            );
+            return false;
+        }
+        true
+    }
 }
 
 impl RegulationSource for Recorded<'_, '_> {
@@ -969,23 +989,14 @@ impl RegulationSource for Recorded<'_, '_> {
         else {
             return self.refuse(n.seq, "regulation check expected");
         };
-        if !matches!(
-            verdict.as_str(),
-            "compliant" | "non_compliant" | "not_applicable"
-        ) {
-            return self.refuse(n.seq, format!("unknown regulation verdict `{verdict}`"));
+        if !self.verdict_can_stand(n.seq, verdict, policies) {
+            return None;
         }
         if verdict == "not_applicable" {
             self.flagged += 1;
         }
         match self.mode {
             RegulationReplay::NotConfigured => {
-                if verdict != "not_applicable" || !policies.is_empty() {
-                    return self.refuse(
-                        n.seq,
-                        "regulation verdict without a policy set must be not_applicable",
-                    );
-                }
                 // Passed as its verdict says; the pipeline fails it closed if it must.
                 let mut c = (*recorded).clone();
                 c.passed = true;
@@ -1086,20 +1097,11 @@ impl RegulationSource for Recorded<'_, '_> {
         if judge.is_some() {
             return self.refuse(n.seq, "no judge is asked about a remote model's input");
         }
-        if !matches!(
-            verdict.as_str(),
-            "compliant" | "non_compliant" | "not_applicable"
-        ) {
-            return self.refuse(n.seq, format!("unknown regulation verdict `{verdict}`"));
+        if !self.verdict_can_stand(n.seq, verdict, policies) {
+            return None;
         }
         match self.mode {
             RegulationReplay::NotConfigured => {
-                if verdict != "not_applicable" || !policies.is_empty() {
-                    return self.refuse(
-                        n.seq,
-                        "regulation verdict without a policy set must be not_applicable",
-                    );
-                }
                 // The pipeline settles whether it passes.
                 Some((*recorded).clone())
             }

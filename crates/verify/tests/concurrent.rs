@@ -17,7 +17,6 @@ use knox_monitor::apm;
 use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
 use knox_monitor::run::Runtime;
-use knox_policy::ToolkitManifest;
 use knox_types::aeg::NodeKind;
 use knox_types::apm::{ExpectedCall, StopPolicy, Topology, TopologyKind};
 use knox_verify::{Options, Outcome};

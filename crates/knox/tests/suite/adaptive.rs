@@ -210,38 +210,12 @@ fn the_openai_gateway_keeps_the_adaptive_suite_at_zero() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
-    use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations};
+    use knox_agent::{Plan, Prompt, Regulations};
     use knox_gateway::openai::{Proxy, ProxyConfig};
-    use knox_types::apm::{ExpectedCall, StopPolicy, TrajectoryMode};
-    use knox_types::bundle::{Bundle, ModelInfo, ModelRole};
+    use knox_types::bundle::Bundle;
     use knox_types::regulation::DirectoryEntry;
     use serde_json::{Value, json};
 
-    struct Fixed(Vec<Vec<ExpectedCall>>, TrajectoryMode);
-    impl Planner for Fixed {
-        fn plan(
-            &self,
-            _: &Prompt,
-            _: &knox_policy::ToolkitManifest,
-            _: &Regulations,
-            _: &StopPolicy,
-        ) -> Result<Plan, PlanError> {
-            Ok(Plan {
-                tasks: self.0.clone(),
-            })
-        }
-        fn model(&self) -> ModelInfo {
-            ModelInfo {
-                role: ModelRole::Planner,
-                name: "adaptive-plan".into(),
-                weights_hash: None,
-                declared: false,
-            }
-        }
-        fn trajectory(&self) -> TrajectoryMode {
-            self.1
-        }
-    }
     /// One non-streamed chat completion through the proxy.
     fn complete(addr: SocketAddr, conv: &str, body: &Value) -> Value {
         let mut s = TcpStream::connect(addr).unwrap();
@@ -276,7 +250,11 @@ fn the_openai_gateway_keeps_the_adaptive_suite_at_zero() {
             let mut builder = knox_engine::Session::builder()
                 .platform(knox_engine::Simulated)
                 .manifest(manifest().clone())
-                .planner(Fixed(setup.plan.clone(), mode))
+                .planner(super::support::FixedPlan {
+                    tasks: setup.plan.clone(),
+                    mode,
+                    name: "adaptive-plan",
+                })
                 .stop(setup.stop.clone())
                 .output(dir.path())
                 .run_prefix("conv");

@@ -294,24 +294,33 @@ fn eval_with_a_judge_adds_label_blind_regulation_columns_decided_on_its_answers(
     assert!(judged_bundles > 0);
     assert_eq!(judged_checks, asked, "every question answered is on record");
 
-    // A regulator verifies them with the needs file the run wrote, or without it: the
+    // A regulator verifies them with the manifest the run wrote, or without it: the
     // label-blind manifest of a shipped manifest is one this build knows by its hash
-    // (knox_policy::shipped). A needs file naming another manifest changes nothing: the
-    // APM's hash picks the manifest.
+    // (knox_policy::shipped). The file is exactly the manifest the APMs name.
     let judged_bundle = files
         .iter()
         .find(|f| f.to_string_lossy().contains("judge"))
         .unwrap();
-    let verify = |needs: Option<&Path>| {
+    let verify = |manifest: Option<&Path>| {
         let mut c = knox();
         c.arg("verify").arg(judged_bundle).arg("--allow-simulated");
-        if let Some(n) = needs {
-            c.arg("--needs").arg(n);
+        if let Some(m) = manifest {
+            c.arg("--manifest").arg(m);
         }
         c.output().unwrap().status.code()
     };
-    let needs = dir.path().join(knox_eval::run::UNLABELLED_NEEDS);
-    assert_eq!(verify(Some(&needs)), Some(0), "complete");
+    let written = dir.path().join(knox_eval::run::UNLABELLED_MANIFEST);
+    let m = knox_policy::ToolkitManifest::from_toolkit_text(
+        &std::fs::read_to_string(&written).unwrap(),
+    )
+    .unwrap();
+    let bundle: Value = serde_json::from_slice(&std::fs::read(judged_bundle).unwrap()).unwrap();
+    assert_eq!(
+        bundle["apm"]["inputs"]["manifest"].as_str(),
+        Some(m.hash().to_string().as_str()),
+        "the file written is the manifest the judge's APMs name"
+    );
+    assert_eq!(verify(Some(&written)), Some(0), "complete");
     assert_eq!(verify(None), Some(0), "complete: a known manifest");
 }
 

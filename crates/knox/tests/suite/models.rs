@@ -861,40 +861,12 @@ fn the_demo_shows_regulation_verdicts_and_what_a_judge_said() {
 /// name the remote executor in their APM and verify `complete`.
 #[test]
 fn a_remote_executor_hears_a_patient_record_only_when_its_operator_may_receive_it() {
-    use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations, ToolResult, ToolRunner};
+    use knox_agent::{Prompt, ToolResult, ToolRunner};
     use knox_types::Action;
-    use knox_types::apm::{ExpectedCall, StopPolicy};
-    use knox_types::bundle::ModelInfo;
+    use knox_types::apm::ExpectedCall;
     use knox_types::grant::Grant;
     use knox_types::regulation::{DirectoryEntry, RegulationContext, TaskContext};
 
-    struct ReadRecord;
-    impl Planner for ReadRecord {
-        fn plan(
-            &self,
-            _: &Prompt,
-            _: &knox_policy::ToolkitManifest,
-            _: &Regulations,
-            _: &StopPolicy,
-        ) -> Result<Plan, PlanError> {
-            let params = json!({"patient_id": "123abc"});
-            Ok(Plan {
-                tasks: vec![vec![ExpectedCall::exact(
-                    0,
-                    "EpicFHIRGetPatientDetails",
-                    params.as_object().cloned().unwrap(),
-                )]],
-            })
-        }
-        fn model(&self) -> ModelInfo {
-            ModelInfo {
-                role: ModelRole::Planner,
-                name: "fixed".into(),
-                weights_hash: None,
-                declared: false,
-            }
-        }
-    }
     struct Records;
     impl ToolRunner for Records {
         fn run(&self, _: &Action, _: Option<&Grant>) -> ToolResult {
@@ -952,7 +924,18 @@ fn a_remote_executor_hears_a_patient_record_only_when_its_operator_may_receive_i
             .platform(knox_attest::simulated::Simulated)
             .embedded_suite()
             .regulations(setup)
-            .planner(ReadRecord)
+            .planner(super::support::FixedPlan {
+                tasks: vec![vec![ExpectedCall::exact(
+                    0,
+                    "EpicFHIRGetPatientDetails",
+                    json!({"patient_id": "123abc"})
+                        .as_object()
+                        .cloned()
+                        .unwrap(),
+                )]],
+                mode: knox_types::apm::TrajectoryMode::default(),
+                name: "fixed",
+            })
             .executor(ChatExecutor::new(Arc::new(endpoint), &rt.manifest))
             .tools(Records)
             .build()

@@ -270,3 +270,39 @@ impl Drop for AuditOn {
         }
     }
 }
+
+/// A planner that returns a fixed plan (the tasks' expected calls) in a trajectory mode,
+/// whatever the prompt: for tests that drive an engine session with a plan they wrote.
+pub struct FixedPlan {
+    /// Each task's expected calls.
+    pub tasks: Vec<Vec<ExpectedCall>>,
+    /// How the plan is followed.
+    pub mode: knox_types::apm::TrajectoryMode,
+    /// The planner's name, as the bundle's models list it.
+    pub name: &'static str,
+}
+
+impl knox_agent::Planner for FixedPlan {
+    fn plan(
+        &self,
+        _: &Prompt,
+        _: &ToolkitManifest,
+        _: &Regulations,
+        _: &StopPolicy,
+    ) -> Result<Plan, knox_agent::PlanError> {
+        Ok(Plan {
+            tasks: self.tasks.clone(),
+        })
+    }
+    fn model(&self) -> ModelInfo {
+        ModelInfo {
+            role: ModelRole::Planner,
+            name: self.name.into(),
+            weights_hash: None,
+            declared: false,
+        }
+    }
+    fn trajectory(&self) -> knox_types::apm::TrajectoryMode {
+        self.mode
+    }
+}
