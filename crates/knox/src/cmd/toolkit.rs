@@ -149,11 +149,11 @@ fn check(a: &CheckArgs) -> Result<i32> {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{}: valid {} manifest, {} tools in {} servers, hash {}",
+            "{}: valid {} manifest, {} in {}, hash {}",
             a.manifest.display(),
             doc.format,
-            tools.len(),
-            doc.servers.len(),
+            count(tools.len(), "tool"),
+            count(doc.servers.len(), "server"),
             m.hash()
         );
         for t in &tools {
@@ -255,6 +255,15 @@ pub(super) fn write_doc(out: &Path, doc: &ToolkitDoc) -> Result<()> {
         })?
     };
     super::write_file(out, text.into_bytes())
+}
+
+/// `n` and `noun`, plural unless one.
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 fn import(a: &ImportArgs) -> Result<i32> {

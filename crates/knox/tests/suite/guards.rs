@@ -201,17 +201,16 @@ fn malformed_proposals_are_denied_with_a_reason_and_the_evidence_stays_valid() {
             raw("GmailBurnEverything", json!({})),
             "unknown tool `GmailBurnEverything`",
         ),
+        // The shipped manifest is a `knox-toolkit/1` one: its compiled input schemas
+        // name each fault by where and which keyword, never by the value.
         (
             raw("GmailReadEmail", json!({"email_id": 7})),
-            "expected string",
+            "at `/email_id` (type)",
         ),
-        (
-            raw("GmailReadEmail", json!({})),
-            "missing required parameter `email_id`",
-        ),
+        (raw("GmailReadEmail", json!({})), "(required)"),
         (
             raw("GmailReadEmail", json!({"email_id": "a", "extra": true})),
-            "unknown parameter `extra`",
+            "(additionalProperties)",
         ),
         (raw("../../etc/passwd", json!({})), "invalid tool name"),
         (oversize, "exceeds"),
