@@ -22,6 +22,8 @@ pub struct ImportedTool {
     pub description: String,
     /// The `inputSchema` as sent.
     pub input_schema: Value,
+    /// The `outputSchema` as sent, when it is an object schema (MCP requires one).
+    pub output_schema: Option<Value>,
     /// The effect guessed from its name and hints (`knox_policy::toolkit::guess_effect`).
     pub effect: Effect,
     /// The hints it was guessed from, as the server sent them (absent: none).
@@ -68,10 +70,21 @@ pub fn imported(server: &str, tools: &[Tool]) -> Vec<ImportedTool> {
                     t.name
                 ));
             }
+            let output_schema = match t.output_schema.as_deref() {
+                Some(o) if o.get("type").and_then(Value::as_str) == Some("object") => {
+                    Some(Value::Object(o.clone()))
+                }
+                Some(_) => {
+                    review.push("outputSchema dropped: not an object schema".into());
+                    None
+                }
+                None => None,
+            };
             ImportedTool {
                 name: format!("{server}.{}", t.name),
                 description: t.description.as_deref().unwrap_or_default().to_owned(),
                 input_schema: Value::Object((*t.input_schema).clone()),
+                output_schema,
                 effect,
                 hints,
                 review,
@@ -130,6 +143,7 @@ pub fn to_toolkit(
                 } else {
                     json!({"type": "object"})
                 },
+                output_schema: t.output_schema.clone(),
                 effect: Some(t.effect),
                 hints: t.hints.filter(|h| *h != McpHints::default()),
                 discloses: None,
@@ -333,6 +347,7 @@ mod tests {
                 description: "Read a file".into(),
                 input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}},
                     "required": ["path"]}),
+                output_schema: None,
                 effect: Effect::Read,
                 hints: Some(McpHints {
                     read_only_hint: Some(true),

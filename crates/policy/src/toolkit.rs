@@ -139,6 +139,16 @@ pub struct Tool {
     /// The parameters: a JSON Schema 2020-12 object schema, as MCP's `inputSchema`.
     #[serde(rename = "inputSchema", alias = "input_schema")]
     pub input_schema: Value,
+    /// What it returns: a JSON Schema object schema, as MCP's `outputSchema` (optional).
+    /// Its top-level properties are the output fields shown to models and given shape
+    /// by simulated tools; Knox does not check outputs against it.
+    #[serde(
+        rename = "outputSchema",
+        alias = "output_schema",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub output_schema: Option<Value>,
     /// What the tool does to the world; absent: from `hints`, else derived
     /// conservatively (`disclose` when it discloses, else `write`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -247,11 +257,31 @@ impl ToolkitDoc {
                     });
                 };
                 let parameters = parameters_of(&tool.name, &tool.input_schema)?;
+                let returns = match &tool.output_schema {
+                    None => vec![],
+                    Some(s) => parameters_of(&tool.name, s)
+                        .map_err(|e| match e {
+                            ManifestError::InputSchema { tool, reason } => {
+                                ManifestError::InputSchema {
+                                    tool,
+                                    reason: format!("outputSchema: {reason}"),
+                                }
+                            }
+                            other => other,
+                        })?
+                        .into_iter()
+                        // Output fields are not required or optional: they are shown.
+                        .map(|f| FieldSpec {
+                            required: None,
+                            ..f
+                        })
+                        .collect(),
+                };
                 specs.push(ToolSpec {
                     name: short.to_string(),
                     summary: tool.description.clone(),
                     parameters,
-                    returns: vec![],
+                    returns,
                     exceptions: None,
                 });
                 notes.insert(short.to_string(), tool.annotations());
@@ -312,6 +342,8 @@ impl ToolkitDoc {
                             name: format!("{}{}", kit.toolkit, spec.name),
                             description: spec.summary.clone(),
                             input_schema: legacy_schema(&spec.parameters),
+                            output_schema: (!spec.returns.is_empty())
+                                .then(|| legacy_output_schema(&spec.returns)),
                             effect: a.effect,
                             hints: None,
                             discloses: a.discloses,
@@ -394,6 +426,21 @@ fn legacy_schema(params: &[FieldSpec]) -> Value {
     }
     json!({"type": "object", "properties": props, "required": required,
         "additionalProperties": false})
+}
+
+/// A legacy tool's return fields as an object schema, each field a property of its
+/// declared type, in their order.
+fn legacy_output_schema(fields: &[FieldSpec]) -> Value {
+    let props: Map<String, Value> = fields
+        .iter()
+        .map(|f| {
+            (
+                f.name.clone(),
+                json!({"type": f.ty, "description": f.description}),
+            )
+        })
+        .collect();
+    json!({"type": "object", "properties": props})
 }
 
 /// The top-level parameters an object schema declares, each with the JSON type shown
@@ -565,6 +612,7 @@ pub fn skeleton_from_tools(server: &str, tools: &[McpTool], runtime: RuntimeNeed
                 name: format!("{server}.{}", t.name),
                 description: t.description.clone().unwrap_or_default(),
                 input_schema: schema,
+                output_schema: None,
                 effect: Some(effect),
                 hints,
                 discloses: None,
@@ -728,6 +776,29 @@ inputSchema = { type = "object", properties = { limit = { type = "integer", mini
 
     fn p(v: Value) -> Map<String, Value> {
         v.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn an_output_schema_gives_the_output_fields() {
+        let mut doc = ToolkitDoc::parse(DOC).unwrap();
+        let t = &mut doc.servers[0].tools[0];
+        t.output_schema = Some(json!({"type": "object", "properties": {
+            "balance": {"type": "number", "description": "What is left"},
+            "currency": {"type": "string"}}}));
+        let name = t.name.clone();
+        let m = ToolkitManifest::from_doc(doc.clone()).unwrap();
+        let returns = &m.tool(&name).unwrap().spec.returns;
+        let mut fields: Vec<(&str, &str)> = returns
+            .iter()
+            .map(|f| (f.name.as_str(), f.ty.as_str()))
+            .collect();
+        fields.sort_unstable();
+        assert_eq!(fields, [("balance", "number"), ("currency", "string")]);
+        assert!(returns.iter().all(|f| f.required.is_none()));
+        // Not an object schema: refused, naming the output schema.
+        doc.servers[0].tools[0].output_schema = Some(json!({"type": "string"}));
+        let e = ToolkitManifest::from_doc(doc).unwrap_err().to_string();
+        assert!(e.contains("outputSchema"), "{e}");
     }
 
     #[test]

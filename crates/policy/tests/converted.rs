@@ -66,6 +66,35 @@ fn the_shipped_manifest_decides_as_the_legacy_one_it_replaced() {
         assert_eq!(a.annotations.discloses, b.annotations.discloses);
         assert_eq!(a.annotations.returns, b.annotations.returns);
         assert_eq!(a.annotations.prose, b.annotations.prose);
+        // What a model planner or executor is told about the tool, and the shape of a
+        // simulated output, are the same too (InjecAgent's `exceptions`, which nothing
+        // reads, are not carried).
+        assert_eq!(a.spec.name, b.spec.name);
+        assert_eq!(a.spec.summary, b.spec.summary, "{}", a.name);
+        // As sets: the order of a schema's properties is the file's only where
+        // serde_json keeps object order (the `knox` binaries, through Cedar's
+        // `preserve_order`), not in this crate's own test build.
+        // An absent `required` is `false`.
+        let sorted = |f: &[knox_policy::spec::FieldSpec]| {
+            let mut f = f.to_vec();
+            f.sort_by(|x, y| x.name.cmp(&y.name));
+            for x in &mut f {
+                x.required = Some(x.required.unwrap_or(false));
+            }
+            f
+        };
+        assert_eq!(
+            sorted(&a.spec.parameters),
+            sorted(&b.spec.parameters),
+            "{}",
+            a.name
+        );
+        assert_eq!(
+            sorted(&a.spec.returns),
+            sorted(&b.spec.returns),
+            "{}",
+            a.name
+        );
         for p in probes(a) {
             assert_eq!(
                 validate(a, &p).is_ok(),
