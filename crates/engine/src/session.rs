@@ -393,7 +393,8 @@ impl Session {
         &self.core.rt().manifest
     }
 
-    /// The InjecAgent harness, when the session carries the embedded suite.
+    /// The suite's harness (runtime and dataset), when the session carries an embedded
+    /// suite ([`SessionBuilder::embedded_suite`] or [`SessionBuilder::terminal_suite`]).
     pub fn harness(&self) -> Option<&Harness> {
         match &self.core {
             Core::Suite(h, _) => Some(h),
