@@ -176,7 +176,7 @@ impl<'s> OpenRun<'s> {
         let this: &Self = self;
         let session = this.session;
         let guarding = Guarding {
-            norms: session.regulation.as_ref().map(|r| &r.norms),
+            norms: session.regulation.as_ref().map(|r| &*r.norms),
             judge: session.regulation.as_ref().and_then(|r| r.judge.as_deref()),
             signal: session.signal.clone(),
             grants: session.host.is_some(),

@@ -1,5 +1,7 @@
 //! The regulations in force for a session and the policy set deciding them.
 
+use std::sync::Arc;
+
 use knox_agent::Regulations;
 use knox_regulation::{Judge, Norms};
 use knox_types::regulation::RegulationContext;
@@ -7,13 +9,17 @@ use knox_types::regulation::RegulationContext;
 use crate::error::EngineError;
 
 /// The regulations in force for a run and the policy set deciding them.
+///
+/// Cloning shares the policy set and the judge: a gateway hands one setup to each of
+/// its sessions.
+#[derive(Clone)]
 pub struct RegulationSetup {
     /// Names, policy hash and context (they go into every APM).
     pub regulations: Regulations,
     /// The policy set whose hash `regulations` names.
-    pub norms: Norms,
+    pub norms: Arc<Norms>,
     /// A judge for disclosures no data label reaches.
-    pub judge: Option<Box<dyn Judge>>,
+    pub judge: Option<Arc<dyn Judge>>,
 }
 
 impl std::fmt::Debug for RegulationSetup {
@@ -49,14 +55,14 @@ impl RegulationSetup {
         }
         Ok(Self {
             regulations: Regulations::decided_by(upper, &norms, context),
-            norms,
+            norms: Arc::new(norms),
             judge: None,
         })
     }
 
     /// The same setup with `judge` classifying what no data label reaches.
-    pub fn with_judge(mut self, judge: Box<dyn Judge>) -> Self {
-        self.judge = Some(judge);
+    pub fn with_judge(mut self, judge: impl Into<Arc<dyn Judge>>) -> Self {
+        self.judge = Some(judge.into());
         self
     }
 }

@@ -437,7 +437,7 @@ impl Session {
             topology,
             planner,
             executor,
-            norms: self.regulation.as_ref().map(|r| &r.norms),
+            norms: self.regulation.as_ref().map(|r| &*r.norms),
             judge: self.regulation.as_ref().and_then(|r| r.judge.as_deref()),
             regulations: self.regulations(),
             stop: self.stop.clone(),

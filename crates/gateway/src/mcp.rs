@@ -76,6 +76,11 @@ pub struct GatewayConfig {
     /// The model planner, when sessions are planned by a model; without it every
     /// session must bring the user's plan.
     pub planner: Option<Arc<dyn Planner>>,
+    /// The regulations in force in every session, with the policy set deciding them
+    /// and the regulation context (recipients, consents, the sender and purpose of the
+    /// session's task): each APM names them, every disclosure is decided before it
+    /// runs, and each bundle is verified against that policy set when it is sealed.
+    pub regulation: Option<knox_engine::RegulationSetup>,
     /// Most calls a user's plan may hold per task.
     pub max_calls: usize,
     /// How the monitor follows the plan (tolerant by default: real agents repeat and
@@ -116,6 +121,10 @@ impl std::fmt::Debug for GatewayConfig {
             .field("manifest", &self.manifest.hash())
             .field("contract", &self.contract.as_ref().map(|c| c.verified.hash))
             .field("planner", &self.planner.as_ref().map(|p| p.model().name))
+            .field(
+                "regulations",
+                &self.regulation.as_ref().map(|r| &r.regulations.names),
+            )
             .field("trajectory", &self.trajectory)
             .field("out", &self.out)
             .field("idle_timeout", &self.idle_timeout)

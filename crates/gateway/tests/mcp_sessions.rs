@@ -96,6 +96,7 @@ async fn fixture() -> Fx {
         host: Arc::new(host),
         contract: None,
         planner: None,
+        regulation: None,
         max_calls: 8,
         trajectory: knox_types::apm::TrajectoryMode::tolerant(),
         platform: Arc::new(|| Ok(Box::new(knox_engine::Simulated) as Box<_>)),

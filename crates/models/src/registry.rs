@@ -165,10 +165,10 @@ impl<'m> Models<'m> {
     }
 
     /// The judge, when one was named (clones share the model and its latency).
-    pub fn judge(&self) -> Option<Box<dyn knox_regulation::Judge>> {
+    pub fn judge(&self) -> Option<std::sync::Arc<dyn knox_regulation::Judge>> {
         self.judge
             .clone()
-            .map(|j| Box::new(j) as Box<dyn knox_regulation::Judge>)
+            .map(|j| std::sync::Arc::new(j) as std::sync::Arc<dyn knox_regulation::Judge>)
     }
 
     /// The model planner, when a model plans (else the dataset's plans serve).

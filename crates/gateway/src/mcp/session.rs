@@ -389,6 +389,9 @@ fn build(
         .journal_dir(&cfg.out)
         .output(&cfg.out)
         .run_prefix(req.label.clone());
+    if let Some(r) = &cfg.regulation {
+        builder = builder.regulations(r.clone());
+    }
     if let Some(c) = &cfg.contract {
         builder = builder.contract(c.verified.clone());
         if let Some(a) = &c.approvals {
@@ -494,7 +497,10 @@ fn serve(
             let report = knox_verify::verify_bundle(
                 &bundle,
                 &knox_verify::manifests::Manifests::new(),
-                knox_verify::Options::DANGEROUS_SIMULATED,
+                knox_verify::Options {
+                    norms: cfg.regulation.as_ref().map(|r| &*r.norms),
+                    ..knox_verify::Options::DANGEROUS_SIMULATED
+                },
             );
             end.nodes = bundle.nodes.len();
             end.verified = Some(report.outcome.name().to_owned());

@@ -160,6 +160,7 @@ pub async fn start(max_calls: usize) -> Fx {
         host: Arc::new(host),
         contract: None,
         planner: None,
+        regulation: None,
         max_calls,
         trajectory: knox_types::apm::TrajectoryMode::tolerant(),
         platform: Arc::new(|| Ok(Box::new(knox_engine::Simulated) as Box<_>)),

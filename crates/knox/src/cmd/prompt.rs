@@ -215,6 +215,10 @@ fn run_over(
             .ok_or_else(|| super::usage("--planner must name a model"))?;
         Box::new(ChatPlanner::new(chat).with_max_calls(args.max_calls))
     };
+    let regulation = args
+        .regulation
+        .setup_judged(cache_dir.as_deref(), &mut locals)?;
+    let norms = regulation.as_ref().map(|r| std::sync::Arc::clone(&r.norms));
     let executor_spec = args.models.executor.clone().unwrap_or(ModelSpec::Benign);
     let executor: Box<dyn ExecutorFactory> = match &executor_spec {
         ModelSpec::Benign => Box::new(knox_harness::BenignFactory),
@@ -277,6 +281,9 @@ fn run_over(
         .signal(signal)
         .output(&args.out)
         .refresh(args.refresh);
+    if let Some(r) = regulation {
+        builder = builder.regulations(r);
+    }
     if args.journal || stream.is_some() {
         builder = builder.journal_dir(&args.out);
     }
@@ -292,7 +299,10 @@ fn run_over(
         let report = knox_verify::verify_bundle(
             &out.bundle,
             &knox_verify::manifests::Manifests::new(),
-            knox_verify::Options::DANGEROUS_SIMULATED,
+            knox_verify::Options {
+                norms: norms.as_deref(),
+                ..knox_verify::Options::DANGEROUS_SIMULATED
+            },
         );
         let ok = report.outcome == knox_verify::Outcome::Complete;
         complete += usize::from(ok);

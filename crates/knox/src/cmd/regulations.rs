@@ -134,7 +134,7 @@ fn analyze(args: &AnalyzeArgs) -> Result<i32> {
     Ok(i32::from(bad > 0))
 }
 
-/// Regulation options of `knox run` and `knox demo`.
+/// Regulation options of `knox run`, `knox demo` and the gateways.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RegulationArgs {
     /// Regulations in force, comma-separated (`GDPR,HIPAA`): every disclosure is decided
@@ -183,6 +183,24 @@ impl RegulationArgs {
             }
             None => knox_types::regulation::RegulationContext::default(),
         });
+        Ok(Some(setup))
+    }
+
+    /// [`setup`](Self::setup) with its `--judge` opened (a local model shared through
+    /// `locals`), for a front door that loads no other models through
+    /// [`super::model::load`].
+    pub fn setup_judged(
+        &self,
+        cache_dir: Option<&std::path::Path>,
+        locals: &mut knox_models::registry::Locals,
+    ) -> Result<Option<knox_engine::RegulationSetup>> {
+        let Some(mut setup) = self.setup()? else {
+            return Ok(None);
+        };
+        if let Some(spec) = &self.judge {
+            let judge = super::model::open_judge(spec, cache_dir, locals)?;
+            setup.judge = Some(std::sync::Arc::new(judge));
+        }
         Ok(Some(setup))
     }
 }

@@ -656,3 +656,156 @@ fn client_configuration_snippets_launch_a_working_gateway() {
     );
     assert!(url.contains("/knox/sessions/"), "{url}");
 }
+
+/// The clinic's tool as a Python SDK (FastMCP) server: `share_record` answers whom it
+/// sent the record to.
+const CLINIC_SERVER: &str = r#"
+from mcp.server.fastmcp import FastMCP
+mcp = FastMCP("clinic")
+
+@mcp.tool()
+def share_record(to: str) -> str:
+    """Send the user's medical record to a recipient."""
+    return "record sent to " + to
+
+mcp.run()
+"#;
+
+/// `knox gateway mcp --regulations HIPAA --regulation-context` over stdio, in front of
+/// a real (FastMCP) server: the planned disclosure the norms permit reaches the server
+/// and its answer the client; the planned one they forbid is refused with the deciding
+/// policy, never reaches the server, and the sealed bundle names HIPAA and verifies
+/// `complete` with both verdicts recomputed.
+#[test]
+fn a_regulated_stdio_gateway_refuses_the_disclosure_the_norms_forbid() {
+    use super::regulation::{CLINIC, CLINIC_CONTEXT, CLINIC_RECIPIENTS};
+    use std::os::unix::fs::PermissionsExt as _;
+    let servers = installed();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = d.join("server.py");
+    std::fs::write(&script, CLINIC_SERVER).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(d.join("clinic.toml"), CLINIC).unwrap();
+    std::fs::write(d.join("context.toml"), CLINIC_CONTEXT).unwrap();
+    let venv = servers.join("venv");
+    std::fs::write(
+        d.join("servers.toml"),
+        format!(
+            r#"version = 1
+[[server]]
+name = "clinic"
+command = "{python}"
+args = ["{script}"]
+manifest = "clinic.toml"
+[server.needs]
+profile = ["offline", "network-client"]
+syscalls = ["epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "eventfd2", "socketpair"]
+paths = [{{ path = "{venv}", access = ["read"] }}, {{ path = "/usr/lib/python3.11", access = ["read"] }}, {{ path = "{dir}", access = ["read"] }}]
+"#,
+            python = venv.join("bin/python").display(),
+            script = script.display(),
+            venv = venv.display(),
+            dir = d.display(),
+        ),
+    )
+    .unwrap();
+    let calls: Vec<Value> = CLINIC_RECIPIENTS
+        .iter()
+        .map(|to| json!({"tool": "clinic.share_record", "params": {"to": to}}))
+        .collect();
+    std::fs::write(d.join("plan.json"), json!({ "calls": calls }).to_string()).unwrap();
+    let out = d.join("out");
+    let mut gw = knox()
+        .current_dir(d)
+        .args(["gateway", "mcp", "--manifest", "clinic.toml"])
+        .args(["--mcp", "servers.toml", "--plan", "plan.json"])
+        .args(["--prompt", "Send my record to Dr Okafor and to AdReach"])
+        .args([
+            "--regulations",
+            "HIPAA",
+            "--regulation-context",
+            "context.toml",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = gw.stdin.take().unwrap();
+    let mut lines = BufReader::new(gw.stdout.take().unwrap()).lines();
+    let mut send = |v: &Value| {
+        stdin.write_all(v.to_string().as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    };
+    send(
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "scripted", "version": "1"}}}),
+    );
+    let init: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(
+        init["result"]["serverInfo"]["name"], "knox-gateway",
+        "{init}"
+    );
+    send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let mut answers = Vec::new();
+    for (id, to) in (1u64..).zip(CLINIC_RECIPIENTS) {
+        send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "clinic.share_record", "arguments": {"to": to}}}));
+        let answer = loop {
+            let v: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+            if v["id"] == id {
+                break v;
+            }
+        };
+        answers.push(answer);
+    }
+    drop(stdin); // the client leaves: the session is sealed
+    let status = wait(&mut gw, Duration::from_secs(60));
+    let mut err = String::new();
+    std::io::Read::read_to_string(gw.stderr.as_mut().unwrap(), &mut err).unwrap();
+    if err.contains("kernel sandbox") && std::env::var_os("CI").is_none() {
+        eprintln!("skipping: kernel sandbox unavailable here: {err}");
+        return;
+    }
+    assert!(status.success(), "{err}");
+    let permitted = &answers[0]["result"];
+    assert_eq!(permitted["isError"], false, "{permitted}");
+    assert!(
+        permitted.to_string().contains("record sent to dr.okafor"),
+        "{permitted}"
+    );
+    let refused = &answers[1]["result"];
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert_eq!(
+        refused["structuredContent"]["knox"]["guard"], "regulation",
+        "{refused}"
+    );
+    assert!(
+        refused
+            .to_string()
+            .contains("hipaa-164.502-a-not-permitted"),
+        "{refused}"
+    );
+    let end: Value = serde_json::from_str(err.lines().last().unwrap()).unwrap();
+    assert_eq!(end["verified"], "complete", "{end}");
+    let b = verified(&out.join("mcp-stdio-0000.json"));
+    assert_eq!(b.apm.guards.regulation.regulations, ["HIPAA"]);
+    let blocked = blocked_by(&b, "regulation").unwrap();
+    assert!(
+        blocked
+            .to_string()
+            .contains("hipaa-164.502-a-not-permitted"),
+        "{blocked}"
+    );
+    let outputs = nodes(&b)
+        .into_iter()
+        .filter(|n| n["kind"] == "tool_output")
+        .count();
+    assert_eq!(outputs, 1, "only the permitted disclosure ran");
+}

@@ -182,6 +182,11 @@ fn announced(r: impl std::io::Read) -> String {
 /// in front of `upstream`, bundles and journals into `out`: the process and its
 /// base URL.
 fn proxy(d: &Path, upstream: &str, out: &Path) -> (Reaped, String) {
+    proxy_with(d, upstream, out, &[])
+}
+
+/// [`proxy`] with more arguments.
+fn proxy_with(d: &Path, upstream: &str, out: &Path, more: &[&str]) -> (Reaped, String) {
     let mut gw = Reaped(
         knox()
             .args(["gateway", "openai", "--manifest"])
@@ -189,7 +194,9 @@ fn proxy(d: &Path, upstream: &str, out: &Path) -> (Reaped, String) {
             .arg("--plan")
             .arg(d.join("plan.json"))
             .args(["--upstream", upstream])
-            .args(["--listen", "127.0.0.1:0", "--journal", "--out"])
+            .args(["--listen", "127.0.0.1:0", "--journal"])
+            .args(more)
+            .arg("--out")
             .arg(out)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -354,4 +361,93 @@ fn the_openai_client_through_the_proxy_to_a_local_model_served_by_knox_serve_mod
         b.nodes.len(),
         r["final"]
     );
+}
+
+/// `knox gateway openai --regulations GDPR --regulation-context`: the upstream is a
+/// remote executor, and a balance it would hear is financial data about the user that
+/// an EU controller holds; the context does not list who runs the upstream, so the
+/// read is withheld before the client runs
+/// it, the answer naming the regulation and the upstream, and the sealed bundle names
+/// GDPR and verifies `complete` with the verdict recomputed.
+#[test]
+fn a_regulated_proxy_withholds_a_read_its_unlisted_upstream_would_hear() {
+    use std::io::{Read as _, Write as _};
+    let py = python();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    bank(d);
+    std::fs::write(d.join("upstream.py"), UPSTREAM).unwrap();
+    std::fs::write(
+        d.join("context.toml"),
+        concat!(
+            "[default_task]\nsender = \"office@bank-user.example\"\npurpose = \"service\"\n",
+            "[[directory]]\naddresses = [\"office@bank-user.example\"]\nrole = \"controller\"\n",
+            "organisation = \"Example GmbH\"\njurisdiction = \"DE\"\n",
+        ),
+    )
+    .unwrap();
+    let mut up = Reaped(
+        Command::new(&py)
+            .arg(d.join("upstream.py"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let port = first_line(up.0.stdout.take().unwrap()).trim().to_owned();
+    let out = d.join("out");
+    let context = d.join("context.toml");
+    let (gw, base) = proxy_with(
+        d,
+        &format!("http://127.0.0.1:{port}/v1"),
+        &out,
+        &[
+            "--regulations",
+            "GDPR",
+            "--regulation-context",
+            context.to_str().unwrap(),
+        ],
+    );
+    let addr = base
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
+        .to_owned();
+    let body = serde_json::json!({"model": "scripted", "messages": [
+        {"role": "user", "content": "Check my balance, then pay DE001 20."}]})
+    .to_string();
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nx-knox-conversation: regulated\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, answer) = text.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let v: Value = serde_json::from_str(answer).unwrap();
+    let message = &v["choices"][0]["message"];
+    assert!(
+        message["tool_calls"].is_null(),
+        "the read reached the client: {v}"
+    );
+    let said = message["content"].as_str().unwrap();
+    assert!(
+        said.contains("(regulation)")
+            && said.contains("remote executor")
+            && said.contains("financial"),
+        "{said}"
+    );
+    let stdout = seal(gw);
+    assert_eq!(stdout.matches(": complete (").count(), 1, "{stdout}");
+    let b = verified(&out.join("conv-0000.json"));
+    assert_eq!(b["apm"]["guards"]["regulation"]["regulations"][0], "GDPR");
+    let blocked: Vec<&Value> = b["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["kind"] == "blocked")
+        .collect();
+    assert_eq!(blocked.len(), 1, "{blocked:?}");
+    assert_eq!(blocked[0]["payload"]["guard"], "regulation", "{blocked:?}");
 }

@@ -587,3 +587,138 @@ fn knox_regulations_decide_decides_flows_from_outside_and_explains() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A clinic's own tool, as a user's `knox-toolkit/1` manifest: `clinic.share_record`
+/// sends the user's medical record (implicit content, `carries` health) to `to`.
+pub(super) const CLINIC: &str = r#"format = "knox-toolkit/1"
+[runtime]
+syscalls = ["read", "write", "exit_group"]
+paths = []
+limits = { max_processes = 64, max_file_bytes = 1048576, max_memory_bytes = 1073741824, cpu_seconds = 60, max_open_files = 1024 }
+[[servers]]
+name = "clinic"
+needs = { profile = "offline" }
+[[servers.tools]]
+name = "clinic.share_record"
+description = "Send the user's medical record to a recipient"
+effect = "disclose"
+discloses = { recipient = ["to"], content = [], carries = ["health"] }
+sinks = ["to"]
+inputSchema = { type = "object", properties = { to = { type = "string" } }, required = ["to"], additionalProperties = false }
+"#;
+
+/// The clinic's regulation context: it discloses for treatment; a cardiologist and an
+/// ad network are listed.
+pub(super) const CLINIC_CONTEXT: &str = r#"[default_task]
+sender = "records@riverside-clinic.example"
+purpose = "treatment"
+[[directory]]
+addresses = ["records@riverside-clinic.example"]
+role = "covered_entity"
+organisation = "Riverside Clinic"
+jurisdiction = "US"
+[[directory]]
+addresses = ["dr.okafor@lakeside-cardiology.example"]
+role = "health_care_provider"
+organisation = "Lakeside Cardiology"
+jurisdiction = "US"
+[[directory]]
+addresses = ["offers@adreach.example"]
+role = "marketing_vendor"
+organisation = "AdReach Media"
+jurisdiction = "US"
+"#;
+
+/// The recipients of the clinic's plan: the record to the cardiologist (treatment,
+/// permitted by 164.506), then to the ad network (no path of the Privacy Rule).
+pub(super) const CLINIC_RECIPIENTS: [&str; 2] = [
+    "dr.okafor@lakeside-cardiology.example",
+    "offers@adreach.example",
+];
+
+/// A user's manifest, prompt and plan run with `--regulations`: the disclosure the
+/// norms permit runs, the other is blocked naming its deciding policy, and the bundle
+/// verifies `complete` with every verdict recomputed. Without `--regulations` both run
+/// (before, the flags were accepted and silently ignored with `--manifest`).
+#[test]
+fn a_user_manifest_run_decides_its_disclosures_under_the_regulations_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("clinic.toml"), CLINIC).unwrap();
+    std::fs::write(d.join("context.toml"), CLINIC_CONTEXT).unwrap();
+    let calls: Vec<Value> = CLINIC_RECIPIENTS
+        .iter()
+        .map(|to| json!({"tool": "clinic.share_record", "params": {"to": to}}))
+        .collect();
+    std::fs::write(
+        d.join("plan.json"),
+        json!({"tasks": [{"calls": calls}]}).to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("responses.json"),
+        json!({"clinic.share_record": {"responses": [{"sent": true}, {"sent": true}]}}).to_string(),
+    )
+    .unwrap();
+    let run = |out: &str, regulated: bool| {
+        let mut c = super::support::knox();
+        c.current_dir(d)
+            .args(["run", "--manifest", "clinic.toml", "--plan", "plan.json"])
+            .args(["--prompt", "Send my record to Dr Okafor and to AdReach"])
+            .args(["--responses", "responses.json", "--json", "--out", out]);
+        if regulated {
+            c.args([
+                "--regulations",
+                "HIPAA",
+                "--regulation-context",
+                "context.toml",
+            ]);
+        }
+        let o = c.output().unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let summary: Value = serde_json::from_slice(&o.stdout).unwrap();
+        summary["runs"][0].clone()
+    };
+    let open = run("open", false);
+    assert_eq!(open["executed"], 2, "{open}");
+    let regulated = run("regulated", true);
+    assert_eq!(regulated["executed"], 1, "{regulated}");
+    assert_eq!(regulated["blocked_by"]["regulation"], 1, "{regulated}");
+
+    let path = d.join("regulated/run-0000.json");
+    let v = Command::new(env!("CARGO_BIN_EXE_knox"))
+        .args(["verify", "--allow-simulated"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&v.stdout);
+    assert_eq!(v.status.code(), Some(0), "{report}");
+    assert!(
+        report.contains("every regulation verdict recomputed"),
+        "{report}"
+    );
+    let b: Bundle = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(b.apm.guards.regulation.regulations, ["HIPAA"]);
+    let decided: Vec<(Value, Value)> = regulation_checks(&b)
+        .iter()
+        .map(|c| {
+            let d = &c["decisions"][0];
+            (d["verdict"].clone(), d["policies"][0].clone())
+        })
+        .collect();
+    assert_eq!(
+        decided,
+        [
+            (json!("compliant"), json!("hipaa-164.506-c2-treatment")),
+            (
+                json!("non_compliant"),
+                json!("hipaa-164.502-a-not-permitted")
+            ),
+        ]
+    );
+}

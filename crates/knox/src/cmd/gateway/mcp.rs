@@ -88,6 +88,12 @@ pub struct McpGatewayArgs {
     /// Seal every session and end when this file exists (SIGUSR1 does the same).
     #[arg(value_parser = cmd::path, long)]
     pub stop_file: Option<PathBuf>,
+    /// Regulations in force in every session (`--regulations`, `--regulation-context`,
+    /// `--policy-set`, `--judge`): each disclosure a session's agent proposes is decided
+    /// before it reaches its server, and blocked when not compliant. The context's
+    /// `default_task` names the sessions' sender and purpose.
+    #[command(flatten)]
+    pub regulation: cmd::regulations::RegulationArgs,
     /// Stop guard: most proposals per session.
     #[arg(long)]
     pub max_actions: Option<u32>,
@@ -173,6 +179,9 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
         }
         None => None,
     };
+    let regulation = args
+        .regulation
+        .setup_judged(cache_dir.as_deref(), &mut locals)?;
     let platform_args = args.platform.clone();
     crate::session::backend(&platform_args)?; // a bad platform fails now, not per session
     let platform: PlatformFactory =
@@ -182,6 +191,7 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
         host,
         contract,
         planner,
+        regulation,
         max_calls: args.max_calls,
         trajectory: args.trajectory.unwrap_or_else(TrajectoryMode::tolerant),
         platform,

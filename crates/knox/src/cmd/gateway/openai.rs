@@ -87,6 +87,14 @@ pub struct OpenaiGatewayArgs {
     /// Seal every conversation and stop when this file exists (as SIGUSR1 does).
     #[arg(long, value_parser = crate::cmd::path)]
     pub stop_file: Option<PathBuf>,
+    /// Regulations in force in every conversation (`--regulations`,
+    /// `--regulation-context`, `--policy-set`, `--judge`): each disclosure the model
+    /// proposes is decided before the client sees it. The upstream is a remote
+    /// executor: a tool result holding labelled data is a disclosure to its operator,
+    /// so list the upstream's URL in the context's directory (as a business associate
+    /// under an agreement, say) or such reads are withheld.
+    #[command(flatten)]
+    pub regulation: crate::cmd::regulations::RegulationArgs,
     /// Epoch nonce (hex) bound into the platform evidence with the signing key.
     #[arg(long, default_value = "")]
     pub nonce: String,
@@ -99,10 +107,12 @@ fn planner_spec(s: &str) -> std::result::Result<ModelSpec, String> {
     ModelSpec::parse_for(s, SpecRole::Planner).map_err(|e| e.to_string())
 }
 
-/// The planner the arguments name.
+/// The planner the arguments name (a local model shared through `locals`).
 fn planner(
     args: &OpenaiGatewayArgs,
     manifest: &knox_policy::ToolkitManifest,
+    cache_dir: Option<&std::path::Path>,
+    locals: &mut knox_models::registry::Locals,
 ) -> Result<Box<dyn Planner>> {
     if let Some(p) = &args.plan {
         let text = super::super::read_text(p, super::super::MANIFEST)?;
@@ -119,9 +129,7 @@ fn planner(
         .ok_or_else(|| {
             super::super::usage("--planner must name a model (local:…, openai:…), or give --plan")
         })?;
-    let cache_dir = super::super::absolute_cache_dir(args.cache.cache_dir.as_deref())?;
-    let mut locals = Vec::new();
-    let chat = super::super::model::open(spec, cache_dir.as_deref(), &mut locals)?
+    let chat = super::super::model::open(spec, cache_dir, locals)?
         .ok_or_else(|| super::super::usage("--planner must name a model"))?;
     Ok(Box::new(
         ChatPlanner::new(chat).with_max_calls(args.max_calls),
@@ -139,7 +147,16 @@ pub fn run(args: &OpenaiGatewayArgs) -> Result<i32> {
     let mode = args
         .trajectory
         .unwrap_or_else(knox_types::apm::TrajectoryMode::tolerant);
-    let planner = Followed::new(planner(args, &manifest)?, mode);
+    let cache_dir = super::super::absolute_cache_dir(args.cache.cache_dir.as_deref())?;
+    let mut locals = Vec::new();
+    let planner = Followed::new(
+        planner(args, &manifest, cache_dir.as_deref(), &mut locals)?,
+        mode,
+    );
+    let regulation = args
+        .regulation
+        .setup_judged(cache_dir.as_deref(), &mut locals)?;
+    let norms = regulation.as_ref().map(|r| std::sync::Arc::clone(&r.norms));
     let mut builder = Session::builder()
         .platform_boxed(crate::session::backend(&args.platform)?)
         .nonce(nonce)
@@ -149,6 +166,9 @@ pub fn run(args: &OpenaiGatewayArgs) -> Result<i32> {
         .run_prefix("conv");
     if args.journal || args.stream_to.is_some() {
         builder = builder.journal_dir(&args.out);
+    }
+    if let Some(r) = regulation {
+        builder = builder.regulations(r);
     }
     let session = Arc::new(
         builder
@@ -197,7 +217,7 @@ pub fn run(args: &OpenaiGatewayArgs) -> Result<i32> {
     for s in &sealed {
         let line = match &s.bundle {
             Ok(Some(path)) => {
-                let outcome = verify(path, &manifest);
+                let outcome = verify(path, &manifest, norms.as_deref());
                 ok &= outcome == "complete";
                 format!("{}: {} ({})", s.run_id, outcome, path.display())
             }
@@ -217,16 +237,27 @@ pub fn run(args: &OpenaiGatewayArgs) -> Result<i32> {
     Ok(if ok { 0 } else { 1 })
 }
 
-/// The outcome of verifying the bundle at `path` (simulated evidence is Knox's own).
-fn verify(path: &std::path::Path, manifest: &knox_policy::ToolkitManifest) -> String {
+/// The outcome of verifying the bundle at `path` (simulated evidence is Knox's own),
+/// regulation decisions recomputed with `norms` (the embedded set when `None`).
+fn verify(
+    path: &std::path::Path,
+    manifest: &knox_policy::ToolkitManifest,
+    norms: Option<&knox_regulation::Norms>,
+) -> String {
     let Ok(bytes) = std::fs::read(path) else {
         return "unreadable".into();
     };
     let Ok(bundle) = serde_json::from_slice(&bytes) else {
         return "malformed".into();
     };
-    let report =
-        knox_verify::verify_bundle(&bundle, manifest, knox_verify::Options::DANGEROUS_SIMULATED);
+    let report = knox_verify::verify_bundle(
+        &bundle,
+        manifest,
+        knox_verify::Options {
+            norms,
+            ..knox_verify::Options::DANGEROUS_SIMULATED
+        },
+    );
     match report.outcome {
         Outcome::Complete => "complete".into(),
         other => other.name().to_owned(),
