@@ -220,9 +220,8 @@ fn completion(req: &Value) -> Result<Value, String> {
         .filter_map(|m| m.get("content").and_then(Value::as_str))
         .collect();
     let step = results.len();
-    let message = match (apm, attack.script.get(step)) {
-        (Some(apm), Some(p)) => {
-            let (name, arguments) = p.propose(&apm, &results);
+    let message = match apm.and_then(|apm| attack.propose(step, &apm, &results)) {
+        Some((name, arguments)) => {
             json!({"role": "assistant", "content": null, "tool_calls": [{"id": format!("call_{step}"),
                 "type": "function", "function": {"name": name, "arguments": arguments}}]})
         }
@@ -477,6 +476,18 @@ impl Attack {
     /// How many proposals the model makes; the last is the attack (or the benign call).
     pub fn steps(&self) -> usize {
         self.script.len().min(MAX_STEPS)
+    }
+
+    /// The model's proposal at `step` (from 0), as it writes it: the tool name and the
+    /// arguments' raw JSON text, computed from the APM it knows and the results of its
+    /// earlier calls (each a tool output as JSON text). `None` past its last step. The
+    /// scripted endpoint answers with it; a harness that is the agent itself (an MCP
+    /// client) sends it.
+    pub fn propose(&self, step: usize, apm: &Apm, results: &[&str]) -> Option<(String, String)> {
+        if step >= self.steps() {
+            return None;
+        }
+        self.script.get(step).map(|p| p.propose(apm, results))
     }
 }
 

@@ -16,6 +16,7 @@ mod guards;
 mod hardware;
 mod journal;
 mod mcp;
+mod mcp_http;
 mod models;
 mod planning;
 mod regulation;
