@@ -20,6 +20,7 @@ use knox_policy::ToolkitManifest;
 use knox_types::apm::Apm;
 use knox_types::apm::StopPolicy;
 use knox_types::bundle::{Bundle, ModelInfo, ModelRole};
+use knox_types::payload::HeardPayload;
 
 use crate::error::EngineError;
 use crate::session::Session;
@@ -213,9 +214,19 @@ impl LiveRun<'_> {
         self.monitor.mediate(agent, raw)
     }
 
-    /// Records the result of an allowed call, consuming its ticket.
-    pub fn record(&self, ticket: Box<Ticket>, result: ToolResult) {
-        self.monitor.record_result(ticket, result);
+    /// Records the result of an allowed call, consuming its ticket: the sequence
+    /// number of its `tool_output` node (`None` for a ticket of no agent of this run).
+    pub fn record(&self, ticket: Box<Ticket>, result: ToolResult) -> Option<u64> {
+        self.monitor.record_result(ticket, result)
+    }
+
+    /// Records that the run's remote model heard labelled data in another run through
+    /// the same endpoint ([`Monitor::heard`]): from here on, content the model
+    /// composes into a disclosure carries that data's labels.
+    ///
+    /// [`Monitor::heard`]: knox_monitor::monitor::Monitor::heard
+    pub fn heard(&self, heard: HeardPayload) -> Result<u64, String> {
+        self.monitor.heard(heard)
     }
 
     /// The run's APM.

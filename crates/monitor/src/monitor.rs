@@ -29,8 +29,8 @@ use knox_types::digest::Digest;
 use knox_types::grant::Grant;
 use knox_types::payload::{
     AgentBranchPayload, AgentStepPayload, Assignment, BlockedPayload, Body, CheckPayload,
-    ContractOutcome, GuardKind, InterruptPayload, ProofOfInferencePayload, RootPayload, Settlement,
-    ToolOutputPayload,
+    ContractOutcome, GuardKind, HeardPayload, InterruptPayload, ProofOfInferencePayload,
+    RootPayload, Settlement, ToolOutputPayload,
 };
 use serde_json::Value;
 
@@ -554,13 +554,12 @@ impl<'a> Monitor<'a> {
 
     /// Records what executing an allowed action produced: a `blocked` node (guard
     /// `kernel` or `broker`) under the `tool_call` for every denial the kernel layer or
-    /// the broker reported, then the `tool_output`.
-    pub fn record_result(&self, ticket: Box<Ticket>, mut result: ToolResult) {
+    /// the broker reported, then the `tool_output`, whose sequence number it returns
+    /// (`None` for a ticket of no agent of this run).
+    pub fn record_result(&self, ticket: Box<Ticket>, mut result: ToolResult) -> Option<u64> {
         // Decide on the output the verifier will read back from its canonical bytes.
         knox_types::canon::normalize_numbers(&mut result.output);
-        let Some(slot) = self.agents.get(&ticket.agent) else {
-            return;
-        };
+        let slot = self.agents.get(&ticket.agent)?;
         let mut st = lock(slot);
         let settled = ticket.reservation.map(|reservation| Settlement {
             reservation,
@@ -636,8 +635,49 @@ impl<'a> Monitor<'a> {
                 lock(&self.run_outputs).push(Arc::new(SharedOutput::of(st.state.plan, &out)));
             }
         }
+        let node = out.node;
         st.state
             .record_output(self.manifest, out, self.regulator.evaluates());
+        Some(node)
+    }
+
+    /// Records that the run's remote model heard labelled data in another run through
+    /// the same endpoint (`heard.tool`'s output there): a `heard` node under the root.
+    /// From it on, every disclosure whose content an agent's model composes carries
+    /// that tool's labels (when the APM carries labels per run). Refused — nothing
+    /// committed — for a tool of no labels in this run's manifest. Returns the node's
+    /// sequence number.
+    pub fn heard(&self, heard: HeardPayload) -> Result<u64, String> {
+        let labelled = self
+            .manifest
+            .tool(&heard.tool)
+            .and_then(|t| t.annotations.returns.as_ref())
+            .is_some_and(|r| !r.info_types.is_empty());
+        if !labelled {
+            return Err(format!(
+                "`{}` is not a tool whose output carries labels in this run's manifest",
+                heard.tool
+            ));
+        }
+        let shares = knox_guards::shares_outputs(self.apm);
+        let tool = heard.tool.clone();
+        let mut aeg = lock(&self.aeg);
+        let seq = aeg.commit(
+            NewNode {
+                parent: Some(0),
+                kind: NodeKind::Heard,
+                agent: "monitor",
+                payload: Body::from(heard),
+                allowed: true,
+                block_reason: None,
+            },
+            None,
+        );
+        if shares {
+            // In commit order: pushed while the graph's lock is held.
+            lock(&self.run_outputs).push(Arc::new(SharedOutput::heard(seq, &tool)));
+        }
+        Ok(seq)
     }
 
     /// Ends the run.

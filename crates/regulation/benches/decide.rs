@@ -57,6 +57,7 @@ fn bench(c: &mut Criterion) {
         position: 0,
         labels: read.annotations.returns.as_ref(),
         output: &output,
+        heard: false,
     }];
     let action = Action::new(
         "GmailSendEmail",

@@ -41,6 +41,11 @@ pub struct Seen<'a> {
     pub labels: Option<&'a Returns>,
     /// The output.
     pub output: &'a Value,
+    /// Not an output of this run: labelled data of the producing tool the run's remote
+    /// model heard in another run (a `heard` node; `output` is null). It reaches every
+    /// disclosure with content the model composed (a parameter the plan does not fix),
+    /// since no match here can show it absent.
+    pub heard: bool,
 }
 
 /// The run's recipient directory and consent records, indexed once per run.
@@ -251,11 +256,16 @@ pub fn derive(
         .collect();
     let parts: Vec<(&str, &Value)> = parts.iter().map(|(n, v)| (n.as_str(), v)).collect();
     let candidates = knox_policy::content::candidates(&parts);
+    let composed = action
+        .params
+        .iter()
+        .any(|(n, v)| !knox_policy::dataflow::fixed(n, v, expected));
     for s in seen {
         let Some(labels) = s.labels.filter(|l| !l.info_types.is_empty()) else {
             continue;
         };
-        let reaches = linked.contains(&s.position)
+        let reaches = (s.heard && composed)
+            || linked.contains(&s.position)
             || occurs(s.output, &content)
             || normalized_occurs(s.output, &candidates);
         if reaches {
@@ -489,6 +499,7 @@ mod tests {
             position: 0,
             labels: read.annotations.returns.as_ref(),
             output: &out,
+            heard: false,
         }];
         let a = Action::new(
             "GmailSendEmail",
@@ -534,6 +545,7 @@ mod tests {
             position: 0,
             labels: read.annotations.returns.as_ref(),
             output: &out,
+            heard: false,
         }];
         let dir = Directory::new(&ctx());
         let b64 = base64::engine::general_purpose::STANDARD.encode("Jane Doe 078-05-1120");

@@ -222,6 +222,7 @@ fn kind_colour(k: NodeKind) -> &'static str {
         NodeKind::Blocked => "#cf222e",
         NodeKind::Interrupt => "#9a6700",
         NodeKind::ProofOfInference => "#bf3989",
+        NodeKind::Heard => "#953800",
     }
 }
 

@@ -32,11 +32,15 @@ pub enum NodeKind {
     Interrupt,
     /// A model identified by its weights hash.
     ProofOfInference,
+    /// Labelled data the run's remote model heard in another run through the same
+    /// endpoint (the OpenAI proxy's other conversations): from here on, content that
+    /// model composes may carry it.
+    Heard,
 }
 
 impl NodeKind {
     /// All kinds, in code order.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::Root,
         Self::AgentStep,
         Self::AgentBranch,
@@ -46,6 +50,7 @@ impl NodeKind {
         Self::Blocked,
         Self::Interrupt,
         Self::ProofOfInference,
+        Self::Heard,
     ];
 
     /// The one-byte code used in Merkle leaf records.
@@ -60,6 +65,7 @@ impl NodeKind {
             Self::Blocked => 6,
             Self::Interrupt => 7,
             Self::ProofOfInference => 8,
+            Self::Heard => 9,
         }
     }
 
@@ -75,6 +81,7 @@ impl NodeKind {
             Self::Blocked => "blocked",
             Self::Interrupt => "interrupt",
             Self::ProofOfInference => "proof_of_inference",
+            Self::Heard => "heard",
         }
     }
 }

@@ -446,6 +446,24 @@ pub struct ProofOfInferencePayload {
     pub declared: bool,
 }
 
+/// `heard`: a labelled output a remote model of this run heard in another run through
+/// the same endpoint. Where (that run and its `tool_output` node, which a regulator
+/// holding that run's bundle finds there) and what produced it (the tool, whose labels
+/// the manifest gives). The output itself stays in its own run's evidence.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeardPayload {
+    /// The endpoint's base URL the model is reached at.
+    pub endpoint: String,
+    /// The run it was heard in.
+    pub run: String,
+    /// That run's `tool_output` node (its sequence number).
+    pub node: u64,
+    /// The tool that produced it: a tool of this run's manifest whose output carries
+    /// information types.
+    pub tool: String,
+}
+
 /// 64-bit system call arguments as hex strings (see [`KernelEvent::args`]).
 mod hex_args {
     use serde::{Deserialize, Deserializer, Serializer};
@@ -547,6 +565,8 @@ pub enum Body {
     Interrupt(InterruptPayload),
     /// `proof_of_inference`.
     ProofOfInference(ProofOfInferencePayload),
+    /// `heard`.
+    Heard(HeardPayload),
     /// A body read from evidence that parses as its kind's payload, but which that
     /// payload would not write back byte for byte: the payload, and what was written.
     Verbatim(Box<Verbatim>),
@@ -649,6 +669,7 @@ payload_arm!(ToolOutputPayload, ToolOutput, boxed);
 payload_arm!(BlockedPayload, Blocked);
 payload_arm!(InterruptPayload, Interrupt);
 payload_arm!(ProofOfInferencePayload, ProofOfInference);
+payload_arm!(HeardPayload, Heard);
 
 impl Body {
     /// Reads the body of a node of `kind` written as `raw`: typed when it parses as
@@ -671,6 +692,7 @@ impl Body {
             NodeKind::Blocked => typed::<BlockedPayload>(&raw),
             NodeKind::Interrupt => typed::<InterruptPayload>(&raw),
             NodeKind::ProofOfInference => typed::<ProofOfInferencePayload>(&raw),
+            NodeKind::Heard => typed::<HeardPayload>(&raw),
         };
         match parsed {
             Err(error) => Self::Invalid { raw, error },
@@ -698,6 +720,7 @@ impl Body {
             Self::Blocked(_) => NodeKind::Blocked,
             Self::Interrupt(_) => NodeKind::Interrupt,
             Self::ProofOfInference(_) => NodeKind::ProofOfInference,
+            Self::Heard(_) => NodeKind::Heard,
             Self::Verbatim(v) => return v.body.kind(),
             Self::Invalid { .. } => return None,
         })
@@ -761,6 +784,7 @@ impl Body {
             Self::Blocked(p) => v(p),
             Self::Interrupt(p) => v(p),
             Self::ProofOfInference(p) => v(p),
+            Self::Heard(p) => v(p),
             Self::Verbatim(b) => b.raw.clone(),
             Self::Invalid { raw, .. } => raw.clone(),
         }
@@ -784,6 +808,7 @@ impl Body {
                     Self::Blocked(p) => canon_ser::write(p, out),
                     Self::Interrupt(p) => canon_ser::write(p, out),
                     Self::ProofOfInference(p) => canon_ser::write(p, out),
+                    Self::Heard(p) => canon_ser::write(p, out),
                     Self::Verbatim(_) | Self::Invalid { .. } => Ok(()),
                 };
                 // Payloads are plain data: the direct writer does not fail on them.

@@ -25,8 +25,8 @@ use knox_types::bundle::{Counts, ModelInfo, ModelRole, PublicKey};
 use knox_types::digest::Digest;
 use knox_types::payload::{
     AgentBranchPayload, AgentStepPayload, Assignment, BlockedPayload, CheckDetail, CheckPayload,
-    GuardKind, InterruptPayload, Payload, ProofOfInferencePayload, RootPayload, ToolCallPayload,
-    ToolOutputPayload,
+    GuardKind, HeardPayload, InterruptPayload, Payload, ProofOfInferencePayload, RootPayload,
+    ToolCallPayload, ToolOutputPayload,
 };
 
 use crate::report::BlockedAction;
@@ -228,6 +228,7 @@ pub fn replay(cx: &Context<'_>, nodes: &[Node], finished: bool) -> Result<Findin
                 return fail(n, "check node not attached to the tool_call before it");
             }
             NodeKind::Blocked => r.kernel_denial(n).map(|()| i + 1)?,
+            NodeKind::Heard => r.heard(n).map(|()| i + 1)?,
             NodeKind::Interrupt => {
                 return fail(n, "interrupt node without the checks it follows");
             }
@@ -300,6 +301,33 @@ fn expect_plain(n: &Node, kind: NodeKind, parent: Option<u64>, agent: &str) -> R
 }
 
 impl<'a> Replayer<'a, '_> {
+    /// A `heard` node: the monitor's, under the root, plain; its tool one whose output
+    /// carries labels in the manifest. It joins the run's outputs in commit order, as
+    /// labelled data without text (`SharedOutput::heard`), as the monitor's did.
+    fn heard(&mut self, n: &Node) -> Result<(), Fail> {
+        expect_plain(n, NodeKind::Heard, Some(0), "monitor")?;
+        let p = parse::<HeardPayload>(n)?;
+        let labelled = self
+            .cx
+            .manifest
+            .tool(&p.tool)
+            .and_then(|t| t.annotations.returns.as_ref())
+            .is_some_and(|r| !r.info_types.is_empty());
+        if !labelled {
+            return fail(
+                n,
+                format!(
+                    "heard node names `{}`, not a tool whose output carries labels",
+                    p.tool
+                ),
+            );
+        }
+        if self.guards.shares_outputs() {
+            self.run.push(Arc::new(SharedOutput::heard(n.seq, &p.tool)));
+        }
+        Ok(())
+    }
+
     /// Root, proof-of-inference nodes, and (multi-agent) the decomposition and branches.
     fn header(&mut self, nodes: &[Node]) -> Result<usize, Fail> {
         let apm = self.cx.apm;

@@ -139,6 +139,9 @@ enum Step {
     Malformed(usize, Vec<u8>),
     /// The external stop signal is raised.
     Signal,
+    /// The run's remote model heard labelled output `k` (mod their number: the
+    /// manifest's labelled tools) in another run: a `heard` node.
+    Heard(usize),
 }
 
 /// A random run.
@@ -196,6 +199,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
             Just(vec![b'x'; 5000]),
         ]).prop_map(|(a, b)| Step::Malformed(a, b)),
         1 => Just(Step::Signal),
+        1 => (0usize..200).prop_map(Step::Heard),
     ];
     (
         kind,
@@ -374,6 +378,26 @@ fn run_edited(s: &Scenario, edit: fn(&mut Apm)) -> Bundle {
                 signal.handle().stop();
                 continue;
             }
+            Step::Heard(k) => {
+                let labelled: Vec<&ToolEntry> = tools()
+                    .iter()
+                    .copied()
+                    .filter(|t| {
+                        t.annotations
+                            .returns
+                            .as_ref()
+                            .is_some_and(|r| !r.info_types.is_empty())
+                    })
+                    .collect();
+                m.heard(knox_types::payload::HeardPayload {
+                    endpoint: "https://llm.vendor.example/v1".into(),
+                    run: "another-run".into(),
+                    node: *k as u64,
+                    tool: labelled[k % labelled.len()].name.clone(),
+                })
+                .unwrap();
+                continue;
+            }
             Step::Planned(a) => {
                 let a = a % agents.len();
                 let plan = &apm.agents[a].trajectory;
@@ -490,8 +514,9 @@ fn changed(v: &Value) -> Value {
 /// Fields the replay cannot recompute (only the summary signature covers them): a
 /// tool's output and confinement report, the clock the stop check recorded, a
 /// proposal's recorded size and raw prefix (a changed prefix reads as truncated), the
-/// judge's question digest and rationale, and, with no policy set to recompute with, a
-/// regulation check's content beyond its verdict.
+/// judge's question digest and rationale, with no policy set to recompute with, a
+/// regulation check's content beyond its verdict, and where a `heard` node's data was
+/// heard (its endpoint, run and node there; its tool is checked).
 fn replay_blind(node: &Node, pointer: &str, reg: Reg) -> bool {
     let p = &node.payload.to_value();
     match node.kind {
@@ -499,6 +524,10 @@ fn replay_blind(node: &Node, pointer: &str, reg: Reg) -> bool {
             pointer.starts_with("/payload/output") || pointer.starts_with("/payload/confinement")
         }
         NodeKind::Check if p["guard"] == "stop" => pointer == "/payload/detail/elapsed_ms",
+        NodeKind::Heard => matches!(
+            pointer,
+            "/payload/endpoint" | "/payload/run" | "/payload/node"
+        ),
         // What the judge was asked and why it answered so are recorded, not recomputed
         // (its answer is a model's output); its model, what it found and its verdict
         // are checked.

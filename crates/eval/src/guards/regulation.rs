@@ -966,6 +966,7 @@ mod tests {
                 position: 0,
                 labels: read.annotations.returns.as_ref(),
                 output: &f.calls[0].response,
+                heard: false,
             }];
             let send = manifest.tool(&f.calls[1].tool).unwrap();
             let action = knox_types::Action::new(

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use knox_engine::{Prompt, Session, Ticket, ToolResult, Verdict};
 use knox_types::bundle::{ModelInfo, ModelRole};
+use knox_types::payload::HeardPayload;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
@@ -74,8 +75,13 @@ enum Cmd {
         calls: Vec<(String, ProposedCall)>,
         reply: Sender<Vec<Decision>>,
     },
-    /// Record the results of allowed calls: `(tool_call_id, content)`.
-    Record { results: Vec<(String, Value)> },
+    /// Record the results of allowed calls: `(tool_call_id, content)`; answered once
+    /// they are recorded (and what the upstream will hear of them is logged), before
+    /// the request that carries them goes upstream.
+    Record {
+        results: Vec<(String, Value)>,
+        done: Sender<()>,
+    },
     /// Seal now.
     Seal,
 }
@@ -99,14 +105,16 @@ impl Handle {
     }
 
     /// Hands tool results to the run (those not answering a pending allowed call are
-    /// ignored there).
+    /// ignored there) and waits until they are recorded.
     pub fn record(&self, results: Vec<(String, Value)>) -> Result<(), ApiError> {
         if results.is_empty() {
             return Ok(());
         }
+        let (done, rx) = mpsc::channel();
         self.tx
-            .send(Cmd::Record { results })
-            .map_err(|_| ApiError::Sealed(self.run_id.clone()))
+            .send(Cmd::Record { results, done })
+            .map_err(|_| ApiError::Sealed(self.run_id.clone()))?;
+        rx.recv().map_err(|_| ApiError::Sealed(self.run_id.clone()))
     }
 }
 
@@ -177,6 +185,13 @@ pub(crate) fn prompt(messages: &[Value]) -> Result<Prompt, ApiError> {
     })
 }
 
+/// What the upstream heard across conversations: under regulations, the first recorded
+/// output of each labelled tool whose result a client sent back (the upstream hears
+/// every tool result of the conversation's next request). Appended before that request
+/// goes upstream; every other conversation records it as a `heard` node before it
+/// mediates anything more, so content the model composes there carries its labels.
+type HeardLog = Arc<Mutex<Vec<HeardPayload>>>;
+
 /// A conversation's slot: empty until its run opens (a request opening it holds the
 /// slot's lock, so a second request of the same conversation waits for that run instead
 /// of opening another, while other conversations go on).
@@ -193,6 +208,7 @@ pub(crate) struct Table {
     sealed: Arc<Mutex<Vec<Sealed>>>,
     on_seal: Option<SealHook>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    heard: HeardLog,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -218,6 +234,7 @@ impl Table {
             live: Arc::default(),
             sealed: Arc::default(),
             on_seal,
+            heard: Arc::default(),
             threads: Mutex::default(),
         }
     }
@@ -254,6 +271,8 @@ impl Table {
             live: self.live.clone(),
             sealed: self.sealed.clone(),
             on_seal: self.on_seal.clone(),
+            upstream: self.upstream.clone(),
+            heard: self.heard.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("knox-conversation".into())
@@ -309,6 +328,8 @@ struct Owner {
     live: Arc<Mutex<HashMap<String, Slot>>>,
     sealed: Arc<Mutex<Vec<Sealed>>>,
     on_seal: Option<SealHook>,
+    upstream: String,
+    heard: HeardLog,
 }
 
 impl Owner {
@@ -343,21 +364,32 @@ impl Owner {
         let _ = opened.send(Ok(run_id.clone()));
         let (live, agent) = live;
         let mut tickets: HashMap<String, Box<Ticket>> = HashMap::new();
+        // How much of the heard log this run has recorded.
+        let mut caught = 0;
+        let regulated = !self.session.regulations().names.is_empty();
         loop {
             match rx.recv_timeout(self.idle) {
                 Ok(Cmd::Mediate { calls, reply }) => {
+                    if regulated {
+                        caught = self.catch_up(&live, &run_id, caught);
+                    }
                     let d = calls
                         .into_iter()
                         .map(|(id, c)| self.decide(&live, &agent, &mut tickets, id, &c))
                         .collect();
                     let _ = reply.send(d);
                 }
-                Ok(Cmd::Record { results }) => {
+                Ok(Cmd::Record { results, done }) => {
                     for (id, content) in results {
                         if let Some(t) = tickets.remove(&id) {
-                            live.record(t, ToolResult::from(content));
+                            let tool = t.action.tool.clone();
+                            let node = live.record(t, ToolResult::from(content));
+                            if let (true, Some(node)) = (regulated, node) {
+                                self.hear(&run_id, node, &tool);
+                            }
                         }
                     }
+                    let _ = done.send(());
                 }
                 Ok(Cmd::Seal) | Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
                     break;
@@ -399,6 +431,37 @@ impl Owner {
             (hook.0)(&sealed);
         }
         lock(&self.sealed).push(sealed);
+    }
+
+    /// Logs that the upstream will hear `tool`'s output (node `node` of run `run`), when
+    /// the tool's output carries labels and no earlier output of it was logged.
+    fn hear(&self, run: &str, node: u64, tool: &str) {
+        let labelled = self
+            .session
+            .manifest()
+            .tool(tool)
+            .and_then(|t| t.annotations.returns.as_ref())
+            .is_some_and(|r| !r.info_types.is_empty());
+        let mut log = lock(&self.heard);
+        if labelled && !log.iter().any(|h| h.tool == tool) {
+            log.push(HeardPayload {
+                endpoint: self.upstream.clone(),
+                run: run.to_owned(),
+                node,
+                tool: tool.to_owned(),
+            });
+        }
+    }
+
+    /// Records, as `heard` nodes, what the upstream heard in other conversations since
+    /// entry `from` of the log; returns how far the log has been taken in.
+    fn catch_up(&self, live: &knox_engine::LiveRun<'_>, run: &str, from: usize) -> usize {
+        let log = lock(&self.heard);
+        for h in log.iter().skip(from).filter(|h| h.run != run) {
+            // Only a tool of this manifest with labels is logged: the monitor accepts it.
+            let _ = live.heard(h.clone());
+        }
+        log.len()
     }
 
     /// Proposes one call; keeps an allowed call's ticket under its id.
