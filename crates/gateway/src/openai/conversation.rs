@@ -185,8 +185,8 @@ pub(crate) fn prompt(messages: &[Value]) -> Result<Prompt, ApiError> {
     })
 }
 
-/// What the upstream heard across conversations: under regulations, the first recorded
-/// output of each labelled tool whose result a client sent back (the upstream hears
+/// What the upstream heard across conversations: under regulations, recorded outputs of
+/// labelled tools whose result a client sent back (the upstream hears
 /// every tool result of the conversation's next request). Appended before that request
 /// goes upstream; every other conversation records it as a `heard` node before it
 /// mediates anything more, so content the model composes there carries its labels.
@@ -434,7 +434,9 @@ impl Owner {
     }
 
     /// Logs that the upstream will hear `tool`'s output (node `node` of run `run`), when
-    /// the tool's output carries labels and no earlier output of it was logged.
+    /// the tool's output carries labels. The log keeps the first outputs of each tool
+    /// from two different runs: every conversation then finds one from a run other
+    /// than its own (it skips its own), and the log stays bounded by the manifest.
     fn hear(&self, run: &str, node: u64, tool: &str) {
         let labelled = self
             .session
@@ -443,7 +445,9 @@ impl Owner {
             .and_then(|t| t.annotations.returns.as_ref())
             .is_some_and(|r| !r.info_types.is_empty());
         let mut log = lock(&self.heard);
-        if labelled && !log.iter().any(|h| h.tool == tool) {
+        let of_tool = || log.iter().filter(|h| h.tool == tool);
+        let logged = of_tool().count() >= 2 || of_tool().any(|h| h.run == run);
+        if labelled && !logged {
             log.push(HeardPayload {
                 endpoint: self.upstream.clone(),
                 run: run.to_owned(),
