@@ -657,6 +657,41 @@ fn client_configuration_snippets_launch_a_working_gateway() {
     assert!(url.contains("/knox/sessions/"), "{url}");
 }
 
+/// A Python SDK (FastMCP) server `name` in `dir`: its script (`server.py`, `source`),
+/// its manifest (`<name>.toml`, `manifest`) and `servers.toml` running it with the
+/// venv of `servers` (`scripts/mcp-servers`), confined to what Python needs: the venv,
+/// the standard library and `dir`, read only.
+pub(super) fn python_server(servers: &Path, dir: &Path, name: &str, source: &str, manifest: &str) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = dir.join("server.py");
+    std::fs::write(&script, source).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(dir.join(format!("{name}.toml")), manifest).unwrap();
+    let venv = servers.join("venv");
+    std::fs::write(
+        dir.join("servers.toml"),
+        format!(
+            r#"version = 1
+[[server]]
+name = "{name}"
+command = "{python}"
+args = ["{script}"]
+manifest = "{name}.toml"
+[server.needs]
+profile = ["offline", "network-client"]
+syscalls = ["epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "eventfd2", "socketpair"]
+paths = [{{ path = "{venv}", access = ["read"] }}, {{ path = "/usr/lib/python3.11", access = ["read"] }}, {{ path = "{dir}", access = ["read"] }}]
+"#,
+            python = venv.join("bin/python").display(),
+            script = script.display(),
+            venv = venv.display(),
+            dir = dir.display(),
+        ),
+    )
+    .unwrap();
+}
+
 /// The clinic's tool as a Python SDK (FastMCP) server: `share_record` answers whom it
 /// sent the record to.
 const CLINIC_SERVER: &str = r#"
@@ -679,38 +714,11 @@ mcp.run()
 #[test]
 fn a_regulated_stdio_gateway_refuses_the_disclosure_the_norms_forbid() {
     use super::regulation::{CLINIC, CLINIC_CONTEXT, CLINIC_RECIPIENTS};
-    use std::os::unix::fs::PermissionsExt as _;
     let servers = installed();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let script = d.join("server.py");
-    std::fs::write(&script, CLINIC_SERVER).unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
-    std::fs::write(d.join("clinic.toml"), CLINIC).unwrap();
+    python_server(&servers, d, "clinic", CLINIC_SERVER, CLINIC);
     std::fs::write(d.join("context.toml"), CLINIC_CONTEXT).unwrap();
-    let venv = servers.join("venv");
-    std::fs::write(
-        d.join("servers.toml"),
-        format!(
-            r#"version = 1
-[[server]]
-name = "clinic"
-command = "{python}"
-args = ["{script}"]
-manifest = "clinic.toml"
-[server.needs]
-profile = ["offline", "network-client"]
-syscalls = ["epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "eventfd2", "socketpair"]
-paths = [{{ path = "{venv}", access = ["read"] }}, {{ path = "/usr/lib/python3.11", access = ["read"] }}, {{ path = "{dir}", access = ["read"] }}]
-"#,
-            python = venv.join("bin/python").display(),
-            script = script.display(),
-            venv = venv.display(),
-            dir = d.display(),
-        ),
-    )
-    .unwrap();
     let calls: Vec<Value> = CLINIC_RECIPIENTS
         .iter()
         .map(|to| json!({"tool": "clinic.share_record", "params": {"to": to}}))

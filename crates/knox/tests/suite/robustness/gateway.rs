@@ -576,36 +576,15 @@ text = { type = "string" }
 /// parent-death signal), with no later start.
 #[test]
 fn a_killed_gateway_takes_a_server_that_ignores_the_end_of_its_input_with_it() {
-    use std::os::unix::fs::PermissionsExt as _;
     let Some(servers) = servers() else { return };
     let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let script = dir.path().join("server.py");
-    std::fs::write(&script, LINGERING_SERVER).unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
-    std::fs::write(dir.path().join("py.toml"), LINGERING_MANIFEST).unwrap();
-    let venv = servers.join("venv");
-    std::fs::write(
-        dir.path().join("servers.toml"),
-        format!(
-            r#"version = 1
-[[server]]
-name = "py"
-command = "{python}"
-args = ["{script}"]
-manifest = "py.toml"
-[server.needs]
-profile = ["offline", "network-client"]
-syscalls = ["epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "eventfd2", "socketpair"]
-paths = [{{ path = "{venv}", access = ["read"] }}, {{ path = "/usr/lib/python3.11", access = ["read"] }}, {{ path = "{dir}", access = ["read"] }}]
-"#,
-            python = venv.join("bin/python").display(),
-            script = script.display(),
-            venv = venv.display(),
-            dir = dir.path().display(),
-        ),
-    )
-    .unwrap();
+    super::super::gateway_mcp::python_server(
+        &servers,
+        dir.path(),
+        "py",
+        LINGERING_SERVER,
+        LINGERING_MANIFEST,
+    );
     let out = dir.path().join("out");
     let Some(mut gw) = Gateway::start_in(dir.path(), "py.toml", &out) else {
         return;
