@@ -505,40 +505,19 @@ fn bad_input_over_stdio_gets_clear_errors_and_a_sealed_bundle() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stdin = gw.stdin.take().unwrap();
-    let mut lines = BufReader::new(gw.stdout.take().unwrap()).lines();
-    let mut send = |v: &str| {
-        stdin.write_all(v.as_bytes()).unwrap();
-        stdin.write_all(b"\n").unwrap();
-        stdin.flush().unwrap();
-    };
-    send(
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"roots":{}},"clientInfo":{"name":"scripted","version":"1"}}}"#,
-    );
-    let init: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-    assert_eq!(
-        init["result"]["serverInfo"]["name"], "knox-gateway",
-        "{init}"
-    );
-    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
-    send("this is not JSON {");
-    send(r#"{"jsonrpc":"2.0","id":2,"method":"knox/unknown"}"#);
-    // The answer to request `id` (a parse error for the garbage may come first).
-    let mut reply = |id: u64| loop {
-        let v: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-        if v["id"] == id {
-            return v;
-        }
-    };
-    let unknown = reply(2);
+    let mut c = StdioClient::initialized(&mut gw);
+    c.send("this is not JSON {");
+    c.send(r#"{"jsonrpc":"2.0","id":2,"method":"knox/unknown"}"#);
+    // A parse error for the garbage may come before the answer.
+    let unknown = c.reply(2);
     assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
-    send(
+    c.send(
         r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"memory.read_graph","arguments":{}}}"#,
     );
-    let other = reply(3);
+    let other = c.reply(3);
     assert_eq!(other["result"]["isError"], true, "{other}");
     // Over the bound: the session ends, sealed, with the reason.
-    send(&format!(
+    c.send(&format!(
         r#"{{"jsonrpc":"2.0","id":4,"method":"ping","params":{{"x":"{}"}}}}"#,
         "x".repeat(4096)
     ));
@@ -558,6 +537,50 @@ fn bad_input_over_stdio_gets_clear_errors_and_a_sealed_bundle() {
     assert_eq!(end["verified"], "complete", "{end}");
     let b = verified(&out.join("mcp-stdio-0000.json"));
     assert!(blocked_by(&b, "input").is_some());
+}
+
+/// A scripted MCP client of a stdio gateway: its standard input and output.
+struct StdioClient {
+    stdin: std::process::ChildStdin,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+impl StdioClient {
+    /// Takes `gw`'s pipes, `initialize`s (the answer must be Knox's) and sends
+    /// `initialized`.
+    fn initialized(gw: &mut Child) -> Self {
+        let mut c = Self {
+            stdin: gw.stdin.take().unwrap(),
+            lines: BufReader::new(gw.stdout.take().unwrap()).lines(),
+        };
+        c.send(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"roots":{}},"clientInfo":{"name":"scripted","version":"1"}}}"#,
+        );
+        let init = c.reply(1);
+        assert_eq!(
+            init["result"]["serverInfo"]["name"], "knox-gateway",
+            "{init}"
+        );
+        c.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        c
+    }
+
+    /// One message, one line.
+    fn send(&mut self, line: &str) {
+        self.stdin.write_all(line.as_bytes()).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// The answer to request `id` (messages before it are skipped).
+    fn reply(&mut self, id: u64) -> Value {
+        loop {
+            let v: Value = serde_json::from_str(&self.lines.next().unwrap().unwrap()).unwrap();
+            if v["id"] == id {
+                return v;
+            }
+        }
+    }
 }
 
 /// `command` and `args` of the client configuration `file` under `examples/clients/`
@@ -743,37 +766,15 @@ fn a_regulated_stdio_gateway_refuses_the_disclosure_the_norms_forbid() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stdin = gw.stdin.take().unwrap();
-    let mut lines = BufReader::new(gw.stdout.take().unwrap()).lines();
-    let mut send = |v: &Value| {
-        stdin.write_all(v.to_string().as_bytes()).unwrap();
-        stdin.write_all(b"\n").unwrap();
-        stdin.flush().unwrap();
-    };
-    send(
-        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "scripted", "version": "1"}}}),
-    );
-    let init: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-    assert_eq!(
-        init["result"]["serverInfo"]["name"], "knox-gateway",
-        "{init}"
-    );
-    send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let mut c = StdioClient::initialized(&mut gw);
     let mut answers = Vec::new();
-    for (id, to) in (1u64..).zip(CLINIC_RECIPIENTS) {
-        send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": "clinic.share_record", "arguments": {"to": to}}}));
-        let answer = loop {
-            let v: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-            if v["id"] == id {
-                break v;
-            }
-        };
-        answers.push(answer);
+    for (id, to) in (2u64..).zip(CLINIC_RECIPIENTS) {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "clinic.share_record", "arguments": {"to": to}}});
+        c.send(&call.to_string());
+        answers.push(c.reply(id));
     }
-    drop(stdin); // the client leaves: the session is sealed
+    drop(c); // the client leaves: the session is sealed
     let status = wait(&mut gw, Duration::from_secs(60));
     let mut err = String::new();
     std::io::Read::read_to_string(gw.stderr.as_mut().unwrap(), &mut err).unwrap();

@@ -159,6 +159,22 @@ pub(super) fn client(py: &Path, script: &str, base: &str, conv: &str, stream: bo
     serde_json::from_str(out.lines().last().unwrap()).unwrap()
 }
 
+/// The scripted model ([`UPSTREAM`]) written into `d` and served by `py` on a
+/// loopback port: the process (killed when dropped) and its base URL
+/// (`http://127.0.0.1:PORT/v1`).
+pub(super) fn upstream(py: &Path, d: &Path) -> (Reaped, String) {
+    std::fs::write(d.join("upstream.py"), UPSTREAM).unwrap();
+    let mut up = Reaped(
+        Command::new(py)
+            .arg(d.join("upstream.py"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let port = first_line(up.0.stdout.take().unwrap()).trim().to_owned();
+    (up, format!("http://127.0.0.1:{port}/v1"))
+}
+
 /// Writes the bank's manifest (`bank.toml`) and the user's plan (`plan.json`: read
 /// the main account's balance, then pay DE001 20) into `d`.
 pub(super) fn bank(d: &Path) {
@@ -247,17 +263,9 @@ fn the_openai_client_and_the_agents_sdk_continue_after_a_withheld_injected_call(
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     bank(d);
-    std::fs::write(d.join("upstream.py"), UPSTREAM).unwrap();
-    let mut up = Reaped(
-        Command::new(&py)
-            .arg(d.join("upstream.py"))
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let port = first_line(up.0.stdout.take().unwrap()).trim().to_owned();
+    let (_up, upstream) = upstream(&py, d);
     let out = d.join("out");
-    let (gw, base) = proxy(d, &format!("http://127.0.0.1:{port}/v1"), &out);
+    let (gw, base) = proxy(d, &upstream, &out);
     for (script, conv, stream) in [
         ("openai_sdk.py", "sdk", false),
         ("openai_sdk.py", "sdk-stream", true),
@@ -376,7 +384,6 @@ fn a_regulated_proxy_withholds_a_read_its_unlisted_upstream_would_hear() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     bank(d);
-    std::fs::write(d.join("upstream.py"), UPSTREAM).unwrap();
     std::fs::write(
         d.join("context.toml"),
         concat!(
@@ -386,19 +393,12 @@ fn a_regulated_proxy_withholds_a_read_its_unlisted_upstream_would_hear() {
         ),
     )
     .unwrap();
-    let mut up = Reaped(
-        Command::new(&py)
-            .arg(d.join("upstream.py"))
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let port = first_line(up.0.stdout.take().unwrap()).trim().to_owned();
+    let (_up, upstream) = upstream(&py, d);
     let out = d.join("out");
     let context = d.join("context.toml");
     let (gw, base) = proxy_with(
         d,
-        &format!("http://127.0.0.1:{port}/v1"),
+        &upstream,
         &out,
         &[
             "--regulations",

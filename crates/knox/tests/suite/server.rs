@@ -488,17 +488,7 @@ fn an_openai_gateway_conversation_is_submitted_as_soon_as_it_is_sealed() {
     acme_and_cnil(d);
     let (_server, url, _) = start(d);
     oa::bank(d);
-    std::fs::write(d.join("upstream.py"), oa::UPSTREAM).unwrap();
-    let mut up = oa::Reaped(
-        std::process::Command::new(&py)
-            .arg(d.join("upstream.py"))
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let port = oa::first_line(up.0.stdout.take().unwrap())
-        .trim()
-        .to_owned();
+    let (_up, upstream) = oa::upstream(&py, d);
     let out = d.join("out");
     let mut gw = Server(
         knox()
@@ -512,7 +502,7 @@ fn an_openai_gateway_conversation_is_submitted_as_soon_as_it_is_sealed() {
                 "--plan",
                 "plan.json",
             ])
-            .args(["--upstream", &format!("http://127.0.0.1:{port}/v1")])
+            .args(["--upstream", &upstream])
             .args(["--listen", "127.0.0.1:0", "--idle-secs", "1", "--out"])
             .arg(&out)
             .args(["--stream-to", &url, "--stream-key", "acme.key"])
