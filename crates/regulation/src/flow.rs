@@ -256,10 +256,12 @@ pub fn derive(
         .collect();
     let parts: Vec<(&str, &Value)> = parts.iter().map(|(n, v)| (n.as_str(), v)).collect();
     let candidates = knox_policy::content::candidates(&parts);
-    let composed = action
-        .params
-        .iter()
-        .any(|(n, v)| !knox_policy::dataflow::fixed(n, v, expected));
+    // Asked only when something was heard elsewhere (no cost on other disclosures).
+    let composed = seen.iter().any(|s| s.heard)
+        && action
+            .params
+            .iter()
+            .any(|(n, v)| !knox_policy::dataflow::fixed(n, v, expected));
     for s in seen {
         let Some(labels) = s.labels.filter(|l| !l.info_types.is_empty()) else {
             continue;
