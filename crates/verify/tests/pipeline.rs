@@ -540,6 +540,11 @@ fn replay_blind(node: &Node, pointer: &str, reg: Reg) -> bool {
                     | "/payload/detail/judge/prompt"
                     | "/payload/detail/judge/rationale"
             )
+            // The purpose it found fills in only an unspecified one: beside the
+            // purpose the task context declares (the flow's, then not the judge's) it
+            // is recorded, not used.
+            || (pointer == "/payload/detail/judge/purpose"
+                && p["detail"]["flow"]["purpose"] != p["detail"]["judge"]["purpose"])
         }
         NodeKind::Check if p["guard"] == "regulation" => {
             matches!(reg, Reg::Named)
