@@ -4,7 +4,7 @@ pub mod contract;
 
 use std::sync::Arc;
 
-use knox_policy::dataflow::{RunOutput, Tainted};
+use knox_policy::dataflow::{OutputText, RunOutput, Tainted};
 use knox_policy::mediated::{self, Caches};
 use knox_policy::proposal::{self, Malformed};
 use knox_policy::stop::{self, RunState};
@@ -50,7 +50,7 @@ pub struct LabelledOutput {
 /// close those channels, [`knox_types::apm::Closed`]): the monitor and the verifier keep
 /// the run's outputs in commit order, and each disclosing call records how many of them
 /// it saw.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct SharedOutput {
     /// Sequence number of the `tool_output` node.
     pub node: u64,
@@ -67,6 +67,29 @@ pub struct SharedOutput {
     /// `position` belong to no plan): it reaches every disclosure whose content the
     /// model composes.
     pub heard: bool,
+    /// What content matching reads of `output`, worked out on first use.
+    pub text: OutputText,
+}
+
+/// Equal when what the run recorded is: the worked-out text is a cache of `output`.
+impl PartialEq for SharedOutput {
+    fn eq(&self, other: &Self) -> bool {
+        let Self {
+            node,
+            agent,
+            position,
+            tool,
+            output,
+            heard,
+            text: _,
+        } = self;
+        *node == other.node
+            && *agent == other.agent
+            && *position == other.position
+            && *tool == other.tool
+            && *output == other.output
+            && *heard == other.heard
+    }
 }
 
 impl SharedOutput {
@@ -79,6 +102,7 @@ impl SharedOutput {
             tool: out.tool.clone(),
             output: out.output.clone(),
             heard: false,
+            text: OutputText::new(),
         }
     }
 
@@ -92,6 +116,7 @@ impl SharedOutput {
             tool: tool.to_owned(),
             output: Value::Null,
             heard: true,
+            text: OutputText::new(),
         }
     }
 }
@@ -744,6 +769,7 @@ impl<'a> Pipeline<'a> {
                 mine: r.agent == st.plan,
                 position: r.position,
                 output: &r.output,
+                text: &r.text,
             })
             .collect();
         let manifest = self.manifest;

@@ -86,6 +86,14 @@ impl fmt::Display for Via {
 /// that looks like nothing).
 pub fn squash(s: &str) -> String {
     use unicode_security::confusable_detection::skeleton;
+    // ASCII is its own NFKC form and is not mapped: only the filter applies.
+    if s.is_ascii() {
+        return s
+            .bytes()
+            .filter(u8::is_ascii_alphanumeric)
+            .map(|b| char::from(b.to_ascii_lowercase()))
+            .collect();
+    }
     let nfkc: String = s.nfkc().collect();
     let mut out = String::with_capacity(nfkc.len());
     let mut buf = [0u8; 4];
@@ -163,6 +171,46 @@ pub struct Candidate {
     pub text: String,
     /// The plain text (lower case), for the [`Via::Plain`] comparison.
     plain: Option<String>,
+    /// Every [`WINDOW`]-byte window of `text`, packed into an integer, sorted: an item
+    /// whose first bytes are not among them is not in the text, found with a binary
+    /// search instead of a search of the text.
+    windows: Vec<u64>,
+}
+
+/// Bytes of the windows a candidate's text is indexed by (no item is shorter:
+/// [`MIN_ITEM`] characters take at least as many bytes).
+const WINDOW: usize = MIN_ITEM;
+const _: () = assert!(WINDOW <= 8, "a window packs into a u64");
+
+impl Candidate {
+    fn new(params: Vec<String>, via: Via, text: String) -> Self {
+        let mut windows: Vec<u64> = text.as_bytes().windows(WINDOW).map(pack).collect();
+        windows.sort_unstable();
+        windows.dedup();
+        Self {
+            params,
+            via,
+            text,
+            plain: None,
+            windows,
+        }
+    }
+
+    /// Whether the squashed text holds squashed `item`.
+    fn holds(&self, item: &str) -> bool {
+        match item.as_bytes().get(..WINDOW) {
+            Some(w) => self.windows.binary_search(&pack(w)).is_ok() && self.text.contains(item),
+            None => self.text.contains(item),
+        }
+    }
+}
+
+/// Up to eight bytes as one integer (equal bytes, equal integers).
+fn pack(bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .take(8)
+        .fold(0, |acc, b| (acc << 8) | u64::from(*b))
 }
 
 /// The texts `params` (name, value) are compared as: each parameter as written and
@@ -183,36 +231,22 @@ pub fn candidates(params: &[(&str, &Value)]) -> Vec<Candidate> {
         let one = || vec![name.clone()];
         let squashed = squash(text);
         out.push(Candidate {
-            params: one(),
-            via: Via::Plain,
-            text: String::new(),
             plain: Some(text.to_lowercase()),
+            ..Candidate::new(one(), Via::Plain, String::new())
         });
-        out.push(Candidate {
-            params: one(),
-            via: Via::Reversed,
-            text: squash(&text.chars().rev().collect::<String>()),
-            plain: None,
-        });
-        out.push(Candidate {
-            params: one(),
-            via: Via::Rot13,
-            text: squash(&text.chars().map(rot13).collect::<String>()),
-            plain: None,
-        });
-        out.push(Candidate {
-            params: one(),
-            via: Via::Normalized,
-            text: squashed,
-            plain: None,
-        });
+        out.push(Candidate::new(
+            one(),
+            Via::Reversed,
+            squash(&text.chars().rev().collect::<String>()),
+        ));
+        out.push(Candidate::new(
+            one(),
+            Via::Rot13,
+            squash(&text.chars().map(rot13).collect::<String>()),
+        ));
+        out.push(Candidate::new(one(), Via::Normalized, squashed));
         for (via, decoded) in decodings(text) {
-            out.push(Candidate {
-                params: one(),
-                via,
-                text: squash(&decoded),
-                plain: None,
-            });
+            out.push(Candidate::new(one(), via, squash(&decoded)));
         }
     }
     if texts.len() > 1 {
@@ -221,43 +255,61 @@ pub fn candidates(params: &[(&str, &Value)]) -> Vec<Candidate> {
                 if a == b {
                     continue;
                 }
-                out.push(Candidate {
-                    params: vec![a.clone(), b.clone()],
-                    via: Via::Split,
-                    text: squash(&format!("{ta}{tb}")),
-                    plain: None,
-                });
+                out.push(Candidate::new(
+                    vec![a.clone(), b.clone()],
+                    Via::Split,
+                    squash(&format!("{ta}{tb}")),
+                ));
             }
         }
         let all: String = texts.iter().map(|(_, t)| t.as_str()).collect();
-        out.push(Candidate {
-            params: texts.iter().map(|(n, _)| n.clone()).collect(),
-            via: Via::Split,
-            text: squash(&all),
-            plain: None,
-        });
+        out.push(Candidate::new(
+            texts.iter().map(|(n, _)| n.clone()).collect(),
+            Via::Split,
+            squash(&all),
+        ));
     }
     out
 }
 
+/// An output's items as [`reaches`] compares them: its squashed items ([`items`]) and
+/// its [`Via::Plain`] items ([`plain_items`]) in lower case. Worked out once per output
+/// and kept with it: every later call of the run compares against the same items.
+#[derive(Clone, Debug, Default)]
+pub struct Items {
+    squashed: Vec<String>,
+    plain: Vec<String>,
+}
+
+impl Items {
+    /// `squashed` items (as [`items`] gives them) and `plain` ones (as [`plain_items`]
+    /// gives them).
+    pub fn new(squashed: Vec<String>, plain: Vec<String>) -> Self {
+        let plain = plain.iter().map(|l| l.to_lowercase()).collect();
+        Self { squashed, plain }
+    }
+
+    /// Every item of `output`.
+    pub fn of(output: &Value) -> Self {
+        Self::new(items(output), plain_items(output))
+    }
+}
+
 /// The first candidate (in the order of [`Via`]) that carries one of `items`, with the
-/// item's raw form unknown: `(params, via)`. `plain` items (the output's string leaves,
+/// item's raw form unknown: `(params, via)`. Plain items (the output's string leaves,
 /// as written) are compared as tokens with [`Via::Plain`] candidates.
-pub fn reaches<'c>(
-    items: &[String],
-    plain: &[String],
-    candidates: &'c [Candidate],
-) -> Option<(&'c [String], Via)> {
+pub fn reaches<'c>(items: &Items, candidates: &'c [Candidate]) -> Option<(&'c [String], Via)> {
     let mut best: Option<(&'c [String], Via)> = None;
     for c in candidates {
         if best.is_some_and(|(_, v)| v <= c.via) {
             continue;
         }
         let hit = match &c.plain {
-            Some(p) => plain
+            Some(p) => items
+                .plain
                 .iter()
-                .any(|leaf| crate::dataflow::contains_token(p, leaf)),
-            None => !c.text.is_empty() && items.iter().any(|i| c.text.contains(i.as_str())),
+                .any(|leaf| crate::dataflow::contains_lowered_token(p, leaf)),
+            None => !c.text.is_empty() && items.squashed.iter().any(|i| c.holds(i)),
         };
         if hit {
             best = Some((&c.params, c.via));
@@ -375,7 +427,7 @@ mod tests {
     fn found(output: &Value, params: &[(&str, Value)]) -> Option<Via> {
         let p: Vec<(&str, &Value)> = params.iter().map(|(n, v)| (*n, v)).collect();
         let c = candidates(&p);
-        reaches(&items(output), &plain_items(output), &c).map(|(_, v)| v)
+        reaches(&Items::of(output), &c).map(|(_, v)| v)
     }
 
     #[test]
@@ -460,6 +512,35 @@ mod tests {
             found(&email, &[("body", json!("The patient called last month."))]),
             None
         );
+    }
+
+    #[test]
+    fn the_window_index_finds_what_a_search_finds() {
+        let texts = [
+            "",
+            "short",
+            "hunter2pass",
+            "xxhunter2pass",
+            "prefixhunter2",
+            "пароль123секрет",
+            "aaaaaaaaaaaaab",
+        ];
+        let items = [
+            "hunter2",
+            "hunter2pass",
+            "pass",
+            "123секр",
+            "пароль",
+            "aaaaab",
+            "aaaaaaab",
+            "abcdef",
+        ];
+        for text in texts {
+            let c = Candidate::new(vec![], Via::Normalized, text.to_string());
+            for item in items {
+                assert_eq!(c.holds(item), text.contains(item), "{item:?} in {text:?}");
+            }
+        }
     }
 
     #[test]

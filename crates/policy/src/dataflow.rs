@@ -8,6 +8,8 @@
 //! call at this position fixes the parameter to exactly that value, or when the
 //! expected call declares the parameter as coming from a tool output (`from_output`).
 
+use std::sync::OnceLock;
+
 use knox_types::Action;
 use knox_types::apm::{ExpectedCall, ParamConstraint};
 use knox_types::payload::{ContentFlow, SinkCheck};
@@ -118,6 +120,59 @@ pub struct RunOutput<'a> {
     pub position: u32,
     /// The output.
     pub output: &'a Value,
+    /// Its items, once worked out ([`OutputText`]).
+    pub text: &'a OutputText,
+}
+
+/// What content matching reads of one output: its items without the values the user's
+/// prompt holds ([`content::Items`]). Worked out the first time a call of the run is
+/// compared with the output and kept beside it, so that a run of n calls reads each
+/// output once rather than once per later call.
+#[derive(Clone, Debug, Default)]
+pub struct OutputText(OnceLock<PromptItems>);
+
+#[derive(Clone, Debug)]
+struct PromptItems {
+    /// The prompt the items were filtered by.
+    prompt: Vec<String>,
+    items: content::Items,
+}
+
+impl OutputText {
+    /// A text not worked out yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `output`'s items less what `prompt` holds: kept from the first call, worked out
+    /// afresh (not kept) for another prompt.
+    fn items<'s>(
+        &'s self,
+        output: &Value,
+        prompt: &[&str],
+        fresh: &'s mut Option<content::Items>,
+    ) -> &'s content::Items {
+        let kept = self.0.get_or_init(|| PromptItems {
+            prompt: prompt.iter().map(|p| (*p).to_owned()).collect(),
+            items: prompt_items(output, prompt),
+        });
+        if kept.prompt.len() == prompt.len() && kept.prompt.iter().zip(prompt).all(|(a, b)| a == b)
+        {
+            &kept.items
+        } else {
+            fresh.insert(prompt_items(output, prompt))
+        }
+    }
+}
+
+/// The items of `output` that the prompt does not hold.
+fn prompt_items(output: &Value, prompt: &[&str]) -> content::Items {
+    let squashed_prompt: Vec<String> = prompt.iter().map(|p| content::squash(p)).collect();
+    let mut items = content::items(output);
+    items.retain(|i| !squashed_prompt.iter().any(|p| p.contains(i.as_str())));
+    let mut plain = content::plain_items(output);
+    plain.retain(|l| !prompt.iter().any(|p| contains_token(p, l)));
+    content::Items::new(items, plain)
 }
 
 /// Content as a sink: every earlier output of the run (`run`, in commit order) whose
@@ -144,7 +199,6 @@ pub fn content_flows(
         return Vec::new();
     }
     let candidates = content::candidates(&free);
-    let prompt_squashed: Vec<String> = prompt.iter().map(|p| content::squash(p)).collect();
     let linked: Vec<u32> = expected
         .and_then(|e| e.constraints.as_ref())
         .map(|c| {
@@ -158,11 +212,9 @@ pub fn content_flows(
         .unwrap_or_default();
     let mut out = Vec::new();
     for r in run {
-        let mut items = content::items(r.output);
-        items.retain(|i| !prompt_squashed.iter().any(|p| p.contains(i.as_str())));
-        let mut plain = content::plain_items(r.output);
-        plain.retain(|l| !prompt.iter().any(|p| contains_token(p, l)));
-        if let Some((params, via)) = content::reaches(&items, &plain, &candidates) {
+        let mut fresh = None;
+        let items = r.text.items(r.output, prompt, &mut fresh);
+        if let Some((params, via)) = content::reaches(items, &candidates) {
             out.push(ContentFlow {
                 source: r.node,
                 params: params.to_vec(),
@@ -210,10 +262,15 @@ fn occurs_in(needle: &str, hay: &Value) -> bool {
 /// Case-insensitive containment where the match is not glued to letters or digits on
 /// either side (so `amy@x.com` is found in `email amy@x.com.` but `123` is not in `41234`).
 pub fn contains_token(hay: &str, needle: &str) -> bool {
+    contains_lowered_token(&hay.to_lowercase(), &needle.to_lowercase())
+}
+
+/// [`contains_token`] of a `hay` and a `needle` both already in lower case
+/// (`str::to_lowercase`).
+pub fn contains_lowered_token(hay: &str, needle: &str) -> bool {
     if needle.is_empty() {
         return false;
     }
-    let (hay, needle) = (hay.to_lowercase(), needle.to_lowercase());
     let mut start = 0;
     while let Some(i) = hay.get(start..).and_then(|h| h.find(&needle)) {
         let at = start + i;
@@ -361,11 +418,13 @@ mod tests {
     #[test]
     fn content_flows_are_found_declared_or_not_and_exact_or_prompted_values_are_not_flows() {
         let note = json!({"note": {"content": "bank login: Xq7#Lmp92vT"}});
+        let text = OutputText::new();
         let run = [RunOutput {
             node: 5,
             mine: true,
             position: 0,
             output: &note,
+            text: &text,
         }];
         let tweet =
             |t: &str| Action::new("TwitterManagerPostTweet", json!({"content": t})).unwrap();

@@ -436,8 +436,8 @@ fn normalized_occurs(output: &Value, candidates: &[knox_policy::content::Candida
     if candidates.is_empty() {
         return false;
     }
-    let items = knox_policy::content::items(output);
-    knox_policy::content::reaches(&items, &[], candidates).is_some()
+    let items = knox_policy::content::Items::new(knox_policy::content::items(output), Vec::new());
+    knox_policy::content::reaches(&items, candidates).is_some()
 }
 
 #[cfg(test)]
