@@ -139,20 +139,30 @@ pub fn items(output: &Value) -> Vec<String> {
             push(whole, MIN_ITEM);
         }
         let words: Vec<&str> = leaf.split_whitespace().collect();
-        if words.len() > 1 {
-            for w in &words {
-                let identifier = w.chars().any(|c| c.is_ascii_digit())
-                    || w.chars()
-                        .any(|c| matches!(c, '@' | '/' | '_' | '#' | '$' | '%' | '&' | '='));
-                if identifier {
-                    push(squash(w), MIN_ITEM);
-                }
+        if words.len() < 2 {
+            continue;
+        }
+        let squashed: Vec<String> = words.iter().map(|w| squash(w)).collect();
+        for (w, sq) in words.iter().zip(&squashed) {
+            let identifier = w.chars().any(|c| c.is_ascii_digit())
+                || w.chars()
+                    .any(|c| matches!(c, '@' | '/' | '_' | '#' | '$' | '%' | '&' | '='));
+            if identifier {
+                push(sq.clone(), MIN_ITEM);
             }
         }
-        if words.len() >= SPAN_WORDS {
-            for span in words.windows(SPAN_WORDS) {
-                push(squash(&span.join(" ")), MIN_SPAN);
-            }
+        // Squashing drops the spaces, so an ASCII span squashes to its squashed words
+        // run together; other text is squashed as a whole (normalisation reads it so).
+        let ascii = leaf.is_ascii();
+        for (span, sq) in words.windows(SPAN_WORDS).zip(squashed.windows(SPAN_WORDS)) {
+            push(
+                if ascii {
+                    sq.concat()
+                } else {
+                    squash(&span.join(" "))
+                },
+                MIN_SPAN,
+            );
         }
     }
     out.sort();
