@@ -10,7 +10,6 @@ use knox_types::bundle::{
 use knox_types::checkpoint::{CHECKPOINT_CONTEXT, Checkpoint};
 use knox_types::digest::Digest;
 use knox_types::merkle::Frontier;
-use serde_json::Value;
 
 use crate::replay::Fail;
 use crate::written::{self, Reader};
@@ -19,17 +18,37 @@ use crate::{Options, ReadError, Report, Steps};
 /// Format of the journal header Knox writes.
 pub const JOURNAL_FORMAT: &str = CURRENT;
 
-/// Whether `bytes` look like a journal (its first line declares a journal format).
+/// Whether `bytes` look like a journal (its first line is an object whose `format` is
+/// a journal format). Only `format` is read: every other member is skipped unbuilt, so
+/// asking this of a one-line bundle costs a scan of it, not a parse.
 pub fn is_journal(bytes: &[u8]) -> bool {
+    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+    struct Format;
+    impl<'de> Visitor<'de> for Format {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
+            let mut format = None;
+            while let Some(key) = map.next_key::<String>()? {
+                if key == "format" {
+                    format = map.next_value::<Option<String>>()?;
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(format)
+        }
+    }
     let first = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
-    serde_json::from_slice::<Value>(first)
-        .ok()
-        .and_then(|v| {
-            v.get("format")
-                .and_then(Value::as_str)
-                .map(|f| [JOURNAL_FORMAT, JOURNAL_FORMAT_V2, JOURNAL_FORMAT_V1].contains(&f))
+    let mut de = serde_json::Deserializer::from_slice(first);
+    let format = de.deserialize_map(Format).ok().flatten();
+    // Nothing but white space may follow the object, as `from_slice` requires.
+    de.end().is_ok()
+        && format.is_some_and(|f| {
+            [JOURNAL_FORMAT, JOURNAL_FORMAT_V2, JOURNAL_FORMAT_V1].contains(&f.as_str())
         })
-        .unwrap_or(false)
 }
 
 /// Verifies a journal: the same steps as a bundle, but there is no signed summary, so
@@ -293,4 +312,28 @@ fn verify_sig(key: &PublicKey, c: &Checkpoint) -> Result<(), String> {
         .map_err(|e| format!("cannot encode it: {e}"))?;
     knox_attest::key::verify_signature(key, CHECKPOINT_CONTEXT, &signed, &c.sig)
         .map_err(|e| format!("its signature under the header's key: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_journal;
+
+    #[test]
+    fn a_journal_is_told_from_a_bundle_by_its_first_lines_format() {
+        let journal =
+            b"{\"apm\":{\"agents\":[1,{\"x\":\"\\u0041\"}]},\"format\":\"knox-journal/v3\"}\n{}";
+        assert!(is_journal(journal));
+        assert!(is_journal(b"{\"format\":\"knox-journal/v1\"}"));
+        assert!(is_journal(b" {\"format\":\"knox-journal/v2\"} \n"));
+        // A bundle, other formats, no format, not an object, trailing bytes, bad JSON.
+        assert!(!is_journal(
+            b"{\"format\":\"knox-evidence/v2\",\"nodes\":[{\"format\":\"knox-journal/v3\"}]}"
+        ));
+        assert!(!is_journal(b"{\"format\":null}\n"));
+        assert!(!is_journal(b"{\"apm\":{}}\n"));
+        assert!(!is_journal(b"[\"knox-journal/v3\"]\n"));
+        assert!(!is_journal(b"{\"format\":\"knox-journal/v3\"} x\n"));
+        assert!(!is_journal(b"{\"format\":\"knox-journal/v3\"\n}"));
+        assert!(!is_journal(b""));
+    }
 }
