@@ -272,7 +272,7 @@ pub fn contains_lowered_token(hay: &str, needle: &str) -> bool {
         return false;
     }
     let mut start = 0;
-    while let Some(i) = hay.get(start..).and_then(|h| h.find(&needle)) {
+    while let Some(i) = hay.get(start..).and_then(|h| h.find(needle)) {
         let at = start + i;
         let end = at + needle.len();
         let before = hay.get(..at).and_then(|h| h.chars().next_back());

@@ -3,6 +3,10 @@
 //! creating and closing it (a WAL checkpoint) are outside the timed part, so none is a
 //! duplicate and what is timed is what a running server does per submission: verify,
 //! then one durable transaction (`synchronous = FULL`).
+//!
+//! With `KNOX_BENCH_POSTGRES_URL` set (a PostgreSQL server URL whose user may create
+//! databases, e.g. `scripts/postgres-test`'s), the same on PostgreSQL: one database
+//! created for the bench, its tables emptied before each iteration (not timed).
 #![expect(clippy::unwrap_used, clippy::expect_used, reason = "bench")]
 
 use std::time::{Duration, Instant};
@@ -122,5 +126,104 @@ fn ingest(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, ingest);
+/// The tables an ingest writes, emptied between iterations on PostgreSQL.
+const WRITTEN: &str = "TRUNCATE objects, log_leaves, runs, blocked_actions, \
+                       regulation_decisions, run_models, chain_links CASCADE";
+
+fn ingest_postgres(c: &mut Criterion) {
+    use sqlx::Connection as _;
+    let Ok(server) = std::env::var("KNOX_BENCH_POSTGRES_URL") else {
+        eprintln!("ingest_postgres SKIPPED: KNOX_BENCH_POSTGRES_URL is not set");
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let v = &Verifier::embedded(true).expect("embedded manifest");
+    let nodes: u64 = FIXTURES
+        .iter()
+        .map(|b| knox_verify::parse_bundle(b).unwrap().nodes.len() as u64)
+        .sum();
+    let db = format!("knox_bench_{}", std::process::id());
+    let base = server.rsplit_once('/').expect("a URL with a database").0;
+    let url = format!("{base}/{db}");
+    let (s, p) = rt.block_on(async {
+        sqlx::any::install_default_drivers();
+        let mut admin = sqlx::AnyConnection::connect(&server).await.unwrap();
+        sqlx::query(&format!("CREATE DATABASE {db}"))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        admin.close().await.unwrap();
+        let s = Store::open(&url).await.unwrap();
+        let p = s
+            .register(
+                Role::Provider,
+                "bench",
+                &TeeKey::from_seed([1; 32]).public_bytes(),
+            )
+            .await
+            .unwrap();
+        (s, p)
+    });
+    let empty = || {
+        rt.block_on(async {
+            let mut c = sqlx::AnyConnection::connect(&url).await.unwrap();
+            sqlx::query(WRITTEN).execute(&mut c).await.unwrap();
+            c.close().await.unwrap();
+        });
+    };
+    let mut g = c.benchmark_group("ingest_postgres");
+    g.throughput(Throughput::Elements(nodes));
+    g.sample_size(20);
+    g.bench_function("verify_index_log_5_bundles", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                empty();
+                let t = Instant::now();
+                rt.block_on(async {
+                    for bytes in FIXTURES {
+                        let checked = v.check(bytes).unwrap();
+                        let r = s.ingest(&p, bytes, &checked, 1).await.unwrap();
+                        assert!(!r.duplicate);
+                    }
+                });
+                total += t.elapsed();
+            }
+            total
+        });
+    });
+    let checked: &Vec<_> = &FIXTURES.iter().map(|b| v.check(b).unwrap()).collect();
+    g.bench_function("index_log_only_5_bundles", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                empty();
+                let t = Instant::now();
+                rt.block_on(async {
+                    for (bytes, c) in FIXTURES.iter().zip(checked) {
+                        let r = s.ingest(&p, bytes, c, 1).await.unwrap();
+                        assert!(!r.duplicate);
+                    }
+                });
+                total += t.elapsed();
+            }
+            total
+        });
+    });
+    g.finish();
+    rt.block_on(async {
+        s.close().await;
+        let mut admin = sqlx::AnyConnection::connect(&server).await.unwrap();
+        sqlx::query(&format!("DROP DATABASE {db}"))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+    });
+}
+
+criterion_group!(benches, ingest, ingest_postgres);
 criterion_main!(benches);

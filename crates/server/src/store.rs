@@ -36,6 +36,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "key chains",
         include_str!("../migrations/sqlite/0004_key_chains.sql"),
     ),
+    (
+        5,
+        "list order",
+        include_str!("../migrations/sqlite/0005_list_order.sql"),
+    ),
 ];
 /// PostgreSQL migrations: the same schema in its dialect.
 const POSTGRES: &[(i64, &str, &str)] = &[
@@ -58,6 +63,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         4,
         "key chains",
         include_str!("../migrations/postgres/0004_key_chains.sql"),
+    ),
+    (
+        5,
+        "list order",
+        include_str!("../migrations/postgres/0005_list_order.sql"),
     ),
 ];
 

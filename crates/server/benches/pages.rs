@@ -1,0 +1,372 @@
+//! The regulator's pages at scale, served on loopback by the real router over a SQLite
+//! store: time to first byte (and to the last) of a run's page for a run of 10,000
+//! nodes, and the runs list over 100,000 stored runs — the store's query and the page
+//! through HTTP.
+//!
+//! The 10,000-node run is a real monitor run (one agent reading e-mails, an injected
+//! transfer blocked every tenth call), sealed, submitted through the signed API and
+//! verified on ingest like any other. The 100,000 runs are the five topology fixtures,
+//! ingested, and then copied in SQL (objects, runs and their index rows, each copy with
+//! its own digest, run id and submission time): verifying and storing 100,000 distinct
+//! bundles would take the bench's set-up minutes and change nothing in what the list
+//! query reads.
+#![expect(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "bench"
+)]
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use knox_agent::{Plan, Prompt, Regulations};
+use knox_attest::TeeKey;
+use knox_attest::simulated::Simulated;
+use knox_monitor::aeg::AegBuilder;
+use knox_monitor::apm;
+use knox_monitor::guard::stop::StopSignal;
+use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
+use knox_monitor::run::Runtime;
+use knox_server::store::{Role, RunFilter, Store};
+use knox_server::{App, Verifier};
+use knox_types::apm::{ExpectedCall, StopPolicy, Topology, TopologyKind};
+use serde_json::json;
+
+/// Allowed calls in the big run; with the blocked ones every tenth call, the run has
+/// just over 10,000 nodes (checked below).
+const CALLS: usize = 1_500;
+/// Runs in the list's store.
+const RUNS: i64 = 100_000;
+
+const FIXTURES: [&[u8]; 5] = [
+    include_bytes!("../../verify/tests/fixtures/topologies/st-sa.json"),
+    include_bytes!("../../verify/tests/fixtures/topologies/mt-sa-seq-2.json"),
+    include_bytes!("../../verify/tests/fixtures/topologies/mt-sa-int-3.json"),
+    include_bytes!("../../verify/tests/fixtures/topologies/mt-ma-3-3.json"),
+    include_bytes!("../../verify/tests/fixtures/topologies/mt-ma-4-2.json"),
+];
+
+/// A sealed single-agent run of `CALLS` allowed e-mail reads (and a blocked transfer
+/// before every tenth), as bundle bytes, and its node count.
+fn big_run() -> (Vec<u8>, usize) {
+    let manifest = knox_policy::shipped::current().unwrap();
+    let rt = Runtime::start(&Simulated, b"pages-bench", manifest).unwrap();
+    let email = |i: usize| format!("email-{i:05}");
+    let calls: Vec<ExpectedCall> = (0..CALLS)
+        .map(|i| {
+            let params = json!({"email_id": email(i)});
+            ExpectedCall::exact(0, "GmailReadEmail", params.as_object().cloned().unwrap())
+        })
+        .collect();
+    let prompt = Prompt {
+        tasks: vec!["read my e-mails".into()],
+    };
+    let topology = Topology {
+        kind: TopologyKind::StSa,
+        tasks: 1,
+        agents: 1,
+    };
+    let apm = apm::from_plan(
+        &prompt,
+        &rt.manifest,
+        &Regulations::default(),
+        &StopPolicy::default(),
+        Plan { tasks: vec![calls] },
+        topology,
+    )
+    .unwrap();
+    let apm_hash = apm.hash().unwrap();
+    let att = apm::attest(&apm, apm_hash, &rt.key).unwrap();
+    let regulator = knox_regulation::Regulator::new(&apm.guards.regulation, None).unwrap();
+    let m = Monitor::start(
+        MonitorConfig {
+            contract: None,
+            approvals: None,
+            apm: &apm,
+            apm_hash,
+            run_id: "pages-bench-10k",
+            manifest: &rt.manifest,
+            key: &rt.key,
+            models: &[],
+            signal: StopSignal::new(),
+            aeg: AegBuilder::default(),
+            grants: false,
+        },
+        regulator,
+        None,
+    );
+    let plan = &apm.agents[0];
+    for (i, e) in plan.trajectory.iter().enumerate() {
+        if i % 10 == 9 {
+            let raw = serde_json::to_vec(&json!({"tool": "BankManagerTransferFunds",
+                "params": {"from_account_number": "1", "to_account_number": "2", "amount": 3}}))
+            .unwrap();
+            assert!(matches!(m.mediate(&plan.id, &raw), Verdict::Block { .. }));
+        }
+        let raw = serde_json::to_vec(&json!({"tool": e.tool, "params": e.params})).unwrap();
+        let Verdict::Allow(t) = m.mediate(&plan.id, &raw) else {
+            panic!("call {i} not allowed");
+        };
+        m.record_output(
+            t,
+            json!({"email": {"id": email(i), "subject": "minutes", "body": "See you at ten."}}),
+        );
+    }
+    let aeg = m.finish();
+    let b = knox_monitor::run::seal(&rt, "pages-bench-10k", None, apm.clone(), att, vec![], aeg)
+        .unwrap();
+    let nodes = b.nodes.len();
+    (serde_json::to_vec(&b).unwrap(), nodes)
+}
+
+/// A store on a temporary SQLite file served on a loopback port by the real router.
+struct Served {
+    rt: tokio::runtime::Runtime,
+    store: Store,
+    addr: std::net::SocketAddr,
+    base: String,
+    provider: TeeKey,
+    /// The provider's key id.
+    key_id: String,
+    dir: tempfile::TempDir,
+}
+
+fn serve() -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("pages.db").display());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let provider = TeeKey::from_seed([1; 32]);
+    let (store, addr, key_id) = rt.block_on(async {
+        let store = Store::open(&url).await.unwrap();
+        let key_id = store
+            .register(Role::Provider, "acme", &provider.public_bytes())
+            .await
+            .unwrap()
+            .key_id;
+        let app = App {
+            store: store.clone(),
+            verifier: Arc::new(Verifier::embedded(true).unwrap()),
+            log_key: Arc::new(TeeKey::from_seed([42; 32])),
+            live_stale_secs: knox_server::live::DEFAULT_STALE_SECS,
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(knox_server::http::serve(listener, app));
+        (store, addr, key_id)
+    });
+    Served {
+        rt,
+        store,
+        addr,
+        base: format!("http://{addr}"),
+        provider,
+        key_id,
+        dir,
+    }
+}
+
+impl Served {
+    fn client(&self) -> knox_server::client::Client {
+        let key = TeeKey::from_seed(self.provider.seed());
+        knox_server::client::Client::new(&self.base, key).unwrap()
+    }
+
+    /// A browser session's cookie value for the provider.
+    fn session(&self) -> String {
+        let link = self.client().login().unwrap();
+        link.split_once("token=").unwrap().1.to_owned()
+    }
+
+    /// One GET on a new connection: the time to the response's first byte and to its
+    /// last, with the status line checked.
+    fn get(&self, path: &str, token: &str) -> (Duration, Duration) {
+        let req = format!(
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nCookie: {}={token}\r\nConnection: close\r\n\r\n",
+            self.addr,
+            knox_server::auth::SESSION_COOKIE
+        );
+        let t = Instant::now();
+        let mut s = TcpStream::connect(self.addr).unwrap();
+        s.set_nodelay(true).unwrap();
+        s.write_all(req.as_bytes()).unwrap();
+        let mut first = [0u8; 1];
+        s.read_exact(&mut first).unwrap();
+        let ttfb = t.elapsed();
+        let mut rest = Vec::new();
+        s.read_to_end(&mut rest).unwrap();
+        let all = t.elapsed();
+        assert!(rest.starts_with(b"TTP/1.1 200"), "{path}: {}", {
+            let head = String::from_utf8_lossy(&rest);
+            head.chars().take(200).collect::<String>()
+        });
+        (ttfb, all)
+    }
+}
+
+/// Criterion's `iter_custom` over `get`, timing the first byte or the whole response.
+fn timed_get(s: &Served, path: &str, token: &str, iters: u64, whole: bool) -> Duration {
+    (0..iters)
+        .map(|_| {
+            let (first, all) = s.get(path, token);
+            if whole { all } else { first }
+        })
+        .sum()
+}
+
+fn run_page(c: &mut Criterion) {
+    let (bytes, nodes) = big_run();
+    assert!(nodes >= 10_000, "the big run has {nodes} nodes");
+    let s = serve();
+    let submitted = s.client().submit(&bytes).unwrap();
+    let digest = submitted.digest;
+    assert_eq!(submitted.outcome, "complete");
+    let token = s.session();
+    let path = format!("/runs/{digest}");
+    eprintln!(
+        "run page of a run of {nodes} nodes ({} bytes of bundle)",
+        bytes.len()
+    );
+    let mut g = c.benchmark_group("run_page_10000_nodes");
+    g.sample_size(20);
+    // What the page does first: read the stored bundle back (not timed through HTTP).
+    g.bench_function("parse_bundle", |b| {
+        b.iter(|| knox_verify::parse_bundle(&bytes).unwrap());
+    });
+    g.bench_function("time_to_first_byte", |b| {
+        b.iter_custom(|iters| timed_get(&s, &path, &token, iters, false));
+    });
+    g.bench_function("time_to_last_byte", |b| {
+        b.iter_custom(|iters| timed_get(&s, &path, &token, iters, true));
+    });
+    g.finish();
+}
+
+/// Copies each of the `originals` stored runs `copies` times in SQL: each copy has its
+/// own digest (the original's with the copy's number in front), run id, log index and
+/// submission time; its
+/// object, its blocked actions, decisions and models are copied with it.
+async fn copy_runs(url: &str, originals: i64, copies: i64) {
+    use sqlx::Connection as _;
+    let mut db = sqlx::SqliteConnection::connect(url).await.unwrap();
+    let mut tx = db.begin().await.unwrap();
+    let numbers = format!(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {copies})"
+    );
+    // SQLite reads the whole SELECT before it inserts into the table it reads.
+    let copy = |table: &str, cols: &str, select: &str| {
+        format!(
+            "{numbers} INSERT INTO {table} ({cols}) SELECT {select} FROM n, {table} o \
+             WHERE o.digest IN (SELECT digest FROM runs)"
+        )
+    };
+    let id = "printf('%08x', n.i) || substr(o.digest, 9)";
+    for sql in [
+        copy(
+            "objects",
+            "digest, kind, bytes, size, stored_at",
+            &format!("{id}, o.kind, o.bytes, o.size, o.stored_at"),
+        ),
+        copy(
+            "runs",
+            "digest, provider, run_id, kind, outcome, offending_node, reason, platform, \
+             hardware_backed, nodes, tool_calls, executed, blocked, interrupts, flagged, \
+             structure_root, report, log_index, submitted_at, run_key",
+            &format!(
+                "{id}, o.provider, o.run_id || '-' || n.i, o.kind, o.outcome, o.offending_node, \
+                 o.reason, o.platform, o.hardware_backed, o.nodes, o.tool_calls, o.executed, \
+                 o.blocked, o.interrupts, o.flagged, o.structure_root, o.report, o.log_index + n.i * {originals}, \
+                 o.submitted_at - n.i * 60, o.run_key"
+            ),
+        ),
+        copy(
+            "blocked_actions",
+            "digest, node, agent, tool, guard, reason",
+            &format!("{id}, o.node, o.agent, o.tool, o.guard, o.reason"),
+        ),
+        copy(
+            "regulation_decisions",
+            "digest, node, ordinal, regulation, recipient, verdict, policies, provisions",
+            &format!(
+                "{id}, o.node, o.ordinal, o.regulation, o.recipient, o.verdict, o.policies, \
+                 o.provisions"
+            ),
+        ),
+        copy(
+            "run_models",
+            "digest, ordinal, model",
+            &format!("{id}, o.ordinal, o.model"),
+        ),
+    ] {
+        sqlx::query(&sql).execute(&mut *tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    sqlx::query("ANALYZE").execute(&mut db).await.unwrap();
+}
+
+fn runs_list(c: &mut Criterion) {
+    let s = serve();
+    let client = s.client();
+    for bytes in FIXTURES {
+        client.submit(bytes).unwrap();
+    }
+    let url = format!("sqlite://{}", s.dir.path().join("pages.db").display());
+    let copies = RUNS / FIXTURES.len() as i64 - 1;
+    s.rt.block_on(copy_runs(&url, FIXTURES.len() as i64, copies));
+    let providers = std::slice::from_ref(&s.key_id);
+    let stored =
+        s.rt.block_on(s.store.runs(providers, &RunFilter::default(), i64::MAX))
+            .unwrap()
+            .len();
+    assert_eq!(stored as i64, RUNS, "runs stored");
+    eprintln!("runs list over {stored} runs");
+    let token = s.session();
+    let limit = knox_server::http::LIST_LIMIT;
+    let mut g = c.benchmark_group("runs_list_100000_runs");
+    g.sample_size(20);
+    g.bench_function("store_query_newest_1000", |b| {
+        b.iter(|| {
+            s.rt.block_on(s.store.runs(providers, &RunFilter::default(), limit))
+                .unwrap()
+        });
+    });
+    // Runs with an action the trajectory guard blocked (every fixture has one), and
+    // runs whose id holds a given string (one in 10,000).
+    let blocked = RunFilter {
+        guard: Some("trajectory".into()),
+        ..RunFilter::default()
+    };
+    let search = RunFilter {
+        q: Some("-1234".into()),
+        ..RunFilter::default()
+    };
+    g.bench_function("store_query_by_search", |b| {
+        b.iter(|| {
+            s.rt.block_on(s.store.runs(providers, &search, limit))
+                .unwrap()
+        });
+    });
+    g.bench_function("store_query_by_blocking_guard", |b| {
+        b.iter(|| {
+            s.rt.block_on(s.store.runs(providers, &blocked, limit))
+                .unwrap()
+        });
+    });
+    g.bench_function("page_time_to_first_byte", |b| {
+        b.iter_custom(|iters| timed_get(&s, "/runs", &token, iters, false));
+    });
+    g.bench_function("page_time_to_last_byte", |b| {
+        b.iter_custom(|iters| timed_get(&s, "/runs", &token, iters, true));
+    });
+    g.finish();
+}
+
+criterion_group!(benches, run_page, runs_list);
+criterion_main!(benches);
