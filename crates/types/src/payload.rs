@@ -708,6 +708,45 @@ impl Body {
         }
     }
 
+    /// [`Body::read`] of a payload given as its JSON text: the typed reading straight
+    /// from the text when it writes back exactly that text (a payload written
+    /// canonically, as every version-2 bundle writes them), with no `Value` built;
+    /// otherwise what [`Body::read`] makes of the text's value, so the outcome is the
+    /// same either way.
+    pub fn read_text(kind: NodeKind, text: &str) -> Self {
+        fn typed<T: Payload>(text: &str) -> Option<Body> {
+            serde_json::from_str::<T>(text).ok().map(T::into_body)
+        }
+        let parsed = match kind {
+            NodeKind::Root => typed::<RootPayload>(text),
+            NodeKind::AgentStep => typed::<AgentStepPayload>(text),
+            NodeKind::AgentBranch => typed::<AgentBranchPayload>(text),
+            NodeKind::ToolCall => typed::<ToolCallPayload>(text),
+            NodeKind::Check => typed::<CheckPayload>(text),
+            NodeKind::ToolOutput => typed::<ToolOutputPayload>(text),
+            NodeKind::Blocked => typed::<BlockedPayload>(text),
+            NodeKind::Interrupt => typed::<InterruptPayload>(text),
+            NodeKind::ProofOfInference => typed::<ProofOfInferencePayload>(text),
+            NodeKind::Heard => typed::<HeardPayload>(text),
+        };
+        if let Some(body) = parsed {
+            let mut again = Vec::with_capacity(text.len());
+            body.write_canonical(&mut again);
+            // The text is canonical (it is what the canonical writer writes), so it is its
+            // own canonical form: exactly the case in which `read` keeps the typed body.
+            if again == text.as_bytes() {
+                return body;
+            }
+        }
+        match serde_json::from_str::<Value>(text) {
+            Ok(raw) => Self::read(kind, raw),
+            Err(e) => Self::Invalid {
+                raw: Value::String(text.to_owned()),
+                error: e.to_string(),
+            },
+        }
+    }
+
     /// The node kind whose payload this is (`None` for an invalid body).
     pub fn kind(&self) -> Option<NodeKind> {
         Some(match self {

@@ -12,7 +12,7 @@ use knox_types::digest::Digest;
 use knox_types::merkle::Frontier;
 
 use crate::replay::Fail;
-use crate::written::{self, Reader};
+use crate::written::{self, Reader, Typed};
 use crate::{Options, ReadError, Report, Steps};
 
 /// Format of the journal header Knox writes.
@@ -82,7 +82,7 @@ pub fn verify_journal<M: TrustedManifests + ?Sized>(
         canonical,
         found: Default::default(),
     };
-    r.spans(first, &scan, 0, None, Some(&header.apm));
+    r.spans(first, &scan, 0, None, Some(&header.apm), Typed::None);
     let mut base = first.len() + 1;
     let mut nodes = Vec::new();
     let mut checkpoints = Vec::new();
@@ -111,13 +111,20 @@ pub fn verify_journal<M: TrustedManifests + ?Sized>(
         };
         match knox_types::json::from_scanned::<Node>(line, &scan) {
             Ok(n) => {
-                r.spans(line, &scan, at, Some(nodes.len() as u64), None);
+                r.spans(
+                    line,
+                    &scan,
+                    at,
+                    Some(nodes.len() as u64),
+                    None,
+                    Typed::Line(&n),
+                );
                 nodes.push(n);
             }
             // A checkpoint line has none of a node's members (version 3 only).
             Err(e) => match knox_types::json::from_scanned::<Checkpoint>(line, &scan) {
                 Ok(c) if checkpointed => {
-                    r.spans(line, &scan, at, None, None);
+                    r.spans(line, &scan, at, None, None, Typed::None);
                     checkpoints.push(Placed {
                         line: number,
                         after: nodes.len() as u64,

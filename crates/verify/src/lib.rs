@@ -82,7 +82,14 @@ pub fn parse_bundle(bytes: &[u8]) -> Result<Bundle, ReadError> {
         canonical,
         found: Default::default(),
     };
-    r.spans(bytes, &scan, 0, None, Some(&b.apm));
+    r.spans(
+        bytes,
+        &scan,
+        0,
+        None,
+        Some(&b.apm),
+        written::Typed::Nodes(&b.nodes),
+    );
     b.as_written = Some(r.found);
     Ok(b)
 }

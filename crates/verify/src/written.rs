@@ -9,10 +9,12 @@
 //! set, an omitted default or any other form that two readers could take differently is
 //! refused.
 
+use knox_types::aeg::Node;
 use knox_types::bundle::AsWritten;
 use knox_types::canon;
 use knox_types::digest::{Digest, tag};
 use knox_types::json::{self, JsonError, Scan, Seg, Span};
+use knox_types::payload::Body;
 
 /// The parts of a bundle checked as written.
 pub(crate) fn bundle_part(path: &[Seg]) -> bool {
@@ -31,6 +33,32 @@ pub(crate) fn header_part(path: &[Seg]) -> bool {
 /// The part of a journal's node line checked as written.
 pub(crate) fn node_part(path: &[Seg]) -> bool {
     matches!(path, [Seg::Key(k)] if k == "payload")
+}
+
+/// The typed bodies a document's node payloads were read into: a payload whose body
+/// writes back exactly its text is canonical as written, with no second parse.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Typed<'a> {
+    /// No payloads in this document (a journal header, a checkpoint line).
+    None,
+    /// A bundle's nodes, by position.
+    Nodes(&'a [Node]),
+    /// A journal line's one node.
+    Line(&'a Node),
+}
+
+impl<'a> Typed<'a> {
+    /// The body read from the payload at `path`.
+    fn body(self, path: &[Seg]) -> Option<&'a Body> {
+        match (self, path) {
+            (Self::Nodes(ns), _) => node_of(path)
+                .and_then(|i| ns.get(usize::try_from(i).ok()?))
+                .filter(|_| matches!(path, [_, _, Seg::Key(p)] if p == "payload"))
+                .map(|n| &n.payload),
+            (Self::Line(n), [Seg::Key(k)]) if k == "payload" => Some(&n.payload),
+            _ => None,
+        }
+    }
 }
 
 /// The node (by position) a path in a bundle lies in.
@@ -88,12 +116,13 @@ impl Reader<'_> {
         base: usize,
         node: Option<u64>,
         apm: Option<&knox_types::apm::Apm>,
+        typed: Typed<'_>,
     ) {
         if let Some(d) = &scan.duplicate {
             self.duplicate(d, base, node);
         }
         for span in &scan.spans {
-            self.span(doc, span, base, node, apm);
+            self.span(doc, span, base, node, apm, typed);
         }
     }
 
@@ -104,10 +133,20 @@ impl Reader<'_> {
         base: usize,
         node: Option<u64>,
         apm: Option<&knox_types::apm::Apm>,
+        typed: Typed<'_>,
     ) {
         let Some(text) = doc.get(span.start..span.end) else {
             return;
         };
+        // A node payload's only finding is a non-canonical form. Whatever the body
+        // writes is canonical, so a text equal to it is canonical: nothing to report.
+        if let Some(body) = typed.body(&span.path) {
+            let mut again = Vec::with_capacity(text.len());
+            body.write_canonical(&mut again);
+            if again == text {
+                return;
+            }
+        }
         let node = node.or_else(|| node_of(&span.path));
         let pointer = json::pointer(&span.path);
         let Ok((canonical, diff)) = json::canonical_difference(text) else {
