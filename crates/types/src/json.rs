@@ -222,6 +222,35 @@ pub(crate) fn raw<S: serde::Serializer>(bytes: Vec<u8>, s: S) -> Result<S::Ok, S
     raw.serialize(s)
 }
 
+/// The member names of one object seen so far: a short list searched in order (most
+/// objects have a few members), a hash set once it grows, so that an object with very
+/// many members costs no more than linear time.
+#[derive(Default)]
+struct Seen {
+    few: Vec<String>,
+    many: HashSet<String>,
+}
+
+impl Seen {
+    /// The most names searched in order.
+    const FEW: usize = 16;
+
+    /// Records `key`; `false` when it was already seen.
+    fn insert(&mut self, key: &str) -> bool {
+        if self.many.is_empty() {
+            if self.few.iter().any(|k| k == key) {
+                return false;
+            }
+            if self.few.len() < Self::FEW {
+                self.few.push(key.to_owned());
+                return true;
+            }
+            self.many.extend(self.few.drain(..));
+        }
+        self.many.insert(key.to_owned())
+    }
+}
+
 struct Scanner<'a, 'w> {
     b: &'a [u8],
     i: usize,
@@ -272,9 +301,7 @@ impl Scanner<'_, '_> {
         match self.peek() {
             Some(b'{') => self.object(depth + 1)?,
             Some(b'[') => self.array(depth + 1)?,
-            Some(b'"') => {
-                self.string()?;
-            }
+            Some(b'"') => self.skip_string()?,
             Some(b't') => self.literal(b"true")?,
             Some(b'f') => self.literal(b"false")?,
             Some(b'n') => self.literal(b"null")?,
@@ -367,10 +394,52 @@ impl Scanner<'_, '_> {
         Ok(v)
     }
 
-    /// A string, unescaped.
+    /// A string, unescaped (a member name: values are only checked, [`Self::skip_string`]).
     fn string(&mut self) -> Result<String, JsonError> {
+        let open = self.i;
+        self.skip_string()?;
+        let raw = self.b.get(open + 1..self.i - 1).unwrap_or_default();
+        if !raw.contains(&b'\\') {
+            // No escape: the text is the string (the input was checked to be UTF-8).
+            return std::str::from_utf8(raw)
+                .map(str::to_owned)
+                .map_err(|_| self.error(JsonErrorKind::Syntax("not UTF-8")));
+        }
+        let end = self.i;
+        self.i = open + 1;
+        let mut out = Vec::with_capacity(raw.len());
+        while self.i < end - 1 {
+            let Some(c) = self.peek() else { break };
+            if c == b'\\' {
+                self.i += 1;
+                let esc = self.peek();
+                self.i += 1;
+                let ch = match esc {
+                    Some(b'"') => '"',
+                    Some(b'\\') => '\\',
+                    Some(b'/') => '/',
+                    Some(b'b') => '\u{8}',
+                    Some(b'f') => '\u{c}',
+                    Some(b'n') => '\n',
+                    Some(b'r') => '\r',
+                    Some(b't') => '\t',
+                    // `skip_string` accepted every escape: only `\u` is left.
+                    _ => self.unicode_escape()?,
+                };
+                let mut buf = [0u8; 4];
+                out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+            } else {
+                out.push(c);
+                self.i += 1;
+            }
+        }
+        self.i = end;
+        String::from_utf8(out).map_err(|_| self.error(JsonErrorKind::Syntax("not UTF-8")))
+    }
+
+    /// Checks a string (escapes, control characters, surrogates) without building it.
+    fn skip_string(&mut self) -> Result<(), JsonError> {
         self.expect(b'"', "expected a string")?;
-        let mut out = Vec::new();
         loop {
             let Some(c) = self.peek() else {
                 return Err(self.error(JsonErrorKind::Syntax("unterminated string")));
@@ -378,41 +447,29 @@ impl Scanner<'_, '_> {
             match c {
                 b'"' => {
                     self.i += 1;
-                    break;
+                    return Ok(());
                 }
                 b'\\' => {
                     self.i += 1;
                     let esc = self.peek();
                     self.i += 1;
-                    let ch = match esc {
-                        Some(b'"') => '"',
-                        Some(b'\\') => '\\',
-                        Some(b'/') => '/',
-                        Some(b'b') => '\u{8}',
-                        Some(b'f') => '\u{c}',
-                        Some(b'n') => '\n',
-                        Some(b'r') => '\r',
-                        Some(b't') => '\t',
-                        Some(b'u') => self.unicode_escape()?,
+                    match esc {
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {}
+                        Some(b'u') => {
+                            self.unicode_escape()?;
+                        }
                         _ => {
                             self.i -= 1;
                             return Err(self.error(JsonErrorKind::Syntax("invalid escape")));
                         }
-                    };
-                    let mut buf = [0u8; 4];
-                    out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                    }
                 }
                 0x00..=0x1f => {
                     return Err(self.error(JsonErrorKind::Syntax("control character in a string")));
                 }
-                _ => {
-                    out.push(c);
-                    self.i += 1;
-                }
+                _ => self.i += 1,
             }
         }
-        // The input was checked to be UTF-8 and escapes produce UTF-8.
-        String::from_utf8(out).map_err(|_| self.error(JsonErrorKind::Syntax("not UTF-8")))
     }
 
     fn unicode_escape(&mut self) -> Result<char, JsonError> {
@@ -476,18 +533,14 @@ impl Scanner<'_, '_> {
             self.i += 1;
             return Ok(());
         }
-        let mut seen: HashSet<String> = HashSet::new();
+        let mut seen = Seen::default();
         loop {
             self.ws();
             let key_at = self.i;
             let key = self.string()?;
-            if seen.contains(&key) {
-                if self.scan.duplicate.is_none() {
-                    let e = self.error_at(JsonErrorKind::DuplicateKey(key.clone()), key_at);
-                    self.scan.duplicate = Some(e);
-                }
-            } else {
-                seen.insert(key.clone());
+            if !seen.insert(&key) && self.scan.duplicate.is_none() {
+                let e = self.error_at(JsonErrorKind::DuplicateKey(key.clone()), key_at);
+                self.scan.duplicate = Some(e);
             }
             self.ws();
             self.expect(b':', "expected `:`")?;
@@ -540,6 +593,19 @@ mod tests {
         let e = check(br#"{"a": 1, "\u0061": 2}"#).unwrap_err();
         assert_eq!(e.kind, JsonErrorKind::DuplicateKey("a".into()));
         check(br#"{"a": {"a": 1}, "b": [{"a": 1}, {"a": 2}]}"#).unwrap();
+    }
+
+    #[test]
+    fn duplicates_are_found_in_objects_of_many_members() {
+        let members: Vec<String> = (0..40).map(|i| format!("\"k{i}\": {i}")).collect();
+        let all = members.join(", ");
+        check(format!("{{{all}}}").as_bytes()).unwrap();
+        for (again, at) in [("k3", 40), ("k30", 40), ("k0", 17), ("k16", 17)] {
+            let mut m = members.clone();
+            m.insert(at, format!("\"{again}\": true"));
+            let e = check(format!("{{{}}}", m.join(", ")).as_bytes()).unwrap_err();
+            assert_eq!(e.kind, JsonErrorKind::DuplicateKey(again.into()), "{again}");
+        }
     }
 
     #[test]
