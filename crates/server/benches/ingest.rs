@@ -5,8 +5,8 @@
 //! then one durable transaction (`synchronous = FULL`).
 //!
 //! With `KNOX_BENCH_POSTGRES_URL` set (a PostgreSQL server URL whose user may create
-//! databases, e.g. `scripts/postgres-test`'s), the same on PostgreSQL: one database
-//! created for the bench, its tables emptied before each iteration (not timed).
+//! databases, e.g. `scripts/postgres-test`'s), the same on PostgreSQL: each iteration
+//! into a fresh database copied from a migrated template (not timed).
 #![expect(clippy::unwrap_used, clippy::expect_used, reason = "bench")]
 
 use std::time::{Duration, Instant};
@@ -126,12 +126,62 @@ fn ingest(c: &mut Criterion) {
     g.finish();
 }
 
-/// The tables an ingest writes, emptied between iterations on PostgreSQL.
-const WRITTEN: &str = "TRUNCATE objects, log_leaves, runs, blocked_actions, \
-                       regulation_decisions, run_models, chain_links CASCADE";
+/// On PostgreSQL: a database migrated with the bench's provider registered, copied for
+/// each iteration (`CREATE DATABASE … TEMPLATE`, not timed) — the store's tables are
+/// append-only, so they are never emptied.
+struct Postgres {
+    server: String,
+    base: String,
+    template: String,
+}
+
+impl Postgres {
+    async fn admin(&self, sql: &str) {
+        use sqlx::Connection as _;
+        let mut c = sqlx::AnyConnection::connect(&self.server).await.unwrap();
+        sqlx::query(sql).execute(&mut c).await.unwrap();
+        c.close().await.unwrap();
+    }
+
+    /// A fresh store copied from the template, and its database's name.
+    async fn fresh(&self, n: u64) -> (Store, Principal, String) {
+        let db = format!("{}_{n}", self.template);
+        self.admin(&format!("CREATE DATABASE {db} TEMPLATE {}", self.template))
+            .await;
+        let s = Store::open(&format!("{}/{db}", self.base)).await.unwrap();
+        let p = s
+            .register(
+                Role::Provider,
+                "bench",
+                &TeeKey::from_seed([1; 32]).public_bytes(),
+            )
+            .await
+            .unwrap();
+        (s, p, db)
+    }
+
+    /// Runs `body` `iters` times, each on a fresh copy; only `body` is timed.
+    fn timed<F, Fut>(&self, rt: &tokio::runtime::Runtime, iters: u64, body: F) -> Duration
+    where
+        F: Fn(Store, Principal) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let mut total = Duration::ZERO;
+        for n in 0..iters {
+            let (s, p, db) = rt.block_on(self.fresh(n));
+            let t = Instant::now();
+            rt.block_on(body(s.clone(), p));
+            total += t.elapsed();
+            rt.block_on(async {
+                s.close().await;
+                self.admin(&format!("DROP DATABASE {db} WITH (FORCE)")).await;
+            });
+        }
+        total
+    }
+}
 
 fn ingest_postgres(c: &mut Criterion) {
-    use sqlx::Connection as _;
     let Ok(server) = std::env::var("KNOX_BENCH_POSTGRES_URL") else {
         eprintln!("ingest_postgres SKIPPED: KNOX_BENCH_POSTGRES_URL is not set");
         return;
@@ -146,83 +196,57 @@ fn ingest_postgres(c: &mut Criterion) {
         .iter()
         .map(|b| knox_verify::parse_bundle(b).unwrap().nodes.len() as u64)
         .sum();
-    let db = format!("knox_bench_{}", std::process::id());
-    let base = server.rsplit_once('/').expect("a URL with a database").0;
-    let url = format!("{base}/{db}");
-    let (s, p) = rt.block_on(async {
-        sqlx::any::install_default_drivers();
-        let mut admin = sqlx::AnyConnection::connect(&server).await.unwrap();
-        sqlx::query(&format!("CREATE DATABASE {db}"))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-        admin.close().await.unwrap();
-        let s = Store::open(&url).await.unwrap();
-        let p = s
-            .register(
-                Role::Provider,
-                "bench",
-                &TeeKey::from_seed([1; 32]).public_bytes(),
-            )
-            .await
-            .unwrap();
-        (s, p)
-    });
-    let empty = || {
-        rt.block_on(async {
-            let mut c = sqlx::AnyConnection::connect(&url).await.unwrap();
-            sqlx::query(WRITTEN).execute(&mut c).await.unwrap();
-            c.close().await.unwrap();
-        });
+    sqlx::any::install_default_drivers();
+    let pg = &Postgres {
+        base: server
+            .rsplit_once('/')
+            .expect("a URL with a database")
+            .0
+            .to_owned(),
+        template: format!("knox_bench_{}", std::process::id()),
+        server,
     };
+    rt.block_on(async {
+        pg.admin(&format!("CREATE DATABASE {}", pg.template)).await;
+        let s = Store::open(&format!("{}/{}", pg.base, pg.template))
+            .await
+            .unwrap();
+        s.register(
+            Role::Provider,
+            "bench",
+            &TeeKey::from_seed([1; 32]).public_bytes(),
+        )
+        .await
+        .unwrap();
+        s.close().await;
+    });
     let mut g = c.benchmark_group("ingest_postgres");
     g.throughput(Throughput::Elements(nodes));
-    g.sample_size(20);
+    g.sample_size(10);
     g.bench_function("verify_index_log_5_bundles", |b| {
         b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                empty();
-                let t = Instant::now();
-                rt.block_on(async {
-                    for bytes in FIXTURES {
-                        let checked = v.check(bytes).unwrap();
-                        let r = s.ingest(&p, bytes, &checked, 1).await.unwrap();
-                        assert!(!r.duplicate);
-                    }
-                });
-                total += t.elapsed();
-            }
-            total
+            pg.timed(&rt, iters, |s, p| async move {
+                for bytes in FIXTURES {
+                    let checked = v.check(bytes).unwrap();
+                    let r = s.ingest(&p, bytes, &checked, 1).await.unwrap();
+                    assert!(!r.duplicate);
+                }
+            })
         });
     });
     let checked: &Vec<_> = &FIXTURES.iter().map(|b| v.check(b).unwrap()).collect();
     g.bench_function("index_log_only_5_bundles", |b| {
         b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                empty();
-                let t = Instant::now();
-                rt.block_on(async {
-                    for (bytes, c) in FIXTURES.iter().zip(checked) {
-                        let r = s.ingest(&p, bytes, c, 1).await.unwrap();
-                        assert!(!r.duplicate);
-                    }
-                });
-                total += t.elapsed();
-            }
-            total
+            pg.timed(&rt, iters, |s, p| async move {
+                for (bytes, c) in FIXTURES.iter().zip(checked) {
+                    let r = s.ingest(&p, bytes, c, 1).await.unwrap();
+                    assert!(!r.duplicate);
+                }
+            })
         });
     });
     g.finish();
-    rt.block_on(async {
-        s.close().await;
-        let mut admin = sqlx::AnyConnection::connect(&server).await.unwrap();
-        sqlx::query(&format!("DROP DATABASE {db}"))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-    });
+    rt.block_on(pg.admin(&format!("DROP DATABASE {} WITH (FORCE)", pg.template)));
 }
 
 criterion_group!(benches, ingest, ingest_postgres);
