@@ -9,20 +9,14 @@
 //! into a fresh database copied from a migrated template (not timed).
 #![expect(clippy::unwrap_used, clippy::expect_used, reason = "bench")]
 
+mod common;
+use common::FIXTURES;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use knox_attest::TeeKey;
 use knox_server::store::{Role, Store};
 use knox_server::{Principal, Verifier};
-
-const FIXTURES: [&[u8]; 5] = [
-    include_bytes!("../../verify/tests/fixtures/topologies/st-sa.json"),
-    include_bytes!("../../verify/tests/fixtures/topologies/mt-sa-seq-2.json"),
-    include_bytes!("../../verify/tests/fixtures/topologies/mt-sa-int-3.json"),
-    include_bytes!("../../verify/tests/fixtures/topologies/mt-ma-3-3.json"),
-    include_bytes!("../../verify/tests/fixtures/topologies/mt-ma-4-2.json"),
-];
 
 fn fresh(rt: &tokio::runtime::Runtime) -> (Store, Principal, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -174,7 +168,8 @@ impl Postgres {
             total += t.elapsed();
             rt.block_on(async {
                 s.close().await;
-                self.admin(&format!("DROP DATABASE {db} WITH (FORCE)")).await;
+                self.admin(&format!("DROP DATABASE {db} WITH (FORCE)"))
+                    .await;
             });
         }
         total

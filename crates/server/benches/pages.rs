@@ -17,6 +17,8 @@
     reason = "bench"
 )]
 
+mod common;
+use common::FIXTURES;
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -41,14 +43,6 @@ use serde_json::json;
 const CALLS: usize = 1_500;
 /// Runs in the list's store.
 const RUNS: i64 = 100_000;
-
-const FIXTURES: [&[u8]; 5] = [
-    include_bytes!("../../verify/tests/fixtures/topologies/st-sa.json"),
-    include_bytes!("../../verify/tests/fixtures/topologies/mt-sa-seq-2.json"),
-    include_bytes!("../../verify/tests/fixtures/topologies/mt-sa-int-3.json"),
-    include_bytes!("../../verify/tests/fixtures/topologies/mt-ma-3-3.json"),
-    include_bytes!("../../verify/tests/fixtures/topologies/mt-ma-4-2.json"),
-];
 
 /// A sealed single-agent run of `CALLS` allowed e-mail reads (and a blocked transfer
 /// before every tenth), as bundle bytes, and its node count.
