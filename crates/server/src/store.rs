@@ -912,23 +912,20 @@ impl Store {
             tx.rollback().await?;
             return Ok(None);
         }
-        let next: Option<i64> = sqlx::query("SELECT MAX(idx) AS m FROM log_leaves")
-            .fetch_one(&mut *tx)
-            .await?
-            .try_get("m")?;
-        let idx = next.map_or(0, |m| m + 1);
         let leaf =
             tlog::leaf(&Digest::from_hex(digest).map_err(|e| StoreError::Corrupt(e.to_string()))?)
                 .to_hex();
-        sqlx::query(
-            "INSERT INTO log_leaves (idx, digest, leaf_hash, appended_at) VALUES ($1, $2, $3, $4)",
+        // The leaf goes at the log's next index, read and written in one statement.
+        let idx: i64 = sqlx::query(
+            "INSERT INTO log_leaves (idx, digest, leaf_hash, appended_at) \
+             SELECT COALESCE(MAX(idx) + 1, 0), $1, $2, $3 FROM log_leaves RETURNING idx",
         )
-        .bind(idx)
         .bind(digest)
         .bind(leaf)
         .bind(now)
-        .execute(&mut *tx)
-        .await?;
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get("idx")?;
         let run = RunRow::of(provider, digest, c, idx, now)?;
         sqlx::query(
             "INSERT INTO runs (digest, provider, run_id, kind, outcome, offending_node, reason, \
