@@ -394,51 +394,22 @@ impl Scanner<'_, '_> {
         Ok(v)
     }
 
-    /// A string, unescaped (a member name: values are only checked, [`Self::skip_string`]).
+    /// A string, unescaped (a member name; values are only checked, [`Self::skip_string`]).
     fn string(&mut self) -> Result<String, JsonError> {
-        let open = self.i;
-        self.skip_string()?;
-        let raw = self.b.get(open + 1..self.i - 1).unwrap_or_default();
-        if !raw.contains(&b'\\') {
-            // No escape: the text is the string (the input was checked to be UTF-8).
-            return std::str::from_utf8(raw)
-                .map(str::to_owned)
-                .map_err(|_| self.error(JsonErrorKind::Syntax("not UTF-8")));
-        }
-        let end = self.i;
-        self.i = open + 1;
-        let mut out = Vec::with_capacity(raw.len());
-        while self.i < end - 1 {
-            let Some(c) = self.peek() else { break };
-            if c == b'\\' {
-                self.i += 1;
-                let esc = self.peek();
-                self.i += 1;
-                let ch = match esc {
-                    Some(b'"') => '"',
-                    Some(b'\\') => '\\',
-                    Some(b'/') => '/',
-                    Some(b'b') => '\u{8}',
-                    Some(b'f') => '\u{c}',
-                    Some(b'n') => '\n',
-                    Some(b'r') => '\r',
-                    Some(b't') => '\t',
-                    // `skip_string` accepted every escape: only `\u` is left.
-                    _ => self.unicode_escape()?,
-                };
-                let mut buf = [0u8; 4];
-                out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
-            } else {
-                out.push(c);
-                self.i += 1;
-            }
-        }
-        self.i = end;
+        let mut out = Vec::new();
+        self.read_string(Some(&mut out))?;
+        // The input was checked to be UTF-8 and escapes produce UTF-8.
         String::from_utf8(out).map_err(|_| self.error(JsonErrorKind::Syntax("not UTF-8")))
     }
 
-    /// Checks a string (escapes, control characters, surrogates) without building it.
+    /// Checks a string without building it.
     fn skip_string(&mut self) -> Result<(), JsonError> {
+        self.read_string(None)
+    }
+
+    /// Reads a string (escapes, control characters, surrogates checked), appending its
+    /// unescaped bytes to `out` when there is one.
+    fn read_string(&mut self, mut out: Option<&mut Vec<u8>>) -> Result<(), JsonError> {
         self.expect(b'"', "expected a string")?;
         loop {
             let Some(c) = self.peek() else {
@@ -453,21 +424,35 @@ impl Scanner<'_, '_> {
                     self.i += 1;
                     let esc = self.peek();
                     self.i += 1;
-                    match esc {
-                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {}
-                        Some(b'u') => {
-                            self.unicode_escape()?;
-                        }
+                    let ch = match esc {
+                        Some(b'"') => '"',
+                        Some(b'\\') => '\\',
+                        Some(b'/') => '/',
+                        Some(b'b') => '\u{8}',
+                        Some(b'f') => '\u{c}',
+                        Some(b'n') => '\n',
+                        Some(b'r') => '\r',
+                        Some(b't') => '\t',
+                        Some(b'u') => self.unicode_escape()?,
                         _ => {
                             self.i -= 1;
                             return Err(self.error(JsonErrorKind::Syntax("invalid escape")));
                         }
+                    };
+                    if let Some(out) = out.as_deref_mut() {
+                        let mut buf = [0u8; 4];
+                        out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
                     }
                 }
                 0x00..=0x1f => {
                     return Err(self.error(JsonErrorKind::Syntax("control character in a string")));
                 }
-                _ => self.i += 1,
+                _ => {
+                    if let Some(out) = out.as_deref_mut() {
+                        out.push(c);
+                    }
+                    self.i += 1;
+                }
             }
         }
     }

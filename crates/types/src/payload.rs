@@ -671,29 +671,33 @@ payload_arm!(InterruptPayload, Interrupt);
 payload_arm!(ProofOfInferencePayload, ProofOfInference);
 payload_arm!(HeardPayload, Heard);
 
+/// The body of a node of `kind` read from `d` as that kind's payload: the one table of
+/// which payload each kind carries, for [`Body::read`] and [`Body::read_text`].
+fn typed<'de, D: serde::Deserializer<'de>>(kind: NodeKind, d: D) -> Result<Body, D::Error> {
+    fn read<'de, T: Payload, D: serde::Deserializer<'de>>(d: D) -> Result<Body, D::Error> {
+        T::deserialize(d).map(T::into_body)
+    }
+    match kind {
+        NodeKind::Root => read::<RootPayload, D>(d),
+        NodeKind::AgentStep => read::<AgentStepPayload, D>(d),
+        NodeKind::AgentBranch => read::<AgentBranchPayload, D>(d),
+        NodeKind::ToolCall => read::<ToolCallPayload, D>(d),
+        NodeKind::Check => read::<CheckPayload, D>(d),
+        NodeKind::ToolOutput => read::<ToolOutputPayload, D>(d),
+        NodeKind::Blocked => read::<BlockedPayload, D>(d),
+        NodeKind::Interrupt => read::<InterruptPayload, D>(d),
+        NodeKind::ProofOfInference => read::<ProofOfInferencePayload, D>(d),
+        NodeKind::Heard => read::<HeardPayload, D>(d),
+    }
+}
+
 impl Body {
     /// Reads the body of a node of `kind` written as `raw`: typed when it parses as
     /// that kind's payload, [`Body::Invalid`] when it does not (never an error: the
     /// node is reported where its body is read), [`Body::Verbatim`] when the payload
     /// would not write it back as it was written.
     pub fn read(kind: NodeKind, raw: Value) -> Self {
-        fn typed<T: Payload>(raw: &Value) -> Result<Body, String> {
-            T::deserialize(raw)
-                .map(T::into_body)
-                .map_err(|e| e.to_string())
-        }
-        let parsed = match kind {
-            NodeKind::Root => typed::<RootPayload>(&raw),
-            NodeKind::AgentStep => typed::<AgentStepPayload>(&raw),
-            NodeKind::AgentBranch => typed::<AgentBranchPayload>(&raw),
-            NodeKind::ToolCall => typed::<ToolCallPayload>(&raw),
-            NodeKind::Check => typed::<CheckPayload>(&raw),
-            NodeKind::ToolOutput => typed::<ToolOutputPayload>(&raw),
-            NodeKind::Blocked => typed::<BlockedPayload>(&raw),
-            NodeKind::Interrupt => typed::<InterruptPayload>(&raw),
-            NodeKind::ProofOfInference => typed::<ProofOfInferencePayload>(&raw),
-            NodeKind::Heard => typed::<HeardPayload>(&raw),
-        };
+        let parsed = typed(kind, &raw).map_err(|e| e.to_string());
         match parsed {
             Err(error) => Self::Invalid { raw, error },
             Ok(body) => {
@@ -714,22 +718,9 @@ impl Body {
     /// otherwise what [`Body::read`] makes of the text's value, so the outcome is the
     /// same either way.
     pub fn read_text(kind: NodeKind, text: &str) -> Self {
-        fn typed<T: Payload>(text: &str) -> Option<Body> {
-            serde_json::from_str::<T>(text).ok().map(T::into_body)
-        }
-        let parsed = match kind {
-            NodeKind::Root => typed::<RootPayload>(text),
-            NodeKind::AgentStep => typed::<AgentStepPayload>(text),
-            NodeKind::AgentBranch => typed::<AgentBranchPayload>(text),
-            NodeKind::ToolCall => typed::<ToolCallPayload>(text),
-            NodeKind::Check => typed::<CheckPayload>(text),
-            NodeKind::ToolOutput => typed::<ToolOutputPayload>(text),
-            NodeKind::Blocked => typed::<BlockedPayload>(text),
-            NodeKind::Interrupt => typed::<InterruptPayload>(text),
-            NodeKind::ProofOfInference => typed::<ProofOfInferencePayload>(text),
-            NodeKind::Heard => typed::<HeardPayload>(text),
-        };
-        if let Some(body) = parsed {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let parsed = typed(kind, &mut de).and_then(|body| de.end().map(|()| body));
+        if let Ok(body) = parsed {
             let mut again = Vec::with_capacity(text.len());
             body.write_canonical(&mut again);
             // The text is canonical (it is what the canonical writer writes), so it is its
