@@ -50,7 +50,7 @@ pub struct LabelledOutput {
 /// close those channels, [`knox_types::apm::Closed`]): the monitor and the verifier keep
 /// the run's outputs in commit order, and each disclosing call records how many of them
 /// it saw.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SharedOutput {
     /// Sequence number of the `tool_output` node.
     pub node: u64,
@@ -69,27 +69,6 @@ pub struct SharedOutput {
     pub heard: bool,
     /// What content matching reads of `output`, worked out on first use.
     pub text: OutputText,
-}
-
-/// Equal when what the run recorded is: the worked-out text is a cache of `output`.
-impl PartialEq for SharedOutput {
-    fn eq(&self, other: &Self) -> bool {
-        let Self {
-            node,
-            agent,
-            position,
-            tool,
-            output,
-            heard,
-            text: _,
-        } = self;
-        *node == other.node
-            && *agent == other.agent
-            && *position == other.position
-            && *tool == other.tool
-            && *output == other.output
-            && *heard == other.heard
-    }
 }
 
 impl SharedOutput {
