@@ -603,6 +603,25 @@ mod tests {
     }
 
     #[test]
+    fn a_stated_absence_of_objection_is_not_an_objection() {
+        let n = Norms::embedded().unwrap();
+        let v = n.vocabulary();
+        for (text, want) in [
+            ("Implied by Jane Doe's lack of objections", "agreed"),
+            ("The patient did not object", "agreed"),
+            ("Jane (no objections raised)", "agreed"),
+            ("Jane objected to the disclosure", "objected"),
+            ("Jane (declined)", "objected"),
+        ] {
+            assert_eq!(
+                terms_in(v, TermKind::Condition, text),
+                [want.to_string()],
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
     fn the_splits_parse_and_scores_count_every_case() {
         let n = Norms::embedded().unwrap();
         let val = parse_split(VALIDATION).unwrap();
