@@ -25,7 +25,7 @@ use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
 use crate::phi::Phi;
-use crate::slice::{self, Facts, Sliced};
+use crate::slice::{self, Facts, Read, Sliced};
 use crate::vocab::{TermKind, UnknownTerm, VOCABULARY_FILE, Vocabulary};
 
 /// The schema file every policy set holds.
@@ -139,6 +139,8 @@ pub struct Norms {
     recipient: EntityUid,
     action: EntityUid,
     vocab: Vocabulary,
+    /// The facts some policy reads: the context of a decision holds only these.
+    read: Read,
 }
 
 /// The facts of a flow beyond [`InfoFlow`] (a run derives none of them: the public
@@ -287,6 +289,7 @@ impl Norms {
             recipient: uid(r#"Knox::Party::"recipient""#)?,
             action: uid(r#"Knox::Action::"disclose""#)?,
             vocab,
+            read: Read::default(),
         };
         let mut all_ids = BTreeSet::new();
         let mut pending = Vec::new();
@@ -371,6 +374,12 @@ impl Norms {
                 reason: "no regulation manifest in the policy set".into(),
             });
         }
+        norms.read = Read::of(
+            norms
+                .regulations
+                .values()
+                .flat_map(|r| r.scope.policies().chain(r.norms.policies())),
+        );
         for (reg, examples) in pending {
             norms.check_examples(&reg, &examples, &schema)?;
         }
@@ -478,7 +487,9 @@ impl Norms {
     }
 
     /// [`Norms::decide_extra`] with every policy of the set evaluated, not the slice
-    /// that can match: the reference the slicing is measured and proven against.
+    /// that can match, on a context holding every fact, not only those the policies
+    /// read: the reference the slicing and the context's pruning are measured and
+    /// proven against.
     #[doc(hidden)]
     pub fn decide_whole_set(
         &self,
@@ -491,8 +502,9 @@ impl Norms {
     }
 
     /// [`Norms::decide_extra`], evaluating each regulation's policies in the slice that
-    /// can match the flow (`sliced`, what every decision does) or all of them (the
-    /// reference the slicing is proven equal to, in tests).
+    /// can match the flow on a context of the facts they read (`sliced`, what every
+    /// decision does) or all of them on every fact (the reference both are proven
+    /// equal to, in tests).
     pub(crate) fn decide_sliced(
         &self,
         names: &[String],
@@ -550,6 +562,12 @@ impl Norms {
                 a + r.info.len(),
             )
         })
+    }
+
+    /// The facts a decision's Cedar context holds.
+    #[cfg(test)]
+    pub(crate) fn read_facts(&self) -> &Read {
+        &self.read
     }
 
     /// The vocabulary flows are normalised with.
@@ -657,12 +675,17 @@ impl Norms {
     /// The Cedar request of one flow's `facts` (the parties travel in the context, so
     /// the entity store is empty). The context is built from the same [`Facts`] the
     /// slices are cut with, fact by fact from their paths: the guards and Cedar cannot
-    /// read different values.
+    /// read different values. It holds every fact when `every` (what the schema
+    /// describes: the policy examples and the whole-set reference), else only the facts
+    /// some policy of the set reads ([`Read`]).
     fn request(
         &self,
         facts: &Facts<'_>,
         schema: Option<&Schema>,
+        every: bool,
     ) -> Result<(Request, Entities), NormError> {
+        let all = Read::default();
+        let read = if every { &all } else { &self.read };
         let err = |e: &dyn std::fmt::Display| NormError::Request(e.to_string());
         let s = |v: &str| RestrictedExpression::new_string(v.to_string());
         let mut top: Vec<(String, RestrictedExpression)> = Vec::with_capacity(13);
@@ -670,11 +693,15 @@ impl Norms {
         let strings = slice::STRINGS
             .iter()
             .zip(facts.strings)
-            .map(|(p, v)| (*p, s(v)));
+            .zip(read.strings)
+            .filter(|(_, r)| *r)
+            .map(|((p, v), _)| (*p, s(v)));
         let bools = slice::BOOLS
             .iter()
             .zip(facts.bools)
-            .map(|(p, v)| (*p, RestrictedExpression::new_bool(v)));
+            .zip(read.bools)
+            .filter(|(_, r)| *r)
+            .map(|((p, v), _)| (*p, RestrictedExpression::new_bool(v)));
         for (path, value) in strings.chain(bools) {
             match path.split_once('.') {
                 Some(("sender", attr)) => parties[0].push((attr.to_string(), value)),
@@ -682,7 +709,12 @@ impl Norms {
                 None => top.push((path.to_string(), value)),
             }
         }
-        for (path, set) in slice::SETS.iter().zip(facts.sets) {
+        for ((path, set), _) in slice::SETS
+            .iter()
+            .zip(facts.sets)
+            .zip(read.sets)
+            .filter(|(_, r)| *r)
+        {
             top.push((
                 (*path).to_string(),
                 RestrictedExpression::new_set(set.iter().map(|t| s(t))),
@@ -690,6 +722,9 @@ impl Norms {
         }
         let [sender, recipient] = parties;
         for (name, fields) in [("sender", sender), ("recipient", recipient)] {
+            if fields.is_empty() && !every {
+                continue;
+            }
             top.push((
                 name.to_string(),
                 RestrictedExpression::new_record(fields).map_err(|e| err(&e))?,
@@ -745,7 +780,7 @@ impl Norms {
             // produces what the schema describes.
             let facts = facts_of(&flow, recipient, &terms);
             let (request, entities) = self
-                .request(&facts, Some(schema))
+                .request(&facts, Some(schema), true)
                 .map_err(|e| fail(e.to_string()))?;
             let single =
                 PolicySet::from_policies([policy.clone()]).map_err(|e| fail(e.to_string()))?;
@@ -811,6 +846,7 @@ impl Norms {
 struct Ask<'n, 'f> {
     norms: &'n Norms,
     facts: Facts<'f>,
+    /// Slices and the pruned context (else the whole set on every fact).
     sliced: bool,
     request: Option<(Request, Entities)>,
 }
@@ -827,7 +863,7 @@ impl Ask<'_, '_> {
         let cut;
         let set = if self.sliced {
             cut = sliced.slice(&self.facts).map_err(NormError::Request)?;
-            &cut
+            &*cut
         } else {
             whole
         };
@@ -835,7 +871,7 @@ impl Ask<'_, '_> {
             return Ok(None);
         }
         if self.request.is_none() {
-            self.request = Some(self.norms.request(&self.facts, None)?);
+            self.request = Some(self.norms.request(&self.facts, None, !self.sliced)?);
         }
         Ok(self
             .request

@@ -10,14 +10,16 @@
 //! (`context.conditions.contains("court_order")`, `containsAny`, `containsAll`), the
 //! boolean facts, and `!`, `&&`, `||` of these. Cedar evaluates a policy's condition as
 //! one `&&` chain, left to right, short-circuiting; the exact forms cannot err on a
-//! context the request builder filled (every fact present, with its schema type). So
+//! context the request builder filled (every fact a policy reads present, with its
+//! schema type: [`Read`]). So
 //! when the guard is false, a conjunct before any inexact one is false and Cedar
 //! evaluates the policy to `false` **without error**: leaving it out changes neither the
 //! decision, nor its reasons, nor its errors. A conjunct the module cannot read ends the
 //! guard (what follows it might err, and the whole set would report that error); a
 //! policy with no readable leading conjunct is always in the slice.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use cedar_policy::{Policy, PolicySet};
 use serde_json::Value;
@@ -239,10 +241,102 @@ fn guard_of(policy: &Policy) -> Guard {
     Guard::All(lead)
 }
 
-/// A policy set with the guard of each policy.
+/// Which facts the policies of a set read. Building Cedar's context is most of a first
+/// decision's cost, so a fact no policy reads is left out of it: a policy cannot tell
+/// (its condition never names it). Read from each policy's JSON form (Cedar's EST),
+/// conservatively: every `context.a.b` access or `has` test marks its path, and a use
+/// of `context` or of a record (`context.sender`) other than through an access marks
+/// everything under it. A policy whose JSON form cannot be had marks every fact.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Read {
+    /// Per [`STRINGS`] fact.
+    pub strings: [bool; STRINGS.len()],
+    /// Per [`BOOLS`] fact.
+    pub bools: [bool; BOOLS.len()],
+    /// Per [`SETS`] fact.
+    pub sets: [bool; SETS.len()],
+}
+
+impl Default for Read {
+    /// Every fact: the context the schema describes.
+    fn default() -> Self {
+        Self {
+            strings: [true; STRINGS.len()],
+            bools: [true; BOOLS.len()],
+            sets: [true; SETS.len()],
+        }
+    }
+}
+
+impl Read {
+    /// The facts some policy of `policies` reads.
+    pub fn of<'p>(policies: impl IntoIterator<Item = &'p Policy>) -> Self {
+        let mut paths: Vec<Vec<String>> = Vec::new();
+        for p in policies {
+            match p.to_json() {
+                Ok(est) => context_paths(&est, &mut paths),
+                Err(_) => return Self::default(),
+            }
+        }
+        // A path read covers the facts under it; a fact covers the paths under it.
+        let read = |fact: &str| {
+            paths
+                .iter()
+                .any(|p| p.iter().zip(fact.split('.')).all(|(a, b)| a == b))
+        };
+        Self {
+            strings: STRINGS.map(read),
+            bools: BOOLS.map(read),
+            sets: SETS.map(read),
+        }
+    }
+}
+
+/// Every context path `v` reads (see [`Read`]), outermost access first.
+fn context_paths(v: &Value, out: &mut Vec<Vec<String>>) {
+    if let Some(path) = context_path(v) {
+        out.push(path);
+        return;
+    }
+    match v {
+        Value::Object(m) => m.values().for_each(|x| context_paths(x, out)),
+        Value::Array(a) => a.iter().for_each(|x| context_paths(x, out)),
+        _ => {}
+    }
+}
+
+/// The path of `v` when it is `context` or an access into it (`.` or `has`, whose
+/// `attr` may be one name or a sequence).
+fn context_path(v: &Value) -> Option<Vec<String>> {
+    let o = v.as_object().filter(|o| o.len() == 1)?;
+    if o.get("Var").and_then(Value::as_str) == Some("context") {
+        return Some(Vec::new());
+    }
+    let access = o.get(".").or_else(|| o.get("has"))?.as_object()?;
+    let mut path = context_path(access.get("left")?)?;
+    match access.get("attr")? {
+        Value::String(a) => path.push(a.clone()),
+        Value::Array(attrs) => {
+            for a in attrs {
+                path.push(a.as_str()?.to_string());
+            }
+        }
+        _ => return None,
+    }
+    Some(path)
+}
+
+/// How many distinct slices of one policy set are kept for reuse. Flows that hold the
+/// same guards get the same slice; past this many patterns a slice is built for its
+/// decision and dropped (a bound, so that hostile flows cannot grow memory).
+pub(crate) const KEPT_SLICES: usize = 1024;
+
+/// A policy set with the guard of each policy, and the slices built so far.
 #[derive(Debug, Default)]
 pub(crate) struct Sliced {
     policies: Vec<(Guard, Policy)>,
+    /// Slices by the set of policies they hold (one bit per policy, in order).
+    kept: Mutex<HashMap<Box<[u64]>, Arc<PolicySet>>>,
 }
 
 impl Sliced {
@@ -250,20 +344,46 @@ impl Sliced {
     pub fn new(set: &PolicySet) -> Self {
         Self {
             policies: set.policies().map(|p| (guard_of(p), p.clone())).collect(),
+            kept: Mutex::default(),
         }
     }
 
     /// The policies whose guard holds for `facts`: every one that can be satisfied.
+    /// A slice is a function of which guards hold, so the slice of a pattern seen
+    /// before is the one built then ([`KEPT_SLICES`] patterns at most).
     /// (The set cannot refuse them — they come from a valid set with unique ids — but
     /// Cedar's API says it may, and why, as text.)
-    pub fn slice(&self, facts: &Facts<'_>) -> Result<PolicySet, String> {
-        PolicySet::from_policies(
-            self.policies
-                .iter()
-                .filter(|(g, _)| g.holds(facts))
-                .map(|(_, p)| p.clone()),
-        )
-        .map_err(|e| e.to_string())
+    pub fn slice(&self, facts: &Facts<'_>) -> Result<Arc<PolicySet>, String> {
+        let mut holding = vec![0u64; self.policies.len().div_ceil(64)].into_boxed_slice();
+        for (i, (g, _)) in self.policies.iter().enumerate() {
+            if g.holds(facts)
+                && let Some(word) = holding.get_mut(i / 64)
+            {
+                *word |= 1 << (i % 64);
+            }
+        }
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(set) = kept.get(&holding) {
+            return Ok(Arc::clone(set));
+        }
+        let set = Arc::new(
+            PolicySet::from_policies(
+                self.policies
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| {
+                        holding
+                            .get(i / 64)
+                            .is_some_and(|w| w & (1 << (i % 64)) != 0)
+                    })
+                    .map(|(_, (_, p))| p.clone()),
+            )
+            .map_err(|e| e.to_string())?,
+        );
+        if kept.len() < KEPT_SLICES {
+            kept.insert(holding, Arc::clone(&set));
+        }
+        Ok(set)
     }
 
     /// How many policies have a guard that reads at least one conjunct.
@@ -298,6 +418,67 @@ mod tests {
             strings,
             bools,
             sets,
+        }
+    }
+
+    /// The facts `r` marks read, by path.
+    fn read_paths(r: &Read) -> BTreeSet<&'static str> {
+        STRINGS
+            .iter()
+            .zip(r.strings)
+            .chain(BOOLS.iter().zip(r.bools))
+            .chain(SETS.iter().zip(r.sets))
+            .filter(|(_, r)| *r)
+            .map(|(f, _)| *f)
+            .collect()
+    }
+
+    #[test]
+    fn a_context_holds_the_facts_some_policy_reads() {
+        let set = PolicySet::from_str(
+            r#"permit(principal, action, resource) when { context.purpose == "x" && context.recipient.role == "y" };
+               forbid(principal, action, resource) when { context has consent && context.recipient has baa };
+               permit(principal, action, resource) when { context.sender == context.recipient };"#,
+        )
+        .unwrap();
+        // A party compared whole is read whole.
+        let mut want: BTreeSet<&str> = STRINGS
+            .iter()
+            .chain(&BOOLS)
+            .copied()
+            .filter(|f| f.starts_with("sender.") || f.starts_with("recipient."))
+            .collect();
+        want.extend(["purpose", "consent"]);
+        assert_eq!(read_paths(&Read::of(set.policies())), want);
+        // Otherwise only the fields accessed or tested (`has`, one name or a path).
+        let set = PolicySet::from_str(
+            r#"permit(principal, action, resource) when { context.recipient.role == "y" && context has sender.baa };"#,
+        )
+        .unwrap();
+        assert_eq!(
+            read_paths(&Read::of(set.policies())),
+            BTreeSet::from(["recipient.role", "sender.baa"])
+        );
+        // `context` used whole reads every fact.
+        let set =
+            PolicySet::from_str(r#"permit(principal, action, resource) when { context == {} };"#)
+                .unwrap();
+        assert_eq!(Read::of(set.policies()), Read::default());
+        // The embedded set names no tool and no party's identifier: a decision's
+        // context leaves them out, and keeps what its policies read.
+        let n = crate::Norms::embedded().unwrap();
+        let read = read_paths(n.read_facts());
+        for f in ["tool", "sender.id", "recipient.id"] {
+            assert!(!read.contains(f), "{f}: {read:?}");
+        }
+        for f in [
+            "purpose",
+            "recipient.role",
+            "consent",
+            "info_types",
+            "conditions",
+        ] {
+            assert!(read.contains(f), "{f}: {read:?}");
         }
     }
 

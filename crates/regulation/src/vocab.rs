@@ -77,7 +77,19 @@ struct File {
 #[derive(Clone, Debug, Default)]
 pub struct Vocabulary {
     terms: HashMap<TermKind, BTreeMap<String, Vec<String>>>,
-    lookup: HashMap<(TermKind, String), String>,
+    /// Per kind, every key (term or synonym) with the term it names.
+    lookup: HashMap<TermKind, HashMap<String, String>>,
+}
+
+/// Whether `s` is its own [`key`] (ASCII lower-case letters, digits and single inner
+/// underscores): such a string is looked up as it is, without a copy.
+fn is_key(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with('_')
+        && !s.ends_with('_')
+        && !s.contains("__")
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
 /// The normalisation key of `s`: lower case, every run of other characters than
@@ -120,7 +132,11 @@ impl Vocabulary {
                             key(s)
                         ));
                     }
-                    if let Some(other) = v.lookup.insert((kind, s.clone()), term.clone())
+                    if let Some(other) = v
+                        .lookup
+                        .entry(kind)
+                        .or_default()
+                        .insert(s.clone(), term.clone())
                         && other != *term
                     {
                         return Err(format!(
@@ -131,8 +147,9 @@ impl Vocabulary {
                 }
             }
             // A term is itself, even where another term lists it as a synonym.
+            let keys = v.lookup.entry(kind).or_default();
             for term in table.keys() {
-                v.lookup.insert((kind, term.clone()), term.clone());
+                keys.insert(term.clone(), term.clone());
             }
             v.terms.insert(kind, table);
         }
@@ -141,13 +158,16 @@ impl Vocabulary {
 
     /// The term `raw` names, if the vocabulary defines it.
     pub fn term(&self, kind: TermKind, raw: &str) -> Option<&str> {
-        let k = key(raw);
-        if let Some(t) = self.lookup.get(&(kind, k.clone())) {
-            return Some(t);
-        }
-        let singular = k.strip_suffix('s')?;
-        self.lookup
-            .get(&(kind, singular.to_string()))
+        let keys = self.lookup.get(&kind)?;
+        let owned;
+        let k = if is_key(raw) {
+            raw
+        } else {
+            owned = key(raw);
+            owned.as_str()
+        };
+        keys.get(k)
+            .or_else(|| k.strip_suffix('s').and_then(|singular| keys.get(singular)))
             .map(String::as_str)
     }
 
@@ -184,9 +204,9 @@ impl Vocabulary {
     /// Every key (term or synonym) of `kind` with the term it names.
     pub fn keys(&self, kind: TermKind) -> impl Iterator<Item = (&str, &str)> {
         self.lookup
-            .iter()
-            .filter(move |((k, _), _)| *k == kind)
-            .map(|((_, s), t)| (s.as_str(), t.as_str()))
+            .get(&kind)
+            .into_iter()
+            .flat_map(|keys| keys.iter().map(|(s, t)| (s.as_str(), t.as_str())))
     }
 }
 
@@ -211,6 +231,40 @@ mod tests {
             "protected_health_information_phi"
         );
         assert_eq!(key("Treatment"), "treatment");
+    }
+
+    #[test]
+    fn a_string_read_as_its_own_key_is_one() {
+        for s in [
+            "treatment",
+            "court_order",
+            "notified_within_72h",
+            "a",
+            "",
+            "_x",
+            "x_",
+            "a__b",
+            "Treatment",
+            "law enforcement",
+            "café",
+            "x-y",
+            "ⅰ",
+        ] {
+            if is_key(s) {
+                assert_eq!(key(s), s, "{s:?}");
+            }
+            if s.is_ascii() {
+                assert_eq!(is_key(s), !s.is_empty() && key(s) == s, "{s:?}");
+            }
+        }
+        // Every key of the vocabulary is looked up without a copy, and finds itself.
+        let v = vocab();
+        for kind in TermKind::ALL {
+            for (k, t) in v.keys(kind) {
+                assert!(is_key(k), "{k}");
+                assert_eq!(v.term(kind, k), Some(t));
+            }
+        }
     }
 
     #[test]
