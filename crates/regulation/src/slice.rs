@@ -362,10 +362,16 @@ impl Sliced {
                 *word |= 1 << (i % 64);
             }
         }
-        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(set) = kept.get(&holding) {
-            return Ok(Arc::clone(set));
+        let seen = self
+            .kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&holding)
+            .cloned();
+        if let Some(set) = seen {
+            return Ok(set);
         }
+        // Built outside the lock: other decisions are not held up meanwhile.
         let set = Arc::new(
             PolicySet::from_policies(
                 self.policies
@@ -380,8 +386,9 @@ impl Sliced {
             )
             .map_err(|e| e.to_string())?,
         );
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         if kept.len() < KEPT_SLICES {
-            kept.insert(holding, Arc::clone(&set));
+            kept.entry(holding).or_insert_with(|| Arc::clone(&set));
         }
         Ok(set)
     }
