@@ -1,6 +1,7 @@
 //! What an execution grant costs: the monitor issuing one for an allowed action (a
 //! fresh nonce, the canonical body, an Ed25519 signature) and a tool host admitting it
-//! (signature, run, action, expiry, single use). Every allowed call through a tool host
+//! (signature, run, action, expiry, single use), and of that the signature check alone
+//! (the key read from its bytes, strict Ed25519). Every allowed call through a tool host
 //! (the broker, the MCP host of `knox gateway mcp`, a contract execution) pays both.
 //!
 //! `cargo bench -p knox-attest --bench grant`
@@ -11,9 +12,11 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use knox_attest::grant::{self, Spent};
-use knox_attest::key::TeeKey;
+use knox_attest::key::{TeeKey, verify_signature};
 use knox_types::Action;
+use knox_types::canon;
 use knox_types::digest::Digest;
+use knox_types::grant::GRANT_CONTEXT;
 use serde_json::json;
 
 fn grants(c: &mut Criterion) {
@@ -40,6 +43,13 @@ fn grants(c: &mut Criterion) {
             },
             criterion::BatchSize::SmallInput,
         );
+    });
+    let granted = grant::issue(&key, apm, &action, "agent-0", 7).unwrap();
+    let body = canon::to_canonical(&granted.body).unwrap();
+    g.bench_function("verify_signature", |b| {
+        b.iter(|| {
+            verify_signature(&public, GRANT_CONTEXT, black_box(&body), &granted.sig).unwrap()
+        });
     });
     g.finish();
 }

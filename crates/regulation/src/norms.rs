@@ -289,7 +289,7 @@ impl Norms {
             recipient: uid(r#"Knox::Party::"recipient""#)?,
             action: uid(r#"Knox::Action::"disclose""#)?,
             vocab,
-            read: Read::default(),
+            read: Read::ALL,
         };
         let mut all_ids = BTreeSet::new();
         let mut pending = Vec::new();
@@ -675,17 +675,15 @@ impl Norms {
     /// The Cedar request of one flow's `facts` (the parties travel in the context, so
     /// the entity store is empty). The context is built from the same [`Facts`] the
     /// slices are cut with, fact by fact from their paths: the guards and Cedar cannot
-    /// read different values. It holds every fact when `every` (what the schema
-    /// describes: the policy examples and the whole-set reference), else only the facts
-    /// some policy of the set reads ([`Read`]).
+    /// read different values. It holds the facts `read` marks: every one for what the
+    /// schema describes (the policy examples, the whole-set reference), else those some
+    /// policy of the set reads (`self.read`).
     fn request(
         &self,
         facts: &Facts<'_>,
         schema: Option<&Schema>,
-        every: bool,
+        read: &Read,
     ) -> Result<(Request, Entities), NormError> {
-        let all = Read::default();
-        let read = if every { &all } else { &self.read };
         let err = |e: &dyn std::fmt::Display| NormError::Request(e.to_string());
         let s = |v: &str| RestrictedExpression::new_string(v.to_string());
         let mut top: Vec<(String, RestrictedExpression)> = Vec::with_capacity(13);
@@ -722,7 +720,7 @@ impl Norms {
         }
         let [sender, recipient] = parties;
         for (name, fields) in [("sender", sender), ("recipient", recipient)] {
-            if fields.is_empty() && !every {
+            if fields.is_empty() {
                 continue;
             }
             top.push((
@@ -780,7 +778,7 @@ impl Norms {
             // produces what the schema describes.
             let facts = facts_of(&flow, recipient, &terms);
             let (request, entities) = self
-                .request(&facts, Some(schema), true)
+                .request(&facts, Some(schema), &Read::ALL)
                 .map_err(|e| fail(e.to_string()))?;
             let single =
                 PolicySet::from_policies([policy.clone()]).map_err(|e| fail(e.to_string()))?;
@@ -871,7 +869,12 @@ impl Ask<'_, '_> {
             return Ok(None);
         }
         if self.request.is_none() {
-            self.request = Some(self.norms.request(&self.facts, None, !self.sliced)?);
+            let read = if self.sliced {
+                &self.norms.read
+            } else {
+                &Read::ALL
+            };
+            self.request = Some(self.norms.request(&self.facts, None, read)?);
         }
         Ok(self
             .request

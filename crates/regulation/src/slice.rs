@@ -123,15 +123,10 @@ fn fact(e: &Value, table: &[&str]) -> Option<usize> {
     table.iter().position(|p| *p == path)
 }
 
-/// `context.a` → `a`, `context.a.b` → `a.b`.
+/// `context.a` → `a`, `context.a.b` → `a.b` (an access, not a `has` test).
 fn path(e: &Value) -> Option<String> {
-    let get = e.get(".")?;
-    let attr = get.get("attr")?.as_str()?;
-    let left = get.get("left")?;
-    if left.get("Var").and_then(Value::as_str) == Some("context") {
-        return Some(attr.to_string());
-    }
-    Some(format!("{}.{attr}", path(left)?))
+    e.get(".")?;
+    context_path(e).map(|p| p.join("."))
 }
 
 fn string_lit(e: &Value) -> Option<String> {
@@ -257,25 +252,21 @@ pub(crate) struct Read {
     pub sets: [bool; SETS.len()],
 }
 
-impl Default for Read {
-    /// Every fact: the context the schema describes.
-    fn default() -> Self {
-        Self {
-            strings: [true; STRINGS.len()],
-            bools: [true; BOOLS.len()],
-            sets: [true; SETS.len()],
-        }
-    }
-}
-
 impl Read {
+    /// Every fact: the context the schema describes.
+    pub const ALL: Self = Self {
+        strings: [true; STRINGS.len()],
+        bools: [true; BOOLS.len()],
+        sets: [true; SETS.len()],
+    };
+
     /// The facts some policy of `policies` reads.
     pub fn of<'p>(policies: impl IntoIterator<Item = &'p Policy>) -> Self {
         let mut paths: Vec<Vec<String>> = Vec::new();
         for p in policies {
             match p.to_json() {
                 Ok(est) => context_paths(&est, &mut paths),
-                Err(_) => return Self::default(),
+                Err(_) => return Self::ALL,
             }
         }
         // A path read covers the facts under it; a fact covers the paths under it.
@@ -306,7 +297,8 @@ fn context_paths(v: &Value, out: &mut Vec<Vec<String>>) {
 }
 
 /// The path of `v` when it is `context` or an access into it (`.` or `has`, whose
-/// `attr` may be one name or a sequence).
+/// `attr` may be one name or a sequence): the one reader of context paths, for the
+/// guards ([`path`]) and for [`Read`].
 fn context_path(v: &Value) -> Option<Vec<String>> {
     let o = v.as_object().filter(|o| o.len() == 1)?;
     if o.get("Var").and_then(Value::as_str) == Some("context") {
@@ -470,7 +462,7 @@ mod tests {
         let set =
             PolicySet::from_str(r#"permit(principal, action, resource) when { context == {} };"#)
                 .unwrap();
-        assert_eq!(Read::of(set.policies()), Read::default());
+        assert_eq!(Read::of(set.policies()), Read::ALL);
         // The embedded set names no tool and no party's identifier: a decision's
         // context leaves them out, and keeps what its policies read.
         let n = crate::Norms::embedded().unwrap();
