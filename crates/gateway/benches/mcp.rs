@@ -15,7 +15,7 @@
 //!   bundle sealed and self-verified); sessions per second = 1 / its time.
 //! - 64 concurrent sessions × 16 calls over HTTP, each with its own rmcp client and
 //!   markers: every bundle is verified and checked for lost, mixed-up or foreign
-//!   nodes (the same check as `tests/mcp_concurrency.rs`); the bench fails on any.
+//!   nodes (the same check as `tests/suite/mcp_concurrency.rs`); the bench fails on any.
 //!
 //! `cargo bench -p knox-gateway --bench mcp -- --warm-up-time 1 --measurement-time 3`
 
@@ -28,7 +28,7 @@
     reason = "a test harness: a failed step is a failed test"
 )]
 
-#[path = "../tests/mcp_support/mod.rs"]
+#[path = "../tests/suite/mcp_support/mod.rs"]
 mod mcp_support;
 
 use std::time::{Duration, Instant};

@@ -7,7 +7,7 @@
 
 #![expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "bench")]
 
-#[path = "../tests/openai_support/mod.rs"]
+#[path = "../tests/suite/openai_support/mod.rs"]
 mod openai_support;
 
 use std::net::SocketAddr;

@@ -1,6 +1,6 @@
 //! Tamper evidence of what this build's prover writes. The tamper suite itself — every
 //! mutation class on bundles of every topology, from their files — is the verifier's
-//! own (`crates/verify/tests/tamper.rs`, on fixtures `knox run` wrote); here, freshly
+//! own (`crates/verify/tests/suite/tamper.rs`, on fixtures `knox run` wrote); here, freshly
 //! made bundles of every topology verify complete, and a run whose planning failed
 //! (which only the prover can make) is tamper-evident node by node.
 

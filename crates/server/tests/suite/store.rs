@@ -2,7 +2,8 @@
 //! (`KNOX_TEST_POSTGRES_URL`, from `scripts/postgres-test`).
 #![expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 
-mod common;
+use super::common;
+use crate::on_both_engines;
 
 use common::{
     BUNDLE, BUNDLE2, BUNDLE3, CHAIN, CHAIN_FORK, JOURNAL, ingest, log_key, people, tampered,

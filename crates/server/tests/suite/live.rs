@@ -10,7 +10,7 @@
     reason = "tests"
 )]
 
-mod common;
+use super::common;
 
 use std::io::Write as _;
 use std::time::Duration;
@@ -27,11 +27,11 @@ macro_rules! on_both_engines_sync {
         mod $name {
             #[test]
             fn sqlite() {
-                super::$name(&crate::common::sqlite_url());
+                super::$name(&crate::suite::common::sqlite_url());
             }
             #[test]
             fn postgres() {
-                if let Some(url) = crate::common::postgres_url_blocking() {
+                if let Some(url) = crate::suite::common::postgres_url_blocking() {
                     super::$name(&url);
                 }
             }

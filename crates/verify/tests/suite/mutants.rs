@@ -47,7 +47,7 @@ use serde_json::{Map, Value, json};
 const ALLOW: Options = Options::DANGEROUS_SIMULATED;
 
 /// One bundle file per topology (evidence format v2), a bundle of format v3 (its
-/// signed summary places it in its key's chain of runs: `tests/key_chain.rs`), and the
+/// signed summary places it in its key's chain of runs: `tests/suite/key_chain.rs`), and the
 /// journal beside one of them.
 const TOPOLOGIES: [&str; 6] = [
     "st-sa",

@@ -5,7 +5,7 @@
 //!
 //! The bundles in `tests/fixtures/chain/` (runs 0–3 of one key, and a second run 1
 //! signed by the same key: a fork) are what the server's tests hand over to find a
-//! run left out; `KNOX_WRITE_FIXTURES=1 cargo test -p knox-verify --test key_chain`
+//! run left out; `KNOX_WRITE_FIXTURES=1 cargo test -p knox-verify --test all -- suite::key_chain`
 //! writes them again.
 
 #![expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
@@ -206,7 +206,7 @@ fn an_edited_missing_or_misplaced_chain_is_tampered() {
 
 #[test]
 fn a_bundle_of_format_v2_has_no_chain_and_still_verifies() {
-    let bytes = include_bytes!("fixtures/topologies/st-sa.json");
+    let bytes = include_bytes!("../fixtures/topologies/st-sa.json");
     let b = knox_verify::parse_bundle(bytes).unwrap();
     assert_eq!(b.format, knox_types::bundle::BUNDLE_FORMAT_V2);
     let r = verify(&b);

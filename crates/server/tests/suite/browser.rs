@@ -11,7 +11,7 @@
     reason = "tests"
 )]
 
-mod common;
+use super::common;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -4,7 +4,7 @@
 
 #![expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 
-mod openai_support;
+use super::openai_support;
 
 use std::net::SocketAddr;
 use std::path::Path;

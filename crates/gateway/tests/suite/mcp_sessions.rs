@@ -12,7 +12,7 @@
     reason = "a test harness: a failed step is a failed test"
 )]
 
-mod mcp_support;
+use super::mcp_support;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;

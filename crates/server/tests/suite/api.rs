@@ -4,7 +4,7 @@
 //! leaked.
 #![expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 
-mod common;
+use super::common;
 
 use common::{BUNDLE, BUNDLE2, CHAIN, CHAIN_FORK, Served, log_key, serve, tampered};
 use knox_attest::TeeKey;
@@ -18,11 +18,11 @@ macro_rules! on_both_engines_sync {
         mod $name {
             #[test]
             fn sqlite() {
-                super::$name(&super::serve(&crate::common::sqlite_url()));
+                super::$name(&super::serve(&crate::suite::common::sqlite_url()));
             }
             #[test]
             fn postgres() {
-                if let Some(url) = crate::common::postgres_url_blocking() {
+                if let Some(url) = crate::suite::common::postgres_url_blocking() {
                     super::$name(&super::serve(&url));
                 }
             }

@@ -19,7 +19,7 @@
     reason = "tests"
 )]
 
-mod mcp_support;
+use super::mcp_support;
 
 use std::path::PathBuf;
 use std::sync::Arc;

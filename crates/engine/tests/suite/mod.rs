@@ -1,0 +1,4 @@
+mod contract;
+mod engine;
+mod mcp;
+mod workloads;

@@ -1,0 +1,3 @@
+//! The monitor's run loop and its dependency graph: one test binary, suites under `suite/`.
+
+mod suite;

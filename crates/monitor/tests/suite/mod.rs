@@ -1,0 +1,2 @@
+mod dependencies;
+mod run;

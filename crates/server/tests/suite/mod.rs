@@ -1,0 +1,5 @@
+mod api;
+mod browser;
+mod common;
+mod live;
+mod store;

@@ -1,0 +1,3 @@
+//! Verification of real and mutated evidence: one test binary, suites under `suite/`.
+
+mod suite;

@@ -1,0 +1,7 @@
+mod concurrent;
+mod key_chain;
+mod manifests;
+mod mutants;
+mod pipeline;
+mod tamper;
+mod typed_bodies;
