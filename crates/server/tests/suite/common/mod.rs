@@ -18,7 +18,8 @@ use sqlx::Connection as _;
 pub const BUNDLE: &[u8] =
     include_bytes!("../../../../verify/tests/fixtures/topologies/mt-ma-3-3.json");
 /// Another complete bundle.
-pub const BUNDLE2: &[u8] = include_bytes!("../../../../verify/tests/fixtures/topologies/st-sa.json");
+pub const BUNDLE2: &[u8] =
+    include_bytes!("../../../../verify/tests/fixtures/topologies/st-sa.json");
 /// A third.
 pub const BUNDLE3: &[u8] =
     include_bytes!("../../../../verify/tests/fixtures/topologies/mt-sa-seq-2.json");
