@@ -1,7 +1,14 @@
 //! Fixtures of the OpenAI proxy's tests and bench: a scripted OpenAI-compatible
 //! upstream on loopback, a bank toolkit and its plan, a session over them.
 
-#![allow(dead_code, reason = "each test binary uses part of the fixtures")]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "fixtures of the tests and a bench: a failed step is a failed test; each binary uses part of them"
+)]
 
 use std::net::SocketAddr;
 use std::sync::Arc;
