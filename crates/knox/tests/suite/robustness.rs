@@ -255,7 +255,7 @@ fn wait_bounded(child: &mut Child, what: &str) -> std::process::ExitStatus {
     }
 }
 
-/// Over 60 s (83 s in `scripts/ci-cold` on 2 cores), and why: per mode, three real
+/// Over 60 s (83–128 s in `scripts/ci-cold` on 2 cores), and why: per mode, three real
 /// `knox run` processes are each killed at a random moment up to 8 s after their first
 /// journal line (the confined mode adds a timed run that sizes its window and a run after
 /// the kills), so most of its time is spent waiting for those moments while the other
