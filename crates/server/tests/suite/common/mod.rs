@@ -15,31 +15,56 @@ use knox_server::{App, Verifier};
 use sqlx::Connection as _;
 
 /// A complete bundle with blocked actions (simulated platform evidence).
-pub const BUNDLE: &[u8] =
-    include_bytes!("../../../../verify/tests/fixtures/topologies/mt-ma-3-3.json");
+pub const BUNDLE: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../verify/tests/fixtures/topologies/mt-ma-3-3.json"
+));
 /// Another complete bundle.
-pub const BUNDLE2: &[u8] =
-    include_bytes!("../../../../verify/tests/fixtures/topologies/st-sa.json");
+pub const BUNDLE2: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../verify/tests/fixtures/topologies/st-sa.json"
+));
 /// A third.
-pub const BUNDLE3: &[u8] =
-    include_bytes!("../../../../verify/tests/fixtures/topologies/mt-sa-seq-2.json");
+pub const BUNDLE3: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../verify/tests/fixtures/topologies/mt-sa-seq-2.json"
+));
 /// A journal (a run that never finished).
-pub const JOURNAL: &[u8] =
-    include_bytes!("../../../../verify/tests/fixtures/topologies/mt-ma-4-2.journal.jsonl");
+pub const JOURNAL: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../verify/tests/fixtures/topologies/mt-ma-4-2.journal.jsonl"
+));
 /// The sealed bundle of the run [`JOURNAL`] recorded.
-pub const LIVE_BUNDLE: &[u8] =
-    include_bytes!("../../../../verify/tests/fixtures/topologies/mt-ma-4-2.json");
+pub const LIVE_BUNDLE: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../verify/tests/fixtures/topologies/mt-ma-4-2.json"
+));
 
 /// Runs 0–3 of one in-TEE key's chain (evidence format v3), and `fork-1`: a second run
 /// 1 signed by the same key (`crates/verify/tests/suite/key_chain.rs` writes them).
 pub const CHAIN: [&[u8]; 4] = [
-    include_bytes!("../../../../verify/tests/fixtures/chain/run-0.json"),
-    include_bytes!("../../../../verify/tests/fixtures/chain/run-1.json"),
-    include_bytes!("../../../../verify/tests/fixtures/chain/run-2.json"),
-    include_bytes!("../../../../verify/tests/fixtures/chain/run-3.json"),
+    include_bytes!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../verify/tests/fixtures/chain/run-0.json"
+    )),
+    include_bytes!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../verify/tests/fixtures/chain/run-1.json"
+    )),
+    include_bytes!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../verify/tests/fixtures/chain/run-2.json"
+    )),
+    include_bytes!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../verify/tests/fixtures/chain/run-3.json"
+    )),
 ];
 /// A second run 1 of [`CHAIN`]'s key: a fork.
-pub const CHAIN_FORK: &[u8] = include_bytes!("../../../../verify/tests/fixtures/chain/fork-1.json");
+pub const CHAIN_FORK: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../verify/tests/fixtures/chain/fork-1.json"
+));
 
 /// [`BUNDLE`] with one blocked node's reason rewritten: tampered evidence.
 pub fn tampered() -> Vec<u8> {
