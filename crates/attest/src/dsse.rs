@@ -6,7 +6,7 @@ use knox_types::dsse::{
     self, Envelope, EnvelopeSignature, INTOTO_PAYLOAD_TYPE, PayloadError, Statement,
 };
 
-use crate::key::{SignatureError, TeeKey, key_id, verify_signature};
+use crate::key::{SignatureError, Signer, key_id, verify_signature};
 
 /// Why an envelope does not verify.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -29,7 +29,7 @@ pub enum EnvelopeError {
 }
 
 /// Signs `statement` (canonical payload) with `key`.
-pub fn sign(key: &TeeKey, statement: &Statement) -> Result<Envelope, CanonError> {
+pub fn sign(key: &(impl Signer + ?Sized), statement: &Statement) -> Result<Envelope, CanonError> {
     let payload = statement.to_payload()?;
     let sig = key.sign(b"", &dsse::pae(INTOTO_PAYLOAD_TYPE, &payload));
     Ok(Envelope {
@@ -72,6 +72,7 @@ pub fn verify(
 #[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 mod tests {
     use super::*;
+    use crate::TeeKey;
     use knox_types::dsse::{SUMMARY_PREDICATE, Subject};
 
     #[test]

@@ -1,4 +1,5 @@
-//! The in-TEE Ed25519 key: generated at start-up, never leaves the process.
+//! Keys: the in-TEE Ed25519 key ([`TeeKey`]: generated at start-up, never leaves the
+//! process) and the keys parties keep ([`PartyKey`]), both signing through [`Signer`].
 
 use std::fmt;
 
@@ -34,7 +35,75 @@ pub enum SignatureError {
 #[error("cannot generate a signing key: {0}")]
 pub struct KeyGenError(String);
 
-/// An Ed25519 signing key.
+/// What signs: a key that can sign a domain-separated message and name its public half.
+///
+/// Both kinds of key implement it: the in-TEE key ([`TeeKey`], whose private half never
+/// leaves the process) and the keys parties keep on disk ([`PartyKey`]: regulators,
+/// contract authorities, approvers, the transparency log). Code that signs evidence
+/// takes a [`TeeKey`]; code that may be handed either takes `&dyn Signer`.
+pub trait Signer {
+    /// The raw public key.
+    fn public_bytes(&self) -> [u8; 32];
+
+    /// Signs `context ‖ message`; the context is a domain-separation prefix.
+    fn sign(&self, context: &[u8], message: &[u8]) -> HexBytes;
+
+    /// The public key as bundles carry it.
+    fn public_key(&self) -> PublicKey {
+        PublicKey {
+            alg: ALG.into(),
+            public_key: HexBytes(self.public_bytes().to_vec()),
+        }
+    }
+
+    /// `H("knox/key", public key)`.
+    fn key_id(&self) -> Digest {
+        key_id(&self.public_bytes())
+    }
+}
+
+fn sign_with(signing: &SigningKey, context: &[u8], message: &[u8]) -> HexBytes {
+    let mut m = Vec::with_capacity(context.len() + message.len());
+    m.extend_from_slice(context);
+    m.extend_from_slice(message);
+    HexBytes(signing.sign(&m).to_bytes().to_vec())
+}
+
+fn fresh_seed() -> Result<SigningKey, KeyGenError> {
+    let mut seed = zeroize::Zeroizing::new([0u8; 32]);
+    getrandom::fill(seed.as_mut_slice()).map_err(|e| KeyGenError(e.to_string()))?;
+    Ok(SigningKey::from_bytes(&seed))
+}
+
+/// The in-TEE Ed25519 key: made inside the process from the operating system's random
+/// source, and never out of it.
+///
+/// There is no way to read its private half, to make one from known bytes, or to copy
+/// it: it is not `Clone`, has no `seed()` and no `from_seed()`, and its bytes are
+/// zeroised when it is dropped (`ed25519-dalek`'s `zeroize`). Whoever shares it (a run
+/// and its journal) shares it by reference or `Arc`. These do not compile:
+///
+/// ```compile_fail,E0599
+/// let key = knox_attest::TeeKey::generate().unwrap();
+/// let _seed: [u8; 32] = key.seed();
+/// ```
+///
+/// ```compile_fail,E0599
+/// let _key = knox_attest::TeeKey::from_seed([7; 32]);
+/// ```
+///
+/// ```compile_fail,E0599
+/// let key = knox_attest::TeeKey::generate().unwrap();
+/// let _copy = key.clone();
+/// ```
+///
+/// while its public half is there for anyone:
+///
+/// ```
+/// use knox_attest::key::Signer as _;
+/// let key = knox_attest::TeeKey::generate().unwrap();
+/// let _public: [u8; 32] = key.public_bytes();
+/// ```
 pub struct TeeKey {
     signing: SigningKey,
 }
@@ -48,21 +117,9 @@ impl fmt::Debug for TeeKey {
 impl TeeKey {
     /// A fresh key from the operating system's random source.
     pub fn generate() -> Result<Self, KeyGenError> {
-        let mut seed = [0u8; 32];
-        getrandom::fill(&mut seed).map_err(|e| KeyGenError(e.to_string()))?;
-        Ok(Self::from_seed(seed))
-    }
-
-    /// A key from a 32-byte seed (for regulator keys stored on disk, and tests).
-    pub fn from_seed(seed: [u8; 32]) -> Self {
-        Self {
-            signing: SigningKey::from_bytes(&seed),
-        }
-    }
-
-    /// The seed, for storing a regulator's key.
-    pub fn seed(&self) -> [u8; 32] {
-        self.signing.to_bytes()
+        Ok(Self {
+            signing: fresh_seed()?,
+        })
     }
 
     /// The raw public key.
@@ -72,23 +129,103 @@ impl TeeKey {
 
     /// The public key as bundles carry it.
     pub fn public_key(&self) -> PublicKey {
-        PublicKey {
-            alg: ALG.into(),
-            public_key: HexBytes(self.public_bytes().to_vec()),
-        }
+        Signer::public_key(self)
     }
 
     /// `H("knox/key", public key)`.
     pub fn key_id(&self) -> Digest {
-        key_id(&self.public_bytes())
+        Signer::key_id(self)
     }
 
     /// Signs `context ‖ message`; the context is a domain-separation prefix.
     pub fn sign(&self, context: &[u8], message: &[u8]) -> HexBytes {
-        let mut m = Vec::with_capacity(context.len() + message.len());
-        m.extend_from_slice(context);
-        m.extend_from_slice(message);
-        HexBytes(self.signing.sign(&m).to_bytes().to_vec())
+        sign_with(&self.signing, context, message)
+    }
+}
+
+impl Signer for TeeKey {
+    fn public_bytes(&self) -> [u8; 32] {
+        Self::public_bytes(self)
+    }
+
+    fn sign(&self, context: &[u8], message: &[u8]) -> HexBytes {
+        Self::sign(self, context, message)
+    }
+}
+
+/// An Ed25519 key a party keeps: a regulator's, a contract authority's, an approver's,
+/// the transparency log's. Unlike [`TeeKey`] it can be stored
+/// ([`crate::keyfile`]: PKCS#8 PEM, mode 0600) and made again from its seed; it is not
+/// `Clone` either, and is zeroised when dropped.
+pub struct PartyKey {
+    signing: SigningKey,
+}
+
+impl fmt::Debug for PartyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PartyKey({})", self.key_id())
+    }
+}
+
+impl PartyKey {
+    /// A fresh key from the operating system's random source.
+    pub fn generate() -> Result<Self, KeyGenError> {
+        Ok(Self {
+            signing: fresh_seed()?,
+        })
+    }
+
+    /// The key of a 32-byte seed (RFC 8032's private key).
+    pub fn from_seed(seed: [u8; 32]) -> Self {
+        Self {
+            signing: SigningKey::from_bytes(&seed),
+        }
+    }
+
+    /// The 32-byte seed, for storing the key or handing a copy to a client. (The in-TEE
+    /// key has no such method.)
+    pub fn seed(&self) -> [u8; 32] {
+        self.signing.to_bytes()
+    }
+
+    /// The dalek key, for [`crate::keyfile`] to encode.
+    pub(crate) fn signing(&self) -> &SigningKey {
+        &self.signing
+    }
+
+    /// The key of a dalek key, for [`crate::keyfile`] to decode.
+    pub(crate) fn from_signing(signing: SigningKey) -> Self {
+        Self { signing }
+    }
+
+    /// The raw public key.
+    pub fn public_bytes(&self) -> [u8; 32] {
+        self.signing.verifying_key().to_bytes()
+    }
+
+    /// The public key as bundles carry it.
+    pub fn public_key(&self) -> PublicKey {
+        Signer::public_key(self)
+    }
+
+    /// `H("knox/key", public key)`.
+    pub fn key_id(&self) -> Digest {
+        Signer::key_id(self)
+    }
+
+    /// Signs `context ‖ message`; the context is a domain-separation prefix.
+    pub fn sign(&self, context: &[u8], message: &[u8]) -> HexBytes {
+        sign_with(&self.signing, context, message)
+    }
+}
+
+impl Signer for PartyKey {
+    fn public_bytes(&self) -> [u8; 32] {
+        Self::public_bytes(self)
+    }
+
+    fn sign(&self, context: &[u8], message: &[u8]) -> HexBytes {
+        Self::sign(self, context, message)
     }
 }
 
@@ -145,7 +282,7 @@ mod tests {
                 .unwrap()
                 .try_into()
                 .unwrap();
-        let k = TeeKey::from_seed(seed);
+        let k = PartyKey::from_seed(seed);
         assert_eq!(
             hex::encode(k.public_bytes()),
             "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"

@@ -10,5 +10,5 @@ pub mod platform;
 pub mod simulated;
 pub mod weights;
 
-pub use key::{SignatureError, TeeKey, verify_signature};
+pub use key::{PartyKey, SignatureError, Signer, TeeKey, verify_signature};
 pub use platform::{PlatformBackend, PlatformError};

@@ -10,7 +10,7 @@
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
-use knox_attest::TeeKey;
+use knox_attest::{PartyKey, TeeKey};
 use knox_broker::contract::{ContractExecutor, Refused};
 use knox_broker::pinned::{self, PinError};
 use knox_contract::example::template;
@@ -65,7 +65,7 @@ fn fixture() -> Option<Fixture> {
         ArgPattern::Lit("-c".into()),
         ArgPattern::Hole(Hole::Relpath),
     ]);
-    let authority = TeeKey::from_seed([3; 32]);
+    let authority = PartyKey::from_seed([3; 32]);
     let env = signed::sign(&authority, &c).unwrap();
     let verified = signed::verify(&env, &authority.public_key()).unwrap();
     let sandbox = match Sandbox::new(SandboxConfig {
@@ -79,7 +79,7 @@ fn fixture() -> Option<Fixture> {
         }
         Err(e) => panic!("kernel sandbox unavailable in CI: {e}"),
     };
-    let monitor = TeeKey::from_seed([4; 32]);
+    let monitor = TeeKey::generate().unwrap();
     let session = verified.hash;
     let exec = ContractExecutor::new(
         sandbox,
@@ -237,7 +237,7 @@ fn grants_are_required_bound_and_single_use() {
     assert_eq!(f.exec.execute(&b, Some(&g2)).unwrap_err().check(), "grant");
     // a grant the monitor did not sign
     let forged =
-        knox_attest::grant::issue(&TeeKey::from_seed([5; 32]), f.session, &b, "agent", 3).unwrap();
+        knox_attest::grant::issue(&TeeKey::generate().unwrap(), f.session, &b, "agent", 3).unwrap();
     assert_eq!(
         f.exec.execute(&b, Some(&forged)).unwrap_err().check(),
         "grant"

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use knox_attest::TeeKey;
+use knox_attest::PartyKey;
 use knox_attest::key::verify_signature;
 use knox_types::bytes::HexBytes;
 use knox_types::digest::Digest;
@@ -84,7 +84,7 @@ pub enum ApprovalError {
 
 /// Signs an approval of `action_hash` under `contract_hash` by `approver`.
 pub fn sign(
-    key: &TeeKey,
+    key: &PartyKey,
     approver: &str,
     contract_hash: Digest,
     action_hash: Digest,

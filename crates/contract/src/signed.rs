@@ -3,7 +3,7 @@
 //! Verifying needs the authority's public key from outside the envelope: the envelope
 //! names its key, it does not make it trusted.
 
-use knox_attest::TeeKey;
+use knox_attest::PartyKey;
 use knox_attest::dsse::EnvelopeError;
 use knox_types::bundle::PublicKey;
 use knox_types::digest::Digest;
@@ -57,7 +57,7 @@ pub enum SignedError {
 }
 
 /// Signs a (valid) contract with the authority key.
-pub fn sign(key: &TeeKey, contract: &Contract) -> Result<Envelope, SignedError> {
+pub fn sign(key: &PartyKey, contract: &Contract) -> Result<Envelope, SignedError> {
     contract.validate()?;
     let st = Statement::new(
         vec![Subject::one(

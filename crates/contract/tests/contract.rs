@@ -6,7 +6,7 @@
     reason = "tests"
 )]
 
-use knox_attest::TeeKey;
+use knox_attest::{PartyKey, TeeKey};
 use knox_contract::approval::{self, ApprovalError};
 use knox_contract::example::template;
 use knox_contract::format::{Contract, Impact};
@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 const NOW: u64 = 1_800_000_000_000;
 const WC: &str = "1111111111111111111111111111111111111111111111111111111111111111";
 
-fn contract(approver: &TeeKey) -> Contract {
+fn contract(approver: &PartyKey) -> Contract {
     let mut c = template(NOW - 1000, NOW + 3_600_000, WC);
     c.approvers
         .insert("alice".into(), hex::encode(approver.public_bytes()));
@@ -39,7 +39,7 @@ fn run(c: &Contract, a: &Value, ap: Option<&Value>, s: &State) -> Decision {
 
 #[test]
 fn legitimate_actions_are_allowed_with_the_signed_cost() {
-    let k = TeeKey::from_seed([1; 32]);
+    let k = PartyKey::from_seed([1; 32]);
     let c = contract(&k);
     let s = State::default();
     let w = act(
@@ -64,7 +64,7 @@ fn legitimate_actions_are_allowed_with_the_signed_cost() {
 
 #[test]
 fn every_hostile_shape_is_denied_by_its_check() {
-    let k = TeeKey::from_seed([1; 32]);
+    let k = PartyKey::from_seed([1; 32]);
     let c = contract(&k);
     let s = State::default();
     let cases = [
@@ -176,7 +176,7 @@ fn every_hostile_shape_is_denied_by_its_check() {
 
 #[test]
 fn budget_counts_spent_plus_reserved_plus_cost_and_the_cap_counts_actions() {
-    let k = TeeKey::from_seed([1; 32]);
+    let k = PartyKey::from_seed([1; 32]);
     let c = contract(&k);
     let e = act("ContractExec", json!({"exe": "wc", "args": ["-l", "a"]}));
     let s = State {
@@ -204,8 +204,8 @@ fn budget_counts_spent_plus_reserved_plus_cost_and_the_cap_counts_actions() {
 
 #[test]
 fn approvals_bind_action_contract_nonce_time_and_approver() {
-    let alice = TeeKey::from_seed([1; 32]);
-    let mallory = TeeKey::from_seed([2; 32]);
+    let alice = PartyKey::from_seed([1; 32]);
+    let mallory = PartyKey::from_seed([2; 32]);
     let c = contract(&alice);
     let h = c.hash();
     let a = act(
@@ -278,8 +278,8 @@ fn approvals_bind_action_contract_nonce_time_and_approver() {
 
 #[test]
 fn signed_contracts_verify_and_tampering_is_refused() {
-    let authority = TeeKey::from_seed([9; 32]);
-    let c = contract(&TeeKey::from_seed([1; 32]));
+    let authority = PartyKey::from_seed([9; 32]);
+    let c = contract(&PartyKey::from_seed([1; 32]));
     let env = signed::sign(&authority, &c).unwrap();
     let bytes = serde_json::to_vec(&env).unwrap();
     let v = signed::verify_bytes(&bytes, &authority.public_key()).unwrap();
@@ -287,7 +287,7 @@ fn signed_contracts_verify_and_tampering_is_refused() {
     assert_eq!(v.hash, c.hash());
     // another authority
     assert!(matches!(
-        signed::verify_bytes(&bytes, &TeeKey::from_seed([8; 32]).public_key()),
+        signed::verify_bytes(&bytes, &PartyKey::from_seed([8; 32]).public_key()),
         Err(SignedError::Signature(_))
     ));
     // the payload widened (root "/") without re-signing
@@ -336,7 +336,7 @@ fn signed_contracts_verify_and_tampering_is_refused() {
 
 #[test]
 fn structural_validation_rejects_bad_contracts() {
-    let k = TeeKey::from_seed([1; 32]);
+    let k = PartyKey::from_seed([1; 32]);
     let base = contract(&k);
     let mut bad = Vec::new();
     let mut c = base.clone();
@@ -378,7 +378,7 @@ fn structural_validation_rejects_bad_contracts() {
 
 #[test]
 fn a_replayed_journal_keeps_unsettled_reservations_held() {
-    let k = TeeKey::from_seed([1; 32]);
+    let k = PartyKey::from_seed([1; 32]);
     let c = contract(&k);
     let e = act("ContractExec", json!({"exe": "wc", "args": ["-l", "a"]}));
     let mut ledger = Ledger::new();
@@ -502,7 +502,7 @@ fn arb_json() -> impl Strategy<Value = Value> {
 proptest! {
     #[test]
     fn decide_is_total_over_any_json(a in arb_json(), ap in proptest::option::of(arb_json()), spent in 0u64..200, n in 0u64..30) {
-        let k = TeeKey::from_seed([1; 32]);
+        let k = PartyKey::from_seed([1; 32]);
         let c = contract(&k);
         let s = State { spent_cents: spent, actions: n, ..State::default() };
         let d = run(&c, &a, ap.as_ref(), &s);
@@ -518,7 +518,7 @@ proptest! {
 
     #[test]
     fn exec_allowed_only_for_template_argv(args in prop::collection::vec("[-a-z./]{0,8}", 0..4)) {
-        let k = TeeKey::from_seed([1; 32]);
+        let k = PartyKey::from_seed([1; 32]);
         let c = contract(&k);
         let a = act("ContractExec", json!({"exe": "wc", "args": args.clone()}));
         let allowed = run(&c, &a, None, &State::default()).is_allow();
@@ -530,9 +530,9 @@ proptest! {
 #[test]
 fn the_journal_recomputes_every_decision_and_refuses_a_forged_one() {
     use knox_contract::session::{ContractSession, JournalError, verify_journal};
-    let authority = TeeKey::from_seed([9; 32]);
-    let monitor = TeeKey::from_seed([7; 32]);
-    let c = contract(&TeeKey::from_seed([1; 32]));
+    let authority = PartyKey::from_seed([9; 32]);
+    let monitor = TeeKey::generate().unwrap();
+    let c = contract(&PartyKey::from_seed([1; 32]));
     let v = signed::verify(
         &signed::sign(&authority, &c).unwrap(),
         &authority.public_key(),
@@ -585,7 +585,7 @@ fn the_journal_recomputes_every_decision_and_refuses_a_forged_one() {
     dropped.entries.remove(1);
     assert!(verify_journal(&dropped, &v, &monitor.public_key()).is_err());
     assert_eq!(
-        verify_journal(&j, &v, &TeeKey::from_seed([6; 32]).public_key()),
+        verify_journal(&j, &v, &PartyKey::from_seed([6; 32]).public_key()),
         Err(JournalError::Seal)
     );
 }

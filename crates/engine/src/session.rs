@@ -3,6 +3,7 @@
 //! planner, executor and tools — and the runs it makes.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -56,6 +57,7 @@ enum Tools {
 #[derive(Default)]
 pub struct SessionBuilder {
     platform: Option<Box<dyn PlatformBackend>>,
+    simulated_key: Option<Arc<knox_attest::TeeKey>>,
     nonce: Vec<u8>,
     tools: Option<Tools>,
     regulation: Option<RegulationSetup>,
@@ -92,6 +94,17 @@ impl SessionBuilder {
     /// a TDX backend in a confidential VM). Required.
     pub fn platform(mut self, backend: impl PlatformBackend + 'static) -> Self {
         self.platform = Some(Box::new(backend));
+        self
+    }
+
+    /// Simulated platform evidence, binding a key the caller made and keeps instead of
+    /// one generated inside: for tests that sign as a run's key would (a compromised
+    /// monitor). See [`Runtime::simulated_with_key`]: simulated evidence has no root
+    /// of trust, so this gives nobody anything; no other platform takes a caller's key.
+    /// Only with [`manifest`](Self::manifest).
+    pub fn simulated_with_key(mut self, key: Arc<knox_attest::TeeKey>) -> Self {
+        self.platform = Some(Box::new(knox_attest::simulated::Simulated));
+        self.simulated_key = Some(key);
         self
     }
 
@@ -274,15 +287,23 @@ impl SessionBuilder {
             knox_harness::HarnessError::Run(r @ run::RunError::Platform(_)) => platform_error(r),
             other => EngineError::Suite(Box::new(other)),
         };
-        let core = match tools {
-            Tools::Manifest(m) => Core::Plain(
+        let core = match (tools, self.simulated_key) {
+            (Tools::Manifest(m), Some(key)) => Core::Plain(
+                Runtime::simulated_with_key(key, &self.nonce, *m).map_err(platform_error)?,
+            ),
+            (_, Some(_)) => {
+                return Err(EngineError::Invalid(
+                    "a key of the caller's runs only with a manifest",
+                ));
+            }
+            (Tools::Manifest(m), None) => Core::Plain(
                 Runtime::start(platform.as_ref(), &self.nonce, *m).map_err(platform_error)?,
             ),
-            Tools::Embedded => Core::Suite(
+            (Tools::Embedded, None) => Core::Suite(
                 Harness::embedded(platform.as_ref(), &self.nonce).map_err(suite_error)?,
                 crate::workload::Suite::Injecagent,
             ),
-            Tools::EmbeddedTerminal => Core::Suite(
+            (Tools::EmbeddedTerminal, None) => Core::Suite(
                 Harness::embedded_terminal(platform.as_ref(), &self.nonce).map_err(suite_error)?,
                 crate::workload::Suite::Terminal,
             ),

@@ -1412,7 +1412,7 @@ fn attempt(
     apm.guards.trajectory = mode;
     apm.guards.remote = knox_monitor::run::remote_models(&models);
     let apm_hash = apm.hash()?;
-    let att = apm_mod::attest(&apm, apm_hash, &rt.key)?;
+    let att = apm_mod::attest(&apm, apm_hash, rt.monitor_key())?;
     let spec = &apm.guards.regulation;
     let regulator = knox_regulation::Regulator::new(spec, spec.policy_hash.map(|_| norms))
         .map_err(|e| EvalError::Invalid(e.to_string()))?;
@@ -1425,7 +1425,7 @@ fn attempt(
             apm_hash,
             run_id: &run_id,
             manifest,
-            key: &rt.key,
+            key: rt.monitor_key(),
             models: &models,
             signal: StopSignal::new(),
             aeg: AegBuilder::default(),

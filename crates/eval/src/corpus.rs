@@ -344,7 +344,7 @@ pub fn run(
         topo,
     )?;
     let apm_hash = apm.hash()?;
-    let att = apm::attest(&apm, apm_hash, &rt.key)?;
+    let att = apm::attest(&apm, apm_hash, rt.monitor_key())?;
     let models = vec![ModelInfo {
         role: ModelRole::Executor,
         name: "corpus".into(),
@@ -359,7 +359,7 @@ pub fn run(
             apm_hash,
             run_id: RUN_ID,
             manifest: &rt.manifest,
-            key: &rt.key,
+            key: rt.monitor_key(),
             models: &models,
             signal: StopSignal::new(),
             aeg: AegBuilder::default(),

@@ -336,7 +336,7 @@ impl Ctx<'_, '_> {
         let mut outcome = run_prompt(rt, &prompt, &tools, &cfg, run_id, Instant::now())?;
         let (logs, executor_time) = recorder.finish();
         let hw = overhead::attest(rt, self.opts.backend, &mut outcome.bundle)?;
-        let (mut cost, report) = overhead::measure(rt, &rt.manifest, &outcome, self.opts.verify)?;
+        let (mut cost, report) = overhead::measure(&rt.manifest, &outcome, self.opts.verify)?;
         cost.hw = hw;
         cost.executor = executor_time;
         let traces = trace::traces(&outcome.bundle, flows.len(), &logs)?;

@@ -340,7 +340,7 @@ fn scripted(
     opts: &Options<'_>,
 ) -> Result<(Vec<bool>, bool), EvalError> {
     let apm_hash = apm.hash()?;
-    let att = apm::attest(apm, apm_hash, &rt.key)?;
+    let att = apm::attest(apm, apm_hash, rt.monitor_key())?;
     let models = vec![
         ModelInfo {
             role: ModelRole::Planner,
@@ -365,7 +365,7 @@ fn scripted(
             apm_hash,
             run_id,
             manifest: &rt.manifest,
-            key: &rt.key,
+            key: rt.monitor_key(),
             models: &models,
             signal: StopSignal::new(),
             aeg: AegBuilder::default(),

@@ -80,7 +80,7 @@ fn mediation(c: &mut Criterion, rt: &Harness) {
                 apm_hash,
                 run_id: "bench",
                 manifest,
-                key: &rt.key,
+                key: rt.monitor_key(),
                 models: &[],
                 signal: StopSignal::new(),
                 aeg: AegBuilder::default(),
@@ -162,8 +162,10 @@ fn evidence(c: &mut Criterion, rt: &Harness) {
         bn.iter(|| black_box(&node).compute_measurement())
     });
     let statement = b.summary.to_statement().unwrap();
+    // A key of the run's kind: the run's own signs nothing outside its monitor.
+    let key = knox_attest::TeeKey::generate().unwrap();
     c.bench_function("sign_summary_dsse", |bn| {
-        bn.iter(|| knox_attest::dsse::sign(&rt.key, black_box(&statement)))
+        bn.iter(|| knox_attest::dsse::sign(&key, black_box(&statement)))
     });
     let manifest = session::embedded_manifest().unwrap();
     let opts = knox_verify::Options::DANGEROUS_SIMULATED;
@@ -178,7 +180,7 @@ fn evidence(c: &mut Criterion, rt: &Harness) {
     g.finish();
     let bytes = serde_json::to_vec(&b).unwrap();
     let report = knox_verify::verify_bundle(&b, &manifest, opts);
-    let regulator = knox_attest::TeeKey::generate().unwrap();
+    let regulator = knox_attest::PartyKey::generate().unwrap();
     c.bench_function("issue_receipt", |bn| {
         bn.iter(|| knox_verify::receipt::issue(&regulator, black_box(&bytes), &report, None, 0))
     });

@@ -22,8 +22,8 @@ use knox_agent::{
     AgentTask, Executor, ExecutorFactory, Label, Observation, Plan, PlanError, Planner, Prompt,
     Regulations, RunContext, Step as AgentStep, ToolHost, ToolResult, ToolRunner,
 };
-use knox_attest::TeeKey;
 use knox_attest::grant::now_ms;
+use knox_attest::{PartyKey, TeeKey};
 use knox_broker::contract::ContractExecutor;
 use knox_broker::contract::ContractHost;
 use knox_broker::pinned;
@@ -174,7 +174,7 @@ impl World {
     /// The contract: workspace (write), pinned `wc -l <relpath>`, the example API
     /// (GET /v1, 5 cents), a premium report (GET /v1/premium, 60 cents), payments
     /// (POST /v1/pay, high impact: approval), budget 100, 5 actions.
-    fn contract(&self, alice: &TeeKey, wc_sha256: &str) -> Contract {
+    fn contract(&self, alice: &PartyKey, wc_sha256: &str) -> Contract {
         let now = now_ms();
         let mut directories = BTreeMap::new();
         directories.insert(
@@ -726,8 +726,8 @@ fn tool_effect(s: &Scenario, out: &Value) -> Option<(bool, String)> {
 /// throwaway namespaces when called through [`run_without_knox`]).
 pub fn without_knox_here(root: &Path) -> Result<Vec<Effect>> {
     let w = World::new(root)?;
-    let alice = TeeKey::generate()?;
-    let authority = TeeKey::generate()?;
+    let alice = PartyKey::generate()?;
+    let authority = PartyKey::generate()?;
     let pin = pinned::hash_path(&w.wc)?.to_hex();
     let c = w.contract(&alice, &pin);
     let env = signed::sign(&authority, &c)?;
@@ -815,7 +815,7 @@ pub fn inside_namespace(root: &Path) -> Result<Vec<Effect>> {
 
 fn token(
     kind: Token,
-    alice: &TeeKey,
+    alice: &PartyKey,
     hash: knox_types::digest::Digest,
     action: &Value,
 ) -> Result<Option<Value>> {
@@ -825,7 +825,7 @@ fn token(
     let t = match kind {
         Token::None => return Ok(None),
         Token::Forged => {
-            let mallory = TeeKey::generate()?;
+            let mallory = PartyKey::generate()?;
             approval::sign(
                 &mallory,
                 "alice",
@@ -849,8 +849,8 @@ fn token(
 /// Runs every scenario under Knox in `root`: one contract session per scenario.
 pub fn with_knox(root: &Path) -> Result<(Vec<Effect>, Vec<JournalReport>)> {
     let w = World::new(root)?;
-    let alice = TeeKey::generate()?;
-    let authority = TeeKey::generate()?;
+    let alice = PartyKey::generate()?;
+    let authority = PartyKey::generate()?;
     let monitor = TeeKey::generate()?;
     let pin = pinned::hash_path(&w.wc)?.to_hex();
     let c = w.contract(&alice, &pin);
@@ -1138,7 +1138,7 @@ fn named_check(reason: &str) -> String {
 
 fn hashed_tokens(
     steps: &[Step],
-    alice: &TeeKey,
+    alice: &PartyKey,
     contract: Digest,
 ) -> Result<std::collections::VecDeque<(Digest, Value)>> {
     let mut q = std::collections::VecDeque::new();
@@ -1158,8 +1158,8 @@ fn hashed_tokens(
 /// (`knox run --contract` refuses it: its signature does not verify).
 pub fn with_knox_runs(root: &Path) -> Result<Vec<BundleRow>> {
     let w = World::new(root)?;
-    let alice = TeeKey::generate()?;
-    let authority = TeeKey::generate()?;
+    let alice = PartyKey::generate()?;
+    let authority = PartyKey::generate()?;
     let pin = pinned::hash_path(&w.wc)?.to_hex();
     let c = w.contract(&alice, &pin);
     let env = signed::sign(&authority, &c)?;
@@ -1182,8 +1182,8 @@ fn engine_run(
     s: &Scenario,
     i: usize,
     env: &knox_types::dsse::Envelope,
-    authority: &TeeKey,
-    alice: &TeeKey,
+    authority: &PartyKey,
+    alice: &PartyKey,
     manifest: &ToolkitManifest,
     bundles: &Path,
 ) -> Result<BundleRow> {

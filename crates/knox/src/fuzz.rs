@@ -43,7 +43,8 @@ pub fn contract(data: &[u8]) {
     static VALID: OnceLock<(knox_contract::format::Contract, knox_types::digest::Digest)> =
         OnceLock::new();
     static AUTHORITY: OnceLock<knox_types::bundle::PublicKey> = OnceLock::new();
-    let authority = AUTHORITY.get_or_init(|| knox_attest::TeeKey::from_seed([7; 32]).public_key());
+    let authority =
+        AUTHORITY.get_or_init(|| knox_attest::PartyKey::from_seed([7; 32]).public_key());
     let _ = knox_contract::signed::verify_bytes(data, authority);
     let Ok(v) = serde_json::from_slice::<Value>(data) else {
         return;
@@ -57,7 +58,7 @@ pub fn contract(data: &[u8]) {
         let mut t = knox_contract::example::template(0, 1 << 53, &"0".repeat(64));
         t.approvers.insert(
             "alice".into(),
-            hex::encode(knox_attest::TeeKey::from_seed([1; 32]).public_bytes()),
+            hex::encode(knox_attest::PartyKey::from_seed([1; 32]).public_bytes()),
         );
         t.approval_required.insert(knox_contract::Impact::Low);
         let h = t.hash();

@@ -4,9 +4,12 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use knox_attest::TeeKey;
+
+use crate::key::MonitorKey;
 use knox_types::aeg::{
     NODE_ATTESTATION_CONTEXT, Node, NodeAttestation, NodeKind, chain_start, chain_step,
 };
@@ -58,15 +61,15 @@ impl Default for Checkpoints {
 pub struct Journal {
     file: File,
     line: Vec<u8>,
-    signer: Signer,
+    signer: CheckpointSigner,
 }
 
 /// What the journal needs to sign checkpoints, and where it stands.
 #[derive(Debug)]
-struct Signer {
-    /// The run's key (a copy: the journal outlives no run, and the key never leaves the
-    /// process).
-    key: TeeKey,
+struct CheckpointSigner {
+    /// The run's key, shared with the run (never copied: its private half exists once,
+    /// in this process).
+    key: Arc<TeeKey>,
     run_id: String,
     apm_hash: Digest,
     every: Checkpoints,
@@ -87,7 +90,7 @@ impl Journal {
     pub fn create(
         path: &Path,
         header: &JournalHeader,
-        key: &TeeKey,
+        key: MonitorKey<'_>,
         every: Checkpoints,
     ) -> io::Result<Self> {
         let mut line = serde_json::to_vec(header).map_err(io::Error::other)?;
@@ -96,8 +99,8 @@ impl Journal {
         Ok(Self {
             file,
             line: Vec::with_capacity(1024),
-            signer: Signer {
-                key: TeeKey::from_seed(key.seed()),
+            signer: CheckpointSigner {
+                key: key.shared(),
                 run_id: header.run_id.clone(),
                 apm_hash: header.apm_attestation.statement.apm_hash,
                 every: Checkpoints {
@@ -230,12 +233,12 @@ impl AegBuilder {
 
     /// Commits a node: assigns the next sequence number, measures it, signs its
     /// measurement with `attest` when given, extends the chain and the journal.
-    pub fn commit(&mut self, n: NewNode<'_>, attest: Option<&TeeKey>) -> u64 {
+    pub fn commit(&mut self, n: NewNode<'_>, attest: Option<MonitorKey<'_>>) -> u64 {
         self.commit_prepared(n.prepare(), attest)
     }
 
     /// [`AegBuilder::commit`] of a node whose body is already written.
-    pub fn commit_prepared(&mut self, p: Prepared<'_>, attest: Option<&TeeKey>) -> u64 {
+    pub fn commit_prepared(&mut self, p: Prepared<'_>, attest: Option<MonitorKey<'_>>) -> u64 {
         let Prepared { node: n, body } = p;
         let seq = self.nodes.len() as u64;
         let mut node = Node {
@@ -254,7 +257,9 @@ impl AegBuilder {
             node.attestations.push(NodeAttestation {
                 alg: knox_attest::key::ALG.into(),
                 key: key.key_id(),
-                sig: key.sign(NODE_ATTESTATION_CONTEXT, &node.measurement.0),
+                sig: key
+                    .tee()
+                    .sign(NODE_ATTESTATION_CONTEXT, &node.measurement.0),
             });
         }
         self.chain = chain_step(&self.chain, seq, &node.measurement);

@@ -2,8 +2,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use crate::key::MonitorKey;
 use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations, task_id};
-use knox_attest::TeeKey;
 use knox_policy::{ToolkitManifest, auth};
 use knox_types::apm::{
     APM_VERSION, AgentPlan, Apm, ApmInputs, Closed, ExpectedCall, Guards, ParamConstraint,
@@ -255,7 +255,11 @@ fn check_links(plan: &Plan) -> Result<(), PlanError> {
 }
 
 /// Signs the binding of the APM hash (`apm_hash = H(apm)`) to its inputs.
-pub fn attest(apm: &Apm, apm_hash: Digest, key: &TeeKey) -> Result<ApmAttestation, CanonError> {
+pub fn attest(
+    apm: &Apm,
+    apm_hash: Digest,
+    key: MonitorKey<'_>,
+) -> Result<ApmAttestation, CanonError> {
     attest_bound(apm, apm_hash, key, None)
 }
 
@@ -264,7 +268,7 @@ pub fn attest(apm: &Apm, apm_hash: Digest, key: &TeeKey) -> Result<ApmAttestatio
 pub fn attest_bound(
     apm: &Apm,
     apm_hash: Digest,
-    key: &TeeKey,
+    key: MonitorKey<'_>,
     platform: Option<&knox_types::bundle::PlatformEvidence>,
 ) -> Result<ApmAttestation, CanonError> {
     let platform = platform
@@ -275,7 +279,7 @@ pub fn attest_bound(
         inputs: apm.inputs.clone(),
         platform,
     };
-    let envelope = knox_attest::dsse::sign(key, &statement.to_statement()?)?;
+    let envelope = knox_attest::dsse::sign(key.tee(), &statement.to_statement()?)?;
     Ok(ApmAttestation {
         statement,
         envelope,

@@ -3,6 +3,7 @@
 pub mod aeg;
 pub mod apm;
 pub mod guard;
+pub mod key;
 pub mod monitor;
 pub mod run;
 

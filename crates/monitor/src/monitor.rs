@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
+use crate::key::MonitorKey;
 use knox_agent::ToolResult;
-use knox_attest::TeeKey;
 use knox_contract::{Ledger, LedgerEvent, Verified};
 use knox_guards::{
     AgentState, Clock, ContractInput, Decision, Disclosure, Egress, Evaluation, Pipeline, Proposal,
@@ -148,7 +148,7 @@ pub struct Monitor<'a> {
     apm_hash: Digest,
     grants: bool,
     manifest: &'a ToolkitManifest,
-    key: &'a TeeKey,
+    key: MonitorKey<'a>,
     regulator: Regulator<'a>,
     judge: Option<&'a dyn Judge>,
     signal: StopSignal,
@@ -188,7 +188,7 @@ pub struct MonitorConfig<'a> {
     /// The toolkit manifest the APM was derived from.
     pub manifest: &'a ToolkitManifest,
     /// The in-TEE key (signs interrupts).
-    pub key: &'a TeeKey,
+    pub key: MonitorKey<'a>,
     /// Models taking part, for proof-of-inference nodes.
     pub models: &'a [ModelInfo],
     /// External stop signal.
@@ -528,8 +528,14 @@ impl<'a> Monitor<'a> {
                 ..
             } => {
                 let grant = if self.grants {
-                    knox_attest::grant::issue(self.key, self.apm_hash, &action, agent, call_seq)
-                        .ok()
+                    knox_attest::grant::issue(
+                        self.key.tee(),
+                        self.apm_hash,
+                        &action,
+                        agent,
+                        call_seq,
+                    )
+                    .ok()
                 } else {
                     None
                 };

@@ -3,10 +3,13 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use knox_attest::platform::{KeyBinding, PlatformBackend, PlatformError};
 use knox_attest::{TeeKey, key::KeyGenError};
+
+use crate::key::MonitorKey;
 use knox_policy::{ManifestError, ToolkitManifest};
 use knox_types::Action;
 use knox_types::apm::{StopPolicy, Topology, TopologyKind};
@@ -63,8 +66,10 @@ pub enum RunError {
 /// toolkit manifest.
 #[derive(Debug)]
 pub struct Runtime {
-    /// The in-TEE key.
-    pub key: TeeKey,
+    /// The in-TEE key: private to this crate, which signs with it only what a run of
+    /// its own made (its APM, its checkpoints, its summary). Nothing outside reads or
+    /// signs with it; its public half is [`Runtime::public_key`].
+    key: Arc<TeeKey>,
     /// Evidence binding it.
     pub platform: PlatformEvidence,
     /// The toolkit manifest.
@@ -86,7 +91,31 @@ impl Runtime {
         nonce: &[u8],
         manifest: ToolkitManifest,
     ) -> Result<Self, RunError> {
-        let key = TeeKey::generate()?;
+        Self::bind(Arc::new(TeeKey::generate()?), backend, nonce, manifest)
+    }
+
+    /// A runtime on **simulated** platform evidence whose key the caller made and
+    /// keeps: for tests that sign as a run's key would (a compromised monitor's
+    /// evidence, a provider re-signing its runs).
+    ///
+    /// It gives nobody anything: simulated evidence has no root of trust, so anyone can
+    /// already make it for any key, and a verifier accepts it only when told to accept
+    /// simulated evidence. A key known outside the process is never bound by hardware
+    /// evidence: no constructor takes a key with another platform.
+    pub fn simulated_with_key(
+        key: Arc<TeeKey>,
+        nonce: &[u8],
+        manifest: ToolkitManifest,
+    ) -> Result<Self, RunError> {
+        Self::bind(key, &knox_attest::simulated::Simulated, nonce, manifest)
+    }
+
+    fn bind(
+        key: Arc<TeeKey>,
+        backend: &dyn PlatformBackend,
+        nonce: &[u8],
+        manifest: ToolkitManifest,
+    ) -> Result<Self, RunError> {
         let t = Instant::now();
         let platform = backend.collect(&KeyBinding {
             public_key: key.public_bytes(),
@@ -111,6 +140,27 @@ impl Runtime {
         })
     }
 
+    /// The in-TEE key, as the handle a monitor of this runtime signs with (nothing
+    /// outside this crate can sign with it).
+    pub fn monitor_key(&self) -> MonitorKey<'_> {
+        MonitorKey::new(&self.key)
+    }
+
+    /// The in-TEE key's public half, as bundles carry it.
+    pub fn public_key(&self) -> knox_types::bundle::PublicKey {
+        self.key.public_key()
+    }
+
+    /// The in-TEE key's raw public key.
+    pub fn public_bytes(&self) -> [u8; 32] {
+        self.key.public_bytes()
+    }
+
+    /// `H("knox/key", public key)` of the in-TEE key.
+    pub fn key_id(&self) -> knox_types::Digest {
+        self.key.key_id()
+    }
+
     /// Signs `summary` as the key's next sealed run: numbers it in the key's chain and
     /// names the run sealed before it, under one lock, so that runs sealed at once on
     /// several threads still form one chain. A summary that fails to sign takes no
@@ -121,7 +171,7 @@ impl Runtime {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         summary.key_chain = Some(*chain);
-        let envelope = knox_attest::dsse::sign(&self.key, &summary.to_statement()?)?;
+        let envelope = knox_attest::dsse::sign(&*self.key, &summary.to_statement()?)?;
         let sealed = summary.seal_digest()?;
         *chain = KeyChain {
             seq: chain.seq + 1,
@@ -362,7 +412,7 @@ pub fn plan(
     let apm_hash = apm.hash()?;
     let apm_time = t.elapsed();
     let t = Instant::now();
-    let apm_attestation = apm::attest_bound(&apm, apm_hash, &rt.key, Some(&rt.platform))?;
+    let apm_attestation = apm::attest_bound(&apm, apm_hash, rt.monitor_key(), Some(&rt.platform))?;
     let sign_time = t.elapsed();
     let journal = match spec.journal_dir {
         Some(dir) => {
@@ -381,7 +431,7 @@ pub fn plan(
             Some(Journal::create(
                 &dir.join(format!("{run_id}.journal.jsonl")),
                 &header,
-                &rt.key,
+                rt.monitor_key(),
                 rt.checkpoints,
             )?)
         }
@@ -454,7 +504,7 @@ pub fn start<'p>(
             apm_hash: planned.apm_hash,
             run_id: &planned.run_id,
             manifest: &rt.manifest,
-            key: &rt.key,
+            key: rt.monitor_key(),
             models: &planned.models,
             signal: guarding.signal,
             aeg: AegBuilder::new(journal),
@@ -592,7 +642,7 @@ pub fn bind_refresh(
         knox_types::digest::tag::REFRESH,
         &refresh,
     )?);
-    bundle.envelope = knox_attest::dsse::sign(&rt.key, &bundle.summary.to_statement()?)?;
+    bundle.envelope = knox_attest::dsse::sign(&*rt.key, &bundle.summary.to_statement()?)?;
     bundle.refresh = Some(refresh);
     Ok(())
 }

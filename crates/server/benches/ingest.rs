@@ -14,7 +14,7 @@ use common::FIXTURES;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use knox_attest::TeeKey;
+use knox_attest::PartyKey;
 use knox_server::store::{Role, Store};
 use knox_server::{Principal, Verifier};
 
@@ -23,7 +23,7 @@ async fn provider(s: &Store) -> Principal {
     s.register(
         Role::Provider,
         "bench",
-        &TeeKey::from_seed([1; 32]).public_bytes(),
+        &PartyKey::from_seed([1; 32]).public_bytes(),
     )
     .await
     .unwrap()

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use knox_agent::{Plan, Prompt, Regulations};
-use knox_attest::TeeKey;
+use knox_attest::PartyKey;
 use knox_attest::simulated::Simulated;
 use knox_monitor::aeg::AegBuilder;
 use knox_monitor::apm;
@@ -74,7 +74,7 @@ fn big_run() -> (Vec<u8>, usize) {
     )
     .unwrap();
     let apm_hash = apm.hash().unwrap();
-    let att = apm::attest(&apm, apm_hash, &rt.key).unwrap();
+    let att = apm::attest(&apm, apm_hash, rt.monitor_key()).unwrap();
     let regulator = knox_regulation::Regulator::new(&apm.guards.regulation, None).unwrap();
     let m = Monitor::start(
         MonitorConfig {
@@ -84,7 +84,7 @@ fn big_run() -> (Vec<u8>, usize) {
             apm_hash,
             run_id: "pages-bench-10k",
             manifest: &rt.manifest,
-            key: &rt.key,
+            key: rt.monitor_key(),
             models: &[],
             signal: StopSignal::new(),
             aeg: AegBuilder::default(),
@@ -123,7 +123,7 @@ struct Served {
     store: Store,
     addr: std::net::SocketAddr,
     base: String,
-    provider: TeeKey,
+    provider: PartyKey,
     /// The provider's key id.
     key_id: String,
     dir: tempfile::TempDir,
@@ -137,7 +137,7 @@ fn serve() -> Served {
         .enable_all()
         .build()
         .unwrap();
-    let provider = TeeKey::from_seed([1; 32]);
+    let provider = PartyKey::from_seed([1; 32]);
     let (store, addr, key_id) = rt.block_on(async {
         let store = Store::open(&url).await.unwrap();
         let key_id = store
@@ -148,7 +148,7 @@ fn serve() -> Served {
         let app = App {
             store: store.clone(),
             verifier: Arc::new(Verifier::embedded(true).unwrap()),
-            log_key: Arc::new(TeeKey::from_seed([42; 32])),
+            log_key: Arc::new(PartyKey::from_seed([42; 32])),
             live_stale_secs: knox_server::live::DEFAULT_STALE_SECS,
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -169,7 +169,7 @@ fn serve() -> Served {
 
 impl Served {
     fn client(&self) -> knox_server::client::Client {
-        let key = TeeKey::from_seed(self.provider.seed());
+        let key = PartyKey::from_seed(self.provider.seed());
         knox_server::client::Client::new(&self.base, key).unwrap()
     }
 

@@ -6,7 +6,7 @@
 //! table is in the shared store). Browsers get a short-lived session token issued
 //! against such a signed request.
 
-use knox_attest::TeeKey;
+use knox_attest::PartyKey;
 use knox_types::bundle::PublicKey;
 use knox_types::bytes::HexBytes;
 use knox_types::digest::Digest;
@@ -54,7 +54,7 @@ impl Signed {
     /// Signs a request now with a fresh random nonce; an error only when the system
     /// has no randomness to give.
     pub fn new(
-        key: &TeeKey,
+        key: &PartyKey,
         method: &str,
         path_and_query: &str,
         body: &[u8],
@@ -73,7 +73,7 @@ impl Signed {
 
     /// Signs a request with the time and nonce given (tests replay and skew with it).
     pub fn with(
-        key: &TeeKey,
+        key: &PartyKey,
         method: &str,
         path_and_query: &str,
         body: &[u8],
@@ -225,7 +225,7 @@ mod tests {
 
     #[test]
     fn a_signed_request_verifies_and_any_change_is_refused() {
-        let key = TeeKey::from_seed([9; 32]);
+        let key = PartyKey::from_seed([9; 32]);
         let s = Signed::with(&key, "POST", "/api/runs", b"body", 1000, &"ab".repeat(16));
         let c = parse(&s).unwrap();
         assert_eq!(c.key_id(), key.key_id().to_hex());
@@ -247,7 +247,7 @@ mod tests {
             Err(AuthError::Stale)
         );
         let mut other = s.clone();
-        other.key = hex::encode(TeeKey::from_seed([8; 32]).public_bytes());
+        other.key = hex::encode(PartyKey::from_seed([8; 32]).public_bytes());
         assert_eq!(
             parse(&other)
                 .unwrap()

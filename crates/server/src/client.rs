@@ -2,7 +2,7 @@
 //! signed with the caller's key (`knox keygen`), over plain HTTP to a loopback or
 //! trusted-network server.
 
-use knox_attest::TeeKey;
+use knox_attest::PartyKey;
 use serde::Deserialize;
 
 use crate::auth::Signed;
@@ -54,13 +54,13 @@ pub struct Submitted {
 #[derive(Debug)]
 pub struct Client {
     base: String,
-    key: TeeKey,
+    key: PartyKey,
     agent: ureq::Agent,
 }
 
 impl Client {
     /// A client for the server at `base` (`http://127.0.0.1:8787`).
-    pub fn new(base: &str, key: TeeKey) -> Result<Self, ClientError> {
+    pub fn new(base: &str, key: PartyKey) -> Result<Self, ClientError> {
         let base = base.trim_end_matches('/');
         let rest = base
             .strip_prefix("http://")

@@ -11,7 +11,7 @@ use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use knox_attest::TeeKey;
+use knox_attest::PartyKey;
 use serde::Deserialize;
 
 use crate::auth::{self, AuthError, Claimed};
@@ -34,7 +34,7 @@ pub struct App {
     /// The regulator's verification settings.
     pub verifier: Arc<Verifier>,
     /// The transparency log's signing key.
-    pub log_key: Arc<TeeKey>,
+    pub log_key: Arc<PartyKey>,
     /// Seconds without a delivery after which an unsealed live run is shown as the
     /// prefix it is rather than in progress ([`live::DEFAULT_STALE_SECS`]).
     pub live_stale_secs: u64,

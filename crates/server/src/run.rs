@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use knox_attest::TeeKey;
+use knox_attest::PartyKey;
 
 use crate::config::{Access, ConfigError};
 use crate::http::App;
@@ -24,7 +24,7 @@ pub struct ServeOptions {
     /// The regulator's verification settings.
     pub verifier: Verifier,
     /// The transparency log's key.
-    pub log_key: TeeKey,
+    pub log_key: PartyKey,
     /// Seconds without a delivery before an unsealed live run shows as a prefix.
     pub live_stale_secs: u64,
 }

@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 
-use knox_attest::TeeKey;
+use knox_attest::PartyKey;
 use knox_types::digest::Digest;
 use knox_types::merkle;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
@@ -1455,14 +1455,14 @@ impl Store {
     /// The signed head of the log as it is now. Each size is signed once and kept:
     /// asking again returns the stored head, so this log never signs two roots for one
     /// size.
-    pub async fn head(&self, key: &TeeKey, now: u64) -> Result<TreeHead, StoreError> {
+    pub async fn head(&self, key: &PartyKey, now: u64) -> Result<TreeHead, StoreError> {
         let leaves = self.leaves(None).await?;
         self.head_of(key, &leaves, now).await
     }
 
     async fn head_of(
         &self,
-        key: &TeeKey,
+        key: &PartyKey,
         leaves: &[Digest],
         now: u64,
     ) -> Result<TreeHead, StoreError> {
@@ -1500,7 +1500,7 @@ impl Store {
     pub async fn inclusion(
         &self,
         digest: &str,
-        key: &TeeKey,
+        key: &PartyKey,
         now: u64,
     ) -> Result<Option<Inclusion>, StoreError> {
         let Some(row) = sqlx::query("SELECT idx FROM log_leaves WHERE digest = $1")
@@ -1530,7 +1530,7 @@ impl Store {
     pub async fn consistency(
         &self,
         from: u64,
-        key: &TeeKey,
+        key: &PartyKey,
         now: u64,
     ) -> Result<Option<Consistency>, StoreError> {
         let Some(old) = self.stored_head(from).await? else {

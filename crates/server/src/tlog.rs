@@ -4,7 +4,7 @@
 //! auditor (a provider holding its receipts, a regulator holding old heads) runs to
 //! detect a withheld run, a reordered log or a fork.
 
-use knox_attest::TeeKey;
+use knox_attest::PartyKey;
 use knox_types::bundle::PublicKey;
 use knox_types::bytes::HexBytes;
 use knox_types::digest::Digest;
@@ -138,7 +138,7 @@ impl TreeHead {
     }
 
     /// Signs a head.
-    pub fn sign(key: &TeeKey, tree_size: u64, root: Digest, timestamp: u64) -> Self {
+    pub fn sign(key: &PartyKey, tree_size: u64, root: Digest, timestamp: u64) -> Self {
         let signature = key.sign(STH_CONTEXT, &Self::message(tree_size, &root, timestamp));
         Self {
             tree_size,
@@ -318,8 +318,8 @@ mod tests {
 
     #[test]
     fn heads_are_signed_and_forks_detected() {
-        let key = TeeKey::from_seed([3; 32]);
-        let other = TeeKey::from_seed([4; 32]);
+        let key = PartyKey::from_seed([3; 32]);
+        let other = PartyKey::from_seed([4; 32]);
         let all = leaves(5);
         let h3 = TreeHead::sign(&key, 3, merkle::root(&all[..3]), 10);
         let h5 = TreeHead::sign(&key, 5, merkle::root(&all), 11);

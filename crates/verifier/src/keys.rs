@@ -7,7 +7,7 @@ use anyhow::Result;
 
 use crate::error::{Kind, fail};
 use crate::files::{WriteOptions, write_atomic_with};
-use knox_attest::TeeKey;
+use knox_attest::PartyKey;
 use knox_attest::keyfile;
 
 /// Arguments of `knox keygen`.
@@ -44,7 +44,7 @@ pub fn keygen(args: &KeygenArgs) -> Result<i32> {
             ));
         }
     }
-    let key = TeeKey::generate()?;
+    let key = PartyKey::generate()?;
     let body = keyfile::encode(&key)?;
     let create = |p: &Path, bytes: &[u8], mode: u32| {
         let opts = WriteOptions {
@@ -75,7 +75,7 @@ pub fn keygen(args: &KeygenArgs) -> Result<i32> {
 }
 
 /// Reads a private key file written by `knox keygen`.
-pub fn load(path: &Path) -> Result<TeeKey> {
+pub fn load(path: &Path) -> Result<PartyKey> {
     let text = crate::files::read_text(path, crate::files::KEY)?;
     keyfile::decode(text.as_bytes())
         .map_err(|e| crate::files::bad_input(path, "a private key written by `knox keygen`", e))

@@ -2,7 +2,7 @@
 //! digest, result, time) with its own key, so several regulators who do not trust each
 //! other can each vouch for — or against — the same bundle.
 
-use knox_attest::TeeKey;
+use knox_attest::PartyKey;
 use knox_attest::dsse::{self, EnvelopeError};
 use knox_types::bundle::PublicKey;
 use knox_types::canon::CanonError;
@@ -49,7 +49,7 @@ pub struct ReceiptPredicate {
 
 /// Issues a receipt for `bundle` (its file bytes) with the regulator's `key`.
 pub fn issue(
-    key: &TeeKey,
+    key: &PartyKey,
     bundle: &[u8],
     report: &Report,
     policy: Option<&[u8]>,

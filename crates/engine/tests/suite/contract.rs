@@ -19,10 +19,12 @@ use knox_agent::{
     AgentTask, Executor, ExecutorFactory, Label, Observation, Plan, PlanError, Planner,
     Regulations, Step, ToolRunner,
 };
-use knox_attest::TeeKey;
+use std::sync::Arc;
+
+use knox_attest::{PartyKey, TeeKey};
 use knox_contract::{Contract, DirAccess, DirectoryCap, Impact, Verified};
 use knox_engine::contract::ApprovalDir;
-use knox_engine::{Prompt, Session, Simulated, ToolResult};
+use knox_engine::{Prompt, Session, ToolResult};
 use knox_policy::ToolkitManifest;
 use knox_types::Action;
 use knox_types::aeg::{NodeKind, chain_start, chain_step};
@@ -67,7 +69,7 @@ fn write(dir: &str, path: &str, content: &str) -> Action {
 }
 
 /// The template contract with approver `alice` and a high-impact `vault` directory.
-fn contract(alice: &TeeKey) -> Contract {
+fn contract(alice: &PartyKey) -> Contract {
     let now = now_ms();
     let mut c = knox_contract::example::template(now - 3_600_000, now + 3_600_000, &"0".repeat(64));
     c.directories.insert(
@@ -147,8 +149,11 @@ struct Run {
     manifest: ToolkitManifest,
     session: Session,
     verified: Verified,
-    authority: TeeKey,
-    alice: TeeKey,
+    authority: PartyKey,
+    alice: PartyKey,
+    /// The run's key, kept by the test (simulated evidence): the insider of the
+    /// tamper tests signs with it.
+    key: Arc<TeeKey>,
     _dir: tempfile::TempDir,
 }
 
@@ -160,8 +165,9 @@ fn run() -> Run {
 }
 
 fn run_with(journal: Option<&std::path::Path>) -> Run {
-    let authority = TeeKey::generate().unwrap();
-    let alice = TeeKey::generate().unwrap();
+    let authority = PartyKey::generate().unwrap();
+    let alice = PartyKey::generate().unwrap();
+    let key = Arc::new(TeeKey::generate().unwrap());
     let c = contract(&alice);
     let env = knox_contract::signed::sign(&authority, &c).unwrap();
     let verified = knox_contract::signed::verify(&env, &authority.public_key()).unwrap();
@@ -196,7 +202,7 @@ fn run_with(journal: Option<&std::path::Path>) -> Run {
         builder = builder.journal_dir(j);
     }
     let session = builder
-        .platform(Simulated)
+        .simulated_with_key(Arc::clone(&key))
         .manifest(manifest.clone())
         .planner(PlanOf(vec![
             a_ok.clone(),
@@ -226,6 +232,7 @@ fn run_with(journal: Option<&std::path::Path>) -> Run {
         verified,
         authority,
         alice,
+        key,
         _dir: dir,
     }
 }
@@ -360,14 +367,14 @@ fn an_edited_decision_is_tampered() {
     let (seq, _) = contract_checks(&r.bundle)[1].clone();
     let mut b = r.bundle.clone();
     set_check(&mut b, seq, |c| c.check = Some("capability".into()));
-    reseal(&mut b, &r.session.runtime().key);
+    reseal(&mut b, &r.key);
     let why = assert_tampered(&b, &r.manifest, "edited denial");
     assert!(why.contains("contract"), "{why}");
     // A budget claimed lower than the ledger's.
     let (seq, _) = contract_checks(&r.bundle)[4].clone();
     let mut b = r.bundle.clone();
     set_check(&mut b, seq, |c| c.spent_cents = 0);
-    reseal(&mut b, &r.session.runtime().key);
+    reseal(&mut b, &r.key);
     assert_tampered(&b, &r.manifest, "under-reported spend");
 }
 
@@ -383,7 +390,7 @@ fn a_dropped_settlement_is_tampered() {
     let mut p = n.payload.get::<ToolOutputPayload>().unwrap().clone();
     p.settled = None;
     n.payload = Body::from(p);
-    reseal(&mut b, &r.session.runtime().key);
+    reseal(&mut b, &r.key);
     let why = assert_tampered(&b, &r.manifest, "dropped settlement");
     assert!(
         why.contains("does not settle contract reservation 0"),
@@ -410,7 +417,7 @@ fn a_swapped_approval_is_tampered() {
         c.approval = Some(serde_json::to_value(&other).unwrap());
         c.approval_nonce = Some(other.nonce_hex());
     });
-    reseal(&mut b, &r.session.runtime().key);
+    reseal(&mut b, &r.key);
     assert_tampered(&b, &r.manifest, "swapped approval");
 }
 

@@ -433,7 +433,7 @@ fn serve(
         .first()
         .map_or_else(|| "agent-0".to_owned(), |a| (*a).to_owned());
     let plan_failed = open.plan_failed();
-    let key = session.runtime().key.public_key();
+    let key = session.runtime().public_key();
     let live = match open.live() {
         Ok(l) => l,
         Err(e) => {

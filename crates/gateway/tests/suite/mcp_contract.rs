@@ -27,7 +27,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use knox_agent::Prompt;
-use knox_attest::TeeKey;
+use knox_attest::PartyKey;
 use knox_gateway::mcp::http::{HttpGateway, Shutdown};
 use knox_gateway::mcp::{Contract, GatewayConfig, GatewayError, OpenRequest, SessionHandle};
 use knox_types::apm::TrajectoryMode;
@@ -72,7 +72,7 @@ fn fixture() -> Option<Fx> {
     c.id = "gateway-test".into();
     c.directories.get_mut("workspace").unwrap().root = ws.to_str().unwrap().into();
     c.directories.get_mut("docs").unwrap().root = docs.to_str().unwrap().into();
-    let authority = TeeKey::from_seed([11; 32]);
+    let authority = PartyKey::from_seed([11; 32]);
     let env = knox_contract::signed::sign(&authority, &c).unwrap();
     let verified = knox_contract::signed::verify(&env, &authority.public_key()).unwrap();
     let host = match knox_broker::contract::ContractHost::new(

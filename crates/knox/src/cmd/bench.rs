@@ -141,12 +141,8 @@ fn measure(rt: &Harness, manifest: &ToolkitManifest, w: Workload, args: &BenchAr
     let mut acc = Acc::default();
     let run = WorkloadRun::new(w, args.executor, args.bundles * w.0.tasks as usize);
     session::run_workload(rt, &run, |o| {
-        let (c, report) = knox_eval::overhead::measure(
-            rt,
-            manifest,
-            o,
-            knox_verify::Options::DANGEROUS_SIMULATED,
-        )?;
+        let (c, report) =
+            knox_eval::overhead::measure(manifest, o, knox_verify::Options::DANGEROUS_SIMULATED)?;
         if report.outcome != Outcome::Complete {
             return Err(crate::error::fail(
                 crate::error::Kind::Software,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use crate::error::{Kind, fail};
-use knox_attest::{TeeKey, keyfile};
+use knox_attest::{PartyKey, keyfile};
 use knox_server::client::Client;
 use knox_server::run::{ServeOptions, serve_blocking};
 use knox_server::tlog;
@@ -69,7 +69,7 @@ pub struct ServeArgs {
 
 /// The log key at `p`, created when absent; its public half (`.pub` beside it, for
 /// auditors and `knox submit --log-key`) is written when absent.
-fn load_or_create_log_key(p: &Path) -> Result<TeeKey> {
+fn load_or_create_log_key(p: &Path) -> Result<PartyKey> {
     let key = if p.symlink_metadata().is_ok() {
         crate::cmd::keys::load(p)?
     } else {
@@ -82,11 +82,11 @@ fn load_or_create_log_key(p: &Path) -> Result<TeeKey> {
     Ok(key)
 }
 
-fn create_log_key(p: &Path) -> Result<TeeKey> {
+fn create_log_key(p: &Path) -> Result<PartyKey> {
     if let Some(dir) = p.parent() {
         super::create_dir(dir)?;
     }
-    let key = TeeKey::generate()?;
+    let key = PartyKey::generate()?;
     let opts = knox_verifier::files::WriteOptions {
         mode: 0o600,
         create_new: true,

@@ -153,7 +153,10 @@ fn the_broker_runs_nothing_without_a_valid_unconsumed_grant() {
         knox_types::apm::StopPolicy::default(),
     );
     let canned = SimulatedTools::new(&rt.data, &rt.manifest);
-    let pk = rt.key.public_key();
+    // The monitor's key, as the broker is told it (the run's own signs only inside its
+    // monitor).
+    let monitor = knox_attest::TeeKey::generate().unwrap();
+    let pk = knox_attest::Signer::public_key(&monitor);
     let runner = b
         .runner(RunContext {
             apm: &h.apm,
@@ -168,17 +171,17 @@ fn the_broker_runs_nothing_without_a_valid_unconsumed_grant() {
     // No grant.
     assert!(refused(&runner.run(&id, None)));
     // A genuine grant runs once, and only once.
-    let g = knox_attest::grant::issue(&rt.key, h.apm_hash, &id, "agent-0", 3).unwrap();
+    let g = knox_attest::grant::issue(&monitor, h.apm_hash, &id, "agent-0", 3).unwrap();
     let ok = runner.run(&id, Some(&g));
     assert!(!refused(&ok), "{ok:?}");
     assert_eq!(ok.output["exit_code"], 0, "{}", ok.output);
     assert!(refused(&runner.run(&id, Some(&g))), "replayed grant");
     // A grant for another action, another run, or from another key.
     let other = Action::new("TerminalExecute", json!({"command": "hostname pwned"})).unwrap();
-    let g = knox_attest::grant::issue(&rt.key, h.apm_hash, &id, "agent-0", 4).unwrap();
+    let g = knox_attest::grant::issue(&monitor, h.apm_hash, &id, "agent-0", 4).unwrap();
     assert!(refused(&runner.run(&other, Some(&g))));
     let g = knox_attest::grant::issue(
-        &rt.key,
+        &monitor,
         knox_types::Digest::sha256(b"other run"),
         &id,
         "agent-0",
@@ -344,7 +347,10 @@ fn run_commands(b: &Broker, run_id: &str, commands: &[&str]) -> Vec<serde_json::
         access: [knox_types::apm::Access::Read].into_iter().collect(),
     });
     let canned = SimulatedTools::new(&rt.data, &rt.manifest);
-    let pk = rt.key.public_key();
+    // The monitor's key, as the broker is told it (the run's own signs only inside its
+    // monitor).
+    let monitor = knox_attest::TeeKey::generate().unwrap();
+    let pk = knox_attest::Signer::public_key(&monitor);
     let runner = b
         .runner(RunContext {
             apm: &apm,
@@ -359,7 +365,7 @@ fn run_commands(b: &Broker, run_id: &str, commands: &[&str]) -> Vec<serde_json::
         .enumerate()
         .map(|(i, c)| {
             let action = Action::new("TerminalExecute", json!({ "command": c })).unwrap();
-            let g = knox_attest::grant::issue(&rt.key, h.apm_hash, &action, "agent-0", i as u64)
+            let g = knox_attest::grant::issue(&monitor, h.apm_hash, &action, "agent-0", i as u64)
                 .unwrap();
             let r = runner.run(&action, Some(&g));
             assert!(r.kernel.iter().all(|e| e.event != "refusal"), "{r:?}");

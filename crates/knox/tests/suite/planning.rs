@@ -146,7 +146,7 @@ fn a_model_planner_out_of_attempts_is_recorded_not_an_error() {
 fn forge(apm: &knox_types::apm::Apm, nodes: &[knox_types::aeg::Node]) -> Bundle {
     let rt = runtime();
     let apm_hash = apm.hash().unwrap();
-    let att = apm_mod::attest(apm, apm_hash, &rt.key).unwrap();
+    let att = apm_mod::attest(apm, apm_hash, rt.monitor_key()).unwrap();
     let mut aeg = AegBuilder::new(None);
     for n in nodes {
         let mut payload = n.payload.clone();
@@ -165,7 +165,7 @@ fn forge(apm: &knox_types::apm::Apm, nodes: &[knox_types::aeg::Node]) -> Bundle 
                 allowed: n.allowed,
                 block_reason: n.block_reason.clone(),
             },
-            (!n.attestations.is_empty()).then_some(&rt.key),
+            (!n.attestations.is_empty()).then_some(rt.monitor_key()),
         );
     }
     let models = nodes

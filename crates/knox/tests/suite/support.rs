@@ -164,7 +164,7 @@ pub fn harness_regulated(
     )
     .unwrap();
     let apm_hash = apm.hash().unwrap();
-    let att = apm_mod::attest(&apm, apm_hash, &runtime().key).unwrap();
+    let att = apm_mod::attest(&apm, apm_hash, runtime().monitor_key()).unwrap();
     let models = vec![ModelInfo {
         role: ModelRole::Executor,
         name: "test-script".into(),
@@ -204,7 +204,7 @@ impl Harness {
             apm_hash: self.apm_hash,
             run_id: "test-run",
             manifest: manifest(),
-            key: &rt.key,
+            key: rt.monitor_key(),
             models: &self.models,
             signal,
             aeg,

@@ -7,7 +7,7 @@
 use super::common;
 
 use common::{BUNDLE, BUNDLE2, CHAIN, CHAIN_FORK, Served, log_key, serve, tampered};
-use knox_attest::TeeKey;
+use knox_attest::PartyKey;
 use knox_server::auth::{self, Signed};
 use knox_server::client::Client;
 use knox_server::tlog;
@@ -39,8 +39,8 @@ on_both_engines_sync!(
     a_run_left_out_shows_on_the_dashboard_the_run_page_and_the_exit_report,
 );
 
-fn client(s: &Served, key: &TeeKey) -> Client {
-    Client::new(&s.base, TeeKey::from_seed(key.seed())).unwrap()
+fn client(s: &Served, key: &PartyKey) -> Client {
+    Client::new(&s.base, PartyKey::from_seed(key.seed())).unwrap()
 }
 
 fn body(b: &[u8]) -> Value {
@@ -124,7 +124,7 @@ fn replayed_forged_stale_and_unknown_requests_are_refused_and_logged(s: &Served)
     );
     assert_eq!(acme.send("GET", "/api/runs", b"", &stale).unwrap().0, 401);
     // Unknown key.
-    let stranger = Client::new(&s.base, TeeKey::from_seed([77; 32])).unwrap();
+    let stranger = Client::new(&s.base, PartyKey::from_seed([77; 32])).unwrap();
     assert_eq!(stranger.request("GET", "/api/runs", b"").unwrap().0, 401);
     // No signature at all.
     let (status, _) = acme
@@ -186,7 +186,7 @@ fn a_provider_or_regulator_outside_the_run_learns_nothing(s: &Served) {
     assert_eq!(body(&listed).as_array().unwrap().len(), 1);
     // Receipts: only an assigned regulator, only with its own key.
     let report = common::verifier().check(BUNDLE).unwrap().report;
-    let receipt = |k: &TeeKey| {
+    let receipt = |k: &PartyKey| {
         serde_json::to_vec(
             &knox_verify::receipt::issue(k, BUNDLE, &report, None, auth::now()).unwrap(),
         )
@@ -315,7 +315,7 @@ fn get_with_cookie(s: &Served, path: &str, token: Option<&str>) -> (u16, String)
     (st, resp.body_mut().read_to_string().unwrap_or_default())
 }
 
-fn token(s: &Served, key: &TeeKey) -> String {
+fn token(s: &Served, key: &PartyKey) -> String {
     let link = client(s, key).login().unwrap();
     link.split_once("token=").unwrap().1.to_owned()
 }

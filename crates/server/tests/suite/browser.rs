@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use common::{BUNDLE, JOURNAL, LIVE_BUNDLE, Served, serve, tampered};
-use knox_attest::TeeKey;
+use knox_attest::PartyKey;
 use knox_server::client::Client;
 
 fn chromium() -> Option<PathBuf> {
@@ -65,7 +65,7 @@ fn dump_dom(browser: &PathBuf, url: &str) -> String {
 }
 
 fn login_to(s: &Served, next: &str) -> String {
-    let c = Client::new(&s.base, TeeKey::from_seed(s.people.cnil.0.seed())).unwrap();
+    let c = Client::new(&s.base, PartyKey::from_seed(s.people.cnil.0.seed())).unwrap();
     let link = c.login().unwrap();
     let next = next.replace('#', "%23");
     format!("{link}&next={next}")
@@ -75,7 +75,7 @@ fn login_to(s: &Served, next: &str) -> String {
 fn the_runs_list_and_a_tampered_runs_offending_node_in_a_real_browser() {
     let Some(browser) = chromium() else { return };
     let s = serve(&common::sqlite_url());
-    let acme = Client::new(&s.base, TeeKey::from_seed(s.people.acme.0.seed())).unwrap();
+    let acme = Client::new(&s.base, PartyKey::from_seed(s.people.acme.0.seed())).unwrap();
     let good = acme.submit(BUNDLE).unwrap();
     let bad = acme.submit(&tampered()).unwrap();
     let offending =
@@ -120,7 +120,7 @@ fn the_runs_list_and_a_tampered_runs_offending_node_in_a_real_browser() {
 fn a_live_run_is_watched_until_it_completes_in_a_real_browser() {
     let Some(browser) = chromium() else { return };
     let s = serve(&common::sqlite_url());
-    let acme = Client::new(&s.base, TeeKey::from_seed(s.people.acme.0.seed())).unwrap();
+    let acme = Client::new(&s.base, PartyKey::from_seed(s.people.acme.0.seed())).unwrap();
     let lines: Vec<&[u8]> = JOURNAL.split_inclusive(|&b| b == b'\n').collect();
     let first: Vec<u8> = lines[..21].concat();
     let started = acme.deliver(&first).unwrap();
@@ -163,7 +163,7 @@ fn a_live_run_is_watched_until_it_completes_in_a_real_browser() {
 fn the_exit_report_pdf_button_gives_the_report_as_pdf() {
     let Some(browser) = chromium() else { return };
     let s = serve(&common::sqlite_url());
-    let acme = Client::new(&s.base, TeeKey::from_seed(s.people.acme.0.seed())).unwrap();
+    let acme = Client::new(&s.base, PartyKey::from_seed(s.people.acme.0.seed())).unwrap();
     let good = acme.submit(BUNDLE).unwrap();
     let bad = acme.submit(&tampered()).unwrap();
     let dom = dump_dom(&browser, &login_to(&s, "/report?provider=acme"));
@@ -174,7 +174,7 @@ fn the_exit_report_pdf_button_gives_the_report_as_pdf() {
         .unwrap_or_else(|| panic!("no PDF button:\n{dom}"))
         .replace("&amp;", "&");
     // The button's link, followed with the regulator's session as the browser would.
-    let cnil = Client::new(&s.base, TeeKey::from_seed(s.people.cnil.0.seed())).unwrap();
+    let cnil = Client::new(&s.base, PartyKey::from_seed(s.people.cnil.0.seed())).unwrap();
     let token = cnil.login().unwrap();
     let token = token.split("token=").nth(1).unwrap().to_owned();
     let mut resp = ureq::get(&format!("{}{href}", s.base))

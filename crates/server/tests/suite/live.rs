@@ -16,7 +16,7 @@ use std::io::Write as _;
 use std::time::Duration;
 
 use common::{JOURNAL, LIVE_BUNDLE, Served, serve, serve_with};
-use knox_attest::TeeKey;
+use knox_attest::PartyKey;
 use knox_server::client::{Client, ClientError};
 use knox_server::live::LiveRun;
 use knox_server::stream::{LiveAnswer, Streamer};
@@ -51,8 +51,8 @@ on_both_engines_sync!(
     the_streamer_follows_a_journal_being_written,
 );
 
-fn client(s: &Served, key: &TeeKey) -> Client {
-    Client::new(&s.base, TeeKey::from_seed(key.seed())).unwrap()
+fn client(s: &Served, key: &PartyKey) -> Client {
+    Client::new(&s.base, PartyKey::from_seed(key.seed())).unwrap()
 }
 
 /// The run key (key id of the run's signing key) a journal header line names.

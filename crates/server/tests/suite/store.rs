@@ -46,7 +46,7 @@ async fn migrations_are_idempotent_and_a_reopened_store_keeps_its_runs(url: Stri
         .unwrap();
     assert_eq!(runs.len(), 1);
     // A name re-registered with another key is refused.
-    let other = knox_attest::TeeKey::from_seed([99; 32]);
+    let other = knox_attest::PartyKey::from_seed([99; 32]);
     assert!(
         s.register(knox_server::Role::Provider, "acme", &other.public_bytes())
             .await

@@ -68,7 +68,7 @@ fn parallel_sub_agents_leave_evidence_that_verifies_complete() {
     .unwrap();
     assert_eq!(apm.agents.len(), AGENTS);
     let apm_hash = apm.hash().unwrap();
-    let att = apm::attest(&apm, apm_hash, &rt.key).unwrap();
+    let att = apm::attest(&apm, apm_hash, rt.monitor_key()).unwrap();
     let regulator = knox_regulation::Regulator::new(&apm.guards.regulation, None).unwrap();
     let m = Monitor::start(
         MonitorConfig {
@@ -78,7 +78,7 @@ fn parallel_sub_agents_leave_evidence_that_verifies_complete() {
             apm_hash,
             run_id: "concurrent",
             manifest: &rt.manifest,
-            key: &rt.key,
+            key: rt.monitor_key(),
             models: &[],
             signal: StopSignal::new(),
             aeg: AegBuilder::default(),

@@ -11,8 +11,10 @@
 #![expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use knox_agent::{Plan, Prompt, Regulations};
+use knox_attest::TeeKey;
 use knox_attest::simulated::Simulated;
 use knox_monitor::aeg::AegBuilder;
 use knox_monitor::apm;
@@ -58,7 +60,7 @@ fn sealed_run(rt: &Runtime, name: &str) -> Bundle {
     )
     .unwrap();
     let apm_hash = apm.hash().unwrap();
-    let att = apm::attest(&apm, apm_hash, &rt.key).unwrap();
+    let att = apm::attest(&apm, apm_hash, rt.monitor_key()).unwrap();
     let regulator = knox_regulation::Regulator::new(&apm.guards.regulation, None).unwrap();
     let m = Monitor::start(
         MonitorConfig {
@@ -68,7 +70,7 @@ fn sealed_run(rt: &Runtime, name: &str) -> Bundle {
             apm_hash,
             run_id: name,
             manifest: &rt.manifest,
-            key: &rt.key,
+            key: rt.monitor_key(),
             models: &[],
             signal: StopSignal::new(),
             aeg: AegBuilder::default(),
@@ -122,7 +124,7 @@ fn a_keys_runs_form_one_chain_from_its_platform_evidence() {
         assert_eq!(link.seal, b.summary.seal_digest().unwrap());
         assert_eq!(
             link.key,
-            knox_attest::key::key_id(&rt.key.public_bytes()).to_hex()
+            knox_attest::key::key_id(&rt.public_bytes()).to_hex()
         );
         prev = link.seal;
     }
@@ -157,7 +159,9 @@ fn runs_sealed_at_once_on_many_threads_still_form_one_chain() {
 
 #[test]
 fn an_edited_missing_or_misplaced_chain_is_tampered() {
-    let rt = Runtime::start(&Simulated, b"chain", manifest()).unwrap();
+    // A key this test keeps: it signs as the run's key would (simulated evidence only).
+    let key = Arc::new(TeeKey::generate().unwrap());
+    let rt = Runtime::simulated_with_key(Arc::clone(&key), b"chain", manifest()).unwrap();
     let first = sealed_run(&rt, "a");
     let second = sealed_run(&rt, "b");
 
@@ -175,7 +179,7 @@ fn an_edited_missing_or_misplaced_chain_is_tampered() {
     // Signed by the key, but with no chain in format v3 (a build that drops it).
     let mut b = second.clone();
     b.summary.key_chain = None;
-    b.envelope = knox_attest::dsse::sign(&rt.key, &b.summary.to_statement().unwrap()).unwrap();
+    b.envelope = knox_attest::dsse::sign(&*key, &b.summary.to_statement().unwrap()).unwrap();
     let r = verify(&reread(&b));
     assert!(matches!(r.outcome, Outcome::Tampered { .. }), "{r}");
     assert!(step(&r, "key chain").detail.contains("no key chain"), "{r}");
@@ -186,7 +190,7 @@ fn an_edited_missing_or_misplaced_chain_is_tampered() {
         seq: 0,
         prev: Digest::sha256(b"elsewhere"),
     });
-    b.envelope = knox_attest::dsse::sign(&rt.key, &b.summary.to_statement().unwrap()).unwrap();
+    b.envelope = knox_attest::dsse::sign(&*key, &b.summary.to_statement().unwrap()).unwrap();
     let r = verify(&reread(&b));
     assert!(matches!(r.outcome, Outcome::Tampered { .. }), "{r}");
     assert!(
@@ -198,7 +202,7 @@ fn an_edited_missing_or_misplaced_chain_is_tampered() {
     let mut b = second;
     b.format = knox_types::bundle::BUNDLE_FORMAT_V2.into();
     b.summary.format = b.format.clone();
-    b.envelope = knox_attest::dsse::sign(&rt.key, &b.summary.to_statement().unwrap()).unwrap();
+    b.envelope = knox_attest::dsse::sign(&*key, &b.summary.to_statement().unwrap()).unwrap();
     let r = verify(&reread(&b));
     assert!(matches!(r.outcome, Outcome::Tampered { .. }), "{r}");
     assert_eq!(step(&r, "key chain").result, "fail", "{r}");
@@ -228,7 +232,10 @@ fn the_chain_fixtures_are_one_keys_runs_and_a_fork() {
     let dir = fixtures();
     if std::env::var_os("KNOX_WRITE_FIXTURES").is_some() {
         std::fs::create_dir_all(&dir).unwrap();
-        let rt = Runtime::start(&Simulated, b"chain-fixtures", manifest()).unwrap();
+        // A key this test keeps: it signs as the run's key would (simulated evidence only).
+        let key = Arc::new(TeeKey::generate().unwrap());
+        let rt =
+            Runtime::simulated_with_key(Arc::clone(&key), b"chain-fixtures", manifest()).unwrap();
         let runs: Vec<Bundle> = (0..4)
             .map(|i| sealed_run(&rt, &format!("chain-run-{i}")))
             .collect();
@@ -236,7 +243,7 @@ fn the_chain_fixtures_are_one_keys_runs_and_a_fork() {
         let mut fork = sealed_run(&rt, "chain-fork-1");
         fork.summary.key_chain = runs[1].summary.key_chain;
         fork.envelope =
-            knox_attest::dsse::sign(&rt.key, &fork.summary.to_statement().unwrap()).unwrap();
+            knox_attest::dsse::sign(&*key, &fork.summary.to_statement().unwrap()).unwrap();
         for (name, b) in FIXTURES.iter().zip(runs.iter().chain([&fork])) {
             std::fs::write(
                 dir.join(format!("{name}.json")),

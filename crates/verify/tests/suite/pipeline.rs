@@ -339,7 +339,7 @@ fn run_edited(s: &Scenario, edit: fn(&mut Apm)) -> Bundle {
     let mut apm = apm_of(s);
     edit(&mut apm);
     let apm_hash = apm.hash().unwrap();
-    let att = apm::attest(&apm, apm_hash, &rt.key).unwrap();
+    let att = apm::attest(&apm, apm_hash, rt.monitor_key()).unwrap();
     let mut models = executor(s);
     let judge = matches!(s.reg, Reg::Judged).then_some(&Judge as &dyn knox_regulation::Judge);
     if let Some(j) = judge {
@@ -358,7 +358,7 @@ fn run_edited(s: &Scenario, edit: fn(&mut Apm)) -> Bundle {
             apm_hash,
             run_id: "pipeline",
             manifest: manifest(),
-            key: &rt.key,
+            key: rt.monitor_key(),
             models: &run_models,
             signal: signal.clone(),
             aeg: AegBuilder::default(),

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use knox_attest::TeeKey;
+use knox_attest::PartyKey;
 use knox_server::store::{Principal, Role, Store};
 use knox_server::{App, Verifier};
 use sqlx::Connection as _;
@@ -132,16 +132,17 @@ macro_rules! on_both_engines {
 /// acme) and ico (assigned globex).
 #[derive(Debug)]
 pub struct People {
-    pub acme: (TeeKey, Principal),
-    pub globex: (TeeKey, Principal),
-    pub cnil: (TeeKey, Principal),
-    pub ico: (TeeKey, Principal),
+    pub acme: (PartyKey, Principal),
+    pub globex: (PartyKey, Principal),
+    pub cnil: (PartyKey, Principal),
+    pub ico: (PartyKey, Principal),
 }
 
 pub async fn people(store: &Store) -> People {
-    let mk = |seed: u8| TeeKey::from_seed([seed; 32]);
-    let reg =
-        async |role, name, k: &TeeKey| store.register(role, name, &k.public_bytes()).await.unwrap();
+    let mk = |seed: u8| PartyKey::from_seed([seed; 32]);
+    let reg = async |role, name, k: &PartyKey| {
+        store.register(role, name, &k.public_bytes()).await.unwrap()
+    };
     let (a, g, c, i) = (mk(1), mk(2), mk(3), mk(4));
     let acme = reg(Role::Provider, "acme", &a).await;
     let globex = reg(Role::Provider, "globex", &g).await;
@@ -164,8 +165,8 @@ pub fn verifier() -> Verifier {
 }
 
 /// The log key of the tests.
-pub fn log_key() -> TeeKey {
-    TeeKey::from_seed([42; 32])
+pub fn log_key() -> PartyKey {
+    PartyKey::from_seed([42; 32])
 }
 
 /// Verifies and ingests as `p`.
