@@ -4,6 +4,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read as _, Write as _};
 use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `O_NONBLOCK` on Linux: opening a FIFO with no writer returns at once instead of
@@ -47,6 +48,46 @@ fn not_regular(t: std::fs::FileType) -> Option<&'static str> {
     }
 }
 
+/// Every file this process has read as an input through [`read_capped`], by identity
+/// (device, inode) with the name it was read by. No write through this crate replaces
+/// one of them ([`refuse_input`]): an output never destroys an input, whichever command
+/// and option named it (`report --key K --out K`, `contract sign C --out C`, a
+/// `run --force` whose `--out` holds its own manifest under an output's name).
+static INPUTS: Mutex<Vec<((u64, u64), PathBuf)>> = Mutex::new(Vec::new());
+
+fn note_input(meta: &std::fs::Metadata, path: &Path) {
+    let id = (meta.dev(), meta.ino());
+    let mut inputs = INPUTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !inputs.iter().any(|(i, _)| *i == id) {
+        inputs.push((id, path.to_path_buf()));
+    }
+}
+
+/// Refuses to write `path` when it exists and is a file this process read as an input
+/// (the same file by any name: a hard link or symbolic link included). Every write of
+/// this crate calls it; the error names both paths.
+pub fn refuse_input(path: &Path) -> io::Result<()> {
+    let Some(id) = identity(path) else {
+        return Ok(());
+    };
+    let inputs = INPUTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match inputs.iter().find(|(i, _)| *i == id) {
+        None => Ok(()),
+        Some((_, read)) => Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "`{}` is an input of this command (read as `{}`): an output never overwrites an input; choose another output",
+                path.display(),
+                read.display()
+            ),
+        )),
+    }
+}
+
 /// Reads the regular file `path`, of at most `cap` bytes. Never blocks on a FIFO (it is
 /// opened non-blocking and refused), never reads more than `cap + 1` bytes, never
 /// allocates for more than it read.
@@ -64,6 +105,7 @@ pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, ReadError> {
     if let Some(what) = not_regular(meta.file_type()) {
         return Err(ReadError::NotRegular(owned(), what));
     }
+    note_input(&meta, path);
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len().min(cap)).unwrap_or(0));
     file.take(cap.saturating_add(1))
         .read_to_end(&mut bytes)
@@ -129,7 +171,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// [`write_atomic`] with a mode, and optionally refusing an existing `path` (then the
 /// file is linked into place, which fails if the name exists, even under a race).
+/// Refused when `path` is an input this process read ([`refuse_input`]).
 pub fn write_atomic_with(path: &Path, bytes: &[u8], opts: WriteOptions) -> io::Result<()> {
+    refuse_input(path)?;
     let tmp = temporary(path)?;
     let result = (|| {
         let mut f = OpenOptions::new()
@@ -156,8 +200,10 @@ pub fn write_atomic_with(path: &Path, bytes: &[u8], opts: WriteOptions) -> io::R
 
 /// Creates the append-only file `path` (opened `O_APPEND`) holding `header` already
 /// written and fsynced: it is written under a temporary name and renamed into place, so
-/// `path` never exists empty or with a partial header. An existing `path` is replaced.
+/// `path` never exists empty or with a partial header. An existing `path` is replaced,
+/// unless it is an input this process read ([`refuse_input`]).
 pub fn create_with_header(path: &Path, header: &[u8]) -> io::Result<File> {
+    refuse_input(path)?;
     let tmp = temporary(path)?;
     let result = (|| {
         let mut f = OpenOptions::new()
@@ -274,6 +320,31 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    #[test]
+    fn no_write_replaces_a_file_read_as_an_input_by_any_name() {
+        let d = scratch("inputs");
+        let key = d.join("k.key");
+        std::fs::write(&key, b"secret").unwrap();
+        let other = d.join("other.json");
+        std::fs::write(&other, b"unread").unwrap();
+        assert_eq!(read_capped(&key, 64).unwrap(), b"secret");
+        let hard = d.join("hard.key");
+        std::fs::hard_link(&key, &hard).unwrap();
+        let soft = d.join("soft.key");
+        std::os::unix::fs::symlink(&key, &soft).unwrap();
+        for target in [&key, &hard, &soft] {
+            let e = write_atomic(target, b"report").unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::AlreadyExists, "{e}");
+            assert!(e.to_string().contains("k.key"), "{e}");
+            assert!(create_with_header(target, b"{}\n").is_err());
+        }
+        assert_eq!(std::fs::read(&key).unwrap(), b"secret");
+        // A file not read, and a new name, are written as before.
+        write_atomic(&other, b"two").unwrap();
+        write_atomic(&d.join("new.json"), b"new").unwrap();
+        assert_eq!(std::fs::read(&other).unwrap(), b"two");
     }
 
     #[test]

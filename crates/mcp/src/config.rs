@@ -209,19 +209,22 @@ impl ServersFile {
     }
 
     /// Reads and validates `servers.toml`; relative manifest paths are resolved
-    /// against its directory.
+    /// against its directory. Read with Knox's one capped reader: a FIFO, a device or a
+    /// directory is refused at once (never waited on), at most [`MAX_SERVERS_BYTES`]
+    /// are read, and every error names the file.
     pub fn load(path: &Path) -> Result<Vec<Server>, McpError> {
-        let io = |e: std::io::Error| McpError::Config(format!("{}: {e}", path.display()));
-        let len = std::fs::metadata(path).map_err(io)?.len();
-        if len > MAX_SERVERS_BYTES {
-            return Err(McpError::Config(format!(
-                "{}: {len} bytes, limit {MAX_SERVERS_BYTES}",
-                path.display()
-            )));
-        }
-        let text = std::fs::read_to_string(path).map_err(io)?;
+        let named =
+            |e: &dyn std::fmt::Display| McpError::Config(format!("`{}`: {e}", path.display()));
+        let bytes = knox_files::read_capped(path, MAX_SERVERS_BYTES)
+            .map_err(|e| McpError::Config(e.to_string()))?;
+        let text = String::from_utf8(bytes).map_err(|_| named(&"not UTF-8 text"))?;
         let base = path.parent().unwrap_or(Path::new("."));
-        Self::parse(&text)?.validate(base)
+        Self::parse(&text)
+            .and_then(|f| f.validate(base))
+            .map_err(|e| match e {
+                McpError::Config(why) => named(&why),
+                other => other,
+            })
     }
 
     /// Checks every server and resolves programs and manifests.
@@ -398,9 +401,55 @@ pub fn endpoint_of(url: &str) -> Result<Endpoint, String> {
 }
 
 #[cfg(test)]
-#[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+#[expect(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "tests"
+)]
 mod tests {
     use super::*;
+
+    /// `servers.toml` read as any other input: a FIFO with no writer, a device and an
+    /// oversized file are refused at once, and every error names the file.
+    #[test]
+    fn servers_toml_is_read_capped_without_blocking_and_errors_name_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = |p: &Path| match ServersFile::load(p) {
+            Err(McpError::Config(why)) => why,
+            other => panic!("{}: {other:?}", p.display()),
+        };
+        let fifo = dir.path().join("servers.fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let why = err(&fifo);
+        assert!(
+            why.contains("FIFO") && why.contains("servers.fifo"),
+            "{why}"
+        );
+        let why = err(Path::new("/dev/zero"));
+        assert!(why.contains("/dev/zero") && why.contains("device"), "{why}");
+        let big = dir.path().join("big.toml");
+        std::fs::write(
+            &big,
+            vec![b'#'; usize::try_from(MAX_SERVERS_BYTES).unwrap() + 1],
+        )
+        .unwrap();
+        let why = err(&big);
+        assert!(why.contains("big.toml") && why.contains("larger"), "{why}");
+        let bad = dir.path().join("bad.toml");
+        std::fs::write(&bad, "version = 2").unwrap();
+        let why = err(&bad);
+        assert!(
+            why.contains("bad.toml") && why.contains("version 2"),
+            "{why}"
+        );
+        let missing = dir.path().join("missing.toml");
+        assert!(err(&missing).contains("missing.toml"));
+    }
 
     #[test]
     fn an_http_url_reaches_its_host_and_port() {

@@ -148,6 +148,14 @@ pub fn refuse_overwrite(option: &str, output: &Path, inputs: &[&Path]) -> Result
     Ok(())
 }
 
+/// Refuses the output `p` when it is a file this process read as an input (by any
+/// name), before any work is done: "cannot create output" (73), naming both. Every
+/// write checks this again ([`knox_files::refuse_input`]); calling it early only spares
+/// the work (a request to a server, a signature) whose result could not be written.
+pub fn refuse_input_as_output(p: &Path) -> Result<()> {
+    knox_files::refuse_input(p).map_err(|e| fail(Kind::CantCreate, e.to_string()))
+}
+
 /// Writes the output file `p` atomically (a temporary file in the same directory,
 /// fsynced, renamed over `p`, the directory fsynced): `p` is the old file or the new
 /// one, never empty or cut. "cannot create output" (73) when that fails.

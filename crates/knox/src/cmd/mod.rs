@@ -61,6 +61,19 @@ pub fn absolute_cache_dir(p: Option<&Path>) -> Result<Option<PathBuf>> {
         .map_err(|e| usage(format!("--cache-dir: {e}")))
 }
 
+/// A failed engine run as a failure of its kind: a bundle that could not be written
+/// (an output over an input, a full disk) is "cannot create output" (73), saying why;
+/// anything else is internal (70).
+pub fn engine_failure(e: knox_engine::EngineError) -> anyhow::Error {
+    match &e {
+        knox_engine::EngineError::Output { path, source } => fail(
+            Kind::CantCreate,
+            format!("cannot write `{}`: {source}", path.display()),
+        ),
+        _ => fail(Kind::Software, e.to_string()),
+    }
+}
+
 /// Takes the output directory `p` of a command for the whole command: created if
 /// needed, locked (a second knox process writing into it is refused), and, unless
 /// `force`, refused when it already holds files. "cannot create output" (73).

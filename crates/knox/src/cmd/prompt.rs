@@ -294,7 +294,7 @@ fn run_over(
     for job in &jobs {
         let out = session
             .run_prompt(&job.prompt)
-            .map_err(|e| fail(Kind::Software, e.to_string()))?;
+            .map_err(super::engine_failure)?;
         // Self-check as a verifier handed nothing would: the bundle alone suffices.
         let report = knox_verify::verify_bundle(
             &out.bundle,

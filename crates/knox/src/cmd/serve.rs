@@ -309,8 +309,10 @@ pub struct ReportArgs {
 
 /// Fetches the exit report (HTML or PDF) and writes it.
 pub fn report(args: &ReportArgs) -> Result<i32> {
-    let client = Client::new(&args.to, crate::cmd::keys::load(&args.key)?)
-        .map_err(|e| knox_verifier::files::usage(e.to_string()))?;
+    let key = crate::cmd::keys::load(&args.key)?;
+    knox_verifier::files::refuse_input_as_output(&args.out)?;
+    let client =
+        Client::new(&args.to, key).map_err(|e| knox_verifier::files::usage(e.to_string()))?;
     let mut q = Vec::new();
     if let Some(p) = &args.provider {
         if !p

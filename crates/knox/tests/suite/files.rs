@@ -541,3 +541,84 @@ fn eval_refuses_to_overwrite_its_pool() {
     assert_eq!(code(&o), 64, "{}", text(&o));
     assert!(text(&o).contains("is inside --out"), "{}", text(&o));
 }
+
+/// #35: an output never overwrites an input, in any command: `report --key K --out K`,
+/// `contract sign C --key K --out K` and `contract sign C --out C` each exit 73 naming
+/// the input, and leave it as it was. (The check lives once, in every write of
+/// `knox-files`; `run --force` over its own plan is in `suite::toolkit`.)
+#[test]
+fn no_output_overwrites_an_input_it_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let prefix = d.join("authority");
+    assert_eq!(code(&run(&["keygen", "--out", s(&prefix)])), 0);
+    let key = d.join("authority.key");
+    let contract = d.join("c.json");
+    assert_eq!(code(&run(&["contract", "new", "--out", s(&contract)])), 0);
+    let (key_before, contract_before) = (
+        std::fs::read(&key).unwrap(),
+        std::fs::read(&contract).unwrap(),
+    );
+    let cases: [(&str, Vec<&str>); 3] = [
+        (
+            "report --key K --out K",
+            // Refused before any request: nothing listens on port 9 of loopback.
+            vec![
+                "report",
+                "--to",
+                "http://127.0.0.1:9",
+                "--key",
+                s(&key),
+                "--out",
+                s(&key),
+            ],
+        ),
+        (
+            "contract sign C --key K --out K",
+            vec![
+                "contract",
+                "sign",
+                s(&contract),
+                "--key",
+                s(&key),
+                "--out",
+                s(&key),
+            ],
+        ),
+        (
+            "contract sign C --out C",
+            vec![
+                "contract",
+                "sign",
+                s(&contract),
+                "--key",
+                s(&key),
+                "--out",
+                s(&contract),
+            ],
+        ),
+    ];
+    for (what, args) in cases {
+        let o = run(&args);
+        assert_eq!(code(&o), 73, "{what}: {}", text(&o));
+        assert!(
+            text(&o).contains("is an input of this command"),
+            "{what}: {}",
+            text(&o)
+        );
+        assert_eq!(std::fs::read(&key).unwrap(), key_before, "{what}");
+        assert_eq!(std::fs::read(&contract).unwrap(), contract_before, "{what}");
+    }
+    // The same signing to a new file works.
+    let signed = d.join("c.signed.json");
+    let o = run(&[
+        "contract",
+        "sign",
+        s(&contract),
+        "--key",
+        s(&key),
+        "--out",
+        s(&signed),
+    ]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+}

@@ -155,6 +155,29 @@ fn a_user_manifest_prompt_and_plan_run_into_a_self_contained_bundle() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(64), "{err}");
     assert!(err.contains("/amount") && err.contains("maximum"), "{err}");
+
+    // #35: `run --force` into a folder that holds its own plan under the name of one of
+    // its outputs exits 73 and leaves the plan as it was.
+    let inside = out.join("run-0000.json");
+    std::fs::write(&inside, plan(20)).unwrap();
+    let o = knox()
+        .arg("run")
+        .arg("--manifest")
+        .arg(&manifest)
+        .args(["--prompt", "Check my main balance and send 20 to DE001"])
+        .arg("--plan")
+        .arg(&inside)
+        .arg("--responses")
+        .arg(&responses)
+        .arg("--out")
+        .arg(&out)
+        .arg("--force")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(73), "{err}");
+    assert!(err.contains("is an input of this command"), "{err}");
+    assert_eq!(std::fs::read_to_string(&inside).unwrap(), plan(20));
 }
 
 #[test]
