@@ -53,15 +53,36 @@ fn not_regular(t: std::fs::FileType) -> Option<&'static str> {
 /// one of them ([`refuse_input`]): an output never destroys an input, whichever command
 /// and option named it (`report --key K --out K`, `contract sign C --out C`, a
 /// `run --force` whose `--out` holds its own manifest under an output's name).
-static INPUTS: Mutex<Vec<((u64, u64), PathBuf)>> = Mutex::new(Vec::new());
+static INPUTS: Mutex<Vec<Input>> = Mutex::new(Vec::new());
+
+/// An input read: its identity, and its birth time where the file system keeps one (so
+/// an inode freed by a deleted input and reused for a new file is not taken for it).
+struct Input {
+    id: (u64, u64),
+    born: Option<std::time::SystemTime>,
+    path: PathBuf,
+}
+
+impl Input {
+    fn is(&self, meta: &std::fs::Metadata) -> bool {
+        self.id == (meta.dev(), meta.ino())
+            && match (self.born, meta.created().ok()) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            }
+    }
+}
 
 fn note_input(meta: &std::fs::Metadata, path: &Path) {
-    let id = (meta.dev(), meta.ino());
     let mut inputs = INPUTS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if !inputs.iter().any(|(i, _)| *i == id) {
-        inputs.push((id, path.to_path_buf()));
+    if !inputs.iter().any(|i| i.is(meta)) {
+        inputs.push(Input {
+            id: (meta.dev(), meta.ino()),
+            born: meta.created().ok(),
+            path: path.to_path_buf(),
+        });
     }
 }
 
@@ -69,20 +90,20 @@ fn note_input(meta: &std::fs::Metadata, path: &Path) {
 /// (the same file by any name: a hard link or symbolic link included). Every write of
 /// this crate calls it; the error names both paths.
 pub fn refuse_input(path: &Path) -> io::Result<()> {
-    let Some(id) = identity(path) else {
+    let Ok(meta) = std::fs::metadata(path) else {
         return Ok(());
     };
     let inputs = INPUTS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    match inputs.iter().find(|(i, _)| *i == id) {
+    match inputs.iter().find(|i| i.is(&meta)) {
         None => Ok(()),
-        Some((_, read)) => Err(io::Error::new(
+        Some(i) => Err(io::Error::new(
             io::ErrorKind::AlreadyExists,
             format!(
                 "`{}` is an input of this command (read as `{}`): an output never overwrites an input; choose another output",
                 path.display(),
-                read.display()
+                i.path.display()
             ),
         )),
     }
@@ -341,6 +362,16 @@ mod tests {
             assert!(create_with_header(target, b"{}\n").is_err());
         }
         assert_eq!(std::fs::read(&key).unwrap(), b"secret");
+        // An input deleted, and its inode reused by a new file: that file is no input.
+        let gone = d.join("gone.json");
+        std::fs::write(&gone, b"read").unwrap();
+        read_capped(&gone, 64).unwrap();
+        std::fs::remove_file(&gone).unwrap();
+        for i in 0..64 {
+            let fresh = d.join(format!("fresh-{i}.json"));
+            std::fs::write(&fresh, b"new").unwrap();
+            write_atomic(&fresh, b"newer").unwrap();
+        }
         // A file not read, and a new name, are written as before.
         write_atomic(&other, b"two").unwrap();
         write_atomic(&d.join("new.json"), b"new").unwrap();

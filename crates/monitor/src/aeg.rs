@@ -22,38 +22,8 @@ use knox_types::payload::Body;
 /// Format identifier of the first line of a journal.
 pub const JOURNAL_FORMAT: &str = knox_types::bundle::JOURNAL_FORMAT;
 
-/// How often the monitor signs a checkpoint into a journal: after the node that makes
-/// `every_nodes` nodes since the last checkpoint, or after the first node committed
-/// `every_ms` milliseconds or more after it, whichever comes first. The clock is read
-/// when a node is committed: a run that commits nothing for a while writes no
-/// checkpoint meanwhile (there is nothing new to sign until its next node, which is
-/// then followed by one). A verifier authenticates a cut journal up to its last
-/// checkpoint.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Checkpoints {
-    /// Most nodes between two checkpoints (at least 1).
-    pub every_nodes: u64,
-    /// Most milliseconds between two checkpoints, as seen at a commit.
-    pub every_ms: u64,
-}
-
-impl Checkpoints {
-    /// The defaults: every 16 nodes or 250 ms. One checkpoint (an Ed25519 signature,
-    /// `O(log n)` node hashes, one line written) costs about four journaled node
-    /// commits; one every 16 nodes adds 20 % to journaling (`cargo bench -p
-    /// knox-monitor --bench journal`, docs/evidence-format.md §8a) and leaves at most
-    /// 16 nodes (or a quarter of a second of them) of a crashed run unauthenticated.
-    pub const DEFAULT: Self = Self {
-        every_nodes: 16,
-        every_ms: 250,
-    };
-}
-
-impl Default for Checkpoints {
-    fn default() -> Self {
-        Self::DEFAULT
-    }
-}
+/// How often the journal is checkpointed (signed in the run's APM attestation).
+pub use knox_types::checkpoint::CheckpointPolicy as Checkpoints;
 
 /// An append-only journal: one header line, then one JSON node per line, with a
 /// signed checkpoint line ([`knox_types::checkpoint`]) after every few nodes.
@@ -103,10 +73,8 @@ impl Journal {
                 key: key.shared(),
                 run_id: header.run_id.clone(),
                 apm_hash: header.apm_attestation.statement.apm_hash,
-                every: Checkpoints {
-                    every_nodes: every.every_nodes.max(1),
-                    ..every
-                },
+                // As signed in the APM attestation (`run::plan`).
+                every: every.normalized(),
                 frontier: merkle::Frontier::default(),
                 since: 0,
                 last: Instant::now(),

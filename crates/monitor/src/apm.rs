@@ -260,16 +260,18 @@ pub fn attest(
     apm_hash: Digest,
     key: MonitorKey<'_>,
 ) -> Result<ApmAttestation, CanonError> {
-    attest_bound(apm, apm_hash, key, None)
+    attest_bound(apm, apm_hash, key, None, None)
 }
 
 /// [`attest`], also binding the platform evidence that binds `key`
-/// (`H("knox/platform", evidence)`), as every run does.
+/// (`H("knox/platform", evidence)`), as every run does, and the checkpoint cadence of
+/// the run's journal, when it keeps one (journal format v4).
 pub fn attest_bound(
     apm: &Apm,
     apm_hash: Digest,
     key: MonitorKey<'_>,
     platform: Option<&knox_types::bundle::PlatformEvidence>,
+    checkpoints: Option<knox_types::checkpoint::CheckpointPolicy>,
 ) -> Result<ApmAttestation, CanonError> {
     let platform = platform
         .map(|p| Digest::of_json(knox_types::digest::tag::PLATFORM, p))
@@ -278,6 +280,7 @@ pub fn attest_bound(
         apm_hash,
         inputs: apm.inputs.clone(),
         platform,
+        checkpoints,
     };
     let envelope = knox_attest::dsse::sign(key.tee(), &statement.to_statement()?)?;
     Ok(ApmAttestation {

@@ -412,7 +412,16 @@ pub fn plan(
     let apm_hash = apm.hash()?;
     let apm_time = t.elapsed();
     let t = Instant::now();
-    let apm_attestation = apm::attest_bound(&apm, apm_hash, rt.monitor_key(), Some(&rt.platform))?;
+    // The journal's checkpoint cadence is signed with the APM: a journal missing
+    // checkpoints it promised is tampered, not a crash's prefix.
+    let cadence = spec.journal_dir.map(|_| rt.checkpoints.normalized());
+    let apm_attestation = apm::attest_bound(
+        &apm,
+        apm_hash,
+        rt.monitor_key(),
+        Some(&rt.platform),
+        cadence,
+    )?;
     let sign_time = t.elapsed();
     let journal = match spec.journal_dir {
         Some(dir) => {

@@ -25,9 +25,14 @@ pub const BUNDLE_FORMAT_V2: &str = "knox-evidence/v2";
 pub const BUNDLE_FORMAT_V1: &str = "knox-evidence/v1";
 
 /// Format identifier of the journal header Knox writes: canonical parts, as
-/// [`BUNDLE_FORMAT`], and signed checkpoint lines ([`crate::checkpoint`]) between the
-/// node lines.
-pub const JOURNAL_FORMAT: &str = "knox-journal/v3";
+/// [`BUNDLE_FORMAT`], signed checkpoint lines ([`crate::checkpoint`]) between the node
+/// lines, and their cadence signed in the header's APM attestation
+/// ([`ApmStatement::checkpoints`]): a gap longer than it promises is tampering.
+pub const JOURNAL_FORMAT: &str = "knox-journal/v4";
+
+/// The journal format whose checkpoint cadence was not signed, still verified: the
+/// same lines, but checkpoints removed from it cannot be told from a crash.
+pub const JOURNAL_FORMAT_V3: &str = "knox-journal/v3";
 
 /// The journal format before checkpoints, still verified: the same lines without
 /// checkpoints, so no node of it is authenticated before the run seals.
@@ -171,6 +176,11 @@ pub struct ApmStatement {
     /// evidence that binds it, every byte of it (a TDX report's `attested_at` included).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub platform: Option<Digest>,
+    /// The checkpoint cadence of the run's journal (journal format v4): signed here, so
+    /// a journal with checkpoints removed is tampered, not a crash's prefix. Absent in
+    /// earlier evidence, and from APMs attested outside a run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoints: Option<crate::checkpoint::CheckpointPolicy>,
 }
 
 /// An APM attestation: the statement in clear and a DSSE envelope whose in-toto

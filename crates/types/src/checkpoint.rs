@@ -40,6 +40,67 @@ impl CheckpointBody {
     }
 }
 
+/// How often the monitor signs a checkpoint into a journal: after the node that makes
+/// `every_nodes` nodes since the last checkpoint, or after the first node committed
+/// `every_ms` milliseconds or more after it, whichever comes first. The clock is read
+/// when a node is committed: a run that commits nothing for a while writes no
+/// checkpoint meanwhile (there is nothing new to sign until its next node, which is
+/// then followed by one). A verifier authenticates a cut journal up to its last
+/// checkpoint.
+///
+/// Signed in the run's APM
+/// attestation ([`crate::bundle::ApmStatement::checkpoints`], journal format v4), so a
+/// journal missing checkpoints it promised is tampered, not a crash: between two
+/// checkpoints, before the first and after the last, a v4 journal holds at most
+/// `every_nodes` nodes. (Time cannot be checked offline: `every_ms` only adds
+/// checkpoints.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointPolicy {
+    /// Most nodes between two checkpoints (at least 1).
+    pub every_nodes: u64,
+    /// Most milliseconds between two checkpoints, as seen at a commit.
+    pub every_ms: u64,
+}
+
+impl CheckpointPolicy {
+    /// The defaults: every 16 nodes or 250 ms. One checkpoint (an Ed25519 signature,
+    /// `O(log n)` node hashes, one line written) costs about four journaled node
+    /// commits; one every 16 nodes adds 20 % to journaling (`cargo bench -p
+    /// knox-monitor --bench journal`, docs/evidence-format.md §8a) and leaves at most
+    /// 16 nodes (or a quarter of a second of them) of a crashed run unauthenticated.
+    pub const DEFAULT: Self = Self {
+        every_nodes: 16,
+        every_ms: 250,
+    };
+
+    /// The largest integer a signed JSON number holds exactly (I-JSON, RFC 8785):
+    /// `2^53 − 1`.
+    pub const MAX_EXACT: u64 = (1 << 53) - 1;
+
+    /// The policy as it is signed and followed: `every_nodes` at least 1, and both at
+    /// most [`Self::MAX_EXACT`] (a canonical JSON number beyond it is not exact; `2^53`
+    /// nodes or milliseconds are never reached, so nothing changes).
+    pub fn normalized(self) -> Self {
+        Self {
+            every_nodes: self.every_nodes.clamp(1, Self::MAX_EXACT),
+            every_ms: self.every_ms.min(Self::MAX_EXACT),
+        }
+    }
+
+    /// The most nodes a journal may hold between two checkpoints (`every_nodes`, at
+    /// least 1).
+    pub fn max_gap(&self) -> u64 {
+        self.every_nodes.max(1)
+    }
+}
+
+impl Default for CheckpointPolicy {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
 /// One checkpoint line of a journal.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -4,8 +4,8 @@
 use crate::manifests::TrustedManifests;
 use knox_types::aeg::{Node, chain_start, chain_step};
 use knox_types::bundle::{
-    Bundle, Counts, JOURNAL_FORMAT as CURRENT, JOURNAL_FORMAT_V1, JOURNAL_FORMAT_V2, JournalHeader,
-    MAX_BUNDLE_BYTES, PublicKey, Summary,
+    Bundle, Counts, JOURNAL_FORMAT as CURRENT, JOURNAL_FORMAT_V1, JOURNAL_FORMAT_V2,
+    JOURNAL_FORMAT_V3, JournalHeader, MAX_BUNDLE_BYTES, PublicKey, Summary,
 };
 use knox_types::checkpoint::{CHECKPOINT_CONTEXT, Checkpoint};
 use knox_types::digest::Digest;
@@ -47,7 +47,13 @@ pub fn is_journal(bytes: &[u8]) -> bool {
     // Nothing but white space may follow the object, as `from_slice` requires.
     de.end().is_ok()
         && format.is_some_and(|f| {
-            [JOURNAL_FORMAT, JOURNAL_FORMAT_V2, JOURNAL_FORMAT_V1].contains(&f.as_str())
+            [
+                JOURNAL_FORMAT,
+                JOURNAL_FORMAT_V3,
+                JOURNAL_FORMAT_V2,
+                JOURNAL_FORMAT_V1,
+            ]
+            .contains(&f.as_str())
         })
 }
 
@@ -71,12 +77,14 @@ pub fn verify_journal<M: TrustedManifests + ?Sized>(
     let first = lines.next().unwrap_or_default();
     let scan = knox_types::json::scan(first, &written::header_part)?;
     let header: JournalHeader = knox_types::json::from_scanned(first, &scan)?;
-    let (canonical, checkpointed) = match header.format.as_str() {
-        JOURNAL_FORMAT => (true, true),
-        JOURNAL_FORMAT_V2 => (true, false),
-        JOURNAL_FORMAT_V1 => (false, false),
+    let (canonical, checkpointed, cadence_signed) = match header.format.as_str() {
+        JOURNAL_FORMAT => (true, true, true),
+        JOURNAL_FORMAT_V3 => (true, true, false),
+        JOURNAL_FORMAT_V2 => (true, false, false),
+        JOURNAL_FORMAT_V1 => (false, false, false),
         _ => return Err(ReadError::Format(header.format)),
     };
+    let header_format = header.format.clone();
     let mut r = Reader {
         file: bytes,
         canonical,
@@ -193,6 +201,17 @@ pub fn verify_journal<M: TrustedManifests + ?Sized>(
         );
         0
     };
+    // A signed cadence binds whatever the header's (unsigned) format says: relabelled as
+    // an earlier version, the journal still owes its checkpoints.
+    if cadence_signed || bundle.apm_attestation.statement.checkpoints.is_some() {
+        let relabelled = (!cadence_signed).then_some(header_format.as_str());
+        cadence_step(&mut s, &bundle, &checkpoints, relabelled);
+    } else if checkpointed {
+        s.skip(
+            "checkpoint cadence",
+            format!("{JOURNAL_FORMAT_V3} does not sign its checkpoint cadence: checkpoints removed from it cannot be told from a crash"),
+        );
+    }
     let mut report = crate::build_report(s, &bundle, platform, hw, findings, false);
     report.authenticated = Some(authenticated);
     if torn {
@@ -267,6 +286,68 @@ fn checkpoint_step(s: &mut Steps, b: &Bundle, checkpoints: &[Placed]) -> u64 {
         ),
     );
     p.after
+}
+
+/// In a v4 journal, every checkpoint the header's APM attestation promises is there: at
+/// most `every_nodes` nodes before the first checkpoint, between two, and after the
+/// last (a crash may cut the journal just before a due checkpoint, never later).
+/// Checkpoints deleted from the middle, or all of them, leave a longer gap: tampering,
+/// not the prefix of a crash. (The clear statement is the signed one: the APM step
+/// fails otherwise.)
+///
+/// `relabelled`: the earlier format the header declares, when the APM attestation
+/// signs a cadence all the same (only a v4 writer signs one): tampering.
+fn cadence_step(s: &mut Steps, b: &Bundle, checkpoints: &[Placed], relabelled: Option<&str>) {
+    if let Some(format) = relabelled {
+        s.fail(
+            "checkpoint cadence",
+            Fail::unplaced(format!(
+                "the APM attestation signs a checkpoint cadence, which only a {JOURNAL_FORMAT} journal has, but the header says `{format}`: the header's format was changed"
+            )),
+        );
+        return;
+    }
+    let Some(policy) = b.apm_attestation.statement.checkpoints else {
+        s.fail(
+            "checkpoint cadence",
+            Fail::unplaced(format!(
+                "a {JOURNAL_FORMAT} journal's APM attestation must sign its checkpoint cadence, and it signs none"
+            )),
+        );
+        return;
+    };
+    let gap = policy.max_gap();
+    let total = b.nodes.len() as u64;
+    let mut from = 0u64;
+    for to in checkpoints
+        .iter()
+        .map(|p| p.after)
+        .chain(std::iter::once(total))
+    {
+        if to.saturating_sub(from) > gap {
+            let at = if to == total {
+                "after the last checkpoint".to_string()
+            } else {
+                format!("before the checkpoint signing {to} nodes")
+            };
+            s.fail(
+                "checkpoint cadence",
+                Fail::unplaced(format!(
+                    "nodes {from}..{to} ({} nodes, {at}) carry no checkpoint, but the run's signed cadence is one at least every {gap} nodes: checkpoints were removed",
+                    to - from
+                )),
+            );
+            return;
+        }
+        from = to;
+    }
+    s.pass(
+        "checkpoint cadence",
+        format!(
+            "a checkpoint at least every {gap} nodes, as the APM attestation signs ({} checkpoint(s), {total} nodes)",
+            checkpoints.len()
+        ),
+    );
 }
 
 /// Why one checkpoint, preceded by `after` nodes whose chain head and structure root

@@ -171,13 +171,24 @@ impl fmt::Display for Report {
             self.interrupts.len(),
             self.flagged_for_review
         );
-        if let Some(k) = self.authenticated {
-            let _ = writeln!(
-                s,
-                "  authenticated: nodes 0..{k} signed by a checkpoint; nodes {k}..{} ({}) unauthenticated tail",
-                self.nodes,
-                self.nodes.saturating_sub(k)
-            );
+        match self.authenticated {
+            Some(0) => {
+                let _ = writeln!(
+                    s,
+                    "  authenticated: none of the {} nodes (no checkpoint signs any)",
+                    self.nodes
+                );
+            }
+            Some(k) => {
+                let _ = writeln!(
+                    s,
+                    "  authenticated: {k} of the {} nodes (0..{k}, signed by a checkpoint); nodes {k}..{} ({}) an unauthenticated tail",
+                    self.nodes,
+                    self.nodes,
+                    self.nodes.saturating_sub(k)
+                );
+            }
+            None => {}
         }
         for b in &self.blocked {
             let tool = b.tool.as_deref().unwrap_or("<malformed>");

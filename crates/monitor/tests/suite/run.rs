@@ -320,7 +320,13 @@ fn the_journal_carries_a_signed_checkpoint_every_n_nodes() {
         let r = verify_journal(&bytes);
         assert_eq!(r.outcome, Outcome::Prefix, "{r}");
         assert_eq!(r.authenticated, Some(n / every * every), "{r}");
-        assert!(r.to_string().contains("authenticated: nodes 0.."), "{r}");
+        assert!(
+            r.to_string().contains(&format!(
+                "authenticated: {} of the {n} nodes",
+                n / every * every
+            )),
+            "{r}"
+        );
     }
 }
 
@@ -402,15 +408,57 @@ fn a_forged_moved_or_foreign_checkpoint_is_tampered_naming_its_line() {
     tampered(forged, "foreign", "signature");
 }
 
+/// #35: the checkpoint cadence is signed (journal v4), so checkpoints deleted to hide
+/// what they sign leave a journal `tampered`, not the `prefix` of a crash; every honest
+/// cut still verifies as a prefix.
 #[test]
-fn a_journal_before_checkpoints_authenticates_no_node() {
+fn a_journal_with_checkpoints_deleted_is_tampered() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bytes, bundle) = journaled(2, dir.path());
+    assert!(bundle.nodes.len() > 4, "enough nodes for gaps");
+    let text = lines(&bytes);
+    let is_checkpoint = |l: &String| l.starts_with("{\"checkpoint\"");
+    let cadence_broken = |forged: &[String], what: &str| {
+        let r = verify_journal(&join(forged));
+        match &r.outcome {
+            Outcome::Tampered { reason, .. } => {
+                assert!(reason.contains("checkpoints were removed"), "{what}: {r}");
+            }
+            other => panic!("{what}: {other:?} {r}"),
+        }
+    };
+    // Every checkpoint deleted.
+    let none: Vec<String> = text.iter().filter(|l| !is_checkpoint(l)).cloned().collect();
+    cadence_broken(&none, "all deleted");
+    // One deleted in the middle.
+    let first = text.iter().position(is_checkpoint).unwrap();
+    let mut one = text.clone();
+    one.remove(first);
+    cadence_broken(&one, "first deleted");
+    // The last one deleted, with nodes after it.
+    let last = text.iter().rposition(is_checkpoint).unwrap();
+    if last + 1 < text.len() {
+        let mut tail = text.clone();
+        tail.remove(last);
+        cadence_broken(&tail, "last deleted");
+    }
+    // Every honest cut at a line boundary: a prefix, never tampered.
+    for k in 1..=text.len() {
+        let r = verify_journal(&join(&text[..k]));
+        assert_eq!(r.outcome, Outcome::Prefix, "cut after line {k}: {r}");
+    }
+}
+
+#[test]
+fn a_journal_relabelled_as_an_earlier_format_still_owes_its_checkpoints() {
     let dir = tempfile::tempdir().unwrap();
     let (bytes, _) = journaled(1, dir.path());
     let v3 = knox_types::bundle::JOURNAL_FORMAT;
     let v2 = knox_types::bundle::JOURNAL_FORMAT_V2;
     let text = lines(&bytes);
     assert!(text[0].contains(v3));
-    // A version-2 journal (no checkpoint lines) verifies as before: nothing signed.
+    // Relabelled as version 2 with its checkpoint lines removed, it still owes them: its
+    // APM attestation signs the cadence (only a v4 writer signs one). Tampered.
     let mut old: Vec<String> = text
         .iter()
         .filter(|l| !l.starts_with("{\"checkpoint\""))
@@ -418,8 +466,16 @@ fn a_journal_before_checkpoints_authenticates_no_node() {
         .collect();
     old[0] = old[0].replace(v3, v2);
     let r = verify_journal(&join(&old));
-    assert_eq!(r.outcome, Outcome::Prefix, "{r}");
-    assert_eq!(r.authenticated, Some(0), "{r}");
+    assert!(matches!(r.outcome, Outcome::Tampered { .. }), "{r}");
+    assert!(
+        format!("{r}").contains("the header's format was changed"),
+        "{r}"
+    );
+    // The same as version 3 (checkpoints, cadence unsigned): tampered too.
+    let mut v3_label = old.clone();
+    v3_label[0] = v3_label[0].replace(v2, knox_types::bundle::JOURNAL_FORMAT_V3);
+    let r = verify_journal(&join(&v3_label));
+    assert!(matches!(r.outcome, Outcome::Tampered { .. }), "{r}");
     // Relabelled as version 2, a journal's checkpoint lines are not nodes.
     let mut relabelled = text.clone();
     relabelled[0] = relabelled[0].replace(v3, v2);
