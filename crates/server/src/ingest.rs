@@ -101,6 +101,16 @@ impl Verifier {
         }
     }
 
+    /// Verifies a live run's journal as the store rebuilds it, from its node lines
+    /// alone (checkpoint lines are not kept: their cadence is not checked).
+    pub fn check_streamed(&self, journal: &[u8]) -> Result<knox_verify::Report, IngestError> {
+        Ok(knox_verify::journal::verify_streamed_nodes(
+            journal,
+            &self.manifest,
+            self.options(),
+        )?)
+    }
+
     /// Reads and verifies a submission. Never panics: anything that is not evidence is
     /// an error, anything that is evidence has a report.
     pub fn check(&self, bytes: &[u8]) -> Result<Checked, IngestError> {

@@ -553,8 +553,8 @@ fn judge(
         journal.push(b'\n');
         contiguous += 1;
     }
-    let prefix = match v.check(&journal) {
-        Ok(c) => c.report.outcome,
+    let prefix = match v.check_streamed(&journal) {
+        Ok(r) => r.outcome,
         Err(e) => return State::tampered(None, format!("the streamed journal is unreadable: {e}")),
     };
     match prefix {

@@ -25,6 +25,13 @@ fn check(bytes: &[u8]) -> knox_verify::Report {
     knox_verify::journal::verify_journal(bytes, manifest(), ALLOW).unwrap()
 }
 
+/// [`check`] of a journal whose checkpoint lines were not kept, as a store keeping node
+/// lines alone reads it: only its signed cadence goes unchecked, so whatever still
+/// catches an edit there is the replay, not the checkpoints.
+fn check_stripped(bytes: &[u8]) -> knox_verify::Report {
+    knox_verify::journal::verify_streamed_nodes(bytes, manifest(), ALLOW).unwrap()
+}
+
 #[test]
 fn a_complete_journal_holds_every_node_and_verifies_as_a_prefix() {
     let (_d, bytes, bundle) = journal();
@@ -310,8 +317,15 @@ fn a_regulation_check_missing_before_the_end_is_still_tampering() {
         out.push(b'\n');
         out
     };
-    // Rewritten as the forger would write it, the journal is still a prefix.
-    assert_eq!(check(&journal(&nodes)).outcome, Outcome::Prefix);
+    // Without its checkpoints, the signed cadence alone makes it tampered (#35)...
+    match check(&journal(&nodes)).outcome {
+        Outcome::Tampered { reason, .. } => {
+            assert!(reason.contains("checkpoints were removed"), "{reason}")
+        }
+        other => panic!("checkpoints dropped: {other:?}"),
+    }
+    // ...and read as node lines alone, the replay still judges each edit.
+    assert_eq!(check_stripped(&journal(&nodes)).outcome, Outcome::Prefix);
     let at = nodes
         .iter()
         .position(|n| n.kind == NodeKind::Check && n.payload.to_value()["guard"] == "regulation")
@@ -325,9 +339,12 @@ fn a_regulation_check_missing_before_the_end_is_still_tampering() {
         n.measurement = n.compute_measurement();
     }
     // Cut right at the gap: a prefix. With any node after the gap: tampered.
-    assert_eq!(check(&journal(&forged[..at])).outcome, Outcome::Prefix);
+    assert_eq!(
+        check_stripped(&journal(&forged[..at])).outcome,
+        Outcome::Prefix
+    );
     for end in [at + 1, forged.len()] {
-        match check(&journal(&forged[..end])).outcome {
+        match check_stripped(&journal(&forged[..end])).outcome {
             Outcome::Tampered { reason, .. } => {
                 assert!(reason.contains("regulation check"), "{reason}")
             }
@@ -478,7 +495,8 @@ fn caught_before_the_last_checkpoint(
         return false;
     };
     let signed = forged.cut(cp + 1);
-    if check(&signed.unsigned().write()).outcome != Outcome::Prefix {
+    // Only the checkpoints catch it: with none kept, the replay finds nothing.
+    if check_stripped(&signed.unsigned().write()).outcome != Outcome::Prefix {
         return false;
     }
     let r = check(&signed.write());
@@ -599,7 +617,10 @@ fn another_executions_nodes_under_this_header_are_tampered() {
         header: a.header.clone(),
         lines: b.lines.clone(),
     };
-    assert_eq!(check(&spliced.unsigned().write()).outcome, Outcome::Prefix);
+    assert_eq!(
+        check_stripped(&spliced.unsigned().write()).outcome,
+        Outcome::Prefix
+    );
     match check(&spliced.write()).outcome {
         Outcome::Tampered { reason, .. } => {
             assert!(reason.contains("signature"), "{reason}");
