@@ -130,16 +130,76 @@ pub struct ApprovalDir {
 /// Largest token file read.
 const MAX_TOKEN_BYTES: u64 = 64 * 1024;
 
+/// The folder under an approvals directory where each token's use is recorded:
+/// `<DIR>/.used/<nonce hex>.json`, created exclusively (`O_CREAT | O_EXCL`), so that of
+/// any number of runs and processes reading the same tokens exactly one uses each.
+pub const USED_DIR: &str = ".used";
+
+/// Largest use record read (to name the run that used a token).
+const MAX_USE_RECORD_BYTES: u64 = 4096;
+
 fn read_token(path: &Path) -> Option<Value> {
-    let meta = std::fs::metadata(path).ok()?;
-    if !meta.is_file() || meta.len() > MAX_TOKEN_BYTES {
-        return None;
-    }
-    let bytes = std::fs::read(path).ok()?;
+    let bytes = knox_files::read_capped(path, MAX_TOKEN_BYTES).ok()?;
     knox_types::json::from_slice(&bytes).ok()
 }
 
+impl ApprovalDir {
+    /// Where the use of the token with nonce `nonce` is recorded.
+    pub fn use_record(&self, nonce: &str) -> PathBuf {
+        self.dir.join(USED_DIR).join(format!("{nonce}.json"))
+    }
+}
+
 impl ApprovalSource for ApprovalDir {
+    fn consume(&self, nonce: &str, run_id: &str) -> Result<(), String> {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        // A nonce is 16 bytes in hex (checked with the token's signature): never a path.
+        if nonce.len() != 32 || !nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err("nobody: the token's nonce is malformed".into());
+        }
+        let used = self.dir.join(USED_DIR);
+        let cannot = |e: std::io::Error| {
+            format!(
+                "nobody yet, but its use cannot be recorded in `{}` ({e}), so it is not accepted",
+                used.display()
+            )
+        };
+        std::fs::create_dir_all(&used).map_err(cannot)?;
+        let path = self.use_record(nonce);
+        let record = serde_json::json!({
+            "nonce": nonce,
+            "run_id": run_id,
+            "pid": std::process::id(),
+            "at_ms": knox_attest::grant::now_ms(),
+        });
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&path)
+        {
+            Ok(mut f) => {
+                // Created: this run has it. The record's content only names the run
+                // (a crash before it is written still leaves the token used).
+                let _ = f
+                    .write_all(record.to_string().as_bytes())
+                    .and_then(|()| f.sync_all());
+                let _ = knox_files::sync_dir(&used);
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let by = knox_files::read_capped(&path, MAX_USE_RECORD_BYTES)
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                    .and_then(|v| v.get("run_id")?.as_str().map(str::to_owned))
+                    .unwrap_or_else(|| "(unnamed: its record is empty)".into());
+                Err(by)
+            }
+            Err(e) => Err(cannot(e)),
+        }
+    }
+
     fn token(&self, _: &Action, action_hash: &Digest) -> Option<Value> {
         read_token(&self.dir.join(format!("{}.json", action_hash.to_hex())))
     }

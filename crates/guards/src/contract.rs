@@ -22,6 +22,9 @@ pub struct ContractInput<'x> {
     pub approval: Option<&'x Value>,
     /// The run's ledger before this proposal.
     pub ledger: &'x Ledger,
+    /// The run that already used the presented token, as the approvals store says
+    /// (`None`: unused, or not asked yet). An approval otherwise valid is then refused.
+    pub used_by: Option<&'x str>,
 }
 
 /// The `contract` check of `action` under `contract`. Its `reservation` is the one the
@@ -33,9 +36,9 @@ pub fn check(
     input: Option<ContractInput<'_>>,
 ) -> CheckPayload {
     let empty = Ledger::new();
-    let (at_ms, approval, ledger) = match input {
-        Some(i) => (i.at_ms, i.approval, i.ledger),
-        None => (0, None, &empty),
+    let (at_ms, approval, ledger, used_by) = match input {
+        Some(i) => (i.at_ms, i.approval, i.ledger, i.used_by),
+        None => (0, None, &empty, None),
     };
     let state = ledger.state();
     let mut c = ContractCheck {
@@ -48,6 +51,7 @@ pub fn check(
         cost_cents: None,
         impact: None,
         approval_nonce: None,
+        approval_used_by: None,
         reservation: None,
         spent_cents: state.spent_cents,
         reserved_cents: state.reserved_cents,
@@ -84,6 +88,13 @@ pub fn check(
     if pending {
         c.outcome = ContractOutcome::Pending;
         c.check = Some("approval".into());
+    } else if let (Some(nonce), Some(by)) = (&allowed.approval_nonce, used_by) {
+        // Valid, but spent: another run (another process) used it first.
+        c.check = Some("approval".into());
+        c.reason = Some(format!(
+            "approval token {nonce} was already used by run `{by}`: a token is accepted once, across runs and processes"
+        ));
+        c.approval_used_by = Some(by.to_owned());
     } else {
         c.outcome = ContractOutcome::Allow;
         c.approval_nonce = allowed.approval_nonce;

@@ -1029,9 +1029,13 @@ impl ExecutorFactory for Script {
 }
 
 /// The scenario's approval tokens, handed over in order, each for the action it names;
-/// nobody approves a pending action.
+/// nobody approves a pending action. The tokens live in this process alone: their use
+/// is recorded in memory.
 #[derive(Debug)]
-struct Tokens(Mutex<std::collections::VecDeque<(Digest, Value)>>);
+struct Tokens(
+    Mutex<std::collections::VecDeque<(Digest, Value)>>,
+    Mutex<std::collections::BTreeMap<String, String>>,
+);
 
 impl ApprovalSource for Tokens {
     fn token(&self, _: &Action, hash: &Digest) -> Option<Value> {
@@ -1044,6 +1048,17 @@ impl ApprovalSource for Tokens {
 
     fn wait(&self, _: &Action, _: &Digest) -> Option<Value> {
         None
+    }
+
+    fn consume(&self, nonce: &str, run_id: &str) -> Result<(), String> {
+        let mut used = self.1.lock().unwrap_or_else(PoisonError::into_inner);
+        match used.get(nonce) {
+            Some(by) => Err(by.clone()),
+            None => {
+                used.insert(nonce.to_owned(), run_id.to_owned());
+                Ok(())
+            }
+        }
     }
 }
 
@@ -1232,7 +1247,7 @@ fn engine_run(
             replay: s.steps.iter().position(|st| st.replay),
         })
         .contract(verified)
-        .approvals(Tokens(Mutex::new(tokens)))
+        .approvals(Tokens(Mutex::new(tokens), Mutex::default()))
         .output(bundles)
         .run_prefix(format!("scenario-{i:02}"))
         .build()?;

@@ -260,19 +260,35 @@ pub fn attest(
     apm_hash: Digest,
     key: MonitorKey<'_>,
 ) -> Result<ApmAttestation, CanonError> {
-    attest_bound(apm, apm_hash, key, None, None)
+    attest_bound(apm, apm_hash, key, Bound::default())
 }
 
-/// [`attest`], also binding the platform evidence that binds `key`
-/// (`H("knox/platform", evidence)`), as every run does, and the checkpoint cadence of
-/// the run's journal, when it keeps one (journal format v4).
+/// What an APM attestation binds besides the APM and its inputs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Bound<'a> {
+    /// The platform evidence that binds the key (`H("knox/platform", evidence)`).
+    pub platform: Option<&'a knox_types::bundle::PlatformEvidence>,
+    /// The checkpoint cadence of the run's journal, when it keeps one.
+    pub checkpoints: Option<knox_types::checkpoint::CheckpointPolicy>,
+    /// The key id of the capability contract's authority, when the run has one.
+    pub contract_authority: Option<Digest>,
+}
+
+/// [`attest`], also binding what `bound` gives: the platform evidence that binds `key`
+/// (`H("knox/platform", evidence)`), as every run does, the checkpoint cadence of the
+/// run's journal when it keeps one (journal format v4), and the capability contract's
+/// authority when it has one.
 pub fn attest_bound(
     apm: &Apm,
     apm_hash: Digest,
     key: MonitorKey<'_>,
-    platform: Option<&knox_types::bundle::PlatformEvidence>,
-    checkpoints: Option<knox_types::checkpoint::CheckpointPolicy>,
+    bound: Bound<'_>,
 ) -> Result<ApmAttestation, CanonError> {
+    let Bound {
+        platform,
+        checkpoints,
+        contract_authority,
+    } = bound;
     let platform = platform
         .map(|p| Digest::of_json(knox_types::digest::tag::PLATFORM, p))
         .transpose()?;
@@ -281,6 +297,7 @@ pub fn attest_bound(
         inputs: apm.inputs.clone(),
         platform,
         checkpoints,
+        contract_authority,
     };
     let envelope = knox_attest::dsse::sign(key.tee(), &statement.to_statement()?)?;
     Ok(ApmAttestation {

@@ -85,6 +85,13 @@ pub trait ApprovalSource: Send + Sync + std::fmt::Debug {
     fn token(&self, action: &Action, action_hash: &Digest) -> Option<Value>;
     /// The action is pending: publish the request and wait (bounded) for a token.
     fn wait(&self, action: &Action, action_hash: &Digest) -> Option<Value>;
+    /// Records that run `run_id` uses the token whose nonce is `nonce` (hex), before
+    /// the action it approves runs: durably, and atomically with respect to every
+    /// other process that reads the same tokens, so that a token is accepted once
+    /// across runs and processes. `Err(by)` when it was used already, `by` naming the
+    /// run that did (or why its use cannot be recorded): the action is then refused,
+    /// and the evidence says so (`approval_used_by`).
+    fn consume(&self, nonce: &str, run_id: &str) -> Result<(), String>;
 }
 
 fn unix_ms() -> u64 {
@@ -166,6 +173,8 @@ pub struct Monitor<'a> {
     /// verifier rebuilds the same ledger in commit order.
     ledger: Mutex<Ledger>,
     approvals: Option<&'a dyn ApprovalSource>,
+    /// The run's identifier (what an approval's use is recorded under).
+    run_id: &'a str,
 }
 
 impl std::fmt::Debug for Monitor<'_> {
@@ -341,6 +350,7 @@ impl<'a> Monitor<'a> {
             run_outputs: Mutex::new(Vec::new()),
             ledger: Mutex::new(Ledger::new()),
             approvals,
+            run_id,
         }
     }
 
@@ -389,6 +399,7 @@ impl<'a> Monitor<'a> {
                 at_ms: unix_ms(),
                 approval: token.as_ref(),
                 ledger: &ledger,
+                used_by: None,
             }),
         );
         let pending = knox_guards::contract::of(&eval.checks)
@@ -401,7 +412,7 @@ impl<'a> Monitor<'a> {
             if token.is_some() {
                 eval = st.guards.evaluate_with(
                     &st.state,
-                    proposal,
+                    proposal.clone(),
                     clock,
                     &mut regulation,
                     &run,
@@ -409,9 +420,33 @@ impl<'a> Monitor<'a> {
                         at_ms: unix_ms(),
                         approval: token.as_ref(),
                         ledger: &ledger,
+                        used_by: None,
                     }),
                 );
             }
+        }
+        // An approval the contract accepts is used here, once: recorded where every
+        // process reading the same tokens looks, before the action runs. Used already
+        // (another run, another process): decided again, refused, and recorded so.
+        let spends = knox_guards::contract::of(&eval.checks)
+            .filter(|_| matches!(eval.decision, Decision::Allow { .. }))
+            .and_then(|c| c.approval_nonce.clone());
+        if let (Some(nonce), Some(src)) = (spends, self.approvals)
+            && let Err(by) = src.consume(&nonce, self.run_id)
+        {
+            eval = st.guards.evaluate_with(
+                &st.state,
+                proposal,
+                clock,
+                &mut regulation,
+                &run,
+                Some(ContractInput {
+                    at_ms: unix_ms(),
+                    approval: token.as_ref(),
+                    ledger: &ledger,
+                    used_by: Some(&by),
+                }),
+            );
         }
         let reserved = knox_guards::contract::of(&eval.checks)
             .and_then(knox_guards::contract::reserved)

@@ -412,16 +412,17 @@ pub fn plan(
     let apm_hash = apm.hash()?;
     let apm_time = t.elapsed();
     let t = Instant::now();
-    // The journal's checkpoint cadence is signed with the APM: a journal missing
-    // checkpoints it promised is tampered, not a crash's prefix.
-    let cadence = spec.journal_dir.map(|_| rt.checkpoints.normalized());
-    let apm_attestation = apm::attest_bound(
-        &apm,
-        apm_hash,
-        rt.monitor_key(),
-        Some(&rt.platform),
-        cadence,
-    )?;
+    // Signed with the APM: the platform evidence, the journal's checkpoint cadence (a
+    // journal missing checkpoints it promised is tampered, not a crash's prefix) and the
+    // contract's authority (the contract's hash covers its body, not its signer).
+    let bound = apm::Bound {
+        platform: Some(&rt.platform),
+        checkpoints: spec.journal_dir.map(|_| rt.checkpoints.normalized()),
+        contract_authority: spec
+            .contract
+            .map(|c| knox_attest::key::key_id(&c.authority.public_key.0)),
+    };
+    let apm_attestation = apm::attest_bound(&apm, apm_hash, rt.monitor_key(), bound)?;
     let sign_time = t.elapsed();
     let journal = match spec.journal_dir {
         Some(dir) => {

@@ -181,6 +181,12 @@ pub struct ApmStatement {
     /// earlier evidence, and from APMs attested outside a run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoints: Option<crate::checkpoint::CheckpointPolicy>,
+    /// `H("knox/key", authority public key)` of the capability contract's authority,
+    /// for a run bounded by one (`inputs.contract`): the contract's hash covers its
+    /// body, not who signed it, so the signer is bound here. Absent in earlier evidence
+    /// and for runs without a contract.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract_authority: Option<Digest>,
 }
 
 /// An APM attestation: the statement in clear and a DSSE envelope whose in-toto

@@ -279,6 +279,12 @@ pub struct ContractCheck {
     /// The approval's nonce, consumed with the reservation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_nonce: Option<String>,
+    /// The run the approvals store named as having used the presented token already
+    /// (another run, another process): the token is refused (`check` = `approval`). A
+    /// token is accepted once, across runs and processes; this records what the monitor
+    /// was told, so the verifier decides again with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_used_by: Option<String>,
     /// The reservation made: set only when every guard passed and the action was
     /// authorized (numbered from 0 in the run, in commit order).
     #[serde(default, skip_serializing_if = "Option::is_none")]

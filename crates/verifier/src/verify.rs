@@ -24,6 +24,10 @@ pub fn embedded_manifest() -> Result<knox_policy::ToolkitManifest> {
 /// Exit code of a file that could not be read as evidence.
 pub const UNREADABLE: i32 = 4;
 
+/// Exit code when the files, each verified, used one approval token in more than one
+/// run: a token is accepted once across runs and processes.
+pub const INCIDENT: i32 = 5;
+
 /// Arguments of `knox verify`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = crate::exit_codes!(
@@ -37,8 +41,10 @@ pub const UNREADABLE: i32 = 4;
    \n      bundle with the APM's hash, or, with --contract-authority, no capability contract or\
    \n      one another authority signed)\
    \n  4   a FILE could not be read as evidence (missing, a directory, not a bundle)\
-   \n  With several FILEs, the worst of them, in the order tampered, unreadable, refused,\
-   \n  prefix, complete. --json prints one report object per FILE (an array for several),\
+   \n  5   incident: several FILEs that verified used one approval token in more than one\
+   \n      run (each is accepted once, across runs and processes); named on standard error\
+   \n  With several FILEs, the worst of them, in the order tampered, incident, unreadable,\
+   \n  refused, prefix, complete. --json prints one report object per FILE (an array for several),\
    \n  each with `file` and, when complete, the signed `structure_root` for `knox prove check`."
 ))]
 pub struct VerifyArgs {
@@ -105,7 +111,8 @@ enum Checked {
 /// How bad a file's result is, for the exit code of several.
 fn severity(code: i32) -> u8 {
     match code {
-        1 => 4,
+        1 => 5,
+        INCIDENT => 4,
         UNREADABLE => 3,
         3 => 2,
         2 => 1,
@@ -200,6 +207,9 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
     let mut worst = 0;
     let mut objects = Vec::new();
     let mut signed: Option<(Vec<u8>, Report)> = None;
+    // Each approval token's uses: (file, run) of every verified run that used it.
+    let mut uses: std::collections::BTreeMap<String, Vec<(String, String)>> =
+        std::collections::BTreeMap::new();
     for file in &args.bundles {
         let shown = display_name(file);
         let checked = match crate::files::read_input_or_stdin(file, crate::files::EVIDENCE) {
@@ -238,6 +248,13 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
                 }
             }
             Checked::Verified { bytes, evidence } => {
+                if matches!(evidence.report.outcome, Outcome::Complete | Outcome::Prefix) {
+                    for nonce in &evidence.report.approvals {
+                        uses.entry(nonce.clone())
+                            .or_default()
+                            .push((shown.clone(), evidence.report.run_id.clone()));
+                    }
+                }
                 if args.json {
                     objects.push(report_json_of(&shown, evidence, Some(bytes)));
                 } else if args.ear {
@@ -257,6 +274,20 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
                     signed = Some((bytes.clone(), evidence.report.clone()));
                 }
             }
+        }
+    }
+    for (nonce, runs) in uses.iter().filter(|(_, r)| r.len() > 1) {
+        let runs: Vec<String> = runs
+            .iter()
+            .map(|(file, run)| format!("`{file}` (run `{run}`)"))
+            .collect();
+        eprintln!(
+            "incident: approval token {nonce} was used by {} runs: {} — a token is accepted once",
+            runs.len(),
+            runs.join(", ")
+        );
+        if severity(INCIDENT) > severity(worst) {
+            worst = INCIDENT;
         }
     }
     if args.json || args.ear {

@@ -324,13 +324,14 @@ fn refresh_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) {
     }
 }
 
-/// Whether the refresh report is the one the signed summary names (required in format
-/// v2 for every mode but simulated, whose evidence is fixed).
+/// Whether the refresh report is the one the signed summary names (required from
+/// format v2 for every mode: Knox always names the report it adds, and a report no
+/// signature names — simulated included — is bytes nothing binds).
 fn refresh_unbound(b: &Bundle, refresh: &knox_types::bundle::PlatformEvidence) -> Option<String> {
     let Some(signed) = b.summary.refresh else {
-        return (b.format != BUNDLE_FORMAT_V1 && refresh.mode != PlatformMode::Simulated).then(|| {
+        return (b.format != BUNDLE_FORMAT_V1).then(|| {
             format!(
-                "the signed summary does not bind the `{}` refresh report: formats v2 and later require its hash for every mode but simulated",
+                "the signed summary does not bind the `{}` refresh report: formats v2 and later require its hash",
                 refresh.mode
             )
         });
@@ -653,6 +654,8 @@ pub(crate) fn apm_step(
         );
     } else if let Some(why) = platform_unbound(b).or_else(|| platform_required(b)) {
         s.fail("apm", Fail::unplaced(why));
+    } else if let Some(why) = manifests::embedded_unbound(b) {
+        s.fail("apm", Fail::unplaced(why));
     } else if let Err(why) = chosen {
         s.refuse("apm", why.clone());
     } else {
@@ -820,6 +823,25 @@ fn contract_step(s: &mut Steps, b: &Bundle) -> Result<Option<knox_contract::Veri
                 );
                 Err(())
             }
+            Ok(v)
+                if b.apm_attestation
+                    .statement
+                    .contract_authority
+                    .is_some_and(|a| a != knox_attest::key::key_id(&v.authority.public_key.0)) =>
+            {
+                s.fail(
+                    "contract",
+                    Fail::unplaced(format!(
+                        "the embedded capability contract is signed by authority {}, but the APM attestation binds authority {}: it was signed again by another key",
+                        knox_attest::key::key_id(&v.authority.public_key.0),
+                        b.apm_attestation
+                            .statement
+                            .contract_authority
+                            .map_or_else(String::new, |a| a.to_string())
+                    )),
+                );
+                Err(())
+            }
             Ok(v) => {
                 s.pass(
                     "contract",
@@ -940,6 +962,16 @@ pub(crate) fn build_report(
             .collect(),
         authenticated: None,
         key_chain: None,
+        // Set only on allowed calls (a call another guard blocks reserves nothing), and
+        // checked by the replay.
+        approvals: b
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.payload.check()?.detail {
+                knox_types::payload::CheckDetail::Contract(c) => c.approval_nonce.clone(),
+                _ => None,
+            })
+            .collect(),
         warnings,
     }
 }

@@ -93,6 +93,21 @@ impl Chosen<'_> {
     }
 }
 
+/// Why `b`'s embedded toolkit manifest, when it has one, is bytes nothing signs: its
+/// hash is not the manifest the attested APM names. Such a bundle is tampered, whether
+/// or not the verifier trusts the named manifest itself (the embedded copy would be
+/// ignored then, and every byte of evidence must be bound).
+pub fn embedded_unbound(b: &Bundle) -> Option<String> {
+    let text = b.manifest.as_ref()?;
+    let embedded = Digest::tagged(tag::MANIFEST, &[text.as_bytes()]);
+    let named = b.apm.inputs.manifest;
+    (embedded != named).then(|| {
+        format!(
+            "the bundle embeds toolkit manifest {embedded}, but the attested APM was derived from {named}: the embedded manifest is bound by nothing"
+        )
+    })
+}
+
 /// Picks the manifest `b`'s APM names: a trusted one, else the embedded one when its
 /// hash matches; the reason for refusing otherwise.
 pub fn choose<'a, M: TrustedManifests + ?Sized>(

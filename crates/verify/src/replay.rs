@@ -804,6 +804,7 @@ impl<'a> Replayer<'a, '_> {
             at_ms: cc.at_ms,
             approval: cc.approval.as_ref(),
             ledger: &self.ledger,
+            used_by: cc.approval_used_by.as_deref(),
         });
         let mut eval =
             self.guards

@@ -114,6 +114,11 @@ pub struct Report {
     /// of runs, for a reader of many bundles to find the runs left out.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key_chain: Option<ChainLink>,
+    /// The nonces (hex) of the approval tokens the run used: one per allowed call whose
+    /// contract check accepted a token. A token is accepted once across runs: a reader
+    /// of many bundles finds a reuse by a nonce in two of them (`knox verify A B …`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<String>,
     /// Things a reader should know that do not change the outcome.
     pub warnings: Vec<String>,
 }

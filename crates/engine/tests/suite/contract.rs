@@ -441,6 +441,15 @@ fn an_edited_contract_is_tampered() {
     let mut b = r.bundle.clone();
     b.contract = None;
     assert_tampered(&b, &r.manifest, "dropped contract");
+    // #35: the same contract signed again by another authority: its hash is the one the
+    // APM names, but the APM attestation binds who signed it.
+    let mallory = PartyKey::generate().unwrap();
+    let mut b = r.bundle.clone();
+    let sc = b.contract.as_mut().unwrap();
+    sc.envelope = knox_contract::signed::sign(&mallory, &r.verified.contract).unwrap();
+    sc.authority = mallory.public_key();
+    let why = assert_tampered(&b, &r.manifest, "another authority");
+    assert!(why.contains("signed again by another key"), "{why}");
 }
 
 #[test]

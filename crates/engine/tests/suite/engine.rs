@@ -592,13 +592,23 @@ fn a_custom_manifest_travels_in_its_bundle_and_only_with_the_apms_hash() {
         "{:?}",
         report.warnings
     );
-    // An embedded manifest that is not the APM's (a sink removed): refused, naming both.
+    // An embedded manifest that is not the APM's (a sink removed): bytes nothing signs,
+    // tampered (#35), naming both — whether or not the verifier trusts the APM's own.
     let mut swapped = bundle.clone();
     let other =
         ToolkitManifest::from_sources(TOOLS, &NEEDS.replace("sinks = [\"to\"]", "")).unwrap();
     swapped.manifest = Some(String::from_utf8(other.canonical_bytes().to_vec()).unwrap());
+    let trusting = knox_verify::manifests::Manifests::new().with(manifest());
+    for set in [&nothing, &trusting] {
+        let report = knox_verify::verify_bundle(&swapped, set, Options::DANGEROUS_SIMULATED);
+        let Outcome::Tampered { reason, .. } = &report.outcome else {
+            panic!("{report:?}")
+        };
+        assert!(reason.contains(&other.hash().to_string()), "{reason}");
+        assert!(reason.contains(&manifest().hash().to_string()), "{reason}");
+    }
     let report = knox_verify::verify_bundle(&swapped, &nothing, Options::DANGEROUS_SIMULATED);
-    let Outcome::Refused { reason } = &report.outcome else {
+    let Outcome::Tampered { reason, .. } = &report.outcome else {
         panic!("{report:?}")
     };
     assert!(reason.contains(&other.hash().to_string()), "{reason}");

@@ -56,6 +56,13 @@ fn now_ms() -> u64 {
 /// (read) capabilities rooted in a fresh directory; `None` where the kernel sandbox
 /// the contract host needs is unavailable (never in CI).
 fn fixture() -> Option<Fx> {
+    fixture_with(None)
+}
+
+/// [`fixture`]; with `approver`, its `vault` capability (writes beneath the workspace)
+/// is high-impact and needs that key's approval (as `alice`), tokens read from
+/// `<dir>/tokens` (`knox run --approvals`).
+fn fixture_with(approver: Option<&PartyKey>) -> Option<Fx> {
     let dir = tempfile::tempdir().unwrap();
     let (ws, docs, out) = (
         dir.path().join("ws"),
@@ -72,6 +79,28 @@ fn fixture() -> Option<Fx> {
     c.id = "gateway-test".into();
     c.directories.get_mut("workspace").unwrap().root = ws.to_str().unwrap().into();
     c.directories.get_mut("docs").unwrap().root = docs.to_str().unwrap().into();
+    let approvals = approver.map(|alice| {
+        c.directories.insert(
+            "vault".into(),
+            knox_contract::format::DirectoryCap {
+                root: ws.to_str().unwrap().into(),
+                access: knox_contract::format::DirAccess::Write,
+                cost_cents: 1,
+                impact: knox_contract::format::Impact::High,
+            },
+        );
+        c.approvers
+            .insert("alice".into(), hex::encode(alice.public_bytes()));
+        c.approval_required
+            .insert(knox_contract::format::Impact::High);
+        let tokens = dir.path().join("tokens");
+        std::fs::create_dir(&tokens).unwrap();
+        knox_engine::contract::ApprovalDir {
+            dir: tokens,
+            pending: None,
+            timeout: Duration::ZERO,
+        }
+    });
     let authority = PartyKey::from_seed([11; 32]);
     let env = knox_contract::signed::sign(&authority, &c).unwrap();
     let verified = knox_contract::signed::verify(&env, &authority.public_key()).unwrap();
@@ -95,7 +124,7 @@ fn fixture() -> Option<Fx> {
         host: Arc::new(host),
         contract: Some(Contract {
             verified: verified.clone(),
-            approvals: None,
+            approvals,
         }),
         planner: None,
         regulation: None,
@@ -407,4 +436,85 @@ async fn a_session_without_a_prompt_needs_a_contract_and_a_plan_needs_its_prompt
         .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
         .collect();
     assert!(written.is_empty(), "{written:?}");
+}
+
+/// #35: one approval token, three gateway sessions: the first session's write runs, the
+/// two later sessions are refused it (`approval_used_by`: the first session's run), and
+/// all three bundles verify complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_approval_token_serves_one_gateway_session() {
+    let alice = PartyKey::generate().unwrap();
+    let Some(fx) = fixture_with(Some(&alice)) else {
+        return;
+    };
+    let args = json!({"dir": "vault", "path": "k.txt", "content": "approved"});
+    let action = knox_types::Action::new("ContractWriteFile", args.clone()).unwrap();
+    let token = knox_contract::approval::sign(
+        &alice,
+        "alice",
+        fx.contract.hash,
+        action.hash(),
+        now_ms(),
+        60_000,
+    )
+    .unwrap();
+    std::fs::write(
+        fx.dir
+            .path()
+            .join("tokens")
+            .join(format!("{}.json", action.hash().to_hex())),
+        serde_json::to_vec(&token).unwrap(),
+    )
+    .unwrap();
+    let session = knox_gateway::mcp::session_token().unwrap();
+    let gw = HttpGateway::bind(
+        Arc::clone(&fx.cfg),
+        "127.0.0.1:0".parse().unwrap(),
+        session.clone(),
+        None,
+    )
+    .await
+    .unwrap();
+    let user = mcp_support::User {
+        gateway: format!("http://{}", gw.local_addr().unwrap()),
+        token: session,
+    };
+    let stop = Shutdown::new();
+    tokio::spawn(gw.serve(stop.clone()));
+    let mut runs = Vec::new();
+    for i in 0..3 {
+        let _ = std::fs::remove_file(fx.ws.join("k.txt"));
+        let (status, opened) =
+            mcp_support::exchange(&user, "POST", "/knox/sessions", Some(&json!({}))).await;
+        assert_eq!(status, 201, "{opened}");
+        let c = mcp_support::client(opened["mcp_url"].as_str().unwrap()).await;
+        let r = c
+            .peer()
+            .call_tool(call("ContractWriteFile", args.clone()))
+            .await
+            .unwrap();
+        drop(c);
+        let end = mcp_support::close(&user, opened["session"].as_str().unwrap()).await;
+        assert_eq!(end["verified"], "complete", "{end}");
+        let (b, _) = verified(std::path::Path::new(end["bundle"].as_str().unwrap()));
+        if i == 0 {
+            assert_ne!(r.is_error, Some(true), "{r:?}");
+            assert_eq!(
+                std::fs::read_to_string(fx.ws.join("k.txt")).unwrap(),
+                "approved"
+            );
+        } else {
+            assert_eq!(r.is_error, Some(true), "session {i}: {r:?}");
+            assert!(!fx.ws.join("k.txt").exists(), "session {i} wrote");
+            let reasons = blocked(&b);
+            assert!(
+                reasons
+                    .iter()
+                    .any(|r| r.contains(&format!("already used by run `{}`", runs[0]))),
+                "session {i}: {reasons:?}"
+            );
+        }
+        runs.push(b.run_id.clone());
+    }
+    stop.cancel();
 }

@@ -740,3 +740,212 @@ fn the_mcp_gateway_bounded_by_a_contract_serves_its_tools_to_a_real_client_witho
         );
     }
 }
+
+/// In `p`: a contract whose `vault` writes are high-impact and need alice's approval
+/// (`alice.key`), a plan of one such write, and `tokens/` holding alice's token for it
+/// (`knox approve`). Returns the token file.
+fn approved_vault_write(p: &Path, ws: &Path) -> std::path::PathBuf {
+    assert!(run(p, &["keygen", "--out", "alice"]).status.success());
+    signed_contract(p, |c| {
+        c["directories"]["workspace"]["root"] = serde_json::json!(ws.to_str().unwrap());
+        c["directories"]["vault"] = serde_json::json!({
+            "root": ws.to_str().unwrap(), "access": "write", "cost_cents": 1, "impact": "high"});
+        let alice: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(p.join("alice.pub")).unwrap()).unwrap();
+        c["approvers"]["alice"] = alice["public_key"].clone();
+        c["approval_required"] = serde_json::json!(["high"]);
+    });
+    let params = serde_json::json!({"dir": "vault", "path": "k.txt", "content": "x"});
+    let action = knox_types::Action::new("ContractWriteFile", params.clone()).unwrap();
+    let call = serde_json::json!({"tool": "ContractWriteFile", "params": params});
+    std::fs::write(p.join("k.json"), serde_json::to_vec(&call).unwrap()).unwrap();
+    std::fs::write(
+        p.join("plan.json"),
+        serde_json::to_vec(&serde_json::json!({"calls": [call]})).unwrap(),
+    )
+    .unwrap();
+    std::fs::create_dir_all(p.join("tokens")).unwrap();
+    let token = p
+        .join("tokens")
+        .join(format!("{}.json", action.hash().to_hex()));
+    let o = run(
+        p,
+        &[
+            "approve",
+            "k.json",
+            "--contract",
+            "c.signed.json",
+            "--authority",
+            "authority.pub",
+            "--key",
+            "alice.key",
+            "--name",
+            "alice",
+            "--out",
+            token.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    token
+}
+
+/// The bundles under `out`, each verified (the contract's manifest, simulated evidence
+/// accepted): every one must be complete. Returns how many executed the vault write
+/// and how many refused it as a token already used.
+fn vault_writes(out: &Path) -> (usize, usize) {
+    let manifest =
+        knox_verify::manifests::Manifests::new().with(knox_engine::contract::manifest().unwrap());
+    let (mut executed, mut spent) = (0, 0);
+    for e in std::fs::read_dir(out).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(".json") || name == "summary.json" {
+            continue;
+        }
+        let bundle = knox_verify::parse_bundle(&std::fs::read(&path).unwrap()).unwrap();
+        let r = knox_verify::verify_bundle(
+            &bundle,
+            &manifest,
+            knox_verify::Options::DANGEROUS_SIMULATED,
+        );
+        assert_eq!(r.outcome, knox_verify::Outcome::Complete, "{name}: {r}");
+        let text = serde_json::to_string(&bundle.nodes).unwrap();
+        executed += usize::from(text.contains("\"executed\":true"));
+        spent += usize::from(text.contains("was already used by run"));
+    }
+    (executed, spent)
+}
+
+/// #35: an approval token is accepted once — across two `knox run` processes, and
+/// across the runs of one `--tasks` run. The first use executes; every later one is
+/// refused (`approval_used_by` in the evidence), its bundle still complete; the use is
+/// recorded under the approvals directory (`.used/<nonce>.json`, naming the run).
+#[test]
+fn an_approval_token_is_accepted_once_across_processes_and_runs() {
+    if !sandbox_here() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    let ws = p.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let token = approved_vault_write(p, &ws);
+    let knox_run_with = |approvals: &str, extra: &[&str], out: &str| {
+        let mut args = vec![
+            "run",
+            "--contract",
+            "c.signed.json",
+            "--contract-authority",
+            "authority.pub",
+            "--approvals",
+            approvals,
+            "--out",
+            out,
+        ];
+        args.extend_from_slice(extra);
+        let o = run(p, &args);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    let knox_run = |extra: &[&str], out: &str| knox_run_with("tokens", extra, out);
+    // Two processes, one token.
+    knox_run(&["--prompt", "write", "--plan", "plan.json"], "out1");
+    assert_eq!(std::fs::read_to_string(ws.join("k.txt")).unwrap(), "x");
+    assert_eq!(vault_writes(&p.join("out1")), (1, 0));
+    let used: Vec<_> = std::fs::read_dir(p.join("tokens/.used"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(used.len(), 1, "{used:?}");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&used[0]).unwrap()).unwrap();
+    assert!(record["run_id"].is_string(), "{record}");
+    std::fs::remove_file(ws.join("k.txt")).unwrap();
+    knox_run(&["--prompt", "write", "--plan", "plan.json"], "out2");
+    assert!(!ws.join("k.txt").exists(), "the second process wrote");
+    assert_eq!(vault_writes(&p.join("out2")), (0, 1));
+    // One `--tasks` run of three runs, with a fresh token: the first run uses it.
+    std::fs::remove_file(&token).unwrap();
+    let token = approved_vault_write_again(p, &token);
+    let line = serde_json::json!({"prompt": "write", "plan":
+        serde_json::from_slice::<serde_json::Value>(&std::fs::read(p.join("plan.json")).unwrap()).unwrap()});
+    std::fs::write(p.join("tasks.jsonl"), format!("{line}\n{line}\n{line}\n")).unwrap();
+    knox_run(&["--tasks", "tasks.jsonl"], "out3");
+    assert_eq!(vault_writes(&p.join("out3")), (1, 2));
+    // The same token copied into two approval directories is not caught at run time
+    // (each directory records its own use), but both uses are in the evidence: `knox
+    // verify` of the two bundles names the reuse, exit 5.
+    let name = token.file_name().unwrap().to_owned();
+    let copy = approved_vault_write_again(p, &p.join("copy.json"));
+    for dir in ["tokens-a", "tokens-b"] {
+        std::fs::create_dir_all(p.join(dir)).unwrap();
+        std::fs::copy(&copy, p.join(dir).join(&name)).unwrap();
+    }
+    knox_run_with(
+        "tokens-a",
+        &["--prompt", "write", "--plan", "plan.json"],
+        "out4",
+    );
+    knox_run_with(
+        "tokens-b",
+        &["--prompt", "write", "--plan", "plan.json"],
+        "out5",
+    );
+    let bundle = |out: &str| {
+        std::fs::read_dir(p.join(out))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|f| f.extension().is_some_and(|e| e == "json") && !f.ends_with("summary.json"))
+            .unwrap()
+    };
+    let (a, b) = (bundle("out4"), bundle("out5"));
+    let alone = run(p, &["verify", "--allow-simulated", a.to_str().unwrap()]);
+    assert_eq!(
+        alone.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&alone.stdout)
+    );
+    let both = run(
+        p,
+        &[
+            "verify",
+            "--allow-simulated",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+        ],
+    );
+    let err = String::from_utf8_lossy(&both.stderr);
+    assert_eq!(both.status.code(), Some(5), "{err}");
+    assert!(
+        err.contains("incident: approval token") && err.contains("used by 2 runs"),
+        "{err}"
+    );
+}
+
+/// Another token of alice's for the same write, at `token` (a new nonce).
+fn approved_vault_write_again(p: &Path, token: &Path) -> std::path::PathBuf {
+    let o = run(
+        p,
+        &[
+            "approve",
+            "k.json",
+            "--contract",
+            "c.signed.json",
+            "--authority",
+            "authority.pub",
+            "--key",
+            "alice.key",
+            "--name",
+            "alice",
+            "--out",
+            token.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    token.to_path_buf()
+}

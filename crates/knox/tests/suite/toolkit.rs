@@ -128,8 +128,12 @@ fn a_user_manifest_prompt_and_plan_run_into_a_self_contained_bundle() {
     let forged = write(d, "forged.json", &b.to_string());
     let v = verify(&forged);
     let report = String::from_utf8_lossy(&v.stdout);
-    assert_eq!(v.status.code(), Some(3), "{report}");
-    assert!(report.contains("but the APM was derived from"), "{report}");
+    // Bytes no signature binds were changed: tampered (#35), not merely unusable.
+    assert_eq!(v.status.code(), Some(1), "{report}");
+    assert!(
+        report.contains("but the attested APM was derived from"),
+        "{report}"
+    );
     // Handed the manifest, a verifier trusts it without the bundle's copy.
     b.as_object_mut().unwrap().remove("manifest");
     let bare = write(d, "bare.json", &b.to_string());

@@ -657,3 +657,59 @@ fn a_bundles_empty_models_left_out_is_not_complete() {
         other => panic!("`models` left out: {other:?}"),
     }
 }
+
+/// #35: members the format makes optional, added where the evidence has none: an
+/// embedded toolkit manifest the APM does not name, an unnamed refresh report (a
+/// genuine simulated one, binding the bundle's key, nonce and chain head), and a
+/// capability contract. Each is bytes no signature binds: none verifies complete.
+#[test]
+fn no_optional_member_added_to_a_bundle_verifies_complete() {
+    let mut tally = Tally::default();
+    let authority = knox_attest::PartyKey::from_seed([5; 32]);
+    let now = 1_767_000_000_000;
+    let contract = knox_contract::example::template(now, now + 1, &"0".repeat(64));
+    let signed = json!({
+        "authority": authority.public_key(),
+        "envelope": knox_contract::signed::sign(&authority, &contract).unwrap(),
+    });
+    for (name, _, doc) in bundles() {
+        let b: knox_types::bundle::Bundle = serde_json::from_value(doc.clone()).unwrap();
+        let key: [u8; 32] = b.key.public_key.0.as_slice().try_into().unwrap();
+        let refresh = knox_attest::platform::PlatformBackend::collect(
+            &knox_attest::simulated::Simulated,
+            &knox_attest::platform::KeyBinding {
+                public_key: key,
+                nonce: b.platform.nonce.0.clone(),
+                chain_head: Some(b.summary.chain_head.0),
+            },
+        )
+        .unwrap();
+        let other_manifest = String::from_utf8(
+            knox_policy::shipped::terminal()
+                .unwrap()
+                .canonical_bytes()
+                .to_vec(),
+        )
+        .unwrap();
+        let added: [(&str, Value); 5] = [
+            ("manifest", json!(other_manifest)),
+            ("manifest", json!("{}")),
+            ("refresh", serde_json::to_value(&refresh).unwrap()),
+            ("contract", signed.clone()),
+            (
+                "contract",
+                json!({"authority": authority.public_key(), "envelope": b.envelope}),
+            ),
+        ];
+        for (member, value) in added {
+            if doc.get(member).is_some() {
+                continue;
+            }
+            let mut m = doc.clone();
+            m.as_object_mut().unwrap().insert(member.into(), value);
+            let bytes = serde_json::to_vec(&m).unwrap();
+            tally.check(&|| format!("{name}: /{member} added"), &bytes, true);
+        }
+    }
+    tally.report("optional members");
+}
