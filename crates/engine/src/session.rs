@@ -58,6 +58,7 @@ enum Tools {
 pub struct SessionBuilder {
     platform: Option<Box<dyn PlatformBackend>>,
     simulated_key: Option<Arc<knox_attest::TeeKey>>,
+    checkpoints: Option<knox_monitor::aeg::Checkpoints>,
     nonce: Vec<u8>,
     tools: Option<Tools>,
     regulation: Option<RegulationSetup>,
@@ -105,6 +106,14 @@ impl SessionBuilder {
     pub fn simulated_with_key(mut self, key: Arc<knox_attest::TeeKey>) -> Self {
         self.platform = Some(Box::new(knox_attest::simulated::Simulated));
         self.simulated_key = Some(key);
+        self
+    }
+
+    /// How often a journal is checkpointed (default
+    /// [`Checkpoints::DEFAULT`](knox_monitor::aeg::Checkpoints::DEFAULT)); signed with
+    /// each run's APM (journal format v4).
+    pub fn checkpoints(mut self, every: knox_monitor::aeg::Checkpoints) -> Self {
+        self.checkpoints = Some(every);
         self
     }
 
@@ -287,7 +296,7 @@ impl SessionBuilder {
             knox_harness::HarnessError::Run(r @ run::RunError::Platform(_)) => platform_error(r),
             other => EngineError::Suite(Box::new(other)),
         };
-        let core = match (tools, self.simulated_key) {
+        let mut core = match (tools, self.simulated_key) {
             (Tools::Manifest(m), Some(key)) => Core::Plain(
                 Runtime::simulated_with_key(key, &self.nonce, *m).map_err(platform_error)?,
             ),
@@ -308,6 +317,12 @@ impl SessionBuilder {
                 crate::workload::Suite::Terminal,
             ),
         };
+        if let Some(every) = self.checkpoints {
+            match &mut core {
+                Core::Plain(rt) => rt.checkpoints = every,
+                Core::Suite(h, _) => h.rt.checkpoints = every,
+            }
+        }
         let custom_planner = self.planner.is_some();
         if self.contract.is_none()
             && self

@@ -184,7 +184,7 @@ fn main() -> ExitCode {
     let json = cli.command.json();
     // Before any work: a stop signal arriving while the run starts up stops it with
     // evidence instead of killing it.
-    if matches!(cli.command, Command::Run(_))
+    if matches!(cli.command, Command::Run(_) | Command::Demo(_))
         && let Err(e) = knox::signals::install()
     {
         return cli::failed(error::classify(&e), &format!("{e:#}"), json);

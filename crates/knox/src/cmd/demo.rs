@@ -147,7 +147,16 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
     }
     let mut injected_path = None;
     let mut runs = Vec::new();
-    for spec in &executors {
+    for (i, spec) in executors.iter().enumerate() {
+        // A stop signal (SIGUSR1, SIGTERM, SIGINT) interrupts the run it arrives in, with
+        // evidence, and starts no other.
+        if i > 0 && crate::signals::received().is_some() {
+            say!(
+                "stopped by {}: no further run started",
+                crate::signals::received().unwrap_or("a signal")
+            );
+            break;
+        }
         let kind = match spec {
             ModelSpec::Injected => ExecutorKind::Injected,
             _ => ExecutorKind::Benign,
@@ -155,6 +164,11 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
         let w = WorkloadRun {
             executor: kind,
             journal_dir: stream.is_some().then_some(out.as_path()),
+            stop: knox_types::apm::StopPolicy {
+                external: true,
+                ..knox_types::apm::StopPolicy::default()
+            },
+            signal: knox_monitor::guard::stop::StopSignal::from_flag(crate::signals::stop_flag()),
             ..crate::cmd::model::apply(&models, WorkloadRun::new(workload, kind, 2))
         };
         // A model's bundle is named `model.json`: a spec may hold `/` or `:`.

@@ -265,7 +265,24 @@ fn run_over(
                 None => b,
             }
         }
-        (None, Some(servers), _) => builder.host(super::mcp::host(servers, args.out.join("mcp"))?),
+        (None, Some(servers), _) => {
+            let host = super::mcp::host(servers, args.out.join("mcp"))?;
+            // Every server starts and lists its tools before any run: one that never
+            // starts is a clear failure (69), not calls recorded as answered with errors.
+            for s in host.servers() {
+                host.list_tools(s).map_err(|e| {
+                    fail(
+                        Kind::Unavailable,
+                        format!(
+                            "MCP server `{}` of `{}` does not start: {e}",
+                            s.name,
+                            servers.display()
+                        ),
+                    )
+                })?;
+            }
+            builder.host(host)
+        }
         (None, None, Some(responses)) => builder.tools(
             ResponsesFile::parse(&super::read_text(responses, super::MANIFEST)?)
                 .map_err(|e| super::bad_input(responses, "a responses file", e))?,
@@ -276,11 +293,18 @@ fn run_over(
             ));
         }
     };
+    // Checked before each run: a stop signal ends the whole `--tasks` run, not only the
+    // run it arrives in (the runs not started are not started).
+    let stopping = signal.clone();
     builder = builder
         .stop(stop)
         .signal(signal)
         .output(&args.out)
-        .refresh(args.refresh);
+        .refresh(args.refresh)
+        .checkpoints(knox_monitor::aeg::Checkpoints {
+            every_nodes: args.checkpoint_every_nodes,
+            every_ms: args.checkpoint_every_ms,
+        });
     if let Some(r) = regulation {
         builder = builder.regulations(r);
     }
@@ -292,6 +316,9 @@ fn run_over(
         .map_err(|e| fail(Kind::Unavailable, e.to_string()))?;
     let (mut complete, mut rows) = (0usize, Vec::new());
     for job in &jobs {
+        if stopping.is_set() && !rows.is_empty() {
+            break;
+        }
         let out = session
             .run_prompt(&job.prompt)
             .map_err(super::engine_failure)?;
@@ -350,6 +377,8 @@ fn run_over(
         "executor": executor_spec.to_string(),
         "runs": rows,
         "verified_complete": complete,
+        "not_started": jobs.len() - rows.len(),
+        "stopped_by_signal": crate::signals::received(),
     });
     super::write_file(
         &args.out.join("summary.json"),

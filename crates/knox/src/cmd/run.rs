@@ -88,12 +88,11 @@ pub struct RunArgs {
     /// Journals: sign a checkpoint after at most N nodes, so a journal cut by a crash
     /// is authenticated up to its last checkpoint (`knox verify` says how far).
     #[arg(long, value_name = "N", default_value_t = knox_monitor::aeg::Checkpoints::DEFAULT.every_nodes,
-          value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "manifest")]
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub checkpoint_every_nodes: u64,
     /// Journals: also sign one at the first node committed MS milliseconds or more after
     /// the last.
-    #[arg(long, value_name = "MS", default_value_t = knox_monitor::aeg::Checkpoints::DEFAULT.every_ms,
-          conflicts_with = "manifest")]
+    #[arg(long, value_name = "MS", default_value_t = knox_monitor::aeg::Checkpoints::DEFAULT.every_ms)]
     pub checkpoint_every_ms: u64,
     /// Stream each run live to a `knox serve` store, `http://HOST:PORT`: every node as
     /// it is committed (the journal, followed; implies `--journal`), then the sealed

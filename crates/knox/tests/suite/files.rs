@@ -622,3 +622,30 @@ fn no_output_overwrites_an_input_it_read() {
     ]);
     assert_eq!(code(&o), 0, "{}", text(&o));
 }
+
+/// #35: `knox demo` stops on SIGUSR1 like a run (it died of it): the run it arrives in
+/// is interrupted with evidence, and the process exits with a code, not the signal.
+#[test]
+fn the_demo_stops_on_a_stop_signal_instead_of_dying() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("demo");
+    let mut child = knox()
+        .args(["demo", "--out"])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = out.clone();
+    assert!(
+        wait_for(&mut child, || o.exists()),
+        "the demo never started"
+    );
+    signal(&child, "USR1");
+    let output = wait_bounded(child, "knox demo after SIGUSR1");
+    assert!(
+        output.status.code().is_some(),
+        "killed by the signal: {}",
+        text(&output)
+    );
+}

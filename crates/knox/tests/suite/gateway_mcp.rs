@@ -818,3 +818,39 @@ fn a_regulated_stdio_gateway_refuses_the_disclosure_the_norms_forbid() {
         .count();
     assert_eq!(outputs, 1, "only the permitted disclosure ran");
 }
+
+/// #35: `knox run --mcp` whose server never starts fails before any run (exit 69,
+/// naming the server), instead of recording its calls as answered with errors.
+#[test]
+fn a_run_whose_mcp_server_never_starts_fails_before_running() {
+    use super::regulation::CLINIC;
+    let servers = installed();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    python_server(&servers, d, "clinic", "import sys\nsys.exit(3)\n", CLINIC);
+    let call = json!({"tool": "clinic.share_record", "params": {"to": "dr.okafor@clinic.example"}});
+    std::fs::write(d.join("plan.json"), json!({ "calls": [call] }).to_string()).unwrap();
+    let o = knox()
+        .current_dir(d)
+        .args(["run", "--manifest", "clinic.toml", "--mcp", "servers.toml"])
+        .args([
+            "--plan",
+            "plan.json",
+            "--prompt",
+            "Send my record to Dr Okafor",
+        ])
+        .args(["--out", "out"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    if err.contains("kernel sandbox") && std::env::var_os("CI").is_none() {
+        eprintln!("skipping: kernel sandbox unavailable here: {err}");
+        return;
+    }
+    assert_eq!(o.status.code(), Some(69), "{err}");
+    assert!(
+        err.contains("MCP server `clinic`") && err.contains("does not start"),
+        "{err}"
+    );
+    assert!(!d.join("out/summary.json").exists());
+}

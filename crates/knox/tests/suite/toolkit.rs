@@ -220,3 +220,121 @@ fn openai_functions_import_as_a_skeleton_marked_for_review() {
     assert_eq!(v["tools"][0]["effect"], "disclose");
     assert!(v["pending_review"].as_u64().unwrap() >= 4);
 }
+
+/// #35: a stop signal ends a `--manifest --tasks` run: the run it arrives in is
+/// interrupted (with evidence), no later task starts, and `summary.json` names the
+/// signal and how many runs were not started.
+#[test]
+fn a_stop_signal_ends_a_tasks_run_and_the_summary_names_it() {
+    use std::time::{Duration, Instant};
+    for (sig, name) in [("USR1", "SIGUSR1"), ("TERM", "SIGTERM")] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let manifest = write(d, "bank.toml", BANK);
+        let responses = write(
+            d,
+            "responses.json",
+            r#"{"bank.get_balance": {"balance": 120}, "bank.send_money": {"ok": true}}"#,
+        );
+        let line = serde_json::json!({
+            "prompt": "Check my main balance and send 20 to DE001",
+            "plan": serde_json::from_str::<serde_json::Value>(&plan(20)).unwrap(),
+        })
+        .to_string();
+        let tasks = write(d, "tasks.jsonl", &format!("{line}\n").repeat(400));
+        let out = d.join("out");
+        let mut child = knox()
+            .arg("run")
+            .arg("--manifest")
+            .arg(&manifest)
+            .arg("--responses")
+            .arg(&responses)
+            .arg("--tasks")
+            .arg(&tasks)
+            .arg("--out")
+            .arg(&out)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The output folder exists once the handlers are installed and work begins.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !out.exists() && Instant::now() < deadline && child.try_wait().unwrap().is_none() {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let sent = std::process::Command::new("kill")
+            .args([&format!("-{sig}"), &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{sig}");
+        while child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "{name}: still running");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.code().is_some_and(|c| c <= 1), "{name}: {err}");
+        let summary: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+        let runs = summary["runs"].as_array().unwrap().len() as u64;
+        assert!(runs < 400, "{name}: every task ran: {summary}");
+        assert_eq!(
+            summary["not_started"].as_u64(),
+            Some(400 - runs),
+            "{summary}"
+        );
+        assert_eq!(summary["stopped_by_signal"], name, "{summary}");
+    }
+}
+
+/// #35: `--checkpoint-every-nodes` applies to a `--manifest` run (it was refused), and
+/// the cadence is the one its journal follows and its APM attestation signs.
+#[test]
+fn the_checkpoint_cadence_applies_to_manifest_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let manifest = write(d, "bank.toml", BANK);
+    let responses = write(
+        d,
+        "responses.json",
+        r#"{"bank.get_balance": {"balance": 120}, "bank.send_money": {"ok": true}}"#,
+    );
+    let plan_file = write(d, "plan.json", &plan(20));
+    let out = d.join("out");
+    let o = knox()
+        .arg("run")
+        .arg("--manifest")
+        .arg(&manifest)
+        .args(["--prompt", "Check my main balance and send 20 to DE001"])
+        .arg("--plan")
+        .arg(&plan_file)
+        .arg("--responses")
+        .arg(&responses)
+        .args(["--journal", "--checkpoint-every-nodes", "1", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let journal = std::fs::read_to_string(out.join("run-0000.journal.jsonl")).unwrap();
+    let mut lines = journal.lines();
+    let header: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(
+        header["apm_attestation"]["statement"]["checkpoints"]["every_nodes"], 1,
+        "{header}"
+    );
+    let (mut nodes, mut checkpoints) = (0, 0);
+    for l in lines {
+        if l.starts_with("{\"checkpoint\"") {
+            checkpoints += 1;
+        } else {
+            nodes += 1;
+        }
+    }
+    assert!(nodes > 0);
+    assert_eq!(checkpoints, nodes, "a checkpoint after every node");
+}
