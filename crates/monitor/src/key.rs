@@ -20,6 +20,20 @@
 //! # }
 //! ```
 //!
+//! Nor does any other type that holds it hand it out — a monitor, a journal:
+//!
+//! ```compile_fail,E0616
+//! # fn forge(m: &knox_monitor::Monitor<'_>) {
+//! let _ = m.key; // private field
+//! # }
+//! ```
+//!
+//! ```compile_fail,E0616
+//! # fn forge(j: &knox_monitor::aeg::Journal) {
+//! let _ = &j.signer; // private field
+//! # }
+//! ```
+//!
 //! ```
 //! # fn public(rt: &knox_monitor::run::Runtime) -> knox_types::bundle::PublicKey {
 //! rt.monitor_key().public_key()

@@ -244,14 +244,15 @@ impl Norms {
             if !wanted || !path.is_file() {
                 continue;
             }
-            let meta = std::fs::metadata(&path).map_err(|e| io(&path, e))?;
-            if meta.len() > MAX_FILE {
-                return Err(NormError::File {
-                    file: name.into(),
-                    reason: format!("larger than {MAX_FILE} bytes"),
-                });
-            }
-            let text = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
+            // Knox's one capped reader: never blocks on a FIFO, never reads past the cap.
+            let bytes = knox_files::read_capped(&path, MAX_FILE).map_err(|e| NormError::File {
+                file: name.into(),
+                reason: e.to_string(),
+            })?;
+            let text = String::from_utf8(bytes).map_err(|_| NormError::File {
+                file: name.into(),
+                reason: format!("`{}` is not UTF-8 text", path.display()),
+            })?;
             files.insert(name.to_string(), text);
         }
         Self::from_files(files)

@@ -85,7 +85,10 @@ pub fn public_key(value: &str, base: Option<&Path>) -> Result<[u8; 32], String> 
         value.to_owned()
     } else {
         let p = base.map_or_else(|| Path::new(value).to_path_buf(), |b| b.join(value));
-        let text = std::fs::read_to_string(&p).map_err(|e| format!("`{}`: {e}", p.display()))?;
+        // Knox's one capped reader (a public key file is small; a FIFO is refused).
+        let bytes = knox_files::read_capped(&p, 64 * 1024).map_err(|e| e.to_string())?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| format!("`{}`: not UTF-8 text", p.display()))?;
         let k: knox_types::bundle::PublicKey =
             serde_json::from_str(&text).map_err(|e| format!("`{}`: {e}", p.display()))?;
         if k.alg != knox_attest::key::ALG {
