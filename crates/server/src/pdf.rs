@@ -320,7 +320,17 @@ pub fn report(r: &Report<'_>) -> Vec<u8> {
     }
     d.heading("Incidents");
     let incidents: Vec<&RunRow> = rows.iter().filter(|r| r.outcome != "complete").collect();
-    if incidents.is_empty() {
+    let reuses = crate::ui::approval_reuses(rows);
+    for u in &reuses {
+        let runs: Vec<&str> = u.runs.iter().map(|r| r.run_id.as_str()).collect();
+        d.para(&format!(
+            "approval token {} used by {} runs (a token is accepted once): {}",
+            u.nonce,
+            u.runs.len(),
+            runs.join(", ")
+        ));
+    }
+    if incidents.is_empty() && reuses.is_empty() {
         d.para("None: every run verified complete.");
     }
     for run in incidents {

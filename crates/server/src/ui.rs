@@ -379,6 +379,43 @@ pub struct ReportPage<'a> {
     pub chains: &'a crate::chains::KeyChains,
 }
 
+/// One approval token that more than one sealed run used: its nonce and those runs. A
+/// token is accepted once, across runs and processes (`ApprovalSource::consume`); two
+/// runs naming one token in their evidence are an incident (copied into two approval
+/// directories, or a monitor that does not record its use).
+#[derive(Debug)]
+pub struct ApprovalReuse<'a> {
+    /// The token's nonce (hex).
+    pub nonce: String,
+    /// The sealed runs whose evidence used it.
+    pub runs: Vec<&'a RunRow>,
+}
+
+/// The approval tokens used by more than one of `rows`' sealed bundles (each run's
+/// verified report lists the nonces its allowed contract checks used).
+pub fn approval_reuses(rows: &[RunRow]) -> Vec<ApprovalReuse<'_>> {
+    let mut by: std::collections::BTreeMap<String, Vec<&RunRow>> = Default::default();
+    for r in rows
+        .iter()
+        .filter(|r| r.kind == "bundle" && r.outcome == "complete")
+    {
+        let rep: serde_json::Value = serde_json::from_str(&r.report).unwrap_or_default();
+        for n in rep
+            .get("approvals")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(serde_json::Value::as_str)
+        {
+            by.entry(n.to_owned()).or_default().push(r);
+        }
+    }
+    by.into_iter()
+        .filter(|(_, runs)| runs.len() > 1)
+        .map(|(nonce, runs)| ApprovalReuse { nonce, runs })
+        .collect()
+}
+
 /// The exit report: the provider's runs in the period, what was blocked and why,
 /// incidents, evidence, receipts; every figure links to its runs.
 pub fn report(who: &Principal, r: &ReportPage<'_>) -> Markup {
@@ -393,6 +430,7 @@ pub fn report(who: &Principal, r: &ReportPage<'_>) -> Markup {
         chains: key_chains,
     } = *r;
     let incidents: Vec<&RunRow> = rows.iter().filter(|r| r.outcome != "complete").collect();
+    let reuses = approval_reuses(rows);
     let body = html! {
         div.card {
             p { "Provider " strong #provider { (provider) } ", period " (when(from)) " to " (when(to)) "." }
@@ -419,8 +457,10 @@ pub fn report(who: &Principal, r: &ReportPage<'_>) -> Markup {
         h2 { "By guard" } div.card { (bars(&d.guards)) }
         h2 { "Regulation verdicts by provision" } div.card { (bars(&d.provisions)) }
         h2 { "Incidents" }
-        @if incidents.is_empty() { p { "None: every run verified complete." } }
-        ul { @for r in &incidents { li { a href={ "/runs/" (r.digest) } { (r.run_id) } ": " (r.outcome) @if let Some(x) = &r.reason { " — " (x) } } } }
+        @if incidents.is_empty() && reuses.is_empty() { p { "None: every run verified complete." } }
+        ul { @for r in &incidents { li { a href={ "/runs/" (r.digest) } { (r.run_id) } ": " (r.outcome) @if let Some(x) = &r.reason { " — " (x) } } }
+             @for u in &reuses { li.reuse { "approval token " code { (u.nonce) } " used by " (u.runs.len()) " runs (a token is accepted once): "
+                 @for (i, r) in u.runs.iter().enumerate() { @if i > 0 { ", " } a href={ "/runs/" (r.digest) } { (r.run_id) } } } } }
         (chains(&[(provider.to_owned(), key_chains.clone())]))
     };
     page(&format!("Exit report — {provider}"), Some(who), body)
@@ -522,4 +562,80 @@ pub fn live(who: &Principal, run: &LiveRun, status: &str, nodes: &[(i64, Vec<u8>
         script { (PreEscaped(LIVE_JS)) }
     };
     page(&format!("Live run {}", run.run_id), Some(who), body)
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+mod tests {
+    use super::*;
+
+    fn row(digest: &str, kind: &str, outcome: &str, approvals: &[&str]) -> RunRow {
+        RunRow {
+            digest: digest.into(),
+            provider: "p".into(),
+            provider_name: "acme".into(),
+            run_id: format!("run-{digest}"),
+            kind: kind.into(),
+            outcome: outcome.into(),
+            offending_node: None,
+            reason: None,
+            platform: "simulated".into(),
+            hardware_backed: false,
+            nodes: 1,
+            tool_calls: 1,
+            executed: 1,
+            blocked: 0,
+            interrupts: 0,
+            flagged: 0,
+            structure_root: None,
+            report: serde_json::json!({ "approvals": approvals }).to_string(),
+            log_index: 0,
+            submitted_at: 0,
+            run_key: None,
+        }
+    }
+
+    /// #35: a token two sealed runs used is an incident of the exit report; a journal
+    /// (the same run's prefix), a tampered bundle and a token used once are not.
+    #[test]
+    fn an_approval_token_in_two_sealed_runs_is_an_incident() {
+        let rows = [
+            row("a", "bundle", "complete", &["n1", "n2"]),
+            row("b", "bundle", "complete", &["n1"]),
+            row("c", "journal", "prefix", &["n2"]),
+            row("d", "bundle", "tampered", &["n2"]),
+            row("e", "bundle", "complete", &[]),
+        ];
+        let reuses = approval_reuses(&rows);
+        assert_eq!(reuses.len(), 1, "{reuses:?}");
+        assert_eq!(reuses[0].nonce, "n1");
+        let runs: Vec<&str> = reuses[0].runs.iter().map(|r| r.digest.as_str()).collect();
+        assert_eq!(runs, ["a", "b"]);
+        let who = Principal {
+            key_id: "k".into(),
+            public_key: "00".repeat(32),
+            role: crate::store::Role::Regulator,
+            name: "cnil".into(),
+        };
+        let chains = crate::chains::KeyChains::default();
+        let dashboard = Dashboard::default();
+        let page = report(
+            &who,
+            &ReportPage {
+                provider: "acme",
+                from: 0,
+                to: 1,
+                rows: &rows,
+                dashboard: &dashboard,
+                head: None,
+                pdf_href: "/report.pdf",
+                chains: &chains,
+            },
+        )
+        .into_string();
+        assert!(
+            page.contains("approval token <code>n1</code> used by 2 runs"),
+            "{page}"
+        );
+    }
 }
