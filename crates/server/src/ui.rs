@@ -565,7 +565,7 @@ pub fn live(who: &Principal, run: &LiveRun, status: &str, nodes: &[(i64, Vec<u8>
 }
 
 #[cfg(test)]
-#[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+#[expect(clippy::indexing_slicing, reason = "tests")]
 mod tests {
     use super::*;
 
