@@ -60,6 +60,11 @@ pub enum RunError {
     /// The journal could not be written.
     #[error("journal: {0}")]
     Journal(#[from] std::io::Error),
+    /// A key is announced once, before its first run.
+    #[error(
+        "the key cannot be announced: its chain is at number {0} (runs were sealed, or it was announced)"
+    )]
+    Announced(u64),
 }
 
 /// What lives for the whole process: the in-TEE key, its platform evidence and the
@@ -159,6 +164,36 @@ impl Runtime {
     /// `H("knox/key", public key)` of the in-TEE key.
     pub fn key_id(&self) -> knox_types::Digest {
         self.key.key_id()
+    }
+
+    /// The key's announcement: its first summary (number 0 of its chain of runs),
+    /// signed now, for a store to receive before any run (`knox run --stream-to`), so
+    /// that a process whose runs are all withheld shows as a key announced and never
+    /// followed. The key's runs are then numbered from 1, the first naming it. Only
+    /// before the first run is sealed: afterwards number 0 is taken.
+    pub fn announce(&self) -> Result<knox_types::bundle::Announcement, RunError> {
+        let mut chain = self
+            .chain
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let platform =
+            knox_types::Digest::of_json(knox_types::digest::tag::PLATFORM, &self.platform)?;
+        let summary = knox_types::bundle::Announcement::summary_for(&platform);
+        if summary.key_chain != Some(*chain) {
+            return Err(RunError::Announced(chain.seq));
+        }
+        let envelope = knox_attest::dsse::sign(&*self.key, &summary.to_statement()?)?;
+        *chain = KeyChain {
+            seq: 1,
+            prev: summary.seal_digest()?,
+        };
+        Ok(knox_types::bundle::Announcement {
+            format: knox_types::bundle::ANNOUNCEMENT_FORMAT.into(),
+            key: self.key.public_key(),
+            platform: self.platform.clone(),
+            summary,
+            envelope,
+        })
     }
 
     /// Signs `summary` as the key's next sealed run: numbers it in the key's chain and

@@ -475,3 +475,54 @@ mod tests {
         assert!(serde_json::from_str::<ModelRole>("3").is_err());
     }
 }
+
+/// Format identifier of a key announcement ([`Announcement`]).
+pub const ANNOUNCEMENT_FORMAT: &str = "knox-key-announcement/v1";
+
+/// The run id of a key announcement's summary: never a run's (run ids Knox writes are
+/// a workload's, a session's or a conversation's).
+pub const ANNOUNCEMENT_RUN_ID: &str = "key-announcement";
+
+/// An in-TEE key's announcement: its first summary (number 0 of its chain of runs),
+/// signed when the key is made and handed to a store before any run, so that a Knox
+/// process whose runs are all withheld still shows — as a key announced and never
+/// followed. Its summary is a run's with nothing in it: run id
+/// [`ANNOUNCEMENT_RUN_ID`], no node (`chain_head` the chain's start, `structure_root`
+/// the empty tree's), no APM (`apm_hash` all zeros), and `key_chain` `{seq: 0, prev:
+/// KeyChain::start(H(platform))}`; the key's first run is then number 1 and names it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Announcement {
+    /// [`ANNOUNCEMENT_FORMAT`].
+    pub format: String,
+    /// The in-TEE public key announced.
+    pub key: PublicKey,
+    /// Hardware (or simulated) evidence binding it.
+    #[serde(serialize_with = "crate::json::canonical")]
+    pub platform: PlatformEvidence,
+    /// The signed summary, in clear (it must equal the envelope's predicate).
+    pub summary: Summary,
+    /// DSSE envelope: an in-toto Statement v1 whose predicate is the summary, signed by
+    /// the key.
+    pub envelope: Envelope,
+}
+
+impl Announcement {
+    /// The summary an announcement of a key whose platform evidence hashes to
+    /// `platform_hash` signs (before its signature).
+    pub fn summary_for(platform_hash: &Digest) -> Summary {
+        Summary {
+            format: BUNDLE_FORMAT.into(),
+            run_id: ANNOUNCEMENT_RUN_ID.into(),
+            chain_head: crate::aeg::chain_start(),
+            structure_root: crate::merkle::root(&[]),
+            apm_hash: Digest::default(),
+            counts: Counts::default(),
+            refresh: None,
+            key_chain: Some(KeyChain {
+                seq: 0,
+                prev: KeyChain::start(platform_hash),
+            }),
+        }
+    }
+}

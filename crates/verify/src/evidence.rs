@@ -57,6 +57,14 @@ pub fn verify_evidence<M: TrustedManifests + ?Sized>(
             as_read: None,
         });
     }
+    if crate::announcement::is_announcement(bytes) {
+        let report = crate::announcement::verify_announcement(bytes, opts)?;
+        return Ok(Evidence {
+            report,
+            structure_root: None,
+            as_read: None,
+        });
+    }
     let bundle = crate::parse_bundle(bytes)?;
     Ok(of_bundle(&bundle, manifest, opts))
 }

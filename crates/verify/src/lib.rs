@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod announcement;
 pub mod ear;
 pub mod evidence;
 pub mod journal;
@@ -494,9 +495,19 @@ fn summary_step(b: &Bundle, apm_hash: Option<knox_types::Digest>) -> Result<(), 
 
 /// Step 1: the platform evidence binds the key and is acceptable.
 pub(crate) fn evidence_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) -> (PlatformMode, bool) {
+    evidence_of(s, &b.platform, &b.key, opts)
+}
+
+/// [`evidence_step`] of `evidence` binding `key`.
+pub(crate) fn evidence_of(
+    s: &mut Steps,
+    evidence: &knox_types::bundle::PlatformEvidence,
+    key: &knox_types::bundle::PublicKey,
+    opts: Options<'_>,
+) -> (PlatformMode, bool) {
     let appraisal = platform::appraise(
-        &b.platform,
-        &b.key,
+        evidence,
+        key,
         AppraisalOptions {
             dangerous_allow_simulated: opts.dangerous_allow_simulated,
             policy: opts.policy,
@@ -526,11 +537,11 @@ pub(crate) fn evidence_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) -> (Pl
             | PlatformError::PolicyRejected(_)),
         ) => {
             s.refuse("evidence", e.to_string());
-            (b.platform.mode.clone(), false)
+            (evidence.mode.clone(), false)
         }
         Err(e) => {
             s.fail("evidence", Fail::unplaced(e.to_string()));
-            (b.platform.mode.clone(), false)
+            (evidence.mode.clone(), false)
         }
     }
 }

@@ -276,3 +276,63 @@ fn the_chain_fixtures_are_one_keys_runs_and_a_fork() {
     assert_eq!(links[4].prev, links[0].seal);
     assert_ne!(links[4].seal, links[1].seal, "two runs signed at number 1");
 }
+
+/// #35: a key announced when made — its first summary, number 0 of its chain — verifies
+/// complete on its own, names link 0, and the key's runs follow it from number 1 (the
+/// first naming its seal). It is announced once, before any run; an announcement edited
+/// (even re-signed by its own key) or signed by another key is tampered.
+#[test]
+fn a_key_announced_when_made_is_link_0_and_its_runs_follow() {
+    let key = Arc::new(TeeKey::generate().unwrap());
+    let rt = Runtime::simulated_with_key(Arc::clone(&key), b"chain", manifest()).unwrap();
+    let a = rt.announce().unwrap();
+    let bytes = serde_json::to_vec(&a).unwrap();
+    assert!(knox_verify::announcement::is_announcement(&bytes));
+    let r = knox_verify::evidence::verify_bytes(&bytes, &manifest(), Options::DANGEROUS_SIMULATED)
+        .unwrap();
+    assert_eq!(r.outcome, Outcome::Complete, "{r}");
+    let link0 = r.key_chain.clone().unwrap();
+    assert_eq!(link0.seq, 0);
+    // Refused without --allow-simulated, as any simulated evidence.
+    let strict =
+        knox_verify::announcement::verify_announcement(&bytes, Options::default()).unwrap();
+    assert!(
+        matches!(strict.outcome, Outcome::Refused { .. }),
+        "{strict}"
+    );
+    // Announced once.
+    assert!(rt.announce().is_err());
+    // The first run is number 1 and names the announcement.
+    let b = sealed_run(&rt, "after");
+    let chain = b.summary.key_chain.unwrap();
+    assert_eq!((chain.seq, chain.prev), (1, link0.seal));
+    assert_eq!(verify(&b).outcome, Outcome::Complete);
+    // Edited and re-signed by the key itself: not an announcement's summary.
+    let mut edited = a.clone();
+    edited.summary.counts.executed = 1;
+    edited.envelope =
+        knox_attest::dsse::sign(&*key, &edited.summary.to_statement().unwrap()).unwrap();
+    let r = knox_verify::announcement::verify_announcement(
+        &serde_json::to_vec(&edited).unwrap(),
+        Options::DANGEROUS_SIMULATED,
+    )
+    .unwrap();
+    assert!(matches!(r.outcome, Outcome::Tampered { .. }), "{r}");
+    assert!(r.key_chain.is_none());
+    // Another key's signature.
+    let mut forged = a.clone();
+    let other = TeeKey::generate().unwrap();
+    forged.envelope = knox_attest::dsse::sign(&other, &a.summary.to_statement().unwrap()).unwrap();
+    let r = knox_verify::announcement::verify_announcement(
+        &serde_json::to_vec(&forged).unwrap(),
+        Options::DANGEROUS_SIMULATED,
+    )
+    .unwrap();
+    assert!(matches!(r.outcome, Outcome::Tampered { .. }), "{r}");
+    // A run of a key that was never announced still starts at 0.
+    let plain = Runtime::start(&Simulated, b"chain", manifest()).unwrap();
+    assert_eq!(
+        sealed_run(&plain, "plain").summary.key_chain.unwrap().seq,
+        0
+    );
+}
