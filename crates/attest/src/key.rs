@@ -75,6 +75,58 @@ fn fresh_seed() -> Result<SigningKey, KeyGenError> {
     Ok(SigningKey::from_bytes(&seed))
 }
 
+/// What both kinds of key share, written once: a fresh key from the operating system's
+/// random source, the public half, signing (inherent, and through [`Signer`]) and a
+/// `Debug` that shows the key id only.
+macro_rules! ed25519_key {
+    ($ty:ident) => {
+        impl $ty {
+            /// A fresh key from the operating system's random source.
+            pub fn generate() -> Result<Self, KeyGenError> {
+                Ok(Self {
+                    signing: fresh_seed()?,
+                })
+            }
+
+            /// The raw public key.
+            pub fn public_bytes(&self) -> [u8; 32] {
+                self.signing.verifying_key().to_bytes()
+            }
+
+            /// The public key as bundles carry it.
+            pub fn public_key(&self) -> PublicKey {
+                Signer::public_key(self)
+            }
+
+            /// `H("knox/key", public key)`.
+            pub fn key_id(&self) -> Digest {
+                Signer::key_id(self)
+            }
+
+            /// Signs `context ‖ message`; the context is a domain-separation prefix.
+            pub fn sign(&self, context: &[u8], message: &[u8]) -> HexBytes {
+                sign_with(&self.signing, context, message)
+            }
+        }
+
+        impl Signer for $ty {
+            fn public_bytes(&self) -> [u8; 32] {
+                Self::public_bytes(self)
+            }
+
+            fn sign(&self, context: &[u8], message: &[u8]) -> HexBytes {
+                Self::sign(self, context, message)
+            }
+        }
+
+        impl fmt::Debug for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!(stringify!($ty), "({})"), self.key_id())
+            }
+        }
+    };
+}
+
 /// The in-TEE Ed25519 key: made inside the process from the operating system's random
 /// source, and never out of it.
 ///
@@ -108,50 +160,7 @@ pub struct TeeKey {
     signing: SigningKey,
 }
 
-impl fmt::Debug for TeeKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "TeeKey({})", self.key_id())
-    }
-}
-
-impl TeeKey {
-    /// A fresh key from the operating system's random source.
-    pub fn generate() -> Result<Self, KeyGenError> {
-        Ok(Self {
-            signing: fresh_seed()?,
-        })
-    }
-
-    /// The raw public key.
-    pub fn public_bytes(&self) -> [u8; 32] {
-        self.signing.verifying_key().to_bytes()
-    }
-
-    /// The public key as bundles carry it.
-    pub fn public_key(&self) -> PublicKey {
-        Signer::public_key(self)
-    }
-
-    /// `H("knox/key", public key)`.
-    pub fn key_id(&self) -> Digest {
-        Signer::key_id(self)
-    }
-
-    /// Signs `context ‖ message`; the context is a domain-separation prefix.
-    pub fn sign(&self, context: &[u8], message: &[u8]) -> HexBytes {
-        sign_with(&self.signing, context, message)
-    }
-}
-
-impl Signer for TeeKey {
-    fn public_bytes(&self) -> [u8; 32] {
-        Self::public_bytes(self)
-    }
-
-    fn sign(&self, context: &[u8], message: &[u8]) -> HexBytes {
-        Self::sign(self, context, message)
-    }
-}
+ed25519_key!(TeeKey);
 
 /// An Ed25519 key a party keeps: a regulator's, a contract authority's, an approver's,
 /// the transparency log's. Unlike [`TeeKey`] it can be stored
@@ -161,20 +170,7 @@ pub struct PartyKey {
     signing: SigningKey,
 }
 
-impl fmt::Debug for PartyKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "PartyKey({})", self.key_id())
-    }
-}
-
 impl PartyKey {
-    /// A fresh key from the operating system's random source.
-    pub fn generate() -> Result<Self, KeyGenError> {
-        Ok(Self {
-            signing: fresh_seed()?,
-        })
-    }
-
     /// The key of a 32-byte seed (RFC 8032's private key).
     pub fn from_seed(seed: [u8; 32]) -> Self {
         Self {
@@ -197,37 +193,9 @@ impl PartyKey {
     pub(crate) fn from_signing(signing: SigningKey) -> Self {
         Self { signing }
     }
-
-    /// The raw public key.
-    pub fn public_bytes(&self) -> [u8; 32] {
-        self.signing.verifying_key().to_bytes()
-    }
-
-    /// The public key as bundles carry it.
-    pub fn public_key(&self) -> PublicKey {
-        Signer::public_key(self)
-    }
-
-    /// `H("knox/key", public key)`.
-    pub fn key_id(&self) -> Digest {
-        Signer::key_id(self)
-    }
-
-    /// Signs `context ‖ message`; the context is a domain-separation prefix.
-    pub fn sign(&self, context: &[u8], message: &[u8]) -> HexBytes {
-        sign_with(&self.signing, context, message)
-    }
 }
 
-impl Signer for PartyKey {
-    fn public_bytes(&self) -> [u8; 32] {
-        Self::public_bytes(self)
-    }
-
-    fn sign(&self, context: &[u8], message: &[u8]) -> HexBytes {
-        Self::sign(self, context, message)
-    }
-}
+ed25519_key!(PartyKey);
 
 /// `H("knox/key", public key bytes)`.
 pub fn key_id(public: &[u8]) -> Digest {

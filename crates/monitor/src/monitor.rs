@@ -94,6 +94,21 @@ pub trait ApprovalSource: Send + Sync + std::fmt::Debug {
     fn consume(&self, nonce: &str, run_id: &str) -> Result<(), String>;
 }
 
+/// What the contract stage decides with now: the time, the token presented, the
+/// run's ledger, and who already used the token (as the approval source says).
+fn contract_now<'x>(
+    token: Option<&'x Value>,
+    ledger: &'x Ledger,
+    used_by: Option<&'x str>,
+) -> ContractInput<'x> {
+    ContractInput {
+        at_ms: unix_ms(),
+        approval: token,
+        ledger,
+        used_by,
+    }
+}
+
 fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -395,12 +410,7 @@ impl<'a> Monitor<'a> {
             clock,
             &mut regulation,
             &run,
-            contracted.then(|| ContractInput {
-                at_ms: unix_ms(),
-                approval: token.as_ref(),
-                ledger: &ledger,
-                used_by: None,
-            }),
+            contracted.then(|| contract_now(token.as_ref(), &ledger, None)),
         );
         let pending = knox_guards::contract::of(&eval.checks)
             .is_some_and(|c| c.outcome == ContractOutcome::Pending);
@@ -416,12 +426,7 @@ impl<'a> Monitor<'a> {
                     clock,
                     &mut regulation,
                     &run,
-                    Some(ContractInput {
-                        at_ms: unix_ms(),
-                        approval: token.as_ref(),
-                        ledger: &ledger,
-                        used_by: None,
-                    }),
+                    Some(contract_now(token.as_ref(), &ledger, None)),
                 );
             }
         }
@@ -440,12 +445,7 @@ impl<'a> Monitor<'a> {
                 clock,
                 &mut regulation,
                 &run,
-                Some(ContractInput {
-                    at_ms: unix_ms(),
-                    approval: token.as_ref(),
-                    ledger: &ledger,
-                    used_by: Some(&by),
-                }),
+                Some(contract_now(token.as_ref(), &ledger, Some(&by))),
             );
         }
         let reserved = knox_guards::contract::of(&eval.checks)

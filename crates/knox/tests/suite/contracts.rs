@@ -765,28 +765,11 @@ fn approved_vault_write(p: &Path, ws: &Path) -> std::path::PathBuf {
     )
     .unwrap();
     std::fs::create_dir_all(p.join("tokens")).unwrap();
-    let token = p
-        .join("tokens")
-        .join(format!("{}.json", action.hash().to_hex()));
-    let o = run(
+    approve_vault_write(
         p,
-        &[
-            "approve",
-            "k.json",
-            "--contract",
-            "c.signed.json",
-            "--authority",
-            "authority.pub",
-            "--key",
-            "alice.key",
-            "--name",
-            "alice",
-            "--out",
-            token.to_str().unwrap(),
-        ],
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    token
+        &p.join("tokens")
+            .join(format!("{}.json", action.hash().to_hex())),
+    )
 }
 
 /// The bundles under `out`, each verified (the contract's manifest, simulated evidence
@@ -870,7 +853,7 @@ fn an_approval_token_is_accepted_once_across_processes_and_runs() {
     assert_eq!(vault_writes(&p.join("out2")), (0, 1));
     // One `--tasks` run of three runs, with a fresh token: the first run uses it.
     std::fs::remove_file(&token).unwrap();
-    let token = approved_vault_write_again(p, &token);
+    let token = approve_vault_write(p, &token);
     let line = serde_json::json!({"prompt": "write", "plan":
         serde_json::from_slice::<serde_json::Value>(&std::fs::read(p.join("plan.json")).unwrap()).unwrap()});
     std::fs::write(p.join("tasks.jsonl"), format!("{line}\n{line}\n{line}\n")).unwrap();
@@ -880,7 +863,7 @@ fn an_approval_token_is_accepted_once_across_processes_and_runs() {
     // (each directory records its own use), but both uses are in the evidence: `knox
     // verify` of the two bundles names the reuse, exit 5.
     let name = token.file_name().unwrap().to_owned();
-    let copy = approved_vault_write_again(p, &p.join("copy.json"));
+    let copy = approve_vault_write(p, &p.join("copy.json"));
     for dir in ["tokens-a", "tokens-b"] {
         std::fs::create_dir_all(p.join(dir)).unwrap();
         std::fs::copy(&copy, p.join(dir).join(&name)).unwrap();
@@ -927,8 +910,8 @@ fn an_approval_token_is_accepted_once_across_processes_and_runs() {
     );
 }
 
-/// Another token of alice's for the same write, at `token` (a new nonce).
-fn approved_vault_write_again(p: &Path, token: &Path) -> std::path::PathBuf {
+/// A token of alice's for the vault write (`k.json`), at `token` (a new nonce each time).
+fn approve_vault_write(p: &Path, token: &Path) -> std::path::PathBuf {
     let o = run(
         p,
         &[

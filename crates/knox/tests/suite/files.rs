@@ -559,6 +559,17 @@ fn no_output_overwrites_an_input_it_read() {
         std::fs::read(&key).unwrap(),
         std::fs::read(&contract).unwrap(),
     );
+    let sign_to = |out| {
+        vec![
+            "contract",
+            "sign",
+            s(&contract),
+            "--key",
+            s(&key),
+            "--out",
+            s(out),
+        ]
+    };
     let cases: [(&str, Vec<&str>); 3] = [
         (
             "report --key K --out K",
@@ -573,30 +584,8 @@ fn no_output_overwrites_an_input_it_read() {
                 s(&key),
             ],
         ),
-        (
-            "contract sign C --key K --out K",
-            vec![
-                "contract",
-                "sign",
-                s(&contract),
-                "--key",
-                s(&key),
-                "--out",
-                s(&key),
-            ],
-        ),
-        (
-            "contract sign C --out C",
-            vec![
-                "contract",
-                "sign",
-                s(&contract),
-                "--key",
-                s(&key),
-                "--out",
-                s(&contract),
-            ],
-        ),
+        ("contract sign C --key K --out K", sign_to(&key)),
+        ("contract sign C --out C", sign_to(&contract)),
     ];
     for (what, args) in cases {
         let o = run(&args);
@@ -611,15 +600,7 @@ fn no_output_overwrites_an_input_it_read() {
     }
     // The same signing to a new file works.
     let signed = d.join("c.signed.json");
-    let o = run(&[
-        "contract",
-        "sign",
-        s(&contract),
-        "--key",
-        s(&key),
-        "--out",
-        s(&signed),
-    ]);
+    let o = run(&sign_to(&signed));
     assert_eq!(code(&o), 0, "{}", text(&o));
 }
 

@@ -51,16 +51,30 @@ pub(super) fn plan(amount: u32) -> String {
     .to_string()
 }
 
+/// In `d`: [`BANK`] as `bank.toml` and canned answers for its two tools; the
+/// `knox run --manifest … --responses …` command over them, the rest of its arguments
+/// to add.
+fn bank_run(d: &Path) -> std::process::Command {
+    let manifest = write(d, "bank.toml", BANK);
+    let responses = write(
+        d,
+        "responses.json",
+        r#"{"bank.get_balance": {"balance": 120}, "bank.send_money": {"ok": true}}"#,
+    );
+    let mut c = knox();
+    c.arg("run")
+        .arg("--manifest")
+        .arg(manifest)
+        .arg("--responses")
+        .arg(responses);
+    c
+}
+
 #[test]
 fn a_user_manifest_prompt_and_plan_run_into_a_self_contained_bundle() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let manifest = write(d, "bank.toml", BANK);
-    let responses = write(
-        d,
-        "responses.json",
-        r#"{"bank.get_balance": {"balance": 120}, "bank.send_money": {"responses": [{"ok": true}]}}"#,
-    );
     let check = knox()
         .arg("toolkit")
         .arg("check")
@@ -77,15 +91,10 @@ fn a_user_manifest_prompt_and_plan_run_into_a_self_contained_bundle() {
 
     let out = d.join("out");
     let run = |plan_file: &Path, out: &Path| {
-        knox()
-            .arg("run")
-            .arg("--manifest")
-            .arg(&manifest)
+        bank_run(d)
             .args(["--prompt", "Check my main balance and send 20 to DE001"])
             .arg("--plan")
             .arg(plan_file)
-            .arg("--responses")
-            .arg(&responses)
             .arg("--out")
             .arg(out)
             .arg("--json")
@@ -164,15 +173,10 @@ fn a_user_manifest_prompt_and_plan_run_into_a_self_contained_bundle() {
     // its outputs exits 73 and leaves the plan as it was.
     let inside = out.join("run-0000.json");
     std::fs::write(&inside, plan(20)).unwrap();
-    let o = knox()
-        .arg("run")
-        .arg("--manifest")
-        .arg(&manifest)
+    let o = bank_run(d)
         .args(["--prompt", "Check my main balance and send 20 to DE001"])
         .arg("--plan")
         .arg(&inside)
-        .arg("--responses")
-        .arg(&responses)
         .arg("--out")
         .arg(&out)
         .arg("--force")
@@ -230,12 +234,6 @@ fn a_stop_signal_ends_a_tasks_run_and_the_summary_names_it() {
     for (sig, name) in [("USR1", "SIGUSR1"), ("TERM", "SIGTERM")] {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        let manifest = write(d, "bank.toml", BANK);
-        let responses = write(
-            d,
-            "responses.json",
-            r#"{"bank.get_balance": {"balance": 120}, "bank.send_money": {"ok": true}}"#,
-        );
         let line = serde_json::json!({
             "prompt": "Check my main balance and send 20 to DE001",
             "plan": serde_json::from_str::<serde_json::Value>(&plan(20)).unwrap(),
@@ -243,12 +241,7 @@ fn a_stop_signal_ends_a_tasks_run_and_the_summary_names_it() {
         .to_string();
         let tasks = write(d, "tasks.jsonl", &format!("{line}\n").repeat(400));
         let out = d.join("out");
-        let mut child = knox()
-            .arg("run")
-            .arg("--manifest")
-            .arg(&manifest)
-            .arg("--responses")
-            .arg(&responses)
+        let mut child = bank_run(d)
             .arg("--tasks")
             .arg(&tasks)
             .arg("--out")
@@ -293,23 +286,12 @@ fn a_stop_signal_ends_a_tasks_run_and_the_summary_names_it() {
 fn the_checkpoint_cadence_applies_to_manifest_runs() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let manifest = write(d, "bank.toml", BANK);
-    let responses = write(
-        d,
-        "responses.json",
-        r#"{"bank.get_balance": {"balance": 120}, "bank.send_money": {"ok": true}}"#,
-    );
     let plan_file = write(d, "plan.json", &plan(20));
     let out = d.join("out");
-    let o = knox()
-        .arg("run")
-        .arg("--manifest")
-        .arg(&manifest)
+    let o = bank_run(d)
         .args(["--prompt", "Check my main balance and send 20 to DE001"])
         .arg("--plan")
         .arg(&plan_file)
-        .arg("--responses")
-        .arg(&responses)
         .args(["--journal", "--checkpoint-every-nodes", "1", "--out"])
         .arg(&out)
         .output()
