@@ -58,6 +58,13 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 pub type PlatformFactory =
     Arc<dyn Fn() -> Result<Box<dyn PlatformBackend>, String> + Send + Sync + 'static>;
 
+/// Receives each session's key announcement (evidence format §6a) when the session
+/// opens, before its run: `knox gateway mcp --stream-to` writes it to `--out` and
+/// submits it, so that a session whose bundle is withheld shows in the store as a key
+/// announced and never followed. An error fails the session's opening.
+pub type AnnounceHook =
+    Arc<dyn Fn(&knox_types::bundle::Announcement) -> Result<(), String> + Send + Sync + 'static>;
+
 /// What every session of one gateway shares.
 pub struct GatewayConfig {
     /// The toolkit manifest of the upstream servers' tools (`SERVER.TOOL`); under a
@@ -103,6 +110,9 @@ pub struct GatewayConfig {
     pub idle_timeout: Duration,
     /// Largest message a client may send.
     pub max_message_bytes: usize,
+    /// Each session's key announcement, when the gateway streams to a store; `None`:
+    /// keys are not announced (the session's run is its key's number 0).
+    pub announce: Option<AnnounceHook>,
 }
 
 /// The contract a gateway is bounded by, and where approvals of its high-impact
@@ -128,6 +138,7 @@ impl std::fmt::Debug for GatewayConfig {
             .field("trajectory", &self.trajectory)
             .field("out", &self.out)
             .field("idle_timeout", &self.idle_timeout)
+            .field("announce", &self.announce.is_some())
             .finish_non_exhaustive()
     }
 }

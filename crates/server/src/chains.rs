@@ -5,6 +5,10 @@
 //! a predecessor other than the one handed over follows a run withheld, and a run
 //! handed over after a later one of its key arrived late.
 //!
+//! A key announced when made (evidence format §6a, `knox run --stream-to`) has its
+//! announcement as link 0 and its runs from 1: a key announced and never followed is
+//! a process whose runs were all withheld (or that is still running).
+//!
 //! What a chain cannot show: runs sealed after the last one handed over. They show as
 //! soon as any later run of the same key arrives.
 
@@ -25,6 +29,8 @@ pub struct Link {
     pub digest: String,
     /// Run id.
     pub run_id: String,
+    /// Whether it is the key's announcement (link 0, no run) rather than a run.
+    pub announcement: bool,
     /// Its verification outcome.
     pub outcome: String,
     /// Its index in the transparency log (submission order).
@@ -60,12 +66,30 @@ impl KeyChain {
         })
     }
 
-    /// Whether anything is wrong with the chain (a late run included).
+    /// Whether the key's announcement (link 0) was handed over.
+    pub fn announced(&self) -> bool {
+        self.runs.iter().any(|l| l.announcement)
+    }
+
+    /// How many runs were handed over (the announcement is not one).
+    pub fn run_count(&self) -> usize {
+        self.runs.iter().filter(|l| !l.announcement).count()
+    }
+
+    /// Whether the key was announced and no run of it handed over: every run of the
+    /// process withheld, or the process still running.
+    pub fn unfollowed(&self) -> bool {
+        self.announced() && self.run_count() == 0
+    }
+
+    /// Whether anything is wrong with the chain (a late run included), or nothing
+    /// followed its announcement.
     pub fn has_gaps(&self) -> bool {
         !(self.missing.is_empty()
             && self.forks.is_empty()
             && self.broken.is_empty()
             && self.late.is_empty())
+            || self.unfollowed()
     }
 
     /// The highest number handed over.
@@ -76,12 +100,21 @@ impl KeyChain {
     /// One line in plain words: what was handed over and what is wrong.
     pub fn describe(&self) -> String {
         let short = self.key.get(..12).unwrap_or(&self.key);
+        if self.unfollowed() && !self.has_other_gaps() {
+            return format!(
+                "key {short}…: announced, and no run of it handed over (its runs withheld, or its process still running)"
+            );
+        }
+        let runs = self.run_count();
+        let first = u64::from(self.announced());
         let mut s = format!(
-            "key {short}…: {} run{} handed over, numbered 0–{}",
-            self.runs.len(),
-            if self.runs.len() == 1 { "" } else { "s" },
-            self.last().unwrap_or(0)
+            "key {short}…: {}{runs} run{} handed over",
+            if self.announced() { "announced; " } else { "" },
+            if runs == 1 { "" } else { "s" },
         );
+        if runs > 0 {
+            s.push_str(&format!(", numbered {first}–{}", self.last().unwrap_or(0)));
+        }
         if !self.missing.is_empty() {
             let ranges: Vec<String> = self
                 .missing
@@ -124,6 +157,16 @@ impl KeyChain {
             s.push_str("; no gap");
         }
         s
+    }
+}
+
+impl KeyChain {
+    /// Whether a number is missing, forked, broken or late.
+    fn has_other_gaps(&self) -> bool {
+        !(self.missing.is_empty()
+            && self.forks.is_empty()
+            && self.broken.is_empty()
+            && self.late.is_empty())
     }
 }
 
@@ -249,9 +292,55 @@ mod tests {
             seal: seal.into(),
             digest: format!("d-{seal}"),
             run_id: format!("run-{seq}"),
+            announcement: false,
             outcome: "complete".into(),
             log_index,
         }
+    }
+
+    fn announcement(seal: &str, log_index: i64) -> Link {
+        Link {
+            announcement: true,
+            run_id: "key-announcement".into(),
+            ..link(0, "start", seal, log_index)
+        }
+    }
+
+    #[test]
+    fn a_key_announced_and_never_followed_shows() {
+        let c = KeyChains::of(vec![announcement("a", 0)]);
+        let k = &c.chains[0];
+        assert!(k.announced() && k.unfollowed() && k.has_gaps());
+        assert_eq!(k.run_count(), 0);
+        assert_eq!(c.missing_runs(), 0);
+        assert!(
+            k.describe()
+                .contains("announced, and no run of it handed over"),
+            "{}",
+            k.describe()
+        );
+        // Followed by runs 1 and 2: no gap, the runs numbered from 1.
+        let c = KeyChains::of(vec![
+            announcement("a", 0),
+            link(1, "a", "b", 1),
+            link(2, "b", "c", 2),
+        ]);
+        let k = &c.chains[0];
+        assert!(k.announced() && !k.unfollowed() && !k.has_gaps());
+        assert_eq!(
+            k.describe(),
+            format!(
+                "key {}…: announced; 2 runs handed over, numbered 1–2; no gap",
+                "k".repeat(12)
+            )
+        );
+        // Announced, run 1 withheld, run 2 handed over: run 1 is missing.
+        let c = KeyChains::of(vec![announcement("a", 0), link(2, "b", "c", 1)]);
+        assert_eq!(c.chains[0].missing, vec![(1, 1)]);
+        // Runs of an announced key whose announcement was withheld: number 0 missing.
+        let c = KeyChains::of(vec![link(1, "a", "b", 0)]);
+        assert_eq!(c.chains[0].missing, vec![(0, 0)]);
+        assert!(!c.chains[0].announced());
     }
 
     #[test]

@@ -43,7 +43,8 @@ pub struct Decision {
 /// A submission read and verified.
 #[derive(Debug)]
 pub struct Checked {
-    /// `bundle` or `journal`.
+    /// `bundle`, `journal` or `announcement` (a key announcement, evidence format
+    /// §6a: an in-TEE key's link 0, no run).
     pub kind: &'static str,
     /// The verifier's report.
     pub report: Report,
@@ -51,8 +52,8 @@ pub struct Checked {
     pub structure_root: Option<Digest>,
     /// Regulation decisions recorded in check nodes.
     pub decisions: Vec<Decision>,
-    /// Key id of the run's signing key (the bundle's, or the journal header's), when
-    /// it can be read.
+    /// Key id of the run's signing key (the bundle's, the journal header's or the key
+    /// announced), when it can be read.
     pub run_key: Option<String>,
 }
 
@@ -61,7 +62,7 @@ pub fn run_key(key: &knox_types::bundle::PublicKey) -> String {
     knox_attest::key::key_id(&key.public_key.0).to_hex()
 }
 
-/// Just the key a journal's header line names.
+/// Just the key a journal's header line, or an announcement, names.
 #[derive(serde::Deserialize)]
 struct HeaderKey {
     key: knox_types::bundle::PublicKey,
@@ -72,6 +73,13 @@ fn journal_key(bytes: &[u8]) -> Option<String> {
     let first = bytes.split(|&b| b == b'\n').next()?;
     let h: HeaderKey = serde_json::from_slice(first).ok()?;
     Some(run_key(&h.key))
+}
+
+/// The key an announcement names, when it can be read (also from an announcement
+/// that does not verify: the store files it under the key it claims).
+fn announced_key(bytes: &[u8]) -> Option<String> {
+    let a: HeaderKey = serde_json::from_slice(bytes).ok()?;
+    Some(run_key(&a.key))
 }
 
 /// Why a submission was not stored.
@@ -114,6 +122,16 @@ impl Verifier {
     /// Reads and verifies a submission. Never panics: anything that is not evidence is
     /// an error, anything that is evidence has a report.
     pub fn check(&self, bytes: &[u8]) -> Result<Checked, IngestError> {
+        if knox_verify::announcement::is_announcement(bytes) {
+            let report = knox_verify::announcement::verify_announcement(bytes, self.options())?;
+            return Ok(Checked {
+                kind: "announcement",
+                report,
+                structure_root: None,
+                decisions: Vec::new(),
+                run_key: announced_key(bytes),
+            });
+        }
         if knox_verify::journal::is_journal(bytes) {
             let ev = knox_verify::evidence::verify_evidence(bytes, &self.manifest, self.options())?;
             return Ok(Checked {

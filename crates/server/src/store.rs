@@ -41,6 +41,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "list order",
         include_str!("../migrations/sqlite/0005_list_order.sql"),
     ),
+    (
+        6,
+        "announcements",
+        include_str!("../migrations/sqlite/0006_announcements.sql"),
+    ),
 ];
 /// PostgreSQL migrations: the same schema in its dialect.
 const POSTGRES: &[(i64, &str, &str)] = &[
@@ -69,6 +74,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "list order",
         include_str!("../migrations/postgres/0005_list_order.sql"),
     ),
+    (
+        6,
+        "announcements",
+        include_str!("../migrations/postgres/0006_announcements.sql"),
+    ),
 ];
 
 /// The statements that turn SQLite's v2 `live_runs` into v3's ([`Store::migrate`]).
@@ -92,6 +102,35 @@ const LIVE_RUNS_V3: &[&str] = &[
     "CREATE TRIGGER live_runs_no_delete BEFORE DELETE ON live_runs \
         BEGIN SELECT RAISE(ABORT, 'append-only table'); END",
 ];
+
+/// What SQLite's v1 `objects` table says that v6's does not: its kinds, without
+/// `'announcement'`.
+const OBJECTS_V1_KINDS: &str = "CHECK (kind IN ('bundle', 'journal', 'receipt', 'unreadable'))";
+
+/// The statements that turn SQLite's v1 `objects` into v6's, which admits key
+/// announcements ([`Store::migrate`]).
+const OBJECTS_V6: &[&str] = &[
+    "CREATE TABLE objects_v6 (
+        digest      TEXT PRIMARY KEY,
+        kind        TEXT NOT NULL CHECK (kind IN ('bundle', 'journal', 'receipt', 'unreadable', 'announcement')),
+        bytes       BLOB NOT NULL,
+        size        BIGINT NOT NULL,
+        stored_at   BIGINT NOT NULL
+    )",
+    "INSERT INTO objects_v6 (digest, kind, bytes, size, stored_at) \
+        SELECT digest, kind, bytes, size, stored_at FROM objects",
+    "DROP TABLE objects",
+    "ALTER TABLE objects_v6 RENAME TO objects",
+    "CREATE TRIGGER objects_no_update BEFORE UPDATE ON objects \
+        BEGIN SELECT RAISE(ABORT, 'append-only table'); END",
+    "CREATE TRIGGER objects_no_delete BEFORE DELETE ON objects \
+        BEGIN SELECT RAISE(ABORT, 'append-only table'); END",
+];
+
+/// The rows of `runs r` that the list of runs and the dashboard count: every
+/// submission but a verified key announcement (no run; the chains of runs show it as
+/// its key's link 0). An announcement that does not verify stays in the list.
+const NOT_ANNOUNCED: &str = "NOT (r.kind = 'announcement' AND r.outcome = 'complete')";
 
 /// Which database engine a store runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,7 +236,8 @@ pub struct RunRow {
     pub provider_name: String,
     /// The run identifier the evidence names.
     pub run_id: String,
-    /// `bundle` or `journal`.
+    /// `bundle`, `journal` or `announcement` (a key announcement: no run, its key's
+    /// link 0).
     pub kind: String,
     /// `complete`, `prefix`, `tampered` or `refused`.
     pub outcome: String,
@@ -585,29 +625,37 @@ impl Store {
     async fn migrate(&self) -> Result<(), StoreError> {
         Self::migrator(self.engine).run(&self.pool).await?;
         if self.engine == Engine::Sqlite {
-            self.rebuild_live_runs().await?;
+            // Schema v3: `live_runs` with `run_key`, unique on (provider, run id, run
+            // key), no longer on (provider, run id).
+            self.rebuild("live_runs", "UNIQUE (provider, run_id)", LIVE_RUNS_V3)
+                .await?;
+            // Schema v6: `objects` admits key announcements.
+            self.rebuild("objects", OBJECTS_V1_KINDS, OBJECTS_V6)
+                .await?;
         }
         Ok(())
     }
 
-    /// Schema v3 on SQLite: `live_runs` as v3 has it — with `run_key`, unique on
-    /// (provider, run id, run key) — rebuilt from the v2 table, its rows, index and
-    /// append-only triggers carried over. SQLite drops a table constraint only by
+    /// On SQLite, a table whose definition still holds `old` (a constraint a later
+    /// schema changes) rebuilt by `statements`, its rows, indexes and append-only
+    /// triggers carried over. SQLite drops or changes a table constraint only by
     /// rebuilding the table, with foreign keys off (a pragma without effect inside a
-    /// transaction, so not in a migration). Idempotent: a v3 table is left alone, and
-    /// the check is repeated under the write lock, so two stores opening one file at
-    /// once rebuild it once.
-    async fn rebuild_live_runs(&self) -> Result<(), StoreError> {
-        const V2_UNIQUE: &str = "UNIQUE (provider, run_id)";
-        let schema = |name: &'static str| {
+    /// transaction, so not in a migration). Idempotent: a rebuilt table is left alone,
+    /// and the check is repeated under the write lock, so two stores opening one file
+    /// at once rebuild it once. A rebuild that would leave a dangling reference is
+    /// rolled back.
+    async fn rebuild(
+        &self,
+        table: &'static str,
+        old: &str,
+        statements: &[&str],
+    ) -> Result<(), StoreError> {
+        let schema = || {
             sqlx::query("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = $1")
-                .bind(name)
+                .bind(table)
         };
-        let sql: String = schema("live_runs")
-            .fetch_one(&self.pool)
-            .await?
-            .try_get("sql")?;
-        if !sql.contains(V2_UNIQUE) {
+        let sql: String = schema().fetch_one(&self.pool).await?.try_get("sql")?;
+        if !sql.contains(old) {
             return Ok(());
         }
         let mut conn = self.pool.acquire().await?;
@@ -616,12 +664,9 @@ impl Store {
             .await?;
         let rebuilt = async {
             sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
-            let sql: String = schema("live_runs")
-                .fetch_one(&mut *conn)
-                .await?
-                .try_get("sql")?;
-            if sql.contains(V2_UNIQUE) {
-                for statement in LIVE_RUNS_V3 {
+            let sql: String = schema().fetch_one(&mut *conn).await?.try_get("sql")?;
+            if sql.contains(old) {
+                for statement in statements {
                     sqlx::query(statement).execute(&mut *conn).await?;
                 }
                 let dangling = sqlx::query("PRAGMA foreign_key_check")
@@ -630,7 +675,7 @@ impl Store {
                 if !dangling.is_empty() {
                     sqlx::query("ROLLBACK").execute(&mut *conn).await?;
                     return Err(StoreError::Corrupt(format!(
-                        "rebuilding live_runs would leave {} dangling reference(s)",
+                        "rebuilding {table} would leave {} dangling reference(s)",
                         dangling.len()
                     )));
                 }
@@ -1039,9 +1084,9 @@ impl Store {
         Ok(Some(run))
     }
 
-    /// The key-chain links of `provider`'s stored bundles submitted up to `to` (Unix
-    /// seconds) — of every key, or of `key` only — by key and number: what
-    /// [`crate::chains::KeyChains::of`] reads the gaps from.
+    /// The key-chain links of `provider`'s stored bundles and key announcements,
+    /// submitted up to `to` (Unix seconds) — of every key, or of `key` only — by key
+    /// and number: what [`crate::chains::KeyChains::of`] reads the gaps from.
     pub async fn chain_links(
         &self,
         provider: &str,
@@ -1054,7 +1099,7 @@ impl Store {
             ""
         };
         let sql = format!(
-            "SELECT c.run_key, c.seq, c.prev, c.seal, c.digest, r.run_id, r.outcome, r.log_index \
+            "SELECT c.run_key, c.seq, c.prev, c.seal, c.digest, r.run_id, r.kind, r.outcome, r.log_index \
              FROM chain_links c JOIN runs r ON r.digest = c.digest \
              WHERE c.provider = $1 AND r.submitted_at <= $2 {one_key}\
              ORDER BY c.run_key, c.seq, c.digest"
@@ -1074,6 +1119,7 @@ impl Store {
                     seal: r.try_get("seal")?,
                     digest: r.try_get("digest")?,
                     run_id: r.try_get("run_id")?,
+                    announcement: r.try_get::<String, _>("kind")? == "announcement",
                     outcome: r.try_get("outcome")?,
                     log_index: r.try_get("log_index")?,
                 })
@@ -1110,7 +1156,7 @@ impl Store {
             format!("${}", binds.len())
         };
         let mut sql = format!(
-            "SELECT {RUN_COLUMNS} FROM runs r JOIN principals p ON p.key_id = r.provider WHERE r.provider IN ("
+            "SELECT {RUN_COLUMNS} FROM runs r JOIN principals p ON p.key_id = r.provider WHERE {NOT_ANNOUNCED} AND r.provider IN ("
         );
         let list: Vec<String> = providers
             .iter()
@@ -1191,7 +1237,7 @@ impl Store {
     ) -> Result<Vec<sqlx::any::AnyRow>, StoreError> {
         let mut binds: Vec<Bind> = Vec::new();
         let mut sql = format!(
-            "SELECT {select} FROM runs r JOIN principals p ON p.key_id = r.provider {join} WHERE r.provider IN ("
+            "SELECT {select} FROM runs r JOIN principals p ON p.key_id = r.provider {join} WHERE {NOT_ANNOUNCED} AND r.provider IN ("
         );
         let list: Vec<String> = providers
             .iter()

@@ -310,7 +310,7 @@ pub fn bars(rows: &[(String, i64)]) -> Markup {
 pub use crate::store::Dashboard;
 
 /// What the chains of runs show, in one sentence (the UI and the exit report).
-pub const CHAINS_NOTE: &str = "Every in-TEE key numbers the runs it seals and names the run before each, so a run the provider left out shows as a missing number, two runs signed at one number as a fork, and a run handed over after a later one as late. Runs sealed after the last one handed over show once a later run of the key arrives.";
+pub const CHAINS_NOTE: &str = "Every in-TEE key numbers the runs it seals and names the run before each, so a run the provider left out shows as a missing number, two runs signed at one number as a fork, and a run handed over after a later one as late. Runs sealed after the last one handed over show once a later run of the key arrives. A key announced when made (link 0) with no run handed over is a process whose runs were all withheld, or that is still running.";
 
 /// The chains of runs of each provider: one line per key, the ones with a gap marked.
 pub fn chains(list: &[(String, crate::chains::KeyChains)]) -> Markup {

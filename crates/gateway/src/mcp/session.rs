@@ -420,6 +420,20 @@ fn serve(
             return None;
         }
     };
+    if let Some(hook) = &cfg.announce {
+        // Before the run: its key's link 0.
+        let announced = session
+            .runtime()
+            .announce()
+            .map_err(|e| e.to_string())
+            .and_then(|a| hook(&a));
+        if let Err(e) = announced {
+            let _ = ready.send(Err(GatewayError::Open(format!(
+                "the session's key was not announced: {e}"
+            ))));
+            return None;
+        }
+    }
     let mut open = match session.open(&req.prompt, None) {
         Ok(o) => o,
         Err(e) => {

@@ -138,6 +138,7 @@ fn fixture_with(approver: Option<&PartyKey>) -> Option<Fx> {
         stop_file: None,
         idle_timeout: Duration::from_secs(600),
         max_message_bytes: 1 << 20,
+        announce: None,
     });
     Some(Fx {
         dir,
@@ -423,6 +424,7 @@ async fn a_session_without_a_prompt_needs_a_contract_and_a_plan_needs_its_prompt
         stop_file: None,
         idle_timeout: Duration::from_secs(600),
         max_message_bytes: 1 << 20,
+        announce: None,
     });
     let e = open(unbounded, None).await.unwrap().unwrap_err();
     assert!(

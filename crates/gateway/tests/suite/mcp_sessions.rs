@@ -107,6 +107,7 @@ async fn fixture() -> Fx {
         stop_file: None,
         idle_timeout: Duration::from_secs(600),
         max_message_bytes: 1 << 16,
+        announce: None,
     });
     Fx { cfg, dir }
 }

@@ -38,11 +38,12 @@ pub struct DemoArgs {
     /// Print what the demo did as one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Stream both runs live to a `knox serve` store, `http://HOST:PORT`: every node
-    /// as it is committed (each run's journal, written beside its bundle and followed),
-    /// then the sealed bundle; the store's UI shows them in progress, then complete.
-    /// Journals an earlier demo left in the folder are removed first (they would be
-    /// streamed again). Signed with `--stream-key`.
+    /// Stream both runs live to a `knox serve` store, `http://HOST:PORT`: first the
+    /// demo's key announcement, then every node as it is committed (each run's journal,
+    /// written beside its bundle and followed), then the sealed bundle; the store's UI
+    /// shows them in progress, then complete. Journals and announcements an earlier
+    /// demo left in the folder are removed first (they would be streamed again).
+    /// Signed with `--stream-key`.
     #[arg(long, value_name = "URL", requires = "stream_key")]
     pub stream_to: Option<String>,
     /// The provider's private key the stream is signed with (`knox keygen`).
@@ -90,8 +91,9 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
     let mut stream = match (&args.stream_to, &args.stream_key) {
         (Some(url), Some(key)) => {
             // The default folder is reused: a journal of an earlier demo would be
-            // streamed again, so this demo's journals start afresh.
-            remove_journals(&out)?;
+            // streamed again, so this demo's journals (and key announcement) start
+            // afresh.
+            remove_streamed(&out)?;
             Some(super::serve::Stream::start(url, key, &out)?)
         }
         _ => None,
@@ -106,6 +108,10 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
         };
     }
     let rt = session::embedded_runtime(b"knox-demo")?;
+    if let Some(s) = stream.as_mut() {
+        // Before any run: a process whose runs are all withheld still shows.
+        s.announce(&rt, &out)?;
+    }
     let manifest = session::embedded_manifest()?;
     let opts = knox_verify::Options::DANGEROUS_SIMULATED;
     say!(
@@ -325,12 +331,15 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// Removes the journals (`*.journal.jsonl`) an earlier demo left in `out`.
-fn remove_journals(out: &std::path::Path) -> Result<()> {
+/// Removes the journals (`*.journal.jsonl`) and key announcements an earlier streamed
+/// demo left in `out`.
+fn remove_streamed(out: &std::path::Path) -> Result<()> {
     let entries = std::fs::read_dir(out)
         .kind_context(Kind::IoErr, || format!("reading {}", out.display()))?;
     for e in entries.flatten() {
-        if e.file_name().to_string_lossy().ends_with(".journal.jsonl") {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(".journal.jsonl") || name.ends_with(".announcement.json") {
             std::fs::remove_file(e.path()).kind_context(Kind::CantCreate, || {
                 format!("removing the earlier journal {}", e.path().display())
             })?;

@@ -94,9 +94,11 @@ pub struct RunArgs {
     /// the last.
     #[arg(long, value_name = "MS", default_value_t = knox_monitor::aeg::Checkpoints::DEFAULT.every_ms)]
     pub checkpoint_every_ms: u64,
-    /// Stream each run live to a `knox serve` store, `http://HOST:PORT`: every node as
-    /// it is committed (the journal, followed; implies `--journal`), then the sealed
-    /// bundle. Signed with `--stream-key`. Workload, `--manifest` and `--contract` runs.
+    /// Stream each run live to a `knox serve` store, `http://HOST:PORT`: first the
+    /// process's key announcement (also kept in `--out`: `key-….announcement.json`),
+    /// then every node as it is committed (the journal, followed; implies `--journal`),
+    /// then the sealed bundle. Signed with `--stream-key`. Workload, `--manifest` and
+    /// `--contract` runs.
     #[arg(long, value_name = "URL", requires = "stream_key")]
     pub stream_to: Option<String>,
     /// The provider's private key the stream is signed with (`knox keygen`).
@@ -212,6 +214,10 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         Suite::Injecagent => session::runtime_with(backend.as_ref(), &nonce)?,
         Suite::Terminal => session::terminal_runtime_with(backend.as_ref(), &nonce)?,
     };
+    if let Some(s) = stream.as_mut() {
+        // Before any run: a process whose runs are all withheld still shows.
+        s.announce(&rt.rt, &args.out)?;
+    }
     rt.rt.checkpoints = knox_monitor::aeg::Checkpoints {
         every_nodes: args.checkpoint_every_nodes,
         every_ms: args.checkpoint_every_ms,

@@ -355,8 +355,32 @@ pub fn report(args: &ReportArgs) -> Result<i32> {
 pub struct Stream {
     streamer: knox_server::stream::Streamer,
     client: Client,
+    announced: u64,
     sealed: u64,
     errors: Vec<String>,
+}
+
+/// Announces `rt`'s in-TEE key ([`knox_monitor::run::Runtime::announce`]) and writes the
+/// announcement to `<out>/key-<first 16 hex of its key id>.announcement.json` (a
+/// fresh key's: no earlier file has its name); its bytes, to submit.
+pub fn write_announcement(rt: &knox_monitor::run::Runtime, out: &Path) -> Result<Vec<u8>> {
+    let a = rt
+        .announce()
+        .map_err(|e| fail(Kind::Software, format!("cannot announce the key: {e}")))?;
+    announcement_file(&a, out)
+}
+
+/// Writes an announcement to `<out>/key-<first 16 hex of its key id>.announcement.json`;
+/// its bytes.
+pub fn announcement_file(a: &knox_types::bundle::Announcement, out: &Path) -> Result<Vec<u8>> {
+    let bytes = serde_json::to_vec_pretty(a)?;
+    let id = knox_attest::key::key_id(&a.key.public_key.0).to_hex();
+    let path = out.join(format!(
+        "key-{}.announcement.json",
+        id.get(..16).unwrap_or(&id)
+    ));
+    knox_verifier::files::write_file(&path, &bytes)?;
+    Ok(bytes)
 }
 
 impl Stream {
@@ -375,16 +399,40 @@ impl Stream {
         Ok(Self {
             streamer,
             client: client(crate::cmd::keys::load(key)?)?,
+            announced: 0,
             sealed: 0,
             errors: Vec::new(),
         })
+    }
+
+    /// Announces the in-TEE key of `rt` before its first run (evidence format §6a):
+    /// its announcement written to `<out>/key-<id>.announcement.json` (kept, to submit
+    /// again by `knox submit` if the store is down) and submitted now, so that a
+    /// process whose runs are all withheld shows in the store as a key announced and
+    /// never followed. Its runs are then numbered from 1.
+    pub fn announce(&mut self, rt: &knox_monitor::run::Runtime, out: &Path) -> Result<()> {
+        let bytes = write_announcement(rt, out)?;
+        self.submit_announcement(&bytes);
+        Ok(())
+    }
+
+    /// Submits an announcement's bytes; a failure is reported at the end.
+    fn submit_announcement(&mut self, bytes: &[u8]) {
+        match self.client.submit(bytes) {
+            Ok(_) => self.announced += 1,
+            Err(e) => self
+                .errors
+                .push(format!("a key announcement was not submitted: {e}")),
+        }
     }
 
     /// Submits a sealed bundle (the live run of the same id completes if it agrees).
     pub fn seal(&mut self, bundle: &[u8]) {
         match self.client.submit(bundle) {
             Ok(_) => self.sealed += 1,
-            Err(e) => self.errors.push(e.to_string()),
+            Err(e) => self
+                .errors
+                .push(format!("a sealed bundle was not submitted: {e}")),
         }
     }
 
@@ -392,8 +440,10 @@ impl Stream {
     pub fn finish(self) {
         let stats = self.streamer.finish();
         eprintln!(
-            "streamed to {}: {} node lines in {} deliveries, {} sealed bundles submitted",
+            "streamed to {}: {} key announcement{}, {} node lines in {} deliveries, {} sealed bundles submitted",
             self.client.base(),
+            self.announced,
+            if self.announced == 1 { "" } else { "s" },
             stats.lines,
             stats.deliveries,
             self.sealed
@@ -405,7 +455,7 @@ impl Stream {
             );
         }
         for e in &self.errors {
-            eprintln!("  a sealed bundle was not submitted: {e}");
+            eprintln!("  {e}");
         }
     }
 }
@@ -413,22 +463,37 @@ impl Stream {
 /// `knox gateway … --stream-to`: a [`Stream`] fed from other threads. A gateway seals
 /// its sessions on threads of its own, as each ends; the bundle's path is handed over
 /// with [`Sealing::sender`] and submitted from this stream's thread, in the order the
-/// sessions were sealed.
+/// sessions were sealed (a session's key announcement, handed over when it opens,
+/// before its bundle).
 #[derive(Debug)]
 pub struct Sealing {
-    tx: std::sync::mpsc::Sender<Option<PathBuf>>,
+    tx: std::sync::mpsc::Sender<Option<Handed>>,
     thread: std::thread::JoinHandle<()>,
 }
 
-/// Hands a sealed bundle's path to a [`Sealing`] stream.
+/// What is handed to a [`Sealing`] stream.
+#[derive(Debug)]
+enum Handed {
+    /// A key announcement's bytes.
+    Announcement(Vec<u8>),
+    /// A sealed bundle's path.
+    Bundle(PathBuf),
+}
+
+/// Hands key announcements and sealed bundles to a [`Sealing`] stream.
 #[derive(Debug, Clone)]
-pub struct Sealed(std::sync::mpsc::Sender<Option<PathBuf>>);
+pub struct Sealed(std::sync::mpsc::Sender<Option<Handed>>);
 
 impl Sealed {
-    /// Submits the bundle at `path` (after those handed over before it).
+    /// Submits the bundle at `path` (after what was handed over before it).
     pub fn submit(&self, path: PathBuf) {
         // After `Sealing::finish` nothing is submitted any more: the gateway has ended.
-        let _ = self.0.send(Some(path));
+        let _ = self.0.send(Some(Handed::Bundle(path)));
+    }
+
+    /// Submits a key announcement (after what was handed over before it).
+    pub fn announce(&self, bytes: Vec<u8>) {
+        let _ = self.0.send(Some(Handed::Announcement(bytes)));
     }
 }
 
@@ -436,14 +501,17 @@ impl Sealing {
     /// Starts following the journals of `dir` (see [`Stream::start`]).
     pub fn start(url: &str, key: &Path, dir: &Path) -> Result<Self> {
         let mut stream = Stream::start(url, key, dir)?;
-        let (tx, rx) = std::sync::mpsc::channel::<Option<PathBuf>>();
+        let (tx, rx) = std::sync::mpsc::channel::<Option<Handed>>();
         let thread = std::thread::Builder::new()
             .name("knox-stream-seal".into())
             .spawn(move || {
-                while let Ok(Some(path)) = rx.recv() {
-                    match std::fs::read(&path) {
-                        Ok(bytes) => stream.seal(&bytes),
-                        Err(e) => stream.errors.push(format!("{}: {e}", path.display())),
+                while let Ok(Some(handed)) = rx.recv() {
+                    match handed {
+                        Handed::Announcement(bytes) => stream.submit_announcement(&bytes),
+                        Handed::Bundle(path) => match std::fs::read(&path) {
+                            Ok(bytes) => stream.seal(&bytes),
+                            Err(e) => stream.errors.push(format!("{}: {e}", path.display())),
+                        },
                     }
                 }
                 stream.finish();
@@ -452,7 +520,7 @@ impl Sealing {
         Ok(Self { tx, thread })
     }
 
-    /// Where sealed bundles are handed over.
+    /// Where key announcements and sealed bundles are handed over.
     pub fn sender(&self) -> Sealed {
         Sealed(self.tx.clone())
     }

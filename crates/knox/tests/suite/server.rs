@@ -175,6 +175,27 @@ fn run_streams_each_run_live_then_sealed() {
     submitted_all(&out, 2);
     // Each run is a live run of the store, complete, every node streamed and verified.
     assert_eq!(streamed_complete(d, &d.join("out"), &url), 2);
+    // The process's key was announced before its first run (the file kept in --out),
+    // and its runs follow the announcement, numbered from 1.
+    assert_eq!(announcements(&d.join("out")), 1);
+    let html = exit_report(d, &url);
+    assert!(
+        html.contains("announced; 2 runs handed over, numbered 1–2; no gap"),
+        "{html}"
+    );
+    assert!(html.contains("2 runs; 2 complete"), "{html}");
+}
+
+/// The key announcements (`key-*.announcement.json`) written in `out`.
+fn announcements(out: &std::path::Path) -> usize {
+    std::fs::read_dir(out)
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with("key-") && name.ends_with(".announcement.json")
+        })
+        .count()
 }
 
 /// A run over the user's own manifest streams like a workload's: live, then sealed.
@@ -216,11 +237,13 @@ fn a_manifest_run_streams_live_then_sealed() {
     assert_eq!(streamed_complete(d, &d.join("out"), &url), 1);
 }
 
-/// A streaming command ended well, having submitted `n` sealed bundles and failed none.
+/// A streaming command ended well, having announced its key and submitted `n` sealed
+/// bundles, and failed none.
 fn submitted_all(out: &std::process::Output, n: usize) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success()
+            && err.contains("1 key announcement,")
             && err.contains(&format!("{n} sealed bundles submitted"))
             && !err.contains("failed"),
         "{err}{}",
@@ -353,14 +376,16 @@ fn stopped_having_submitted(gw: &mut Server, err: impl std::io::Read, n: usize) 
     ended_having_submitted(gw, err, n);
 }
 
-/// Waits for a gateway to end and checks it ended well, having submitted `n` sealed
-/// bundles and failed none (what is left of its standard error is read from `err`).
+/// Waits for a gateway to end and checks it ended well, having announced one key and
+/// submitted `n` sealed bundles, and failed none (what is left of its standard error
+/// is read from `err`).
 fn ended_having_submitted(gw: &mut Server, mut err: impl std::io::Read, n: usize) {
     let status = super::gateway_mcp::wait(&mut gw.0, std::time::Duration::from_secs(60));
     let mut rest = String::new();
     err.read_to_string(&mut rest).unwrap();
     assert!(
         status.success()
+            && rest.contains("1 key announcement,")
             && rest.contains(&format!("{n} sealed bundles submitted"))
             && !rest.contains("failed"),
         "{rest}"
@@ -433,6 +458,96 @@ fn an_mcp_gateway_session_streams_live_then_sealed() {
     ended_having_submitted(&mut gw, err, 1);
     assert!(!d.join("docs/secrets.txt").exists());
     assert_eq!(streamed_complete(d, &out, &url), 1);
+}
+
+/// #35: a gateway killed while its session runs never seals it, yet the store shows
+/// the session: its key was announced when the session opened, and the regulator's
+/// exit report names the key announced with no run handed over. The announcement kept
+/// in `--out` verifies on its own, and submitting it again changes nothing.
+#[test]
+fn a_gateway_killed_mid_session_shows_as_a_key_announced_and_never_followed() {
+    use std::io::Write as _;
+    let (fx, _server, url) = mcp_fixture_and_store();
+    let d = fx.path();
+    let out = d.join("out");
+    let mut gw = mcp_gateway(
+        d,
+        &out,
+        &url,
+        &["--prompt", "Read my notes", "--plan", "plan.json"],
+    );
+    let mut stdin = gw.0.stdin.take().unwrap();
+    let mut lines = BufReader::new(gw.0.stdout.take().unwrap()).lines();
+    stdin
+        .write_all(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"scripted","version":"1"}}}"#)
+        .unwrap();
+    stdin.write_all(b"\n").unwrap();
+    stdin.flush().unwrap();
+    let Some(Ok(init)) = lines.next() else {
+        let mut err = String::new();
+        std::io::Read::read_to_string(gw.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+        if err.contains("kernel sandbox") && std::env::var_os("CI").is_none() {
+            eprintln!("skipping: kernel sandbox unavailable here: {err}");
+            return;
+        }
+        panic!("the gateway did not answer: {err}");
+    };
+    assert!(init.contains("knox-gateway"), "{init}");
+    // The session is open: its key announced. Killed before anything is sealed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let unfollowed = "announced, and no run of it handed over";
+    let html = loop {
+        let html = exit_report(d, &url);
+        if html.contains(unfollowed) || std::time::Instant::now() > deadline {
+            break html;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    gw.0.kill().unwrap();
+    gw.0.wait().unwrap();
+    assert!(html.contains(unfollowed), "{html}");
+    let html = exit_report(d, &url);
+    assert!(
+        html.contains(unfollowed) && html.contains("class=\"gap\""),
+        "{html}"
+    );
+    assert!(html.contains("0 runs;"), "{html}");
+    assert_eq!(announcements(&out), 1);
+    let file = std::fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".announcement.json"))
+        .unwrap();
+    let verified = knox()
+        .arg("verify")
+        .arg(&file)
+        .arg("--allow-simulated")
+        .output()
+        .unwrap();
+    assert!(
+        verified.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&verified.stdout),
+        String::from_utf8_lossy(&verified.stderr)
+    );
+    let again = knox_in(
+        d,
+        &[
+            "submit",
+            file.to_str().unwrap(),
+            "--to",
+            &url,
+            "--key",
+            "acme.key",
+        ],
+    );
+    let text = String::from_utf8_lossy(&again.stdout);
+    assert!(
+        again.status.success() && text.contains("key-announcement COMPLETE (already stored)"),
+        "{text}{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
 }
 
 /// `knox gateway mcp --http --stream-to`: a session the user opens and closes over

@@ -6,6 +6,6 @@
 ALTER TABLE runs ADD COLUMN run_key TEXT;
 CREATE INDEX runs_by_run_key ON runs (provider, run_id, run_key);
 -- `live_runs` gets `run_key` and loses its UNIQUE (provider, run_id) when the store
--- opens (`Store::rebuild_live_runs`): SQLite drops a constraint only by rebuilding the
+-- opens (`Store::rebuild`): SQLite drops a constraint only by rebuilding the
 -- table, with foreign keys off, which cannot happen inside this migration's
 -- transaction.

@@ -6,7 +6,8 @@ use super::common;
 use crate::on_both_engines;
 
 use common::{
-    BUNDLE, BUNDLE2, BUNDLE3, CHAIN, CHAIN_FORK, JOURNAL, ingest, log_key, people, tampered,
+    ANNOUNCED, BUNDLE, BUNDLE2, BUNDLE3, CHAIN, CHAIN_FORK, JOURNAL, ingest, log_key, people,
+    tampered,
 };
 use knox_server::chains::KeyChains;
 use knox_server::store::{RunFilter, Store};
@@ -26,6 +27,7 @@ on_both_engines!(
     nonces_are_accepted_once_and_sessions_expire,
     a_regulators_receipt_is_stored_with_the_log_size,
     a_run_left_out_of_a_keys_chain_shows_as_a_gap_late_or_forked,
+    a_key_announced_is_link_0_and_a_key_never_followed_shows,
 );
 
 async fn migrations_are_idempotent_and_a_reopened_store_keeps_its_runs(url: String) {
@@ -581,4 +583,141 @@ async fn a_run_left_out_of_a_keys_chain_shows_as_a_gap_late_or_forked(url: Strin
     );
     // The links are append-only, as the runs they index.
     assert!(s.execute_raw("DELETE FROM chain_links").await.is_err());
+}
+
+/// #35: a key announcement is stored (kind `announcement`, in the log) as its key's
+/// link 0; the key's runs follow from 1 with no gap; a key announced and never followed
+/// shows as such; verified announcements stay out of the list of runs and the
+/// dashboard, an announcement that does not verify stays in the list.
+async fn a_key_announced_is_link_0_and_a_key_never_followed_shows(url: String) {
+    let s = Store::open(&url).await.unwrap();
+    let p = people(&s).await;
+    let acme = &p.acme.1;
+    let chains =
+        || async { KeyChains::of(s.chain_links(&acme.key_id, i64::MAX, None).await.unwrap()) };
+    let size = s.tree_size().await.unwrap();
+    let a = ingest(&s, acme, ANNOUNCED[0]).await;
+    assert_eq!(
+        (a.run.kind.as_str(), a.run.outcome.as_str(), a.run.nodes),
+        ("announcement", "complete", 0)
+    );
+    assert_eq!(s.tree_size().await.unwrap(), size + 1, "in the log");
+    let (kind, bytes) = s.object(&a.run.digest).await.unwrap().unwrap();
+    assert_eq!(
+        (kind.as_str(), bytes.as_slice()),
+        ("announcement", ANNOUNCED[0])
+    );
+    // Announced, no run yet.
+    let c = chains().await;
+    assert_eq!(c.chains.len(), 1);
+    assert!(c.chains[0].unfollowed() && c.chains[0].has_gaps());
+    assert!(
+        c.chains[0].describe().contains("no run of it handed over"),
+        "{}",
+        c.chains[0].describe()
+    );
+    // Its runs 1 and 2: no gap.
+    ingest(&s, acme, ANNOUNCED[1]).await;
+    ingest(&s, acme, ANNOUNCED[2]).await;
+    let c = chains().await;
+    assert!(!c.chains[0].has_gaps(), "{}", c.chains[0].describe());
+    assert_eq!(c.chains[0].run_count(), 2);
+    assert!(
+        c.chains[0]
+            .describe()
+            .contains("announced; 2 runs handed over, numbered 1–2")
+    );
+    // Another key, announced and never followed.
+    ingest(&s, acme, ANNOUNCED[3]).await;
+    let c = chains().await;
+    assert_eq!(c.chains.len(), 2);
+    assert_eq!(c.with_gaps().count(), 1);
+    assert!(c.with_gaps().all(|k| k.unfollowed()));
+    // The list of runs and the dashboard count runs, not announcements.
+    let providers = std::slice::from_ref(&acme.key_id);
+    let runs = s.runs(providers, &RunFilter::default(), 100).await.unwrap();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert!(runs.iter().all(|r| r.kind == "bundle"));
+    let d = s.dashboard(providers, &RunFilter::default()).await.unwrap();
+    assert_eq!(d.providers[0].1[0], 2);
+    // An announcement that does not verify (its summary edited) is listed, tampered,
+    // and is no link.
+    let edited =
+        std::str::from_utf8(ANNOUNCED[3])
+            .unwrap()
+            .replacen("\"executed\":0", "\"executed\":1", 1);
+    assert_ne!(edited.as_bytes(), ANNOUNCED[3]);
+    let t = ingest(&s, acme, edited.as_bytes()).await;
+    assert_eq!(
+        (t.run.kind.as_str(), t.run.outcome.as_str()),
+        ("announcement", "tampered")
+    );
+    let runs = s.runs(providers, &RunFilter::default(), 100).await.unwrap();
+    assert_eq!(runs.len(), 3);
+    assert_eq!(chains().await.chains.len(), 2);
+}
+
+/// A SQLite store of schema v5, whose `objects` admit no announcement, opens as v6:
+/// its objects kept, an announcement stored, the append-only triggers and the
+/// references to `objects` still enforced.
+#[tokio::test]
+async fn a_sqlite_store_of_schema_v5_is_upgraded_to_store_announcements() {
+    use sqlx::Row as _;
+    let url = format!("{}?mode=rwc", common::sqlite_url());
+    sqlx::any::install_default_drivers();
+    {
+        let pool = sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&url)
+            .await
+            .unwrap();
+        let mut v5 = Store::migrator(knox_server::store::Engine::Sqlite);
+        v5.migrations = std::borrow::Cow::Owned(v5.migrations[..5].to_vec());
+        v5.run(&pool).await.unwrap();
+        sqlx::query("INSERT INTO objects (digest, kind, bytes, size, stored_at) VALUES ('old', 'bundle', X'7b7d', 2, 1)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        // v5 refuses an announcement.
+        assert!(
+            sqlx::query("INSERT INTO objects (digest, kind, bytes, size, stored_at) VALUES ('a', 'announcement', X'7b7d', 2, 1)")
+                .execute(&pool)
+                .await
+                .is_err()
+        );
+        pool.close().await;
+    }
+    let store = Store::open(&url).await.unwrap();
+    let (kind, bytes) = store.object("old").await.unwrap().unwrap();
+    assert_eq!(
+        (kind.as_str(), bytes.as_slice()),
+        ("bundle", b"{}".as_slice())
+    );
+    let p = people(&store).await;
+    let a = ingest(&store, &p.acme.1, ANNOUNCED[0]).await;
+    assert_eq!(a.run.kind, "announcement");
+    for refused in [
+        "UPDATE objects SET kind = 'journal' WHERE digest = 'old'",
+        "DELETE FROM objects WHERE digest = 'old'",
+        "INSERT INTO objects (digest, kind, bytes, size, stored_at) VALUES ('x', 'other', X'7b7d', 2, 1)",
+        "INSERT INTO receipts (digest, run, regulator, outcome, tree_size, stored_at) VALUES ('nowhere', 'nowhere', 'nobody', 'complete', 1, 1)",
+    ] {
+        assert!(store.execute_raw(refused).await.is_err(), "{refused}");
+    }
+    store.close().await;
+    // Opening it again rebuilds nothing.
+    let again = Store::open(&url).await.unwrap();
+    let pool = sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    let n: i64 = sqlx::query("SELECT COUNT(*) FROM objects")
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    assert_eq!(n, 2);
+    again.close().await;
 }

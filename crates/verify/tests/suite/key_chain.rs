@@ -4,8 +4,9 @@
 //! does not start at the key's platform evidence.
 //!
 //! The bundles in `tests/fixtures/chain/` (runs 0–3 of one key, and a second run 1
-//! signed by the same key: a fork) are what the server's tests hand over to find a
-//! run left out; `KNOX_WRITE_FIXTURES=1 cargo test -p knox-verify --test all -- suite::key_chain`
+//! signed by the same key: a fork; a key announced and its runs 1–2; a key announced
+//! and never followed) are what the server's tests hand over to find a run left out;
+//! `KNOX_WRITE_FIXTURES=1 cargo test -p knox-verify --test all -- suite::key_chain`
 //! writes them again.
 
 #![expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
@@ -275,6 +276,49 @@ fn the_chain_fixtures_are_one_keys_runs_and_a_fork() {
     assert_eq!(links[4].seq, 1);
     assert_eq!(links[4].prev, links[0].seal);
     assert_ne!(links[4].seal, links[1].seal, "two runs signed at number 1");
+}
+
+/// The announced fixtures: `announced-0` (a key's announcement), `announced-1` and
+/// `announced-2` (its runs), `unfollowed-0` (another key's announcement, no run).
+const ANNOUNCED: [&str; 4] = ["announced-0", "announced-1", "announced-2", "unfollowed-0"];
+
+#[test]
+fn the_announced_fixtures_are_a_keys_announcement_its_runs_and_a_key_never_followed() {
+    let dir = fixtures();
+    if std::env::var_os("KNOX_WRITE_FIXTURES").is_some() {
+        std::fs::create_dir_all(&dir).unwrap();
+        let rt = Runtime::start(&Simulated, b"chain-fixtures", manifest()).unwrap();
+        let a = serde_json::to_vec(&rt.announce().unwrap()).unwrap();
+        let runs: Vec<Vec<u8>> = (1..3)
+            .map(|i| serde_json::to_vec(&sealed_run(&rt, &format!("announced-run-{i}"))).unwrap())
+            .collect();
+        let other = Runtime::start(&Simulated, b"chain-fixtures", manifest()).unwrap();
+        let unfollowed = serde_json::to_vec(&other.announce().unwrap()).unwrap();
+        for (name, bytes) in ANNOUNCED.iter().zip([&a, &runs[0], &runs[1], &unfollowed]) {
+            std::fs::write(dir.join(format!("{name}.json")), bytes).unwrap();
+        }
+    }
+    let links: Vec<knox_verify::ChainLink> = ANNOUNCED
+        .iter()
+        .map(|n| {
+            let bytes = std::fs::read(dir.join(format!("{n}.json"))).unwrap();
+            let r = knox_verify::evidence::verify_bytes(
+                &bytes,
+                &manifest(),
+                Options::DANGEROUS_SIMULATED,
+            )
+            .unwrap();
+            assert_eq!(r.outcome, Outcome::Complete, "{n}: {r}");
+            r.key_chain.unwrap()
+        })
+        .collect();
+    assert_eq!(links[0].seq, 0);
+    for i in 1..3 {
+        assert_eq!(links[i].key, links[0].key);
+        assert_eq!((links[i].seq, links[i].prev), (i as u64, links[i - 1].seal));
+    }
+    assert_eq!(links[3].seq, 0);
+    assert_ne!(links[3].key, links[0].key, "another key");
 }
 
 /// #35: a key announced when made — its first summary, number 0 of its chain — verifies

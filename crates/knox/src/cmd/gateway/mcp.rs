@@ -77,9 +77,10 @@ pub struct McpGatewayArgs {
     /// Largest MCP message a client may send, in bytes.
     #[arg(long, default_value_t = knox_gateway::mcp::DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_bytes: usize,
-    /// Stream every session live to a `knox serve` store, `http://HOST:PORT`: each node
-    /// as it is committed (the session's journal in `--out`, followed), then the
-    /// sealed bundle as soon as the session ends. Signed with `--stream-key`.
+    /// Stream every session live to a `knox serve` store, `http://HOST:PORT`: its key's
+    /// announcement when it opens (also kept in `--out`: `key-….announcement.json`),
+    /// each node as it is committed (the session's journal in `--out`, followed), then
+    /// the sealed bundle as soon as the session ends. Signed with `--stream-key`.
     #[arg(long, value_name = "URL", requires = "stream_key")]
     pub stream_to: Option<String>,
     /// The provider's private key the stream is signed with (`knox keygen`).
@@ -186,6 +187,22 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
     crate::session::backend(&platform_args)?; // a bad platform fails now, not per session
     let platform: PlatformFactory =
         Arc::new(move || crate::session::backend(&platform_args).map_err(|e| e.to_string()));
+    let stream = match (&args.stream_to, &args.stream_key) {
+        (Some(url), Some(key)) => Some(cmd::serve::Sealing::start(url, key, &args.out)?),
+        _ => None,
+    };
+    let sealed = stream.as_ref().map(cmd::serve::Sealing::sender);
+    // Each session's key, announced when it opens: a session whose bundle is withheld
+    // still shows in the store.
+    let announce: Option<knox_gateway::mcp::AnnounceHook> = sealed.clone().map(|s| {
+        let out = args.out.clone();
+        let hook: knox_gateway::mcp::AnnounceHook = Arc::new(move |a| {
+            let bytes = cmd::serve::announcement_file(a, &out).map_err(|e| format!("{e:#}"))?;
+            s.announce(bytes);
+            Ok(())
+        });
+        hook
+    });
     let cfg = Arc::new(GatewayConfig {
         manifest,
         host,
@@ -205,12 +222,8 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
         stop_file: args.stop_file.clone(),
         idle_timeout: Duration::from_secs(args.idle_timeout_secs.max(1)),
         max_message_bytes: args.max_message_bytes.max(1024),
+        announce,
     });
-    let stream = match (&args.stream_to, &args.stream_key) {
-        (Some(url), Some(key)) => Some(cmd::serve::Sealing::start(url, key, &args.out)?),
-        _ => None,
-    };
-    let sealed = stream.as_ref().map(cmd::serve::Sealing::sender);
     let served = match args.http {
         None => {
             let req = OpenRequest {

@@ -67,9 +67,9 @@ pub struct OpenaiGatewayArgs {
     #[arg(long)]
     pub journal: bool,
     /// Stream every conversation live to a `knox serve` store, `http://HOST:PORT`:
-    /// each node as it is committed (its journal, followed; implies `--journal`), then
-    /// the sealed bundle as soon as the conversation is sealed. Signed with
-    /// `--stream-key`.
+    /// first the gateway's key announcement (also kept in `--out`), then each node as
+    /// it is committed (its journal, followed; implies `--journal`), then the sealed
+    /// bundle as soon as the conversation is sealed. Signed with `--stream-key`.
     #[arg(long, value_name = "URL", requires = "stream_key")]
     pub stream_to: Option<String>,
     /// The provider's private key the stream is signed with (`knox keygen`).
@@ -179,6 +179,14 @@ pub fn run(args: &OpenaiGatewayArgs) -> Result<i32> {
         (Some(url), Some(key)) => Some(super::super::serve::Sealing::start(url, key, &args.out)?),
         _ => None,
     };
+    if let Some(s) = &stream {
+        // Before any conversation: a gateway whose conversations are all withheld still
+        // shows, as a key announced and never followed.
+        s.sender().announce(super::super::serve::write_announcement(
+            session.runtime(),
+            &args.out,
+        )?);
+    }
     let on_seal = stream.as_ref().map(|s| {
         let sealed = s.sender();
         SealHook(Arc::new(move |c: &Sealed| {

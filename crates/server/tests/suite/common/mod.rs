@@ -66,6 +66,28 @@ pub const CHAIN_FORK: &[u8] = include_bytes!(concat!(
     "/../verify/tests/fixtures/chain/fork-1.json"
 ));
 
+/// A key's announcement (its link 0, evidence format §6a), then its runs 1 and 2; and
+/// another key's announcement that no run follows (`crates/verify/tests/suite/key_chain.rs`
+/// writes them).
+pub const ANNOUNCED: [&[u8]; 4] = [
+    include_bytes!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../verify/tests/fixtures/chain/announced-0.json"
+    )),
+    include_bytes!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../verify/tests/fixtures/chain/announced-1.json"
+    )),
+    include_bytes!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../verify/tests/fixtures/chain/announced-2.json"
+    )),
+    include_bytes!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../verify/tests/fixtures/chain/unfollowed-0.json"
+    )),
+];
+
 /// [`BUNDLE`] with one blocked node's reason rewritten: tampered evidence.
 pub fn tampered() -> Vec<u8> {
     let s = std::str::from_utf8(BUNDLE).unwrap();

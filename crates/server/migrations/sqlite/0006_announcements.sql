@@ -1,0 +1,9 @@
+-- knox-server schema v6 (SQLite dialect): key announcements (evidence format §6a) are
+-- stored: an in-TEE key's first summary, number 0 of its chain of runs, submitted when
+-- the key is made, so that a process whose runs are all withheld shows as a key
+-- announced and never followed. `objects.kind` admits 'announcement': SQLite changes a
+-- CHECK constraint only by rebuilding the table, with foreign keys off, which cannot
+-- happen inside this migration's transaction, so the store rebuilds `objects` when it
+-- opens (`Store::rebuild`), its rows and append-only triggers carried over.
+-- Announcements get a `runs` row (kind 'announcement') and, when verified, a
+-- `chain_links` row at number 0; the list of runs and the dashboard leave verified ones out.
