@@ -130,9 +130,16 @@ pub struct AgentState {
     /// Trajectory pointer `j`: in the exact mode the next expected call, in the tolerant
     /// mode how many proposals matched a step.
     pub pointer: u32,
-    /// The tolerant mode's automaton state: how many times each step has run (matched,
-    /// whether or not a later guard then blocked it).
+    /// The tolerant mode's automaton state: how many times each step has run (allowed;
+    /// under the rules before format v4 also matched and then blocked by a later guard).
     pub runs: Vec<u32>,
+    /// The tolerant mode's attempted steps (format v4): matched by a call a later guard
+    /// blocked. An attempted step lets the steps after it run, and stays open itself.
+    pub attempted: Vec<bool>,
+    /// The exact mode's retryable step (format v4): the last step a call matched and a
+    /// later guard blocked. The pointer moved past it, so the plan goes on; the same
+    /// call may still take it until a later step runs.
+    pub retry: Option<u32>,
     /// Proposals made so far.
     pub actions: u32,
     /// Cost units spent on executed actions.
@@ -155,6 +162,7 @@ impl AgentState {
             plan,
             outputs: vec![None; len],
             runs: vec![0; len],
+            attempted: vec![false; len],
             ..Self::default()
         }
     }
@@ -166,9 +174,23 @@ impl AgentState {
         }
         self.actions = self.actions.saturating_add(1);
         if change.advances {
-            self.pointer = self.pointer.saturating_add(1);
+            // A step after a retryable one ran, or the retryable one itself did: it is
+            // no longer open. A retry leaves the pointer where it is (past that step).
+            if !change.retry {
+                self.pointer = self.pointer.saturating_add(1);
+            }
+            self.retry = None;
             if let Some(r) = self.runs.get_mut(change.position as usize) {
                 *r = r.saturating_add(1);
+            }
+        }
+        if change.attempted {
+            if !change.retry {
+                self.pointer = self.pointer.saturating_add(1);
+                self.retry = Some(change.position);
+            }
+            if let Some(a) = self.attempted.get_mut(change.position as usize) {
+                *a = true;
             }
         }
         if change.stops {
@@ -443,9 +465,14 @@ pub enum Decision<'m> {
         guard: GuardKind,
         /// Why, as the `block_reason` records it.
         reason: String,
-        /// Whether the trajectory pointer moves on: the call matched its expected call
-        /// and a later guard refused it (that step of the plan was attempted).
+        /// Whether the call used up its plan step: only under the rules before format
+        /// v4 ([`knox_types::bundle::MonitorRules::blocked_uses_step`]), when the call
+        /// matched its expected call and a later guard refused it.
         advances: bool,
+        /// From format v4, when the call matched its expected call and a later guard
+        /// refused it: the plan moves on without using the step up (it stays open to
+        /// the same call, [`AgentState::attempted`], [`AgentState::retry`]).
+        attempted: bool,
     },
     /// The stop guard fired: the agent stops.
     Interrupt {
@@ -475,6 +502,12 @@ pub struct StateChange {
     pub counted: bool,
     /// The trajectory pointer moves on (and the step at `position` has run once more).
     pub advances: bool,
+    /// The call matched the step at `position` and a later guard blocked it (format
+    /// v4): the plan moves on, the step stays open.
+    pub attempted: bool,
+    /// The call took the exact mode's retryable step ([`AgentState::retry`]), behind
+    /// the pointer.
+    pub retry: bool,
     /// The trajectory position of the call.
     pub position: u32,
     /// The agent stops.
@@ -490,29 +523,41 @@ pub struct Evaluation<'m> {
     pub checks: Vec<CheckPayload>,
     /// The decision.
     pub decision: Decision<'m>,
+    /// Whether the call was matched with the exact mode's retryable step
+    /// ([`AgentState::retry`]) rather than the step at the pointer.
+    pub retry: bool,
 }
 
 impl Evaluation<'_> {
     /// The state change this evaluation makes.
     pub fn change(&self) -> StateChange {
+        let position = self.call.position;
+        let retry = self.retry;
         match &self.decision {
             Decision::Allow { .. } => StateChange {
                 counted: true,
                 advances: true,
-                position: self.call.position,
-                stops: false,
+                retry,
+                position,
+                ..StateChange::default()
             },
-            Decision::Block { advances, .. } => StateChange {
+            Decision::Block {
+                advances,
+                attempted,
+                ..
+            } => StateChange {
                 counted: true,
                 advances: *advances,
-                position: self.call.position,
-                stops: false,
+                attempted: *attempted,
+                retry,
+                position,
+                ..StateChange::default()
             },
             Decision::Interrupt { .. } => StateChange {
                 counted: true,
-                advances: false,
-                position: self.call.position,
+                position,
                 stops: true,
+                ..StateChange::default()
             },
             Decision::Undecided => StateChange::default(),
         }
@@ -532,6 +577,8 @@ pub struct Pipeline<'a> {
     regexes: RegexCache,
     /// The signed capability contract bounding the run, when the APM names one.
     contract: Option<&'a knox_contract::Verified>,
+    /// The monitor's rules the decisions follow (those of the evidence format).
+    rules: knox_types::bundle::MonitorRules,
 }
 
 impl<'a> Pipeline<'a> {
@@ -554,6 +601,7 @@ impl<'a> Pipeline<'a> {
                 .collect(),
             regexes: RegexCache::default(),
             contract: None,
+            rules: knox_types::bundle::MonitorRules::CURRENT,
         }
     }
 
@@ -561,6 +609,13 @@ impl<'a> Pipeline<'a> {
     /// the contract too (after the input guard), and must pass both it and the plan.
     pub fn with_contract(mut self, contract: Option<&'a knox_contract::Verified>) -> Self {
         self.contract = contract;
+        self
+    }
+
+    /// The guards under the monitor's `rules` of an earlier evidence format (a
+    /// verifier replaying it); [`knox_types::bundle::MonitorRules::CURRENT`] otherwise.
+    pub fn with_rules(mut self, rules: knox_types::bundle::MonitorRules) -> Self {
+        self.rules = rules;
         self
     }
 
@@ -633,6 +688,7 @@ impl<'a> Pipeline<'a> {
             (Some(a), Some(p), Input::WellFormed { action, .. }) => Some(a.select(
                 p,
                 &st.runs,
+                &st.attempted,
                 action,
                 &actual_hash,
                 &outputs,
@@ -643,9 +699,36 @@ impl<'a> Pipeline<'a> {
         let position = match (&selection, automaton) {
             (Some(s), _) => s.position,
             (None, Some(a)) => a
-                .next(&st.runs)
+                .next(&st.runs, &st.attempted)
                 .map_or(u32::MAX, |j| u32::try_from(j).unwrap_or(u32::MAX)),
             (None, None) => st.pointer,
+        };
+        // The exact mode's retryable step (format v4): a call that does not match the
+        // step at the pointer but matches the step a blocked call matched takes it.
+        let retry = match (automaton, plan, &input, st.retry) {
+            (None, Some(p), Input::WellFormed { action, .. }, Some(k))
+                if !self.rules.blocked_uses_step =>
+            {
+                let matches = |j: u32, regexes: &mut RegexCache| {
+                    p.trajectory.get(j as usize).is_some_and(|e| {
+                        knox_policy::trajectory::check(
+                            Some(e),
+                            action,
+                            &actual_hash,
+                            &outputs,
+                            regexes,
+                        )
+                        .matched
+                    })
+                };
+                !matches(position, &mut self.regexes) && matches(k, &mut self.regexes)
+            }
+            _ => false,
+        };
+        let position = if retry {
+            st.retry.unwrap_or(position)
+        } else {
+            position
         };
         let position = if automaton.is_some() && position == u32::MAX {
             plan.map_or(0, |p| u32::try_from(p.trajectory.len()).unwrap_or(u32::MAX))
@@ -692,6 +775,7 @@ impl<'a> Pipeline<'a> {
             call,
             checks,
             decision,
+            retry,
         };
         if let Some(cause) = cause {
             return done(call, checks, Decision::Interrupt { cause });
@@ -709,6 +793,7 @@ impl<'a> Pipeline<'a> {
                     guard: GuardKind::Input,
                     reason,
                     advances: false,
+                    attempted: false,
                 };
                 return done(call, checks, decision);
             }
@@ -880,14 +965,17 @@ impl<'a> Pipeline<'a> {
             .iter()
             .find_map(|c| mediated::block_reason(c, position).map(|r| (c.guard, r)));
         if let Some((guard, reason)) = failure {
-            let advances = expected.is_some()
+            // From format v4 a blocked call never uses up the plan step it matched: the
+            // plan moves on, the step stays open to the same call.
+            let matched = expected.is_some()
                 && checks
                     .iter()
                     .any(|c| c.guard == GuardKind::Trajectory && c.passed);
             let decision = Decision::Block {
                 guard,
                 reason,
-                advances,
+                advances: matched && self.rules.blocked_uses_step,
+                attempted: matched && !self.rules.blocked_uses_step,
             };
             contract::settle_reservation(&mut checks);
             return done(call, checks, decision);

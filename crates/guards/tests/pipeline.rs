@@ -142,6 +142,7 @@ fn an_off_plan_call_is_blocked_by_the_trajectory_guard_without_moving_the_pointe
         guard,
         reason,
         advances,
+        ..
     } = &e.decision
     else {
         panic!("{:?}", e.decision);
@@ -182,9 +183,8 @@ fn malformed_bytes_fail_the_input_guard_and_nothing_after_it_runs() {
         e.change(),
         StateChange {
             counted: true,
-            advances: false,
             position: 0,
-            stops: false
+            ..StateChange::default()
         }
     );
 }
@@ -300,7 +300,8 @@ fn a_disclosure_asks_the_regulation_source_last_and_its_answer_decides() {
     assert_eq!(e.checks.last().unwrap().guard, GuardKind::DataFlow);
     assert_eq!(e.change(), StateChange::default());
 
-    // A non-compliant answer blocks; the call matched its plan step, so it moves on.
+    // A non-compliant answer blocks. The call matched its plan step, which it does not
+    // use up (format v4): the user's own call may still take it.
     let mut source = Fixed {
         asked: Vec::new(),
         answer: Some(regulation(false)),
@@ -318,17 +319,44 @@ fn a_disclosure_asks_the_regulation_source_last_and_its_answer_decides() {
     else {
         panic!("{:?}", e.decision);
     };
-    assert_eq!((guard, advances), (GuardKind::Regulation, true));
+    assert!(matches!(
+        e.decision,
+        Decision::Block {
+            attempted: true,
+            ..
+        }
+    ));
+    assert_eq!((guard, advances), (GuardKind::Regulation, false));
     assert_eq!(e.checks.last().unwrap(), &regulation(false));
     assert_eq!(
         e.change(),
         StateChange {
             counted: true,
-            advances: true,
+            attempted: true,
             position: 0,
-            stops: false
+            ..StateChange::default()
         }
     );
+    // Under the rules before format v4 (a verifier replaying such evidence), the
+    // blocked call used the step up.
+    let mut old = Pipeline::new(&apm, &m).with_rules(knox_types::bundle::MonitorRules::V3);
+    let mut source = Fixed {
+        asked: Vec::new(),
+        answer: Some(regulation(false)),
+    };
+    let e = old.evaluate(
+        &st,
+        Proposal::classify(&call, &m),
+        Clock::default(),
+        &mut source,
+        &[],
+    );
+    assert!(
+        matches!(e.decision, Decision::Block { advances: true, .. }),
+        "{:?}",
+        e.decision
+    );
+    assert!(e.change().advances);
 }
 
 /// A verdict of the egress check (`regulation(passed)` with another verdict).
@@ -692,4 +720,105 @@ fn an_unplanned_apm_without_a_contract_blocks_every_call_at_the_trajectory_guard
         st.apply(ev.change());
     }
     assert_eq!((st.actions, st.pointer), (2, 0));
+}
+
+/// #34: a call that matches the user's next planned step and that a later guard blocks
+/// (here the regulation guard: an injected copy of the planned disclosure, decided
+/// non-compliant) never uses that step up — in the exact and the tolerant mode the
+/// user's own call then takes it, allowed; and the plan goes on past a step that stays
+/// blocked (the next step is not stalled by it). Under the rules before format v4 the
+/// step was used up and the user's call refused.
+#[test]
+fn a_blocked_call_never_uses_up_the_plan_step_it_matched() {
+    use knox_types::apm::TrajectoryMode;
+    let m = manifest();
+    let disclose = ExpectedCall::exact(
+        0,
+        "GoogleCalendarCreateOrUpdateEvent",
+        json!({"event_name": "x", "attendees": ["a@example.com"]})
+            .as_object()
+            .cloned()
+            .unwrap(),
+    );
+    let read = ExpectedCall::exact(
+        0,
+        "AmazonGetProductDetails",
+        json!({"product_id": "B01"}).as_object().cloned().unwrap(),
+    );
+    let (disclose_raw, read_raw) = (raw(&disclose), raw(&read));
+    for mode in [
+        TrajectoryMode::Exact,
+        TrajectoryMode::Tolerant { read_repeats: 0 },
+    ] {
+        let mut apm = apm();
+        apm.guards.regulation.regulations = vec!["GDPR".into()];
+        apm.guards.trajectory = mode;
+        apm.agents[0].trajectory = vec![disclose.clone(), read.clone()];
+        // The injected copy, refused; then the user's own call, compliant.
+        let mut p = Pipeline::new(&apm, &m);
+        let mut st = AgentState::new(&apm, 0);
+        let (guard, _, change) = decide(&mut p, &m, &st, &disclose_raw, false);
+        assert_eq!(guard, Some(GuardKind::Regulation), "{mode:?}");
+        st.apply(change);
+        let (guard, position, change) = decide(&mut p, &m, &st, &disclose_raw, true);
+        assert_eq!(
+            (guard, position),
+            (None, 0),
+            "{mode:?}: the user's own call is refused"
+        );
+        st.apply(change);
+        // Then the next step, allowed.
+        let (guard, position, _) = decide(&mut p, &m, &st, &read_raw, true);
+        assert_eq!((guard, position), (None, 1), "{mode:?}");
+        // A step that stays blocked does not stall the plan: the next one runs.
+        let mut p = Pipeline::new(&apm, &m);
+        let mut st = AgentState::new(&apm, 0);
+        let (_, _, change) = decide(&mut p, &m, &st, &disclose_raw, false);
+        st.apply(change);
+        let (guard, position, change) = decide(&mut p, &m, &st, &read_raw, true);
+        assert_eq!(
+            (guard, position),
+            (None, 1),
+            "{mode:?}: the plan stalled behind a blocked step"
+        );
+        st.apply(change);
+        // Once a later step ran, the blocked one is closed (the plan's order holds).
+        let (guard, _, _) = decide(&mut p, &m, &st, &disclose_raw, true);
+        assert_eq!(guard, Some(GuardKind::Trajectory), "{mode:?}");
+        // The old rules: the blocked copy used the step up; the user's call is refused.
+        let mut old = Pipeline::new(&apm, &m).with_rules(knox_types::bundle::MonitorRules::V3);
+        let mut st = AgentState::new(&apm, 0);
+        let (_, _, change) = decide(&mut old, &m, &st, &disclose_raw, false);
+        st.apply(change);
+        let (guard, _, _) = decide(&mut old, &m, &st, &disclose_raw, true);
+        assert_eq!(guard, Some(GuardKind::Trajectory), "{mode:?}");
+    }
+}
+
+/// What the pipeline decides on the proposal `bytes` when the regulation guard answers
+/// `ok`: the blocking guard (`None`: allowed), the call's position, the state change.
+fn decide<'a>(
+    p: &mut Pipeline<'a>,
+    m: &'a ToolkitManifest,
+    st: &AgentState,
+    bytes: &'a [u8],
+    ok: bool,
+) -> (Option<GuardKind>, u32, StateChange) {
+    let mut source = Fixed {
+        asked: Vec::new(),
+        answer: Some(regulation(ok)),
+    };
+    let e = p.evaluate(
+        st,
+        Proposal::classify(bytes, m),
+        Clock::default(),
+        &mut source,
+        &[],
+    );
+    let guard = match &e.decision {
+        Decision::Allow { .. } => None,
+        Decision::Block { guard, .. } => Some(*guard),
+        other => panic!("{other:?}"),
+    };
+    (guard, e.call.position, e.change())
 }

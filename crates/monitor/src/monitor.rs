@@ -30,7 +30,7 @@ use knox_types::grant::Grant;
 use knox_types::payload::{
     AgentBranchPayload, AgentStepPayload, Assignment, BlockedPayload, Body, CheckPayload,
     ContractOutcome, GuardKind, HeardPayload, InterruptPayload, ProofOfInferencePayload,
-    RootPayload, Settlement, ToolOutputPayload,
+    RootPayload, Settlement, ToolOutputPayload, UnansweredPayload,
 };
 use serde_json::Value;
 
@@ -124,6 +124,21 @@ struct Agent<'a> {
     state: AgentState,
     cursor: u64,
     guards: Pipeline<'a>,
+    /// Its allowed calls whose outputs are still to come (several at once: the tool
+    /// calls of one model answer), closed by their output or, at the seal, by an
+    /// `unanswered` node.
+    awaiting: Vec<Awaited>,
+}
+
+/// An allowed call waiting for its output.
+#[derive(Clone, Copy, Debug)]
+struct Awaited {
+    /// Its `tool_call` node.
+    call: u64,
+    /// The tool's cost.
+    cost: u64,
+    /// The contract reservation it holds.
+    reservation: Option<u64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -347,6 +362,7 @@ impl<'a> Monitor<'a> {
                     state: AgentState::new(apm, i),
                     cursor,
                     guards: Pipeline::new(apm, manifest).with_contract(contract),
+                    awaiting: Vec::new(),
                 }),
             );
         }
@@ -473,6 +489,7 @@ impl<'a> Monitor<'a> {
             call,
             checks,
             decision,
+            ..
         } = eval;
         // Everything but numbering, measuring and chaining happens before the graph's
         // lock: the bodies are written here, and the group is appended whole (the
@@ -562,6 +579,11 @@ impl<'a> Monitor<'a> {
                 action,
                 ..
             } => {
+                st.awaiting.push(Awaited {
+                    call: call_seq,
+                    cost,
+                    reservation,
+                });
                 let grant = if self.grants {
                     knox_attest::grant::issue(
                         self.key.tee(),
@@ -596,12 +618,18 @@ impl<'a> Monitor<'a> {
     /// Records what executing an allowed action produced: a `blocked` node (guard
     /// `kernel` or `broker`) under the `tool_call` for every denial the kernel layer or
     /// the broker reported, then the `tool_output`, whose sequence number it returns
-    /// (`None` for a ticket of no agent of this run).
+    /// (`None` for a ticket of no agent of this run, or of a call no longer awaiting
+    /// its output: nothing is recorded).
     pub fn record_result(&self, ticket: Box<Ticket>, mut result: ToolResult) -> Option<u64> {
         // Decide on the output the verifier will read back from its canonical bytes.
         knox_types::canon::normalize_numbers(&mut result.output);
         let slot = self.agents.get(&ticket.agent)?;
         let mut st = lock(slot);
+        let at = st
+            .awaiting
+            .iter()
+            .position(|w| w.call == ticket.tool_call)?;
+        st.awaiting.remove(at);
         let settled = ticket.reservation.map(|reservation| Settlement {
             reservation,
             executed: !result.kernel.iter().any(|e| e.event == "refusal"),
@@ -721,11 +749,52 @@ impl<'a> Monitor<'a> {
         Ok(seq)
     }
 
-    /// Ends the run.
+    /// Ends the run. Every allowed call still awaiting its output (a client that never
+    /// answered it, a run stopped while it ran) is closed by an `unanswered` node under
+    /// it, in the order the calls were made; a contract reservation it held is settled
+    /// as executed (it may have run).
     pub fn finish(self) -> FinishedAeg {
-        self.aeg
+        let mut open: Vec<(String, Awaited)> = self
+            .agents
+            .iter()
+            .flat_map(|(id, slot)| {
+                let awaiting = std::mem::take(&mut lock(slot).awaiting);
+                awaiting.into_iter().map(move |w| (id.clone(), w))
+            })
+            .collect();
+        open.sort_unstable_by_key(|(_, w)| w.call);
+        let mut aeg = self
+            .aeg
             .into_inner()
-            .unwrap_or_else(PoisonError::into_inner)
-            .finish()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut ledger = lock(&self.ledger);
+        for (agent, w) in open {
+            let settled = w.reservation.map(|reservation| Settlement {
+                reservation,
+                executed: true,
+            });
+            if let Some(s) = settled {
+                let _ = ledger.apply(&LedgerEvent::Settled {
+                    id: s.reservation,
+                    executed: true,
+                });
+            }
+            aeg.commit(
+                NewNode {
+                    parent: Some(w.call),
+                    kind: NodeKind::Unanswered,
+                    agent: &agent,
+                    payload: Body::from(UnansweredPayload {
+                        cost: w.cost,
+                        settled,
+                    }),
+                    allowed: true,
+                    block_reason: None,
+                },
+                None,
+            );
+        }
+        drop(ledger);
+        aeg.finish()
     }
 }

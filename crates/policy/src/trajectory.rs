@@ -261,10 +261,12 @@ fn contains(hay: &Value, needle: &Value) -> bool {
 ///   write, disclose or execute step comes after every earlier step), or when `k` is not
 ///   a read (every later step comes after it). Effects are the manifest's
 ///   ([`ToolEntry::effect`]; an unknown tool counts as a write).
-/// - A step is *enabled* when every step before it has run at least once, no step after
-///   it has run yet (all runs of a step precede all runs of the steps after it), and it
-///   has runs left: `1 + read_repeats` for a read step, one for any other (each planned
-///   occurrence of a write is its own step, so it is allowed its planned number of times).
+/// - A step is *enabled* when every step before it has run at least once — or was
+///   attempted: matched by a call a later guard blocked, which moves the plan on without
+///   using the step up (evidence format v4) — no step after it has run yet (all runs of
+///   a step precede all runs of the steps after it), and it has runs left: `1 +
+///   read_repeats` for a read step, one for any other (each planned occurrence of a
+///   write is its own step, so it is allowed its planned number of times).
 /// - A proposal matches an enabled step of the same tool: by its declared constraints,
 ///   else — for a read step — by [`Step::relaxed`], else by hash. Steps not yet run are
 ///   tried first, in plan order, then repeats. An off-plan call matches no step and
@@ -361,22 +363,28 @@ impl Automaton {
         &self.steps
     }
 
-    /// Whether step `j` may run now, `runs[k]` being how often step `k` has run.
-    pub fn enabled(&self, j: usize, runs: &[u32]) -> bool {
+    /// Whether step `j` may run now, `runs[k]` being how often step `k` has run (been
+    /// allowed) and `attempted[k]` whether a call matched it and was blocked by a later
+    /// guard (missing entries: not attempted).
+    pub fn enabled(&self, j: usize, runs: &[u32], attempted: &[bool]) -> bool {
         let ran = |k: &usize| runs.get(*k).copied().unwrap_or(0);
+        let tried = |k: &usize| ran(k) > 0 || attempted.get(*k).copied().unwrap_or(false);
         self.steps.get(j).is_some_and(|s| {
-            ran(&j) < s.runs
-                && s.after.iter().all(|k| ran(k) > 0)
-                && s.before.iter().all(|k| ran(k) == 0)
+            ran(&j) < s.runs && s.after.iter().all(tried) && s.before.iter().all(|k| ran(k) == 0)
         })
     }
 
     /// Matches `action` against the enabled steps of `plan` (the plan this automaton
-    /// was compiled from) in state `runs`.
+    /// was compiled from) in state `runs` and `attempted` (see [`Automaton::enabled`]).
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the automaton's state and the call"
+    )]
     pub fn select(
         &self,
         plan: &AgentPlan,
         runs: &[u32],
+        attempted: &[bool],
         action: &Action,
         action_hash: &Digest,
         outputs: &dyn Fn(u32) -> Option<Value>,
@@ -388,7 +396,7 @@ impl Automaton {
                 plan.trajectory
                     .get(*j)
                     .is_some_and(|e| e.tool == action.tool)
-                    && self.enabled(*j, runs)
+                    && self.enabled(*j, runs, attempted)
             })
             .collect();
         // Steps not yet run first (plan order), then repeats.
@@ -416,7 +424,7 @@ impl Automaton {
             return s;
         }
         // No enabled step of this tool: attribute the call to the next step to run.
-        let next = self.next(runs);
+        let next = self.next(runs, attempted);
         let planned = plan
             .trajectory
             .iter()
@@ -430,7 +438,7 @@ impl Automaton {
                 format!(
                     "`{}` (step {k}) is not enabled now: {}",
                     action.tool,
-                    self.why(k, runs)
+                    self.why(k, runs, attempted)
                 ),
             ),
             (Some(j), None) => (
@@ -452,20 +460,24 @@ impl Automaton {
 
     /// The step a call that matches none is attributed to: the first enabled step not
     /// yet run, else the first enabled step; `None` when no step is enabled.
-    pub fn next(&self, runs: &[u32]) -> Option<usize> {
+    pub fn next(&self, runs: &[u32], attempted: &[bool]) -> Option<usize> {
         let ran = |k: usize| runs.get(k).copied().unwrap_or(0);
         (0..self.steps.len())
-            .filter(|j| self.enabled(*j, runs))
+            .filter(|j| self.enabled(*j, runs, attempted))
             .min_by_key(|j| (ran(*j) > 0, *j))
     }
 
     /// Why step `j` is not enabled.
-    fn why(&self, j: usize, runs: &[u32]) -> String {
+    fn why(&self, j: usize, runs: &[u32], attempted: &[bool]) -> String {
         let ran = |k: usize| runs.get(k).copied().unwrap_or(0);
         let Some(s) = self.steps.get(j) else {
             return "no such step".into();
         };
-        if let Some(k) = s.after.iter().find(|k| ran(**k) == 0) {
+        if let Some(k) = s
+            .after
+            .iter()
+            .find(|k| ran(**k) == 0 && !attempted.get(**k).copied().unwrap_or(false))
+        {
             return format!("step {k} must run before it");
         }
         if let Some(k) = s.before.iter().find(|k| ran(**k) > 0) {
@@ -731,7 +743,7 @@ mod tests {
             .iter()
             .map(|(tool, v)| {
                 let act = Action::new(*tool, v.clone()).unwrap();
-                let s = a.select(p, &runs, &act, &act.hash(), &|_| None, &mut regexes);
+                let s = a.select(p, &runs, &[], &act, &act.hash(), &|_| None, &mut regexes);
                 if s.outcome.matched {
                     runs[s.position as usize] += 1;
                 }
@@ -802,6 +814,7 @@ mod tests {
         let s = a.select(
             &p,
             &[0, 0, 0, 0],
+            &[],
             &send,
             &send.hash(),
             &|_| None,
@@ -819,6 +832,7 @@ mod tests {
         let s = a.select(
             &p,
             &[1, 1, 1, 1],
+            &[],
             &other,
             &other.hash(),
             &|_| None,
@@ -828,6 +842,7 @@ mod tests {
         let s = a.select(
             &p,
             &[1, 0, 0, 0],
+            &[],
             &other,
             &other.hash(),
             &|_| None,

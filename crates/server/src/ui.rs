@@ -223,6 +223,7 @@ fn kind_colour(k: NodeKind) -> &'static str {
         NodeKind::Interrupt => "#9a6700",
         NodeKind::ProofOfInference => "#bf3989",
         NodeKind::Heard => "#953800",
+        NodeKind::Unanswered => "#57606a",
     }
 }
 

@@ -36,11 +36,15 @@ pub enum NodeKind {
     /// endpoint (the OpenAI proxy's other conversations): from here on, content that
     /// model composes may carry it.
     Heard,
+    /// An allowed call whose output never came back (the client never answered it,
+    /// disconnected, or the run ended first): closes the call at the seal, so a
+    /// sealed run accounts for every allowed call (format v4).
+    Unanswered,
 }
 
 impl NodeKind {
     /// All kinds, in code order.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::Root,
         Self::AgentStep,
         Self::AgentBranch,
@@ -51,6 +55,7 @@ impl NodeKind {
         Self::Interrupt,
         Self::ProofOfInference,
         Self::Heard,
+        Self::Unanswered,
     ];
 
     /// The one-byte code used in Merkle leaf records.
@@ -66,6 +71,7 @@ impl NodeKind {
             Self::Interrupt => 7,
             Self::ProofOfInference => 8,
             Self::Heard => 9,
+            Self::Unanswered => 10,
         }
     }
 
@@ -82,6 +88,7 @@ impl NodeKind {
             Self::Interrupt => "interrupt",
             Self::ProofOfInference => "proof_of_inference",
             Self::Heard => "heard",
+            Self::Unanswered => "unanswered",
         }
     }
 }

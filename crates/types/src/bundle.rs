@@ -13,8 +13,16 @@ use crate::dsse::{APM_PREDICATE, Envelope, SUMMARY_PREDICATE, Statement, Subject
 /// Format identifier of the bundles Knox writes: the APM, the prompt, the platform
 /// evidence and every node payload are written in their canonical (RFC 8785) form and
 /// verified as written, and the signed summary places the run in its key's chain of
-/// runs ([`KeyChain`]).
-pub const BUNDLE_FORMAT: &str = "knox-evidence/v3";
+/// runs ([`KeyChain`]). From version 4 the monitor's rules are those of agents as they
+/// are: an agent may have several allowed calls awaiting their outputs at once
+/// (parallel tool calls), an allowed call whose output never came back is closed by an
+/// `unanswered` node when the run is sealed, and a blocked call never uses up the plan
+/// step it matched ([`MonitorRules`]).
+pub const BUNDLE_FORMAT: &str = "knox-evidence/v4";
+
+/// The bundle format before the rules of version 4, still verified under its own
+/// rules ([`MonitorRules::V3`]): as [`BUNDLE_FORMAT`] otherwise.
+pub const BUNDLE_FORMAT_V3: &str = "knox-evidence/v3";
 
 /// The bundle format before per-key chains of runs, still verified: as
 /// [`BUNDLE_FORMAT`], without [`Summary::key_chain`].
@@ -27,8 +35,13 @@ pub const BUNDLE_FORMAT_V1: &str = "knox-evidence/v1";
 /// Format identifier of the journal header Knox writes: canonical parts, as
 /// [`BUNDLE_FORMAT`], signed checkpoint lines ([`crate::checkpoint`]) between the node
 /// lines, and their cadence signed in the header's APM attestation
-/// ([`ApmStatement::checkpoints`]): a gap longer than it promises is tampering.
-pub const JOURNAL_FORMAT: &str = "knox-journal/v4";
+/// ([`ApmStatement::checkpoints`]): a gap longer than it promises is tampering. Its
+/// nodes follow the rules of [`BUNDLE_FORMAT`] ([`MonitorRules::CURRENT`]).
+pub const JOURNAL_FORMAT: &str = "knox-journal/v5";
+
+/// The journal format whose nodes follow the rules of [`BUNDLE_FORMAT_V3`], still
+/// verified: as [`JOURNAL_FORMAT`] otherwise.
+pub const JOURNAL_FORMAT_V4: &str = "knox-journal/v4";
 
 /// The journal format whose checkpoint cadence was not signed, still verified: the
 /// same lines, but checkpoints removed from it cannot be told from a crash.
@@ -40,6 +53,44 @@ pub const JOURNAL_FORMAT_V2: &str = "knox-journal/v2";
 
 /// The previous journal format, still verified.
 pub const JOURNAL_FORMAT_V1: &str = "knox-journal/v1";
+
+/// The rules the monitor followed, which the verifier's replay follows: fixed by the
+/// evidence format (a bundle's signed `summary.format`, a journal header's format).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MonitorRules {
+    /// An agent may have several allowed calls awaiting their outputs at once (the
+    /// tool calls of one model answer), each output naming its call as its parent,
+    /// and allowed calls whose output never came back are closed by `unanswered`
+    /// nodes. Before: one allowed call at a time, its output before the next call.
+    pub parallel_calls: bool,
+    /// A call that matched its plan step and that a later guard blocked uses the step
+    /// up (the rule before format v4). From v4 it does not: only an allowed call moves
+    /// the plan on, so an injected call a later guard blocks cannot cancel the user's
+    /// own planned call.
+    pub blocked_uses_step: bool,
+}
+
+impl MonitorRules {
+    /// The rules of [`BUNDLE_FORMAT`] and [`JOURNAL_FORMAT`].
+    pub const CURRENT: Self = Self {
+        parallel_calls: true,
+        blocked_uses_step: false,
+    };
+    /// The rules of formats up to [`BUNDLE_FORMAT_V3`] and [`JOURNAL_FORMAT_V4`].
+    pub const V3: Self = Self {
+        parallel_calls: false,
+        blocked_uses_step: true,
+    };
+
+    /// The rules of a bundle of format `format` (the current ones for a format this
+    /// crate does not know: a verifier refuses those before replaying).
+    pub fn of_bundle_format(format: &str) -> Self {
+        match format {
+            BUNDLE_FORMAT_V3 | BUNDLE_FORMAT_V2 | BUNDLE_FORMAT_V1 => Self::V3,
+            _ => Self::CURRENT,
+        }
+    }
+}
 
 /// Largest bundle file a verifier reads.
 pub const MAX_BUNDLE_BYTES: usize = 256 << 20;

@@ -470,6 +470,22 @@ pub struct HeardPayload {
     pub tool: String,
 }
 
+/// `unanswered`: an allowed call whose output never came back to the monitor, closed
+/// when the run is sealed (format v4). For the OpenAI proxy the client runs the tools:
+/// a call it never answered may still have run, so a contract reservation it held is
+/// settled as executed (its cost counted), never released.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnansweredPayload {
+    /// Cost units the call would have charged (not added to the agent's spending: no
+    /// output says it ran).
+    pub cost: u64,
+    /// The contract reservation it held, settled as executed (runs bounded by a
+    /// contract).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settled: Option<Settlement>,
+}
+
 /// 64-bit system call arguments as hex strings (see [`KernelEvent::args`]).
 mod hex_args {
     use serde::{Deserialize, Deserializer, Serializer};
@@ -573,6 +589,8 @@ pub enum Body {
     ProofOfInference(ProofOfInferencePayload),
     /// `heard`.
     Heard(HeardPayload),
+    /// `unanswered`.
+    Unanswered(UnansweredPayload),
     /// A body read from evidence that parses as its kind's payload, but which that
     /// payload would not write back byte for byte: the payload, and what was written.
     Verbatim(Box<Verbatim>),
@@ -676,6 +694,7 @@ payload_arm!(BlockedPayload, Blocked);
 payload_arm!(InterruptPayload, Interrupt);
 payload_arm!(ProofOfInferencePayload, ProofOfInference);
 payload_arm!(HeardPayload, Heard);
+payload_arm!(UnansweredPayload, Unanswered);
 
 /// The body of a node of `kind` read from `d` as that kind's payload: the one table of
 /// which payload each kind carries, for [`Body::read`] and [`Body::read_text`].
@@ -694,6 +713,7 @@ fn typed<'de, D: serde::Deserializer<'de>>(kind: NodeKind, d: D) -> Result<Body,
         NodeKind::Interrupt => read::<InterruptPayload, D>(d),
         NodeKind::ProofOfInference => read::<ProofOfInferencePayload, D>(d),
         NodeKind::Heard => read::<HeardPayload, D>(d),
+        NodeKind::Unanswered => read::<UnansweredPayload, D>(d),
     }
 }
 
@@ -757,6 +777,7 @@ impl Body {
             Self::Interrupt(_) => NodeKind::Interrupt,
             Self::ProofOfInference(_) => NodeKind::ProofOfInference,
             Self::Heard(_) => NodeKind::Heard,
+            Self::Unanswered(_) => NodeKind::Unanswered,
             Self::Verbatim(v) => return v.body.kind(),
             Self::Invalid { .. } => return None,
         })
@@ -821,6 +842,7 @@ impl Body {
             Self::Interrupt(p) => v(p),
             Self::ProofOfInference(p) => v(p),
             Self::Heard(p) => v(p),
+            Self::Unanswered(p) => v(p),
             Self::Verbatim(b) => b.raw.clone(),
             Self::Invalid { raw, .. } => raw.clone(),
         }
@@ -845,6 +867,7 @@ impl Body {
                     Self::Interrupt(p) => canon_ser::write(p, out),
                     Self::ProofOfInference(p) => canon_ser::write(p, out),
                     Self::Heard(p) => canon_ser::write(p, out),
+                    Self::Unanswered(p) => canon_ser::write(p, out),
                     Self::Verbatim(_) | Self::Invalid { .. } => Ok(()),
                 };
                 // Payloads are plain data: the direct writer does not fail on them.

@@ -5,7 +5,7 @@
 //! whole process withheld.
 
 use knox_types::bundle::{
-    ANNOUNCEMENT_FORMAT, ANNOUNCEMENT_RUN_ID, Announcement, MAX_BUNDLE_BYTES,
+    ANNOUNCEMENT_FORMAT, ANNOUNCEMENT_RUN_ID, Announcement, BUNDLE_FORMAT_V3, MAX_BUNDLE_BYTES,
 };
 use knox_types::dsse::SUMMARY_PREDICATE;
 
@@ -41,8 +41,15 @@ pub fn verify_announcement(bytes: &[u8], opts: Options<'_>) -> Result<Report, Re
     }
     let mut s = Steps::default();
     let (platform, hardware_backed) = crate::evidence_of(&mut s, &a.platform, &a.key, opts);
-    let expected = knox_types::Digest::of_json(knox_types::digest::tag::PLATFORM, &a.platform)
-        .map(|h| Announcement::summary_for(&h));
+    let expected =
+        knox_types::Digest::of_json(knox_types::digest::tag::PLATFORM, &a.platform).map(|h| {
+            let mut e = Announcement::summary_for(&h);
+            // Announcements were first written with the format of their time's bundles.
+            if a.summary.format == BUNDLE_FORMAT_V3 {
+                e.format = BUNDLE_FORMAT_V3.into();
+            }
+            e
+        });
     match expected {
         Ok(e) if e == a.summary => s.pass(
             "announcement",

@@ -14,8 +14,8 @@ mod written;
 use knox_attest::platform::{self, AppraisalOptions, PlatformError};
 use knox_policy::ToolkitManifest;
 use knox_types::bundle::{
-    BUNDLE_FORMAT, BUNDLE_FORMAT_V1, BUNDLE_FORMAT_V2, Bundle, KeyChain, MAX_BUNDLE_BYTES,
-    PlatformMode,
+    BUNDLE_FORMAT, BUNDLE_FORMAT_V1, BUNDLE_FORMAT_V2, BUNDLE_FORMAT_V3, Bundle, KeyChain,
+    MAX_BUNDLE_BYTES, PlatformMode,
 };
 use knox_types::dsse::{APM_PREDICATE, SUMMARY_PREDICATE};
 use knox_types::merkle;
@@ -74,7 +74,7 @@ pub fn parse_bundle(bytes: &[u8]) -> Result<Bundle, ReadError> {
     let scan = knox_types::json::scan(bytes, &written::bundle_part)?;
     let mut b: Bundle = knox_types::json::from_scanned(bytes, &scan)?;
     let canonical = match b.format.as_str() {
-        BUNDLE_FORMAT | BUNDLE_FORMAT_V2 => true,
+        BUNDLE_FORMAT | BUNDLE_FORMAT_V3 | BUNDLE_FORMAT_V2 => true,
         BUNDLE_FORMAT_V1 => false,
         _ => return Err(ReadError::Format(b.format)),
     };
@@ -200,17 +200,23 @@ pub fn verify_bundle<M: TrustedManifests + ?Sized>(
     report
 }
 
+/// Whether bundles of `format` carry their run's place in its key's chain of runs
+/// (formats v3 and later).
+fn chained(format: &str) -> bool {
+    matches!(format, BUNDLE_FORMAT | BUNDLE_FORMAT_V3)
+}
+
 /// The run's place in its key's chain of runs (format v3): present, and for the key's
 /// first run, starting at the key's platform evidence. Whether the runs before it were
 /// handed over is for a reader of many bundles to see ([`ChainLink`]); only a signed
 /// link is reported.
 fn key_chain_step(s: &mut Steps, b: &Bundle, signed: bool) -> Option<report::ChainLink> {
     let Some(chain) = b.summary.key_chain else {
-        if b.format == BUNDLE_FORMAT {
+        if chained(&b.format) {
             s.fail(
                 "key chain",
                 Fail::unplaced(
-                    "the signed summary has no key chain: format v3 numbers every run of its key",
+                    "the signed summary has no key chain: formats v3 and later number every run of its key",
                 ),
             );
         } else {
@@ -221,7 +227,7 @@ fn key_chain_step(s: &mut Steps, b: &Bundle, signed: bool) -> Option<report::Cha
         }
         return None;
     };
-    if b.format != BUNDLE_FORMAT {
+    if !chained(&b.format) {
         s.fail(
             "key chain",
             Fail::unplaced(format!(
@@ -900,6 +906,7 @@ fn policy_step(
         key: &b.key,
         regulation: &regulation,
         contract: contract.as_ref(),
+        rules: knox_types::bundle::MonitorRules::of_bundle_format(&b.format),
     };
     match replay::replay(&cx, &b.nodes, finished) {
         Ok(f) => {

@@ -21,12 +21,12 @@ use knox_types::aeg::{
     NODE_ATTESTATION_CONTEXT, Node, NodeKind, PLANNER_AGENT, chain_start, chain_step,
 };
 use knox_types::apm::{Apm, PlanningFailure, StopCause, TopologyKind};
-use knox_types::bundle::{Counts, ModelInfo, ModelRole, PublicKey};
+use knox_types::bundle::{Counts, ModelInfo, ModelRole, MonitorRules, PublicKey};
 use knox_types::digest::Digest;
 use knox_types::payload::{
     AgentBranchPayload, AgentStepPayload, Assignment, BlockedPayload, CheckDetail, CheckPayload,
     GuardKind, HeardPayload, InterruptPayload, Payload, ProofOfInferencePayload, RootPayload,
-    ToolCallPayload, ToolOutputPayload,
+    ToolCallPayload, ToolOutputPayload, UnansweredPayload,
 };
 
 use crate::report::BlockedAction;
@@ -133,8 +133,16 @@ struct AgentReplay {
     cursor: u64,
     /// The elapsed time its last stop check recorded (it may not go backwards).
     last_elapsed: u64,
-    /// The allowed call whose output is still to come.
-    awaiting: Option<Awaiting>,
+    /// The allowed calls whose outputs are still to come, in commit order (at most one
+    /// under the rules before format v4).
+    awaiting: Vec<Awaiting>,
+}
+
+impl AgentReplay {
+    /// The awaiting call whose node is `parent`, if any.
+    fn awaiting_at(&self, parent: Option<u64>) -> Option<usize> {
+        self.awaiting.iter().position(|w| Some(w.call) == parent)
+    }
 }
 
 /// An allowed call waiting for its `tool_output`.
@@ -186,6 +194,8 @@ pub struct Context<'a> {
     /// The signed capability contract the APM names, verified (see the `contract` stage
     /// of [`knox_guards::contract`]).
     pub contract: Option<&'a knox_contract::Verified>,
+    /// The monitor's rules, fixed by the evidence format.
+    pub rules: MonitorRules,
 }
 
 /// Whether `got` is the recomputed contract check `w` but for the reservation, which
@@ -210,7 +220,9 @@ pub fn replay(cx: &Context<'_>, nodes: &[Node], finished: bool) -> Result<Findin
         cx,
         finished,
         agents: HashMap::new(),
-        guards: Pipeline::new(cx.apm, cx.manifest).with_contract(cx.contract),
+        guards: Pipeline::new(cx.apm, cx.manifest)
+            .with_contract(cx.contract)
+            .with_rules(cx.rules),
         run: Vec::new(),
         ledger: Ledger::new(),
         found: Findings::default(),
@@ -229,6 +241,7 @@ pub fn replay(cx: &Context<'_>, nodes: &[Node], finished: bool) -> Result<Findin
             }
             NodeKind::Blocked => r.kernel_denial(n).map(|()| i + 1)?,
             NodeKind::Heard => r.heard(n).map(|()| i + 1)?,
+            NodeKind::Unanswered => r.unanswered(n).map(|()| i + 1)?,
             NodeKind::Interrupt => {
                 return fail(n, "interrupt node without the checks it follows");
             }
@@ -246,7 +259,7 @@ pub fn replay(cx: &Context<'_>, nodes: &[Node], finished: bool) -> Result<Findin
     let mut unfinished: Vec<u64> = r
         .agents
         .values()
-        .filter_map(|a| a.awaiting.as_ref().map(|w| w.call))
+        .flat_map(|a| a.awaiting.iter().map(|w| w.call))
         .collect();
     unfinished.sort_unstable();
     r.found.unfinished = unfinished;
@@ -406,7 +419,7 @@ impl<'a> Replayer<'a, '_> {
                 state: AgentState::new(apm, k),
                 cursor,
                 last_elapsed: 0,
-                awaiting: None,
+                awaiting: Vec::new(),
             };
             if self.agents.insert(plan.id.as_str(), st).is_some() {
                 return Err(Fail::unplaced(format!(
@@ -480,7 +493,7 @@ impl<'a> Replayer<'a, '_> {
         if st.state.stopped {
             return fail(call, "tool_call after the agent was interrupted");
         }
-        if let Some(prev) = &st.awaiting {
+        if let Some(prev) = st.awaiting.first().filter(|_| !cx.rules.parallel_calls) {
             return fail(
                 call,
                 format!("allowed tool_call {} has no tool_output", prev.call),
@@ -618,7 +631,7 @@ impl<'a> Replayer<'a, '_> {
                         "every guard passed but the call is not marked allowed",
                     );
                 }
-                st.awaiting = Some(Awaiting {
+                st.awaiting.push(Awaiting {
                     call: call.seq,
                     position,
                     cost,
@@ -829,14 +842,14 @@ impl<'a> Replayer<'a, '_> {
         let Some(st) = self.agents.get_mut(n.agent.as_str()) else {
             return fail(n, format!("agent `{}` is not in the APM", n.agent));
         };
-        let Some(call) = st.awaiting.as_ref().map(|w| w.call) else {
+        if st.awaiting.is_empty() {
             return fail(n, "blocked node without the checks it follows");
+        }
+        let Some(at) = st.awaiting_at(n.parent) else {
+            return fail(n, "kernel denial not attached to the running call");
         };
-        if n.parent != Some(call)
-            || n.allowed
-            || n.block_reason.is_none()
-            || !n.attestations.is_empty()
-        {
+        let call = st.awaiting.get(at).map_or(0, |w| w.call);
+        if n.allowed || n.block_reason.is_none() || !n.attestations.is_empty() {
             return fail(n, "kernel denial not attached to the running call");
         }
         let p = parse::<BlockedPayload>(n)?;
@@ -860,7 +873,7 @@ impl<'a> Replayer<'a, '_> {
             (g, e) => return fail(n, format!("`{e}` event under guard `{}`", g.as_str())),
         }
         if p.guard == GuardKind::Broker
-            && let Some(w) = st.awaiting.as_mut()
+            && let Some(w) = st.awaiting.get_mut(at)
         {
             w.refused = true;
         }
@@ -875,24 +888,98 @@ impl<'a> Replayer<'a, '_> {
         Ok(())
     }
 
+    /// An `unanswered` node (format v4): an allowed call of the agent, still awaiting
+    /// its output, closed without one — plain, under that call, its cost the call's,
+    /// and a reservation the call held settled as executed (a call no output came back
+    /// for may have run: its hold is never released). The agent's state does not
+    /// change (no output, nothing spent).
+    fn unanswered(&mut self, n: &Node) -> Result<(), Fail> {
+        if !self.cx.rules.parallel_calls {
+            return fail(n, "an `unanswered` node in evidence of a format before v4");
+        }
+        let Some(st) = self.agents.get_mut(n.agent.as_str()) else {
+            return fail(n, format!("agent `{}` is not in the APM", n.agent));
+        };
+        let Some(at) = st.awaiting_at(n.parent) else {
+            return fail(
+                n,
+                "unanswered node not attached to an allowed call awaiting its output",
+            );
+        };
+        if !n.allowed || n.block_reason.is_some() || !n.attestations.is_empty() {
+            return fail(
+                n,
+                "unanswered node must be allowed, without block reason or attestations",
+            );
+        }
+        let p = parse::<UnansweredPayload>(n)?;
+        let Some(w) = st.awaiting.get(at) else {
+            return fail(
+                n,
+                "unanswered node not attached to an allowed call awaiting its output",
+            );
+        };
+        if p.cost != w.cost {
+            return fail(
+                n,
+                format!("cost {} differs from the tool's cost {}", p.cost, w.cost),
+            );
+        }
+        match (w.reservation, p.settled) {
+            (None, None) => {}
+            (Some(id), Some(s)) if s.reservation == id && s.executed => {
+                self.ledger
+                    .apply(&LedgerEvent::Settled { id, executed: true })
+                    .map_err(|e| Fail::at(n.seq, format!("contract ledger: {e}")))?;
+            }
+            (Some(id), _) => {
+                return fail(
+                    n,
+                    format!(
+                        "unanswered node does not settle contract reservation {id} as executed"
+                    ),
+                );
+            }
+            (None, Some(_)) => {
+                return fail(
+                    n,
+                    "unanswered node settles a contract reservation no call made",
+                );
+            }
+        }
+        st.awaiting.remove(at);
+        Ok(())
+    }
+
     fn tool_output(&mut self, n: &Node) -> Result<(), Fail> {
         let Some(st) = self.agents.get_mut(n.agent.as_str()) else {
             return fail(n, format!("agent `{}` is not in the APM", n.agent));
         };
-        let Some(Awaiting {
+        if st.awaiting.is_empty() {
+            return fail(n, "tool_output without an allowed tool_call awaiting it");
+        }
+        let Some(at) = st.awaiting_at(n.parent) else {
+            let calls: Vec<String> = st.awaiting.iter().map(|w| w.call.to_string()).collect();
+            return fail(
+                n,
+                format!(
+                    "tool_output is not attached to an allowed call awaiting it ({})",
+                    calls.join(", ")
+                ),
+            );
+        };
+        let Some(&Awaiting {
             call,
             position,
             cost,
+            reservation,
+            refused,
             ..
-        }) = st.awaiting
+        }) = st.awaiting.get(at)
         else {
             return fail(n, "tool_output without an allowed tool_call awaiting it");
         };
-        if n.parent != Some(call)
-            || !n.allowed
-            || n.block_reason.is_some()
-            || !n.attestations.is_empty()
-        {
+        if !n.allowed || n.block_reason.is_some() || !n.attestations.is_empty() {
             return fail(
                 n,
                 format!("tool_output is not attached to allowed call {call}"),
@@ -905,10 +992,6 @@ impl<'a> Replayer<'a, '_> {
                 format!("cost {} differs from the tool's cost {cost}", p.cost),
             );
         }
-        let (reservation, refused) = st
-            .awaiting
-            .as_ref()
-            .map_or((None, false), |w| (w.reservation, w.refused));
         match (reservation, p.settled) {
             (None, None) => {}
             (Some(id), Some(s)) if s.reservation == id && s.executed != refused => {
@@ -937,7 +1020,7 @@ impl<'a> Replayer<'a, '_> {
                 return fail(n, "tool_output settles a contract reservation no call made");
             }
         }
-        let tool = st.awaiting.take().map(|w| w.tool).unwrap_or_default();
+        let tool = st.awaiting.remove(at).tool;
         let out = RecordedOutput {
             node: n.seq,
             position,

@@ -112,14 +112,22 @@ impl Planner for PlanOf {
     }
 }
 
-/// Proposes a fixed script, whatever the plan.
-struct Script(Vec<Action>);
+/// Proposes a fixed script, whatever the plan; before the proposal at `approve.0`, a
+/// human's approval token is written where the run reads tokens (`approve.1`, its
+/// bytes `approve.2`), as `knox approve` would while the agent waits.
+struct Script(Vec<Action>, Option<(usize, std::path::PathBuf, Vec<u8>)>);
 
-struct Scripted(std::vec::IntoIter<Action>);
+struct Scripted(
+    std::iter::Enumerate<std::vec::IntoIter<Action>>,
+    Option<(usize, std::path::PathBuf, Vec<u8>)>,
+);
 
 impl Executor for Scripted {
     fn next(&mut self, _: Option<&Observation>) -> Step {
-        self.0.next().map_or(Step::Finish, |a| {
+        self.0.next().map_or(Step::Finish, |(i, a)| {
+            if let Some((_, path, bytes)) = self.1.take_if(|(at, ..)| *at == i) {
+                std::fs::write(path, bytes).unwrap();
+            }
             Step::Propose(serde_json::to_vec(&a).unwrap(), Label::NONE)
         })
     }
@@ -127,7 +135,10 @@ impl Executor for Scripted {
 
 impl ExecutorFactory for Script {
     fn build(&self, _: AgentTask) -> Box<dyn Executor> {
-        Box::new(Scripted(self.0.clone().into_iter()))
+        Box::new(Scripted(
+            self.0.clone().into_iter().enumerate(),
+            self.1.clone(),
+        ))
     }
 
     fn model(&self) -> ModelInfo {
@@ -157,9 +168,11 @@ struct Run {
     _dir: tempfile::TempDir,
 }
 
-/// The scenario: plan = [write a.txt, write ../.bashrc, write vault/k.txt, write
-/// vault/k2.txt]; executor = the same with an off-plan read the contract allows
-/// inserted third; a token for vault/k2.txt given up front, none for vault/k.txt.
+/// The scenario: plan = [write a.txt, write vault/k.txt]; executor = write a.txt, an
+/// escaping write (../.bashrc) the contract denies, an off-plan read the contract
+/// allows, write vault/k.txt (high impact, no token yet: pending), then — alice having
+/// approved it meanwhile — write vault/k.txt again: the pending call did not use up
+/// its plan step (format v4), so the retry is allowed.
 fn run() -> Run {
     run_with(None)
 }
@@ -178,7 +191,7 @@ fn run_with(journal: Option<&std::path::Path>) -> Run {
         json!({"dir": "docs", "path": "readme.md"}),
     );
     let pending = write("vault", "k.txt", "y");
-    let approved = write("vault", "k2.txt", "z");
+    let approved = pending.clone();
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");
     std::fs::create_dir_all(&tokens).unwrap();
@@ -191,11 +204,11 @@ fn run_with(journal: Option<&std::path::Path>) -> Run {
         60_000,
     )
     .unwrap();
-    std::fs::write(
+    let approval = (
+        4,
         tokens.join(format!("{}.json", approved.hash().to_hex())),
         serde_json::to_vec(&token).unwrap(),
-    )
-    .unwrap();
+    );
     let manifest = knox_engine::contract::manifest().unwrap();
     let mut builder = Session::builder();
     if let Some(j) = journal {
@@ -204,13 +217,11 @@ fn run_with(journal: Option<&std::path::Path>) -> Run {
     let session = builder
         .simulated_with_key(Arc::clone(&key))
         .manifest(manifest.clone())
-        .planner(PlanOf(vec![
-            a_ok.clone(),
-            escape.clone(),
-            pending.clone(),
-            approved.clone(),
-        ]))
-        .executor(Script(vec![a_ok, escape, off_plan, pending, approved]))
+        .planner(PlanOf(vec![a_ok.clone(), pending.clone()]))
+        .executor(Script(
+            vec![a_ok, escape, off_plan, pending, approved],
+            Some(approval),
+        ))
         .tools(Done)
         .contract(verified.clone())
         .approvals(ApprovalDir {
@@ -309,17 +320,26 @@ fn every_contract_decision_is_a_node_and_the_verifier_recomputes_it() {
         vec![
             // Plan and contract allow: reserved 0.
             (ContractOutcome::Allow, None, Some(0)),
-            // The plan allows, the contract denies: blocked by `path`.
+            // The contract denies (the plan neither allows it): blocked by `path`.
             (ContractOutcome::Deny, Some("path"), None),
             // The contract allows, the plan does not: blocked, nothing reserved.
             (ContractOutcome::Allow, None, None),
-            // High impact without a token: pending.
+            // High impact without a token: pending (its plan step not used up).
             (ContractOutcome::Pending, Some("approval"), None),
-            // High impact with alice's token: allowed, reserved 1, nonce consumed.
+            // The same call again, with alice's token: allowed at the same plan step,
+            // reserved 1, nonce consumed.
             (ContractOutcome::Allow, None, Some(1)),
         ]
     );
     assert!(checks[4].1.approval.is_some() && checks[4].1.approval_nonce.is_some());
+    // No blocked call moved the plan on: the pending call and its retry are both at
+    // step 1, the retry allowed there.
+    let positions: Vec<u32> = b
+        .nodes
+        .iter()
+        .filter_map(|n| n.payload.tool_call().map(|c| c.position))
+        .collect();
+    assert_eq!(positions, vec![0, 1, 1, 1, 1]);
     assert_eq!(
         checks[4].1.spent_cents, 1,
         "the first write settled as spent"

@@ -451,3 +451,127 @@ fn a_regulated_proxy_withholds_a_read_its_unlisted_upstream_would_hear() {
     assert_eq!(blocked.len(), 1, "{blocked:?}");
     assert_eq!(blocked[0]["payload"]["guard"], "regulation", "{blocked:?}");
 }
+
+/// The scripted model of [`parallel_tool_calls_and_a_call_never_answered_seal_complete`]:
+/// its first answer asks for both balances at once (two tool calls in one answer, as
+/// `parallel_tool_calls` does); then a final answer.
+const PARALLEL_UPSTREAM: &str = r#"
+import json
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+def call(i, args):
+    return {"id": i, "type": "function", "function": {"name": "bank__get_balance", "arguments": json.dumps(args)}}
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        n = sum(1 for m in req.get("messages", []) if m.get("role") == "tool")
+        if n == 0:
+            msg = {"role": "assistant", "content": None, "tool_calls": [
+                call("call_main", {"account": "main"}), call("call_savings", {"account": "savings"})]}
+            finish = "tool_calls"
+        else:
+            msg = {"role": "assistant", "content": "Balances read."}
+            finish = "stop"
+        b = json.dumps({"id": "c", "object": "chat.completion", "created": 1, "model": "scripted",
+            "choices": [{"index": 0, "message": msg, "finish_reason": finish}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+
+srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+
+/// The official `openai` client, two conversations: the model asks for two allowed
+/// calls in one answer (parallel tool calls); in the first the client answers both, in
+/// the second only one of them before its next request. Both calls reach the client
+/// each time, and each conversation's bundle verifies `complete` (#34): the calls
+/// awaited their outputs at once, and the call never answered is closed by an
+/// `unanswered` node when the conversation is sealed.
+#[test]
+fn parallel_tool_calls_and_a_call_never_answered_seal_complete() {
+    let py = python();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::write(d.join("bank.toml"), BANK).unwrap();
+    let plan = serde_json::json!({"calls": [
+        {"tool": "bank.get_balance", "params": {"account": "main"}},
+        {"tool": "bank.get_balance", "params": {"account": "savings"}}]});
+    std::fs::write(d.join("plan.json"), plan.to_string()).unwrap();
+    std::fs::write(d.join("upstream.py"), PARALLEL_UPSTREAM).unwrap();
+    let mut up = Reaped(
+        Command::new(&py)
+            .arg(d.join("upstream.py"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let port = first_line(up.0.stdout.take().unwrap()).trim().to_owned();
+    let out = d.join("out");
+    let (gw, base) = proxy(d, &format!("http://127.0.0.1:{port}/v1"), &out);
+    let script = r#"
+import json, os, sys
+from openai import OpenAI
+answer_all = sys.argv[2] == "all"
+client = OpenAI(base_url=sys.argv[1], api_key="unused", default_headers={"x-knox-conversation": sys.argv[2]})
+tools = [{"type": "function", "function": {"name": "bank__get_balance", "parameters": {
+    "type": "object", "properties": {"account": {"type": "string"}}, "required": ["account"]}}}]
+messages = [{"role": "user", "content": "Read the balances of my main and savings accounts."}]
+r = client.chat.completions.create(model="scripted", messages=messages, tools=tools, parallel_tool_calls=True)
+calls = r.choices[0].message.tool_calls or []
+messages.append(r.choices[0].message.model_dump(exclude_none=True))
+for c in calls if answer_all else calls[:1]:
+    messages.append({"role": "tool", "tool_call_id": c.id, "content": json.dumps({"balance": 7})})
+r2 = client.chat.completions.create(model="scripted", messages=messages, tools=tools)
+print(json.dumps({"calls": [json.loads(c.function.arguments)["account"] for c in calls],
+                  "final": r2.choices[0].message.content}))
+"#;
+    for conv in ["all", "one"] {
+        let o = Command::new(&py)
+            .args(["-c", script, &base, conv])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let r: Value =
+            serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().last().unwrap())
+                .unwrap();
+        assert_eq!(r["calls"], serde_json::json!(["main", "savings"]), "{r}");
+        assert_eq!(r["final"], "Balances read.", "{r}");
+    }
+    let stdout = seal(gw);
+    assert_eq!(stdout.matches(": complete (").count(), 2, "{stdout}");
+    let kinds = |n: usize| -> Vec<String> {
+        let b = verified(&out.join(format!("conv-{n:04}.json")));
+        b["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["kind"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let count = |k: &[String], kind: &str| k.iter().filter(|x| *x == kind).count();
+    let all = kinds(0);
+    assert_eq!(
+        (count(&all, "tool_output"), count(&all, "unanswered")),
+        (2, 0),
+        "{all:?}"
+    );
+    let one = kinds(1);
+    assert_eq!(
+        (count(&one, "tool_output"), count(&one, "unanswered")),
+        (1, 1),
+        "{one:?}"
+    );
+}

@@ -468,6 +468,7 @@ fn replays(b: &Bundle, nodes: &[Node]) -> Result<(), String> {
         models: &b.models,
         key: &b.key,
         regulation: &regulation,
+        rules: knox_types::bundle::MonitorRules::of_bundle_format(&b.format),
     };
     replay::replay(&cx, nodes, true)
         .map(|_| ())
