@@ -360,10 +360,10 @@ fn version_1_evidence_still_verifies_and_is_still_bound() {
     assert_tampered("b.json", &t, &["APM as written"]);
     let t = replace_once(&b, "\"layout\":", "\"forged\":1,\"layout\":");
     assert_tampered("b.json", &t, &["simulated evidence must be exactly"]);
-    // A version-3 bundle cannot be passed off as version 1 or 2 (which relax what is
-    // checked): the format is signed.
-    for older in ["knox-evidence/v1", "knox-evidence/v2"] {
-        let t = replace_once(&bundle(), "knox-evidence/v3", older);
+    // A version-4 bundle cannot be passed off as version 1, 2 or 3 (which relax what is
+    // checked, or replay under other rules): the format is signed.
+    for older in ["knox-evidence/v1", "knox-evidence/v2", "knox-evidence/v3"] {
+        let t = replace_once(&bundle(), knox_types::bundle::BUNDLE_FORMAT, older);
         assert_tampered("b.json", &t, &["another run or format"]);
     }
 }
