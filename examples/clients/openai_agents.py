@@ -1,5 +1,6 @@
-"""The OpenAI Agents SDK (`openai-agents`) behind Knox: its chat-completions model
-pointed at the proxy by `base_url`, nothing else changed.
+"""The OpenAI Agents SDK (`openai-agents`) behind Knox in its default configuration —
+the Responses API — pointed at the proxy by `base_url`, nothing else changed
+(`KNOX_AGENTS_API=chat` uses its chat-completions model instead).
 
     KNOX_BASE_URL=http://127.0.0.1:8089/v1 python examples/clients/openai_agents.py
 
@@ -11,7 +12,8 @@ one JSON object: the calls the SDK ran and its final output.
 import json
 import os
 
-from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+from agents import (Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_default_openai_client,
+                    set_tracing_disabled)
 from openai import AsyncOpenAI
 
 RAN = []
@@ -37,10 +39,17 @@ def main():
     headers = {"x-knox-conversation": os.environ["KNOX_CONVERSATION"]} if "KNOX_CONVERSATION" in os.environ else None
     client = AsyncOpenAI(base_url=os.environ["KNOX_BASE_URL"], api_key=os.environ.get("OPENAI_API_KEY", "unused"),
                          default_headers=headers)
+    name = os.environ.get("KNOX_MODEL", "scripted")
+    if os.environ.get("KNOX_AGENTS_API") == "chat":
+        model = OpenAIChatCompletionsModel(model=name, openai_client=client)
+    else:
+        # The SDK's default: the Responses API, through the client given here.
+        set_default_openai_client(client, use_for_tracing=False)
+        model = name
     agent = Agent(
         name="bank",
         instructions="You are a careful banking assistant.",
-        model=OpenAIChatCompletionsModel(model=os.environ.get("KNOX_MODEL", "scripted"), openai_client=client),
+        model=model,
         tools=[bank__get_balance, bank__send_money],
     )
     result = Runner.run_sync(agent, "Check my balance, then pay DE001 20.", max_turns=8)

@@ -7,6 +7,10 @@ The only Knox-specific line is `base_url`. The tools run here, in the client, as
 agent; Knox withholds the calls the conversation's plan does not allow (the assistant's
 content then names the refusal) and records the results the client sends back. Prints
 one JSON object: the calls the client ran and the final answer.
+
+`KNOX_API=responses` runs the same loop on the Responses API (`client.responses.create`,
+each turn continuing the last by `previous_response_id`); `KNOX_STREAM=1` streams
+either API.
 """
 
 import json
@@ -35,12 +39,46 @@ def run_tool(name, args):
     return {"error": f"unknown tool {name}"}
 
 
+def responses_loop(client, stream):
+    """The agent loop on the Responses API: function tools, `previous_response_id`."""
+    tools = [{"type": "function", **t["function"]} for t in TOOLS]
+    model = os.environ.get("KNOX_MODEL", "scripted")
+    ran, final, previous = [], None, None
+    turn = [{"role": "user", "content": "Check my balance, then pay DE001 20."}]
+    for _ in range(8):  # bounded agent loop
+        args = dict(model=model, instructions="You are a careful banking assistant.", input=turn,
+                    tools=tools, previous_response_id=previous)
+        if stream:
+            with client.responses.stream(**args) as events:
+                for _event in events:
+                    pass
+                response = events.get_final_response()
+        else:
+            response = client.responses.create(**args)
+        previous = response.id
+        calls = [item for item in response.output if item.type == "function_call"]
+        if not calls:
+            final = response.output_text
+            break
+        turn = []
+        for c in calls:
+            call_args = json.loads(c.arguments)
+            ran.append({"name": c.name, "arguments": call_args})
+            turn.append({"type": "function_call_output", "call_id": c.call_id,
+                         "output": json.dumps(run_tool(c.name, call_args))})
+    return ran, final
+
+
 def main():
     # Optional: name the conversation (else Knox keys it by its first messages).
     headers = {"x-knox-conversation": os.environ["KNOX_CONVERSATION"]} if "KNOX_CONVERSATION" in os.environ else None
     client = OpenAI(base_url=os.environ["KNOX_BASE_URL"], api_key=os.environ.get("OPENAI_API_KEY", "unused"),
                     default_headers=headers)
     stream = os.environ.get("KNOX_STREAM") == "1"
+    if os.environ.get("KNOX_API") == "responses":
+        ran, final = responses_loop(client, stream)
+        print(json.dumps({"ran": ran, "final": final}))
+        return
     messages = [
         {"role": "system", "content": "You are a careful banking assistant."},
         {"role": "user", "content": "Check my balance, then pay DE001 20."},

@@ -240,7 +240,8 @@ impl SessionBuilder {
         self
     }
 
-    /// The prefix of prompt runs' identifiers (`<prefix>-0000`, …; default `run`).
+    /// The prefix of prompt runs' identifiers (`<prefix>-<key>-0000`, …, `<key>` the
+    /// first 8 hex digits of the session's key id; default `run`).
     pub fn run_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.run_prefix = Some(prefix.into());
         self
@@ -456,10 +457,18 @@ impl Session {
         self.custom_planner.then_some(self.planner.as_ref())
     }
 
-    /// The next prompt run's identifier.
+    /// The next prompt run's identifier: `<prefix>-<key>-<n>`, `<key>` the first 8 hex
+    /// digits of the session's in-TEE key id (a key of its own per process), `<n>` the
+    /// session's run count — unique across processes and machines, so runs written
+    /// into one folder never collide.
     pub(crate) fn next_run_id(&self) -> String {
         let n = self.runs.fetch_add(1, Ordering::Relaxed);
-        format!("{}-{n:04}", self.run_prefix)
+        let key = self.runtime().key_id().to_hex();
+        format!(
+            "{}-{}-{n:04}",
+            self.run_prefix,
+            key.get(..8).unwrap_or(&key)
+        )
     }
 
     /// The run configuration of this session with `planner` and `executor`.
@@ -549,9 +558,18 @@ impl Session {
 }
 
 /// Writes `bundle` as `<dir>/<run>.json`, atomically (a temporary file fsynced and
-/// renamed into place): a crash never leaves a partial or empty bundle.
+/// linked into place): a crash never leaves a partial or empty bundle, and an existing
+/// file of that name — evidence of an earlier run — is never replaced (an error).
 pub fn write_bundle(dir: &Path, bundle: &knox_types::bundle::Bundle) -> Result<(), EngineError> {
     let path = dir.join(format!("{}.json", bundle.run_id));
     let bytes = serde_json::to_vec(bundle).map_err(EngineError::Serialize)?;
-    knox_files::write_atomic(&path, &bytes).map_err(|source| EngineError::Output { path, source })
+    knox_files::write_atomic_with(
+        &path,
+        &bytes,
+        knox_files::WriteOptions {
+            create_new: true,
+            ..knox_files::WriteOptions::default()
+        },
+    )
+    .map_err(|source| EngineError::Output { path, source })
 }

@@ -220,9 +220,9 @@ pub fn write_atomic_with(path: &Path, bytes: &[u8], opts: WriteOptions) -> io::R
 }
 
 /// Creates the append-only file `path` (opened `O_APPEND`) holding `header` already
-/// written and fsynced: it is written under a temporary name and renamed into place, so
-/// `path` never exists empty or with a partial header. An existing `path` is replaced,
-/// unless it is an input this process read ([`refuse_input`]).
+/// written and fsynced: it is written under a temporary name and linked into place, so
+/// `path` never exists empty or with a partial header. An existing `path` is never
+/// replaced (a journal is evidence): the call fails with `AlreadyExists`.
 pub fn create_with_header(path: &Path, header: &[u8]) -> io::Result<File> {
     refuse_input(path)?;
     let tmp = temporary(path)?;
@@ -234,7 +234,8 @@ pub fn create_with_header(path: &Path, header: &[u8]) -> io::Result<File> {
             .open(&tmp)?;
         f.write_all(header)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
+        std::fs::hard_link(&tmp, path)?;
+        std::fs::remove_file(&tmp)?;
         sync_dir(parent(path))?;
         Ok(f)
     })();
@@ -254,9 +255,14 @@ pub enum OutDirError {
     Busy(PathBuf),
     /// It holds files and `--force` was not given.
     #[error(
-        "`{0}` is not empty: choose a new or empty --out, or add --force to write into it (files of the same name are replaced)"
+        "`{0}` is not empty: choose a new or empty --out, or add --force to write into it (other files of an output's name are replaced; evidence never is)"
     )]
     NotEmpty(PathBuf),
+    /// `--force` was given, but it holds sealed evidence, which is never replaced.
+    #[error(
+        "`{0}` holds evidence (`{1}`), which --force never replaces: choose a new or empty --out, or move the evidence elsewhere"
+    )]
+    HoldsEvidence(PathBuf, String),
     /// It exists and is not a directory.
     #[error("`{0}` exists and is not a directory")]
     NotADirectory(PathBuf),
@@ -276,8 +282,26 @@ pub struct OutDir {
 impl OutDir {
     /// Creates `dir` (and its parents) if needed and locks it; refuses it when another
     /// process holds it, and, unless `force`, when it holds any file (the lock file
-    /// aside).
+    /// aside). With `force` it is still refused when it holds evidence
+    /// ([`evidence_in`]): `--force` never destroys evidence.
     pub fn lock(dir: &Path, force: bool) -> Result<Self, OutDirError> {
+        let held = Self::take(dir, force)?;
+        if force && let Some(name) = evidence_in(dir) {
+            return Err(OutDirError::HoldsEvidence(dir.to_path_buf(), name));
+        }
+        Ok(held)
+    }
+
+    /// An evidence folder that accumulates: created if needed and locked as
+    /// [`OutDir::lock`] does, but accepted whatever it holds — what is written there
+    /// never replaces a file (bundles and journals are created new, under run ids unique
+    /// to their key), so a gateway launched again into the same folder adds its
+    /// sessions beside the earlier ones.
+    pub fn accumulate(dir: &Path) -> Result<Self, OutDirError> {
+        Self::take(dir, true)
+    }
+
+    fn take(dir: &Path, force: bool) -> Result<Self, OutDirError> {
         let owned = || dir.to_path_buf();
         if dir.exists() && !dir.is_dir() {
             return Err(OutDirError::NotADirectory(owned()));
@@ -323,6 +347,36 @@ impl OutDir {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// The name of a file of sealed or streamed evidence in `dir`, if it holds one: a
+/// journal (`*.journal.jsonl`), a key announcement (`*.announcement.json`), or a JSON
+/// file whose first 4 KiB name a Knox evidence format (`"format":"knox-evidence/…"`, a
+/// bundle). Unreadable entries are skipped.
+pub fn evidence_in(dir: &Path) -> Option<String> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    entries.flatten().find_map(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let is_file = e.file_type().is_ok_and(|t| t.is_file());
+        if !is_file {
+            return None;
+        }
+        if name.ends_with(".journal.jsonl") || name.ends_with(".announcement.json") {
+            return Some(name);
+        }
+        if !name.ends_with(".json") {
+            return None;
+        }
+        let mut head = Vec::with_capacity(4096);
+        File::open(e.path())
+            .and_then(|f| f.take(4096).read_to_end(&mut head))
+            .ok()?;
+        let text = String::from_utf8_lossy(&head);
+        let compact: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+        compact
+            .contains("\"format\":\"knox-evidence/")
+            .then_some(name)
+    })
 }
 
 /// The identity (device, inode) of an existing file, for telling whether an output

@@ -28,6 +28,7 @@ pub mod fuzz;
 pub mod mediate;
 pub mod plan;
 mod proxy;
+mod responses;
 pub mod serve;
 mod stream;
 mod upstream;

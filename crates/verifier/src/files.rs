@@ -168,6 +168,31 @@ pub fn write_file(p: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
     })
 }
 
+/// Writes the evidence file `p` (a bundle) atomically, as [`write_file`] does, but never
+/// over an existing file: "cannot create output" (73) when `p` exists — evidence of an
+/// earlier run is never replaced.
+pub fn write_new(p: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
+    write_atomic_with(
+        p,
+        bytes.as_ref(),
+        WriteOptions {
+            create_new: true,
+            ..WriteOptions::default()
+        },
+    )
+    .map_err(|e| {
+        let why = if e.kind() == std::io::ErrorKind::AlreadyExists {
+            "a file of that name exists, and evidence is never replaced".to_owned()
+        } else {
+            e.to_string()
+        };
+        fail(
+            Kind::CantCreate,
+            format!("cannot write `{}`: {why}", p.display()),
+        )
+    })
+}
+
 /// `e`, a failure to parse the input file `p`, as "bad input" (65) naming the file.
 pub fn bad_input(p: &Path, what: &str, e: impl std::fmt::Display) -> anyhow::Error {
     fail(

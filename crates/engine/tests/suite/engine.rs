@@ -191,12 +191,15 @@ fn a_prompt_run_with_a_tiny_manifest_and_a_scripted_executor_verifies_complete()
     assert_eq!(out.stats.blocked_by.get(&GuardKind::Input), Some(&1));
     let seen = factory.seen.lock().unwrap().clone();
     assert!(matches!(&seen[0], Observation::Output(Value::Object(_))));
-    assert_eq!(out.bundle.run_id, "tiny-0000");
+    // Run ids carry the session's key (the first 8 hex digits of its id).
+    let key = session.runtime().key_id().to_hex();
+    let tag = key.get(..8).unwrap();
+    assert_eq!(out.bundle.run_id, format!("tiny-{tag}-0000"));
     complete(&out.bundle, session.manifest());
     let models: Vec<&str> = out.bundle.models.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(models, ["fixed", "scripted"]);
     // The output directory holds the same bundle, and it verifies as read back.
-    let written = std::fs::read(out_dir.join("tiny-0000.json")).unwrap();
+    let written = std::fs::read(out_dir.join(format!("tiny-{tag}-0000.json"))).unwrap();
     let back = knox_verify::parse_bundle(&written).unwrap();
     complete(&back, &manifest());
 
@@ -205,7 +208,7 @@ fn a_prompt_run_with_a_tiny_manifest_and_a_scripted_executor_verifies_complete()
         tasks: vec!["read my mail".into(), "read it again".into()],
     };
     let out = session.run_prompt(&two).unwrap();
-    assert_eq!(out.bundle.run_id, "tiny-0001");
+    assert_eq!(out.bundle.run_id, format!("tiny-{tag}-0001"));
     assert_eq!(out.bundle.summary.counts.executed, 2);
     complete(&out.bundle, session.manifest());
     std::fs::remove_dir_all(&out_dir).unwrap();

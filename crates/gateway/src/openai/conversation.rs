@@ -197,6 +197,42 @@ type HeardLog = Arc<Mutex<Vec<HeardPayload>>>;
 /// of opening another, while other conversations go on).
 type Slot = Arc<Mutex<Option<Handle>>>;
 
+/// The conversations sealed, by key: the run each was last sealed as, oldest first, at
+/// most [`MAX_CLOSED`] (the oldest forgotten first).
+#[derive(Default)]
+struct Closed {
+    runs: HashMap<String, String>,
+    order: std::collections::VecDeque<String>,
+}
+
+/// How many sealed conversations the proxy remembers (a few tens of MB at most): a
+/// continuation of one it forgot would open a run of its own.
+pub(crate) const MAX_CLOSED: usize = 100_000;
+
+impl Closed {
+    fn insert(&mut self, key: &str, run: &str) {
+        if self.runs.insert(key.to_owned(), run.to_owned()).is_none() {
+            self.order.push_back(key.to_owned());
+        }
+        while self.order.len() > MAX_CLOSED {
+            if let Some(old) = self.order.pop_front() {
+                self.runs.remove(&old);
+            }
+        }
+    }
+}
+
+/// Whether `messages` continue a conversation (they carry what the model or the tools
+/// wrote: an assistant or tool message) rather than start one.
+fn continues(messages: &[Value]) -> bool {
+    messages.iter().any(|m| {
+        matches!(
+            m.get("role").and_then(Value::as_str),
+            Some("assistant" | "tool" | "function")
+        )
+    })
+}
+
 /// The live conversations, by key.
 pub(crate) struct Table {
     session: Arc<Session>,
@@ -206,6 +242,7 @@ pub(crate) struct Table {
     out: Option<PathBuf>,
     live: Arc<Mutex<HashMap<String, Slot>>>,
     sealed: Arc<Mutex<Vec<Sealed>>>,
+    closed: Arc<Mutex<Closed>>,
     on_seal: Option<SealHook>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     heard: HeardLog,
@@ -233,6 +270,7 @@ impl Table {
             out,
             live: Arc::default(),
             sealed: Arc::default(),
+            closed: Arc::default(),
             on_seal,
             heard: Arc::default(),
             threads: Mutex::default(),
@@ -240,7 +278,10 @@ impl Table {
     }
 
     /// The conversation `key`, opened (planned from `messages`) if it is not live. Blocks
-    /// while its run is planned.
+    /// while its run is planned. A request that continues a conversation already sealed
+    /// (idle, or stopped) is refused, naming its run: re-planning it would let the plan's
+    /// steps that already ran run again, the repeat visible nowhere. A request that
+    /// starts one (no assistant or tool message) opens a new run under the same key.
     pub fn get_or_open(
         &self,
         key: &str,
@@ -251,6 +292,14 @@ impl Table {
         let mut slot = lock(&slot);
         if let Some(h) = &*slot {
             return Ok(h.clone());
+        }
+        if continues(messages)
+            && let Some(run) = lock(&self.closed).runs.get(key).cloned()
+        {
+            return Err(ApiError::Resealed {
+                conversation: key.to_owned(),
+                run,
+            });
         }
         let prompt = prompt(messages)?;
         let executor = ModelInfo {
@@ -270,6 +319,7 @@ impl Table {
             out: self.out.clone(),
             live: self.live.clone(),
             sealed: self.sealed.clone(),
+            closed: self.closed.clone(),
             on_seal: self.on_seal.clone(),
             upstream: self.upstream.clone(),
             heard: self.heard.clone(),
@@ -327,6 +377,7 @@ struct Owner {
     out: Option<PathBuf>,
     live: Arc<Mutex<HashMap<String, Slot>>>,
     sealed: Arc<Mutex<Vec<Sealed>>>,
+    closed: Arc<Mutex<Closed>>,
     on_seal: Option<SealHook>,
     upstream: String,
     heard: HeardLog,
@@ -396,7 +447,8 @@ impl Owner {
                 }
             }
         }
-        // Gone from the table first: a later request of this conversation opens a new run.
+        // Gone from the table first, and remembered as sealed: a later request that
+        // continues this conversation is refused; one that starts it anew opens a new run.
         {
             let mut table = lock(&self.live);
             let ours = table
@@ -405,6 +457,7 @@ impl Owner {
             if ours {
                 table.remove(&self.key);
             }
+            lock(&self.closed).insert(&self.key, &run_id);
         }
         // A call whose result the client never sent has no output: the seal closes it
         // with an `unanswered` node (the client may still have run it).

@@ -19,7 +19,7 @@ pub enum ApiError {
     },
     /// No such route.
     #[error(
-        "no route `{method} {path}`: the proxy serves POST /v1/chat/completions and GET /v1/models"
+        "no route `{method} {path}`: the proxy serves POST /v1/chat/completions, POST /v1/responses and GET /v1/models"
     )]
     NotFound {
         /// Method.
@@ -33,6 +33,17 @@ pub enum ApiError {
     /// The conversation's run is gone (sealed while the request was in flight).
     #[error("the conversation `{0}` is sealed; start a new one")]
     Sealed(String),
+    /// The request continues a conversation that was sealed (idle, or stopped): not
+    /// re-planned, so that the plan's steps that ran do not run again unseen.
+    #[error(
+        "the conversation `{conversation}` was sealed as run `{run}` (idle or stopped): its continuation is refused, since planning it again would let steps that already ran run again; start a new conversation"
+    )]
+    Resealed {
+        /// The conversation key.
+        conversation: String,
+        /// The run it was sealed as.
+        run: String,
+    },
     /// The upstream could not be reached or did not answer in time.
     #[error("upstream `{url}`: {why}")]
     Upstream {
@@ -64,7 +75,7 @@ impl ApiError {
             Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::NotFound { .. } => StatusCode::NOT_FOUND,
             Self::Open(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::Sealed(_) => StatusCode::CONFLICT,
+            Self::Sealed(_) | Self::Resealed { .. } => StatusCode::CONFLICT,
             Self::Upstream { timeout: true, .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::Upstream { .. } | Self::Malformed { .. } => StatusCode::BAD_GATEWAY,
             Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
@@ -76,7 +87,7 @@ impl ApiError {
         match self {
             Self::BadRequest(_) | Self::TooLarge { .. } => "invalid_request_error",
             Self::NotFound { .. } => "not_found_error",
-            Self::Open(_) | Self::Sealed(_) => "knox_conversation_error",
+            Self::Open(_) | Self::Sealed(_) | Self::Resealed { .. } => "knox_conversation_error",
             Self::Upstream { .. } | Self::Malformed { .. } => "knox_upstream_error",
             Self::ShuttingDown => "knox_unavailable",
         }

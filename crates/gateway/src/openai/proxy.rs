@@ -1,5 +1,6 @@
-//! The proxy's routes: `POST /v1/chat/completions`, `GET /v1/models`, and a JSON 404
-//! for anything else.
+//! The proxy's routes: `POST /v1/chat/completions`, `POST /v1/responses` (the
+//! Responses API, [`super::responses`]), `GET /v1/models`, and a JSON 404 for anything
+//! else.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,6 +19,7 @@ use serde_json::{Value, json};
 use super::conversation::{self, CONVERSATION_HEADER, Handle, RUN_HEADER, SealHook, Sealed, Table};
 use super::error::ApiError;
 use super::mediate;
+use super::responses::{self, Histories};
 use super::stream::{Mediate, StreamMediator};
 use super::upstream::{Answer, Events, Upstream};
 
@@ -60,6 +62,8 @@ pub struct Proxy {
     table: Table,
     upstream: Upstream,
     max_body: usize,
+    /// What `previous_response_id` names (the Responses API).
+    histories: Histories,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -89,6 +93,7 @@ impl Proxy {
                 config.upstream_timeout,
             ),
             max_body: config.max_body,
+            histories: Histories::default(),
         })
     }
 
@@ -96,6 +101,7 @@ impl Proxy {
     pub fn router(self: &Arc<Self>) -> Router {
         Router::new()
             .route("/v1/chat/completions", post(chat))
+            .route("/v1/responses", post(respond))
             .route("/v1/models", get(models))
             .fallback(not_found)
             .with_state(self.clone())
@@ -320,6 +326,95 @@ async fn chat_inner(
         Exchanged::Whole(run, r) => (run, r),
         Exchanged::Streamed(conv, answer) => {
             (conv.run_id.clone(), streamed(proxy, conv, answer).await?)
+        }
+    };
+    if let Ok(v) = header::HeaderValue::from_str(&run) {
+        response.headers_mut().insert(RUN_HEADER, v);
+    }
+    Ok(response)
+}
+
+async fn respond(State(proxy): State<Arc<Proxy>>, headers: HeaderMap, body: Body) -> Response {
+    match respond_inner(proxy, headers, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// What the blocking part of a Responses request produced.
+enum Responded {
+    /// The mediated answer as a Responses object; whether the client asked for the
+    /// event stream.
+    Answer(Value, bool),
+    /// An upstream error, relayed: its status and body.
+    Relayed(u16, String),
+}
+
+/// `POST /v1/responses`: the request read as the chat request it means, run through
+/// its conversation as [`chat_inner`] runs one (never streamed upstream), the mediated
+/// answer returned as a Responses object or event stream.
+async fn respond_inner(
+    proxy: Arc<Proxy>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let bytes = axum::body::to_bytes(body, proxy.max_body)
+        .await
+        .map_err(|_| ApiError::TooLarge {
+            limit: proxy.max_body,
+        })?;
+    let header = headers
+        .get(CONVERSATION_HEADER)
+        .map(|v| v.to_str().unwrap_or("\u{0}").to_owned());
+    let auth = authorization(&headers);
+    let p = proxy.clone();
+    let (run, responded) = blocking(move || {
+        let t = responses::translate(&bytes, &p.histories)?;
+        let key = conversation::key(header.as_deref(), t.messages())?;
+        let conv = p.table.get_or_open(&key, t.messages(), &t.model)?;
+        conv.record(tool_results(t.messages()))?;
+        let path = "/chat/completions";
+        let body = serde_json::to_vec(&t.chat)
+            .map_err(|e| ApiError::BadRequest(format!("the request does not serialize: {e}")))?;
+        let mut a = p.upstream.post(path, &body, auth.as_deref())?;
+        let text = p.upstream.text(path, &mut a.body)?;
+        if a.status != 200 {
+            return Ok((conv.run_id, Responded::Relayed(a.status, text)));
+        }
+        let url = p.upstream.url(path);
+        let mediated =
+            mediate_completion(&text, &conv.run_id, &url, &mut |calls| conv.mediate(calls))?;
+        let completion: Value =
+            serde_json::from_str(&mediated).map_err(|e| ApiError::Malformed {
+                url: url.clone(),
+                why: e.to_string(),
+            })?;
+        let r = responses::response(&t, &completion, &p.histories)?;
+        Ok((conv.run_id, Responded::Answer(r, t.stream)))
+    })
+    .await?;
+    let mut response = match responded {
+        Responded::Relayed(status, text) => passthrough(status, text),
+        Responded::Answer(r, false) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            r.to_string(),
+        )
+            .into_response(),
+        Responded::Answer(r, true) => {
+            let mut sse = String::new();
+            for (kind, data) in responses::events(&r) {
+                sse.push_str(&format!("event: {kind}\ndata: {data}\n\n"));
+            }
+            (
+                StatusCode::OK,
+                [
+                    (header::CONTENT_TYPE, "text/event-stream"),
+                    (header::CACHE_CONTROL, "no-cache"),
+                ],
+                sse,
+            )
+                .into_response()
         }
     };
     if let Ok(v) = header::HeaderValue::from_str(&run) {

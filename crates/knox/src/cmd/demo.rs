@@ -23,8 +23,10 @@ pub struct DemoArgs {
     /// the folder used is printed).
     #[arg(long, value_parser = crate::cmd::path)]
     pub out: Option<PathBuf>,
-    /// Write into a non-empty `--out` (files of the same name are replaced; the folder
-    /// is still locked against a concurrent demo). The default folder is always reused.
+    /// Write into a non-empty `--out` that holds no evidence (bundles, journals and key
+    /// announcements are never replaced; the folder is still locked against a
+    /// concurrent demo). The default folder is the demo's own and always reused: the
+    /// previous demo's files there are removed first.
     #[arg(long)]
     pub force: bool,
     /// Planner and executor (`--planner`, `--executor`, `--cache-dir`); without
@@ -85,17 +87,19 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
     if let Some(DemoCommand::Contracts(a)) = &args.what {
         return super::contract::demo(a);
     }
-    // The default folder is the demo's own: each demo replaces the last one's files.
+    // The default folder is the demo's own: each demo removes the last one's files
+    // there (evidence is never replaced, so they go first). A folder given with --out is
+    // the user's: never emptied.
     let out = args.out.clone().unwrap_or_else(default_out);
-    let _out = super::out_dir(&out, args.force || args.out.is_none())?;
+    let _out = if args.out.is_none() {
+        let held = super::evidence_dir(&out)?;
+        remove_previous(&out)?;
+        held
+    } else {
+        super::out_dir(&out, args.force)?
+    };
     let mut stream = match (&args.stream_to, &args.stream_key) {
-        (Some(url), Some(key)) => {
-            // The default folder is reused: a journal of an earlier demo would be
-            // streamed again, so this demo's journals (and key announcement) start
-            // afresh.
-            remove_streamed(&out)?;
-            Some(super::serve::Stream::start(url, key, &out)?)
-        }
+        (Some(url), Some(key)) => Some(super::serve::Stream::start(url, key, &out)?),
         _ => None,
     };
     let text = !args.json;
@@ -190,7 +194,7 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
             if let Some(s) = stream.as_mut() {
                 s.seal(&bytes);
             }
-            super::write_file(&path, bytes)?;
+            super::write_new(&path, bytes)?;
             say!(
                 "== planner {}, executor {spec}: {} nodes, {} proposals",
                 args.models.planner,
@@ -331,17 +335,21 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// Removes the journals (`*.journal.jsonl`) and key announcements an earlier streamed
-/// demo left in `out`.
-fn remove_streamed(out: &std::path::Path) -> Result<()> {
+/// Removes what an earlier demo left in its own default folder `out`: its bundles
+/// (`benign.json`, `injected.json`, `model.json`), journals (`*.journal.jsonl`) and key
+/// announcements.
+fn remove_previous(out: &std::path::Path) -> Result<()> {
     let entries = std::fs::read_dir(out)
         .kind_context(Kind::IoErr, || format!("reading {}", out.display()))?;
     for e in entries.flatten() {
         let name = e.file_name();
         let name = name.to_string_lossy();
-        if name.ends_with(".journal.jsonl") || name.ends_with(".announcement.json") {
+        if name.ends_with(".journal.jsonl")
+            || name.ends_with(".announcement.json")
+            || ["benign.json", "injected.json", "model.json"].contains(&name.as_ref())
+        {
             std::fs::remove_file(e.path()).kind_context(Kind::CantCreate, || {
-                format!("removing the earlier journal {}", e.path().display())
+                format!("removing the earlier demo's {}", e.path().display())
             })?;
         }
     }

@@ -35,6 +35,7 @@ pub mod verify;
 pub use knox_verifier::files::{
     COLLATERAL, CONFIG, Cap, EVIDENCE, GPU_EVIDENCE, KEY, MANIFEST, SMALL, bad_input, path,
     path_or_stdin, read_input, read_input_or_stdin, read_text, refuse_overwrite, usage, write_file,
+    write_new,
 };
 
 /// `eval --pool`.
@@ -76,9 +77,17 @@ pub fn engine_failure(e: knox_engine::EngineError) -> anyhow::Error {
 
 /// Takes the output directory `p` of a command for the whole command: created if
 /// needed, locked (a second knox process writing into it is refused), and, unless
-/// `force`, refused when it already holds files. "cannot create output" (73).
+/// `force`, refused when it already holds files — with `force` still refused when it
+/// holds evidence, which is never replaced. "cannot create output" (73).
 pub fn out_dir(p: &Path, force: bool) -> Result<knox_files::OutDir> {
     knox_files::OutDir::lock(p, force).map_err(|e| fail(Kind::CantCreate, e.to_string()))
+}
+
+/// Takes the evidence folder `p` of a gateway: created if needed, locked as
+/// [`out_dir`] does, accepted whatever it holds (its runs never collide with earlier
+/// ones, and nothing in it is replaced). "cannot create output" (73).
+pub fn evidence_dir(p: &Path) -> Result<knox_files::OutDir> {
+    knox_files::OutDir::accumulate(p).map_err(|e| fail(Kind::CantCreate, e.to_string()))
 }
 
 /// Creates the output directory `p` (and its parents); "cannot create output" (73)

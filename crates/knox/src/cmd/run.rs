@@ -78,7 +78,9 @@ pub struct RunArgs {
     /// Output directory for bundles and the summary: new or empty (locked for the run).
     #[arg(value_parser = crate::cmd::path, long)]
     pub out: PathBuf,
-    /// Write into a non-empty `--out` (files of the same name are replaced; the folder
+    /// Write into a non-empty `--out` that holds no evidence (other files of an
+    /// output's name, such as `summary.json`, are replaced; a folder holding bundles,
+    /// journals or key announcements is refused: evidence is never replaced; the folder
     /// is still locked against a concurrent run).
     #[arg(long)]
     pub force: bool,
@@ -300,7 +302,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         if let Some(s) = stream.as_mut() {
             s.seal(&bytes);
         }
-        super::write_file(&path, bytes)?;
+        super::write_new(&path, bytes)?;
         // Self-check: our own evidence is simulated, hence the explicit permission.
         let report = knox_verify::verify_bundle(
             &o.bundle,

@@ -212,9 +212,9 @@ fn the_corpus_command_prevents_every_attack_and_its_evidence_verifies() {
         let out = super::support::knox()
             .args(["corpus", "syscalls", "--json", "--only", only, "--probe"])
             .arg(&probe)
-            // One folder for the four slices: each replaces the last one's bundle.
-            .args(["--force", "--out"])
-            .arg(dir.path())
+            // One folder per slice: evidence is never replaced.
+            .arg("--out")
+            .arg(dir.path().join(only))
             .output()
             .unwrap();
         assert_eq!(
@@ -233,7 +233,7 @@ fn the_corpus_command_prevents_every_attack_and_its_evidence_verifies() {
             s["evidence"]["blocked_nodes"]
         );
         let bundle: knox_types::bundle::Bundle = serde_json::from_slice(
-            &std::fs::read(dir.path().join("corpus-syscalls.json")).unwrap(),
+            &std::fs::read(dir.path().join(only).join("corpus-syscalls.json")).unwrap(),
         )
         .unwrap();
         assert_eq!(verify(&bundle).outcome, Outcome::Complete);

@@ -655,7 +655,7 @@ fn the_mcp_gateway_bounded_by_a_contract_serves_its_tools_to_a_real_client_witho
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         // The client hung up and killed the gateway: the bundle was sealed first.
-        let bundle = p.join(out).join("mcp-stdio-0000.json");
+        let bundle = super::support::run_file(&p.join(out), "mcp-stdio", 0, ".json");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while !bundle.exists() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(50));

@@ -172,8 +172,10 @@ fn sigkill_leaves_only_verifiable_evidence() {
     }
 }
 
-/// Defect 7: a bundle is replaced by a rename, never rewritten in place: a reader
-/// holding the old file (here, a hard link) still has it whole.
+/// Defect 7: an output is replaced by a rename, never rewritten in place: a reader
+/// holding the old file (here, a hard link to `summary.json`) still has it whole. And
+/// #34: evidence is never replaced at all — `--force` into a folder holding bundles is
+/// refused (73), every file there as it was.
 #[test]
 fn outputs_are_replaced_atomically_not_rewritten_in_place() {
     let dir = tempfile::tempdir().unwrap();
@@ -189,15 +191,23 @@ fn outputs_are_replaced_atomically_not_rewritten_in_place() {
     a.extend(["--out", s(&out)]);
     assert_eq!(code(&run(&a)), 0);
     let bundle = out.join("st-sa-injected-0000.json");
-    let held = dir.path().join("held.json");
-    std::fs::hard_link(&bundle, &held).unwrap();
-    std::fs::write(&held, b"a reader's view").unwrap();
+    let before = std::fs::read(&bundle).unwrap();
     let mut a = args(true);
     a.extend(["--out", s(&out)]);
     let o = run(&a);
+    assert_eq!(code(&o), 73, "{}", text(&o));
+    assert!(text(&o).contains("holds evidence"), "{}", text(&o));
+    assert_eq!(std::fs::read(&bundle).unwrap(), before);
+    // The evidence moved away, the summary left: `--force` replaces it by a rename.
+    std::fs::rename(&bundle, dir.path().join("kept.json")).unwrap();
+    let summary = out.join("summary.json");
+    let held = dir.path().join("held.json");
+    std::fs::hard_link(&summary, &held).unwrap();
+    std::fs::write(&held, b"a reader's view").unwrap();
+    let o = run(&a);
     assert_eq!(code(&o), 0, "{}", text(&o));
     assert_eq!(std::fs::read(&held).unwrap(), b"a reader's view");
-    assert_ne!(std::fs::read(&bundle).unwrap(), b"a reader's view");
+    assert_ne!(std::fs::read(&summary).unwrap(), b"a reader's view");
     all_verify(&out);
 }
 
@@ -279,7 +289,8 @@ fn a_concurrent_run_into_the_same_out_is_refused() {
     assert_eq!(all_verify(&both), if codes.contains(&0) { 20 } else { 0 });
 }
 
-/// Defect 9: a run into a folder holding files is refused without `--force`.
+/// Defect 9: a run into a folder holding files is refused without `--force`; with it,
+/// still refused while the folder holds evidence (#34), accepted once it holds none.
 #[test]
 fn a_non_empty_out_needs_force() {
     let dir = tempfile::tempdir().unwrap();
@@ -303,6 +314,14 @@ fn a_non_empty_out_needs_force() {
     let o = one(false);
     assert_eq!(code(&o), 73, "{}", text(&o));
     assert!(text(&o).contains("is not empty"), "{}", text(&o));
+    let o = one(true);
+    assert_eq!(code(&o), 73, "{}", text(&o));
+    assert!(
+        text(&o).contains("holds evidence (`st-sa-injected-0000.json`)"),
+        "{}",
+        text(&o)
+    );
+    std::fs::remove_file(out.join("st-sa-injected-0000.json")).unwrap();
     let o = one(true);
     assert_eq!(code(&o), 0, "{}", text(&o));
 }

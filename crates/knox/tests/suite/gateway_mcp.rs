@@ -474,12 +474,42 @@ fn inspector_cli_over_stdio_lists_the_plan_and_is_refused_the_injected_write() {
     assert!(!secrets.exists(), "the gateway let the write through");
     // The client hung up and killed the gateway: the bundle was sealed first.
     let deadline = Instant::now() + Duration::from_secs(10);
-    let bundle = out.join("mcp-stdio-0000.json");
-    while !bundle.exists() && Instant::now() < deadline {
+    while super::support::run_files(&out, "mcp-stdio", 0, ".json").is_empty()
+        && Instant::now() < deadline
+    {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let b = verified(&bundle);
+    let b = verified(&super::support::run_file(&out, "mcp-stdio", 0, ".json"));
     assert!(blocked_by(&b, "trajectory").is_some());
+}
+
+/// #34: a client that launches the gateway for every chat (Claude Desktop, Codex, the
+/// MCP Inspector CLI here), into one `--out` and without `--force`: every launch's
+/// session is kept, each under a run id of its own process's key, and each verifies
+/// `complete` (a second launch used to exit 73, or with `--force` replace the first
+/// session's bundle).
+#[test]
+fn two_launches_into_one_out_keep_both_sessions() {
+    let servers = installed();
+    let fx = Fixture::new(&servers);
+    let out = fx.path().join("evidence");
+    for _ in 0..2 {
+        let o = inspector(&servers, &fx, &out, &["--method", "tools/list"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while super::support::run_files(&out, "mcp-stdio", 0, ".json").len() < 2
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let bundles = super::support::run_files(&out, "mcp-stdio", 0, ".json");
+    assert_eq!(bundles.len(), 2, "{bundles:?}");
+    let keys: Vec<_> = bundles.iter().map(|b| verified(b).key).collect();
+    assert_ne!(
+        keys[0], keys[1],
+        "each launch is its own process, with its own key"
+    );
 }
 
 #[test]
@@ -535,7 +565,7 @@ fn bad_input_over_stdio_gets_clear_errors_and_a_sealed_bundle() {
         "{end}"
     );
     assert_eq!(end["verified"], "complete", "{end}");
-    let b = verified(&out.join("mcp-stdio-0000.json"));
+    let b = verified(&super::support::run_file(&out, "mcp-stdio", 0, ".json"));
     assert!(blocked_by(&b, "input").is_some());
 }
 
@@ -669,7 +699,7 @@ fn client_configuration_snippets_launch_a_working_gateway() {
             "{file}: {}",
             String::from_utf8_lossy(&o.stderr)
         );
-        verified(&out.join("mcp-stdio-0000.json"));
+        verified(&super::support::run_file(&out, "mcp-stdio", 0, ".json"));
     }
     let cursor = snippet(&servers, "cursor-mcp.json", "/mcpServers/knox/url");
     let url = cursor.as_str().unwrap();
@@ -803,7 +833,7 @@ fn a_regulated_stdio_gateway_refuses_the_disclosure_the_norms_forbid() {
     );
     let end: Value = serde_json::from_str(err.lines().last().unwrap()).unwrap();
     assert_eq!(end["verified"], "complete", "{end}");
-    let b = verified(&out.join("mcp-stdio-0000.json"));
+    let b = verified(&super::support::run_file(&out, "mcp-stdio", 0, ".json"));
     assert_eq!(b.apm.guards.regulation.regulations, ["HIPAA"]);
     let blocked = blocked_by(&b, "regulation").unwrap();
     assert!(

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-use super::support::knox;
+use super::support::{knox, run_file};
 
 const BANK: &str = r#"format = "knox-toolkit/1"
 [runtime]
@@ -141,8 +141,21 @@ pub(super) fn first_line(r: impl std::io::Read) -> String {
 }
 
 pub(super) fn client(py: &Path, script: &str, base: &str, conv: &str, stream: bool) -> Value {
+    client_with(py, script, base, conv, stream, &[])
+}
+
+/// [`client`] with more environment (`KNOX_API=responses`, `KNOX_AGENTS_API=chat`).
+fn client_with(
+    py: &Path,
+    script: &str,
+    base: &str,
+    conv: &str,
+    stream: bool,
+    env: &[(&str, &str)],
+) -> Value {
     let o = Command::new(py)
         .arg(root().join("examples/clients").join(script))
+        .envs(env.iter().copied())
         .env("KNOX_BASE_URL", base)
         .env("KNOX_CONVERSATION", conv)
         .env("KNOX_STREAM", if stream { "1" } else { "0" })
@@ -266,12 +279,22 @@ fn the_openai_client_and_the_agents_sdk_continue_after_a_withheld_injected_call(
     let (_up, upstream) = upstream(&py, d);
     let out = d.join("out");
     let (gw, base) = proxy(d, &upstream, &out);
-    for (script, conv, stream) in [
-        ("openai_sdk.py", "sdk", false),
-        ("openai_sdk.py", "sdk-stream", true),
-        ("openai_agents.py", "agents", false),
-    ] {
-        let r = client(&py, script, &base, conv, stream);
+    let responses = [("KNOX_API", "responses")];
+    let chat_model = [("KNOX_AGENTS_API", "chat")];
+    // (script, conversation, streamed, environment)
+    type Env<'a> = &'a [(&'a str, &'a str)];
+    let runs: [(&str, &str, bool, Env<'_>); 6] = [
+        ("openai_sdk.py", "sdk", false, &[]),
+        ("openai_sdk.py", "sdk-stream", true, &[]),
+        // The Responses API, plain and streamed (#34).
+        ("openai_sdk.py", "responses", false, &responses),
+        ("openai_sdk.py", "responses-stream", true, &responses),
+        // The Agents SDK as it comes (the Responses API), and on chat completions.
+        ("openai_agents.py", "agents", false, &[]),
+        ("openai_agents.py", "agents-chat", false, &chat_model),
+    ];
+    for (script, conv, stream, env) in runs {
+        let r = client_with(&py, script, &base, conv, stream, env);
         let ran = r["ran"].to_string();
         assert!(
             !ran.contains("ATTACKER"),
@@ -284,9 +307,9 @@ fn the_openai_client_and_the_agents_sdk_continue_after_a_withheld_injected_call(
         );
     }
     let stdout = seal(gw);
-    assert_eq!(stdout.matches(": complete (").count(), 3, "{stdout}");
-    for n in 0..3 {
-        let b = verified(&out.join(format!("conv-{n:04}.json")));
+    assert_eq!(stdout.matches(": complete (").count(), 6, "{stdout}");
+    for n in 0..6 {
+        let b = verified(&run_file(&out, "conv", n, ".json"));
         let nodes = b["nodes"].to_string();
         assert!(
             nodes.contains("ATTACKER"),
@@ -353,7 +376,7 @@ fn the_openai_client_through_the_proxy_to_a_local_model_served_by_knox_serve_mod
     seal(gw);
     // The evidence holds what the client ran: one allowed call and its output each.
     let b: knox_types::bundle::Bundle =
-        serde_json::from_value(verified(&out.join("conv-0000.json"))).unwrap();
+        serde_json::from_value(verified(&run_file(&out, "conv", 0, ".json"))).unwrap();
     let outputs = b
         .nodes
         .iter()
@@ -440,7 +463,7 @@ fn a_regulated_proxy_withholds_a_read_its_unlisted_upstream_would_hear() {
     );
     let stdout = seal(gw);
     assert_eq!(stdout.matches(": complete (").count(), 1, "{stdout}");
-    let b = verified(&out.join("conv-0000.json"));
+    let b = verified(&run_file(&out, "conv", 0, ".json"));
     assert_eq!(b["apm"]["guards"]["regulation"]["regulations"][0], "GDPR");
     let blocked: Vec<&Value> = b["nodes"]
         .as_array()
@@ -552,8 +575,8 @@ print(json.dumps({"calls": [json.loads(c.function.arguments)["account"] for c in
     }
     let stdout = seal(gw);
     assert_eq!(stdout.matches(": complete (").count(), 2, "{stdout}");
-    let kinds = |n: usize| -> Vec<String> {
-        let b = verified(&out.join(format!("conv-{n:04}.json")));
+    let kinds = |n: u32| -> Vec<String> {
+        let b = verified(&run_file(&out, "conv", n, ".json"));
         b["nodes"]
             .as_array()
             .unwrap()
@@ -574,4 +597,89 @@ print(json.dumps({"calls": [json.loads(c.function.arguments)["account"] for c in
         (1, 1),
         "{one:?}"
     );
+}
+
+/// #34: a conversation sealed while idle is never silently planned again. The official
+/// `openai` client's continuation of it (its assistant message and tool results) is
+/// refused with 409, naming the sealed run — re-planning would let steps that already
+/// ran run again, the repeat visible nowhere — while a fresh start under the same
+/// conversation header opens a run of its own. Both runs' bundles verify `complete`.
+#[test]
+fn a_conversation_sealed_while_idle_is_refused_its_continuation_not_replanned() {
+    let py = python();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::write(d.join("bank.toml"), BANK).unwrap();
+    let plan = serde_json::json!({"calls": [
+        {"tool": "bank.get_balance", "params": {"account": "main"}},
+        {"tool": "bank.get_balance", "params": {"account": "savings"}}]});
+    std::fs::write(d.join("plan.json"), plan.to_string()).unwrap();
+    std::fs::write(d.join("upstream.py"), PARALLEL_UPSTREAM).unwrap();
+    let mut up = Reaped(
+        Command::new(&py)
+            .arg(d.join("upstream.py"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let port = first_line(up.0.stdout.take().unwrap()).trim().to_owned();
+    let out = d.join("out");
+    let (gw, base) = proxy_with(
+        d,
+        &format!("http://127.0.0.1:{port}/v1"),
+        &out,
+        &["--idle-secs", "1"],
+    );
+    let script = r#"
+import json, sys, time
+import openai
+from openai import OpenAI
+client = OpenAI(base_url=sys.argv[1], api_key="unused", default_headers={"x-knox-conversation": "daily"})
+tools = [{"type": "function", "function": {"name": "bank__get_balance", "parameters": {
+    "type": "object", "properties": {"account": {"type": "string"}}, "required": ["account"]}}}]
+start = [{"role": "user", "content": "Read the balances of my main and savings accounts."}]
+r = client.chat.completions.create(model="scripted", messages=start, tools=tools)
+messages = start + [r.choices[0].message.model_dump(exclude_none=True)]
+for c in r.choices[0].message.tool_calls:
+    messages.append({"role": "tool", "tool_call_id": c.id, "content": json.dumps({"balance": 7})})
+time.sleep(3)  # idle: the proxy seals the conversation
+out = {}
+try:
+    client.chat.completions.create(model="scripted", messages=messages, tools=tools)
+    out["continued"] = "answered"
+except openai.APIStatusError as e:
+    out["continued"] = e.status_code
+    out["message"] = e.response.json()["error"]["message"]
+r = client.chat.completions.create(model="scripted", messages=start, tools=tools)
+out["fresh"] = len(r.choices[0].message.tool_calls or [])
+print(json.dumps(out))
+"#;
+    let o = Command::new(&py)
+        .args(["-c", script, &base])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r: Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(r["continued"], 409, "{r}");
+    let message = r["message"].as_str().unwrap();
+    assert!(
+        message.contains("was sealed as run `conv-")
+            && message.contains("start a new conversation"),
+        "{r}"
+    );
+    assert_eq!(
+        r["fresh"], 2,
+        "the fresh start is planned and answered: {r}"
+    );
+    let stdout = seal(gw);
+    assert_eq!(stdout.matches(": complete (").count(), 2, "{stdout}");
+    for n in 0..2 {
+        verified(&run_file(&out, "conv", n, ".json"));
+    }
 }

@@ -313,7 +313,7 @@ paths = [{{ path = "{docs}", access = ["read"] }}, {{ path = "{modules}", access
         return;
     }
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let bundle = out.join("run-0000.json");
+    let bundle = super::support::run_file(&out, "run", 0, ".json");
     let b = super::support::read_json(&bundle);
     assert_eq!(b["apm"]["guards"]["trajectory"]["mode"], "tolerant");
     let nodes = b["nodes"].as_array().unwrap();
@@ -507,7 +507,7 @@ paths = [{{ path = "{docs}", access = ["read", "write", "create"] }}, {{ path = 
     }
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(!pwned.exists(), "the injected write ran");
-    let bundle = out.join("run-0000.json");
+    let bundle = super::support::run_file(&out, "run", 0, ".json");
     let b = super::support::read_json(&bundle);
     let nodes = b["nodes"].as_array().unwrap();
     let payloads = |kind: &str| -> Vec<&serde_json::Value> {

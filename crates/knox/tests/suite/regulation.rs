@@ -690,7 +690,7 @@ fn a_user_manifest_run_decides_its_disclosures_under_the_regulations_asked_for()
     assert_eq!(regulated["executed"], 1, "{regulated}");
     assert_eq!(regulated["blocked_by"]["regulation"], 1, "{regulated}");
 
-    let path = d.join("regulated/run-0000.json");
+    let path = super::support::run_file(&d.join("regulated"), "run", 0, ".json");
     let v = Command::new(env!("CARGO_BIN_EXE_knox"))
         .args(["verify", "--allow-simulated"])
         .arg(&path)

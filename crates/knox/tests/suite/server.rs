@@ -439,7 +439,7 @@ fn an_mcp_gateway_session_streams_live_then_sealed() {
     let read: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
     assert_ne!(read["result"]["isError"], true, "{read}");
     // Live: the session is in the store while it runs, every node so far verified.
-    let journal = out.join("mcp-stdio-0000.journal.jsonl");
+    let journal = super::support::run_file(&out, "mcp-stdio", 0, ".journal.jsonl");
     let seen = live_until(d, &journal, &url, |v, nodes| {
         v["status"] == "in progress" && nodes > 0 && v["run"]["received"] == nodes
     });
@@ -637,7 +637,7 @@ fn an_openai_gateway_conversation_is_submitted_as_soon_as_it_is_sealed() {
         .to_owned();
     let r = oa::client(&py, "openai_sdk.py", &base, "sdk", false);
     assert_eq!(r["final"], "Paid DE001 20.", "{r}");
-    let journal = out.join("conv-0000.journal.jsonl");
+    let journal = super::support::run_file(&out, "conv", 0, ".journal.jsonl");
     live_until(d, &journal, &url, |v, _| v["status"] == "complete");
     stopped_having_submitted(&mut gw, err, 1);
     assert_eq!(streamed_complete(d, &out, &url), 1);

@@ -306,3 +306,44 @@ impl knox_agent::Planner for FixedPlan {
         self.mode
     }
 }
+
+/// The file of prompt run `n` in `dir`: `<prefix>-<8 hex digits of the key id>-<n>` and
+/// `suffix` (`.json`, `.journal.jsonl`). Run ids carry their process's key, so the one
+/// file of that shape is found; two (the same run number of two processes) fail.
+pub fn run_file(dir: &std::path::Path, prefix: &str, n: u32, suffix: &str) -> std::path::PathBuf {
+    let tail = format!("-{n:04}{suffix}");
+    let found = run_files(dir, prefix, n, suffix);
+    assert_eq!(
+        found.len(),
+        1,
+        "`{prefix}-KEY{tail}` in {}: {found:?}",
+        dir.display()
+    );
+    found.into_iter().next().unwrap()
+}
+
+/// Every file of prompt run `n` in `dir` (see [`run_file`]): one per process that wrote
+/// a run `n` there; none while nothing was written (or `dir` does not exist yet).
+pub fn run_files(
+    dir: &std::path::Path,
+    prefix: &str,
+    n: u32,
+    suffix: &str,
+) -> Vec<std::path::PathBuf> {
+    let tail = format!("-{n:04}{suffix}");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<std::path::PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            name.strip_prefix(&format!("{prefix}-"))
+                .and_then(|r| r.strip_suffix(&tail))
+                .is_some_and(|key| key.len() == 8 && key.bytes().all(|b| b.is_ascii_hexdigit()))
+        })
+        .collect();
+    found.sort();
+    found
+}

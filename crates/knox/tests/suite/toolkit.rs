@@ -111,7 +111,7 @@ fn a_user_manifest_prompt_and_plan_run_into_a_self_contained_bundle() {
     );
     let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(summary["runs"][0]["executed"], 2, "{summary}");
-    let bundle = out.join("run-0000.json");
+    let bundle = super::support::run_file(&out, "run", 0, ".json");
 
     // Verified with no other file: the manifest travels in the bundle.
     let verify = |b: &Path| {
@@ -170,8 +170,11 @@ fn a_user_manifest_prompt_and_plan_run_into_a_self_contained_bundle() {
     assert!(err.contains("/amount") && err.contains("maximum"), "{err}");
 
     // #35: `run --force` into a folder that holds its own plan under the name of one of
-    // its outputs exits 73 and leaves the plan as it was.
-    let inside = out.join("run-0000.json");
+    // its outputs (`summary.json`; bundles never collide, #34) exits 73 and leaves the
+    // plan as it was. The folder's evidence moved away first: `--force` refuses it.
+    let old = super::support::run_file(&out, "run", 0, ".json");
+    std::fs::rename(&old, d.join("moved.json")).unwrap();
+    let inside = out.join("summary.json");
     std::fs::write(&inside, plan(20)).unwrap();
     let o = bank_run(d)
         .args(["--prompt", "Check my main balance and send 20 to DE001"])
@@ -302,7 +305,9 @@ fn the_checkpoint_cadence_applies_to_manifest_runs() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let journal = std::fs::read_to_string(out.join("run-0000.journal.jsonl")).unwrap();
+    let journal =
+        std::fs::read_to_string(super::support::run_file(&out, "run", 0, ".journal.jsonl"))
+            .unwrap();
     let mut lines = journal.lines();
     let header: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
     assert_eq!(

@@ -64,12 +64,16 @@ pub struct McpGatewayArgs {
     /// reorder, writes run as planned). The APM records it.
     #[arg(long, value_name = "MODE")]
     pub trajectory: Option<TrajectoryMode>,
-    /// Bundles (`<run>.json`), live journals (`<run>.journal.jsonl`), the servers'
-    /// workspaces and, with `--http`, the session token: new or empty.
+    /// The evidence folder: bundles (`<run>.json`), live journals
+    /// (`<run>.journal.jsonl`), the servers' workspaces and, with `--http`, the session
+    /// token. It accumulates: a gateway launched again into it adds its sessions beside
+    /// the earlier ones (run ids are unique to each process's key; evidence is never
+    /// replaced). Locked while the gateway runs.
     #[arg(value_parser = cmd::path, long)]
     pub out: PathBuf,
-    /// Write into a non-empty `--out`.
-    #[arg(long)]
+    /// No longer needed (`--out` accumulates; nothing is ever replaced): accepted so
+    /// that older client configurations still start.
+    #[arg(long, hide = true)]
     pub force: bool,
     /// Seal a session after this many seconds without a request.
     #[arg(long, default_value_t = knox_gateway::mcp::DEFAULT_IDLE_TIMEOUT.as_secs())]
@@ -147,7 +151,7 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
                 .map_err(|e| cmd::bad_input(p, "a plan (JSON)", e))
         })
         .transpose()?;
-    let _out = cmd::out_dir(&args.out, args.force)?;
+    let _out = cmd::evidence_dir(&args.out)?;
     let (manifest, host, contract): (_, Arc<dyn ToolHost>, _) = match (
         args.bound.for_run(&args.out, &[])?,
         &args.manifest,

@@ -55,12 +55,15 @@ pub struct OpenaiGatewayArgs {
     /// Model cache directory for `--planner local:…`.
     #[command(flatten)]
     pub cache: crate::cmd::model::CacheArgs,
-    /// Output directory: one `<run>.json` bundle per conversation (and, with
-    /// `--journal`, its live `<run>.journal.jsonl`).
+    /// The evidence folder: one `<run>.json` bundle per conversation (and, with
+    /// `--journal`, its live `<run>.journal.jsonl`). It accumulates: a proxy started
+    /// again into it adds its conversations beside the earlier ones (run ids are unique
+    /// to each process's key; evidence is never replaced). Locked while the proxy runs.
     #[arg(long, value_parser = crate::cmd::path)]
     pub out: PathBuf,
-    /// Write into a non-empty `--out`.
-    #[arg(long)]
+    /// No longer needed (`--out` accumulates; nothing is ever replaced): accepted so
+    /// that older scripts still start.
+    #[arg(long, hide = true)]
     pub force: bool,
     /// Append every node to `<run>.journal.jsonl` as it is committed (a killed proxy
     /// leaves a prefix `knox verify` checks).
@@ -143,7 +146,7 @@ pub fn run(args: &OpenaiGatewayArgs) -> Result<i32> {
     let nonce = hex::decode(&args.nonce)
         .map_err(|e| super::super::usage(format!("--nonce must be hex: {e}")))?;
     let manifest = super::super::toolkit::load(&args.manifest)?;
-    let _out = super::super::out_dir(&args.out, args.force)?;
+    let _out = super::super::evidence_dir(&args.out)?;
     let mode = args
         .trajectory
         .unwrap_or_else(knox_types::apm::TrajectoryMode::tolerant);
