@@ -28,6 +28,9 @@ use crate::regulation::RegulationSetup;
 pub(crate) enum Core {
     /// A runtime over the caller's manifest.
     Plain(Runtime),
+    /// A runtime shared with other sessions (one key for a whole gateway process: its
+    /// sessions are numbered links of that key's one chain of runs).
+    Shared(Arc<Runtime>),
     /// An embedded suite, its harness under the suite's own manifest.
     Suite(Harness, crate::workload::Suite),
 }
@@ -36,6 +39,7 @@ impl Core {
     pub(crate) fn rt(&self) -> &Runtime {
         match self {
             Self::Plain(rt) => rt,
+            Self::Shared(rt) => rt,
             Self::Suite(h, _) => &h.rt,
         }
     }
@@ -58,6 +62,7 @@ enum Tools {
 pub struct SessionBuilder {
     platform: Option<Box<dyn PlatformBackend>>,
     simulated_key: Option<Arc<knox_attest::TeeKey>>,
+    shared: Option<Arc<Runtime>>,
     checkpoints: Option<knox_monitor::aeg::Checkpoints>,
     nonce: Vec<u8>,
     tools: Option<Tools>,
@@ -106,6 +111,17 @@ impl SessionBuilder {
     pub fn simulated_with_key(mut self, key: Arc<knox_attest::TeeKey>) -> Self {
         self.platform = Some(Box::new(knox_attest::simulated::Simulated));
         self.simulated_key = Some(key);
+        self
+    }
+
+    /// Runs this session's prompts with `runtime`, shared with other sessions, instead
+    /// of a key of its own: one key for a whole gateway process, every session a
+    /// numbered link of its one chain of runs, so a session left out shows as a gap.
+    /// The manifest is the runtime's (a [`manifest`](Self::manifest) given too must be
+    /// the same), and so is the checkpoint cadence. The platform backend is still
+    /// needed, for refresh reports.
+    pub fn runtime(mut self, runtime: Arc<Runtime>) -> Self {
+        self.shared = Some(runtime);
         self
     }
 
@@ -298,6 +314,34 @@ impl SessionBuilder {
             other => EngineError::Suite(Box::new(other)),
         };
         let mut core = match (tools, self.simulated_key) {
+            (tools, key) if self.shared.is_some() => {
+                let Some(rt) = self.shared else {
+                    return Err(EngineError::Missing("runtime"));
+                };
+                if key.is_some() {
+                    return Err(EngineError::Invalid(
+                        "a shared runtime has its own key: give it or a key, not both",
+                    ));
+                }
+                if self.checkpoints.is_some() {
+                    return Err(EngineError::Invalid(
+                        "a shared runtime's checkpoint cadence is its own: set it on the runtime",
+                    ));
+                }
+                match tools {
+                    Tools::Manifest(m) if m.hash() == rt.manifest.hash() => Core::Shared(rt),
+                    Tools::Manifest(_) => {
+                        return Err(EngineError::Invalid(
+                            "the manifest differs from the shared runtime's",
+                        ));
+                    }
+                    _ => {
+                        return Err(EngineError::Invalid(
+                            "a shared runtime runs the caller's manifest, not an embedded suite",
+                        ));
+                    }
+                }
+            }
             (Tools::Manifest(m), Some(key)) => Core::Plain(
                 Runtime::simulated_with_key(key, &self.nonce, *m).map_err(platform_error)?,
             ),
@@ -322,6 +366,7 @@ impl SessionBuilder {
             match &mut core {
                 Core::Plain(rt) => rt.checkpoints = every,
                 Core::Suite(h, _) => h.rt.checkpoints = every,
+                Core::Shared(_) => {}
             }
         }
         let custom_planner = self.planner.is_some();
@@ -338,7 +383,9 @@ impl SessionBuilder {
         let planner = match (self.planner, &core) {
             (Some(p), _) => p,
             (None, Core::Suite(h, _)) => Box::new(DatasetPlanner::new(&h.data)),
-            (None, Core::Plain(_)) => return Err(EngineError::Missing("planner")),
+            (None, Core::Plain(_) | Core::Shared(_)) => {
+                return Err(EngineError::Missing("planner"));
+            }
         };
         Ok(Session {
             core,
@@ -435,7 +482,7 @@ impl Session {
     pub fn harness(&self) -> Option<&Harness> {
         match &self.core {
             Core::Suite(h, _) => Some(h),
-            Core::Plain(_) => None,
+            Core::Plain(_) | Core::Shared(_) => None,
         }
     }
 
@@ -502,7 +549,7 @@ impl Session {
             (None, Core::Suite(h, _)) => {
                 f(&knox_harness::SimulatedTools::new(&h.data, &h.manifest))
             }
-            (None, Core::Plain(_)) => f(&NoTools),
+            (None, Core::Plain(_) | Core::Shared(_)) => f(&NoTools),
         }
     }
 

@@ -7,8 +7,10 @@
 //! 1. **Open.** The user's prompt (and optionally the user's plan) is planned into the
 //!    session's APM when the session opens — over stdio from `--prompt`, over
 //!    Streamable HTTP through the user's `POST /knox/sessions` (bearer token, never the
-//!    agent's MCP connection). Each session has its own engine [`Session`]: its own key
-//!    bound through the platform backend, its own AEG, journal and bundle.
+//!    agent's MCP connection). Each session has its own engine [`Session`] over the
+//!    gateway's one key ([`GatewayConfig::runtime`]: its run a numbered link of that
+//!    key's chain, so a session left out shows as a gap), its own AEG, journal and
+//!    bundle.
 //! 2. **Serve.** `tools/list` answers the upstream tools the APM can ever allow (those on
 //!    its trajectory), named `SERVER.TOOL` as the manifest names them. `tools/call`
 //!    proposes the raw action `{"tool", "params"}` to [`LiveRun::propose`]; an allowed
@@ -54,16 +56,10 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 << 20;
 /// Default idle timeout: a session with no request for this long is sealed.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
-/// Makes one platform backend per session (each session binds its own key).
+/// Makes one platform backend per session (its refresh reports; the key is the
+/// gateway's one, [`GatewayConfig::runtime`]).
 pub type PlatformFactory =
     Arc<dyn Fn() -> Result<Box<dyn PlatformBackend>, String> + Send + Sync + 'static>;
-
-/// Receives each session's key announcement (evidence format §6a) when the session
-/// opens, before its run: `knox gateway mcp --stream-to` writes it to `--out` and
-/// submits it, so that a session whose bundle is withheld shows in the store as a key
-/// announced and never followed. An error fails the session's opening.
-pub type AnnounceHook =
-    Arc<dyn Fn(&knox_types::bundle::Announcement) -> Result<(), String> + Send + Sync + 'static>;
 
 /// What every session of one gateway shares.
 pub struct GatewayConfig {
@@ -93,7 +89,12 @@ pub struct GatewayConfig {
     /// How the monitor follows the plan (tolerant by default: real agents repeat and
     /// reorder their reads).
     pub trajectory: TrajectoryMode,
-    /// One platform backend per session.
+    /// The gateway's one in-TEE key, its platform evidence and the manifest
+    /// ([`key_runtime`]): every session's run is a numbered link of this key's chain, so a
+    /// session the provider leaves out shows as a gap. Its manifest is
+    /// [`GatewayConfig::manifest`].
+    pub runtime: Arc<knox_monitor::run::Runtime>,
+    /// One platform backend per session (its refresh reports).
     pub platform: PlatformFactory,
     /// The epoch nonce bound into the platform evidence.
     pub nonce: Vec<u8>,
@@ -110,9 +111,20 @@ pub struct GatewayConfig {
     pub idle_timeout: Duration,
     /// Largest message a client may send.
     pub max_message_bytes: usize,
-    /// Each session's key announcement, when the gateway streams to a store; `None`:
-    /// keys are not announced (the session's run is its key's number 0).
-    pub announce: Option<AnnounceHook>,
+}
+
+/// The gateway's one key: generated and bound through a backend of `platform`, with the
+/// epoch `nonce`, for `manifest` (the [`GatewayConfig::runtime`] of a gateway serving
+/// it).
+pub fn key_runtime(
+    platform: &PlatformFactory,
+    nonce: &[u8],
+    manifest: ToolkitManifest,
+) -> Result<Arc<knox_monitor::run::Runtime>, GatewayError> {
+    let backend = platform().map_err(GatewayError::Open)?;
+    knox_monitor::run::Runtime::start(backend.as_ref(), nonce, manifest)
+        .map(Arc::new)
+        .map_err(|e| GatewayError::Open(e.to_string()))
 }
 
 /// The contract a gateway is bounded by, and where approvals of its high-impact
@@ -138,7 +150,7 @@ impl std::fmt::Debug for GatewayConfig {
             .field("trajectory", &self.trajectory)
             .field("out", &self.out)
             .field("idle_timeout", &self.idle_timeout)
-            .field("announce", &self.announce.is_some())
+            .field("key", &self.runtime.key_id())
             .finish_non_exhaustive()
     }
 }

@@ -362,8 +362,8 @@ fn to_mcp(result: &ToolResult) -> CallToolResult {
     }
 }
 
-/// The session's engine session: its own key binding, the gateway's manifest and MCP
-/// host, the journal written live into `--out`.
+/// The session's engine session: the gateway's one key (its run a link of that key's
+/// chain), manifest and MCP host, the journal written live into `--out`.
 fn build(
     cfg: &GatewayConfig,
     req: &OpenRequest,
@@ -380,6 +380,7 @@ fn build(
     };
     let mut builder = Session::builder()
         .platform_boxed(backend)
+        .runtime(Arc::clone(&cfg.runtime))
         .nonce(cfg.nonce.clone())
         .manifest(cfg.manifest.clone())
         .planner(planner)
@@ -420,20 +421,6 @@ fn serve(
             return None;
         }
     };
-    if let Some(hook) = &cfg.announce {
-        // Before the run: its key's link 0.
-        let announced = session
-            .runtime()
-            .announce()
-            .map_err(|e| e.to_string())
-            .and_then(|a| hook(&a));
-        if let Err(e) = announced {
-            let _ = ready.send(Err(GatewayError::Open(format!(
-                "the session's key was not announced: {e}"
-            ))));
-            return None;
-        }
-    }
     let mut open = match session.open(&req.prompt, None) {
         Ok(o) => o,
         Err(e) => {

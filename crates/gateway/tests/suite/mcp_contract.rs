@@ -121,6 +121,14 @@ fn fixture_with(approver: Option<&PartyKey>) -> Option<Fx> {
     };
     let cfg = Arc::new(GatewayConfig {
         manifest: knox_engine::contract::manifest().unwrap(),
+        runtime: Arc::new(
+            knox_monitor::run::Runtime::start(
+                &knox_engine::Simulated,
+                &[],
+                knox_engine::contract::manifest().unwrap(),
+            )
+            .unwrap(),
+        ),
         host: Arc::new(host),
         contract: Some(Contract {
             verified: verified.clone(),
@@ -138,7 +146,6 @@ fn fixture_with(approver: Option<&PartyKey>) -> Option<Fx> {
         stop_file: None,
         idle_timeout: Duration::from_secs(600),
         max_message_bytes: 1 << 20,
-        announce: None,
     });
     Some(Fx {
         dir,
@@ -410,6 +417,7 @@ async fn a_session_without_a_prompt_needs_a_contract_and_a_plan_needs_its_prompt
     // The same gateway with no contract: no bound, no session.
     let unbounded = Arc::new(GatewayConfig {
         manifest: fx.cfg.manifest.clone(),
+        runtime: Arc::clone(&fx.cfg.runtime),
         host: Arc::clone(&fx.cfg.host),
         contract: None,
         planner: None,
@@ -424,7 +432,6 @@ async fn a_session_without_a_prompt_needs_a_contract_and_a_plan_needs_its_prompt
         stop_file: None,
         idle_timeout: Duration::from_secs(600),
         max_message_bytes: 1 << 20,
-        announce: None,
     });
     let e = open(unbounded, None).await.unwrap().unwrap_err();
     assert!(

@@ -93,6 +93,14 @@ async fn fixture() -> Fx {
     let host = knox_mcp::McpHost::from_file(&servers, out.join("mcp")).unwrap();
     let cfg = Arc::new(GatewayConfig {
         manifest: knox_policy::ToolkitManifest::from_toolkit_text(MANIFEST).unwrap(),
+        runtime: Arc::new(
+            knox_monitor::run::Runtime::start(
+                &knox_engine::Simulated,
+                &[],
+                knox_policy::ToolkitManifest::from_toolkit_text(MANIFEST).unwrap(),
+            )
+            .unwrap(),
+        ),
         host: Arc::new(host),
         contract: None,
         planner: None,
@@ -107,7 +115,6 @@ async fn fixture() -> Fx {
         stop_file: None,
         idle_timeout: Duration::from_secs(600),
         max_message_bytes: 1 << 16,
-        announce: None,
     });
     Fx { cfg, dir }
 }
@@ -323,4 +330,38 @@ async fn bad_open_requests_are_refused_and_http_sessions_are_the_users_to_open()
     stop.cancel();
     let ends = served.await.unwrap().unwrap();
     assert!(ends.is_empty());
+}
+
+/// #34: one key per gateway process. Every session's run is signed by the gateway's
+/// one key and numbered in its chain of runs — the numbers consecutive in the order
+/// the sessions were sealed — so a session the provider leaves out shows as a gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_session_is_a_numbered_link_of_the_gateways_one_key() {
+    let fx = fixture().await;
+    let mut links = Vec::new();
+    for label in ["first", "second", "third"] {
+        let h = open(
+            &fx.cfg,
+            request(
+                label,
+                json!([{"tool": "up.echo", "params": {"text": "hi"}}]),
+            ),
+        )
+        .await
+        .unwrap();
+        h.call("up.echo".into(), args(json!({"text": "hi"}))).await;
+        h.end("test");
+        let end = h.ended().await.unwrap();
+        let (outcome, b) = verify(end.bundle.as_ref().unwrap());
+        assert_eq!(outcome, knox_verify::Outcome::Complete);
+        links.push((
+            b["key"]["public_key"].as_str().unwrap().to_owned(),
+            b["summary"]["key_chain"]["seq"].as_u64().unwrap(),
+        ));
+    }
+    let key = hex::encode(fx.cfg.runtime.public_bytes());
+    assert!(links.iter().all(|(k, _)| *k == key), "{links:?}");
+    let seqs: Vec<u64> = links.iter().map(|(_, s)| *s).collect();
+    assert_eq!(seqs, [0, 1, 2]);
+    drop(fx.dir);
 }

@@ -517,6 +517,14 @@ fn the_mcp_gateway_keeps_the_adaptive_suite_at_zero() {
             let stop_flag = Arc::new(AtomicBool::new(false));
             let cfg = Arc::new(GatewayConfig {
                 manifest: manifest().clone(),
+                runtime: std::sync::Arc::new(
+                    knox_monitor::run::Runtime::start(
+                        &knox_engine::Simulated,
+                        &[],
+                        manifest().clone(),
+                    )
+                    .unwrap(),
+                ),
                 host: Arc::new(World),
                 contract: None,
                 planner: Some(Arc::new(super::support::FixedPlan {
@@ -535,7 +543,6 @@ fn the_mcp_gateway_keeps_the_adaptive_suite_at_zero() {
                 stop_file: None,
                 idle_timeout: Duration::from_secs(600),
                 max_message_bytes: 1 << 20,
-                announce: None,
             });
             let token = knox_gateway::mcp::session_token().unwrap();
             let (tx, rx) = std::sync::mpsc::channel();

@@ -157,6 +157,14 @@ pub async fn start(max_calls: usize) -> Fx {
     let host = knox_mcp::McpHost::from_file(&servers, out.join("mcp")).unwrap();
     let cfg = Arc::new(GatewayConfig {
         manifest: knox_policy::ToolkitManifest::from_toolkit_text(MANIFEST).unwrap(),
+        runtime: Arc::new(
+            knox_monitor::run::Runtime::start(
+                &knox_engine::Simulated,
+                &[],
+                knox_policy::ToolkitManifest::from_toolkit_text(MANIFEST).unwrap(),
+            )
+            .unwrap(),
+        ),
         host: Arc::new(host),
         contract: None,
         planner: None,
@@ -171,7 +179,6 @@ pub async fn start(max_calls: usize) -> Fx {
         stop_file: None,
         idle_timeout: Duration::from_secs(600),
         max_message_bytes: 1 << 20,
-        announce: None,
     });
     let token = knox_gateway::mcp::session_token().unwrap();
     let gw = HttpGateway::bind(

@@ -81,8 +81,8 @@ pub struct McpGatewayArgs {
     /// Largest MCP message a client may send, in bytes.
     #[arg(long, default_value_t = knox_gateway::mcp::DEFAULT_MAX_MESSAGE_BYTES)]
     pub max_message_bytes: usize,
-    /// Stream every session live to a `knox serve` store, `http://HOST:PORT`: its key's
-    /// announcement when it opens (also kept in `--out`: `key-….announcement.json`),
+    /// Stream every session live to a `knox serve` store, `http://HOST:PORT`: first the
+    /// gateway's key announcement (also kept in `--out`: `key-….announcement.json`), then
     /// each node as it is committed (the session's journal in `--out`, followed), then
     /// the sealed bundle as soon as the session ends. Signed with `--stream-key`.
     #[arg(long, value_name = "URL", requires = "stream_key")]
@@ -196,17 +196,14 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
         _ => None,
     };
     let sealed = stream.as_ref().map(cmd::serve::Sealing::sender);
-    // Each session's key, announced when it opens: a session whose bundle is withheld
-    // still shows in the store.
-    let announce: Option<knox_gateway::mcp::AnnounceHook> = sealed.clone().map(|s| {
-        let out = args.out.clone();
-        let hook: knox_gateway::mcp::AnnounceHook = Arc::new(move |a| {
-            let bytes = cmd::serve::announcement_file(a, &out).map_err(|e| format!("{e:#}"))?;
-            s.announce(bytes);
-            Ok(())
-        });
-        hook
-    });
+    // The gateway's one key: every session a numbered link of its chain of runs.
+    let runtime = knox_gateway::mcp::key_runtime(&platform, &nonce, manifest.clone())
+        .map_err(|e| fail(Kind::Unavailable, e.to_string()))?;
+    if let Some(s) = &sealed {
+        // Announced before any session: a gateway whose sessions are all withheld
+        // still shows in the store, as a key announced and never followed.
+        s.announce(cmd::serve::write_announcement(&runtime, &args.out)?);
+    }
     let cfg = Arc::new(GatewayConfig {
         manifest,
         host,
@@ -215,6 +212,7 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
         regulation,
         max_calls: args.max_calls,
         trajectory: args.trajectory.unwrap_or_else(TrajectoryMode::tolerant),
+        runtime,
         platform,
         nonce,
         out: args.out.clone(),
@@ -226,7 +224,6 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
         stop_file: args.stop_file.clone(),
         idle_timeout: Duration::from_secs(args.idle_timeout_secs.max(1)),
         max_message_bytes: args.max_message_bytes.max(1024),
-        announce,
     });
     let served = match args.http {
         None => {

@@ -1,0 +1,310 @@
+//! #34: generated client behaviour against the MCP gateway, in process, over a real
+//! rmcp Streamable-HTTP upstream. Each sequence is one session, drawn from a seed: the
+//! client makes 1–8 calls — the plan's reads and write, off-plan reads and writes, a
+//! tool of no server, arguments off the schema — one at a time or several at once (as a
+//! client with parallel tool calls does), and ends the session itself, or leaves it to
+//! the gateway, sometimes while a call is still in flight.
+//!
+//! Every sealed bundle must verify `complete` — never `tampered` — and the decisions
+//! the client saw (each call allowed or refused with Knox's reason) must be the ones
+//! its evidence records: call by call for calls made one at a time, as a multiset for
+//! calls made at once (whose order the gateway picks). `KNOX_SEQUENCES=N` sets how many
+//! sequences run (default 200; the figure in `docs/gateway-mcp.md` is of 10,000).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "a test harness: a failed step is a failed test"
+)]
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use knox_agent::Prompt;
+use knox_gateway::mcp::{GatewayConfig, OpenRequest, SessionHandle};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::{Map, Value, json};
+
+use super::mcp_support::Echo;
+
+const MANIFEST: &str = r#"format = "knox-toolkit/1"
+description = "echo"
+[runtime]
+syscalls = ["read", "write", "exit_group"]
+paths = []
+limits = { max_processes = 8, max_file_bytes = 1048576, max_memory_bytes = 268435456, cpu_seconds = 60, max_open_files = 64 }
+[[servers]]
+name = "up"
+needs = { profile = "offline" }
+cost = 1
+[[servers.tools]]
+name = "up.echo"
+description = "Echo a text"
+effect = "read"
+[servers.tools.inputSchema]
+type = "object"
+required = ["text"]
+[servers.tools.inputSchema.properties]
+text = { type = "string" }
+[[servers.tools]]
+name = "up.send"
+description = "Sends a text"
+effect = "write"
+[servers.tools.inputSchema]
+type = "object"
+required = ["text"]
+[servers.tools.inputSchema.properties]
+text = { type = "string" }
+"#;
+
+/// SplitMix64: a sequence is reproduced by its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    fn chance(&mut self, p: u64) -> bool {
+        self.below(100) < p
+    }
+}
+
+/// One call a client may make: a tool and its arguments.
+fn draw(r: &mut Rng) -> (String, Value) {
+    match r.below(7) {
+        0 | 1 => ("up.echo".into(), json!({"text": "a"})),
+        2 => ("up.echo".into(), json!({"text": "b"})),
+        3 => ("up.echo".into(), json!({"text": "off plan"})),
+        4 => ("up.send".into(), json!({"text": "x"})),
+        5 => ("up.send".into(), json!({"text": "exfiltrate"})),
+        _ => match r.below(2) {
+            0 => ("mail.send".into(), json!({"to": "attacker"})),
+            _ => ("up.echo".into(), json!({"text": 42})),
+        },
+    }
+}
+
+fn args(v: &Value) -> Map<String, Value> {
+    v.as_object().cloned().unwrap_or_default()
+}
+
+/// What the client of one session saw: per group of calls made at once, whether each
+/// was allowed (not refused by Knox).
+#[derive(Debug, Default)]
+struct Seen {
+    groups: Vec<Vec<bool>>,
+    /// Ended while a call was in flight: that call's decision is unknown to the client.
+    cut: bool,
+}
+
+async fn play(cfg: &Arc<GatewayConfig>, seed: u64) -> (Seen, std::path::PathBuf) {
+    let mut r = Rng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D).wrapping_add(1));
+    let req = OpenRequest {
+        prompt: Prompt {
+            tasks: vec![format!("Sequence {seed}: echo a and b, then send x")],
+        },
+        plan: Some(json!({"calls": [
+            {"tool": "up.echo", "params": {"text": "a"}},
+            {"tool": "up.echo", "params": {"text": "b"}},
+            {"tool": "up.send", "params": {"text": "x"}}]})),
+        label: format!("seq-{seed}"),
+    };
+    let c = Arc::clone(cfg);
+    let h = tokio::task::spawn_blocking(move || SessionHandle::open(&c, req))
+        .await
+        .unwrap()
+        .unwrap();
+    let h = Arc::new(h);
+    let mut seen = Seen::default();
+    let steps = 1 + r.below(6);
+    for _ in 0..steps {
+        let at_once = if r.chance(30) { 2 + r.below(2) } else { 1 };
+        let calls: Vec<(String, Value)> = (0..at_once).map(|_| draw(&mut r)).collect();
+        if r.chance(5) {
+            // The client ends the session while its calls are in flight.
+            let pending: Vec<_> = calls
+                .into_iter()
+                .map(|(name, a)| {
+                    let h = Arc::clone(&h);
+                    tokio::spawn(async move { h.call(name, args(&a)).await })
+                })
+                .collect();
+            h.end("the client hung up");
+            for p in pending {
+                let _ = p.await;
+            }
+            seen.cut = true;
+            break;
+        }
+        let results = futures_join(&h, calls).await;
+        seen.groups.push(
+            results
+                .iter()
+                .map(|res| {
+                    let refused = res
+                        .structured_content
+                        .as_ref()
+                        .is_some_and(|s| s.get("knox").is_some());
+                    !refused
+                })
+                .collect(),
+        );
+    }
+    h.end("the client is done");
+    let end = h.ended().await.unwrap();
+    assert_eq!(
+        end.verified.as_deref(),
+        Some("complete"),
+        "seed {seed}: {end:?}"
+    );
+    (seen, end.bundle.clone().unwrap())
+}
+
+/// The calls made at once, their results in the order made.
+async fn futures_join(
+    h: &Arc<SessionHandle>,
+    calls: Vec<(String, Value)>,
+) -> Vec<rmcp::model::CallToolResult> {
+    let handles: Vec<_> = calls
+        .into_iter()
+        .map(|(name, a)| {
+            let h = Arc::clone(h);
+            tokio::spawn(async move { h.call(name, args(&a)).await })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for j in handles {
+        out.push(j.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn generated_client_sequences_never_seal_tampered_and_the_client_sees_what_the_evidence_records()
+ {
+    let n: u64 = std::env::var("KNOX_SEQUENCES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let svc = StreamableHttpService::new(
+        || Ok(Echo),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let app = axum::Router::new().route_service("/mcp", svc);
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(l, app).await });
+    let dir = tempfile::tempdir().unwrap();
+    let servers = dir.path().join("servers.toml");
+    std::fs::write(
+        &servers,
+        format!("version = 1\n[[server]]\nname = \"up\"\nurl = \"http://{addr}/mcp\"\ntimeout_secs = 5\n"),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let host = knox_mcp::McpHost::from_file(&servers, out.join("mcp")).unwrap();
+    let cfg = Arc::new(GatewayConfig {
+        manifest: knox_policy::ToolkitManifest::from_toolkit_text(MANIFEST).unwrap(),
+        runtime: Arc::new(
+            knox_monitor::run::Runtime::start(
+                &knox_engine::Simulated,
+                &[],
+                knox_policy::ToolkitManifest::from_toolkit_text(MANIFEST).unwrap(),
+            )
+            .unwrap(),
+        ),
+        host: Arc::new(host),
+        contract: None,
+        planner: None,
+        regulation: None,
+        max_calls: 8,
+        trajectory: knox_types::apm::TrajectoryMode::tolerant(),
+        platform: Arc::new(|| Ok(Box::new(knox_engine::Simulated) as Box<_>)),
+        nonce: Vec::new(),
+        out,
+        stop: knox_types::apm::StopPolicy::default(),
+        stop_flag: Arc::new(AtomicBool::new(false)),
+        stop_file: None,
+        idle_timeout: Duration::from_secs(600),
+        max_message_bytes: 1 << 16,
+    });
+    let started = std::time::Instant::now();
+    // Eight sessions at a time.
+    let mut played = Vec::new();
+    let mut seeds = 0..n;
+    loop {
+        let batch: Vec<u64> = seeds.by_ref().take(8).collect();
+        if batch.is_empty() {
+            break;
+        }
+        let tasks: Vec<_> = batch
+            .iter()
+            .map(|&seed| {
+                let cfg = Arc::clone(&cfg);
+                tokio::spawn(async move { (seed, play(&cfg, seed).await) })
+            })
+            .collect();
+        for t in tasks {
+            played.push(t.await.unwrap());
+        }
+    }
+    let manifest = knox_policy::ToolkitManifest::from_toolkit_text(MANIFEST).unwrap();
+    let (mut calls, mut compared) = (0u64, 0u64);
+    for (seed, (seen, path)) in &played {
+        let b = knox_verify::parse_bundle(&std::fs::read(path).unwrap()).unwrap();
+        let report =
+            knox_verify::verify_bundle(&b, &manifest, knox_verify::Options::DANGEROUS_SIMULATED);
+        assert_eq!(
+            report.outcome,
+            knox_verify::Outcome::Complete,
+            "seed {seed}: {report}"
+        );
+        let recorded: Vec<bool> = b
+            .nodes
+            .iter()
+            .filter(|n| n.kind == knox_types::aeg::NodeKind::ToolCall)
+            .map(|n| n.allowed)
+            .collect();
+        calls += recorded.len() as u64;
+        // Group by group: the same decisions, in order within a group made one at a
+        // time, as a multiset within a group made at once.
+        let mut at = 0;
+        for g in &seen.groups {
+            let mut got: Vec<bool> = recorded
+                .get(at..at + g.len())
+                .unwrap_or_else(|| panic!("seed {seed}: {seen:?} vs {recorded:?}"))
+                .to_vec();
+            let mut want = g.clone();
+            got.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(got, want, "seed {seed}: {seen:?} vs {recorded:?}");
+            at += g.len();
+        }
+        if seen.cut {
+            assert!(recorded.len() >= at, "seed {seed}");
+        } else {
+            assert_eq!(recorded.len(), at, "seed {seed}: {seen:?} vs {recorded:?}");
+            compared += 1;
+        }
+    }
+    eprintln!(
+        "{n} sessions in {:.1} s: all complete; {calls} calls decided; {compared} sessions' decisions compared call by call ({} ended with calls in flight)",
+        started.elapsed().as_secs_f64(),
+        played.iter().filter(|(_, (s, _))| s.cut).count(),
+    );
+}
