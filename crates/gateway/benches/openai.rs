@@ -1,6 +1,8 @@
 //! The OpenAI proxy's cost, on loopback against the scripted upstream of the tests:
-//! latency per response with a tool call, direct vs through the proxy (same upstream,
-//! same run, interleaved), and conversations opened and sealed per second.
+//! latency per response with a tool call, direct vs through the proxy — chat
+//! completions, and the same request on the Responses API (which the proxy serves over
+//! the upstream's chat completions) — same upstream, same run, interleaved; and
+//! conversations opened and sealed per second.
 //!
 //! `cargo bench -p knox-gateway --bench openai`: Criterion's estimates, and a p50/p99
 //! table from `SAMPLES` interleaved requests printed first (docs/gateway-openai.md).
@@ -40,16 +42,30 @@ fn agent() -> ureq::Agent {
         .into()
 }
 
+/// The same request on the Responses API: the same messages, so the same conversation.
+fn responses_body() -> Vec<u8> {
+    json!({"model": "scripted", "instructions": "You are a careful banking assistant.",
+        "input": "Check my balance, then pay DE001 20."})
+    .to_string()
+    .into_bytes()
+}
+
 fn send(agent: &ureq::Agent, addr: SocketAddr, conv: &str, body: &[u8]) {
+    post(agent, addr, "/v1/chat/completions", conv, body);
+}
+
+fn post(agent: &ureq::Agent, addr: SocketAddr, path: &str, conv: &str, body: &[u8]) {
     let mut r = agent
-        .post(format!("http://{addr}/v1/chat/completions"))
+        .post(format!("http://{addr}{path}"))
         .header("content-type", "application/json")
         .header("x-knox-conversation", conv)
         .send(body)
         .unwrap();
     let text = r.body_mut().read_to_string().unwrap();
     assert!(
-        text.contains("tool_calls") || text.contains("[knox] blocked"),
+        text.contains("tool_calls")
+            || text.contains("function_call")
+            || text.contains("[knox] blocked"),
         "{text}"
     );
 }
@@ -96,9 +112,13 @@ fn percentile(v: &mut [Duration], p: f64) -> Duration {
 }
 
 fn table(up: SocketAddr, proxy: SocketAddr, a: &ureq::Agent) {
-    let b = body();
+    let (b, rb) = (body(), responses_body());
     let (mut direct, mut through) = (Vec::with_capacity(SAMPLES), Vec::with_capacity(SAMPLES));
-    let mut added = Vec::with_capacity(SAMPLES);
+    let (mut added, mut responses, mut responses_added) = (
+        Vec::with_capacity(SAMPLES),
+        Vec::with_capacity(SAMPLES),
+        Vec::with_capacity(SAMPLES),
+    );
     for i in 0..SAMPLES {
         let conv = format!("table-{}", i / PER_CONVERSATION);
         if i % PER_CONVERSATION == 0 {
@@ -110,7 +130,11 @@ fn table(up: SocketAddr, proxy: SocketAddr, a: &ureq::Agent) {
         let t = Instant::now();
         send(a, proxy, &conv, &b);
         through.push(t.elapsed());
+        let t = Instant::now();
+        post(a, proxy, "/v1/responses", &conv, &rb);
+        responses.push(t.elapsed());
         added.push(through[i].saturating_sub(direct[i]));
+        responses_added.push(responses[i].saturating_sub(direct[i]));
     }
     let (d50, d99) = (percentile(&mut direct, 0.5), percentile(&mut direct, 0.99));
     let (p50, p99) = (
@@ -136,9 +160,19 @@ fn table(up: SocketAddr, proxy: SocketAddr, a: &ureq::Agent) {
         p99.as_micros() as i128 - d99.as_micros() as i128
     );
     println!(
-        "| added (percentile of the paired differences) | {} | {} |\n",
+        "| added (percentile of the paired differences) | {} | {} |",
         percentile(&mut added, 0.5).as_micros(),
         percentile(&mut added, 0.99).as_micros()
+    );
+    println!(
+        "| Responses API through the proxy | {} | {} |",
+        percentile(&mut responses, 0.5).as_micros(),
+        percentile(&mut responses, 0.99).as_micros()
+    );
+    println!(
+        "| Responses API added (paired, vs direct chat completions) | {} | {} |\n",
+        percentile(&mut responses_added, 0.5).as_micros(),
+        percentile(&mut responses_added, 0.99).as_micros()
     );
 }
 

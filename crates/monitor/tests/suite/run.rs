@@ -245,6 +245,10 @@ fn journaled_with(
     checkpoints: knox_monitor::aeg::Checkpoints,
     dir: &std::path::Path,
 ) -> (Vec<u8>, knox_types::bundle::Bundle) {
+    // A folder of its own under `dir`: a journal is never replaced, and the callers
+    // journal the same run id several times.
+    let sub = tempfile::tempdir_in(dir).unwrap();
+    let dir = sub.path();
     let mut rt = Runtime::start(&Simulated, b"epoch", manifest()).unwrap();
     rt.checkpoints = checkpoints;
     let (tools, factory) = (Echo::default(), ScriptedFactory::default());
