@@ -389,10 +389,23 @@ impl ToolkitDoc {
         }
     }
 
-    /// The document as TOML (an error when a schema holds `null`, which TOML cannot
-    /// write: write JSON then).
-    pub fn to_toml(&self) -> Result<String, toml::ser::Error> {
-        toml::to_string(self)
+    /// The document as TOML. TOML has no `null`: a schema's `null`s are written in an
+    /// equivalent form ([`without_nulls`]) — an annotation (`default`, `examples`,
+    /// `title`, `description`) of `null` left out, `const: null` as `type: "null"`, a
+    /// `null` in an `enum` as an `anyOf` branch of `type: "null"` — and a `null` that
+    /// has no such form is an error naming where (write JSON then).
+    pub fn to_toml(&self) -> Result<String, String> {
+        let mut doc = self.clone();
+        for (s, server) in doc.servers.iter_mut().enumerate() {
+            for (t, tool) in server.tools.iter_mut().enumerate() {
+                let at = format!("servers[{s}].tools[{t}] (`{}`)", tool.name);
+                without_nulls(&mut tool.input_schema, &format!("{at}.inputSchema"))?;
+                if let Some(o) = &mut tool.output_schema {
+                    without_nulls(o, &format!("{at}.outputSchema"))?;
+                }
+            }
+        }
+        toml::to_string(&doc).map_err(|e| e.to_string())
     }
 
     /// Every guess still marked for review, as `(tool, note)`.
@@ -402,6 +415,76 @@ impl ToolkitDoc {
             .flat_map(|s| &s.tools)
             .flat_map(|t| t.review.iter().map(|r| (t.name.as_str(), r.as_str())))
             .collect()
+    }
+}
+
+/// Rewrites the JSON Schema `schema` without `null` values, keeping what it accepts:
+/// annotations whose value is `null` are left out, `const: null` becomes `type: "null"`,
+/// and the `null`s of an `enum` become an `anyOf` branch `{"type": "null"}` beside the
+/// rest of the enum (inside an `allOf` when the schema has an `anyOf` already). Any
+/// other `null` (in a keyword whose value cannot be rewritten) is an error naming its
+/// place (`at`).
+pub fn without_nulls(schema: &mut Value, at: &str) -> Result<(), String> {
+    match schema {
+        Value::Object(o) => {
+            // Annotations: they change nothing a schema accepts.
+            for k in ["default", "examples", "title", "description", "$comment"] {
+                if o.get(k).is_some_and(holds_null) {
+                    o.remove(k);
+                }
+            }
+            if o.get("const").is_some_and(Value::is_null) {
+                o.remove("const");
+                o.insert("type".into(), json!("null"));
+            }
+            if let Some(Value::Array(values)) = o.get("enum")
+                && values.iter().any(Value::is_null)
+            {
+                let rest: Vec<Value> = values.iter().filter(|v| !v.is_null()).cloned().collect();
+                o.remove("enum");
+                let branch = if rest.is_empty() {
+                    json!([{"type": "null"}])
+                } else {
+                    json!([{"enum": rest}, {"type": "null"}])
+                };
+                if o.contains_key("anyOf") {
+                    let mut all = match o.remove("allOf") {
+                        Some(Value::Array(a)) => a,
+                        _ => Vec::new(),
+                    };
+                    all.push(json!({ "anyOf": branch }));
+                    o.insert("allOf".into(), Value::Array(all));
+                } else {
+                    o.insert("anyOf".into(), branch);
+                }
+            }
+            for (k, v) in o.iter_mut() {
+                // `properties`, `$defs` and the like map names to schemas; `enum`-like
+                // keywords hold values, whose `null`s are rewritten above or refused.
+                without_nulls(v, &format!("{at}/{k}"))?;
+            }
+            Ok(())
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter_mut().enumerate() {
+                without_nulls(v, &format!("{at}/{i}"))?;
+            }
+            Ok(())
+        }
+        Value::Null => Err(format!(
+            "`null` at {at}, which TOML cannot write and no equivalent schema replaces"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `v` is or holds a `null`.
+fn holds_null(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Array(a) => a.iter().any(holds_null),
+        Value::Object(o) => o.values().any(holds_null),
+        _ => false,
     }
 }
 
@@ -967,6 +1050,54 @@ inputSchema = { type = "object", properties = { limit = { type = "integer", mini
                 );
             }
         }
+    }
+
+    /// #34: a schema with `null`s (nullable types, a `null` default, `const: null`, a
+    /// `null` in an `enum`) is written as TOML in a form without them, which accepts and
+    /// refuses exactly what the original does; a `null` with no such form is an error
+    /// naming where.
+    #[test]
+    fn a_schema_holding_nulls_is_written_as_toml_accepting_the_same() {
+        let functions = r#"[{"type": "function", "function": {"name": "send", "parameters": {
+            "type": "object",
+            "properties": {
+                "to": {"type": "string", "default": null, "examples": [null, "x"]},
+                "memo": {"type": ["string", "null"], "enum": ["a", "b", null]},
+                "nothing": {"const": null},
+                "either": {"anyOf": [{"type": "string"}, {"type": "integer"}], "enum": [1, null]}
+            },
+            "required": ["to"]}}}]"#;
+        let runtime = crate::manifest::tests::manifest().needs().runtime.clone();
+        let doc = skeleton_from_openai("bank", functions, runtime).unwrap();
+        let text = doc.to_toml().unwrap();
+        let back = ToolkitDoc::parse(&text).unwrap();
+        let (a, b) = (
+            &doc.servers[0].tools[0].input_schema,
+            &back.servers[0].tools[0].input_schema,
+        );
+        let (va, vb) = (
+            jsonschema::validator_for(a).unwrap(),
+            jsonschema::validator_for(b).unwrap(),
+        );
+        for case in [
+            json!({"to": "x"}),
+            json!({"to": null}),
+            json!({"to": "x", "memo": "a"}),
+            json!({"to": "x", "memo": null}),
+            json!({"to": "x", "memo": "c"}),
+            json!({"to": "x", "nothing": null}),
+            json!({"to": "x", "nothing": 0}),
+            json!({"to": "x", "either": 1}),
+            json!({"to": "x", "either": null}),
+            json!({"to": "x", "either": "s"}),
+            json!({"to": "x", "either": 2}),
+        ] {
+            assert_eq!(va.is_valid(&case), vb.is_valid(&case), "{case}");
+        }
+        // A `null` inside an `enum` of objects has no such form.
+        let mut odd = json!({"enum": [{"a": null}]});
+        let e = without_nulls(&mut odd, "x").unwrap_err();
+        assert!(e.contains("x/enum/0/a"), "{e}");
     }
 
     #[test]

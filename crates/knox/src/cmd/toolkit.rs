@@ -250,7 +250,7 @@ pub(super) fn write_doc(out: &Path, doc: &ToolkitDoc) -> Result<()> {
     } else {
         doc.to_toml().map_err(|e| {
             super::usage(format!(
-                "this manifest cannot be written as TOML ({e}); write it as JSON (`--out FILE.json`)"
+                "this manifest cannot be written as TOML: {e}; write it as JSON (`--out FILE.json`)"
             ))
         })?
     };

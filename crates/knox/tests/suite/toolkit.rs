@@ -199,7 +199,24 @@ fn openai_functions_import_as_a_skeleton_marked_for_review() {
         d,
         "functions.json",
         r#"[{"type": "function", "function": {"name": "send_money", "description": "Send",
-            "parameters": {"type": "object", "properties": {"to": {"type": "string"}}, "required": ["to"]}}}]"#,
+            "parameters": {"type": "object", "properties": {"to": {"type": "string"},
+                "memo": {"type": ["string", "null"], "default": null, "enum": ["rent", null]}},
+                "required": ["to"]}}}]"#,
+    );
+    // #34: TOML has no `null`: the schema is written in an equivalent form.
+    let toml = d.join("bank.toml");
+    let o = knox()
+        .args(["toolkit", "import", "--server", "bank", "--openai"])
+        .arg(&functions)
+        .arg("-o")
+        .arg(&toml)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
     );
     let out = d.join("bank.json");
     let o = knox()
