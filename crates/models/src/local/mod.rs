@@ -68,6 +68,10 @@ impl LocalSource {
 
     /// Resolves and loads the model.
     pub fn load(&self, cache: &Path, options: LocalOptions) -> Result<LocalModel, ModelError> {
+        if !AVAILABLE {
+            // Said first: pulling the weights would not help a build that cannot run them.
+            return LocalModel::load(&self.spec(), Path::new(""), options);
+        }
         LocalModel::load(&self.spec(), &self.resolve(cache)?, options)
     }
 }
@@ -140,5 +144,24 @@ impl InferenceStats {
     /// Generation, tokens per second.
     pub fn generation_rate(&self) -> f64 {
         Self::rate(self.generated_tokens, self.generation_time)
+    }
+}
+
+#[cfg(all(test, not(feature = "local")))]
+#[expect(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+
+    /// #34: a build without local models says so for a catalogue model not yet
+    /// pulled, rather than telling the user to pull weights it could not run
+    /// (`cargo test -p knox-models`, without the workspace's `local` feature).
+    #[test]
+    fn a_build_without_local_models_names_the_feature_not_the_pull() {
+        let src = LocalSource::parse("smollm2").unwrap();
+        let empty = std::env::temp_dir().join("knox-models-no-local-cache");
+        let e = src.load(&empty, LocalOptions::default()).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("--features knox/local"), "{text}");
+        assert!(!text.contains("model pull"), "{text}");
     }
 }
