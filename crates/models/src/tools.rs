@@ -71,8 +71,13 @@ pub fn step_schema(tools: &[ToolDef]) -> Value {
     json!({"anyOf": branches})
 }
 
-/// Most calls a planned task may hold by default (a planner may set its own bound).
+/// Most calls a model planner's task may hold by default (`--max-calls`; a planner may
+/// set its own bound).
 pub const MAX_PLANNED_CALLS: usize = 16;
+
+/// Most calls a task of a plan the user wrote may hold: a bound on the APM's size, not
+/// on the user (`--max-calls` bounds what a model plans).
+pub const MAX_USER_PLAN_CALLS: usize = 1024;
 
 /// A plan: `{"calls": [call, …]}`, one to [`MAX_PLANNED_CALLS`] calls.
 pub fn plan_schema(tools: &[ToolDef]) -> Value {

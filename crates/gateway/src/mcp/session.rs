@@ -217,11 +217,12 @@ impl SessionHandle {
     ) -> Result<Arc<dyn Planner>, GatewayError> {
         Ok(match (&req.plan, &cfg.planner) {
             (Some(plan), _) => {
-                knox_models::UserPlans::validate(plan, &req.prompt, &cfg.manifest, cfg.max_calls)
-                    .map_err(|e| {
-                    GatewayError::BadRequest(format!("the plan does not fit the manifest: {e}"))
-                })?;
-                Arc::new(knox_models::UserPlans::new([plan.clone()], cfg.max_calls))
+                // The user's own plan: bounded by the APM's size, not by `max_calls`
+                // (which bounds what a model plans).
+                let max = knox_models::tools::MAX_USER_PLAN_CALLS;
+                knox_models::UserPlans::validate(plan, &req.prompt, &cfg.manifest, max)
+                    .map_err(|e| GatewayError::BadRequest(format!("the plan is refused: {e}")))?;
+                Arc::new(knox_models::UserPlans::new([plan.clone()], max))
             }
             (None, Some(p)) => Arc::clone(p),
             (None, None) => {

@@ -14,6 +14,7 @@ use std::sync::Mutex;
 use anyhow::Result;
 use knox_agent::{ExecutorFactory, Planner, Prompt, ToolResult, ToolRunner};
 use knox_engine::Session;
+use knox_models::tools::MAX_USER_PLAN_CALLS;
 use knox_models::{ChatExecutor, ChatPlanner, ModelSpec, UserPlans};
 use knox_policy::ToolkitManifest;
 use knox_types::Action;
@@ -201,14 +202,13 @@ fn run_over(
         // Each plan is checked before anything runs: a bad one is the user's to fix.
         for (i, j) in jobs.iter().enumerate() {
             if let Some(p) = &j.plan {
-                UserPlans::validate(p, &j.prompt, manifest, args.max_calls).map_err(|e| {
-                    super::usage(format!("run {i}: the plan does not fit the manifest: {e}"))
-                })?;
+                UserPlans::validate(p, &j.prompt, manifest, MAX_USER_PLAN_CALLS)
+                    .map_err(|e| super::usage(format!("run {i}: the plan is refused: {e}")))?;
             }
         }
         Box::new(UserPlans::new(
             jobs.iter().filter_map(|j| j.plan.clone()),
-            args.max_calls,
+            MAX_USER_PLAN_CALLS,
         ))
     } else {
         let chat = super::model::open(&args.models.planner, cache_dir.as_deref(), &mut locals)?

@@ -65,7 +65,8 @@ pub struct RunArgs {
     /// `--contract`, `--contract-authority`, `--approvals`, `--approval-timeout-ms`.
     #[command(flatten)]
     pub bound: super::contract::ContractFlags,
-    /// Most calls a plan may hold per task.
+    /// Most calls a model planner's plan may hold per task (a plan you give with
+    /// `--plan` may hold up to 1,024).
     #[arg(long, default_value_t = knox_models::tools::MAX_PLANNED_CALLS)]
     pub max_calls: usize,
     /// Planner and executor (`--planner`, `--executor`, `--cache-dir`).

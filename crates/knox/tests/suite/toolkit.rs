@@ -342,3 +342,38 @@ fn the_checkpoint_cadence_applies_to_manifest_runs() {
     assert!(nodes > 0);
     assert_eq!(checkpoints, nodes, "a checkpoint after every node");
 }
+
+/// #34: `--max-calls` bounds what a model plans, not the user's own plan: a plan of 20
+/// calls runs (the default bound is 16), and the run verifies `complete`.
+#[test]
+fn the_users_own_plan_is_not_bounded_by_max_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let calls: Vec<serde_json::Value> = (0..20)
+        .map(|i| serde_json::json!({"tool": "bank.get_balance", "params": {"account": format!("a{i}")}}))
+        .collect();
+    let plan = write(
+        d,
+        "long.json",
+        &serde_json::json!({ "calls": calls }).to_string(),
+    );
+    let out = d.join("out");
+    let o = bank_run(d)
+        .args(["--prompt", "Read my twenty balances"])
+        .arg("--plan")
+        .arg(&plan)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("20 proposals, 20 executed") && text.contains("verified complete"),
+        "{text}"
+    );
+}

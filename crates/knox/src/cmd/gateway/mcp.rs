@@ -57,7 +57,8 @@ pub struct McpGatewayArgs {
     /// The model cache.
     #[command(flatten)]
     pub cache: cmd::model::CacheArgs,
-    /// Most calls a plan may hold per task.
+    /// Most calls a model planner's plan may hold per task (a plan you give with
+    /// `--plan` may hold up to 1,024).
     #[arg(long, default_value_t = knox_models::tools::MAX_PLANNED_CALLS)]
     pub max_calls: usize,
     /// How the monitor follows the plan (default `tolerant`: reads may repeat and

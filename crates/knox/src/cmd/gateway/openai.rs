@@ -45,7 +45,8 @@ pub struct OpenaiGatewayArgs {
     /// --plan`) for every conversation.
     #[arg(long, value_name = "PLAN.json", value_parser = crate::cmd::path)]
     pub plan: Option<PathBuf>,
-    /// Most calls a plan may hold.
+    /// Most calls a model planner's plan may hold (a plan you give with `--plan` may
+    /// hold up to 1,024).
     #[arg(long, default_value_t = knox_models::tools::MAX_PLANNED_CALLS)]
     pub max_calls: usize,
     /// How the monitor follows the plan (default `tolerant`: reads may repeat and
@@ -121,8 +122,8 @@ fn planner(
         let text = super::super::read_text(p, super::super::MANIFEST)?;
         let plan = serde_json::from_str(&text)
             .map_err(|e| super::super::bad_input(p, "a plan (JSON)", e))?;
-        let plan = PlanFile::new(plan, manifest, args.max_calls)
-            .map_err(|e| super::super::usage(format!("the plan does not fit the manifest: {e}")))?;
+        let plan = PlanFile::new(plan, manifest, knox_models::tools::MAX_USER_PLAN_CALLS)
+            .map_err(|e| super::super::usage(format!("the plan is refused: {e}")))?;
         return Ok(Box::new(plan));
     }
     let spec = args
