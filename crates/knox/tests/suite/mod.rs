@@ -8,6 +8,7 @@ mod conventions;
 mod crate_graph;
 mod eval;
 mod evidence_bytes;
+mod examples;
 mod files;
 mod fuzz_corpus;
 mod gateway_mcp;
