@@ -564,6 +564,26 @@ impl Evaluation<'_> {
     }
 }
 
+/// Per agent plan of `apm`, its tolerant-mode automaton (none in the exact mode).
+fn compile_automata(
+    apm: &Apm,
+    manifest: &ToolkitManifest,
+    schema_defaults: bool,
+) -> Vec<Option<Automaton>> {
+    apm.agents
+        .iter()
+        .map(|p| match apm.guards.trajectory {
+            TrajectoryMode::Exact | TrajectoryMode::Unplanned => None,
+            TrajectoryMode::Tolerant { read_repeats } => Some(Automaton::compile_with(
+                p,
+                manifest,
+                read_repeats,
+                schema_defaults,
+            )),
+        })
+        .collect()
+}
+
 /// The guards of one run: the APM, the manifest, and per-run memos.
 #[derive(Debug)]
 pub struct Pipeline<'a> {
@@ -589,16 +609,11 @@ impl<'a> Pipeline<'a> {
             manifest,
             prompt: apm.tasks.iter().map(|t| t.instruction.as_str()).collect(),
             caches: Caches::default(),
-            automata: apm
-                .agents
-                .iter()
-                .map(|p| match apm.guards.trajectory {
-                    TrajectoryMode::Exact | TrajectoryMode::Unplanned => None,
-                    TrajectoryMode::Tolerant { read_repeats } => {
-                        Some(Automaton::compile(p, manifest, read_repeats))
-                    }
-                })
-                .collect(),
+            automata: compile_automata(
+                apm,
+                manifest,
+                knox_types::bundle::MonitorRules::CURRENT.schema_defaults,
+            ),
             regexes: RegexCache::default(),
             contract: None,
             rules: knox_types::bundle::MonitorRules::CURRENT,
@@ -615,6 +630,9 @@ impl<'a> Pipeline<'a> {
     /// The guards under the monitor's `rules` of an earlier evidence format (a
     /// verifier replaying it); [`knox_types::bundle::MonitorRules::CURRENT`] otherwise.
     pub fn with_rules(mut self, rules: knox_types::bundle::MonitorRules) -> Self {
+        if rules.schema_defaults != self.rules.schema_defaults {
+            self.automata = compile_automata(self.apm, self.manifest, rules.schema_defaults);
+        }
         self.rules = rules;
         self
     }

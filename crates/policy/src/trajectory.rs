@@ -304,8 +304,21 @@ pub struct Selection {
 }
 
 impl Automaton {
-    /// Compiles `plan` with the effects and defaults of `manifest`.
+    /// Compiles `plan` with the effects and defaults of `manifest` (a default its
+    /// specification states in prose, or its input schema's `default`).
     pub fn compile(plan: &AgentPlan, manifest: &ToolkitManifest, read_repeats: u32) -> Self {
+        Self::compile_with(plan, manifest, read_repeats, true)
+    }
+
+    /// [`Automaton::compile`], taking input schemas' `default`s only when
+    /// `schema_defaults` (the rules of evidence format v4; before, only prose stated a
+    /// default).
+    pub fn compile_with(
+        plan: &AgentPlan,
+        manifest: &ToolkitManifest,
+        read_repeats: u32,
+        schema_defaults: bool,
+    ) -> Self {
         let n = plan.trajectory.len();
         let entries: Vec<Option<&ToolEntry>> = plan
             .trajectory
@@ -332,7 +345,7 @@ impl Automaton {
                         1
                     },
                     relaxed: match (read, entry, &e.constraints) {
-                        (true, Some(t), None) => Some(relaxed(e, t)),
+                        (true, Some(t), None) => Some(relaxed(e, t, schema_defaults)),
                         _ => None,
                     },
                 }
@@ -507,7 +520,18 @@ fn links(e: &ExpectedCall) -> BTreeSet<usize> {
 
 /// The equivalent forms of an exact read's parameters the manifest allows (see
 /// [`Step::relaxed`]).
-fn relaxed(e: &ExpectedCall, entry: &ToolEntry) -> BTreeMap<String, ParamConstraint> {
+fn relaxed(
+    e: &ExpectedCall,
+    entry: &ToolEntry,
+    schema_defaults: bool,
+) -> BTreeMap<String, ParamConstraint> {
+    let default_of = |name: &str| {
+        declared_default(entry, name).or_else(|| {
+            schema_defaults
+                .then(|| schema_default(entry, name))
+                .flatten()
+        })
+    };
     let mut out = BTreeMap::new();
     for (name, v) in &e.params {
         let inner = match v {
@@ -523,7 +547,7 @@ fn relaxed(e: &ExpectedCall, entry: &ToolEntry) -> BTreeMap<String, ParamConstra
             },
             _ => ParamConstraint::Exact { value: v.clone() },
         };
-        let c = match declared_default(entry, name) {
+        let c = match default_of(name) {
             Some(d) if same(&d, v) => ParamConstraint::Omittable {
                 default: d,
                 inner: Box::new(inner),
@@ -536,7 +560,7 @@ fn relaxed(e: &ExpectedCall, entry: &ToolEntry) -> BTreeMap<String, ParamConstra
         if e.params.contains_key(&p.name) {
             continue;
         }
-        if let Some(d) = declared_default(entry, &p.name) {
+        if let Some(d) = default_of(&p.name) {
             out.insert(
                 p.name.clone(),
                 ParamConstraint::Omittable {
@@ -547,6 +571,21 @@ fn relaxed(e: &ExpectedCall, entry: &ToolEntry) -> BTreeMap<String, ParamConstra
         }
     }
     out
+}
+
+/// The `default` of optional parameter `name` in `entry`'s input schema (a
+/// `knox-toolkit/1` tool): the property's `default` keyword, when the property is not
+/// `required`.
+pub fn schema_default(entry: &ToolEntry, name: &str) -> Option<Value> {
+    let schema = &entry.input_schema.as_ref()?.schema;
+    let required = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .is_some_and(|r| r.iter().any(|n| n.as_str() == Some(name)));
+    if required {
+        return None;
+    }
+    schema.get("properties")?.get(name)?.get("default").cloned()
 }
 
 /// The default of optional parameter `name` of `entry`, when its specification states a
@@ -957,5 +996,54 @@ mod tests {
         let e = ExpectedCall::constrained(0, "MailRead", Map::new(), c);
         assert!(run(&e, &Action::new("MailRead", json!({"id": "a"})).unwrap()).matched);
         assert!(!run(&e, &Action::new("MailRead", json!({"limit": 10})).unwrap()).matched);
+    }
+
+    /// #34: a read step accepts an optional parameter left out at the default its input
+    /// schema states (`"default": 10`), from evidence format v4; compiled under the
+    /// rules before (prose defaults only), it does not.
+    #[test]
+    fn a_schema_default_makes_a_parameter_omittable_from_format_v4() {
+        let m = crate::ToolkitManifest::from_toolkit_text(
+            r#"format = "knox-toolkit/1"
+[runtime]
+syscalls = ["read"]
+paths = []
+limits = { max_processes = 1, max_file_bytes = 1, max_memory_bytes = 1048576, cpu_seconds = 1, max_open_files = 8 }
+[[servers]]
+name = "docs"
+remote = true
+needs = { profile = "network-client", endpoints = [{ host = "docs.example", port = 443 }] }
+[[servers.tools]]
+name = "docs.search"
+effect = "read"
+inputSchema = { type = "object", properties = { query = { type = "string" }, limit = { type = "integer", default = 10 } }, required = ["query"], additionalProperties = false }
+"#,
+        )
+        .unwrap();
+        let p = AgentPlan {
+            id: "agent-0".into(),
+            tasks: vec![0],
+            trajectory: vec![call("docs.search", json!({"query": "q", "limit": 10}))],
+        };
+        let left_out = Action::new("docs.search", json!({"query": "q"})).unwrap();
+        let select = |a: &Automaton| {
+            a.select(
+                &p,
+                &[0],
+                &[],
+                &left_out,
+                &left_out.hash(),
+                &|_| None,
+                &mut RegexCache::default(),
+            )
+            .outcome
+            .matched
+        };
+        assert!(select(&Automaton::compile(&p, &m, 0)));
+        assert!(!select(&Automaton::compile_with(&p, &m, 0, false)));
+        // A required parameter's default does not make it omittable.
+        let entry = m.tool("docs.search").unwrap();
+        assert_eq!(schema_default(entry, "limit"), Some(json!(10)));
+        assert_eq!(schema_default(entry, "query"), None);
     }
 }

@@ -68,6 +68,10 @@ pub struct MonitorRules {
     /// the plan on, so an injected call a later guard blocks cannot cancel the user's
     /// own planned call.
     pub blocked_uses_step: bool,
+    /// The tolerant mode's read steps accept a parameter left out, or given, at the
+    /// default its input schema's `default` keyword states (from format v4; before,
+    /// only a default the tool's description stated in prose counted).
+    pub schema_defaults: bool,
 }
 
 impl MonitorRules {
@@ -75,11 +79,13 @@ impl MonitorRules {
     pub const CURRENT: Self = Self {
         parallel_calls: true,
         blocked_uses_step: false,
+        schema_defaults: true,
     };
     /// The rules of formats up to [`BUNDLE_FORMAT_V3`] and [`JOURNAL_FORMAT_V4`].
     pub const V3: Self = Self {
         parallel_calls: false,
         blocked_uses_step: true,
+        schema_defaults: false,
     };
 
     /// The rules of a bundle of format `format` (the current ones for a format this
