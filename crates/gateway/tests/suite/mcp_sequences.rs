@@ -20,46 +20,10 @@
 )]
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
-use std::time::Duration;
 
 use knox_agent::Prompt;
 use knox_gateway::mcp::{GatewayConfig, OpenRequest, SessionHandle};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Map, Value, json};
-
-use super::mcp_support::Echo;
-
-const MANIFEST: &str = r#"format = "knox-toolkit/1"
-description = "echo"
-[runtime]
-syscalls = ["read", "write", "exit_group"]
-paths = []
-limits = { max_processes = 8, max_file_bytes = 1048576, max_memory_bytes = 268435456, cpu_seconds = 60, max_open_files = 64 }
-[[servers]]
-name = "up"
-needs = { profile = "offline" }
-cost = 1
-[[servers.tools]]
-name = "up.echo"
-description = "Echo a text"
-effect = "read"
-[servers.tools.inputSchema]
-type = "object"
-required = ["text"]
-[servers.tools.inputSchema.properties]
-text = { type = "string" }
-[[servers.tools]]
-name = "up.send"
-description = "Sends a text"
-effect = "write"
-[servers.tools.inputSchema]
-type = "object"
-required = ["text"]
-[servers.tools.inputSchema.properties]
-text = { type = "string" }
-"#;
 
 /// SplitMix64: a sequence is reproduced by its seed.
 struct Rng(u64);
@@ -199,50 +163,9 @@ async fn generated_client_sequences_never_seal_tampered_and_the_client_sees_what
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
-    let svc = StreamableHttpService::new(
-        || Ok(Echo),
-        Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default(),
-    );
-    let app = axum::Router::new().route_service("/mcp", svc);
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(l, app).await });
-    let dir = tempfile::tempdir().unwrap();
-    let servers = dir.path().join("servers.toml");
-    std::fs::write(
-        &servers,
-        format!("version = 1\n[[server]]\nname = \"up\"\nurl = \"http://{addr}/mcp\"\ntimeout_secs = 5\n"),
-    )
-    .unwrap();
-    let out = dir.path().join("out");
-    std::fs::create_dir(&out).unwrap();
-    let host = knox_mcp::McpHost::from_file(&servers, out.join("mcp")).unwrap();
-    let cfg = Arc::new(GatewayConfig {
-        manifest: knox_policy::ToolkitManifest::from_toolkit_text(MANIFEST).unwrap(),
-        runtime: Arc::new(
-            knox_monitor::run::Runtime::start(
-                &knox_engine::Simulated,
-                &[],
-                knox_policy::ToolkitManifest::from_toolkit_text(MANIFEST).unwrap(),
-            )
-            .unwrap(),
-        ),
-        host: Arc::new(host),
-        contract: None,
-        planner: None,
-        regulation: None,
-        max_calls: 8,
-        trajectory: knox_types::apm::TrajectoryMode::tolerant(),
-        platform: Arc::new(|| Ok(Box::new(knox_engine::Simulated) as Box<_>)),
-        nonce: Vec::new(),
-        out,
-        stop: knox_types::apm::StopPolicy::default(),
-        stop_flag: Arc::new(AtomicBool::new(false)),
-        stop_file: None,
-        idle_timeout: Duration::from_secs(600),
-        max_message_bytes: 1 << 16,
-    });
+    // The upstream's answers come within 5 s even on a busy machine.
+    let fx = super::mcp_sessions::fixture_with(5).await;
+    let cfg = Arc::clone(&fx.cfg);
     let started = std::time::Instant::now();
     // Eight sessions at a time.
     let mut played = Vec::new();
@@ -263,7 +186,8 @@ async fn generated_client_sequences_never_seal_tampered_and_the_client_sees_what
             played.push(t.await.unwrap());
         }
     }
-    let manifest = knox_policy::ToolkitManifest::from_toolkit_text(MANIFEST).unwrap();
+    let manifest =
+        knox_policy::ToolkitManifest::from_toolkit_text(super::mcp_sessions::MANIFEST).unwrap();
     let (mut calls, mut compared) = (0u64, 0u64);
     for (seed, (seen, path)) in &played {
         let b = knox_verify::parse_bundle(&std::fs::read(path).unwrap()).unwrap();

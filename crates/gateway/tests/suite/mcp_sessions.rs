@@ -30,7 +30,9 @@ use serde_json::{Map, Value, json};
 /// The upstream: `echo` (and `send`) answer their `text`; `hang` never answers.
 use mcp_support::Echo as Upstream;
 
-const MANIFEST: &str = r#"format = "knox-toolkit/1"
+/// The upstream's tools as the gateway's manifest declares them: `up.echo` and
+/// `up.hang` (reads), `up.send` (a write).
+pub(super) const MANIFEST: &str = r#"format = "knox-toolkit/1"
 description = "echo"
 [runtime]
 syscalls = ["read", "write", "exit_group"]
@@ -66,12 +68,19 @@ required = ["text"]
 text = { type = "string" }
 "#;
 
-struct Fx {
-    cfg: Arc<GatewayConfig>,
-    dir: tempfile::TempDir,
+/// A gateway configuration over the `echo` upstream, and its folder.
+pub(super) struct Fx {
+    pub(super) cfg: Arc<GatewayConfig>,
+    pub(super) dir: tempfile::TempDir,
 }
 
 async fn fixture() -> Fx {
+    fixture_with(1).await
+}
+
+/// The `echo` upstream on a loopback port and a gateway configuration in front of it
+/// (sessions opened in process), the upstream given `timeout_secs` to answer.
+pub(super) async fn fixture_with(timeout_secs: u64) -> Fx {
     let svc = StreamableHttpService::new(
         || Ok(Upstream),
         Arc::new(LocalSessionManager::default()),
@@ -85,7 +94,7 @@ async fn fixture() -> Fx {
     let servers = dir.path().join("servers.toml");
     std::fs::write(
         &servers,
-        format!("version = 1\n[[server]]\nname = \"up\"\nurl = \"http://{addr}/mcp\"\ntimeout_secs = 1\n"),
+        format!("version = 1\n[[server]]\nname = \"up\"\nurl = \"http://{addr}/mcp\"\ntimeout_secs = {timeout_secs}\n"),
     )
     .unwrap();
     let out = dir.path().join("out");

@@ -176,7 +176,12 @@ fn client_with(
 /// loopback port: the process (killed when dropped) and its base URL
 /// (`http://127.0.0.1:PORT/v1`).
 pub(super) fn upstream(py: &Path, d: &Path) -> (Reaped, String) {
-    std::fs::write(d.join("upstream.py"), UPSTREAM).unwrap();
+    scripted(py, d, UPSTREAM)
+}
+
+/// The scripted model `script` written into `d` and served by `py` (see [`upstream`]).
+fn scripted(py: &Path, d: &Path, script: &str) -> (Reaped, String) {
+    std::fs::write(d.join("upstream.py"), script).unwrap();
     let mut up = Reaped(
         Command::new(py)
             .arg(d.join("upstream.py"))
@@ -475,6 +480,15 @@ fn a_regulated_proxy_withholds_a_read_its_unlisted_upstream_would_hear() {
     assert_eq!(blocked[0]["payload"]["guard"], "regulation", "{blocked:?}");
 }
 
+/// The bank's manifest and a plan reading both balances, in `d`.
+fn both_balances(d: &Path) {
+    std::fs::write(d.join("bank.toml"), BANK).unwrap();
+    let plan = serde_json::json!({"calls": [
+        {"tool": "bank.get_balance", "params": {"account": "main"}},
+        {"tool": "bank.get_balance", "params": {"account": "savings"}}]});
+    std::fs::write(d.join("plan.json"), plan.to_string()).unwrap();
+}
+
 /// The scripted model of [`parallel_tool_calls_and_a_call_never_answered_seal_complete`]:
 /// its first answer asks for both balances at once (two tool calls in one answer, as
 /// `parallel_tool_calls` does); then a final answer.
@@ -523,22 +537,10 @@ fn parallel_tool_calls_and_a_call_never_answered_seal_complete() {
     let py = python();
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    std::fs::write(d.join("bank.toml"), BANK).unwrap();
-    let plan = serde_json::json!({"calls": [
-        {"tool": "bank.get_balance", "params": {"account": "main"}},
-        {"tool": "bank.get_balance", "params": {"account": "savings"}}]});
-    std::fs::write(d.join("plan.json"), plan.to_string()).unwrap();
-    std::fs::write(d.join("upstream.py"), PARALLEL_UPSTREAM).unwrap();
-    let mut up = Reaped(
-        Command::new(&py)
-            .arg(d.join("upstream.py"))
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let port = first_line(up.0.stdout.take().unwrap()).trim().to_owned();
+    both_balances(d);
+    let (_up, upstream) = scripted(&py, d, PARALLEL_UPSTREAM);
     let out = d.join("out");
-    let (gw, base) = proxy(d, &format!("http://127.0.0.1:{port}/v1"), &out);
+    let (gw, base) = proxy(d, &upstream, &out);
     let script = r#"
 import json, os, sys
 from openai import OpenAI
@@ -609,27 +611,10 @@ fn a_conversation_sealed_while_idle_is_refused_its_continuation_not_replanned() 
     let py = python();
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    std::fs::write(d.join("bank.toml"), BANK).unwrap();
-    let plan = serde_json::json!({"calls": [
-        {"tool": "bank.get_balance", "params": {"account": "main"}},
-        {"tool": "bank.get_balance", "params": {"account": "savings"}}]});
-    std::fs::write(d.join("plan.json"), plan.to_string()).unwrap();
-    std::fs::write(d.join("upstream.py"), PARALLEL_UPSTREAM).unwrap();
-    let mut up = Reaped(
-        Command::new(&py)
-            .arg(d.join("upstream.py"))
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let port = first_line(up.0.stdout.take().unwrap()).trim().to_owned();
+    both_balances(d);
+    let (_up, upstream) = scripted(&py, d, PARALLEL_UPSTREAM);
     let out = d.join("out");
-    let (gw, base) = proxy_with(
-        d,
-        &format!("http://127.0.0.1:{port}/v1"),
-        &out,
-        &["--idle-secs", "1"],
-    );
+    let (gw, base) = proxy_with(d, &upstream, &out, &["--idle-secs", "1"]);
     let script = r#"
 import json, sys, time
 import openai
