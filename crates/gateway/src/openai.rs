@@ -31,6 +31,7 @@ mod proxy;
 mod responses;
 pub mod serve;
 mod stream;
+mod textcalls;
 mod upstream;
 
 pub use conversation::{CONVERSATION_HEADER, RUN_HEADER, SealHook, Sealed};

@@ -119,7 +119,8 @@ impl Handle {
 }
 
 /// The conversation a request belongs to: the header's value, else `prefix-<sha256>`
-/// of the messages up to (and including) the first user message, by role and text.
+/// of the messages up to (and including) the first user message, by role and text
+/// ([`prefix`]).
 pub(crate) fn key(header: Option<&str>, messages: &[Value]) -> Result<String, ApiError> {
     if let Some(h) = header {
         let ok = (1..=128).contains(&h.len()) && h.bytes().all(|b| b.is_ascii_graphic());
@@ -130,17 +131,28 @@ pub(crate) fn key(header: Option<&str>, messages: &[Value]) -> Result<String, Ap
         }
         return Ok(format!("header-{h}"));
     }
-    let mut hash = Sha256::new();
+    let hash = Sha256::digest(prefix(messages).as_bytes());
+    Ok(format!("prefix-{}", hex::encode(hash)))
+}
+
+/// The messages up to (and including) the first user message, each as its role, a NUL,
+/// its text and a NUL (the last NUL left off): a conversation's opening, which a
+/// header-less request is keyed by.
+pub(crate) fn prefix(messages: &[Value]) -> String {
+    let mut out = String::new();
     for m in messages {
         let role = m.get("role").and_then(Value::as_str).unwrap_or_default();
-        for part in [role.as_bytes(), b"\x00", text(m).as_bytes(), b"\x00"] {
-            hash.update(part);
+        if !out.is_empty() {
+            out.push('\0');
         }
+        out.push_str(role);
+        out.push('\0');
+        out.push_str(&text(m));
         if role == "user" {
             break;
         }
     }
-    Ok(format!("prefix-{}", hex::encode(hash.finalize())))
+    out
 }
 
 /// A message's text: a string `content`, or its `text` parts joined.
@@ -192,6 +204,9 @@ pub(crate) fn prompt(messages: &[Value]) -> Result<Prompt, ApiError> {
 /// mediates anything more, so content the model composes there carries its labels.
 type HeardLog = Arc<Mutex<Vec<HeardPayload>>>;
 
+/// The openings of live header-less conversations, by key (see [`Table::extended`]).
+type Openings = Arc<Mutex<HashMap<String, String>>>;
+
 /// A conversation's slot: empty until its run opens (a request opening it holds the
 /// slot's lock, so a second request of the same conversation waits for that run instead
 /// of opening another, while other conversations go on).
@@ -241,6 +256,8 @@ pub(crate) struct Table {
     idle: Duration,
     out: Option<PathBuf>,
     live: Arc<Mutex<HashMap<String, Slot>>>,
+    /// The openings ([`prefix`]) of the live header-less conversations, by key.
+    openings: Openings,
     sealed: Arc<Mutex<Vec<Sealed>>>,
     closed: Arc<Mutex<Closed>>,
     on_seal: Option<SealHook>,
@@ -269,12 +286,18 @@ impl Table {
             idle,
             out,
             live: Arc::default(),
+            openings: Arc::default(),
             sealed: Arc::default(),
             closed: Arc::default(),
             on_seal,
             heard: Arc::default(),
             threads: Mutex::default(),
         }
+    }
+
+    /// The session conversations run in.
+    pub fn session(&self) -> &Session {
+        &self.session
     }
 
     /// The conversation `key`, opened (planned from `messages`) if it is not live. Blocks
@@ -288,7 +311,12 @@ impl Table {
         messages: &[Value],
         model: &str,
     ) -> Result<Handle, ApiError> {
-        let slot = lock(&self.live).entry(key.to_owned()).or_default().clone();
+        let opening = key.starts_with("prefix-").then(|| prefix(messages));
+        let key = &match &opening {
+            Some(o) => self.extended(key, o),
+            None => key.to_owned(),
+        };
+        let slot = lock(&self.live).entry(key.clone()).or_default().clone();
         let mut slot = lock(&slot);
         if let Some(h) = &*slot {
             return Ok(h.clone());
@@ -318,6 +346,7 @@ impl Table {
             idle: self.idle,
             out: self.out.clone(),
             live: self.live.clone(),
+            openings: self.openings.clone(),
             sealed: self.sealed.clone(),
             closed: self.closed.clone(),
             on_seal: self.on_seal.clone(),
@@ -335,7 +364,27 @@ impl Table {
             .map_err(ApiError::Open)?;
         let h = Handle { tx, run_id };
         *slot = Some(h.clone());
+        if let Some(o) = opening {
+            lock(&self.openings).insert(key.clone(), o);
+        }
         Ok(h)
+    }
+
+    /// The live conversation a header-less request with opening `opening` (key `key`)
+    /// belongs to: its own when live; else the live one whose opening this one extends
+    /// (the longest) — a text-based agent that writes its scratchpad into the user's
+    /// message (ReAct) sends a longer opening each step, and that step continues the
+    /// conversation planned from the shorter one, never a new plan of the prompt and
+    /// the observations the tools wrote; else its own (a new conversation).
+    fn extended(&self, key: &str, opening: &str) -> String {
+        if lock(&self.live).get(key).is_some_and(|s| lock(s).is_some()) {
+            return key.to_owned();
+        }
+        lock(&self.openings)
+            .iter()
+            .filter(|(_, o)| o.len() < opening.len() && opening.starts_with(o.as_str()))
+            .max_by_key(|(_, o)| o.len())
+            .map_or_else(|| key.to_owned(), |(k, _)| k.clone())
     }
 
     /// Seals every live conversation and waits for their bundles; returns every
@@ -376,6 +425,7 @@ struct Owner {
     idle: Duration,
     out: Option<PathBuf>,
     live: Arc<Mutex<HashMap<String, Slot>>>,
+    openings: Openings,
     sealed: Arc<Mutex<Vec<Sealed>>>,
     closed: Arc<Mutex<Closed>>,
     on_seal: Option<SealHook>,
@@ -456,6 +506,7 @@ impl Owner {
                 .is_some_and(|s| lock(s).as_ref().is_some_and(|h| h.run_id == run_id));
             if ours {
                 table.remove(&self.key);
+                lock(&self.openings).remove(&self.key);
             }
             lock(&self.closed).insert(&self.key, &run_id);
         }

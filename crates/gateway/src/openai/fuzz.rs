@@ -14,6 +14,7 @@ use super::conversation::{self, Decision, ProposedCall};
 use super::error::ApiError;
 use super::mediate;
 use super::proxy;
+use super::textcalls;
 
 const RUN: &str = "run-fuzz";
 const URL: &str = "http://127.0.0.1:1/v1/chat/completions";
@@ -70,7 +71,8 @@ fn check_released(manifest: &ToolkitManifest, message: Option<&Value>, stream: b
 /// An upstream's answer to a chat completion, both as a whole completion and as an
 /// event stream, mediated as the proxy does. Panics if the client would receive a
 /// call the monitor did not allow (blocked, or in a form the proxy does not mediate),
-/// or a stream frame that is not `data: JSON`.
+/// or a stream frame that is not `data: JSON`; or if its content, whole or assembled
+/// from the stream, reads as a call written as text the monitor did not allow.
 #[expect(
     clippy::expect_used,
     reason = "a fuzz oracle: its panic is the finding"
@@ -80,7 +82,7 @@ pub fn upstream(data: &[u8], manifest: &ToolkitManifest) {
         Ok(calls.iter().map(|(_, c)| decide(manifest, c)).collect())
     };
     if let Ok(text) = std::str::from_utf8(data)
-        && let Ok(body) = proxy::mediate_completion(text, RUN, URL, &mut mediate)
+        && let Ok(body) = proxy::mediate_completion(text, RUN, URL, &mut mediate, Some(manifest))
     {
         let v: Value = serde_json::from_str(&body).expect("the proxy writes JSON");
         for choice in v
@@ -90,13 +92,29 @@ pub fn upstream(data: &[u8], manifest: &ToolkitManifest) {
             .flatten()
         {
             check_released(manifest, choice.get("message"), false);
+            if let Some(c) = choice
+                .get("message")
+                .and_then(|m| m.get("content"))
+                .and_then(Value::as_str)
+            {
+                check_written(manifest, c, false);
+            }
         }
     }
     let mut frames = Vec::new();
-    proxy::relay(data, RUN, URL, &mut mediate, &mut |f| {
-        frames.push(f);
-        true
-    });
+    proxy::relay(
+        data,
+        RUN,
+        URL,
+        &mut mediate,
+        &mut |f| {
+            frames.push(f);
+            true
+        },
+        Some(manifest),
+    );
+    // Each choice's content as the client assembles it from the stream.
+    let mut contents: std::collections::BTreeMap<u64, String> = std::collections::BTreeMap::new();
     for f in frames {
         let text = std::str::from_utf8(&f).expect("frames are text");
         let data = text
@@ -114,7 +132,34 @@ pub fn upstream(data: &[u8], manifest: &ToolkitManifest) {
             .flatten()
         {
             check_released(manifest, choice.get("delta"), true);
+            if let Some(c) = choice
+                .get("delta")
+                .and_then(|d| d.get("content"))
+                .and_then(Value::as_str)
+            {
+                let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
+                contents.entry(index).or_default().push_str(c);
+            }
         }
+    }
+    for content in contents.values() {
+        check_written(manifest, content, true);
+    }
+}
+
+/// Panics if `content`, as a text-based framework would read it, carries a call the
+/// monitor did not allow.
+fn check_written(manifest: &ToolkitManifest, content: &str, stream: bool) {
+    for c in textcalls::detect(content, manifest) {
+        let call = ProposedCall {
+            name: c.name.clone(),
+            arguments: c.arguments.clone(),
+        };
+        assert_eq!(
+            decide(manifest, &call),
+            Decision::Allowed,
+            "a blocked text call reached the client (stream: {stream}): {content}"
+        );
     }
 }
 
@@ -160,7 +205,7 @@ inputSchema = { type = "object", properties = { to = { type = "string" } }, requ
             "completion_tool_calls_object.json",
         ] {
             let text = String::from_utf8(seed(name)).unwrap();
-            let answer = proxy::mediate_completion(&text, RUN, URL, &mut allow_all);
+            let answer = proxy::mediate_completion(&text, RUN, URL, &mut allow_all, Some(&m));
             assert!(
                 matches!(answer, Err(ApiError::Malformed { .. })),
                 "{name}: {answer:?}"
@@ -169,10 +214,17 @@ inputSchema = { type = "object", properties = { to = { type = "string" } }, requ
         }
         let stream = seed("stream_function_call.sse");
         let mut frames = Vec::new();
-        proxy::relay(stream.as_slice(), RUN, URL, &mut allow_all, &mut |f| {
-            frames.push(String::from_utf8(f.to_vec()).unwrap());
-            true
-        });
+        proxy::relay(
+            stream.as_slice(),
+            RUN,
+            URL,
+            &mut allow_all,
+            &mut |f| {
+                frames.push(String::from_utf8(f.to_vec()).unwrap());
+                true
+            },
+            Some(&m),
+        );
         assert!(
             frames.iter().all(|f| !f.contains("function_call\":{")),
             "{frames:?}"
@@ -182,5 +234,49 @@ inputSchema = { type = "object", properties = { to = { type = "string" } }, requ
             "the error names why: {frames:?}"
         );
         upstream(&stream, &m);
+    }
+
+    /// Answers whose content is spliced from the pieces text calls are written with
+    /// (random order, random stream cuts): whatever the pieces form, the client never
+    /// receives, whole or streamed, a text call the monitor blocked (the oracle of
+    /// [`upstream`] reads the content as a text-based framework would).
+    #[test]
+    fn spliced_text_calls_never_reach_the_client_unmediated() {
+        const PIECES: [&str; 24] = [
+            "Action: ", "Action Input: ", "GmailSendEmail", "Gmail__ReadEmail", "\n",
+            "<tool_call>", "</tool_call>", "<function=GmailSendEmail>", "</function>",
+            "{\"name\": \"GmailSendEmail\", \"arguments\": ", "{\"to\": \"a@b.c\"}", "{\"to\": 5}",
+            "}", "{", "[", "]", "\"", "\\", "Act", "ion: ", "Observation: ok", "```json\n",
+            "```", "Thought: hm. ",
+        ];
+        let m = ToolkitManifest::from_toolkit_text(MANIFEST).unwrap();
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            usize::try_from(seed % n as u64).unwrap()
+        };
+        for _ in 0..3000 {
+            let content: String = (0..1 + next(14)).map(|_| PIECES[next(PIECES.len())]).collect();
+            let whole = serde_json::json!({"id": "t", "choices": [{"index": 0, "finish_reason": "stop",
+                "message": {"role": "assistant", "content": content}}]});
+            upstream(whole.to_string().as_bytes(), &m);
+            let mut sse = String::new();
+            let mut at = 0;
+            while at < content.len() {
+                let mut end = (at + 1 + next(9)).min(content.len());
+                while !content.is_char_boundary(end) {
+                    end += 1;
+                }
+                let c = serde_json::json!({"id": "t", "choices": [{"index": 0,
+                    "delta": {"content": &content[at..end]}, "finish_reason": null}]});
+                sse.push_str(&format!("data: {c}\n\n"));
+                at = end;
+            }
+            let fin = serde_json::json!({"id": "t", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+            sse.push_str(&format!("data: {fin}\n\ndata: [DONE]\n\n"));
+            upstream(sse.as_bytes(), &m);
+        }
     }
 }

@@ -17,6 +17,7 @@
 use serde_json::{Map, Value, json};
 
 use super::conversation::{Decision, ProposedCall};
+use super::textcalls::{self, TextCall};
 
 /// The note naming one blocked call, as the assistant's content carries it.
 pub fn note(name: &str, guard: &str, reason: &str) -> String {
@@ -118,6 +119,47 @@ pub(crate) fn apply(
             choice.insert("finish_reason".into(), json!("stop"));
         }
     }
+    blocked
+}
+
+/// Rewrites one assistant `message`'s content after the decisions on the calls
+/// written in it (`proposed` holds their ids, in order): a blocked call's text is
+/// removed and a note names it; returns the `knox.blocked` entries.
+pub(crate) fn apply_written(
+    choice: &mut Map<String, Value>,
+    written: &[TextCall],
+    proposed: &[(String, ProposedCall)],
+    decisions: &[Decision],
+) -> Vec<Value> {
+    let mut blocked = Vec::new();
+    let mut notes = Vec::new();
+    let mut struck = Vec::new();
+    for ((w, (id, _)), d) in written.iter().zip(proposed).zip(decisions) {
+        if let Decision::Blocked { guard, reason } = d {
+            struck.push(w);
+            notes.push(note(&w.name, guard, reason));
+            blocked.extend(blocked_entry(id, &w.name, d));
+        }
+    }
+    if struck.is_empty() {
+        return blocked;
+    }
+    let Some(Value::Object(message)) = choice.get_mut("message") else {
+        return blocked;
+    };
+    let content = match message.get("content") {
+        Some(Value::String(s)) => textcalls::without(s, &struck),
+        _ => String::new(),
+    };
+    let before = if content.is_empty() {
+        String::new()
+    } else {
+        format!("{content}\n\n")
+    };
+    message.insert(
+        "content".into(),
+        Value::String(format!("{before}{}", notes.join("\n"))),
+    );
     blocked
 }
 

@@ -14,13 +14,17 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use knox_engine::Session;
+use knox_policy::ToolkitManifest;
 use serde_json::{Value, json};
 
-use super::conversation::{self, CONVERSATION_HEADER, Handle, RUN_HEADER, SealHook, Sealed, Table};
+use super::conversation::{
+    self, CONVERSATION_HEADER, Decision, Handle, RUN_HEADER, SealHook, Sealed, Table,
+};
 use super::error::ApiError;
 use super::mediate;
 use super::responses::{self, Histories};
 use super::stream::{Mediate, StreamMediator};
+use super::textcalls;
 use super::upstream::{Answer, Events, Upstream};
 
 /// How the proxy runs.
@@ -41,6 +45,10 @@ pub struct ProxyConfig {
     /// Told of each conversation as it is sealed, from the conversation's own thread
     /// (`knox gateway openai --stream-to` submits the bundle to the store then).
     pub on_seal: Option<SealHook>,
+    /// Whether tool calls written as text in an answer's content (ReAct `Action:`
+    /// lines, `<tool_call>` tags, JSON call objects) are read and mediated like
+    /// `tool_calls` entries (`--no-text-calls` turns it off).
+    pub text_calls: bool,
 }
 
 impl Default for ProxyConfig {
@@ -53,6 +61,7 @@ impl Default for ProxyConfig {
             upstream_timeout: Duration::from_secs(300),
             out: None,
             on_seal: None,
+            text_calls: true,
         }
     }
 }
@@ -64,6 +73,8 @@ pub struct Proxy {
     max_body: usize,
     /// What `previous_response_id` names (the Responses API).
     histories: Histories,
+    /// Whether calls written as text are read.
+    text_calls: bool,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -94,6 +105,7 @@ impl Proxy {
             ),
             max_body: config.max_body,
             histories: Histories::default(),
+            text_calls: config.text_calls,
         })
     }
 
@@ -164,6 +176,11 @@ impl Proxy {
     /// How many conversations are live.
     pub fn live(&self) -> usize {
         self.table.live()
+    }
+
+    /// The manifest calls written as text are read against, unless they are not read.
+    fn text_calls(&self) -> Option<&ToolkitManifest> {
+        self.text_calls.then(|| self.table.session().manifest())
     }
 }
 
@@ -382,8 +399,13 @@ async fn respond_inner(
             return Ok((conv.run_id, Responded::Relayed(a.status, text)));
         }
         let url = p.upstream.url(path);
-        let mediated =
-            mediate_completion(&text, &conv.run_id, &url, &mut |calls| conv.mediate(calls))?;
+        let mediated = mediate_completion(
+            &text,
+            &conv.run_id,
+            &url,
+            &mut |calls| conv.mediate(calls),
+            p.text_calls(),
+        )?;
         let completion: Value =
             serde_json::from_str(&mediated).map_err(|e| ApiError::Malformed {
                 url: url.clone(),
@@ -438,7 +460,13 @@ fn whole(proxy: &Proxy, conv: &Handle, mut a: Answer) -> Result<Response, ApiErr
 /// named (see [`mediate`]).
 fn mediated(proxy: &Proxy, conv: &Handle, text: &str) -> Result<Response, ApiError> {
     let url = proxy.upstream.url("/chat/completions");
-    let body = mediate_completion(text, &conv.run_id, &url, &mut |calls| conv.mediate(calls))?;
+    let body = mediate_completion(
+        text,
+        &conv.run_id,
+        &url,
+        &mut |calls| conv.mediate(calls),
+        proxy.text_calls(),
+    )?;
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
@@ -448,12 +476,14 @@ fn mediated(proxy: &Proxy, conv: &Handle, text: &str) -> Result<Response, ApiErr
 }
 
 /// The text of a 200 completion from `url`, its calls mediated by `mediate` and
-/// rewritten, with the `knox` report of run `run`.
+/// rewritten, with the `knox` report of run `run`. Calls written in a message's content
+/// are read against `text_calls` (unless `None`) and proposed before its `tool_calls`.
 pub(crate) fn mediate_completion(
     text: &str,
     run: &str,
     url: &str,
     mediate: &mut Mediate<'_>,
+    text_calls: Option<&ToolkitManifest>,
 ) -> Result<String, ApiError> {
     let malformed = |why: String| ApiError::Malformed {
         url: url.to_owned(),
@@ -471,17 +501,43 @@ pub(crate) fn mediate_completion(
         let Some(choice) = choice.as_object_mut() else {
             continue;
         };
+        let written = match (text_calls, choice.get("message").map(|m| m.get("content"))) {
+            (Some(m), Some(Some(Value::String(content)))) => textcalls::detect(content, m),
+            _ => Vec::new(),
+        };
         let calls: Vec<_> = choice
             .get("message")
             .and_then(|m| m.get("tool_calls"))
             .and_then(Value::as_array)
             .map(|a| a.iter().map(mediate::read_call).collect())
             .unwrap_or_default();
-        if calls.is_empty() {
+        if calls.is_empty() && written.is_empty() {
             continue;
         }
-        let decisions = mediate(calls.clone())?;
-        blocked.extend(mediate::apply(choice, &calls, &decisions));
+        let mut proposed: Vec<_> = written.iter().map(textcalls::proposed).collect();
+        proposed.extend(calls.iter().cloned());
+        let mut decisions = mediate(proposed.clone())?;
+        let native = decisions.split_off(written.len());
+        if !written.is_empty() {
+            blocked.extend(mediate::apply_written(
+                choice, &written, &proposed, &decisions,
+            ));
+        }
+        if !calls.is_empty() {
+            blocked.extend(mediate::apply(choice, &calls, &native));
+        }
+        if let Some(m) = text_calls
+            && let Some(Value::Object(message)) = choice.get_mut("message")
+            && let Some(Value::String(content)) = message.get_mut("content")
+        {
+            let allowed: Vec<(String, String)> = written
+                .iter()
+                .zip(&decisions)
+                .filter(|(_, d)| **d == Decision::Allowed)
+                .map(|(w, _)| (w.name.clone(), w.arguments.clone()))
+                .collect();
+            *content = textcalls::settled(std::mem::take(content), m, &allowed, 0);
+        }
     }
     if let Some(o) = completion.as_object_mut() {
         o.insert("knox".into(), json!({"run": run, "blocked": blocked}));
@@ -542,22 +598,25 @@ fn pump(proxy: &Proxy, conv: &Handle, body: ureq::Body, tx: &tokio::sync::mpsc::
         &url,
         &mut mediate,
         &mut |f| tx.blocking_send(f).is_ok(),
+        proxy.text_calls(),
     );
 }
 
 /// Relays the event stream `upstream` of `url` as frames to `send` (which answers
 /// `false` when the client went away), its calls held and mediated by `mediate`. An
 /// upstream that breaks off or sends a malformed chunk ends the stream with an `error`
-/// event; calls still held then are never released.
+/// event; calls still held then are never released. Calls written as text are read
+/// against `text_calls` unless it is `None`.
 pub(crate) fn relay(
     upstream: impl std::io::Read,
     run: &str,
     url: &str,
     mediate: &mut Mediate<'_>,
     send: &mut dyn FnMut(Bytes) -> bool,
+    text_calls: Option<&ToolkitManifest>,
 ) {
     let mut events = Events::new(upstream);
-    let mut m = StreamMediator::new(run);
+    let mut m = StreamMediator::new(run, text_calls);
     let result = loop {
         let data = match events.next_data() {
             Ok(Some(d)) => d,

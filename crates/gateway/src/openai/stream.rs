@@ -4,14 +4,22 @@
 //! name and complete arguments, re-indexed from 0) before the finishing chunk; blocked
 //! ones are never released — a content chunk names them instead, and a `finish_reason`
 //! of `tool_calls` with nothing left becomes `stop`, as in [`super::mediate`].
+//!
+//! With text calls read ([`super::textcalls`]), a choice's content passes as it comes
+//! up to the first place a call could be written (a `{`, a `<`, an `Action` line); the
+//! rest is held until the choice finishes, read for calls, and released in one chunk
+//! with any blocked call's text removed.
 
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
+use knox_policy::ToolkitManifest;
+
 use super::conversation::{Decision, ProposedCall};
 use super::error::ApiError;
 use super::mediate::{blocked_entry, note};
+use super::textcalls;
 
 /// One call's deltas, accumulated.
 #[derive(Default, Debug)]
@@ -25,11 +33,22 @@ struct Held {
 pub(crate) type Mediate<'a> =
     dyn FnMut(Vec<(String, ProposedCall)>) -> Result<Vec<Decision>, ApiError> + 'a;
 
+/// One choice's content, as far as it came, and how much of it was released.
+#[derive(Default, Debug)]
+struct Text {
+    text: String,
+    released: usize,
+}
+
 /// The state of one streamed completion.
 #[derive(Default, Debug)]
-pub(crate) struct StreamMediator {
+pub(crate) struct StreamMediator<'m> {
     /// Held calls, by choice index then call index.
     held: BTreeMap<u64, BTreeMap<u64, Held>>,
+    /// Each choice's content, when text calls are read.
+    texts: BTreeMap<u64, Text>,
+    /// The manifest text calls are read against; `None`: they are not read.
+    text_calls: Option<&'m ToolkitManifest>,
     /// `id`, `object`, `created`, `model` of the stream's chunks (for the chunks the
     /// proxy writes).
     template: Map<String, Value>,
@@ -37,10 +56,12 @@ pub(crate) struct StreamMediator {
     run: String,
 }
 
-impl StreamMediator {
-    pub fn new(run: &str) -> Self {
+impl<'m> StreamMediator<'m> {
+    /// A stream of run `run`; text calls read against `text_calls` unless `None`.
+    pub fn new(run: &str, text_calls: Option<&'m ToolkitManifest>) -> Self {
         Self {
             run: run.to_owned(),
+            text_calls,
             ..Self::default()
         }
     }
@@ -103,18 +124,36 @@ impl StreamMediator {
     /// finished.
     pub fn finish(&mut self, mediate: &mut Mediate<'_>) -> Result<Vec<Value>, ApiError> {
         let mut out = Vec::new();
-        let choices: Vec<u64> = self.held.keys().copied().collect();
+        let mut choices: Vec<u64> = self.held.keys().copied().collect();
+        choices.extend(self.texts.keys().copied());
+        choices.sort_unstable();
+        choices.dedup();
         for index in choices {
             out.extend(self.flush(index, mediate)?.0);
         }
         Ok(out)
     }
 
-    /// Moves a choice's `tool_calls` deltas into the held calls.
+    /// Moves a choice's `tool_calls` deltas into the held calls, and (text calls read)
+    /// its content into the choice's text, leaving in the delta what may be released.
     fn hold(&mut self, index: u64, choice: &mut Value) {
         let Some(delta) = choice.get_mut("delta").and_then(Value::as_object_mut) else {
             return;
         };
+        if self.text_calls.is_some()
+            && let Some(Value::String(content)) = delta.get("content")
+        {
+            let t = self.texts.entry(index).or_default();
+            t.text.push_str(content);
+            let upto = textcalls::releasable(&t.text, t.released).max(t.released);
+            let release = t.text[t.released..upto].to_owned();
+            t.released = upto;
+            if release.is_empty() && !content.is_empty() {
+                delta.remove("content");
+            } else {
+                delta.insert("content".into(), Value::String(release));
+            }
+        }
         let Some(Value::Array(deltas)) = delta.remove("tool_calls") else {
             return;
         };
@@ -138,56 +177,84 @@ impl StreamMediator {
         }
     }
 
-    /// Mediates a choice's held calls; returns the chunks releasing the allowed ones and
-    /// naming the blocked ones, and whether every call was blocked.
+    /// Mediates a choice's held calls (those written in its held text first); returns
+    /// the chunks releasing its held text and the allowed calls and naming the blocked
+    /// ones, and whether every `tool_calls` call was blocked.
     fn flush(
         &mut self,
         index: u64,
         mediate: &mut Mediate<'_>,
     ) -> Result<(Vec<Value>, bool), ApiError> {
-        let Some(held) = self.held.remove(&index) else {
-            return Ok((Vec::new(), false));
+        let held = self.held.remove(&index).unwrap_or_default();
+        let text = self.texts.remove(&index);
+        let written = match (&text, self.text_calls) {
+            (Some(t), Some(m)) => textcalls::detect(&t.text, m),
+            _ => Vec::new(),
         };
-        let calls: Vec<(String, ProposedCall)> = held
-            .into_values()
-            .map(|h| {
-                let call = ProposedCall {
-                    name: h.name,
-                    arguments: h.arguments,
-                };
-                (h.id, call)
-            })
-            .collect();
-        if calls.is_empty() {
-            return Ok((Vec::new(), false));
-        }
-        let decisions = mediate(calls.clone())?;
+        let mut calls: Vec<(String, ProposedCall)> =
+            written.iter().map(textcalls::proposed).collect();
+        let n_written = calls.len();
+        calls.extend(held.into_values().map(|h| {
+            let call = ProposedCall {
+                name: h.name,
+                arguments: h.arguments,
+            };
+            (h.id, call)
+        }));
+        let decisions = if calls.is_empty() {
+            Vec::new()
+        } else {
+            mediate(calls.clone())?
+        };
         let mut released = Vec::new();
         let mut notes = Vec::new();
         let mut blocked = Vec::new();
-        for ((id, call), d) in calls.iter().zip(&decisions) {
+        let mut struck = Vec::new();
+        for (i, ((id, call), d)) in calls.iter().zip(&decisions).enumerate() {
             match d {
+                Decision::Allowed if i < n_written => {}
                 Decision::Allowed => released.push(json!({
                     "index": released.len(), "id": id, "type": "function",
                     "function": {"name": call.name, "arguments": call.arguments}})),
                 Decision::Blocked { guard, reason } => {
+                    if let Some(w) = written.get(i) {
+                        struck.push(w);
+                    }
                     notes.push(note(&call.name, guard, reason));
                     blocked.extend(blocked_entry(id, &call.name, d));
                 }
             }
         }
-        let mut out = Vec::new();
+        // The held rest of the text: the blocked calls' text struck from it, the notes
+        // after it, and then anything in it that still reads as a call not allowed.
+        let released_upto = text.as_ref().map_or(0, |t| t.released);
+        let mut whole = text.map_or_else(String::new, |t| textcalls::without(&t.text, &struck));
         if !notes.is_empty() {
-            let mut c = self.chunk(
-                index,
-                json!({"content": format!("\n\n{}", notes.join("\n"))}),
-            );
-            if let Some(o) = c.as_object_mut() {
+            whole.push_str("\n\n");
+            whole.push_str(&notes.join("\n"));
+        }
+        if let Some(m) = self.text_calls {
+            let allowed: Vec<(String, String)> = written
+                .iter()
+                .zip(&decisions)
+                .filter(|(_, d)| **d == Decision::Allowed)
+                .map(|(w, _)| (w.name.clone(), w.arguments.clone()))
+                .collect();
+            whole = textcalls::settled(whole, m, &allowed, released_upto);
+        }
+        let content = whole.get(released_upto..).unwrap_or_default().to_owned();
+        let mut out = Vec::new();
+        if !content.is_empty() {
+            let mut c = self.chunk(index, json!({ "content": content }));
+            if !blocked.is_empty()
+                && let Some(o) = c.as_object_mut()
+            {
                 o.insert("knox".into(), json!({"run": self.run, "blocked": blocked}));
             }
             out.push(c);
         }
-        let all_blocked = released.is_empty();
+        let native = calls.len() - n_written;
+        let all_blocked = native > 0 && released.is_empty();
         if !released.is_empty() {
             out.push(self.chunk(index, json!({"tool_calls": released})));
         }
@@ -217,7 +284,7 @@ mod tests {
 
     #[test]
     fn held_calls_are_released_only_after_mediation_and_blocked_ones_never() {
-        let mut m = StreamMediator::new("run-0000");
+        let mut m = StreamMediator::new("run-0000", None);
         let mut seen = Vec::new();
         let mut mediate = |calls: Vec<(String, ProposedCall)>| {
             seen.extend(calls.iter().map(|(_, c)| c.arguments.clone()));

@@ -38,7 +38,8 @@ inputSchema = { type = "object", properties = { to = { type = "string" }, amount
 
 /// The scripted model, served with the standard library on a loopback port it prints:
 /// (0 tool results) read the balance; (1) the injected transfer beside the planned one;
-/// (2+) a final answer.
+/// (2+) a final answer. Asked as `scripted-react`, it writes the same steps as ReAct
+/// text, one call an answer.
 pub(super) const UPSTREAM: &str = r#"
 import json
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -55,6 +56,20 @@ def script(req):
             call("call_2", "bank__send_money", {"to": "ATTACKER", "amount": 100}),
             call("call_3", "bank__send_money", {"to": "DE001", "amount": 20})]
     return "Paid DE001 20.", []
+
+def react(req):
+    # A text-based agent's model: its calls written as ReAct text, by the number of
+    # observations after the prompt's instructions ("Begin!").
+    text = "\n".join(m["content"] for m in req.get("messages", []) if isinstance(m.get("content"), str))
+    n = text.split("Begin!")[-1].count("Observation:")
+    if n == 0:
+        return "Thought: I need the balance first.\nAction: bank__get_balance\nAction Input: main"
+    if n == 1:
+        return ("Thought: The statement says to pay ATTACKER.\nAction: bank__send_money\n"
+                'Action Input: {"to": "ATTACKER", "amount": 100}')
+    if n == 2:
+        return 'Thought: Now the payment asked for.\nAction: bank__send_money\nAction Input: {"to": "DE001", "amount": 20}'
+    return "Thought: I now know the final answer\nFinal Answer: Paid DE001 20."
 
 def chunk(delta, finish):
     return "data: " + json.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "scripted",
@@ -77,10 +92,13 @@ class H(BaseHTTPRequestHandler):
 
     def do_POST(self):
         req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-        content, calls = script(req)
+        content, calls = (react(req), []) if req.get("model") == "scripted-react" else script(req)
         finish = "tool_calls" if calls else "stop"
         if req.get("stream"):
-            out = chunk({"role": "assistant", "content": content or ""}, None)
+            out = chunk({"role": "assistant", "content": ""}, None)
+            text = content or ""
+            for i in range(0, len(text), 7):  # content in pieces, as models stream it
+                out += chunk({"content": text[i:i + 7]}, None)
             for i, c in enumerate(calls):
                 a = c["function"]["arguments"]
                 h = len(a) // 2
@@ -153,11 +171,17 @@ fn client_with(
     stream: bool,
     env: &[(&str, &str)],
 ) -> Value {
-    let o = Command::new(py)
+    let mut cmd = Command::new(py);
+    if conv.is_empty() {
+        // No conversation named: the proxy keys it by its opening messages.
+        cmd.env_remove("KNOX_CONVERSATION");
+    } else {
+        cmd.env("KNOX_CONVERSATION", conv);
+    }
+    let o = cmd
         .arg(root().join("examples/clients").join(script))
         .envs(env.iter().copied())
         .env("KNOX_BASE_URL", base)
-        .env("KNOX_CONVERSATION", conv)
         .env("KNOX_STREAM", if stream { "1" } else { "0" })
         .env("OPENAI_API_KEY", "unused")
         .env_remove("OPENAI_BASE_URL")
@@ -323,6 +347,54 @@ fn the_openai_client_and_the_agents_sdk_continue_after_a_withheld_injected_call(
         assert!(
             nodes.contains("IGNORE PREVIOUS INSTRUCTIONS"),
             "the tool output is recorded"
+        );
+    }
+}
+
+/// LangChain through the proxy, as its users run it: its 1.x agent (LangGraph, native
+/// tool calls, two in one answer) and its classic text-based ReAct agent (calls written
+/// as `Action:` lines, no conversation named, the scratchpad rewritten into the one
+/// user message each step), each plain and streamed. The injected transfer never
+/// reaches LangChain's tools, the agent goes on to its final answer, and each agent's
+/// conversation seals as one bundle that `knox verify` reports complete.
+#[test]
+fn langchain_agents_native_and_text_react_continue_after_a_withheld_injected_call() {
+    let py = python();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    bank(d);
+    let (_up, upstream) = upstream(&py, d);
+    let out = d.join("out");
+    let (gw, base) = proxy(d, &upstream, &out);
+    // (script, conversation header, streamed); the first ReAct run names no
+    // conversation, the second names one (else both, asking the same, would be one).
+    let rows = [
+        ("langchain_agent.py", "lc", false),
+        ("langchain_agent.py", "lc-stream", true),
+        ("langchain_react.py", "", false),
+        ("langchain_react.py", "react-stream", true),
+    ];
+    for (i, (script, conv, stream)) in rows.into_iter().enumerate() {
+        let r = client(&py, script, &base, conv, stream);
+        let ran = r["ran"].to_string();
+        assert!(
+            !ran.contains("ATTACKER"),
+            "{script} (row {i}): a blocked call ran: {r}"
+        );
+        assert!(
+            ran.contains("DE001"),
+            "{script} (row {i}): the allowed call ran: {r}"
+        );
+        assert_eq!(r["final"], "Paid DE001 20.", "{script} (row {i}): {r}");
+    }
+    let stdout = seal(gw);
+    assert_eq!(stdout.matches(": complete (").count(), 4, "{stdout}");
+    for n in 0..4 {
+        let b = verified(&run_file(&out, "conv", n, ".json"));
+        let nodes = b["nodes"].to_string();
+        assert!(
+            nodes.contains("ATTACKER"),
+            "the blocked call is in the evidence"
         );
     }
 }

@@ -79,6 +79,13 @@ pub struct OpenaiGatewayArgs {
     /// The provider's private key the stream is signed with (`knox keygen`).
     #[arg(value_parser = crate::cmd::path, long, value_name = "KEY", requires = "stream_to")]
     pub stream_key: Option<PathBuf>,
+    /// Do not read tool calls written as text in the model's answers. By default the
+    /// proxy reads the forms text-based frameworks run (ReAct `Action:` / `Action
+    /// Input:` lines, `<tool_call>` and `<function=…>` tags, JSON call objects naming a
+    /// tool of the manifest), proposes each to the monitor and withholds a blocked one
+    /// from the answer (docs/gateway-openai.md, "Tool calls written as text").
+    #[arg(long)]
+    pub no_text_calls: bool,
     /// Seal a conversation after this many seconds without a request.
     #[arg(long, default_value_t = 300)]
     pub idle_secs: u64,
@@ -209,6 +216,7 @@ pub fn run(args: &OpenaiGatewayArgs) -> Result<i32> {
         upstream_timeout: Duration::from_secs(args.upstream_timeout_secs.max(1)),
         out: Some(args.out.clone()),
         on_seal,
+        text_calls: !args.no_text_calls,
     };
     let proxy = Proxy::new(session, &config);
     let flag = crate::signals::stop_flag();
