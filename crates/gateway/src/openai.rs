@@ -11,6 +11,10 @@
 //! - every `tool_calls` entry the upstream returns is proposed to the run's monitor as
 //!   `{"tool", "params"}` before the client sees it: allowed calls pass unchanged, a
 //!   blocked one is removed and named in the assistant's `content` (see [`mediate`]);
+//! - calls written as text in an answer's `content` (ReAct lines, `<tool_call>` tags,
+//!   JSON call objects), which text-based frameworks parse and run, are read and
+//!   proposed the same way, a blocked one struck from the text (see `textcalls`;
+//!   [`ProxyConfig::text_calls`] turns this off);
 //! - `role: tool` messages answering an allowed call are recorded against its ticket
 //!   (untrusted `tool_output` nodes);
 //! - a conversation ends — idle timeout, [`Proxy::seal_all`] (the CLI calls it on
