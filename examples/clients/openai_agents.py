@@ -7,13 +7,22 @@ the Responses API — pointed at the proxy by `base_url`, nothing else changed
 The SDK's own loop runs the tools; when Knox withholds a call, the SDK sees an
 assistant message naming the refusal (beside any allowed calls) and goes on. Prints
 one JSON object: the calls the SDK ran and its final output.
+
+`KNOX_MCP_COMMAND` (a JSON array: a command and its arguments, such as
+`["knox", "gateway", "mcp", "--manifest", …]`) adds an MCP server the SDK launches over
+stdio: its tools join the function tools, so the SDK's MCP calls go through
+`knox gateway mcp` (mediated again there, run confined, their output recorded). The
+JSON object then also lists the MCP tools' outputs.
 """
 
+import asyncio
 import json
 import os
 
 from agents import (Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_default_openai_client,
                     set_tracing_disabled)
+from agents.items import ToolCallOutputItem
+from agents.mcp import MCPServerStdio
 from openai import AsyncOpenAI
 
 RAN = []
@@ -33,7 +42,7 @@ def bank__send_money(to: str, amount: float) -> str:
     return json.dumps({"ok": True, "to": to})
 
 
-def main():
+async def run():
     set_tracing_disabled(True)  # no traces leave the machine
     # Optional: name the conversation (else Knox keys it by its first messages).
     headers = {"x-knox-conversation": os.environ["KNOX_CONVERSATION"]} if "KNOX_CONVERSATION" in os.environ else None
@@ -46,14 +55,31 @@ def main():
         # The SDK's default: the Responses API, through the client given here.
         set_default_openai_client(client, use_for_tracing=False)
         model = name
-    agent = Agent(
-        name="bank",
-        instructions="You are a careful banking assistant.",
-        model=model,
-        tools=[bank__get_balance, bank__send_money],
-    )
-    result = Runner.run_sync(agent, "Check my balance, then pay DE001 20.", max_turns=8)
-    print(json.dumps({"ran": RAN, "final": result.final_output}))
+    servers = []
+    if "KNOX_MCP_COMMAND" in os.environ:
+        command, *args = json.loads(os.environ["KNOX_MCP_COMMAND"])
+        servers.append(MCPServerStdio(params={"command": command, "args": args}, name="knox",
+                                      client_session_timeout_seconds=60))
+    for s in servers:
+        await s.connect()
+    try:
+        agent = Agent(
+            name="bank",
+            instructions="You are a careful banking assistant.",
+            model=model,
+            tools=[bank__get_balance, bank__send_money],
+            mcp_servers=servers,
+        )
+        result = await Runner.run(agent, "Check my balance, then pay DE001 20.", max_turns=8)
+    finally:
+        for s in servers:
+            await s.cleanup()
+    outputs = [str(i.output) for i in result.new_items if isinstance(i, ToolCallOutputItem)]
+    return {"ran": RAN, "final": result.final_output, "outputs": outputs}
+
+
+def main():
+    print(json.dumps(asyncio.run(run())))
 
 
 if __name__ == "__main__":

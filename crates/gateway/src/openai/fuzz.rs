@@ -243,11 +243,30 @@ inputSchema = { type = "object", properties = { to = { type = "string" } }, requ
     #[test]
     fn spliced_text_calls_never_reach_the_client_unmediated() {
         const PIECES: [&str; 24] = [
-            "Action: ", "Action Input: ", "GmailSendEmail", "Gmail__ReadEmail", "\n",
-            "<tool_call>", "</tool_call>", "<function=GmailSendEmail>", "</function>",
-            "{\"name\": \"GmailSendEmail\", \"arguments\": ", "{\"to\": \"a@b.c\"}", "{\"to\": 5}",
-            "}", "{", "[", "]", "\"", "\\", "Act", "ion: ", "Observation: ok", "```json\n",
-            "```", "Thought: hm. ",
+            "Action: ",
+            "Action Input: ",
+            "GmailSendEmail",
+            "Gmail__ReadEmail",
+            "\n",
+            "<tool_call>",
+            "</tool_call>",
+            "<function=GmailSendEmail>",
+            "</function>",
+            "{\"name\": \"GmailSendEmail\", \"arguments\": ",
+            "{\"to\": \"a@b.c\"}",
+            "{\"to\": 5}",
+            "}",
+            "{",
+            "[",
+            "]",
+            "\"",
+            "\\",
+            "Act",
+            "ion: ",
+            "Observation: ok",
+            "```json\n",
+            "```",
+            "Thought: hm. ",
         ];
         let m = ToolkitManifest::from_toolkit_text(MANIFEST).unwrap();
         let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -258,7 +277,9 @@ inputSchema = { type = "object", properties = { to = { type = "string" } }, requ
             usize::try_from(seed % n as u64).unwrap()
         };
         for _ in 0..3000 {
-            let content: String = (0..1 + next(14)).map(|_| PIECES[next(PIECES.len())]).collect();
+            let content: String = (0..1 + next(14))
+                .map(|_| PIECES[next(PIECES.len())])
+                .collect();
             let whole = serde_json::json!({"id": "t", "choices": [{"index": 0, "finish_reason": "stop",
                 "message": {"role": "assistant", "content": content}}]});
             upstream(whole.to_string().as_bytes(), &m);

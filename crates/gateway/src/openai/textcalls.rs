@@ -403,7 +403,10 @@ const SCAN_FACTOR: usize = 8;
 fn json_objects(text: &str, manifest: &ToolkitManifest) -> Vec<TextCall> {
     let mut calls = Vec::new();
     let mut at = 0;
-    let mut budget = text.len().saturating_mul(SCAN_FACTOR).saturating_add(1 << 20);
+    let mut budget = text
+        .len()
+        .saturating_mul(SCAN_FACTOR)
+        .saturating_add(1 << 20);
     while let Some(off) = text[at..].find(['{', '[']) {
         let start = at + off;
         let (len, scanned) = extent(&text[start..]);
@@ -659,9 +662,15 @@ mod tests {
         let text = format!("Intro. {}", "{\"a\": [1, ".repeat(200_000));
         let c = detect(&text, &m);
         let last = c.last().unwrap();
-        assert_eq!((last.name.as_str(), last.span.end), (UNREADABLE, text.len()));
+        assert_eq!(
+            (last.name.as_str(), last.span.end),
+            (UNREADABLE, text.len())
+        );
         let s = settled(text, &m, &[], 0);
-        assert!(s.len() < 100 && s.ends_with(WITHHELD) && detect(&s, &m).is_empty(), "{s}");
+        assert!(
+            s.len() < 100 && s.ends_with(WITHHELD) && detect(&s, &m).is_empty(),
+            "{s}"
+        );
         // An ordinary answer with unclosed brackets is read, not refused.
         assert!(detect("a [b {c and (d", &m).is_empty());
     }

@@ -399,6 +399,157 @@ fn langchain_agents_native_and_text_react_continue_after_a_withheld_injected_cal
     }
 }
 
+/// The scripted model of the two-gateway row: (0 tool results) read the balance; (1) read
+/// the notes over MCP beside an injected MCP write; (2+) a final answer.
+const UPSTREAM_MCP: &str = r#"
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+NOTES, SECRETS = sys.argv[1], sys.argv[2]
+
+def call(i, name, args):
+    return {"id": i, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+def script(req):
+    n = sum(1 for m in req.get("messages", []) if m.get("role") == "tool")
+    if n == 0:
+        return None, [call("call_1", "bank__get_balance", {"account": "main"})]
+    if n == 1:
+        return None, [call("call_2", "fs.read_text_file", {"path": NOTES}),
+                      call("call_3", "fs.write_file", {"path": SECRETS, "content": "pwned"})]
+    return "Done.", []
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        content, calls = script(req)
+        msg = {"role": "assistant", "content": content}
+        if calls:
+            msg["tool_calls"] = calls
+        b = json.dumps({"id": "c", "object": "chat.completion", "created": 1, "model": "scripted",
+            "choices": [{"index": 0, "message": msg, "finish_reason": "tool_calls" if calls else "stop"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+
+srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"#;
+
+/// The OpenAI Agents SDK as it comes (the Responses API) with a function tool and an
+/// MCP server — `knox gateway mcp` over stdio, in front of the real filesystem server,
+/// launched by the SDK — behind the proxy: the two gateways together. The model reads
+/// the balance (a function tool) and the notes (an MCP tool) and, beside that read,
+/// proposes an injected MCP write: the proxy withholds it, the SDK runs the read through
+/// the MCP gateway (mediated again, the server confined, its output recorded) and goes
+/// on to its final answer. Both bundles verify complete; the file was never written.
+#[test]
+fn the_agents_sdk_with_a_function_tool_and_an_mcp_tool_through_both_gateways() {
+    use super::gateway_mcp::{Fixture, installed};
+    let servers = installed();
+    let py = python();
+    let fx = Fixture::new(&servers);
+    let d = fx.path();
+    let notes = d.join("docs/notes.txt");
+    let secrets = d.join("docs/secrets.txt");
+    // The proxy sees every tool the model may call: the bank's and the MCP server's.
+    let fs = super::mcp::FS_READ.split_once("[[servers]]").unwrap().1;
+    std::fs::write(
+        d.join("model.toml"),
+        format!("{BANK}[[servers]]{fs}{}", super::mcp::FS_WRITE),
+    )
+    .unwrap();
+    let plan = serde_json::json!({"calls": [
+        {"tool": "bank.get_balance", "params": {"account": "main"}},
+        {"tool": "fs.read_text_file", "params": {"path": notes}}]});
+    std::fs::write(d.join("model-plan.json"), plan.to_string()).unwrap();
+    std::fs::write(d.join("upstream.py"), UPSTREAM_MCP).unwrap();
+    let mut up = Reaped(
+        Command::new(&py)
+            .arg(d.join("upstream.py"))
+            .arg(&notes)
+            .arg(&secrets)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let port = first_line(up.0.stdout.take().unwrap()).trim().to_owned();
+    let upstream = format!("http://127.0.0.1:{port}/v1");
+    let model_out = d.join("evidence-model");
+    let tools_out = d.join("evidence-tools");
+    let mut gw = Reaped(
+        knox()
+            .args(["gateway", "openai", "--manifest"])
+            .arg(d.join("model.toml"))
+            .arg("--plan")
+            .arg(d.join("model-plan.json"))
+            .args(["--upstream", &upstream, "--listen", "127.0.0.1:0", "--out"])
+            .arg(&model_out)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let base = announced(gw.0.stderr.take().unwrap());
+    let mcp_command = serde_json::json!([
+        env!("CARGO_BIN_EXE_knox"),
+        "gateway",
+        "mcp",
+        "--manifest",
+        d.join("fs.toml"),
+        "--mcp",
+        d.join("servers.toml"),
+        "--prompt",
+        "Summarize my notes",
+        "--plan",
+        d.join("plan.json"),
+        "--out",
+        tools_out,
+    ]);
+    let r = client_with(
+        &py,
+        "openai_agents.py",
+        &base,
+        "agents-mcp",
+        false,
+        &[("KNOX_MCP_COMMAND", &mcp_command.to_string())],
+    );
+    assert_eq!(r["final"], "Done.", "{r}");
+    assert!(r["ran"].to_string().contains("bank__get_balance"), "{r}");
+    assert!(
+        r["outputs"].to_string().contains("Quarterly notes"),
+        "the MCP read ran through the gateway: {r}"
+    );
+    assert!(!secrets.exists(), "the injected write never ran");
+    let stdout = seal(gw);
+    assert_eq!(stdout.matches(": complete (").count(), 1, "{stdout}");
+    let model = verified(&run_file(&model_out, "conv", 0, ".json"));
+    let nodes = model["nodes"].to_string();
+    assert!(
+        nodes.contains("fs.write_file") && nodes.contains("pwned"),
+        "the blocked write is in the evidence"
+    );
+    let tools = verified(&super::support::run_file(
+        &tools_out,
+        "mcp-stdio",
+        0,
+        ".json",
+    ));
+    let nodes = tools["nodes"].as_array().unwrap();
+    assert!(
+        nodes
+            .iter()
+            .any(|n| n["kind"] == "tool_output" && n.to_string().contains("Quarterly notes")),
+        "the MCP gateway recorded the read's output"
+    );
+    drop(up);
+}
+
 /// The proxy in front of a real model served by Knox itself: `knox serve-model
 /// local:smollm2` (llama.cpp, the pinned SmolLM2, fetched into the model cache on first
 /// use) is the upstream of `knox gateway openai`, and the official `openai` client runs
