@@ -40,6 +40,7 @@ use knox_attest::PlatformBackend;
 use knox_policy::ToolkitManifest;
 use knox_types::apm::{StopPolicy, TrajectoryMode};
 
+pub mod bridge;
 pub mod front;
 #[doc(hidden)]
 pub mod fuzz;
@@ -200,12 +201,14 @@ pub fn run_stdio(
     runtime()?.block_on(stdio::serve(cfg, req))
 }
 
-/// Serves Streamable HTTP on `addr` (loopback), blocking until the stop signal:
-/// `listening` is told the bound address once, `ended` each sealed session.
+/// Serves Streamable HTTP on `addr` (loopback), blocking until the stop signal (or,
+/// with `exit_when_idle`, until no session has been open for that long): `listening`
+/// is told the bound address once, `ended` each sealed session.
 pub fn run_http(
     cfg: Arc<GatewayConfig>,
     addr: std::net::SocketAddr,
     token: String,
+    exit_when_idle: Option<Duration>,
     listening: impl FnOnce(std::net::SocketAddr),
     ended: impl Fn(&SessionEnd) + Send + 'static,
 ) -> Result<Vec<Arc<SessionEnd>>, GatewayError> {
@@ -218,7 +221,25 @@ pub fn run_http(
                 ended(&end);
             }
         });
-        let ends = gw.serve(http::Shutdown::new()).await;
+        let shutdown = http::Shutdown::new();
+        if let Some(idle) = exit_when_idle {
+            let open = gw.open_sessions();
+            let stop = shutdown.clone();
+            tokio::spawn(async move {
+                let mut since = tokio::time::Instant::now();
+                let mut tick = tokio::time::interval(Duration::from_millis(250));
+                loop {
+                    tick.tick().await;
+                    if open() > 0 {
+                        since = tokio::time::Instant::now();
+                    } else if since.elapsed() >= idle {
+                        stop.cancel();
+                        return;
+                    }
+                }
+            });
+        }
+        let ends = gw.serve(shutdown).await;
         // Every end was sent before `serve` returned: let the printer drain them.
         let _ = tokio::time::timeout(Duration::from_secs(5), printer).await;
         ends

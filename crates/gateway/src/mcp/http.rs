@@ -122,6 +122,12 @@ impl HttpGateway {
             .map_err(|e| GatewayError::Serve(e.to_string()))
     }
 
+    /// How many sessions are open, asked at any time (also while serving).
+    pub fn open_sessions(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+        let shared = Arc::clone(&self.shared);
+        move || shared.sessions().len()
+    }
+
     /// Serves until `shutdown` is cancelled or the stop signal (SIGUSR1, the stop
     /// file) is seen; then ends every session, waits until each is sealed and returns
     /// their ends.

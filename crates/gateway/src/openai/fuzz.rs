@@ -278,7 +278,7 @@ inputSchema = { type = "object", properties = { to = { type = "string" } }, requ
         };
         for _ in 0..3000 {
             let content: String = (0..1 + next(14))
-                .map(|_| PIECES[next(PIECES.len())])
+                .filter_map(|_| PIECES.get(next(PIECES.len())).copied())
                 .collect();
             let whole = serde_json::json!({"id": "t", "choices": [{"index": 0, "finish_reason": "stop",
                 "message": {"role": "assistant", "content": content}}]});

@@ -552,6 +552,7 @@ fn the_mcp_gateway_keeps_the_adaptive_suite_at_zero() {
                     c,
                     "127.0.0.1:0".parse().unwrap(),
                     t,
+                    None,
                     |addr| tx.send(addr).unwrap(),
                     |_| {},
                 )

@@ -406,13 +406,31 @@ fn python_sdk_client_over_http_gets_the_injected_write_blocked_and_complete_bund
     kernel_denied(&b, &fx.report(), audit.as_ref());
     // The prompt the session was opened with is in the APM.
     assert_eq!(b.apm.tasks[0].instruction, "Read my notes");
-    // Each session is its own run, with its own key.
+    // Each session is its own run: links of the gateway's one key's chain (as for
+    // Cursor, whose configuration names a session's URL of one HTTP gateway).
     let b2 = verified(&out.join(format!("{}.json", runs[1])));
     assert_ne!(b.run_id, b2.run_id);
+    assert_eq!(b.key, b2.key);
+    let seqs = [
+        b.summary.key_chain.unwrap().seq,
+        b2.summary.key_chain.unwrap().seq,
+    ];
+    assert_eq!(seqs[0].abs_diff(seqs[1]), 1, "{seqs:?}");
     assert!(blocked_by(&b2, "trajectory").is_none());
 }
 
 fn inspector(servers: &Path, fx: &Fixture, out: &Path, method: &[&str]) -> std::process::Output {
+    inspector_with(servers, fx, out, &[], method)
+}
+
+/// [`inspector`], the gateway launched with `more` arguments.
+fn inspector_with(
+    servers: &Path,
+    fx: &Fixture,
+    out: &Path,
+    more: &[&str],
+    method: &[&str],
+) -> std::process::Output {
     let cli = servers.join("node/node_modules/@modelcontextprotocol/inspector/cli/build/cli.js");
     Command::new("node")
         .current_dir(fx.path())
@@ -429,9 +447,107 @@ fn inspector(servers: &Path, fx: &Fixture, out: &Path, method: &[&str]) -> std::
         ])
         .args(["--prompt", "Read my notes", "--plan", "plan.json", "--out"])
         .arg(out)
+        .args(more)
         .args(method)
         .output()
         .unwrap()
+}
+
+/// The bundles in `out` once its shared gateway has ended (it ends `--shared-idle-secs`
+/// after its last session), each verified, in the order of its key's chain.
+fn shared_bundles(out: &Path) -> Vec<Bundle> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while out.join("gateway.json").exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        !out.join("gateway.json").exists(),
+        "the shared gateway did not end when idle"
+    );
+    let runs: Vec<PathBuf> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            name.starts_with("mcp-") && name.ends_with(".json")
+        })
+        .collect();
+    let mut bundles: Vec<Bundle> = runs.iter().map(|p| verified(p)).collect();
+    bundles.sort_by_key(|b| b.summary.key_chain.unwrap().seq);
+    bundles
+}
+
+/// #34: `--shared` launches (Claude Desktop, Codex and the Inspector launch the gateway
+/// for every chat) are served by the one gateway serving `--out`, started by the first
+/// launch: the Inspector lists the plan, runs the planned read of the notes and is
+/// refused the injected write through it, two launches run at once, and every session
+/// is a numbered link of that gateway's one key, each bundle `complete`. The gateway
+/// ends by itself once idle.
+#[test]
+fn shared_launches_are_numbered_links_of_one_gateways_key() {
+    let servers = installed();
+    let fx = Fixture::new(&servers);
+    let out = fx.path().join("evidence");
+    let shared = ["--shared", "--shared-idle-secs", "3"];
+    let o = inspector_with(&servers, &fx, &out, &shared, &["--method", "tools/list"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let listed: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(listed["tools"][0]["name"], "fs.read_text_file", "{listed}");
+    let notes = fx.docs().join("notes.txt");
+    let read = [
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "fs.read_text_file",
+        "--tool-arg",
+        &format!("path={}", notes.display()),
+    ];
+    let o = inspector_with(&servers, &fx, &out, &shared, &read);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let called: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        called["content"].to_string().contains("Quarterly notes"),
+        "{called}"
+    );
+    let secrets = fx.docs().join("secrets.txt");
+    let write = [
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "fs.write_file",
+        "--tool-arg",
+        &format!("path={}", secrets.display()),
+        "--tool-arg",
+        "content=pwned",
+    ];
+    let o = inspector_with(&servers, &fx, &out, &shared, &write);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let refused: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert!(!secrets.exists());
+    // Two launches at once: neither waits for the other's lock on --out.
+    std::thread::scope(|s| {
+        let both: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    inspector_with(&servers, &fx, &out, &shared, &["--method", "tools/list"])
+                })
+            })
+            .collect();
+        for h in both {
+            let o = h.join().unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        }
+    });
+    let bundles = shared_bundles(&out);
+    assert_eq!(bundles.len(), 5, "one session per launch");
+    let first = bundles[0].summary.key_chain.unwrap().seq;
+    for (n, b) in bundles.iter().enumerate() {
+        assert_eq!(b.key, bundles[0].key, "one key: {}", b.run_id);
+        let seq = b.summary.key_chain.unwrap().seq;
+        assert_eq!(seq, first + n as u64, "consecutive links: {}", b.run_id);
+    }
+    assert!(blocked_by(&bundles[2], "trajectory").is_some());
 }
 
 #[test]
@@ -644,8 +760,10 @@ fn snippet(servers: &Path, file: &str, pointer: &str) -> Value {
 
 /// The stdio snippets (Claude Desktop, Codex CLI) launch a working gateway: their
 /// arguments, with this machine's paths for the files they name, run a session that
-/// a client closing at once seals into a complete bundle. The HTTP snippet (Cursor)
-/// names a session's loopback MCP URL.
+/// a client closing at once seals into a complete bundle. Each is launched twice, as a
+/// client does for two chats: both sessions are kept, links of one key's chain (the
+/// snippets pass `--shared`). The HTTP snippet (Cursor) names a session's loopback MCP
+/// URL.
 #[test]
 fn client_configuration_snippets_launch_a_working_gateway() {
     let servers = installed();
@@ -666,6 +784,7 @@ fn client_configuration_snippets_launch_a_working_gateway() {
             .map(|a| a.as_str().unwrap().to_owned())
             .collect();
         assert_eq!(args[..2], ["gateway", "mcp"], "{file}");
+        assert!(args.contains(&"--shared".to_owned()), "{file}");
         let out = fx.path().join(file);
         let mut mapped = Vec::new();
         let mut it = args[2..].iter();
@@ -685,21 +804,27 @@ fn client_configuration_snippets_launch_a_working_gateway() {
                 mapped.push(it.next().unwrap().clone());
             }
         }
-        let o = knox()
-            .args(["gateway", "mcp"])
-            .args(&mapped)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        if super::support::sandbox_unavailable(&o) {
-            return;
+        // The background gateway ends soon after the test's launches, not in 10 minutes.
+        mapped.extend(["--shared-idle-secs".to_owned(), "2".to_owned()]);
+        for _ in 0..2 {
+            let o = knox()
+                .args(["gateway", "mcp"])
+                .args(&mapped)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            if super::support::sandbox_unavailable(&o) {
+                return;
+            }
+            assert!(
+                o.status.success(),
+                "{file}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
         }
-        assert!(
-            o.status.success(),
-            "{file}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        verified(&super::support::run_file(&out, "mcp-stdio", 0, ".json"));
+        let bundles = shared_bundles(&out);
+        assert_eq!(bundles.len(), 2, "{file}: both launches kept");
+        assert_eq!(bundles[0].key, bundles[1].key, "{file}: one key's chain");
     }
     let cursor = snippet(&servers, "cursor-mcp.json", "/mcpServers/knox/url");
     let url = cursor.as_str().unwrap();

@@ -15,6 +15,8 @@ use knox_types::apm::{StopPolicy, TrajectoryMode};
 use crate::cmd::{self, usage};
 use crate::error::{Kind, fail};
 
+mod shared;
+
 /// Arguments of `knox gateway mcp`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = crate::exit_codes!(
@@ -41,6 +43,22 @@ pub struct McpGatewayArgs {
     /// (docs/gateway-mcp.md).
     #[arg(long, value_name = "ADDR")]
     pub http: Option<SocketAddr>,
+    /// Stdio: serve this launch's session from the one gateway serving `--out` — started
+    /// in the background (`--http` on a loopback port, its log in `<out>/gateway.log`)
+    /// when none is — instead of from a process of its own. Every launch is then a
+    /// numbered link of that gateway's key, launches running at once share `--out`
+    /// instead of contending for its lock, and the gateway ends after
+    /// `--shared-idle-secs` with no session open. Takes `--prompt` and `--plan`.
+    #[arg(long, conflicts_with = "http")]
+    pub shared: bool,
+    /// With `--shared`: how long the background gateway waits with no session open
+    /// before it ends.
+    #[arg(long, default_value_t = 600, requires = "shared")]
+    pub shared_idle_secs: u64,
+    /// With `--http`: end the gateway once no session has been open for this many
+    /// seconds (what `--shared` starts its background gateway with).
+    #[arg(long, value_name = "SECS", requires = "http")]
+    pub exit_when_idle_secs: Option<u64>,
     /// Stdio: the user's prompt for the one session, one task per `--prompt`. With
     /// `--contract` it may be left out: the session is then unplanned, bounded by the
     /// contract alone.
@@ -136,6 +154,9 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
                 "plan the session with a model (--planner) or give the plan (--plan), one of the two",
             ));
         }
+    }
+    if args.shared {
+        return shared::run(args);
     }
     if let Some(a) = args.http
         && !a.ip().is_loopback()
@@ -246,7 +267,7 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
                     Ok(vec![end])
                 })
         }
-        Some(addr) => serve_http(&cfg, addr, sealed),
+        Some(addr) => serve_http(&cfg, addr, sealed, args),
     };
     // What was sealed is submitted, and the journals delivered, also when serving failed.
     if let Some(s) = stream {
@@ -261,16 +282,29 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
 }
 
 /// The HTTP gateway: the session token written to `<out>/session-token` (mode 0600),
-/// one JSON line on standard output when listening, one per sealed session (whose
-/// bundle goes to `sealed`, when streaming).
+/// one JSON line on standard output when listening (and `<out>/gateway.json`, which
+/// `--shared` launches find it by), one per sealed session (whose bundle goes to
+/// `sealed`, when streaming). Both files are removed when it ends.
 fn serve_http(
     cfg: &Arc<GatewayConfig>,
     addr: SocketAddr,
     sealed: Option<cmd::serve::Sealed>,
+    args: &McpGatewayArgs,
 ) -> Result<Vec<Arc<knox_gateway::mcp::SessionEnd>>> {
     let token =
         knox_gateway::mcp::session_token().map_err(|e| fail(Kind::Software, e.to_string()))?;
     let token_file = cfg.out.join("session-token");
+    let found_file = cfg.out.join(shared::FOUND);
+    // `--out` is locked by this process: files a gateway before it left are stale.
+    for stale in [&token_file, &found_file] {
+        match std::fs::remove_file(stale) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(fail(Kind::CantCreate, format!("{}: {e}", stale.display()))),
+        }
+    }
+    let config = shared::config(args)?;
+    let _cleanup = shared::RemoveOnDrop(vec![token_file.clone(), found_file.clone()]);
     {
         use std::io::Write as _;
         use std::os::unix::fs::OpenOptionsExt as _;
@@ -287,7 +321,10 @@ fn serve_http(
         Arc::clone(cfg),
         addr,
         token,
+        args.exit_when_idle_secs
+            .map(|s| Duration::from_secs(s.max(1))),
         |local| {
+            shared::publish(&found_file, &format!("http://{local}"), &config);
             crate::outln!(
                 "{}",
                 serde_json::json!({
