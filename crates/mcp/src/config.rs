@@ -168,6 +168,21 @@ fn normalized_absolute(path: &str) -> bool {
                 .all(|c| !c.is_empty() && c != "." && c != ".."))
 }
 
+/// `path` (absolute) with `.`, `..` and empty components resolved lexically.
+fn lexically_normal(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            other => parts.push(other),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
 /// Whether `inner` is `outer` or beneath it (component-wise).
 pub fn within(inner: &str, outer: &str) -> bool {
     outer == "/"
@@ -282,8 +297,53 @@ impl ServerSpec {
         }
     }
 
-    /// Validates one server.
+    /// `{dir}` in the command, the arguments, the environment's values, the needs'
+    /// paths and the roots replaced by `dir` (the directory of `servers.toml`, absolute
+    /// and normalized); a needs path or root written with `{dir}` is then normalized
+    /// lexically (`{dir}/../x`), so a `servers.toml` shipped beside what it runs works
+    /// from any checkout.
+    fn expand_dir(mut self, dir: &str) -> Self {
+        const DIR: &str = "{dir}";
+        let expand = |s: &mut String| {
+            if s.contains(DIR) {
+                *s = s.replace(DIR, dir);
+                true
+            } else {
+                false
+            }
+        };
+        if let Some(c) = self.command.as_mut() {
+            expand(c);
+        }
+        self.args.iter_mut().for_each(|a| {
+            expand(a);
+        });
+        self.env.values_mut().for_each(|v| {
+            expand(v);
+        });
+        for g in &mut self.needs.paths {
+            if expand(&mut g.path) {
+                g.path = lexically_normal(&g.path);
+            }
+        }
+        for r in self.roots.iter_mut().flatten() {
+            if expand(r) {
+                *r = lexically_normal(r);
+            }
+        }
+        self
+    }
+
+    /// Validates one server (`base`: the directory of its `servers.toml`).
     pub fn validate(self, base: &Path) -> Result<Server, McpError> {
+        let dir = std::path::absolute(base)
+            .map(|d| lexically_normal(&d.to_string_lossy()))
+            .map_err(|e| McpError::Config(format!("`{}`: {e}", base.display())))?;
+        let this = self.expand_dir(&dir);
+        this.validate_expanded(base)
+    }
+
+    fn validate_expanded(self, base: &Path) -> Result<Server, McpError> {
         let name = self.name;
         let bad = |why: String| McpError::Config(format!("server `{name}`: {why}"));
         if !valid_server_name(&name) {
@@ -498,6 +558,41 @@ manifest = "web.toml"
             Some(Path::new("/etc/knox/web.toml"))
         );
         assert!(matches!(servers[1].reach, Reach::Http { .. }));
+    }
+
+    /// `{dir}` makes a `servers.toml` shipped beside its server work from any checkout;
+    /// a hand-written path is still refused unless normalized.
+    #[test]
+    fn dir_stands_for_the_files_directory() {
+        let text = r#"version = 1
+[[server]]
+name = "notes"
+command = "{dir}/../bin/python"
+args = ["{dir}/server.py", "{dir}/docs"]
+env = { HOME = "{dir}" }
+roots = ["{dir}/docs"]
+needs = { paths = [{ path = "{dir}/docs", access = ["read", "write"] }, { path = "{dir}/../venv", access = ["read"] }] }
+"#;
+        let s = ServersFile::parse(text)
+            .unwrap()
+            .validate(Path::new("/srv/knox/examples/notes/"))
+            .unwrap();
+        let Reach::Stdio { program, args, env } = &s[0].reach else {
+            panic!("stdio");
+        };
+        assert_eq!(program, Path::new("/srv/knox/examples/notes/../bin/python"));
+        assert_eq!(args, &["/srv/knox/examples/notes/server.py", "/srv/knox/examples/notes/docs"]);
+        assert_eq!(env, &[("HOME".to_owned(), "/srv/knox/examples/notes".to_owned())]);
+        assert_eq!(s[0].roots, ["/srv/knox/examples/notes/docs"]);
+        let paths: Vec<&str> = s[0].needs.paths.iter().map(|g| g.path.as_str()).collect();
+        assert_eq!(paths, ["/srv/knox/examples/notes/docs", "/srv/knox/examples/venv"]);
+        let hand = r#"version = 1
+[[server]]
+name = "a"
+command = "/usr/bin/true"
+needs = { paths = [{ path = "/srv/../etc", access = ["read"] }] }
+"#;
+        assert!(ServersFile::parse(hand).unwrap().validate(Path::new("/")).is_err());
     }
 
     #[test]
