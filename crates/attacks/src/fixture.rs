@@ -297,6 +297,7 @@ impl Fixture {
             CasePolicy::Offline => self.confined_policy(),
             CasePolicy::NetworkClient => self.policy(&[Family::Offline, Family::NetworkClient]),
             CasePolicy::Terminal => self.policy(&[Family::Offline, Family::Terminal]),
+            CasePolicy::Python => self.policy(&[Family::Offline, Family::Python]),
             CasePolicy::OfflineWith(extra) => {
                 let mut p = self.confined_policy()?;
                 p.syscalls.extend(extra.iter().map(|s| (*s).to_owned()));

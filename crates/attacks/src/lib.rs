@@ -204,6 +204,8 @@ pub enum CasePolicy {
     NetworkClient,
     /// Runtime + offline + terminal.
     Terminal,
+    /// Runtime + offline + python (a Python MCP server's).
+    Python,
     /// The offline policy plus these calls (to reach a later layer).
     OfflineWith(&'static [&'static str]),
 }

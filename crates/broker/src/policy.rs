@@ -16,6 +16,7 @@ fn access(a: Access) -> KAccess {
         Access::Write => KAccess::Write,
         Access::Create => KAccess::Create,
         Access::Remove => KAccess::Remove,
+        Access::Replace => KAccess::Replace,
         Access::Execute => KAccess::Execute,
     }
 }

@@ -223,6 +223,11 @@ impl ServersFile {
         Ok(file)
     }
 
+    /// The file as `servers.toml` text.
+    pub fn to_toml(&self) -> Result<String, McpError> {
+        toml::to_string(self).map_err(|e| McpError::Config(e.to_string()))
+    }
+
     /// Reads and validates `servers.toml`; relative manifest paths are resolved
     /// against its directory. Read with Knox's one capped reader: a FIFO, a device or a
     /// directory is refused at once (never waited on), at most [`MAX_SERVERS_BYTES`]
@@ -581,18 +586,35 @@ needs = { paths = [{ path = "{dir}/docs", access = ["read", "write"] }, { path =
             panic!("stdio");
         };
         assert_eq!(program, Path::new("/srv/knox/examples/notes/../bin/python"));
-        assert_eq!(args, &["/srv/knox/examples/notes/server.py", "/srv/knox/examples/notes/docs"]);
-        assert_eq!(env, &[("HOME".to_owned(), "/srv/knox/examples/notes".to_owned())]);
+        assert_eq!(
+            args,
+            &[
+                "/srv/knox/examples/notes/server.py",
+                "/srv/knox/examples/notes/docs"
+            ]
+        );
+        assert_eq!(
+            env,
+            &[("HOME".to_owned(), "/srv/knox/examples/notes".to_owned())]
+        );
         assert_eq!(s[0].roots, ["/srv/knox/examples/notes/docs"]);
         let paths: Vec<&str> = s[0].needs.paths.iter().map(|g| g.path.as_str()).collect();
-        assert_eq!(paths, ["/srv/knox/examples/notes/docs", "/srv/knox/examples/venv"]);
+        assert_eq!(
+            paths,
+            ["/srv/knox/examples/notes/docs", "/srv/knox/examples/venv"]
+        );
         let hand = r#"version = 1
 [[server]]
 name = "a"
 command = "/usr/bin/true"
 needs = { paths = [{ path = "/srv/../etc", access = ["read"] }] }
 "#;
-        assert!(ServersFile::parse(hand).unwrap().validate(Path::new("/")).is_err());
+        assert!(
+            ServersFile::parse(hand)
+                .unwrap()
+                .validate(Path::new("/"))
+                .is_err()
+        );
     }
 
     #[test]

@@ -166,7 +166,16 @@ pub fn to_toolkit(
                 } else {
                     Profile::Offline
                 },
-                syscalls: n.syscalls.clone(),
+                // The runtime families (`node`, `python`) have no manifest profile:
+                // their system calls are listed, so the manifest's needs are complete.
+                syscalls: n
+                    .profile
+                    .iter()
+                    .filter(|f| matches!(f, Family::Node | Family::Python))
+                    .filter_map(|f| knox_sandbox::Profile::family(*f).ok())
+                    .flat_map(|p| p.syscalls().clone())
+                    .chain(n.syscalls.iter().cloned())
+                    .collect(),
                 paths: n.paths.clone(),
                 endpoints: n.endpoints.clone(),
                 limits: n.limits,
@@ -202,7 +211,9 @@ pub fn to_toolkit(
 }
 
 /// System calls of an interpreter's event loop (node's libuv, Python's asyncio)
-/// beyond the baseline and the `offline` and `network-client` families.
+/// beyond the baseline and the `offline` and `network-client` families: what a server
+/// of an unknown runtime is imported under (a node or Python server gets its runtime's
+/// family instead).
 pub const EVENT_LOOP_SYSCALLS: [&str; 7] = [
     "capget",
     "epoll_create1",
@@ -213,14 +224,53 @@ pub const EVENT_LOOP_SYSCALLS: [&str; 7] = [
     "socketpair",
 ];
 
+/// The runtime family of a server's program: `node`, or a Python interpreter (a
+/// `python3…` binary, or one in a virtual environment).
+pub fn runtime_family(program: &std::path::Path) -> Option<knox_sandbox::Family> {
+    let real = std::fs::canonicalize(program).unwrap_or_else(|_| program.to_path_buf());
+    let name = |p: &std::path::Path| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    let (given, resolved) = (name(program), name(&real));
+    if given == "node" || resolved == "node" {
+        return Some(knox_sandbox::Family::Node);
+    }
+    let in_venv = program
+        .parent()
+        .and_then(std::path::Path::parent)
+        .is_some_and(|v| v.join("pyvenv.cfg").is_file());
+    (given.starts_with("python3") || resolved.starts_with("python3") || in_venv)
+        .then_some(knox_sandbox::Family::Python)
+}
+
+/// The directories a server's command line names as its data (an existing absolute
+/// directory within no `node_modules` and no virtual environment): the server-filesystem
+/// server's allowed directories, say.
+fn data_dirs(args: &[String]) -> Vec<std::path::PathBuf> {
+    args.iter()
+        .map(std::path::Path::new)
+        .filter(|p| p.is_absolute() && p.is_dir())
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()))
+        .filter(|p| {
+            !p.ancestors().any(|a| {
+                a.file_name().is_some_and(|n| n == "node_modules") || a.join("pyvenv.cfg").is_file()
+            })
+        })
+        .collect()
+}
+
 /// The needs `knox toolkit import --mcp-stdio` runs a server under when the user
-/// names none: the `offline` and `network-client` families (asyncio's self-pipe is a
-/// UNIX socket pair; no TCP port is granted, so nothing is reachable), an event loop,
-/// read on `extra_reads`, and read on what the command line points at — for an
-/// argument that is an existing absolute path, the enclosing `node_modules` or
-/// virtual environment if there is one, else its directory — and, for a Python
-/// interpreter, its standard library and virtual environment; node's OpenSSL
-/// configuration. Every grant is written into the skeleton for review.
+/// names none: the `offline` family and the runtime's (`node`, `python`; for a program
+/// of another runtime, `network-client` and an event loop's calls — no TCP port is
+/// granted, so nothing is reachable), read on `extra_reads`, and read on what the
+/// command line points at — for an argument that is an existing absolute path, the
+/// enclosing `node_modules` or virtual environment if there is one, else its directory
+/// — and, for a Python interpreter, its standard library and virtual environment;
+/// node's OpenSSL configuration. Every grant is written into the skeleton for review;
+/// [`with_effects`] widens the data directories' grants once the tools are known.
 pub fn starter_needs(
     program: &std::path::Path,
     args: &[String],
@@ -278,17 +328,19 @@ pub fn starter_needs(
     }
     reads.sort();
     reads.dedup();
+    let (families, syscalls) = match runtime_family(program) {
+        Some(f) => (vec![knox_sandbox::Family::Offline, f], Vec::new()),
+        None => (
+            vec![
+                knox_sandbox::Family::Offline,
+                knox_sandbox::Family::NetworkClient,
+            ],
+            EVENT_LOOP_SYSCALLS.to_vec(),
+        ),
+    };
     crate::config::Needs {
-        profile: [
-            knox_sandbox::Family::Offline,
-            knox_sandbox::Family::NetworkClient,
-        ]
-        .into_iter()
-        .collect(),
-        syscalls: EVENT_LOOP_SYSCALLS
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect(),
+        profile: families.into_iter().collect(),
+        syscalls: syscalls.into_iter().map(str::to_owned).collect(),
         paths: reads
             .into_iter()
             .filter_map(|p| p.to_str().map(str::to_owned))
@@ -300,6 +352,38 @@ pub fn starter_needs(
         endpoints: Vec::new(),
         limits: None,
     }
+}
+
+/// The needs once the server's tools are known: when one of them writes (effect
+/// `write`, or an MCP `destructiveHint`), the data directories its command line names
+/// are granted `read`, `write`, `create` and `replace` — a write creates files and
+/// overwrites them as servers do, by renaming a new file over the old — instead of
+/// `read`. Nothing is widened for a server whose tools only read.
+pub fn with_effects(
+    mut needs: crate::config::Needs,
+    args: &[String],
+    tools: &[ImportedTool],
+) -> crate::config::Needs {
+    use knox_types::apm::Access;
+    let writes = tools.iter().any(|t| {
+        t.effect == Effect::Write || t.hints.as_ref().and_then(|h| h.destructive_hint) == Some(true)
+    });
+    if !writes {
+        return needs;
+    }
+    for dir in data_dirs(args) {
+        let Some(path) = dir.to_str() else { continue };
+        let full: std::collections::BTreeSet<Access> =
+            [Access::Read, Access::Write, Access::Create, Access::Replace].into();
+        match needs.paths.iter_mut().find(|g| g.path == path) {
+            Some(g) => g.access.extend(full),
+            None => needs.paths.push(knox_types::apm::PathGrant {
+                path: path.to_owned(),
+                access: full,
+            }),
+        }
+    }
+    needs
 }
 
 #[cfg(test)]

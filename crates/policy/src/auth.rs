@@ -95,6 +95,7 @@ fn access_name(a: Access) -> &'static str {
         Access::Write => "write",
         Access::Create => "create",
         Access::Remove => "remove",
+        Access::Replace => "replace",
         Access::Execute => "execute",
     }
 }

@@ -231,6 +231,13 @@ fn rule(name: &str, fallbacks: Fallbacks) -> Rule {
             });
             Rule::AllowIf(clauses.into())
         }
+        // A connected pair within the process (asyncio's self-pipe): UNIX stream pairs
+        // only, so no datagram socket can `sendto` a pathname socket (`/dev/log`),
+        // which Landlock does not check before ABI 9.
+        "socketpair" => Rule::AllowIf(vec![vec![
+            ArgCheck::equal(0, AF_UNIX),
+            ArgCheck::masked(1, SOCK_TYPE_MASK, SOCK_STREAM),
+        ]]),
         "sendto" | "sendmsg" | "sendmmsg" => {
             // TCP Fast Open connects inside `sendto`/`sendmsg`, where neither the
             // supervisor nor Landlock (ABI 7) checks the port: such a send is

@@ -22,6 +22,9 @@ pub enum Access {
     Create,
     /// Unlink files, remove directories, rename out of.
     Remove,
+    /// Rename a new file over an existing one in the same directory (make and remove
+    /// regular files; no directories, no moves between directories).
+    Replace,
     /// `execve` files. Also grants what the dynamic loader needs (read on the
     /// system library directories, execute on the ELF interpreter).
     Execute,

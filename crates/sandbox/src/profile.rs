@@ -14,11 +14,21 @@ pub enum Family {
     NetworkClient,
     /// Runs a shell and the commands it starts.
     Terminal,
+    /// Node.js's runtime (an MCP server written for node).
+    Node,
+    /// The Python interpreter and asyncio (an MCP server written in Python).
+    Python,
 }
 
 impl Family {
     /// Every family, in a fixed order.
-    pub const ALL: [Family; 3] = [Family::Offline, Family::NetworkClient, Family::Terminal];
+    pub const ALL: [Family; 5] = [
+        Family::Offline,
+        Family::NetworkClient,
+        Family::Terminal,
+        Family::Node,
+        Family::Python,
+    ];
 
     /// The profile file's name (without `.toml`).
     pub fn name(self) -> &'static str {
@@ -26,6 +36,8 @@ impl Family {
             Family::Offline => "offline",
             Family::NetworkClient => "network-client",
             Family::Terminal => "terminal",
+            Family::Node => "node",
+            Family::Python => "python",
         }
     }
 
@@ -34,6 +46,8 @@ impl Family {
             Family::Offline => include_str!("../profiles/offline.toml"),
             Family::NetworkClient => include_str!("../profiles/network-client.toml"),
             Family::Terminal => include_str!("../profiles/terminal.toml"),
+            Family::Node => include_str!("../profiles/node.toml"),
+            Family::Python => include_str!("../profiles/python.toml"),
         }
     }
 }

@@ -196,6 +196,7 @@ pub fn rights(access: &BTreeSet<Access>, is_dir: bool, abi: u8) -> BitFlags<Acce
                     | AccessFs::Refer
             }
             Access::Remove => AccessFs::RemoveFile | AccessFs::RemoveDir | AccessFs::Refer,
+            Access::Replace => AccessFs::MakeReg | AccessFs::RemoveFile,
             Access::Execute => AccessFs::Execute.into(),
         };
     }

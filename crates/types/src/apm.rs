@@ -526,6 +526,11 @@ pub enum Access {
     Create,
     /// Remove files and directories.
     Remove,
+    /// Replace files: rename a new file over an existing one in the same directory
+    /// (an atomic overwrite, as editors and servers write files). Landlock's
+    /// make-file and remove-file rights, no directories, no moves between
+    /// directories; it also lets the holder delete files.
+    Replace,
     /// Execute files.
     Execute,
 }

@@ -173,6 +173,24 @@ fn client() -> Vec<Case> {
         )
         .under(CLIENT),
         case(
+            "net-python-socketpair-dgram",
+            NET,
+            "a UNIX datagram socket pair under the python profile (a datagram socket could sendto a pathname socket Landlock does not check)",
+            "socketpair",
+            |_| v(["1", "2"]),
+            denied("socketpair"),
+        )
+        .under(CasePolicy::Python),
+        case(
+            "net-python-socketpair-inet",
+            NET,
+            "an AF_INET socket pair under the python profile",
+            "socketpair",
+            |_| v(["2", "1"]),
+            denied("socketpair"),
+        )
+        .under(CasePolicy::Python),
+        case(
             "net-client-fastopen",
             NET,
             "TCP Fast Open: sendto(MSG_FASTOPEN) connects without connect()",

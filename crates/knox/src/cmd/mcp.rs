@@ -55,6 +55,17 @@ pub struct ImportArgs {
     /// Directory for the server's workspace while it runs.
     #[arg(long, value_name = "DIR", value_parser = path)]
     pub workspaces: Option<PathBuf>,
+    /// Also write the server's `servers.toml` entry (stdio: its command, environment and
+    /// the needs it ran under, widened for its tools' effects; its `manifest` the file
+    /// of `-o`): with the manifest, what `knox run --mcp` and `knox gateway mcp` serve
+    /// it from as written.
+    #[arg(long, value_name = "FILE", value_parser = path)]
+    pub servers_out: Option<PathBuf>,
+    /// The stdio server's environment variable `K=V` (repeatable; nothing else is
+    /// inherited). `{workspace}` in V stands for its workspace, as in `servers.toml`
+    /// (`MEMORY_FILE_PATH={workspace}/memory.jsonl`).
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
 }
 
 /// Runs the import; prints where the skeleton went and what needs review.
@@ -62,6 +73,7 @@ pub fn import(a: &ImportArgs) -> Result<i32> {
     if !valid_server_name(&a.name) {
         return Err(usage(format!("--name `{}`: 1-64 of [A-Za-z0-9_-]", a.name)));
     }
+    let mut stdio_args: Vec<String> = Vec::new();
     let (mut spec, source, needs) = match (&a.mcp_stdio, &a.mcp_http) {
         (Some(cmdline), None) => {
             let argv = knox_broker::worker::split_command(cmdline)
@@ -87,6 +99,7 @@ pub fn import(a: &ImportArgs) -> Result<i32> {
                 return Err(usage("--mcp-stdio: not a stdio server"));
             };
             let needs = import::starter_needs(program, args, &a.read);
+            stdio_args = args.to_vec();
             (
                 ServerSpec::stdio(&a.name, &program.to_string_lossy(), args, needs.clone()),
                 format!("stdio: {cmdline}"),
@@ -101,7 +114,17 @@ pub fn import(a: &ImportArgs) -> Result<i32> {
         _ => return Err(usage("exactly one of --mcp-stdio and --mcp-http")),
     };
     spec.timeout_secs = Some(a.timeout_secs);
+    for kv in &a.env {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| usage(format!("--env `{kv}`: expected K=V")))?;
+        if a.mcp_http.is_some() {
+            return Err(usage("--env: an HTTP server runs elsewhere"));
+        }
+        spec.env.insert(k.to_owned(), v.to_owned());
+    }
     let server = spec
+        .clone()
         .validate(std::path::Path::new("/"))
         .map_err(|e| usage(e.to_string()))?;
     let workspaces = a
@@ -123,6 +146,9 @@ pub fn import(a: &ImportArgs) -> Result<i32> {
         tools: import::imported(&a.name, &tools),
         kernel,
     };
+    // The needs widened for what the tools do (a server whose tools write gets write,
+    // create and replace on the directories it serves).
+    let needs = import::with_effects(needs, &stdio_args, &skeleton.tools);
     let locality = match &server.reach {
         knox_mcp::Reach::Http { url } => import::Locality::Http(
             knox_mcp::config::endpoint_of(url).map_err(|e| usage(format!("--mcp-http: {e}")))?,
@@ -157,6 +183,25 @@ pub fn import(a: &ImportArgs) -> Result<i32> {
             knox_verifier::cli::write_stdout(&bytes)?;
         }
     }
+    if let Some(f) = &a.servers_out {
+        if a.mcp_stdio.is_some() {
+            spec.needs = needs.clone();
+        }
+        spec.manifest = a.output.as_ref().map(|o| manifest_from(f, o));
+        let file = knox_mcp::config::ServersFile {
+            version: knox_mcp::config::SERVERS_VERSION,
+            servers: vec![spec],
+        };
+        let text = format!(
+            "# Written by knox toolkit import ({}): review the needs before use.\n{}",
+            skeleton.source,
+            file.to_toml()
+                .map_err(|e| fail(Kind::Software, e.to_string()))?
+        );
+        std::fs::write(f, text)
+            .map_err(|e| fail(Kind::CantCreate, format!("{}: {e}", f.display())))?;
+        eprintln!("its servers.toml entry written to {}", f.display());
+    }
     for d in &skeleton.kernel {
         eprintln!(
             "note: the kernel denied {} while the server listed its tools{}",
@@ -174,6 +219,16 @@ pub fn import(a: &ImportArgs) -> Result<i32> {
         return Ok(1);
     }
     Ok(0)
+}
+
+/// How `servers.toml` at `servers` names the manifest at `manifest`: relative to its
+/// directory when the manifest lies beneath it, else absolute.
+fn manifest_from(servers: &std::path::Path, manifest: &std::path::Path) -> PathBuf {
+    let abs = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let (s, m) = (abs(servers), abs(manifest));
+    s.parent()
+        .and_then(|dir| m.strip_prefix(dir).ok())
+        .map_or(m.clone(), std::path::Path::to_path_buf)
 }
 
 /// The tool host of `knox run --mcp servers.toml`: every server of the file, each

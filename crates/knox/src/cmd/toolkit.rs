@@ -80,6 +80,15 @@ pub struct ImportArgs {
     /// MCP: directory for the server's workspace while it runs.
     #[arg(long, value_name = "DIR", value_parser = crate::cmd::path)]
     pub workspaces: Option<PathBuf>,
+    /// MCP: also write the server's `servers.toml` entry (its command, environment and
+    /// the needs it ran under, widened for its tools' effects; its `manifest` the file
+    /// of `--out`), which `knox run --mcp` and `knox gateway mcp` serve it from as written.
+    #[arg(long, value_name = "FILE", value_parser = crate::cmd::path, conflicts_with = "openai")]
+    pub servers_out: Option<PathBuf>,
+    /// MCP stdio: the server's environment variable `K=V` (repeatable; nothing else is
+    /// inherited; `{workspace}` in V stands for its workspace).
+    #[arg(long = "env", value_name = "K=V", requires = "mcp_stdio")]
+    pub env: Vec<String>,
     /// Where to write the skeleton (`.json` writes JSON, anything else TOML).
     #[arg(value_parser = crate::cmd::path, long, short)]
     pub out: PathBuf,
@@ -277,6 +286,8 @@ fn import(a: &ImportArgs) -> Result<i32> {
             timeout_secs: a.timeout_secs,
             output: Some(a.out.clone()),
             workspaces: a.workspaces.clone(),
+            servers_out: a.servers_out.clone(),
+            env: a.env.clone(),
         });
     };
     super::refuse_overwrite("--out", &a.out, &[openai])?;

@@ -43,6 +43,7 @@ fn reference(allowed: &BTreeSet<String>, fallbacks: Fallbacks, d: &SeccompData) 
     let ok = match name.as_str() {
         "clone" => a0 & namespaces == 0,
         "socket" => [(1, 0), (2, 0), (2, 6), (10, 0), (10, 6)].contains(&(a0, a2)) && a1 & 0xf == 1,
+        "socketpair" => a0 == 1 && a1 & 0xf == 1,
         "sendto" | "sendmmsg" => a3 & 0x2000_0000 == 0,
         "sendmsg" => a2 & 0x2000_0000 == 0,
         "prlimit64" => a0 == 0,
@@ -59,7 +60,7 @@ fn reference(allowed: &BTreeSet<String>, fallbacks: Fallbacks, d: &SeccompData) 
 
 /// Names every allowlist draws from: the argument-checked and special calls, and
 /// a spread of ordinary ones.
-const POOL: [&str; 33] = [
+const POOL: [&str; 34] = [
     "open",
     "openat",
     "openat2",
@@ -77,6 +78,7 @@ const POOL: [&str; 33] = [
     "clone",
     "clone3",
     "socket",
+    "socketpair",
     "sendto",
     "sendmsg",
     "sendmmsg",

@@ -15,6 +15,18 @@ pub const CASES: &[Case] = &[
             int(a, 2)? as i32,
         )))
     }),
+    ("socketpair", "DOMAIN TYPE", |a| {
+        let mut fds = [0i32; 2];
+        let r = raw(
+            libc::SYS_socketpair,
+            [int(a, 0)?, int(a, 1)?, 0, fds.as_mut_ptr() as u64],
+        );
+        if r.is_ok() {
+            sys::close(fds[0]);
+            sys::close(fds[1]);
+        }
+        Ok(Res::sys(r))
+    }),
     ("fastopen", "PORT", |a| fastopen(port(a)?, false)),
     ("fastopen-sendmsg", "PORT", |a| fastopen(port(a)?, true)),
     ("mptcp-connect", "PORT", mptcp_connect),
