@@ -37,6 +37,7 @@ const CLONE_NAMESPACE_FLAGS: u64 = 0x0002_0000 // CLONE_NEWNS
 const AF_UNIX: u64 = 1;
 const AF_INET: u64 = 2;
 const AF_INET6: u64 = 10;
+const SOCK_SEQPACKET: u64 = 5;
 const SOCK_STREAM: u64 = 1;
 const IPPROTO_TCP: u64 = 6;
 const MSG_FASTOPEN: u64 = 0x2000_0000;
@@ -231,13 +232,21 @@ fn rule(name: &str, fallbacks: Fallbacks) -> Rule {
             });
             Rule::AllowIf(clauses.into())
         }
-        // A connected pair within the process (asyncio's self-pipe): UNIX stream pairs
-        // only, so no datagram socket can `sendto` a pathname socket (`/dev/log`),
-        // which Landlock does not check before ABI 9.
-        "socketpair" => Rule::AllowIf(vec![vec![
-            ArgCheck::equal(0, AF_UNIX),
-            ArgCheck::masked(1, SOCK_TYPE_MASK, SOCK_STREAM),
-        ]]),
+        // A connected pair within the process (asyncio's self-pipe; Rust's and glibc's
+        // process spawning pass descriptors over a sequenced-packet pair): UNIX stream
+        // or sequenced-packet pairs only, both connection-oriented, so no datagram
+        // socket can `sendto` a pathname socket (`/dev/log`), which Landlock does not
+        // check before ABI 9.
+        "socketpair" => Rule::AllowIf(
+            [SOCK_STREAM, SOCK_SEQPACKET]
+                .map(|ty| {
+                    vec![
+                        ArgCheck::equal(0, AF_UNIX),
+                        ArgCheck::masked(1, SOCK_TYPE_MASK, ty),
+                    ]
+                })
+                .into(),
+        ),
         "sendto" | "sendmsg" | "sendmmsg" => {
             // TCP Fast Open connects inside `sendto`/`sendmsg`, where neither the
             // supervisor nor Landlock (ABI 7) checks the port: such a send is

@@ -91,6 +91,38 @@ impl RunAs {
         }
         Ok(())
     }
+
+    /// Why this identity cannot change what lies beneath `path` (create, write, rename
+    /// or remove entries of a directory; write a file), as the kernel's mode bits decide
+    /// before Landlock — owner, group (the identity has no other group), others — or
+    /// `None` when it can, when `path` does not exist (the sandbox skips a missing
+    /// grant), or when the path carries an access ACL (the kernel evaluates it itself).
+    pub fn cannot_change(&self, path: &Path) -> Option<String> {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = std::fs::metadata(path).ok()?;
+        if crate::sys::has_access_acl(path) {
+            return None;
+        }
+        let mode = meta.mode();
+        let bits = if meta.uid() == self.uid {
+            (mode >> 6) & 7
+        } else if meta.gid() == self.gid {
+            (mode >> 3) & 7
+        } else {
+            mode & 7
+        };
+        let need = if meta.is_dir() { 0o3 } else { 0o2 };
+        (bits & need != need).then(|| {
+            format!(
+                "uid {} cannot change `{}` (owner {}:{}, mode {:04o})",
+                self.uid,
+                path.display(),
+                meta.uid(),
+                meta.gid(),
+                mode & 0o7777
+            )
+        })
+    }
 }
 
 #[cfg(test)]
@@ -110,5 +142,32 @@ mod tests {
             assert!(RunAs::parse(bad).is_err(), "{bad}");
         }
         assert!(RunAs::KNOX.validate().is_ok());
+    }
+
+    #[test]
+    fn mode_bits_decide_who_may_change_a_directory() {
+        use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+        let d = tempfile::tempdir().unwrap();
+        let meta = std::fs::metadata(d.path()).unwrap();
+        let owner = RunAs {
+            uid: meta.uid().max(1),
+            gid: 70_001,
+        };
+        let stranger = RunAs {
+            uid: 70_000,
+            gid: 70_001,
+        };
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let why = stranger.cannot_change(d.path()).unwrap();
+        assert!(
+            why.contains("uid 70000") && why.contains("mode 0755"),
+            "{why}"
+        );
+        if meta.uid() != 0 {
+            assert_eq!(owner.cannot_change(d.path()), None);
+        }
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(stranger.cannot_change(d.path()), None);
+        assert_eq!(stranger.cannot_change(&d.path().join("missing")), None);
     }
 }

@@ -1181,3 +1181,22 @@ pub(crate) fn set_receive_buffer(fd: BorrowedFd<'_>, bytes: c_int) -> io::Result
     }
     Err(io::Error::last_os_error())
 }
+
+/// Whether `path` carries a POSIX access ACL (`system.posix_acl_access`).
+pub(crate) fn has_access_acl(path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let Ok(p) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: both strings are NUL-terminated and live across the call; a NULL buffer
+    // of size 0 asks only for the attribute's size.
+    let n = unsafe {
+        libc::getxattr(
+            p.as_ptr(),
+            c"system.posix_acl_access".as_ptr(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    n > 0
+}

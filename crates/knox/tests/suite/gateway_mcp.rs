@@ -457,11 +457,11 @@ fn inspector_with(
 /// after its last session), each verified, in the order of its key's chain.
 fn shared_bundles(out: &Path) -> Vec<Bundle> {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while out.join("gateway.json").exists() && Instant::now() < deadline {
+    while out.join("gateway.addr").exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(
-        !out.join("gateway.json").exists(),
+        !out.join("gateway.addr").exists(),
         "the shared gateway did not end when idle"
     );
     let runs: Vec<PathBuf> = std::fs::read_dir(out)
@@ -684,6 +684,267 @@ fn bad_input_over_stdio_gets_clear_errors_and_a_sealed_bundle() {
     let b = verified(&super::support::run_file(&out, "mcp-stdio", 0, ".json"));
     assert!(blocked_by(&b, "input").is_some());
 }
+
+/// `knox toolkit import --mcp-stdio COMMAND --servers-out …` of server `name` in `dir`:
+/// the manifest and `servers.toml` it writes, as they are (review entries and all).
+fn imported(dir: &Path, name: &str, command: &str, env: &[&str]) -> (PathBuf, PathBuf) {
+    let (manifest, servers) = (
+        dir.join(format!("{name}.toml")),
+        dir.join(format!("{name}-servers.toml")),
+    );
+    let mut cmd = knox();
+    cmd.args([
+        "toolkit",
+        "import",
+        "--server",
+        name,
+        "--mcp-stdio",
+        command,
+        "-o",
+    ])
+    .arg(&manifest)
+    .arg("--servers-out")
+    .arg(&servers);
+    for e in env {
+        cmd.args(["--env", e]);
+    }
+    let o = cmd.output().unwrap();
+    assert!(
+        o.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (manifest, servers)
+}
+
+/// Serves `calls` (tool, arguments) of `plan` through `knox gateway mcp` over stdio
+/// from `manifest` and `servers`: each call's result, and the bundle, verified.
+fn served(
+    dir: &Path,
+    manifest: &Path,
+    servers: &Path,
+    plan: &Value,
+    calls: &[(&str, Value)],
+) -> (Vec<Value>, Bundle) {
+    let tag = manifest.file_stem().unwrap().to_string_lossy().into_owned();
+    let plan_file = dir.join(format!("{tag}-plan.json"));
+    std::fs::write(&plan_file, plan.to_string()).unwrap();
+    static SERVED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = SERVED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out = dir.join(format!("{tag}-evidence-{n}"));
+    let mut gw = knox()
+        .args(["gateway", "mcp", "--manifest"])
+        .arg(manifest)
+        .arg("--mcp")
+        .arg(servers)
+        .args(["--prompt", "Do what the plan says", "--plan"])
+        .arg(&plan_file)
+        .arg("--out")
+        .arg(&out)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut c = StdioClient::initialized(&mut gw);
+    let mut results = Vec::new();
+    for (i, (tool, args)) in calls.iter().enumerate() {
+        let id = 10 + i as u64;
+        c.send(
+            &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": args}})
+            .to_string(),
+        );
+        results.push(c.reply(id)["result"].clone());
+    }
+    drop(c);
+    assert!(wait(&mut gw, Duration::from_secs(60)).success());
+    let b = verified(&super::support::run_file(&out, "mcp-stdio", 0, ".json"));
+    (results, b)
+}
+
+/// #34 item 7: every pinned server, imported (`toolkit import --mcp-stdio
+/// --servers-out`), then served by `knox gateway mcp` from the two files as written,
+/// answers its calls — reads and writes — confined: node servers under `offline` +
+/// `node`, the Python one under `offline` + `python`, the filesystem server's
+/// directory granted `replace` (its tools write), so an overwrite renames over the old
+/// file and leaves no `.tmp`. As root, a write into a directory the tools' uid cannot
+/// write fails, and the confinement recorded with the output says why and how to
+/// grant it.
+#[test]
+fn every_pinned_server_imported_then_served_answers_its_calls() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let servers = installed();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let modules = servers.join("node/node_modules/@modelcontextprotocol");
+    let text = |r: &Value| r["content"].to_string();
+
+    // The filesystem server, serving `data/`.
+    let data = d.join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cmd = format!(
+        "node {} {}",
+        modules.join("server-filesystem/dist/index.js").display(),
+        data.display()
+    );
+    let (m, s) = imported(d, "fs", &cmd, &[]);
+    let toml = std::fs::read_to_string(&s).unwrap();
+    assert!(
+        toml.contains("\"node\"") && toml.contains("\"replace\""),
+        "{toml}"
+    );
+    let file = data.join("new.txt");
+    let f = file.display().to_string();
+    let plan = json!({"calls": [
+        {"tool": "fs.write_file", "params": {"path": f, "content": "one"}},
+        {"tool": "fs.write_file", "params": {"path": f, "content": "two"}},
+        {"tool": "fs.read_text_file", "params": {"path": f}},
+        {"tool": "fs.list_directory", "params": {"path": data.display().to_string()}}]});
+    let calls = [
+        ("fs.write_file", json!({"path": f, "content": "one"})),
+        ("fs.write_file", json!({"path": f, "content": "two"})),
+        ("fs.read_text_file", json!({"path": f})),
+        (
+            "fs.list_directory",
+            json!({"path": data.display().to_string()}),
+        ),
+    ];
+    let root = nix_is_root();
+    if root {
+        // Root-owned, mode 0755: the tools' uid cannot write it. The write fails, and
+        // the confinement recorded with its output says why and what to do.
+        let (r, b) = served(d, &m, &s, &plan, &calls[..1]);
+        assert_eq!(r[0]["isError"], true, "{r:#?}");
+        let said = serde_json::to_string(&b.nodes).unwrap();
+        assert!(
+            said.contains("setfacl -m u:65520:rwx") && said.contains("cannot change"),
+            "{said}"
+        );
+        // The user gives that uid the directory (the test's own directory).
+        std::os::unix::fs::chown(&data, Some(65_520), Some(65_520)).unwrap();
+    }
+    let (r, _) = served(d, &m, &s, &plan, &calls);
+    assert!(r.iter().all(|r| r["isError"] != true), "{r:#?}");
+    assert!(text(&r[2]).contains("two"), "{r:#?}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "two");
+    let left: Vec<String> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["new.txt"], "no `.tmp` left behind");
+
+    // The memory server, its graph in its workspace.
+    let cmd = format!(
+        "node {}",
+        modules.join("server-memory/dist/index.js").display()
+    );
+    let (m, s) = imported(
+        d,
+        "memory",
+        &cmd,
+        &["MEMORY_FILE_PATH={workspace}/memory.jsonl"],
+    );
+    let alice = json!({"entities": [{"name": "Alice", "entityType": "person", "observations": ["likes tea"]}]});
+    let plan = json!({"calls": [
+        {"tool": "memory.create_entities", "params": alice},
+        {"tool": "memory.read_graph", "params": {}}]});
+    let (r, _) = served(
+        d,
+        &m,
+        &s,
+        &plan,
+        &[
+            ("memory.create_entities", alice.clone()),
+            ("memory.read_graph", json!({})),
+        ],
+    );
+    assert!(r.iter().all(|r| r["isError"] != true), "{r:#?}");
+    assert!(text(&r[1]).contains("likes tea"), "{r:#?}");
+
+    // The everything server (its stdio transport).
+    let cmd = format!(
+        "node {} stdio",
+        modules.join("server-everything/dist/index.js").display()
+    );
+    let (m, s) = imported(d, "everything", &cmd, &[]);
+    let plan = json!({"calls": [{"tool": "everything.echo", "params": {"message": "hello"}}]});
+    let (r, _) = served(
+        d,
+        &m,
+        &s,
+        &plan,
+        &[("everything.echo", json!({"message": "hello"}))],
+    );
+    assert!(text(&r[0]).contains("hello"), "{r:#?}");
+
+    // A Python (FastMCP) server keeping notes in `notes/`.
+    let notes = d.join("notes");
+    std::fs::create_dir(&notes).unwrap();
+    if root {
+        std::os::unix::fs::chown(&notes, Some(65_520), Some(65_520)).unwrap();
+    }
+    std::fs::write(d.join("notes.py"), NOTES_SERVER).unwrap();
+    let cmd = format!(
+        "{} {} {}",
+        servers.join("venv/bin/python").display(),
+        d.join("notes.py").display(),
+        notes.display()
+    );
+    let (m, s) = imported(d, "notes", &cmd, &[]);
+    let toml = std::fs::read_to_string(&s).unwrap();
+    assert!(toml.contains("\"python\""), "{toml}");
+    let plan = json!({"calls": [
+        {"tool": "notes.write_note", "params": {"name": "todo", "text": "buy tea"}},
+        {"tool": "notes.read_note", "params": {"name": "todo"}}]});
+    let (r, b) = served(
+        d,
+        &m,
+        &s,
+        &plan,
+        &[
+            (
+                "notes.write_note",
+                json!({"name": "todo", "text": "buy tea"}),
+            ),
+            ("notes.read_note", json!({"name": "todo"})),
+        ],
+    );
+    assert!(text(&r[1]).contains("buy tea"), "{r:#?}");
+    assert_eq!(b.run_id.split('-').next(), Some("mcp"));
+}
+
+/// Whether this process runs as root (the tools then run as uid 65520).
+fn nix_is_root() -> bool {
+    std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false)
+}
+
+/// A FastMCP server keeping notes as files in the directory it is given.
+const NOTES_SERVER: &str = r#"import sys
+from pathlib import Path
+from mcp.server.fastmcp import FastMCP
+from mcp.types import ToolAnnotations
+
+NOTES = Path(sys.argv[1])
+mcp = FastMCP("notes")
+
+@mcp.tool(annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
+def read_note(name: str) -> str:
+    """A note's text."""
+    return (NOTES / f"{name}.txt").read_text()
+
+@mcp.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True, openWorldHint=False))
+def write_note(name: str, text: str) -> str:
+    """Writes a note."""
+    (NOTES / f"{name}.txt").write_text(text)
+    return "written"
+
+mcp.run()
+"#;
 
 /// A scripted MCP client of a stdio gateway: its standard input and output.
 struct StdioClient {

@@ -43,7 +43,7 @@ fn reference(allowed: &BTreeSet<String>, fallbacks: Fallbacks, d: &SeccompData) 
     let ok = match name.as_str() {
         "clone" => a0 & namespaces == 0,
         "socket" => [(1, 0), (2, 0), (2, 6), (10, 0), (10, 6)].contains(&(a0, a2)) && a1 & 0xf == 1,
-        "socketpair" => a0 == 1 && a1 & 0xf == 1,
+        "socketpair" => a0 == 1 && matches!(a1 & 0xf, 1 | 5),
         "sendto" | "sendmmsg" => a3 & 0x2000_0000 == 0,
         "sendmsg" => a2 & 0x2000_0000 == 0,
         "prlimit64" => a0 == 0,

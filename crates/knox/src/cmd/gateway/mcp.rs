@@ -282,7 +282,7 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
 }
 
 /// The HTTP gateway: the session token written to `<out>/session-token` (mode 0600),
-/// one JSON line on standard output when listening (and `<out>/gateway.json`, which
+/// one JSON line on standard output when listening (and `<out>/gateway.addr`, which
 /// `--shared` launches find it by), one per sealed session (whose bundle goes to
 /// `sealed`, when streaming). Both files are removed when it ends.
 fn serve_http(

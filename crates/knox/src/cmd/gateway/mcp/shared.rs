@@ -1,5 +1,5 @@
 //! `knox gateway mcp --shared`: a stdio launch served by the one gateway serving
-//! `--out`. The launch finds that gateway by `<out>/gateway.json` (its URL, its process
+//! `--out`. The launch finds that gateway by `<out>/gateway.addr` (its URL, its process
 //! and a digest of its configuration) and `<out>/session-token`, starts one in the
 //! background when none answers, and bridges its stdio session into it
 //! (`knox_gateway::mcp::bridge`).
@@ -17,12 +17,12 @@ use crate::cmd::{self, usage};
 use crate::error::{Kind, fail};
 
 /// The file an HTTP gateway names itself in, in its `--out`.
-pub(super) const FOUND: &str = "gateway.json";
+pub(super) const FOUND: &str = "gateway.addr";
 
 /// How long a launch waits for a gateway to answer (one it started included).
 const START_WITHIN: Duration = Duration::from_secs(60);
 
-/// Removes its files when dropped (the gateway's `gateway.json` and session token).
+/// Removes its files when dropped (the gateway's `gateway.addr` and session token).
 pub(super) struct RemoveOnDrop(pub(super) Vec<PathBuf>);
 
 impl Drop for RemoveOnDrop {
@@ -58,10 +58,10 @@ pub(super) fn config(args: &McpGatewayArgs) -> Result<String> {
     Ok(Digest::sha256(c.to_string().as_bytes()).to_hex())
 }
 
-/// Writes `gateway.json` (atomically: a launch never reads half of it).
+/// Writes `gateway.addr` (atomically: a launch never reads half of it).
 pub(super) fn publish(file: &Path, url: &str, config: &str) {
     let body = json!({"url": url, "pid": std::process::id(), "config": config});
-    let tmp = file.with_extension("json.tmp");
+    let tmp = file.with_extension("addr.tmp");
     if std::fs::write(&tmp, body.to_string()).is_ok() {
         let _ = std::fs::rename(&tmp, file);
     }
