@@ -47,6 +47,10 @@ fn block(doc: &str, heading: &str) -> Vec<String> {
 fn run_as_written(commands: &[String]) {
     let dir = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(root().join("examples"), dir.path().join("examples")).unwrap();
+    // The pinned servers and SDKs, where a reader's checkout has them after
+    // `scripts/mcp-servers` (the examples' `servers.toml` name them from there).
+    std::os::unix::fs::symlink(root().join(".mcp-servers"), dir.path().join(".mcp-servers"))
+        .unwrap();
     let bin = Path::new(env!("CARGO_BIN_EXE_knox")).parent().unwrap();
     let path = format!(
         "{}:{}",
@@ -76,5 +80,19 @@ fn run_as_written(commands: &[String]) {
 fn the_toolkit_docs_block_runs_as_written_over_the_bank_example() {
     let commands = block("docs/toolkits.md", "### Running a prompt over your tools");
     assert_eq!(commands.len(), 3, "{commands:?}");
+    run_as_written(&commands);
+}
+
+/// The local-server example (`examples/notes/`: a FastMCP server, its manifest,
+/// `servers.toml` and plan) runs as docs/mcp.md writes it, the server confined.
+#[test]
+fn the_mcp_docs_block_runs_as_written_over_the_notes_example() {
+    let installed = root().join(".mcp-servers/venv/bin/python");
+    assert!(
+        installed.exists(),
+        "the examples' Python SDK is missing: run scripts/mcp-servers (CI installs it)"
+    );
+    let commands = block("docs/mcp.md", "### Try it: a local server");
+    assert_eq!(commands.len(), 2, "{commands:?}");
     run_as_written(&commands);
 }
