@@ -341,7 +341,10 @@ impl ServerSpec {
 
     /// Validates one server (`base`: the directory of its `servers.toml`).
     pub fn validate(self, base: &Path) -> Result<Server, McpError> {
-        let dir = std::path::absolute(base)
+        // The directory itself, links resolved: `{dir}/../x` then names the same place
+        // for the kernel's grants as for the server's command line.
+        let dir = std::fs::canonicalize(base)
+            .or_else(|_| std::path::absolute(base))
             .map(|d| lexically_normal(&d.to_string_lossy()))
             .map_err(|e| McpError::Config(format!("`{}`: {e}", base.display())))?;
         let this = self.expand_dir(&dir);

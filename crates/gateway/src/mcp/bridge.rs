@@ -31,6 +31,9 @@ pub struct Target {
     pub token: String,
 }
 
+/// Most requests relayed at once.
+const MAX_IN_FLIGHT: usize = 32;
+
 /// The header naming an MCP session on a Streamable-HTTP server.
 const SESSION_HEADER: &str = "mcp-session-id";
 
@@ -48,13 +51,17 @@ fn serve_error(why: impl std::fmt::Display) -> GatewayError {
 
 /// An opened session: its id and MCP endpoint.
 #[derive(Debug)]
-struct Opened {
+pub struct Opened {
     id: String,
     mcp_url: String,
 }
 
 /// Opens a session on `target` for `tasks` (and `plan`).
-fn open(target: &Target, tasks: &[String], plan: Option<&Value>) -> Result<Opened, GatewayError> {
+pub fn open(
+    target: &Target,
+    tasks: &[String],
+    plan: Option<&Value>,
+) -> Result<Opened, GatewayError> {
     let body = match plan {
         Some(p) => json!({ "tasks": tasks, "plan": p }),
         None => json!({ "tasks": tasks }),
@@ -156,6 +163,15 @@ impl Relay {
             return self.fail(id, &format!("the session answered {status}: {text}"));
         }
         let reader = std::io::BufReader::new(r.body_mut().as_reader());
+        let mut answered = false;
+        let mut relay_one = |data: &str| match serde_json::from_str::<Value>(data) {
+            // One line: the message re-serialized (an event's data may span lines).
+            Ok(v) => {
+                answered |= id.is_some() && v.get("id") == id && v.get("method").is_none();
+                self.emit(&v.to_string());
+            }
+            Err(_) => self.fail(id, "the session sent a message that is not JSON"),
+        };
         if sse {
             let mut data = String::new();
             for l in reader.lines() {
@@ -166,11 +182,11 @@ impl Relay {
                     }
                     data.push_str(d.strip_prefix(' ').unwrap_or(d));
                 } else if l.is_empty() && !data.is_empty() {
-                    self.emit(&std::mem::take(&mut data));
+                    relay_one(&std::mem::take(&mut data));
                 }
             }
             if !data.is_empty() {
-                self.emit(&data);
+                relay_one(&data);
             }
         } else {
             let mut text = String::new();
@@ -178,12 +194,14 @@ impl Relay {
             if std::io::Read::read_to_string(&mut reader, &mut text).is_ok()
                 && !text.trim().is_empty()
             {
-                // One line: the body re-serialized when it is JSON.
-                match serde_json::from_str::<Value>(&text) {
-                    Ok(v) => self.emit(&v.to_string()),
-                    Err(_) => self.fail(id, "the session answered with a body that is not JSON"),
-                }
+                relay_one(&text);
             }
+        }
+        if id.is_some() && !answered {
+            self.fail(
+                id,
+                "the session's answer ended without a response to this request",
+            );
         }
     }
 }
@@ -202,6 +220,17 @@ pub fn serve(
     stop: &dyn Fn() -> bool,
 ) -> Result<Value, GatewayError> {
     let opened = open(target, tasks, plan)?;
+    relay(target, &opened, input, output, stop)
+}
+
+/// [`serve`] once the session is open.
+pub fn relay(
+    target: &Target,
+    opened: &Opened,
+    input: Box<dyn BufRead + Send>,
+    output: Box<dyn Write + Send>,
+    stop: &dyn Fn() -> bool,
+) -> Result<Value, GatewayError> {
     let relay = Arc::new(Relay {
         mcp_url: opened.mcp_url.clone(),
         session: Mutex::new(None),
@@ -220,13 +249,13 @@ pub fn serve(
             _ => break,
         }
     }
-    end(target, &opened, &relay)
+    end(target, opened, &relay)
 }
 
 /// Relays every line of `input` (see the module's notes on order), then waits for the
 /// answers still coming.
 fn relay_input(relay: &Arc<Relay>, input: Box<dyn BufRead + Send>) {
-    let mut threads = Vec::new();
+    let mut threads: Vec<std::thread::JoinHandle<()>> = Vec::new();
     for line in input.lines() {
         let Ok(line) = line else { break };
         if line.trim().is_empty() {
@@ -243,12 +272,17 @@ fn relay_input(relay: &Arc<Relay>, input: Box<dyn BufRead + Send>) {
             .unwrap_or_else(PoisonError::into_inner)
             .is_some();
         if is_request && initialized {
+            threads.retain(|t| !t.is_finished());
+            // A bounded number of requests in flight: past it, wait for the oldest.
+            if threads.len() >= MAX_IN_FLIGHT {
+                let oldest = threads.remove(0);
+                let _ = oldest.join();
+            }
             let r = Arc::clone(relay);
             threads.push(std::thread::spawn(move || r.post(&line, id.as_ref())));
         } else {
             relay.post(&line, id.as_ref());
         }
-        threads.retain(|t| !t.is_finished());
     }
     for t in threads {
         let _ = t.join();
@@ -287,13 +321,26 @@ fn end(target: &Target, opened: &Opened, relay: &Relay) -> Result<Value, Gateway
     }
 }
 
-/// Whether a gateway answers at `target` with this token (a live session lookup of an
-/// id no session has: 404 from a live gateway, 401 with another token).
+/// Whether a Knox gateway answers at `target` with this token: its URL is a loopback
+/// `http://` address, and a lookup of an id no session has gets the gateway's own 404
+/// (another server on a reused port does not say it; a wrong token gets 401).
 pub fn answers(target: &Target) -> bool {
+    let loopback = ["http://127.", "http://[::1]:", "http://localhost:"]
+        .iter()
+        .any(|p| target.url.starts_with(p));
+    if !loopback {
+        return false;
+    }
     let url = format!("{}/knox/sessions/0", target.url);
-    agent(Some(Duration::from_secs(5)))
+    let Ok(mut r) = agent(Some(Duration::from_secs(5)))
         .get(&url)
         .header("authorization", &format!("Bearer {}", target.token))
         .call()
-        .is_ok_and(|r| r.status().as_u16() == 404)
+    else {
+        return false;
+    };
+    r.status().as_u16() == 404
+        && r.body_mut()
+            .read_to_string()
+            .is_ok_and(|b| b.contains("no such live session (sealed ones are in --out)"))
 }

@@ -92,9 +92,42 @@ pub(crate) struct Handle {
     tx: Sender<Cmd>,
     /// The run identifier.
     pub run_id: String,
+    /// What its answers began with (a header-less conversation's, see
+    /// [`Table::extended`]).
+    answers: Option<Answers>,
 }
 
+/// The beginnings of the last answers a header-less conversation relayed.
+type Answers = Arc<Mutex<std::collections::VecDeque<String>>>;
+
+/// How many answers' beginnings a conversation keeps, and how long each is.
+const ANSWERS_KEPT: usize = 8;
+const ANSWER_SNIPPET: usize = 80;
+
 impl Handle {
+    /// Notes the content of an answer relayed to the client: a later header-less
+    /// request whose opening extends this conversation's and carries it continues the
+    /// conversation (a ReAct scratchpad holds the answers it was given).
+    pub fn answered(&self, content: &str) {
+        let Some(answers) = &self.answers else {
+            return;
+        };
+        let first = content.trim().lines().next().unwrap_or_default().trim();
+        let mut end = first.len().min(ANSWER_SNIPPET);
+        while !first.is_char_boundary(end) {
+            end -= 1;
+        }
+        let snippet = &first[..end];
+        if snippet.len() < 8 {
+            return; // too short to tell one conversation from another
+        }
+        let mut a = lock(answers);
+        a.push_back(snippet.to_owned());
+        while a.len() > ANSWERS_KEPT {
+            a.pop_front();
+        }
+    }
+
     /// Proposes `calls` to the monitor; one decision each, in order.
     pub fn mediate(&self, calls: Vec<(String, ProposedCall)>) -> Result<Vec<Decision>, ApiError> {
         let (reply, rx) = mpsc::channel();
@@ -155,6 +188,13 @@ pub(crate) fn prefix(messages: &[Value]) -> String {
     out
 }
 
+/// Who a request comes from, as far as the proxy can tell: the SHA-256 of its
+/// `Authorization` header (empty without one). Header-less conversations of different
+/// clients never continue one another.
+pub(crate) fn client(authorization: Option<&str>) -> String {
+    authorization.map_or_else(String::new, |a| hex::encode(Sha256::digest(a.as_bytes())))
+}
+
 /// A message's text: a string `content`, or its `text` parts joined.
 pub(crate) fn text(m: &Value) -> String {
     match m.get("content") {
@@ -204,8 +244,16 @@ pub(crate) fn prompt(messages: &[Value]) -> Result<Prompt, ApiError> {
 /// mediates anything more, so content the model composes there carries its labels.
 type HeardLog = Arc<Mutex<Vec<HeardPayload>>>;
 
+/// A live header-less conversation's opening ([`prefix`]), the client it belongs to (the
+/// hash of its `Authorization`), and what its answers began with.
+struct Opening {
+    client: String,
+    text: String,
+    answers: Answers,
+}
+
 /// The openings of live header-less conversations, by key (see [`Table::extended`]).
-type Openings = Arc<Mutex<HashMap<String, String>>>;
+type Openings = Arc<Mutex<HashMap<String, Opening>>>;
 
 /// A conversation's slot: empty until its run opens (a request opening it holds the
 /// slot's lock, so a second request of the same conversation waits for that run instead
@@ -310,10 +358,11 @@ impl Table {
         key: &str,
         messages: &[Value],
         model: &str,
+        client: &str,
     ) -> Result<Handle, ApiError> {
         let opening = key.starts_with("prefix-").then(|| prefix(messages));
         let key = &match &opening {
-            Some(o) => self.extended(key, o),
+            Some(o) => self.extended(key, client, o),
             None => key.to_owned(),
         };
         let slot = lock(&self.live).entry(key.clone()).or_default().clone();
@@ -362,28 +411,49 @@ impl Table {
             .recv()
             .map_err(|_| ApiError::Open("the conversation's thread ended".into()))?
             .map_err(ApiError::Open)?;
-        let h = Handle { tx, run_id };
+        let answers: Option<Answers> = opening.as_ref().map(|_| Arc::default());
+        let h = Handle {
+            tx,
+            run_id,
+            answers: answers.clone(),
+        };
         *slot = Some(h.clone());
-        if let Some(o) = opening {
+        if let (Some(text), Some(answers)) = (opening, answers) {
+            let o = Opening {
+                client: client.to_owned(),
+                text,
+                answers,
+            };
             lock(&self.openings).insert(key.clone(), o);
         }
         Ok(h)
     }
 
-    /// The live conversation a header-less request with opening `opening` (key `key`)
-    /// belongs to: its own when live; else the live one whose opening this one extends
-    /// (the longest) — a text-based agent that writes its scratchpad into the user's
-    /// message (ReAct) sends a longer opening each step, and that step continues the
-    /// conversation planned from the shorter one, never a new plan of the prompt and
-    /// the observations the tools wrote; else its own (a new conversation).
-    fn extended(&self, key: &str, opening: &str) -> String {
-        if lock(&self.live).get(key).is_some_and(|s| lock(s).is_some()) {
+    /// The live conversation a header-less request of `client` with opening `opening`
+    /// (key `key`) belongs to: its own when live; else the live one of the same client
+    /// whose opening this one extends with text carrying one of the answers it relayed
+    /// (the longest such) — a text-based agent that writes its scratchpad (each answer
+    /// and its observation) into the user's message (ReAct) sends a longer opening each
+    /// step, and that step continues the conversation planned from the first, never a
+    /// new plan of the prompt and what the tools wrote; else its own (a new one).
+    fn extended(&self, key: &str, client: &str, opening: &str) -> String {
+        // The table's lock is not held while a slot's is awaited (an opener holds its
+        // slot through planning).
+        let own = lock(&self.live).get(key).cloned();
+        if own.is_some_and(|s| lock(&s).is_some()) {
             return key.to_owned();
         }
         lock(&self.openings)
             .iter()
-            .filter(|(_, o)| o.len() < opening.len() && opening.starts_with(o.as_str()))
-            .max_by_key(|(_, o)| o.len())
+            .filter(|(_, o)| {
+                o.client == client
+                    && o.text.len() < opening.len()
+                    && opening.starts_with(o.text.as_str())
+                    && lock(&o.answers)
+                        .iter()
+                        .any(|a| opening[o.text.len()..].contains(a.as_str()))
+            })
+            .max_by_key(|(_, o)| o.text.len())
             .map_or_else(|| key.to_owned(), |(k, _)| k.clone())
     }
 

@@ -242,7 +242,7 @@ inputSchema = { type = "object", properties = { to = { type = "string" } }, requ
     /// [`upstream`] reads the content as a text-based framework would).
     #[test]
     fn spliced_text_calls_never_reach_the_client_unmediated() {
-        const PIECES: [&str; 24] = [
+        const PIECES: [&str; 25] = [
             "Action: ",
             "Action Input: ",
             "GmailSendEmail",
@@ -267,6 +267,7 @@ inputSchema = { type = "object", properties = { to = { type = "string" } }, requ
             "```json\n",
             "```",
             "Thought: hm. ",
+            "Now action: ",
         ];
         let m = ToolkitManifest::from_toolkit_text(MANIFEST).unwrap();
         let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -284,18 +285,29 @@ inputSchema = { type = "object", properties = { to = { type = "string" } }, requ
                 "message": {"role": "assistant", "content": content}}]});
             upstream(whole.to_string().as_bytes(), &m);
             let mut sse = String::new();
+            let mut pieces = Vec::new();
             let mut at = 0;
             while at < content.len() {
                 let mut end = (at + 1 + next(9)).min(content.len());
                 while !content.is_char_boundary(end) {
                     end += 1;
                 }
-                let c = serde_json::json!({"id": "t", "choices": [{"index": 0,
-                    "delta": {"content": &content[at..end]}, "finish_reason": null}]});
-                sse.push_str(&format!("data: {c}\n\n"));
+                pieces.push(&content[at..end]);
                 at = end;
             }
-            let fin = serde_json::json!({"id": "t", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+            // Half the streams finish in a chunk that carries content too (vLLM, one-chunk
+            // streams): its text must come out after what was held before it.
+            let last = if next(2) == 0 { pieces.pop() } else { None };
+            for piece in pieces {
+                let c = serde_json::json!({"id": "t", "choices": [{"index": 0,
+                    "delta": {"content": piece}, "finish_reason": null}]});
+                sse.push_str(&format!("data: {c}\n\n"));
+            }
+            let delta = last.map_or_else(
+                || serde_json::json!({}),
+                |l| serde_json::json!({"content": l}),
+            );
+            let fin = serde_json::json!({"id": "t", "choices": [{"index": 0, "delta": delta, "finish_reason": "stop"}]});
             sse.push_str(&format!("data: {fin}\n\ndata: [DONE]\n\n"));
             upstream(sse.as_bytes(), &m);
         }

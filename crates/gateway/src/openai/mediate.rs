@@ -133,14 +133,13 @@ pub(crate) fn apply_written(
 ) -> Vec<Value> {
     let mut blocked = Vec::new();
     let mut notes = Vec::new();
-    let mut struck = Vec::new();
     for ((w, (id, _)), d) in written.iter().zip(proposed).zip(decisions) {
         if let Decision::Blocked { guard, reason } = d {
-            struck.push(w);
             notes.push(note(&w.name, guard, reason));
             blocked.extend(blocked_entry(id, &w.name, d));
         }
     }
+    let struck = textcalls::struck(written, decisions);
     if struck.is_empty() {
         return blocked;
     }

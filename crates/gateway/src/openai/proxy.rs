@@ -321,13 +321,16 @@ async fn chat_inner(
         .map(|v| v.to_str().unwrap_or("\u{0}").to_owned());
     let key = conversation::key(header.as_deref(), req.messages())?;
     let auth = authorization(&headers);
+    let client = conversation::client(auth.as_deref());
     let p = proxy.clone();
     // One blocking hop for the whole exchange: the conversation (opened, planned, when
     // it is new), the tool results it carries, the upstream request and — not
     // streamed — the mediation of its calls. Each hop between threads is a wake-up the
     // scheduler of a busy machine may delay (docs/gateway-openai.md, "Measured").
     let exchanged = blocking(move || {
-        let conv = p.table.get_or_open(&key, req.messages(), &req.model)?;
+        let conv = p
+            .table
+            .get_or_open(&key, req.messages(), &req.model, &client)?;
         conv.record(tool_results(req.messages()))?;
         let path = "/chat/completions";
         let answer = p.upstream.post(path, &bytes, auth.as_deref())?;
@@ -384,11 +387,12 @@ async fn respond_inner(
         .get(CONVERSATION_HEADER)
         .map(|v| v.to_str().unwrap_or("\u{0}").to_owned());
     let auth = authorization(&headers);
+    let client = conversation::client(auth.as_deref());
     let p = proxy.clone();
     let (run, responded) = blocking(move || {
         let t = responses::translate(&bytes, &p.histories)?;
         let key = conversation::key(header.as_deref(), t.messages())?;
-        let conv = p.table.get_or_open(&key, t.messages(), &t.model)?;
+        let conv = p.table.get_or_open(&key, t.messages(), &t.model, &client)?;
         conv.record(tool_results(t.messages()))?;
         let path = "/chat/completions";
         let body = serde_json::to_vec(&t.chat)
@@ -411,6 +415,7 @@ async fn respond_inner(
                 url: url.clone(),
                 why: e.to_string(),
             })?;
+        conv.answered(&first_content(&completion));
         let r = responses::response(&t, &completion, &p.histories)?;
         Ok((conv.run_id, Responded::Answer(r, t.stream)))
     })
@@ -467,6 +472,9 @@ fn mediated(proxy: &Proxy, conv: &Handle, text: &str) -> Result<Response, ApiErr
         &mut |calls| conv.mediate(calls),
         proxy.text_calls(),
     )?;
+    if let Ok(v) = serde_json::from_str::<Value>(&body) {
+        conv.answered(&first_content(&v));
+    }
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
@@ -545,6 +553,18 @@ pub(crate) fn mediate_completion(
     Ok(completion.to_string())
 }
 
+/// The content of a completion's first choice (empty when it has none).
+fn first_content(completion: &Value) -> String {
+    completion
+        .get("choices")
+        .and_then(|c| c.get(0))
+        .and_then(|c| c.get("message"))
+        .and_then(|m| m.get("content"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// An event stream's frames, as the client receives them.
 struct Frames(tokio::sync::mpsc::Receiver<Bytes>);
 
@@ -592,7 +612,7 @@ async fn streamed(
 fn pump(proxy: &Proxy, conv: &Handle, body: ureq::Body, tx: &tokio::sync::mpsc::Sender<Bytes>) {
     let url = proxy.upstream.url("/chat/completions");
     let mut mediate = |calls| conv.mediate(calls);
-    relay(
+    let answer = relay(
         body.into_reader(),
         &conv.run_id,
         &url,
@@ -600,6 +620,7 @@ fn pump(proxy: &Proxy, conv: &Handle, body: ureq::Body, tx: &tokio::sync::mpsc::
         &mut |f| tx.blocking_send(f).is_ok(),
         proxy.text_calls(),
     );
+    conv.answered(&answer);
 }
 
 /// Relays the event stream `upstream` of `url` as frames to `send` (which answers
@@ -614,7 +635,27 @@ pub(crate) fn relay(
     mediate: &mut Mediate<'_>,
     send: &mut dyn FnMut(Bytes) -> bool,
     text_calls: Option<&ToolkitManifest>,
-) {
+) -> String {
+    // The content of the first choice as the client receives it.
+    let mut answer = String::new();
+    let mut emit = |c: &Value, answer: &mut String| -> bool {
+        for choice in c
+            .get("choices")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let first = choice.get("index").and_then(Value::as_u64).unwrap_or(0) == 0;
+            let text = choice
+                .get("delta")
+                .and_then(|d| d.get("content"))
+                .and_then(Value::as_str);
+            if let (true, Some(t)) = (first, text) {
+                answer.push_str(t);
+            }
+        }
+        send(frame(&c.to_string()))
+    };
     let mut events = Events::new(upstream);
     let mut m = StreamMediator::new(run, text_calls);
     let result = loop {
@@ -662,8 +703,8 @@ pub(crate) fn relay(
         match m.feed(chunk, mediate) {
             Ok(out) => {
                 for c in out {
-                    if !send(frame(&c.to_string())) {
-                        return; // the client went away
+                    if !emit(&c, &mut answer) {
+                        return answer; // the client went away
                     }
                 }
             }
@@ -673,8 +714,8 @@ pub(crate) fn relay(
     let last = match result {
         Ok(out) => {
             for c in out {
-                if !send(frame(&c.to_string())) {
-                    return;
+                if !emit(&c, &mut answer) {
+                    return answer;
                 }
             }
             frame("[DONE]")
@@ -682,4 +723,5 @@ pub(crate) fn relay(
         Err(e) => frame(&e.body().to_string()),
     };
     let _ = send(last);
+    answer
 }

@@ -88,11 +88,13 @@ impl<'m> StreamMediator<'m> {
         let mut kept = Vec::new();
         for mut choice in std::mem::take(choices) {
             let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
-            self.hold(index, &mut choice);
             let finish = choice
                 .get("finish_reason")
                 .and_then(Value::as_str)
                 .map(str::to_owned);
+            // A finishing chunk's content is held whole: the flush releases it after the
+            // rest held before it, in order.
+            self.hold(index, &mut choice, finish.is_some());
             if let Some(reason) = finish {
                 let (chunks, all_blocked) = self.flush(index, mediate)?;
                 out.extend(chunks);
@@ -136,7 +138,7 @@ impl<'m> StreamMediator<'m> {
 
     /// Moves a choice's `tool_calls` deltas into the held calls, and (text calls read)
     /// its content into the choice's text, leaving in the delta what may be released.
-    fn hold(&mut self, index: u64, choice: &mut Value) {
+    fn hold(&mut self, index: u64, choice: &mut Value, finishing: bool) {
         let Some(delta) = choice.get_mut("delta").and_then(Value::as_object_mut) else {
             return;
         };
@@ -145,7 +147,11 @@ impl<'m> StreamMediator<'m> {
         {
             let t = self.texts.entry(index).or_default();
             t.text.push_str(content);
-            let upto = textcalls::releasable(&t.text, t.released).max(t.released);
+            let upto = if finishing {
+                t.released
+            } else {
+                textcalls::releasable(&t.text, t.released).max(t.released)
+            };
             let release = t.text[t.released..upto].to_owned();
             t.released = upto;
             if release.is_empty() && !content.is_empty() {
@@ -209,7 +215,6 @@ impl<'m> StreamMediator<'m> {
         let mut released = Vec::new();
         let mut notes = Vec::new();
         let mut blocked = Vec::new();
-        let mut struck = Vec::new();
         for (i, ((id, call), d)) in calls.iter().zip(&decisions).enumerate() {
             match d {
                 Decision::Allowed if i < n_written => {}
@@ -217,14 +222,12 @@ impl<'m> StreamMediator<'m> {
                     "index": released.len(), "id": id, "type": "function",
                     "function": {"name": call.name, "arguments": call.arguments}})),
                 Decision::Blocked { guard, reason } => {
-                    if let Some(w) = written.get(i) {
-                        struck.push(w);
-                    }
                     notes.push(note(&call.name, guard, reason));
                     blocked.extend(blocked_entry(id, &call.name, d));
                 }
             }
         }
+        let struck = textcalls::struck(&written, decisions.get(..n_written).unwrap_or_default());
         // The held rest of the text: the blocked calls' text struck from it, the notes
         // after it, and then anything in it that still reads as a call not allowed.
         let released_upto = text.as_ref().map_or(0, |t| t.released);

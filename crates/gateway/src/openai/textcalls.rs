@@ -1,19 +1,29 @@
 //! Tool calls written as text in an assistant's `content`, as text-based agent
 //! frameworks (ReAct prompts, models without native tool calling) have the model write
 //! them. The framework, not the API, parses such a call and runs it, so the proxy reads
-//! the same text the framework will and proposes each call it finds to the run's
-//! monitor, like a `tool_calls` entry. Three forms are read:
+//! the text at least as widely as the frameworks' own parsers do, and proposes each call
+//! it finds to the run's monitor, like a `tool_calls` entry. Three forms are read:
 //!
-//! - **ReAct**: a line `Action: NAME` followed by `Action Input: INPUT` (INPUT runs to
-//!   the end of the text or to an `Observation:` line);
+//! - **ReAct**: `Action: NAME` then, anywhere after it, `Action Input: INPUT` (labels
+//!   anywhere in the text, any case, `Action 1:` numbered; the name is what lies
+//!   between, its first line; INPUT runs to the end of the text, as LangChain reads it);
 //! - **tags**: `<tool_call>{"name": …, "arguments": …}</tool_call>` (Hermes, Qwen) and
-//!   `<function=NAME>{…}</function>` (Llama 3.1);
-//! - **JSON objects**: an object (bare, or in a code fence) with a name key (`name`,
-//!   `tool`, `tool_name`, `action`, or `function: {name, arguments}`) and an arguments
-//!   key (`arguments`, `parameters`, `args`, `input`, `tool_input`, `action_input`).
-//!   JSON is also how answers carry data, so an object is read as a call only when its
-//!   name is a tool of the manifest; the ReAct and tag forms are calls whatever they
-//!   name (a name the manifest lacks is then blocked).
+//!   `<function=NAME>{…}</function>` (Llama 3.1); a tag that does not close runs to the
+//!   end, and a `<tool_call>` whose body does not parse is text that cannot be read
+//!   (below);
+//! - **JSON objects**: an object or array of objects (bare, or in a code fence) with a
+//!   name key (`name`, `tool`, `tool_name`, `action`, or `function: {name, arguments}`)
+//!   and an arguments key (`arguments`, `parameters`, `args`, `input`, `tool_input`,
+//!   `action_input`). JSON is also how answers carry data, so an object is read as a
+//!   call only when one of its names is a tool of the manifest; the ReAct and tag forms
+//!   are calls whatever they name (a name the manifest lacks is then blocked).
+//!
+//! Text that cannot be read exactly — an object whose name keys or arguments keys
+//! disagree, a bracketed region naming a tool that does not parse as JSON (Python
+//! literals, unclosed objects, nesting past the parser's depth), text built to be
+//! scanned again and again — is proposed as one call of the tool [`UNREADABLE`], which
+//! no manifest has: it is blocked and struck. Every call found is proposed, calls
+//! nested in others included; a blocked call is struck with every call overlapping it.
 //!
 //! An input that is not a JSON object (a ReAct `Action Input: Paris`) is proposed as
 //! the value of the tool's only parameter, or as `{"input": …}` when the tool has
@@ -24,18 +34,17 @@
 //! gateway (`docs/gateway-openai.md`, "Tool calls written as text").
 
 use std::ops::Range;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use knox_policy::ToolkitManifest;
 use serde_json::{Map, Value};
 
-use super::conversation::ProposedCall;
+use super::conversation::{Decision, ProposedCall};
 
 /// One call found in text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct TextCall {
-    /// Where it is written: removed from the text when the call is blocked.
+    /// Where it is written: struck from the text when the call is blocked.
     pub span: Range<usize>,
     /// The tool it names.
     pub name: String,
@@ -45,9 +54,9 @@ pub(crate) struct TextCall {
     pub form: &'static str,
 }
 
-/// Text calls proposed by this process: each gets the id `text-<n>`, which no client
-/// sees and no answer can name (the framework reports its output in text the proxy
-/// cannot attribute: an allowed text call seals as `unanswered`).
+/// Text calls proposed by this process: each gets the id `knox-text-<n>`, which no
+/// client sees and no answer can name (the framework reports its output in text the
+/// proxy cannot attribute: an allowed text call seals as `unanswered`).
 static PROPOSED: AtomicU64 = AtomicU64::new(1);
 
 /// A text call as the monitor is asked about it, under an id of its own.
@@ -72,58 +81,85 @@ const ARGUMENT_KEYS: [&str; 6] = [
     "action_input",
 ];
 
-/// The calls written in `text`, in the order they appear, none overlapping (but the
-/// calls of one JSON array, which share its span).
+/// The name proposed for text that cannot be read exactly: no tool has it, so the
+/// monitor blocks it and its text is struck.
+pub(crate) const UNREADABLE: &str = "knox:unreadable-text";
+
+/// How many bytes [`json_objects`] may scan for each byte of text (plus 1 MiB):
+/// ordinary answers scan each byte a few times at most; text built to be scanned
+/// again and again (many unclosed, nested openings) is unreadable instead.
+const SCAN_FACTOR: usize = 8;
+
+/// Every call written in `text`, in the order they begin (an enclosing call before
+/// those nested in it); calls may overlap.
 pub(crate) fn detect(text: &str, manifest: &ToolkitManifest) -> Vec<TextCall> {
     let mut found = react(text, manifest);
     found.extend(tags(text, manifest));
     found.extend(json_objects(text, manifest));
     found.sort_by_key(|c| (c.span.start, std::cmp::Reverse(c.span.end)));
-    let mut calls: Vec<TextCall> = Vec::new();
+    found.dedup();
+    // The same call read twice, once inside the other (an object in an array, the
+    // chat-completions shape's inner `function`), is one call: the enclosing reading.
+    let mut out: Vec<TextCall> = Vec::with_capacity(found.len());
     for c in found {
-        if calls
-            .last()
-            .is_none_or(|l| c.span.start >= l.span.end || c.span == l.span)
-        {
-            calls.push(c);
+        let again = out.iter().any(|o| {
+            o.name == c.name
+                && o.arguments == c.arguments
+                && o.span.start <= c.span.start
+                && c.span.end <= o.span.end
+        });
+        if !again {
+            out.push(c);
         }
     }
-    calls
+    out
+}
+
+/// The calls to strike: the blocked ones and, transitively, every call overlapping one
+/// (an allowed call whose text holds a blocked one would reach the framework changed).
+pub(crate) fn struck<'a>(written: &'a [TextCall], decisions: &[Decision]) -> Vec<&'a TextCall> {
+    let mut out: Vec<&TextCall> = written
+        .iter()
+        .zip(decisions)
+        .filter(|(_, d)| **d != Decision::Allowed)
+        .map(|(c, _)| c)
+        .collect();
+    loop {
+        let more: Vec<&TextCall> = written
+            .iter()
+            .filter(|c| !out.iter().any(|o| std::ptr::eq(*o, *c)))
+            .filter(|c| out.iter().any(|o| overlap(&o.span, &c.span)))
+            .collect();
+        if more.is_empty() {
+            return out;
+        }
+        out.extend(more);
+    }
+}
+
+fn overlap(a: &Range<usize>, b: &Range<usize>) -> bool {
+    a.start < b.end && b.start < a.end
 }
 
 /// How much of a text still being streamed can be released before the rest is seen:
-/// everything before the first place a call could begin (a `{`, a `<`, a line starting
-/// `Action`, or a last line that may yet become one). Every call [`detect`] finds
-/// starts at or after this point.
+/// everything before the first place a call could begin — a `{`, `[` or `<`, the word
+/// `action` in any case (a ReAct label may stand anywhere), or an ending that may yet
+/// become it. Every call [`detect`] finds starts at or after this point.
 pub(crate) fn releasable(text: &str, from: usize) -> usize {
-    let brace = text[from..]
-        .find(['{', '<'])
-        .map_or(text.len(), |p| from + p);
-    // Each line from the one holding `from` on: an `Action` line, or a last line that
-    // may still become one, holds the text from its start.
-    let mut line_start = text[..from].rfind('\n').map_or(0, |p| p + 1);
-    while line_start < brace {
-        let line_end = text[line_start..]
-            .find('\n')
-            .map_or(text.len(), |p| line_start + p);
-        let complete = line_end < text.len();
-        if action_line(&text[line_start..line_end], complete) {
-            return line_start.max(from).min(brace);
-        }
-        if !complete {
-            break;
-        }
-        line_start = line_end + 1;
-    }
-    brace
-}
-
-/// Whether `line` starts as [`label`] reads an `Action` label, or (not `complete`)
-/// may still become one.
-fn action_line(line: &str, complete: bool) -> bool {
-    let t = line.trim_start_matches(['*', '#', ' ', '\t']);
-    let head: String = t.chars().take(6).flat_map(char::to_lowercase).collect();
-    head == "action" || (!complete && "action".starts_with(&head))
+    let rest = text.get(from..).unwrap_or_default();
+    let bracket = rest.find(['{', '[', '<']).map_or(text.len(), |p| from + p);
+    let lower = rest.to_ascii_lowercase();
+    let word = lower.find("action").map_or(text.len(), |p| from + p);
+    // An ending that is a proper prefix of `action` (`Act`) may become one.
+    let tail = (1..6)
+        .filter(|n| lower.len() >= *n)
+        .find(|n| {
+            lower
+                .get(lower.len() - n..)
+                .is_some_and(|t| "action".starts_with(t))
+        })
+        .map_or(text.len(), |n| text.len() - n);
+    bracket.min(word).min(tail)
 }
 
 /// The arguments of a call of `name` given `input` (JSON text, or plain text).
@@ -157,119 +193,74 @@ fn wrap(manifest: &ToolkitManifest, name: &str, value: Value) -> String {
     Value::Object(m).to_string()
 }
 
-/// ReAct: `Action: NAME` then `Action Input: INPUT` (on the next non-blank line, or on
-/// the same line after the name).
-fn react(text: &str, manifest: &ToolkitManifest) -> Vec<TextCall> {
-    let mut calls = Vec::new();
-    let lines = line_spans(text);
-    let mut i = 0;
-    while let Some(&(start, end)) = lines.get(i) {
-        let Some(named) = label(&text[start..end], "Action").filter(|n| !n.is_empty()) else {
+/// An `Action` label at byte `at` of `text` (whose ASCII-lowercased copy is `lower`):
+/// `action`, spaces or a step number, `:`; the label's end. With `input`, the
+/// `Action Input:` label (`Action 1 Input:`, `action_input:`) instead.
+fn label_at(text: &str, lower: &str, at: usize, input: bool) -> Option<usize> {
+    if !lower.get(at..)?.starts_with("action") {
+        return None;
+    }
+    let skip = |from: usize, also: &[u8]| {
+        let bytes = text.as_bytes();
+        let mut i = from;
+        while bytes.get(i).is_some_and(|b| {
+            b.is_ascii_digit() || matches!(b, b' ' | b'\t' | b'*') || also.contains(b)
+        }) {
             i += 1;
+        }
+        i
+    };
+    let mut i = skip(at + "action".len(), if input { b"_" } else { b"" });
+    if input {
+        if !lower.get(i..)?.starts_with("input") {
+            return None;
+        }
+        i = skip(i + "input".len(), b"");
+    }
+    (text.as_bytes().get(i) == Some(&b':')).then_some(i + 1)
+}
+
+/// ReAct: `Action: NAME` then, anywhere after it, `Action Input: INPUT` to the end.
+fn react(text: &str, manifest: &ToolkitManifest) -> Vec<TextCall> {
+    let lower = text.to_ascii_lowercase();
+    let starts: Vec<usize> = lower.match_indices("action").map(|(p, _)| p).collect();
+    let mut calls = Vec::new();
+    for (k, &at) in starts.iter().enumerate() {
+        if label_at(text, &lower, at, true).is_some() {
+            continue;
+        }
+        let Some(name_from) = label_at(text, &lower, at, false) else {
             continue;
         };
-        let (name, first, in_end, mut k) = if let Some(p) = same_line_input(named) {
-            (
-                &named[..p],
-                input_label(&named[p..]).unwrap_or_default(),
-                end,
-                i + 1,
-            )
-        } else {
-            // The next non-blank line must be the input.
-            let mut j = i + 1;
-            while lines
-                .get(j)
-                .is_some_and(|&(a, b)| text[a..b].trim().is_empty())
-            {
-                j += 1;
-            }
-            let Some(&(in_start, in_end)) = lines.get(j) else {
-                break;
-            };
-            let Some(first) = input_label(&text[in_start..in_end]) else {
-                i += 1;
-                continue;
-            };
-            (named, first, in_end, j + 1)
+        // The first input label after it.
+        let Some((input_at, input_from)) = starts
+            .iter()
+            .skip(k + 1)
+            .filter(|p| **p >= name_from)
+            .find_map(|p| label_at(text, &lower, *p, true).map(|e| (*p, e)))
+        else {
+            continue;
         };
-        // The input runs on to an `Observation:`, `Thought:` or `Action` line, or the
-        // end of the text.
-        let mut input = first.to_owned();
-        let mut span_end = in_end;
-        while let Some(&(l_start, l_end)) = lines.get(k) {
-            let l = &text[l_start..l_end];
-            if label(l, "Observation").is_some()
-                || label(l, "Thought").is_some()
-                || action_line(l, true)
-            {
-                break;
-            }
-            input.push('\n');
-            input.push_str(l);
-            span_end = l_end;
-            k += 1;
-        }
-        let name = name
-            .trim()
+        let between = &text[name_from..input_at];
+        let name = between
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or_default()
             .trim_matches(['`', '"', '\'', '*'])
             .trim()
             .to_owned();
-        let arguments = arguments(manifest, &name, strip_fence(&input));
+        let input = text[input_from..].trim_end();
+        let input = input.trim_start_matches(['*', ' ', '\t']);
+        let arguments = arguments(manifest, &name, strip_fence(input));
         calls.push(TextCall {
-            span: start..span_end,
+            span: at..text.trim_end().len().max(input_from),
             name,
             arguments,
             form: "react",
         });
-        i = k;
     }
     calls
-}
-
-/// Where an `Action Input` label starts in the rest of an `Action:` line, if it does.
-fn same_line_input(named: &str) -> Option<usize> {
-    let lower = named.to_ascii_lowercase();
-    let mut at = 0;
-    while let Some(p) = lower[at..].find("action") {
-        let pos = at + p;
-        if input_label(&named[pos..]).is_some() {
-            return Some(pos);
-        }
-        at = pos + 1;
-    }
-    None
-}
-
-/// `LABEL:` (any case, spaces around the colon, an optional step number: `Action 1:`,
-/// markdown emphasis or heading marks around it) at the start of `line`: what follows,
-/// trimmed.
-fn label<'a>(line: &'a str, label: &str) -> Option<&'a str> {
-    let line = line.trim_start_matches(['*', '#', ' ', '\t']);
-    let head = line.get(..label.len())?;
-    if !head.eq_ignore_ascii_case(label) {
-        return None;
-    }
-    let rest = line[label.len()..].trim_start_matches(number);
-    let rest = rest.strip_prefix(':')?;
-    Some(rest.trim_start_matches('*').trim())
-}
-
-/// An `Action Input:` label (`Action 1 Input:`, `action_input:`, any case) at the start
-/// of `line`: what follows, trimmed.
-fn input_label(line: &str) -> Option<&str> {
-    let line = line.trim_start_matches(['*', '#', ' ', '\t']);
-    let head = line.get(..6)?;
-    if !head.eq_ignore_ascii_case("action") {
-        return None;
-    }
-    let rest = line[6..].trim_start_matches(|c: char| number(c) || c == '_');
-    label(rest, "Input")
-}
-
-/// What may stand between a label's word and its colon.
-fn number(c: char) -> bool {
-    c.is_ascii_digit() || c == ' ' || c == '*' || c == '\t'
 }
 
 /// The text inside a code fence, when `s` is one.
@@ -282,49 +273,42 @@ fn strip_fence(s: &str) -> &str {
     inner.trim_end().strip_suffix("```").unwrap_or(inner).trim()
 }
 
-/// Each line's byte span (without its newline).
-fn line_spans(text: &str) -> Vec<(usize, usize)> {
-    let mut spans = Vec::new();
-    let mut start = 0;
-    for (i, b) in text.bytes().enumerate() {
-        if b == b'\n' {
-            spans.push((start, i));
-            start = i + 1;
-        }
-    }
-    if start <= text.len() {
-        spans.push((start, text.len()));
-    }
-    spans
-}
-
 /// `<tool_call>{…}</tool_call>` and `<function=NAME>{…}</function>`; a tag the text
 /// ends inside (the model stopped there) runs to the end.
 fn tags(text: &str, manifest: &ToolkitManifest) -> Vec<TextCall> {
     let mut calls = Vec::new();
     let mut at = 0;
+    let mut no_close_bracket_after = usize::MAX;
     while let Some(off) = text[at..].find('<') {
         let start = at + off;
         let rest = &text[start..];
         if let Some(body) = rest.strip_prefix("<tool_call>") {
             let (inner, len) = until_close(body, "</tool_call>");
             let end = start + "<tool_call>".len() + len;
-            if let Ok(Value::Object(o)) = serde_json::from_str::<Value>(strip_fence(inner))
-                && let Some((name, args)) = call_object(&o, manifest, false)
-            {
-                calls.push(TextCall {
-                    span: start..end,
-                    name,
-                    arguments: args,
-                    form: "tool_call",
-                });
-            }
+            let read = match serde_json::from_str::<Value>(strip_fence(inner)) {
+                Ok(Value::Object(o)) => call_object(&o, manifest, false),
+                _ => None,
+            };
+            let (name, arguments) =
+                read.unwrap_or_else(|| (UNREADABLE.to_owned(), "{}".to_owned()));
+            calls.push(TextCall {
+                span: start..end,
+                name,
+                arguments,
+                form: "tool_call",
+            });
             at = end.max(start + 1);
             continue;
         }
         if let Some(after) = rest.strip_prefix("<function=")
-            && let Some(close) = after.find('>')
+            && start < no_close_bracket_after
         {
+            let Some(close) = after.find('>') else {
+                // No `>` anywhere after: none after any later `<function=` either.
+                no_close_bracket_after = start;
+                at = start + 1;
+                continue;
+            };
             let name = after[..close].trim().trim_matches(['"', '\'']).to_owned();
             let body = &after[close + 1..];
             let (inner, len) = until_close(body, "</function>");
@@ -354,8 +338,14 @@ fn until_close<'a>(body: &'a str, close: &str) -> (&'a str, usize) {
     }
 }
 
-/// A JSON object read as a call: its tool name and arguments. With `needs_tool`, the
-/// name must be a tool of the manifest.
+/// Whether tool `name` is in the manifest (a `__` standing for the first `.`).
+fn known(manifest: &ToolkitManifest, name: &str) -> bool {
+    manifest.tool(name).is_some() || manifest.tool(&name.replacen("__", ".", 1)).is_some()
+}
+
+/// A JSON object read as a call: its tool name and arguments. With `needs_tool`, one
+/// of its names must be a tool of the manifest. An object whose name keys, or whose
+/// arguments keys, disagree (a framework may read either) is [`UNREADABLE`].
 fn call_object(
     o: &Map<String, Value>,
     manifest: &ToolkitManifest,
@@ -367,40 +357,51 @@ fn call_object(
     {
         return Some(r);
     }
-    let name = NAME_KEYS
+    let mut names: Vec<&str> = NAME_KEYS
         .iter()
-        .find_map(|k| o.get(*k).and_then(Value::as_str))?
-        .trim()
-        .to_owned();
-    let args = ARGUMENT_KEYS.iter().find_map(|k| o.get(*k))?;
-    let known =
-        manifest.tool(&name).is_some() || manifest.tool(&name.replacen("__", ".", 1)).is_some();
-    if name.is_empty() || (needs_tool && !known) {
+        .filter_map(|k| o.get(*k).and_then(Value::as_str))
+        .map(str::trim)
+        .collect();
+    names.dedup();
+    let mut args: Vec<&Value> = ARGUMENT_KEYS.iter().filter_map(|k| o.get(*k)).collect();
+    args.dedup();
+    let first = *names.first()?;
+    if args.is_empty() || first.is_empty() {
         return None;
     }
+    if needs_tool && !names.iter().any(|n| known(manifest, n)) {
+        return None;
+    }
+    if names.len() > 1 || args.len() > 1 {
+        return Some((UNREADABLE.to_owned(), "{}".to_owned()));
+    }
+    let args = args.first()?;
     let arguments = match args {
         Value::Object(_) => args.to_string(),
-        Value::String(s) => arguments(manifest, &name, s),
-        other => wrap(manifest, &name, other.clone()),
+        Value::String(s) => arguments(manifest, first, s),
+        other => wrap(manifest, first, (*other).clone()),
     };
-    Some((name, arguments))
+    Some((first.to_owned(), arguments))
 }
 
-/// The name proposed for text that could not be read for calls within bounds (see
-/// [`json_objects`]): no tool has it, so the monitor blocks it and its text is struck.
-pub(crate) const UNREADABLE: &str = "knox:unreadable-text";
-
-/// How many bytes [`json_objects`] may scan for each byte of text (plus 1 MiB):
-/// ordinary answers scan each byte a few times at most; text built to be scanned
-/// again and again (many unclosed, nested openings) is refused instead.
-const SCAN_FACTOR: usize = 8;
-
-/// JSON values in `text` (each `{` or `[` not inside an earlier call) that are call
-/// objects, or arrays of them, naming tools of the manifest. A value's extent is found
-/// by one scan of its brackets and strings before it is parsed; when the scans would
+/// JSON values in `text` (each `{` or `[`, nested ones too) that are call objects, or
+/// arrays of them, naming tools of the manifest; a bracketed region that names a tool
+/// but does not parse (or never closes) is [`UNREADABLE`]. A value's extent is found by
+/// one scan of its brackets and strings before it is parsed; when the scans would
 /// exceed the bound, the rest of the text from the first unscanned opening is one
 /// [`UNREADABLE`] call.
 fn json_objects(text: &str, manifest: &ToolkitManifest) -> Vec<TextCall> {
+    let names: Vec<String> = manifest
+        .tools()
+        .flat_map(|t| [t.name.clone(), t.name.replacen('.', "__", 1)])
+        .collect();
+    // A region that quotes a name key and holds a tool's name reads as a call attempt.
+    let names_a_tool = |region: &str| {
+        NAME_KEYS
+            .iter()
+            .any(|k| region.contains(&format!("\"{k}\"")) || region.contains(&format!("'{k}'")))
+            && names.iter().any(|n| region.contains(n.as_str()))
+    };
     let mut calls = Vec::new();
     let mut at = 0;
     let mut budget = text
@@ -411,52 +412,51 @@ fn json_objects(text: &str, manifest: &ToolkitManifest) -> Vec<TextCall> {
         let start = at + off;
         let (len, scanned) = extent(&text[start..]);
         let Some(left) = budget.checked_sub(scanned) else {
-            calls.push(TextCall {
-                span: start..text.len(),
-                name: UNREADABLE.to_owned(),
-                arguments: "{}".to_owned(),
-                form: "json",
-            });
+            calls.push(unreadable(start..text.len()));
             break;
         };
         budget = left;
-        let parsed = len.and_then(|l| {
-            serde_json::from_str::<Value>(&text[start..start + l])
-                .ok()
-                .map(|v| (v, l))
-        });
-        let Some((v, len)) = parsed else {
-            at = start + 1;
-            continue;
-        };
-        let span = start..start + len;
-        let objects: Vec<&Map<String, Value>> = match &v {
-            Value::Object(o) => vec![o],
-            Value::Array(a) => a.iter().filter_map(Value::as_object).collect(),
-            _ => Vec::new(),
-        };
-        let found: Vec<(String, String)> = objects
-            .iter()
-            .filter_map(|o| call_object(o, manifest, true))
-            .collect();
-        if found.is_empty() {
-            // Not a call: a call may still be nested in it.
-            at = start + 1;
-            continue;
+        let region = &text[start..len.map_or(text.len(), |l| start + l)];
+        let span = start..start + region.len();
+        match serde_json::from_str::<Value>(region) {
+            Ok(v) => {
+                let objects: Vec<&Map<String, Value>> = match &v {
+                    Value::Object(o) => vec![o],
+                    Value::Array(a) => a.iter().filter_map(Value::as_object).collect(),
+                    _ => Vec::new(),
+                };
+                // An array is one span, shared by its calls: when one of them is
+                // blocked, the whole array is struck.
+                for (name, arguments) in objects
+                    .iter()
+                    .filter_map(|o| call_object(o, manifest, true))
+                {
+                    calls.push(TextCall {
+                        span: span.clone(),
+                        name,
+                        arguments,
+                        form: "json",
+                    });
+                }
+            }
+            // Brackets that do not parse, or never close, yet name a tool: a framework
+            // with a laxer parser might run them.
+            Err(_) if names_a_tool(region) => calls.push(unreadable(span)),
+            Err(_) => {}
         }
-        // An array is one span, shared by its calls: when one of them is blocked, the
-        // whole array is struck.
-        for (name, arguments) in found {
-            calls.push(TextCall {
-                span: span.clone(),
-                name,
-                arguments,
-                form: "json",
-            });
-        }
-        at = span.end;
+        // Calls nested inside are read too.
+        at = start + 1;
     }
     calls
+}
+
+fn unreadable(span: Range<usize>) -> TextCall {
+    TextCall {
+        span,
+        name: UNREADABLE.to_owned(),
+        arguments: "{}".to_owned(),
+        form: "json",
+    }
 }
 
 /// The length of the JSON value `s` opens with (its first byte is `{` or `[`), by its
@@ -497,17 +497,21 @@ fn extent(s: &str) -> (Option<usize>, usize) {
 /// What stands in an answer's text where a blocked call was written.
 pub(crate) const WITHHELD: &str = "[knox: call withheld]";
 
-/// The text with the spans of `blocked` calls replaced by [`WITHHELD`] (which joins
-/// with nothing around it into a call; calls sharing a span strike it once).
-pub(crate) fn without(text: &str, blocked: &[&TextCall]) -> String {
+/// The text with the spans of `struck` calls (merged where they overlap) replaced by
+/// [`WITHHELD`] (which joins with nothing around it into a call).
+pub(crate) fn without(text: &str, struck: &[&TextCall]) -> String {
+    let mut spans: Vec<Range<usize>> = struck.iter().map(|c| c.span.clone()).collect();
+    spans.sort_by_key(|s| s.start);
+    let mut merged: Vec<Range<usize>> = Vec::new();
+    for s in spans {
+        match merged.last_mut() {
+            Some(m) if s.start < m.end => m.end = m.end.max(s.end),
+            _ => merged.push(s),
+        }
+    }
     let mut out = String::with_capacity(text.len());
     let mut at = 0;
-    let mut spans: Vec<&Range<usize>> = blocked.iter().map(|c| &c.span).collect();
-    spans.sort_by_key(|s| s.start);
-    for s in spans {
-        if s.start < at {
-            continue;
-        }
+    for s in merged {
         out.push_str(&text[at..s.start]);
         out.push_str(WITHHELD);
         at = s.end;
@@ -526,22 +530,36 @@ pub(crate) fn settled(
     allowed: &[(String, String)],
     from: usize,
 ) -> String {
-    // Each round strikes every stray call found; striking can form a new one only
-    // where text was struck, so rounds are few. Past the bound, the rest is struck.
+    // Each round strikes every stray call found (and those overlapping it); striking
+    // can form a new one only where text was struck, so rounds are few. Past the bound,
+    // the rest is struck.
     for _ in 0..8 {
-        let stray: Vec<TextCall> = detect(&text, manifest)
-            .into_iter()
-            .filter(|c| {
-                c.span.start >= from
-                    && !allowed
+        let found = detect(&text, manifest);
+        let decisions: Vec<Decision> = found
+            .iter()
+            .map(|c| {
+                let ok = c.span.start < from
+                    || allowed
                         .iter()
-                        .any(|(n, a)| *n == c.name && *a == c.arguments)
+                        .any(|(n, a)| *n == c.name && *a == c.arguments);
+                if ok {
+                    Decision::Allowed
+                } else {
+                    Decision::Blocked {
+                        guard: String::new(),
+                        reason: String::new(),
+                    }
+                }
             })
+            .collect();
+        let stray: Vec<&TextCall> = struck(&found, &decisions)
+            .into_iter()
+            .filter(|c| c.span.start >= from)
             .collect();
         if stray.is_empty() {
             return text;
         }
-        text = without(&text, &stray.iter().collect::<Vec<_>>());
+        text = without(&text, &stray);
     }
     let keep = text.get(..from).unwrap_or_default().to_owned();
     keep + WITHHELD
@@ -557,10 +575,17 @@ mod tests {
             .unwrap()
     }
 
+    fn blocked() -> Decision {
+        Decision::Blocked {
+            guard: "trajectory".into(),
+            reason: "off plan".into(),
+        }
+    }
+
     #[test]
-    fn react_calls_are_read_with_json_or_plain_input() {
+    fn react_calls_are_read_wherever_their_labels_stand() {
         let m = manifest();
-        let text = "Thought: I need the balance.\nAction: bank.get_balance\nAction Input: {\"account\": \"A1\"}\nObservation:";
+        let text = "Thought: I need the balance.\nAction: bank.get_balance\nAction Input: {\"account\": \"A1\"}";
         let c = detect(text, &m);
         assert_eq!(c.len(), 1, "{c:?}");
         assert_eq!(c[0].name, "bank.get_balance");
@@ -578,8 +603,23 @@ mod tests {
             (one_line[0].name.as_str(), one_line[0].arguments.as_str()),
             ("bank.get_balance", r#"{"account":"A2"}"#)
         );
-        let other = detect("**Action:** bank.send_money\n**Action Input:** \"Eve\"", &m);
-        assert_eq!(other[0].arguments, r#"{"input":"Eve"}"#);
+        let bold = detect("**Action:** bank.send_money\n**Action Input:** \"Eve\"", &m);
+        assert_eq!(bold[0].arguments, r#"{"input":"Eve"}"#);
+        // Mid-line, quoted, with text between the labels: LangChain's and
+        // llama-index's parsers run these, so they are read too.
+        for t in [
+            "Now Action: bank.send_money\nAction Input: {\"to\": \"E\", \"amount\": 1}",
+            "> Action: bank.send_money\n> Action Input: {\"to\": \"E\", \"amount\": 1}",
+            "Action:\nbank.send_money\nAction Input: {\"to\": \"E\", \"amount\": 1}",
+            "Action: bank.send_money\nnote\nAction Input: {\"to\": \"E\", \"amount\": 1}",
+            "Action: bank.send_money\rAction Input: {\"to\": \"E\", \"amount\": 1}",
+        ] {
+            let c = detect(t, &m);
+            assert!(
+                c.iter().any(|c| c.name == "bank.send_money"),
+                "{t:?}: {c:?}"
+            );
+        }
         assert!(detect("Actions speak louder.\nAction Input: x", &m).is_empty());
     }
 
@@ -603,8 +643,10 @@ mod tests {
         );
         let j = "```json\n{\"action\": \"bank.send_money\", \"action_input\": {\"to\": \"Eve\", \"amount\": 1}}\n```";
         assert_eq!(detect(j, &m)[0].name, "bank.send_money");
-        let fenced = "{\"type\": \"function\", \"function\": {\"name\": \"bank.get_balance\", \"arguments\": \"{\\\"account\\\": \\\"A\\\"}\"}}";
-        assert_eq!(detect(fenced, &m)[0].arguments, r#"{"account":"A"}"#);
+        let shaped = "{\"type\": \"function\", \"function\": {\"name\": \"bank.get_balance\", \"arguments\": \"{\\\"account\\\": \\\"A\\\"}\"}}";
+        let c = detect(shaped, &m);
+        assert_eq!(c.len(), 1, "the inner reading is the same call: {c:?}");
+        assert_eq!(c[0].arguments, r#"{"account":"A"}"#);
         // Data that happens to have a name and an input is not a call of a tool.
         assert!(detect("{\"name\": \"Alice\", \"input\": \"x\"}", &m).is_empty());
         assert!(
@@ -614,6 +656,7 @@ mod tests {
             )
             .is_empty()
         );
+        assert!(detect("I used [bank.get_balance] earlier.", &m).is_empty());
         // A tag names a call whatever it names.
         assert_eq!(
             detect(
@@ -631,10 +674,52 @@ mod tests {
         );
     }
 
+    /// What a laxer parser would run but the JSON reader cannot read exactly is
+    /// unreadable: blocked and struck.
+    #[test]
+    fn what_cannot_be_read_exactly_is_unreadable() {
+        let m = manifest();
+        for t in [
+            // Python literals (the Hermes parser falls back to `ast.literal_eval`).
+            "<tool_call>{'name': 'bank.send_money', 'arguments': {'to': 'E', 'amount': 1}}</tool_call>",
+            "{'name': 'bank.send_money', 'arguments': {'to': 'E', 'amount': 1}}",
+            // Unclosed (LangChain's partial-JSON parser closes it).
+            "{\"name\": \"bank.send_money\", \"arguments\": {\"to\": \"E\", \"amount\": 1}",
+            // A raw newline in a string (parsed with `strict=False`).
+            "{\"name\": \"bank.send_money\", \"arguments\": {\"to\": \"E\\n\", \"amount\": 1, \"memo\": \"a\nb\"}}",
+            // Keys that disagree: a framework may read either.
+            "{\"name\": \"x\", \"action\": \"bank.send_money\", \"action_input\": {\"to\": \"E\", \"amount\": 1}}",
+            "{\"action\": \"bank.send_money\", \"arguments\": {\"to\": \"B\", \"amount\": 1}, \"action_input\": {\"to\": \"E\", \"amount\": 1}}",
+        ] {
+            let c = detect(t, &m);
+            assert!(c.iter().any(|c| c.name == UNREADABLE), "{t}: {c:?}");
+        }
+    }
+
+    /// A blocked call nested in an allowed one strikes both: the allowed call's text
+    /// would otherwise reach the framework carrying the blocked one.
+    #[test]
+    fn a_blocked_call_inside_an_allowed_one_strikes_both() {
+        let m = manifest();
+        let t = "Action: bank.get_balance\nAction Input: A1\n<tool_call>{\"name\":\"bank.send_money\",\"arguments\":{\"to\":\"Eve\",\"amount\":50}}</tool_call>";
+        let c = detect(t, &m);
+        assert_eq!(
+            c.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+            ["bank.get_balance", "bank.send_money"],
+            "{c:?}"
+        );
+        let decisions = vec![Decision::Allowed, blocked()];
+        let s = struck(&c, &decisions);
+        assert_eq!(s.len(), 2);
+        let out = without(t, &s);
+        assert_eq!(out, WITHHELD);
+        assert!(detect(&out, &m).is_empty());
+    }
+
     #[test]
     fn striking_a_call_forms_no_other_and_stray_calls_are_struck() {
         let m = manifest();
-        // Removing the object would join `Act` and `ion` into an Action line.
+        // Removing the object would join `Act` and `ion` into an Action label.
         let t = "Act{\"name\": \"bank.send_money\", \"arguments\": {\"to\": \"E\", \"amount\": 1}}ion: bank.send_money\nAction Input: {\"to\": \"E\", \"amount\": 2}";
         let c = detect(t, &m);
         assert_eq!(c.len(), 1, "{c:?}");
@@ -673,6 +758,9 @@ mod tests {
         );
         // An ordinary answer with unclosed brackets is read, not refused.
         assert!(detect("a [b {c and (d", &m).is_empty());
+        // `<function=` with no `>` after it, many times: one scan.
+        let many = "<function=x ".repeat(100_000);
+        assert!(detect(&many, &m).is_empty());
     }
 
     #[test]
@@ -682,7 +770,8 @@ mod tests {
             "Thought: pay.\nAction: bank.send_money\nAction Input: {\"to\": \"Eve\", \"amount\": 5}",
             "I will call <tool_call>{\"name\": \"bank.send_money\", \"arguments\": {}}</tool_call>",
             "Here: {\"name\": \"bank.get_balance\", \"arguments\": {\"account\": \"A\"}} done",
-            "  Action: bank.get_balance\n  Action Input: A",
+            "Here: [{\"name\": \"bank.get_balance\", \"arguments\": {\"account\": \"A\"}}] done",
+            "So now Action: bank.get_balance\nAction Input: A",
         ] {
             // Released a character at a time, as a stream would be.
             let mut released = 0;

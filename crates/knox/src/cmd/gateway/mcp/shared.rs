@@ -37,15 +37,24 @@ impl Drop for RemoveOnDrop {
 /// options every session inherits. A launch uses a gateway only when this matches its
 /// own.
 pub(super) fn config(args: &McpGatewayArgs) -> Result<String> {
+    // A file by where it is (`{dir}` in servers.toml makes its place matter) and what it
+    // holds.
     let file = |p: &Option<PathBuf>| -> Result<Value> {
         Ok(match p {
-            Some(p) => json!(Digest::sha256(&cmd::read_input(p, cmd::MANIFEST)?).to_hex()),
+            Some(p) => json!({
+                "path": std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()),
+                "sha256": Digest::sha256(&cmd::read_input(p, cmd::MANIFEST)?).to_hex(),
+            }),
             None => Value::Null,
         })
     };
     let c = json!({
         "manifest": file(&args.manifest)?,
         "mcp": file(&args.mcp)?,
+        "stream_key": args.stream_key,
+        "collateral": args.platform.collateral,
+        "configfs": args.platform.configfs,
+        "gpus": args.platform.gpus,
         "trajectory": args.trajectory.as_ref().map(|t| t.as_str()),
         "max_calls": args.max_calls,
         "idle_timeout_secs": args.idle_timeout_secs,
@@ -58,20 +67,46 @@ pub(super) fn config(args: &McpGatewayArgs) -> Result<String> {
     Ok(Digest::sha256(c.to_string().as_bytes()).to_hex())
 }
 
-/// Writes `gateway.addr` (atomically: a launch never reads half of it).
+/// Writes `gateway.addr` (atomically: a launch never reads half of it; the temporary
+/// file is new, never one a link points at).
 pub(super) fn publish(file: &Path, url: &str, config: &str) {
+    use std::io::Write as _;
     let body = json!({"url": url, "pid": std::process::id(), "config": config});
-    let tmp = file.with_extension("addr.tmp");
-    if std::fs::write(&tmp, body.to_string()).is_ok() {
+    let tmp = file.with_extension(format!("addr.{}.tmp", std::process::id()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(body.to_string().as_bytes()));
+    if written.is_ok() {
         let _ = std::fs::rename(&tmp, file);
+    } else {
+        let _ = std::fs::remove_file(&tmp);
     }
+}
+
+/// This process's effective uid (the owner of what it creates).
+fn own_uid() -> Option<u32> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata("/proc/self").ok().map(|m| m.uid())
+}
+
+/// Whether `path` is a regular file of this uid (not a link, nothing another user
+/// planted in a shared `--out`).
+fn ours(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file() && Some(m.uid()) == own_uid())
 }
 
 /// The gateway named in `out`, when one answers there: its target and the digest of
 /// its configuration.
 fn found(out: &Path) -> Option<(Target, String)> {
-    let v: Value = serde_json::from_slice(&std::fs::read(out.join(FOUND)).ok()?).ok()?;
-    let token = std::fs::read_to_string(out.join("session-token")).ok()?;
+    let (addr, token) = (out.join(FOUND), out.join("session-token"));
+    if !ours(&addr) || !ours(&token) {
+        return None;
+    }
+    let v: Value = serde_json::from_slice(&std::fs::read(&addr).ok()?).ok()?;
+    let token = std::fs::read_to_string(&token).ok()?;
     let target = Target {
         url: v.get("url")?.as_str()?.to_owned(),
         token: token.trim().to_owned(),
@@ -180,6 +215,7 @@ fn target(args: &McpGatewayArgs) -> Result<Target> {
     let config = config(args)?;
     let deadline = Instant::now() + START_WITHIN;
     let mut started: Option<std::process::Child> = None;
+    let mut starts = 0;
     loop {
         if let Some((target, theirs)) = found(&args.out) {
             if theirs != config {
@@ -191,8 +227,14 @@ fn target(args: &McpGatewayArgs) -> Result<Target> {
             }
             return Ok(target);
         }
-        if started.is_none() {
+        // None answers: start one, or again when the one started ended (it found
+        // `--out` held by a gateway then ending, say), a few times at most.
+        let ended = started
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_some());
+        if (started.is_none() || ended) && starts < 3 {
             started = Some(start(args)?);
+            starts += 1;
         }
         if Instant::now() > deadline {
             let exited = started
@@ -238,20 +280,34 @@ pub(super) fn run(args: &McpGatewayArgs) -> Result<i32> {
     let plan_path = args.plan.as_deref().unwrap_or(Path::new(""));
     let plan: Value = serde_json::from_str(&cmd::read_text(plan_path, cmd::MANIFEST)?)
         .map_err(|e| cmd::bad_input(plan_path, "a plan (JSON)", e))?;
-    let target = target(args)?;
+    let refused = |e: knox_gateway::mcp::GatewayError| match e {
+        knox_gateway::mcp::GatewayError::BadRequest(m) => usage(m),
+        other => fail(Kind::Unavailable, other.to_string()),
+    };
+    // A gateway found just as it ends (idle) refuses the session: find or start one
+    // again, a few times.
+    let mut attempt = 0;
+    let (target, opened) = loop {
+        let target = target(args)?;
+        match bridge::open(&target, &args.prompt, Some(&plan)) {
+            Ok(opened) => break (target, opened),
+            Err(e @ knox_gateway::mcp::GatewayError::BadRequest(_)) => return Err(refused(e)),
+            Err(e) if attempt >= 2 => return Err(refused(e)),
+            Err(_) => {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        }
+    };
     let stop = crate::signals::stop_flag();
-    let end = bridge::serve(
+    let end = bridge::relay(
         &target,
-        &args.prompt,
-        Some(&plan),
+        &opened,
         Box::new(std::io::BufReader::new(std::io::stdin())),
         Box::new(std::io::stdout()),
         &move || stop.load(std::sync::atomic::Ordering::Acquire),
     )
-    .map_err(|e| match e {
-        knox_gateway::mcp::GatewayError::BadRequest(m) => usage(m),
-        other => fail(Kind::Unavailable, other.to_string()),
-    })?;
+    .map_err(refused)?;
     // Standard output is the MCP channel: the summary goes to standard error.
     eprintln!("{end}");
     let complete = end.get("verified").and_then(Value::as_str) == Some("complete");
