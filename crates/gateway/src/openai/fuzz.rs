@@ -82,7 +82,8 @@ pub fn upstream(data: &[u8], manifest: &ToolkitManifest) {
         Ok(calls.iter().map(|(_, c)| decide(manifest, c)).collect())
     };
     if let Ok(text) = std::str::from_utf8(data)
-        && let Ok(body) = proxy::mediate_completion(text, RUN, URL, &mut mediate, Some(manifest))
+        && let Ok((body, _)) =
+            proxy::mediate_completion(text, RUN, URL, &mut mediate, Some(manifest))
     {
         let v: Value = serde_json::from_str(&body).expect("the proxy writes JSON");
         for choice in v

@@ -403,19 +403,19 @@ async fn respond_inner(
             return Ok((conv.run_id, Responded::Relayed(a.status, text)));
         }
         let url = p.upstream.url(path);
-        let mediated = mediate_completion(
+        let (mediated, content) = mediate_completion(
             &text,
             &conv.run_id,
             &url,
             &mut |calls| conv.mediate(calls),
             p.text_calls(),
         )?;
+        conv.answered(&content);
         let completion: Value =
             serde_json::from_str(&mediated).map_err(|e| ApiError::Malformed {
                 url: url.clone(),
                 why: e.to_string(),
             })?;
-        conv.answered(&first_content(&completion));
         let r = responses::response(&t, &completion, &p.histories)?;
         Ok((conv.run_id, Responded::Answer(r, t.stream)))
     })
@@ -465,16 +465,14 @@ fn whole(proxy: &Proxy, conv: &Handle, mut a: Answer) -> Result<Response, ApiErr
 /// named (see [`mediate`]).
 fn mediated(proxy: &Proxy, conv: &Handle, text: &str) -> Result<Response, ApiError> {
     let url = proxy.upstream.url("/chat/completions");
-    let body = mediate_completion(
+    let (body, content) = mediate_completion(
         text,
         &conv.run_id,
         &url,
         &mut |calls| conv.mediate(calls),
         proxy.text_calls(),
     )?;
-    if let Ok(v) = serde_json::from_str::<Value>(&body) {
-        conv.answered(&first_content(&v));
-    }
+    conv.answered(&content);
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
@@ -484,15 +482,16 @@ fn mediated(proxy: &Proxy, conv: &Handle, text: &str) -> Result<Response, ApiErr
 }
 
 /// The text of a 200 completion from `url`, its calls mediated by `mediate` and
-/// rewritten, with the `knox` report of run `run`. Calls written in a message's content
-/// are read against `text_calls` (unless `None`) and proposed before its `tool_calls`.
+/// rewritten, with the `knox` report of run `run`; and the content of its first choice as
+/// the client gets it. Calls written in a message's content are read against
+/// `text_calls` (unless `None`) and proposed before its `tool_calls`.
 pub(crate) fn mediate_completion(
     text: &str,
     run: &str,
     url: &str,
     mediate: &mut Mediate<'_>,
     text_calls: Option<&ToolkitManifest>,
-) -> Result<String, ApiError> {
+) -> Result<(String, String), ApiError> {
     let malformed = |why: String| ApiError::Malformed {
         url: url.to_owned(),
         why,
@@ -550,7 +549,8 @@ pub(crate) fn mediate_completion(
     if let Some(o) = completion.as_object_mut() {
         o.insert("knox".into(), json!({"run": run, "blocked": blocked}));
     }
-    Ok(completion.to_string())
+    let content = first_content(&completion);
+    Ok((completion.to_string(), content))
 }
 
 /// The content of a completion's first choice (empty when it has none).
