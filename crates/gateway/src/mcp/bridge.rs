@@ -170,7 +170,11 @@ impl Relay {
                 answered |= id.is_some() && v.get("id") == id && v.get("method").is_none();
                 self.emit(&v.to_string());
             }
-            Err(_) => self.fail(id, "the session sent a message that is not JSON"),
+            Err(_) => {
+                // Answered, with an error: no second one below.
+                answered = true;
+                self.fail(id, "the session sent a message that is not JSON");
+            }
         };
         if sse {
             let mut data = String::new();
