@@ -336,6 +336,67 @@ fn react_conversation(addr: SocketAddr, stream: bool) -> (Vec<String>, Vec<Value
     (contents, blocked, runs)
 }
 
+/// Header-less requests continue a conversation only as a scratchpad does: from the
+/// same client, carrying an answer the conversation relayed. A first message that
+/// merely starts like a live conversation's, or the same scratchpad sent with another
+/// credential, opens a run of its own.
+#[test]
+fn a_header_less_opening_continues_only_with_the_same_client_and_a_relayed_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (up, up_stop) = upstream();
+    let p = proxy(
+        dir.path(),
+        &format!("http://{up}/v1"),
+        Duration::from_secs(10),
+    );
+    let ask = |auth: &str, user: &str| {
+        let body = json!({"model": "scripted-react", "messages": [
+            {"role": "system", "content": "Answer with Thought/Action/Action Input lines."},
+            {"role": "user", "content": user}]});
+        let mut r = agent()
+            .post(format!("http://{}/v1/chat/completions", p.addr))
+            .header("content-type", "application/json")
+            .header("authorization", auth)
+            .send(body.to_string().as_bytes())
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let run = r.headers()["x-knox-run"].to_str().unwrap().to_owned();
+        let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+        (
+            run,
+            v["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        )
+    };
+    let opening = "Check my balance, then pay DE001 20.";
+    let (first, answer) = ask("Bearer a", opening);
+    // The scratchpad of a ReAct step: the opening, the answer, its observation.
+    let step = format!("{opening}\n\n{answer}\nObservation: 120\nThought: ");
+    assert_eq!(
+        ask("Bearer a", &step).0,
+        first,
+        "the agent's next step continues its run"
+    );
+    assert_ne!(
+        ask("Bearer b", &step).0,
+        first,
+        "another client opens its own run"
+    );
+    let unrelated = format!("{opening} Also, what is the weather?");
+    assert_ne!(
+        ask("Bearer a", &unrelated).0,
+        first,
+        "no relayed answer: a new conversation"
+    );
+    p.stop.store(true, Ordering::Release);
+    for s in p.thread.join().unwrap() {
+        verify(s.bundle.as_ref().unwrap().as_ref().unwrap());
+    }
+    up_stop.store(true, Ordering::Release);
+}
+
 /// A text-based agent writes its calls in its answers, where `tool_calls` never sees
 /// them. The proxy reads them: the planned read and payment pass as written, the
 /// injected payment is struck from the answer (never reaching the framework, which

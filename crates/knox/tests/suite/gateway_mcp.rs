@@ -946,6 +946,49 @@ def write_note(name: str, text: str) -> str:
 mcp.run()
 "#;
 
+/// A `--shared` launch never joins a gateway serving its `--out` with another
+/// configuration (here another manifest): it fails, naming it, and the running
+/// gateway's sessions are untouched.
+#[test]
+fn a_shared_launch_refuses_a_gateway_running_another_configuration() {
+    let servers = installed();
+    let fx = Fixture::new(&servers);
+    let out = fx.path().join("evidence");
+    let shared = ["--shared", "--shared-idle-secs", "4"];
+    let o = inspector_with(&servers, &fx, &out, &shared, &["--method", "tools/list"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        out.join("gateway.addr").exists(),
+        "the gateway waits for more launches"
+    );
+    let other = fx.path().join("fs-other.toml");
+    let text = std::fs::read_to_string(fx.path().join("fs.toml")).unwrap();
+    std::fs::write(&other, text.replace("Read a file", "Read one file")).unwrap();
+    let o = knox()
+        .current_dir(fx.path())
+        .args(["gateway", "mcp", "--manifest"])
+        .arg(&other)
+        .args([
+            "--mcp",
+            "servers.toml",
+            "--prompt",
+            "Read my notes",
+            "--plan",
+            "plan.json",
+            "--out",
+        ])
+        .arg(&out)
+        .args(shared)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(64), "{said}");
+    assert!(said.contains("runs another configuration"), "{said}");
+    let bundles = shared_bundles(&out);
+    assert_eq!(bundles.len(), 1, "only the first launch's session");
+}
+
 /// A scripted MCP client of a stdio gateway: its standard input and output.
 struct StdioClient {
     stdin: std::process::ChildStdin,
