@@ -252,6 +252,19 @@ struct Opening {
     answers: Answers,
 }
 
+impl Opening {
+    /// Whether a request of `client` with opening `opening` continues this conversation:
+    /// it extends the opening with text carrying one of the answers it relayed.
+    fn continued_by(&self, client: &str, opening: &str) -> bool {
+        self.client == client
+            && self.text.len() < opening.len()
+            && opening.starts_with(self.text.as_str())
+            && opening
+                .get(self.text.len()..)
+                .is_some_and(|ext| lock(&self.answers).iter().any(|a| ext.contains(a.as_str())))
+    }
+}
+
 /// The openings of live header-less conversations, by key (see [`Table::extended`]).
 type Openings = Arc<Mutex<HashMap<String, Opening>>>;
 
@@ -266,13 +279,34 @@ type Slot = Arc<Mutex<Option<Handle>>>;
 struct Closed {
     runs: HashMap<String, String>,
     order: std::collections::VecDeque<String>,
+    /// The openings of sealed header-less conversations and their runs, newest last, at
+    /// most [`MAX_CLOSED_OPENING_BYTES`] of text: the next step of a ReAct agent whose
+    /// conversation was sealed (idle) extends one, and is refused rather than planned
+    /// anew from a prompt holding what the tools wrote.
+    openings: std::collections::VecDeque<(Opening, String)>,
+    opening_bytes: usize,
 }
+
+/// How much opening text the proxy keeps of sealed header-less conversations.
+const MAX_CLOSED_OPENING_BYTES: usize = 32 << 20;
 
 /// How many sealed conversations the proxy remembers (a few tens of MB at most): a
 /// continuation of one it forgot would open a run of its own.
 pub(crate) const MAX_CLOSED: usize = 100_000;
 
 impl Closed {
+    /// Keeps a sealed conversation's opening (the oldest forgotten past the budget).
+    fn keep_opening(&mut self, o: Opening, run: &str) {
+        self.opening_bytes += o.text.len();
+        self.openings.push_back((o, run.to_owned()));
+        while self.opening_bytes > MAX_CLOSED_OPENING_BYTES {
+            match self.openings.pop_front() {
+                Some((old, _)) => self.opening_bytes -= old.text.len(),
+                None => break,
+            }
+        }
+    }
+
     fn insert(&mut self, key: &str, run: &str) {
         if self.runs.insert(key.to_owned(), run.to_owned()).is_none() {
             self.order.push_back(key.to_owned());
@@ -378,6 +412,19 @@ impl Table {
                 run,
             });
         }
+        if let Some(o) = &opening
+            && let Some(run) = lock(&self.closed)
+                .openings
+                .iter()
+                .rev()
+                .find(|(c, _)| c.continued_by(client, o))
+                .map(|(_, run)| run.clone())
+        {
+            return Err(ApiError::Resealed {
+                conversation: key.to_owned(),
+                run,
+            });
+        }
         let prompt = prompt(messages)?;
         let executor = ModelInfo {
             role: ModelRole::Executor,
@@ -445,14 +492,7 @@ impl Table {
         }
         lock(&self.openings)
             .iter()
-            .filter(|(_, o)| {
-                o.client == client
-                    && o.text.len() < opening.len()
-                    && opening.starts_with(o.text.as_str())
-                    && lock(&o.answers)
-                        .iter()
-                        .any(|a| opening[o.text.len()..].contains(a.as_str()))
-            })
+            .filter(|(_, o)| o.continued_by(client, opening))
             .max_by_key(|(_, o)| o.text.len())
             .map_or_else(|| key.to_owned(), |(k, _)| k.clone())
     }
@@ -574,11 +614,14 @@ impl Owner {
             let ours = table
                 .get(&self.key)
                 .is_some_and(|s| lock(s).as_ref().is_some_and(|h| h.run_id == run_id));
+            let mut closed = lock(&self.closed);
             if ours {
                 table.remove(&self.key);
-                lock(&self.openings).remove(&self.key);
+                if let Some(o) = lock(&self.openings).remove(&self.key) {
+                    closed.keep_opening(o, &run_id);
+                }
             }
-            lock(&self.closed).insert(&self.key, &run_id);
+            closed.insert(&self.key, &run_id);
         }
         // A call whose result the client never sent has no output: the seal closes it
         // with an `unanswered` node (the client may still have run it).

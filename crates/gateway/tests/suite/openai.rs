@@ -397,6 +397,67 @@ fn a_header_less_opening_continues_only_with_the_same_client_and_a_relayed_answe
     up_stop.store(true, Ordering::Release);
 }
 
+/// A ReAct agent's next step after its conversation was sealed (idle) is refused with
+/// 409, naming the sealed run — never planned anew from a prompt holding what the tools
+/// wrote. A new conversation opening as the first did still opens a run.
+#[test]
+fn a_react_step_after_an_idle_seal_is_refused_not_replanned() {
+    let dir = tempfile::tempdir().unwrap();
+    let (up, up_stop) = upstream();
+    let config = ProxyConfig {
+        upstream: format!("http://{up}/v1"),
+        idle: Duration::from_secs(1),
+        out: Some(dir.path().to_owned()),
+        ..ProxyConfig::default()
+    };
+    let p = start(Proxy::new(session(dir.path()), &config));
+    let ask = |user: &str| {
+        let body = json!({"model": "scripted-react", "messages": [
+            {"role": "system", "content": "Answer with Thought/Action/Action Input lines."},
+            {"role": "user", "content": user}]});
+        let mut r = agent()
+            .post(format!("http://{}/v1/chat/completions", p.addr))
+            .header("content-type", "application/json")
+            .send(body.to_string().as_bytes())
+            .unwrap();
+        let run = r
+            .headers()
+            .get("x-knox-run")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (
+            r.status().as_u16(),
+            run,
+            r.body_mut().read_to_string().unwrap(),
+        )
+    };
+    let opening = "Check my balance, then pay DE001 20.";
+    let (status, first, text) = ask(opening);
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let answer = v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while p.proxy.live() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(p.proxy.live(), 0, "sealed when idle");
+    let step = format!("{opening}\n\n{answer}\nObservation: 120\nThought: ");
+    let (status, _, text) = ask(&step);
+    assert_eq!(status, 409, "{text}");
+    assert!(
+        text.contains(first.as_deref().unwrap()),
+        "names the sealed run: {text}"
+    );
+    let (status, again, _) = ask(opening);
+    assert_eq!(status, 200);
+    assert_ne!(again, first, "a new conversation, a new run");
+    p.stop.store(true, Ordering::Release);
+    p.thread.join().unwrap();
+    up_stop.store(true, Ordering::Release);
+}
+
 /// A text-based agent writes its calls in its answers, where `tool_calls` never sees
 /// them. The proxy reads them: the planned read and payment pass as written, the
 /// injected payment is struck from the answer (never reaching the framework, which
