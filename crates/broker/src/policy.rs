@@ -10,7 +10,9 @@ use knox_types::apm::{Access, Authorization};
 /// (the supervisor lets it through only under an execute grant).
 pub const LAUNCH: [&str; 1] = ["execve"];
 
-fn access(a: Access) -> KAccess {
+/// An APM access right as the kernel sandbox names it (one mapping for the broker's
+/// workers and the MCP host's servers).
+pub fn access(a: Access) -> KAccess {
     match a {
         Access::Read => KAccess::Read,
         Access::Write => KAccess::Write,

@@ -3,8 +3,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use knox_broker::policy::access;
 use knox_sandbox::{Access as KAccess, PathRule, Profile, SandboxPolicy};
-use knox_types::apm::Access;
 
 use crate::McpError;
 use crate::config::{Needs, default_limits};
@@ -12,17 +12,6 @@ use crate::config::{Needs, default_limits};
 /// System calls every server needs to start: `execve` of its own program (the
 /// supervisor lets it through only under an execute grant).
 pub const LAUNCH: [&str; 1] = ["execve"];
-
-fn access(a: Access) -> KAccess {
-    match a {
-        Access::Read => KAccess::Read,
-        Access::Write => KAccess::Write,
-        Access::Create => KAccess::Create,
-        Access::Remove => KAccess::Remove,
-        Access::Replace => KAccess::Replace,
-        Access::Execute => KAccess::Execute,
-    }
-}
 
 /// The kernel policy of a server running `program` in `workspace` under `needs`:
 /// the runtime baseline, the needs' families and system calls, the needs' paths
@@ -84,7 +73,7 @@ mod tests {
             syscalls: ["epoll_create1".to_owned()].into_iter().collect(),
             paths: vec![PathGrant {
                 path: "/srv/data".into(),
-                access: [Access::Read].into_iter().collect(),
+                access: [knox_types::apm::Access::Read].into_iter().collect(),
             }],
             endpoints: vec![],
             limits: None,

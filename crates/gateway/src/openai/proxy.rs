@@ -533,7 +533,13 @@ pub(crate) fn mediate_completion(
         if !calls.is_empty() {
             blocked.extend(mediate::apply(choice, &calls, &native));
         }
-        if let Some(m) = text_calls
+        // Re-read only what was rewritten: an answer whose calls were all allowed is
+        // relayed as it was read.
+        let rewritten = decisions
+            .iter()
+            .chain(&native)
+            .any(|d| *d != Decision::Allowed);
+        if let Some(m) = text_calls.filter(|_| rewritten)
             && let Some(Value::Object(message)) = choice.get_mut("message")
             && let Some(Value::String(content)) = message.get_mut("content")
         {

@@ -38,6 +38,9 @@ pub(crate) type Mediate<'a> =
 struct Text {
     text: String,
     released: usize,
+    /// The text is held from `released` on for good (a `{`, `[`, `<` or `action` stands
+    /// there): later deltas need not be read for a release point.
+    held: bool,
 }
 
 /// The state of one streamed completion.
@@ -147,11 +150,17 @@ impl<'m> StreamMediator<'m> {
         {
             let t = self.texts.entry(index).or_default();
             t.text.push_str(content);
-            let upto = if finishing {
+            let upto = if finishing || t.held {
                 t.released
             } else {
                 textcalls::releasable(&t.text, t.released).max(t.released)
             };
+            // Held for good unless only an ending that may become `action` holds it.
+            let rest = t.text.get(upto..).unwrap_or_default();
+            t.held = rest.starts_with(['{', '[', '<'])
+                || rest
+                    .get(..6)
+                    .is_some_and(|w| w.eq_ignore_ascii_case("action"));
             let release = t.text[t.released..upto].to_owned();
             t.released = upto;
             if release.is_empty() && !content.is_empty() {
@@ -236,7 +245,8 @@ impl<'m> StreamMediator<'m> {
             whole.push_str("\n\n");
             whole.push_str(&notes.join("\n"));
         }
-        if let Some(m) = self.text_calls {
+        // Nothing struck and no note: the text is what was read, every call in it allowed.
+        if let (Some(m), false) = (self.text_calls, notes.is_empty()) {
             let allowed: Vec<(String, String)> = written
                 .iter()
                 .zip(&decisions)

@@ -283,6 +283,45 @@ fn an_injected_call_is_withheld_and_the_conversation_seals_complete() {
     up_stop.store(true, Ordering::Release);
 }
 
+/// POSTs a ReAct-style request as a text-based agent sends it: no conversation header,
+/// the scripted model that writes its calls as text, `user` the whole prompt (with the
+/// scratchpad), under `authorization` when given. The status, the run header and the body.
+fn react_step(
+    addr: SocketAddr,
+    authorization: Option<&str>,
+    stream: bool,
+    user: &str,
+) -> (u16, Option<String>, String) {
+    let body = json!({"model": "scripted-react", "stream": stream, "messages": [
+        {"role": "system", "content": format!("Answer with Thought/Action/Action Input lines (stream: {stream}).")},
+        {"role": "user", "content": user}]});
+    let mut req = agent()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .header("content-type", "application/json");
+    if let Some(a) = authorization {
+        req = req.header("authorization", a);
+    }
+    let mut r = req.send(body.to_string().as_bytes()).unwrap();
+    let run = r
+        .headers()
+        .get("x-knox-run")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (
+        r.status().as_u16(),
+        run,
+        r.body_mut().read_to_string().unwrap(),
+    )
+}
+
+/// The content of a non-streamed completion's first choice.
+fn first_content(text: &str) -> String {
+    let v: Value = serde_json::from_str(text).unwrap();
+    v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// A text-based (ReAct) agent's loop, as LangChain's classic agent runs it: no header
 /// naming the conversation, the whole scratchpad (each answer and its observation)
 /// written into the one user message each step. Returns each answer's content, the
@@ -292,17 +331,9 @@ fn react_conversation(addr: SocketAddr, stream: bool) -> (Vec<String>, Vec<Value
     let mut scratchpad = String::new();
     for _ in 0..5 {
         let user = format!("Check my balance, then pay DE001 20.\n\n{scratchpad}");
-        let body = json!({"model": "scripted-react", "stream": stream, "messages": [
-            {"role": "system", "content": format!("Answer with Thought/Action/Action Input lines (stream: {stream}).")},
-            {"role": "user", "content": user}]});
-        let mut r = agent()
-            .post(format!("http://{addr}/v1/chat/completions"))
-            .header("content-type", "application/json")
-            .send(body.to_string().as_bytes())
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        runs.push(r.headers()["x-knox-run"].to_str().unwrap().to_owned());
-        let text = r.body_mut().read_to_string().unwrap();
+        let (status, run, text) = react_step(addr, None, stream, &user);
+        assert_eq!(status, 200, "{text}");
+        runs.push(run.unwrap());
         let content = if stream {
             for line in text.lines().filter_map(|l| l.strip_prefix("data: ")) {
                 if let Ok(c) = serde_json::from_str::<Value>(line) {
@@ -313,10 +344,7 @@ fn react_conversation(addr: SocketAddr, stream: bool) -> (Vec<String>, Vec<Value
         } else {
             let v: Value = serde_json::from_str(&text).unwrap();
             blocked.extend(v["knox"]["blocked"].as_array().cloned().unwrap_or_default());
-            v["choices"][0]["message"]["content"]
-                .as_str()
-                .unwrap()
-                .to_owned()
+            first_content(&text)
         };
         contents.push(content.clone());
         if content.contains("Final Answer:") {
@@ -350,25 +378,9 @@ fn a_header_less_opening_continues_only_with_the_same_client_and_a_relayed_answe
         Duration::from_secs(10),
     );
     let ask = |auth: &str, user: &str| {
-        let body = json!({"model": "scripted-react", "messages": [
-            {"role": "system", "content": "Answer with Thought/Action/Action Input lines."},
-            {"role": "user", "content": user}]});
-        let mut r = agent()
-            .post(format!("http://{}/v1/chat/completions", p.addr))
-            .header("content-type", "application/json")
-            .header("authorization", auth)
-            .send(body.to_string().as_bytes())
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        let run = r.headers()["x-knox-run"].to_str().unwrap().to_owned();
-        let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
-        (
-            run,
-            v["choices"][0]["message"]["content"]
-                .as_str()
-                .unwrap()
-                .to_owned(),
-        )
+        let (status, run, text) = react_step(p.addr, Some(auth), false, user);
+        assert_eq!(status, 200, "{text}");
+        (run.unwrap(), first_content(&text))
     };
     let opening = "Check my balance, then pay DE001 20.";
     let (first, answer) = ask("Bearer a", opening);
@@ -411,33 +423,11 @@ fn a_react_step_after_an_idle_seal_is_refused_not_replanned() {
         ..ProxyConfig::default()
     };
     let p = start(Proxy::new(session(dir.path()), &config));
-    let ask = |user: &str| {
-        let body = json!({"model": "scripted-react", "messages": [
-            {"role": "system", "content": "Answer with Thought/Action/Action Input lines."},
-            {"role": "user", "content": user}]});
-        let mut r = agent()
-            .post(format!("http://{}/v1/chat/completions", p.addr))
-            .header("content-type", "application/json")
-            .send(body.to_string().as_bytes())
-            .unwrap();
-        let run = r
-            .headers()
-            .get("x-knox-run")
-            .map(|v| v.to_str().unwrap().to_owned());
-        (
-            r.status().as_u16(),
-            run,
-            r.body_mut().read_to_string().unwrap(),
-        )
-    };
+    let ask = |user: &str| react_step(p.addr, None, false, user);
     let opening = "Check my balance, then pay DE001 20.";
     let (status, first, text) = ask(opening);
     assert_eq!(status, 200, "{text}");
-    let v: Value = serde_json::from_str(&text).unwrap();
-    let answer = v["choices"][0]["message"]["content"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let answer = first_content(&text);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while p.proxy.live() > 0 && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));

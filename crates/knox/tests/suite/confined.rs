@@ -374,11 +374,6 @@ fn run_commands(b: &Broker, run_id: &str, commands: &[&str]) -> Vec<serde_json::
         .collect()
 }
 
-fn caller_is_root() -> bool {
-    use std::os::unix::fs::MetadataExt as _;
-    std::fs::metadata("/proc/self").unwrap().uid() == 0
-}
-
 #[test]
 fn confined_tools_never_run_as_root_and_own_only_their_workspace() {
     use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
@@ -411,7 +406,7 @@ fn confined_tools_never_run_as_root_and_own_only_their_workspace() {
     }
     assert_eq!(field("NoNewPrivs"), "1");
     assert_eq!(out[3]["exit_code"], 0, "{}", out[3]);
-    if caller_is_root() {
+    if super::support::caller_is_root() {
         let ids = b.tool_identity().unwrap();
         assert_eq!(ids, knox_sandbox::RunAs::KNOX);
         assert_eq!(uid, ids.uid.to_string());
@@ -435,7 +430,7 @@ fn confined_tools_never_run_as_root_and_own_only_their_workspace() {
     let ws = dir.path().join("kept");
     let made = ws.join("made-by-the-tool");
     assert!(made.is_dir());
-    if caller_is_root() {
+    if super::support::caller_is_root() {
         let meta = std::fs::metadata(&ws).unwrap();
         assert_eq!(meta.uid(), knox_sandbox::RunAs::KNOX.uid);
         assert_eq!(meta.gid(), knox_sandbox::RunAs::KNOX.gid);
@@ -518,7 +513,7 @@ fn confined_run(out: &std::path::Path) -> std::process::Command {
 
 #[test]
 fn a_sigkilled_confined_runs_cgroups_are_reclaimed_by_the_next_run() {
-    if !caller_is_root() {
+    if !super::support::caller_is_root() {
         return; // without root there are no cgroups to leak
     }
     let dir = tempfile::tempdir().unwrap();

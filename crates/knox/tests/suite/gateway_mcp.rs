@@ -717,18 +717,22 @@ fn imported(dir: &Path, name: &str, command: &str, env: &[&str]) -> (PathBuf, Pa
     (manifest, servers)
 }
 
-/// Serves `calls` (tool, arguments) of `plan` through `knox gateway mcp` over stdio
-/// from `manifest` and `servers`: each call's result, and the bundle, verified.
+/// Serves `calls` (tool, arguments) through `knox gateway mcp` over stdio from
+/// `manifest` and `servers`, the user's plan being those calls: each call's result, and
+/// the bundle, verified.
 fn served(
     dir: &Path,
     manifest: &Path,
     servers: &Path,
-    plan: &Value,
     calls: &[(&str, Value)],
 ) -> (Vec<Value>, Bundle) {
     let tag = manifest.file_stem().unwrap().to_string_lossy().into_owned();
     let plan_file = dir.join(format!("{tag}-plan.json"));
-    std::fs::write(&plan_file, plan.to_string()).unwrap();
+    let plan: Vec<Value> = calls
+        .iter()
+        .map(|(tool, params)| json!({"tool": tool, "params": params}))
+        .collect();
+    std::fs::write(&plan_file, json!({ "calls": plan }).to_string()).unwrap();
     static SERVED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = SERVED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let out = dir.join(format!("{tag}-evidence-{n}"));
@@ -798,11 +802,6 @@ fn every_pinned_server_imported_then_served_answers_its_calls() {
     );
     let file = data.join("new.txt");
     let f = file.display().to_string();
-    let plan = json!({"calls": [
-        {"tool": "fs.write_file", "params": {"path": f, "content": "one"}},
-        {"tool": "fs.write_file", "params": {"path": f, "content": "two"}},
-        {"tool": "fs.read_text_file", "params": {"path": f}},
-        {"tool": "fs.list_directory", "params": {"path": data.display().to_string()}}]});
     let calls = [
         ("fs.write_file", json!({"path": f, "content": "one"})),
         ("fs.write_file", json!({"path": f, "content": "two"})),
@@ -812,11 +811,11 @@ fn every_pinned_server_imported_then_served_answers_its_calls() {
             json!({"path": data.display().to_string()}),
         ),
     ];
-    let root = nix_is_root();
+    let root = super::support::caller_is_root();
     if root {
         // Root-owned, mode 0755: the tools' uid cannot write it. The write fails, and
         // the confinement recorded with its output says why and what to do.
-        let (r, b) = served(d, &m, &s, &plan, &calls[..1]);
+        let (r, b) = served(d, &m, &s, &calls[..1]);
         assert_eq!(r[0]["isError"], true, "{r:#?}");
         let said = serde_json::to_string(&b.nodes).unwrap();
         assert!(
@@ -826,7 +825,7 @@ fn every_pinned_server_imported_then_served_answers_its_calls() {
         // The user gives that uid the directory (the test's own directory).
         std::os::unix::fs::chown(&data, Some(65_520), Some(65_520)).unwrap();
     }
-    let (r, _) = served(d, &m, &s, &plan, &calls);
+    let (r, _) = served(d, &m, &s, &calls);
     assert!(r.iter().all(|r| r["isError"] != true), "{r:#?}");
     assert!(text(&r[2]).contains("two"), "{r:#?}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "two");
@@ -848,16 +847,12 @@ fn every_pinned_server_imported_then_served_answers_its_calls() {
         &["MEMORY_FILE_PATH={workspace}/memory.jsonl"],
     );
     let alice = json!({"entities": [{"name": "Alice", "entityType": "person", "observations": ["likes tea"]}]});
-    let plan = json!({"calls": [
-        {"tool": "memory.create_entities", "params": alice},
-        {"tool": "memory.read_graph", "params": {}}]});
     let (r, _) = served(
         d,
         &m,
         &s,
-        &plan,
         &[
-            ("memory.create_entities", alice.clone()),
+            ("memory.create_entities", alice),
             ("memory.read_graph", json!({})),
         ],
     );
@@ -870,12 +865,10 @@ fn every_pinned_server_imported_then_served_answers_its_calls() {
         modules.join("server-everything/dist/index.js").display()
     );
     let (m, s) = imported(d, "everything", &cmd, &[]);
-    let plan = json!({"calls": [{"tool": "everything.echo", "params": {"message": "hello"}}]});
     let (r, _) = served(
         d,
         &m,
         &s,
-        &plan,
         &[("everything.echo", json!({"message": "hello"}))],
     );
     assert!(text(&r[0]).contains("hello"), "{r:#?}");
@@ -896,14 +889,10 @@ fn every_pinned_server_imported_then_served_answers_its_calls() {
     let (m, s) = imported(d, "notes", &cmd, &[]);
     let toml = std::fs::read_to_string(&s).unwrap();
     assert!(toml.contains("\"python\""), "{toml}");
-    let plan = json!({"calls": [
-        {"tool": "notes.write_note", "params": {"name": "todo", "text": "buy tea"}},
-        {"tool": "notes.read_note", "params": {"name": "todo"}}]});
-    let (r, b) = served(
+    let (r, _) = served(
         d,
         &m,
         &s,
-        &plan,
         &[
             (
                 "notes.write_note",
@@ -913,14 +902,6 @@ fn every_pinned_server_imported_then_served_answers_its_calls() {
         ],
     );
     assert!(text(&r[1]).contains("buy tea"), "{r:#?}");
-    assert_eq!(b.run_id.split('-').next(), Some("mcp"));
-}
-
-/// Whether this process runs as root (the tools then run as uid 65520).
-fn nix_is_root() -> bool {
-    std::fs::metadata("/proc/self")
-        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
-        .unwrap_or(false)
 }
 
 /// A FastMCP server keeping notes as files in the directory it is given.

@@ -39,9 +39,11 @@ inputSchema = { type = "object", properties = { to = { type = "string" }, amount
 /// The scripted model, served with the standard library on a loopback port it prints:
 /// (0 tool results) read the balance; (1) the injected transfer beside the planned one;
 /// (2+) a final answer. Asked as `scripted-react`, it writes the same steps as ReAct
-/// text, one call an answer.
+/// text, one call an answer. Asked as `scripted-mcp` (started with the notes' and a
+/// secret file's paths), it reads the balance, then the notes over MCP beside an
+/// injected MCP write.
 pub(super) const UPSTREAM: &str = r#"
-import json
+import json, sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 def call(i, name, args):
@@ -56,6 +58,16 @@ def script(req):
             call("call_2", "bank__send_money", {"to": "ATTACKER", "amount": 100}),
             call("call_3", "bank__send_money", {"to": "DE001", "amount": 20})]
     return "Paid DE001 20.", []
+
+def mcp(req):
+    notes, secrets = sys.argv[1], sys.argv[2]
+    n = sum(1 for m in req.get("messages", []) if m.get("role") == "tool")
+    if n == 0:
+        return None, [call("call_1", "bank__get_balance", {"account": "main"})]
+    if n == 1:
+        return None, [call("call_2", "fs.read_text_file", {"path": notes}),
+                      call("call_3", "fs.write_file", {"path": secrets, "content": "pwned"})]
+    return "Done.", []
 
 def react(req):
     # A text-based agent's model: its calls written as ReAct text, by the number of
@@ -92,7 +104,8 @@ class H(BaseHTTPRequestHandler):
 
     def do_POST(self):
         req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-        content, calls = (react(req), []) if req.get("model") == "scripted-react" else script(req)
+        model = req.get("model")
+        content, calls = (react(req), []) if model == "scripted-react" else mcp(req) if model == "scripted-mcp" else script(req)
         finish = "tool_calls" if calls else "stop"
         if req.get("stream"):
             out = chunk({"role": "assistant", "content": ""}, None)
@@ -200,15 +213,17 @@ fn client_with(
 /// loopback port: the process (killed when dropped) and its base URL
 /// (`http://127.0.0.1:PORT/v1`).
 pub(super) fn upstream(py: &Path, d: &Path) -> (Reaped, String) {
-    scripted(py, d, UPSTREAM)
+    scripted(py, d, UPSTREAM, &[])
 }
 
-/// The scripted model `script` written into `d` and served by `py` (see [`upstream`]).
-fn scripted(py: &Path, d: &Path, script: &str) -> (Reaped, String) {
+/// The scripted model `script` written into `d` and served by `py` with `args` (see
+/// [`upstream`]).
+fn scripted(py: &Path, d: &Path, script: &str, args: &[&Path]) -> (Reaped, String) {
     std::fs::write(d.join("upstream.py"), script).unwrap();
     let mut up = Reaped(
         Command::new(py)
             .arg(d.join("upstream.py"))
+            .args(args)
             .stdout(Stdio::piped())
             .spawn()
             .unwrap(),
@@ -399,48 +414,6 @@ fn langchain_agents_native_and_text_react_continue_after_a_withheld_injected_cal
     }
 }
 
-/// The scripted model of the two-gateway row: (0 tool results) read the balance; (1) read
-/// the notes over MCP beside an injected MCP write; (2+) a final answer.
-const UPSTREAM_MCP: &str = r#"
-import json, sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-NOTES, SECRETS = sys.argv[1], sys.argv[2]
-
-def call(i, name, args):
-    return {"id": i, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-
-def script(req):
-    n = sum(1 for m in req.get("messages", []) if m.get("role") == "tool")
-    if n == 0:
-        return None, [call("call_1", "bank__get_balance", {"account": "main"})]
-    if n == 1:
-        return None, [call("call_2", "fs.read_text_file", {"path": NOTES}),
-                      call("call_3", "fs.write_file", {"path": SECRETS, "content": "pwned"})]
-    return "Done.", []
-
-class H(BaseHTTPRequestHandler):
-    def log_message(self, *a):
-        pass
-
-    def do_POST(self):
-        req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-        content, calls = script(req)
-        msg = {"role": "assistant", "content": content}
-        if calls:
-            msg["tool_calls"] = calls
-        b = json.dumps({"id": "c", "object": "chat.completion", "created": 1, "model": "scripted",
-            "choices": [{"index": 0, "message": msg, "finish_reason": "tool_calls" if calls else "stop"}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(b)))
-        self.end_headers()
-        self.wfile.write(b)
-
-srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
-print(srv.server_address[1], flush=True)
-srv.serve_forever()
-"#;
-
 /// The OpenAI Agents SDK as it comes (the Responses API) with a function tool and an
 /// MCP server — `knox gateway mcp` over stdio, in front of the real filesystem server,
 /// launched by the SDK — behind the proxy: the two gateways together. The model reads
@@ -460,42 +433,20 @@ fn the_agents_sdk_with_a_function_tool_and_an_mcp_tool_through_both_gateways() {
     // The proxy sees every tool the model may call: the bank's and the MCP server's.
     let fs = super::mcp::FS_READ.split_once("[[servers]]").unwrap().1;
     std::fs::write(
-        d.join("model.toml"),
+        d.join("bank.toml"),
         format!("{BANK}[[servers]]{fs}{}", super::mcp::FS_WRITE),
     )
     .unwrap();
     let plan = serde_json::json!({"calls": [
         {"tool": "bank.get_balance", "params": {"account": "main"}},
         {"tool": "fs.read_text_file", "params": {"path": notes}}]});
-    std::fs::write(d.join("model-plan.json"), plan.to_string()).unwrap();
-    std::fs::write(d.join("upstream.py"), UPSTREAM_MCP).unwrap();
-    let mut up = Reaped(
-        Command::new(&py)
-            .arg(d.join("upstream.py"))
-            .arg(&notes)
-            .arg(&secrets)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let port = first_line(up.0.stdout.take().unwrap()).trim().to_owned();
-    let upstream = format!("http://127.0.0.1:{port}/v1");
+    // The MCP gateway keeps the fixture's plan; the proxy's is `plan.json`.
+    std::fs::rename(d.join("plan.json"), d.join("mcp-plan.json")).unwrap();
+    std::fs::write(d.join("plan.json"), plan.to_string()).unwrap();
+    let (_up, upstream) = scripted(&py, d, UPSTREAM, &[&notes, &secrets]);
     let model_out = d.join("evidence-model");
     let tools_out = d.join("evidence-tools");
-    let mut gw = Reaped(
-        knox()
-            .args(["gateway", "openai", "--manifest"])
-            .arg(d.join("model.toml"))
-            .arg("--plan")
-            .arg(d.join("model-plan.json"))
-            .args(["--upstream", &upstream, "--listen", "127.0.0.1:0", "--out"])
-            .arg(&model_out)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let base = announced(gw.0.stderr.take().unwrap());
+    let (gw, base) = proxy(d, &upstream, &model_out);
     let mcp_command = serde_json::json!([
         env!("CARGO_BIN_EXE_knox"),
         "gateway",
@@ -507,7 +458,7 @@ fn the_agents_sdk_with_a_function_tool_and_an_mcp_tool_through_both_gateways() {
         "--prompt",
         "Summarize my notes",
         "--plan",
-        d.join("plan.json"),
+        d.join("mcp-plan.json"),
         "--out",
         tools_out,
     ]);
@@ -517,7 +468,10 @@ fn the_agents_sdk_with_a_function_tool_and_an_mcp_tool_through_both_gateways() {
         &base,
         "agents-mcp",
         false,
-        &[("KNOX_MCP_COMMAND", &mcp_command.to_string())],
+        &[
+            ("KNOX_MCP_COMMAND", &mcp_command.to_string()),
+            ("KNOX_MODEL", "scripted-mcp"),
+        ],
     );
     assert_eq!(r["final"], "Done.", "{r}");
     assert!(r["ran"].to_string().contains("bank__get_balance"), "{r}");
@@ -547,7 +501,6 @@ fn the_agents_sdk_with_a_function_tool_and_an_mcp_tool_through_both_gateways() {
             .any(|n| n["kind"] == "tool_output" && n.to_string().contains("Quarterly notes")),
         "the MCP gateway recorded the read's output"
     );
-    drop(up);
 }
 
 /// The proxy in front of a real model served by Knox itself: `knox serve-model
@@ -761,7 +714,7 @@ fn parallel_tool_calls_and_a_call_never_answered_seal_complete() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     both_balances(d);
-    let (_up, upstream) = scripted(&py, d, PARALLEL_UPSTREAM);
+    let (_up, upstream) = scripted(&py, d, PARALLEL_UPSTREAM, &[]);
     let out = d.join("out");
     let (gw, base) = proxy(d, &upstream, &out);
     let script = r#"
@@ -835,7 +788,7 @@ fn a_conversation_sealed_while_idle_is_refused_its_continuation_not_replanned() 
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     both_balances(d);
-    let (_up, upstream) = scripted(&py, d, PARALLEL_UPSTREAM);
+    let (_up, upstream) = scripted(&py, d, PARALLEL_UPSTREAM, &[]);
     let out = d.join("out");
     let (gw, base) = proxy_with(d, &upstream, &out, &["--idle-secs", "1"]);
     let script = r#"

@@ -25,6 +25,12 @@ pub fn knox() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_knox"))
 }
 
+/// Whether the tests run as root (tools then run as the unprivileged uid 65520).
+pub fn caller_is_root() -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
 /// Whether a `knox` run could not start its kernel sandbox here (exit 69 naming it):
 /// the caller then skips, saying so. In CI the sandbox must be there: it fails instead.
 pub fn sandbox_unavailable(o: &std::process::Output) -> bool {
