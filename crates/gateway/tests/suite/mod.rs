@@ -6,3 +6,4 @@ mod mcp_support;
 mod openai;
 mod openai_sequences;
 mod openai_support;
+mod rng;

@@ -27,29 +27,7 @@ use serde_json::{Value, json};
 
 use super::openai_support::{manifest, session};
 
-/// A small deterministic generator (SplitMix64): a sequence is reproduced by its seed.
-#[derive(Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n`.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    /// True with probability `p` percent.
-    fn chance(&mut self, p: u64) -> bool {
-        self.below(100) < p
-    }
-}
+use super::rng::Rng;
 
 /// What the scripted model proposes at `turn` of sequence `seed`: `(id, name,
 /// arguments)` — none when the conversation is to end there.
