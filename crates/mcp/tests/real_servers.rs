@@ -62,24 +62,13 @@ fn node_needs(modules: &Path, mut paths: Vec<PathGrant>) -> Needs {
     paths.push(grant(modules, &[Access::Read]));
     paths.push(grant(Path::new("/etc/ssl/openssl.cnf"), &[Access::Read]));
     Needs {
-        profile: [Family::Offline].into_iter().collect(),
-        syscalls: NODE_SYSCALLS.iter().map(|s| (*s).to_owned()).collect(),
+        profile: [Family::Offline, Family::Node].into_iter().collect(),
+        syscalls: Default::default(),
         paths,
         endpoints: vec![],
         limits: None,
     }
 }
-
-/// Node 20's event loop and V8 beyond the baseline and the offline family.
-const NODE_SYSCALLS: [&str; 7] = [
-    "capget",
-    "epoll_create1",
-    "epoll_ctl",
-    "epoll_wait",
-    "epoll_pwait",
-    "eventfd2",
-    "getdents64",
-];
 
 struct NoCanned;
 impl ToolRunner for NoCanned {
@@ -186,32 +175,20 @@ fn fixtures() -> PathBuf {
 }
 
 /// What the Python FastMCP server needs: its interpreter's library, the venv, the
-/// fixture script, and asyncio's event loop, whose self-pipe is a pair of UNIX stream
-/// sockets (the `network-client` family; with no endpoint granted, no TCP port is
-/// reachable, and pathname UNIX sockets never are).
+/// fixture script, and the `python` family (the interpreter and asyncio's event loop,
+/// whose self-pipe is a UNIX stream socket pair; no socket reaches anything else).
 fn python_needs(venv: &Path, mut paths: Vec<PathGrant>) -> Needs {
     paths.push(grant(venv, &[Access::Read]));
     paths.push(grant(Path::new("/usr/lib/python3.11"), &[Access::Read]));
     paths.push(grant(&fixtures(), &[Access::Read]));
     Needs {
-        profile: [Family::Offline, Family::NetworkClient]
-            .into_iter()
-            .collect(),
-        syscalls: PYTHON_SYSCALLS.iter().map(|s| (*s).to_owned()).collect(),
+        profile: [Family::Offline, Family::Python].into_iter().collect(),
+        syscalls: Default::default(),
         paths,
         endpoints: vec![],
         limits: None,
     }
 }
-
-const PYTHON_SYSCALLS: [&str; 6] = [
-    "epoll_create1",
-    "epoll_ctl",
-    "epoll_wait",
-    "epoll_pwait",
-    "eventfd2",
-    "socketpair",
-];
 
 /// The Python server as a stdio server spec.
 fn python_server(name: &str, venv: &Path, paths: Vec<PathGrant>) -> ServerSpec {

@@ -82,8 +82,7 @@ command = "node"
 args = ["{index}", "{docs}", "{reports}"]
 manifest = "fs.toml"
 [server.needs]
-profile = ["offline"]
-syscalls = ["capget", "epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "eventfd2"]
+profile = ["offline", "node"]
 paths = [{{ path = "{docs}", access = ["read", "write", "create"] }}, {{ path = "{modules}", access = ["read"] }}, {{ path = "/etc/ssl/openssl.cnf", access = ["read"] }}]
 "#,
                 index = index.display(),
@@ -1142,8 +1141,7 @@ command = "{python}"
 args = ["{script}"]
 manifest = "{name}.toml"
 [server.needs]
-profile = ["offline", "network-client"]
-syscalls = ["epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "eventfd2", "socketpair"]
+profile = ["offline", "python"]
 paths = [{{ path = "{venv}", access = ["read"] }}, {{ path = "/usr/lib/python3.11", access = ["read"] }}, {{ path = "{dir}", access = ["read"] }}]
 "#,
             python = venv.join("bin/python").display(),

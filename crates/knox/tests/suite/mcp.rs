@@ -284,8 +284,7 @@ args = ["{index}", "{docs}"]
 roots = ["{docs}"]
 manifest = "fs.toml"
 [server.needs]
-profile = ["offline"]
-syscalls = ["capget", "epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "eventfd2"]
+profile = ["offline", "node"]
 paths = [{{ path = "{docs}", access = ["read"] }}, {{ path = "{modules}", access = ["read"] }}, {{ path = "/etc/ssl/openssl.cnf", access = ["read"] }}]
 "#,
             index = index.display(),
@@ -469,8 +468,7 @@ args = ["{index}", "{docs}", "{reports}"]
 manifest = "fs.toml"
 timeout_secs = 20
 [server.needs]
-profile = ["offline"]
-syscalls = ["capget", "epoll_create1", "epoll_ctl", "epoll_wait", "epoll_pwait", "eventfd2"]
+profile = ["offline", "node"]
 paths = [{{ path = "{docs}", access = ["read", "write", "create"] }}, {{ path = "{modules}", access = ["read"] }}, {{ path = "/etc/ssl/openssl.cnf", access = ["read"] }}]
 "#,
             index = index.display(),
