@@ -251,10 +251,6 @@ impl McpHost {
             .sandbox
             .as_ref()
             .ok_or_else(|| McpError::Sandbox("no kernel sandbox".into()))?;
-        let unusable = self
-            .tool_identity()
-            .map(|ids| unusable_grants(server, ids))
-            .unwrap_or_default();
         let mut policy = crate::confine::policy(&server.needs, program, workspace)?;
         policy.degraded.clone_from(&self.degraded);
         let prepared = sandbox
@@ -281,7 +277,7 @@ impl McpHost {
             "landlock_abi": prepared.landlock_abi(),
             "layers": prepared.layers(),
             "seccomp": "user-notification",
-            "notes": prepared.notes().iter().chain(&unusable).collect::<Vec<_>>(),
+            "notes": child.enforcement().notes,
         });
         if let (Some(c), Some(ids)) = (confinement.as_object_mut(), self.tool_identity()) {
             c.insert("run_as".into(), json!({"uid": ids.uid, "gid": ids.gid}));
@@ -741,32 +737,4 @@ impl ToolRunner for McpRun<'_> {
             confinement,
         }
     }
-}
-/// The grants of `server`'s needs that allow a change (write, create, remove,
-/// replace) on a path the tools' identity `ids` cannot change by its mode bits, each as
-/// a note of the confinement every output of the server carries: the server's writes
-/// there fail with `EACCES`, and the note says why and how to give that uid access
-/// without changing the files' owner. (The server still starts: its reads work.)
-fn unusable_grants(server: &Server, ids: RunAs) -> Vec<String> {
-    use knox_types::apm::Access;
-    let changes = |a: &Access| {
-        matches!(
-            a,
-            Access::Write | Access::Create | Access::Remove | Access::Replace
-        )
-    };
-    let uid = ids.uid;
-    server
-        .needs
-        .paths
-        .iter()
-        .filter(|g| g.access.iter().any(changes))
-        .filter_map(|g| {
-            let why = ids.cannot_change(Path::new(&g.path))?;
-            let path = &g.path;
-            Some(format!(
-                "{why}, though the needs grant changes there: its writes fail with EACCES. Knox runs servers as uid {uid} when it runs as root; give that uid access without changing the files' owner (`setfacl -m u:{uid}:rwx {path}`, and `setfacl -d -m u:{uid}:rwx {path}` for what the server creates), run Knox as the directory's owner, or name another identity with {RUN_AS_ENV}=UID:GID"
-            ))
-        })
-        .collect()
 }

@@ -238,6 +238,12 @@ impl ConfinedChild {
         })
     }
 
+    /// The layers in force for this tool, with their notes (what it was granted
+    /// implicitly, paths skipped, idmapped mounts made or not).
+    pub fn enforcement(&self) -> &Enforcement {
+        &self.enforcement
+    }
+
     /// The tool's pid (in this process's pid namespace).
     pub fn pid(&self) -> u32 {
         self.pid.unsigned_abs()

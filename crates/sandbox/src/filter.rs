@@ -42,6 +42,11 @@ const SOCK_STREAM: u64 = 1;
 const IPPROTO_TCP: u64 = 6;
 const MSG_FASTOPEN: u64 = 0x2000_0000;
 const SOCK_TYPE_MASK: u64 = 0xf;
+const S_ISUID: u64 = 0o4000;
+const S_ISGID: u64 = 0o2000;
+const O_CREAT: u64 = 0o100;
+/// `__O_TMPFILE` (`O_TMPFILE` is it with `O_DIRECTORY`): creates an unnamed file.
+const O_TMPFILE_BIT: u64 = 0o2000_0000;
 const ENOSYS: u16 = 38;
 /// `AUDIT_ARCH_X86_64` (`EM_X86_64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE`).
 pub const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
@@ -147,6 +152,14 @@ pub enum Rule {
     AllowIf(Vec<Vec<ArgCheck>>),
     /// Notified when every check of at least one clause holds; allowed otherwise.
     DenyIf(Vec<Vec<ArgCheck>>),
+    /// Notified when every check of some `deny` clause holds; otherwise allowed when
+    /// every check of some `allow` clause holds, notified when none does.
+    DenyIfElseAllowIf {
+        /// Clauses that notify.
+        deny: Vec<Vec<ArgCheck>>,
+        /// Clauses that allow what no `deny` clause notified.
+        allow: Vec<Vec<ArgCheck>>,
+    },
     /// Fails with this errno, unrecorded.
     Errno(u16),
 }
@@ -160,8 +173,13 @@ pub enum Rule {
 ///   over IPv4/IPv6, protocol 0 or TCP: no datagram can be sent to an address no rule
 ///   covers, no MPTCP or SCTP socket escapes Landlock's TCP rules), `sendto`,
 ///   `sendmsg` and `sendmmsg` without `MSG_FASTOPEN` (a connect no one checks),
-///   `prlimit64` on the caller itself;
-/// - `clone3`: `ENOSYS`, so the C library falls back to `clone`, whose flags a filter can read.
+///   `prlimit64` on the caller itself; the calls that set a file's mode (`chmod`,
+///   `fchmod`, `fchmodat`, `fchmodat2`, `creat`, `mknod`, `mknodat`, and `open`/`openat`
+///   creating a file) only without the set-user-id and set-group-id bits (see
+///   [`set_id_modes`]);
+/// - `clone3`: `ENOSYS`, so the C library falls back to `clone`, whose flags a filter can read;
+/// - `openat2`: notified whatever the policy lists: its flags and mode lie in a
+///   structure no filter can read.
 ///
 /// With [`Fallbacks`], some calls Landlock would check are notified or argument-checked instead.
 pub fn rules(
@@ -172,8 +190,8 @@ pub fn rules(
     for name in allowed.iter().map(String::as_str).chain(SANDBOX_INTERNAL) {
         let nr = lookup(name)?;
         let notified = MEDIATED.contains(&name)
-            || name == "clone3"
-            || (fallbacks.truncate && matches!(name, "truncate" | "openat2"))
+            || matches!(name, "clone3" | "openat2")
+            || (fallbacks.truncate && name == "truncate")
             || (fallbacks.scope && SIGNAL_CALLS.contains(&name));
         if notified {
             continue;
@@ -190,19 +208,53 @@ fn lookup(name: &str) -> Result<u32, FilterError> {
         .ok_or_else(|| FilterError::UnknownSyscall(name.to_owned()))
 }
 
+/// Clauses that hold when argument `mode` carries the set-user-id or the
+/// set-group-id bit, each joined with `also` (a file is created, for `open`).
+///
+/// A confined tool never makes a set-id file: where it writes through an idmapped
+/// mount ([`crate::idmap`]), what it creates is owned on disk by the directory's
+/// owner (root, or a user), and a set-id bit there would hand that identity to
+/// whoever runs the file outside the sandbox; elsewhere it would hand out the
+/// tools' own identity. A `mode_t` is 32 bits; the masks read only its low half.
+fn set_id_modes(mode: u8, also: &[ArgCheck]) -> Vec<Vec<ArgCheck>> {
+    [S_ISUID, S_ISGID]
+        .map(|bit| {
+            also.iter()
+                .copied()
+                .chain([ArgCheck::masked(mode, bit, bit)])
+                .collect()
+        })
+        .into()
+}
+
 fn rule(name: &str, fallbacks: Fallbacks) -> Rule {
     match name {
-        "open" | "openat" if fallbacks.truncate => {
+        "open" | "openat" => {
+            let (flags, mode) = if name == "open" { (1, 2) } else { (2, 3) };
+            // The mode counts only when a file is created (it is garbage otherwise).
+            let deny = [O_CREAT, O_TMPFILE_BIT]
+                .into_iter()
+                .flat_map(|creates| {
+                    set_id_modes(mode, &[ArgCheck::masked(flags, creates, creates)])
+                })
+                .collect();
+            if !fallbacks.truncate {
+                return Rule::DenyIf(deny);
+            }
             // Before ABI 3, Landlock does not check `O_TRUNC` on a file opened
             // read-only: only truncation with write access (checked) is allowed.
-            let flags = if name == "open" { 1 } else { 2 };
-            let mode = O_TRUNC | O_ACCMODE;
-            Rule::AllowIf(vec![
-                vec![ArgCheck::masked(flags, O_TRUNC, 0)],
-                vec![ArgCheck::masked(flags, mode, O_TRUNC | O_WRONLY)],
-                vec![ArgCheck::masked(flags, mode, O_TRUNC | O_RDWR)],
-            ])
+            let access = O_TRUNC | O_ACCMODE;
+            Rule::DenyIfElseAllowIf {
+                deny,
+                allow: vec![
+                    vec![ArgCheck::masked(flags, O_TRUNC, 0)],
+                    vec![ArgCheck::masked(flags, access, O_TRUNC | O_WRONLY)],
+                    vec![ArgCheck::masked(flags, access, O_TRUNC | O_RDWR)],
+                ],
+            }
         }
+        "chmod" | "fchmod" | "creat" | "mknod" => Rule::DenyIf(set_id_modes(1, &[])),
+        "fchmodat" | "fchmodat2" | "mknodat" => Rule::DenyIf(set_id_modes(2, &[])),
         "fcntl" if fallbacks.scope => Rule::DenyIf(vec![
             vec![ArgCheck::masked(1, LOW, F_SETOWN)],
             vec![ArgCheck::masked(1, LOW, F_SETOWN_EX)],
@@ -306,6 +358,13 @@ fn build(rules: &BTreeMap<u32, Rule>, leaf: usize) -> Result<Program, FilterErro
                 .or_insert_with(|| asm.ret(ret::ERRNO | u32::from(*e))),
             Rule::AllowIf(clauses) => clauses_to(&mut asm, clauses, allow, notify),
             Rule::DenyIf(clauses) => clauses_to(&mut asm, clauses, notify, allow),
+            Rule::DenyIfElseAllowIf {
+                deny,
+                allow: clauses,
+            } => {
+                let otherwise = clauses_to(&mut asm, clauses, allow, notify);
+                clauses_to(&mut asm, deny, notify, otherwise)
+            }
         };
         entries.push((nr, node));
     }

@@ -31,6 +31,8 @@ pub(crate) struct Launch<'a> {
     /// `(uid, gid)` the tool runs as; then it is executed through `program_fd`.
     pub(crate) identity: Option<(u32, u32)>,
     pub(crate) program_fd: Option<BorrowedFd<'a>>,
+    /// Idmapped mounts the child attaches first (see [`crate::idmap`]).
+    pub(crate) mounts: &'a [crate::idmap::Mount],
 }
 
 /// A child past `execve`, with its supervisor running.
@@ -89,6 +91,14 @@ impl Launch<'_> {
             .lease
             .map(|l| l.procs().iter().map(AsFd::as_fd).collect())
             .unwrap_or_default();
+        let mounts: Vec<sys::MountAt<'_>> = self
+            .mounts
+            .iter()
+            .map(|m| sys::MountAt {
+                tree: m.tree.as_fd(),
+                target: &m.target,
+            })
+            .collect();
         let spec = sys::ChildSpec {
             program: self.program,
             argv: self.argv,
@@ -108,6 +118,7 @@ impl Launch<'_> {
             user_namespace,
             filter: Some(&prepared.filter),
             namespaces: 0,
+            mounts: &mounts,
         };
         // Returns once the child has executed the tool or died. If the clone fails,
         // dropping `report_w` below ends the supervisor's handshake with end of file.
@@ -174,6 +185,7 @@ impl Launch<'_> {
             user_namespace,
             filter: None,
             namespaces,
+            mounts: &[],
         };
         // Nothing is mediated, so no supervisor: the clone returns once the
         // program runs (or the child died), and the pipe holds the whole report.

@@ -9,6 +9,7 @@ mod decode;
 pub mod filter;
 pub mod frame;
 mod identity;
+mod idmap;
 mod launch;
 pub mod layers;
 mod output;

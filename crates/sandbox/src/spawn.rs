@@ -160,6 +160,7 @@ pub struct Sandbox {
     identity: Option<crate::identity::RunAs>,
     notes: Vec<String>,
     workers: Workers,
+    idmaps: crate::idmap::Idmaps,
 }
 
 impl Sandbox {
@@ -212,6 +213,7 @@ impl Sandbox {
             identity,
             notes,
             workers: Workers::new(),
+            idmaps: crate::idmap::Idmaps::default(),
         })
     }
 
@@ -388,6 +390,16 @@ impl Sandbox {
         let envp = envp(env)?;
         let lease = self.lease(&prepared.policy.limits)?;
         let user_namespace = self.euid != 0 && lease.is_none();
+        let mut notes: Vec<String> = self
+            .notes
+            .iter()
+            .chain(&prepared.paths.notes)
+            .cloned()
+            .collect();
+        let mounts = match self.identity {
+            Some(ids) => self.idmaps.mounts(ids, &prepared.paths.rules, &mut notes),
+            None => Vec::new(),
+        };
         let enforcement = Enforcement {
             landlock_abi_required: prepared.policy.min_landlock_abi.unwrap_or(layers::MIN_ABI),
             landlock_abi: prepared.ruleset.kernel_abi,
@@ -397,12 +409,7 @@ impl Sandbox {
             capabilities_dropped: self.euid == 0 || user_namespace,
             run_as: self.identity,
             seccomp_instructions: prepared.filter.len(),
-            notes: self
-                .notes
-                .iter()
-                .chain(&prepared.paths.notes)
-                .cloned()
-                .collect(),
+            notes,
         };
         let rlimits = rlimits(&prepared.policy.limits, lease.is_some(), user_namespace);
         let (uid_map, gid_map) = (self.id_map(self.euid), self.id_map(self.egid));
@@ -420,6 +427,7 @@ impl Sandbox {
             lease: lease.as_ref(),
             identity: self.identity.map(|r| (r.uid, r.gid)),
             program_fd: program_fd.as_ref().map(AsFd::as_fd),
+            mounts: &mounts,
         };
         let userns = user_namespace.then_some(UserNamespaceMaps {
             uid_map: uid_map.as_bytes(),
@@ -465,6 +473,7 @@ impl Sandbox {
             lease: lease.as_ref(),
             identity: None,
             program_fd: None,
+            mounts: &[],
         };
         let userns = user_namespace.then_some(UserNamespaceMaps {
             uid_map: uid_map.as_bytes(),

@@ -481,10 +481,12 @@ pub enum ChildStep {
     Identity = 14,
     /// `PR_SET_PDEATHSIG`, or the parent died before it was set.
     ParentDeath = 15,
+    /// `unshare(CLONE_NEWNS)` and attaching the idmapped mounts of granted paths.
+    Mounts = 16,
 }
 
 impl ChildStep {
-    const ALL: [ChildStep; 15] = [
+    const ALL: [ChildStep; 16] = [
         ChildStep::Descriptors,
         ChildStep::ProcessGroup,
         ChildStep::Cgroup,
@@ -500,6 +502,7 @@ impl ChildStep {
         ChildStep::Namespaces,
         ChildStep::Identity,
         ChildStep::ParentDeath,
+        ChildStep::Mounts,
     ];
 
     /// The step a report code names.
@@ -529,6 +532,15 @@ pub(crate) struct UserNamespaceMaps<'a> {
     pub(crate) uid_map: &'a [u8],
     /// Contents for `/proc/self/gid_map`.
     pub(crate) gid_map: &'a [u8],
+}
+
+/// A detached mount tree the child attaches over `target` in its own mount namespace.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MountAt<'a> {
+    /// The tree, from [`idmapped_tree`].
+    pub(crate) tree: BorrowedFd<'a>,
+    /// Absolute path it is attached over.
+    pub(crate) target: &'a CStr,
 }
 
 /// Everything the child needs, borrowed from state the parent keeps alive across the clone.
@@ -578,6 +590,10 @@ pub(crate) struct ChildSpec<'a> {
     /// the dangerous limits-only baseline, whose privileged calls must not reach
     /// the host's mount table, host name or IPC objects.
     pub(crate) namespaces: c_int,
+    /// Idmapped mounts to attach, in order, in a new mount namespace whose mounts
+    /// are made private first (root callers; see [`crate::idmap`]). The first step
+    /// of the child, while the parent's descriptors are still open in it.
+    pub(crate) mounts: &'a [MountAt<'a>],
 }
 
 /// Child fd numbers after rearrangement: 0–2 stdio, then these.
@@ -817,6 +833,9 @@ fn child_after_clone(p: &Lowered<'_>) -> ! {
     if !reset_dispositions() {
         fail(original_report, ChildStep::Signals);
     }
+    if !p.spec.mounts.is_empty() && !attach_mounts(p.spec.mounts) {
+        fail(original_report, ChildStep::Mounts);
+    }
     if arrange_descriptors(p).is_err() {
         fail(original_report, ChildStep::Descriptors);
     }
@@ -1002,6 +1021,114 @@ fn enter_namespaces(flags: c_int) -> bool {
             ptr::null(),
         ) == 0
     }
+}
+
+/// `MOVE_MOUNT_F_EMPTY_PATH` (`<linux/mount.h>`): the source is the descriptor itself.
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+/// `OPEN_TREE_CLONE` (`<linux/mount.h>`): a detached copy of the mount tree.
+const OPEN_TREE_CLONE: libc::c_uint = 0x1;
+/// `MOUNT_ATTR_IDMAP` (`<linux/mount.h>`).
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+
+/// `struct mount_attr` (`<linux/mount.h>`, `MOUNT_ATTR_SIZE_VER0`).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// In a new mount namespace whose mounts are all private, attaches each tree over
+/// its target.
+fn attach_mounts(mounts: &[MountAt<'_>]) -> bool {
+    enter_namespaces(libc::CLONE_NEWNS)
+        && mounts.iter().all(|m| {
+            // SAFETY: `tree` is a descriptor of this child's (copied) table, the
+            // paths are NUL-terminated strings built before the clone.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_move_mount,
+                    m.tree.as_raw_fd(),
+                    c"".as_ptr(),
+                    libc::AT_FDCWD,
+                    m.target.as_ptr(),
+                    MOVE_MOUNT_F_EMPTY_PATH,
+                ) == 0
+            }
+        })
+}
+
+/// A detached copy of the mounts at and beneath `path` (`open_tree` with
+/// `OPEN_TREE_CLONE | AT_RECURSIVE`), idmapped through the user namespace `userns`
+/// (`mount_setattr` with `MOUNT_ATTR_IDMAP`). Attached by [`MountAt`] in a child.
+pub(crate) fn idmapped_tree(path: &CStr, userns: &OwnedFd) -> io::Result<OwnedFd> {
+    let flags =
+        OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_RECURSIVE as libc::c_uint;
+    // SAFETY: `path` is NUL-terminated; integer flags.
+    let tree = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), flags) };
+    let tree = owned(cvt_long(tree)?);
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: u64::try_from(userns.as_raw_fd())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?,
+    };
+    // SAFETY: `attr` is a valid `struct mount_attr` of the size passed; the path is
+    // the empty string with `AT_EMPTY_PATH`, so the descriptor itself is changed.
+    let set = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    cvt_long(set)?;
+    Ok(tree)
+}
+
+/// A user namespace whose maps are `uid_map` and `gid_map`, held by its
+/// descriptor. A child is created in it (a raw `clone` with `CLONE_NEWUSER` and no
+/// `CLONE_VM`, as `fork` does) and waits on a pipe while this process, which
+/// holds `CAP_SETUID` and `CAP_SETGID`, writes its maps and opens
+/// `/proc/PID/ns/user`; then the pipe closes and the child exits (it also exits
+/// should this process die first: the pipe closes with it).
+pub(crate) fn user_namespace(uid_map: &[u8], gid_map: &[u8]) -> io::Result<OwnedFd> {
+    let (read_end, write_end) = std::io::pipe()?;
+    let (waiting, held) = (read_end.as_raw_fd(), write_end.as_raw_fd());
+    let flags = libc::c_ulong::try_from(libc::CLONE_NEWUSER | libc::SIGCHLD)
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: without CLONE_VM and with a null stack this is `fork`: the child runs
+    // on a copy of this thread's stack and memory. It makes only async-signal-safe
+    // system calls (`read`, `_exit`) and never returns into Rust code that could
+    // take a lock another thread held at the clone.
+    let pid = unsafe { libc::syscall(libc::SYS_clone, flags, 0_usize, 0_usize, 0_usize, 0_usize) };
+    if pid == 0 {
+        let mut byte = 0_u8;
+        // SAFETY: closes this child's copy of the write end (so that the parent's
+        // close is the end of file), then reads one byte into a writable byte.
+        unsafe {
+            libc::close(held);
+            libc::read(waiting, (&raw mut byte).cast(), 1);
+            libc::_exit(0)
+        }
+    }
+    let pid = cvt_long(pid)?;
+    drop(read_end);
+    let opened = (|| {
+        let map = |name: &str, text: &[u8]| std::fs::write(format!("/proc/{pid}/{name}"), text);
+        map("uid_map", uid_map)?;
+        map("gid_map", gid_map)?;
+        std::fs::File::open(format!("/proc/{pid}/ns/user")).map(OwnedFd::from)
+    })();
+    drop(write_end);
+    // SAFETY: waits for the child created above; a null status pointer is allowed.
+    unsafe { libc::waitpid(pid, ptr::null_mut(), 0) };
+    opened
 }
 
 fn set_rlimits(p: &Lowered<'_>) -> bool {

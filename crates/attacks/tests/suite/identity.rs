@@ -100,6 +100,107 @@ fn run_as_executes_a_program_below_directories_its_uid_cannot_search() -> TestRe
     Ok(())
 }
 
+/// A granted directory whose mode bits refuse the tools' uid (root's, 0755) is
+/// mounted idmapped for the tool: its writes there succeed, what it creates is
+/// owned by the directory's owner on disk, another owner's file stays protected, no
+/// set-id bit can be set, and the host's mount table does not change.
+#[test]
+fn run_as_changes_a_granted_root_directory_through_an_idmapped_mount() -> TestResult {
+    use std::os::unix::fs::PermissionsExt as _;
+    crate::require_kernel!();
+    if euid()? != 0 {
+        return Ok(());
+    }
+    let fx = Fixture::new()?;
+    // Searchable by every uid, as a project directory is; the fixture's root is not.
+    let top = tempfile::Builder::new().prefix("knox-idmap-").tempdir()?;
+    std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o755))?;
+    let granted = top.path().join("project");
+    std::fs::create_dir(&granted)?;
+    std::fs::set_permissions(&granted, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::write(granted.join("mine.txt"), "root's\n")?;
+    std::fs::write(granted.join("theirs.txt"), "70000's\n")?;
+    std::os::unix::fs::chown(granted.join("theirs.txt"), Some(70_000), Some(70_000))?;
+    let granted = std::fs::canonicalize(&granted)?;
+    let sandbox = Sandbox::new(SandboxConfig {
+        run_as: Some(RunAs::KNOX),
+        ..SandboxConfig::default()
+    })?;
+    let policy = SandboxPolicy::for_families(&[Family::Terminal], &fx.workspace)?
+        .grant("/usr/bin", &[Access::Read, Access::Execute])
+        .grant(
+            &granted,
+            &[Access::Read, Access::Write, Access::Create, Access::Remove],
+        );
+    let script = "cd \"$1\" || exit 9
+echo made > new.txt && echo made
+echo more >> mine.txt && echo appended
+echo more >> theirs.txt 2>/dev/null || echo theirs-refused
+chmod 4755 new.txt 2>/dev/null || echo setuid-refused
+chmod 2755 new.txt 2>/dev/null || echo setgid-refused
+stat -c '%u:%g' new.txt";
+    let granted_arg = granted.to_string_lossy().into_owned();
+    let out = sandbox
+        .spawn(
+            &policy,
+            &["/usr/bin/sh", "-c", script, "sh", granted_arg.as_str()],
+            &[],
+            b"",
+        )?
+        .wait()?;
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.success(), "{out:?}");
+    for line in [
+        "made",
+        "appended",
+        "theirs-refused",
+        "setuid-refused",
+        "setgid-refused",
+        "65520:65520",
+    ] {
+        assert!(said.lines().any(|l| l == line), "{line}: {said}");
+    }
+    let new = std::fs::metadata(granted.join("new.txt"))?;
+    assert_eq!(
+        (new.uid(), new.gid()),
+        (0, 0),
+        "stored as the directory's owner"
+    );
+    assert_eq!(new.mode() & 0o6000, 0, "no set-id bit: {:o}", new.mode());
+    assert_eq!(
+        std::fs::read_to_string(granted.join("mine.txt"))?,
+        "root's\nmore\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(granted.join("theirs.txt"))?,
+        "70000's\n"
+    );
+    let chmods = out
+        .denied
+        .iter()
+        .filter(|d| d.name.starts_with("fchmodat"))
+        .count();
+    assert!(
+        chmods >= 2,
+        "the set-id chmods are recorded: {:?}",
+        out.denied
+    );
+    assert!(
+        out.enforcement
+            .notes
+            .iter()
+            .any(|n| n.contains("mounted idmapped") && n.contains(&granted_arg)),
+        "{:?}",
+        out.enforcement.notes
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")?;
+    assert!(
+        !mounts.contains(&granted_arg),
+        "the host's mounts are unchanged"
+    );
+    Ok(())
+}
+
 #[test]
 fn run_as_refuses_root_ids() {
     let made = Sandbox::new(SandboxConfig {
