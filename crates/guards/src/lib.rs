@@ -353,13 +353,15 @@ impl<'m> Input<'m> {
     pub fn reclassify(
         p: &ToolCallPayload,
         manifest: &'m ToolkitManifest,
+        rules: knox_types::bundle::MonitorRules,
     ) -> Result<Option<Self>, Misrecorded> {
+        let plain = rules.plain_reasons;
         let input = match (&p.actual, &p.raw) {
             (Some(a), None) => {
                 if a.hash() != p.actual_hash {
                     return Err(Misrecorded::ActionHash);
                 }
-                match proposal::check(a.clone(), manifest) {
+                match proposal::check_with(a.clone(), manifest, plain) {
                     Ok((action, entry)) => Input::WellFormed { action, entry },
                     Err(m) => Input::Malformed { error: m.error },
                 }
@@ -377,7 +379,7 @@ impl<'m> Input<'m> {
                 {
                     return Err(Misrecorded::ActionHash);
                 }
-                match complete.then(|| proposal::parse(raw.as_bytes(), manifest)) {
+                match complete.then(|| proposal::parse_with(raw.as_bytes(), manifest, plain)) {
                     Some(Ok(_)) => return Err(Misrecorded::WellFormed),
                     Some(Err(m)) if m.action != *actual => return Err(Misrecorded::ActionDiffers),
                     Some(Err(m)) => Input::Malformed { error: m.error },
@@ -568,18 +570,15 @@ impl Evaluation<'_> {
 fn compile_automata(
     apm: &Apm,
     manifest: &ToolkitManifest,
-    schema_defaults: bool,
+    rules: knox_types::bundle::MonitorRules,
 ) -> Vec<Option<Automaton>> {
     apm.agents
         .iter()
         .map(|p| match apm.guards.trajectory {
             TrajectoryMode::Exact | TrajectoryMode::Unplanned => None,
-            TrajectoryMode::Tolerant { read_repeats } => Some(Automaton::compile_with(
-                p,
-                manifest,
-                read_repeats,
-                schema_defaults,
-            )),
+            TrajectoryMode::Tolerant { read_repeats } => {
+                Some(Automaton::compile_with(p, manifest, read_repeats, rules))
+            }
         })
         .collect()
 }
@@ -609,11 +608,7 @@ impl<'a> Pipeline<'a> {
             manifest,
             prompt: apm.tasks.iter().map(|t| t.instruction.as_str()).collect(),
             caches: Caches::default(),
-            automata: compile_automata(
-                apm,
-                manifest,
-                knox_types::bundle::MonitorRules::CURRENT.schema_defaults,
-            ),
+            automata: compile_automata(apm, manifest, knox_types::bundle::MonitorRules::CURRENT),
             regexes: RegexCache::default(),
             contract: None,
             rules: knox_types::bundle::MonitorRules::CURRENT,
@@ -630,8 +625,8 @@ impl<'a> Pipeline<'a> {
     /// The guards under the monitor's `rules` of an earlier evidence format (a
     /// verifier replaying it); [`knox_types::bundle::MonitorRules::CURRENT`] otherwise.
     pub fn with_rules(mut self, rules: knox_types::bundle::MonitorRules) -> Self {
-        if rules.schema_defaults != self.rules.schema_defaults {
-            self.automata = compile_automata(self.apm, self.manifest, rules.schema_defaults);
+        if rules != self.rules {
+            self.automata = compile_automata(self.apm, self.manifest, rules);
         }
         self.rules = rules;
         self
@@ -979,9 +974,16 @@ impl<'a> Pipeline<'a> {
                 }
             }
         }
-        let failure = checks
-            .iter()
-            .find_map(|c| mediated::block_reason(c, position).map(|r| (c.guard, r)));
+        let failure = checks.iter().find_map(|c| {
+            let at = mediated::At {
+                position,
+                proposal: self
+                    .rules
+                    .plain_reasons
+                    .then(|| st.actions.saturating_add(1)),
+            };
+            mediated::block_reason(c, at).map(|r| (c.guard, r))
+        });
         if let Some((guard, reason)) = failure {
             // From format v4 a blocked call never uses up the plan step it matched: the
             // plan moves on, the step stays open to the same call.

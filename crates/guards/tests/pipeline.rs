@@ -14,7 +14,10 @@ use knox_guards::{
 };
 use knox_policy::ToolkitManifest;
 use knox_types::apm::{Apm, ExpectedCall, RemoteModel, StopCause};
+use knox_types::bundle::MonitorRules;
 use knox_types::bundle::{ModelInfo, ModelRole};
+
+const CURRENT: MonitorRules = MonitorRules::CURRENT;
 use knox_types::payload::{CheckDetail, CheckPayload, GuardKind};
 use knox_types::regulation::RegulationDecision;
 use serde_json::{Value, json};
@@ -149,7 +152,7 @@ fn an_off_plan_call_is_blocked_by_the_trajectory_guard_without_moving_the_pointe
     };
     assert_eq!((*guard, *advances), (GuardKind::Trajectory, false));
     assert!(
-        reason.starts_with("off trajectory at position 0"),
+        reason.starts_with("proposal 1 is off the plan (checked against plan step 1): "),
         "{reason}"
     );
     // Every guard after the failing one is still evaluated and recorded.
@@ -532,36 +535,42 @@ fn what_the_monitor_recorded_reclassifies_to_the_same_input_and_changes_are_name
     };
     let well = record(&raw(&apm.agents[0].trajectory[0]));
     assert!(matches!(
-        Input::reclassify(&well, &m).unwrap().unwrap(),
+        Input::reclassify(&well, &m, CURRENT).unwrap().unwrap(),
         Input::WellFormed { .. }
     ));
     let bad = record(br#"{"tool":"NoSuchTool","params":{}}"#);
     assert!(matches!(
-        Input::reclassify(&bad, &m).unwrap().unwrap(),
+        Input::reclassify(&bad, &m, CURRENT).unwrap().unwrap(),
         Input::Malformed { error } if error == "unknown tool `NoSuchTool`"
     ));
     let big = record(&vec![b'x'; 5000]);
-    assert!(Input::reclassify(&big, &m).unwrap().is_none());
+    assert!(Input::reclassify(&big, &m, CURRENT).unwrap().is_none());
 
     let mut t = well.clone();
     t.actual.as_mut().unwrap().tool.push('x');
     assert_eq!(
-        Input::reclassify(&t, &m).unwrap_err(),
+        Input::reclassify(&t, &m, CURRENT).unwrap_err(),
         Misrecorded::ActionHash
     );
     let mut t = bad.clone();
     t.actual = None;
-    assert_eq!(Input::reclassify(&t, &m).unwrap_err(), Misrecorded::RawHash);
+    assert_eq!(
+        Input::reclassify(&t, &m, CURRENT).unwrap_err(),
+        Misrecorded::RawHash
+    );
     let mut t = bad.clone();
     t.raw = Some(String::from_utf8(raw(&apm.agents[0].trajectory[0])).unwrap());
     t.raw_len = t.raw.as_ref().unwrap().len() as u64;
     assert_eq!(
-        Input::reclassify(&t, &m).unwrap_err(),
+        Input::reclassify(&t, &m, CURRENT).unwrap_err(),
         Misrecorded::WellFormed
     );
     let mut t = well;
     t.actual = None;
-    assert_eq!(Input::reclassify(&t, &m).unwrap_err(), Misrecorded::Empty);
+    assert_eq!(
+        Input::reclassify(&t, &m, CURRENT).unwrap_err(),
+        Misrecorded::Empty
+    );
 }
 
 #[test]
@@ -592,7 +601,11 @@ fn tolerant_mode_follows_the_automaton_and_an_off_plan_call_moves_nothing() {
     .unwrap();
     let (allowed, position, reason) = propose(&mut st, &other);
     assert!(!allowed && position == 1, "{reason:?}");
-    assert!(reason.unwrap().starts_with("off trajectory at position 1"));
+    let reason = reason.unwrap();
+    assert!(
+        reason.starts_with("proposal 2 is off the plan (checked against plan step 2): "),
+        "{reason}"
+    );
     assert_eq!(st.runs, vec![0, 1]);
     // The first read, then once more (one repeat), then no more.
     assert_eq!(propose(&mut st, &raw(&plan[0])), (true, 0, None));

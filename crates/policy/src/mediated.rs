@@ -133,18 +133,34 @@ pub fn checks(
     out
 }
 
-/// Why a failed check blocks, in words for the `block_reason` (`position` is the
-/// trajectory pointer); `None` for a passed check.
-pub fn block_reason(check: &CheckPayload, position: u32) -> Option<String> {
+/// Where the call a `block_reason` explains stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct At {
+    /// The trajectory position the call was checked against (0-based; `u32::MAX`
+    /// when no step was).
+    pub position: u32,
+    /// The proposal's number among its agent's proposals (1-based), when reasons are
+    /// worded plainly (evidence format v5); `None` for the wording before.
+    pub proposal: Option<u32>,
+}
+
+/// Why a failed check blocks, in words for the `block_reason`; `None` for a passed check.
+pub fn block_reason(check: &CheckPayload, at: At) -> Option<String> {
     if check.passed {
         return None;
     }
+    let position = at.position;
     Some(match &check.detail {
         CheckDetail::Trajectory { reason, .. } => {
-            format!(
-                "off trajectory at position {position}: {}",
-                reason.as_deref().unwrap_or("mismatch")
-            )
+            let reason = reason.as_deref().unwrap_or("mismatch");
+            match at.proposal {
+                Some(n) if position != u32::MAX => format!(
+                    "proposal {n} is off the plan (checked against plan step {}): {reason}",
+                    u64::from(position) + 1
+                ),
+                Some(n) => format!("proposal {n} is off the plan: {reason}"),
+                None => format!("off trajectory at position {position}: {reason}"),
+            }
         }
         CheckDetail::Syscall { missing, .. } => {
             let list: Vec<&str> = missing.iter().map(String::as_str).take(8).collect();

@@ -25,6 +25,16 @@ pub fn parse<'m>(
     raw: &[u8],
     manifest: &'m ToolkitManifest,
 ) -> Result<(Action, &'m ToolEntry), Malformed> {
+    parse_with(raw, manifest, true)
+}
+
+/// [`parse`], wording a schema fault as evidence formats before v5 did when `!plain`
+/// (see [`schema::validate_with`]).
+pub fn parse_with<'m>(
+    raw: &[u8],
+    manifest: &'m ToolkitManifest,
+    plain: bool,
+) -> Result<(Action, &'m ToolEntry), Malformed> {
     let fail = |action: Option<Action>, error: String| Malformed { action, error };
     if raw.len() > MAX_PROPOSAL_BYTES {
         return Err(fail(
@@ -40,13 +50,23 @@ pub fn parse<'m>(
     if let Err(e) = knox_types::action::check_tool_name(&action.tool) {
         return Err(fail(None, e.to_string()));
     }
-    check(action, manifest)
+    check_with(action, manifest, plain)
 }
 
 /// The later stages for an already parsed action: known tool, parameter schema.
 pub fn check(
     action: Action,
     manifest: &ToolkitManifest,
+) -> Result<(Action, &ToolEntry), Malformed> {
+    check_with(action, manifest, true)
+}
+
+/// [`check`], wording a schema fault as evidence formats before v5 did when `!plain`
+/// (see [`schema::validate_with`]).
+pub fn check_with(
+    action: Action,
+    manifest: &ToolkitManifest,
+    plain: bool,
 ) -> Result<(Action, &ToolEntry), Malformed> {
     let Some(entry) = manifest.tool(&action.tool) else {
         let error = format!("unknown tool `{}`", action.tool);
@@ -55,7 +75,7 @@ pub fn check(
             error,
         });
     };
-    match schema::validate(entry, &action.params) {
+    match schema::validate_with(entry, &action.params, plain) {
         Ok(()) => Ok((action, entry)),
         Err(e) => Err(Malformed {
             action: Some(action),

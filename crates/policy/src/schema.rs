@@ -38,19 +38,48 @@ pub enum SchemaError {
 
 /// Checks `params` against the tool's input schema when it has one (a
 /// `knox-toolkit/1` tool: the compiled JSON Schema decides; the first fault is named by
-/// where and which keyword, never by the value), else against its declared parameters:
-/// required ones present, no undeclared ones, JSON types as declared (`number` accepts
-/// integers; `null` is accepted only for optional parameters).
+/// where and which keyword, never by the value — a required parameter left out as
+/// [`SchemaError::Missing`], an undeclared one as [`SchemaError::Unknown`]), else against
+/// its declared parameters: required ones present, no undeclared ones, JSON types as
+/// declared (`number` accepts integers; `null` is accepted only for optional parameters).
 pub fn validate(tool: &ToolEntry, params: &Map<String, Value>) -> Result<(), SchemaError> {
+    validate_with(tool, params, true)
+}
+
+/// [`validate`], with the wording of evidence formats before v5 when `!plain`: every
+/// input-schema fault as [`SchemaError::Schema`] (a missing parameter read "at ``
+/// (required)"). The monitor's `block_reason`s quote it, so a verifier replaying an
+/// older bundle must word it as the monitor did
+/// ([`knox_types::bundle::MonitorRules::plain_reasons`]).
+pub fn validate_with(
+    tool: &ToolEntry,
+    params: &Map<String, Value>,
+    plain: bool,
+) -> Result<(), SchemaError> {
     if let Some(schema) = &tool.input_schema {
         let value = Value::Object(params.clone());
-        return match schema.validator.iter_errors(&value).next() {
-            None => Ok(()),
-            Some(e) => Err(SchemaError::Schema {
-                at: e.instance_path().to_string(),
-                keyword: e.kind().keyword().to_string(),
-            }),
+        let Some(e) = schema.validator.iter_errors(&value).next() else {
+            return Ok(());
         };
+        let at = e.instance_path().to_string();
+        // A name below the object itself is written as its JSON pointer's path.
+        let under = |name: &str| match at.trim_start_matches('/') {
+            "" => name.to_owned(),
+            parent => format!("{parent}/{name}"),
+        };
+        use jsonschema::error::ValidationErrorKind as Kind;
+        return Err(match e.kind() {
+            Kind::Required { property } if plain => {
+                SchemaError::Missing(under(property.as_str().unwrap_or_default()))
+            }
+            Kind::AdditionalProperties { unexpected } if plain && !unexpected.is_empty() => {
+                SchemaError::Unknown(under(unexpected.first().map_or("", String::as_str)))
+            }
+            kind => SchemaError::Schema {
+                at,
+                keyword: kind.keyword().to_string(),
+            },
+        });
     }
     for p in &tool.spec.parameters {
         let required = p.required.unwrap_or(false);

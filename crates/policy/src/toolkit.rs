@@ -933,8 +933,35 @@ inputSchema = { type = "object", properties = { limit = { type = "integer", mini
             "tags": ["rent"], "when": "2025-01-01", "memo": "rent"}),
         );
         assert_eq!(validate(send, &ok), Ok(()));
+        // A parameter left out, or one the schema does not declare, is named plainly.
+        assert_eq!(
+            validate(send, &p(json!({"to_account": "DE123456"}))),
+            Err(SchemaError::Missing("amount".into()))
+        );
+        assert_eq!(
+            validate(
+                send,
+                &p(json!({"to_account": "DE123456", "amount": 1, "extra": 1}))
+            ),
+            Err(SchemaError::Unknown("extra".into()))
+        );
+        // The wording of evidence formats before v5 (their bundles' block reasons).
+        for (bad, keyword) in [
+            (json!({"to_account": "DE123456"}), "required"),
+            (
+                json!({"to_account": "DE123456", "amount": 1, "extra": 1}),
+                "additionalProperties",
+            ),
+        ] {
+            assert_eq!(
+                crate::schema::validate_with(send, &p(bad), false),
+                Err(SchemaError::Schema {
+                    at: String::new(),
+                    keyword: keyword.into()
+                })
+            );
+        }
         for (bad, at) in [
-            (json!({"to_account": "DE123456"}), ""),
             (json!({"to_account": "x", "amount": 1}), "/to_account"),
             (json!({"to_account": "DE123456", "amount": 0}), "/amount"),
             (
@@ -952,10 +979,6 @@ inputSchema = { type = "object", properties = { limit = { type = "integer", mini
             (
                 json!({"to_account": "DE123456", "amount": 1, "when": true}),
                 "/when",
-            ),
-            (
-                json!({"to_account": "DE123456", "amount": 1, "extra": 1}),
-                "",
             ),
         ] {
             let Err(SchemaError::Schema { at: got, .. }) = validate(send, &p(bad.clone())) else {

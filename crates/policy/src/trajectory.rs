@@ -274,6 +274,11 @@ fn contains(hay: &Value, needle: &Value) -> bool {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Automaton {
     steps: Vec<Step>,
+    /// The plan's tools, by step (named in plain reasons).
+    tools: Vec<String>,
+    /// Whether reasons name steps 1-based with their tools (evidence format v5)
+    /// rather than by 0-based position.
+    plain: bool,
 }
 
 /// One compiled step.
@@ -307,18 +312,24 @@ impl Automaton {
     /// Compiles `plan` with the effects and defaults of `manifest` (a default its
     /// specification states in prose, or its input schema's `default`).
     pub fn compile(plan: &AgentPlan, manifest: &ToolkitManifest, read_repeats: u32) -> Self {
-        Self::compile_with(plan, manifest, read_repeats, true)
+        Self::compile_with(
+            plan,
+            manifest,
+            read_repeats,
+            knox_types::bundle::MonitorRules::CURRENT,
+        )
     }
 
-    /// [`Automaton::compile`], taking input schemas' `default`s only when
-    /// `schema_defaults` (the rules of evidence format v4; before, only prose stated a
-    /// default).
+    /// [`Automaton::compile`] under the monitor's `rules` of an evidence format: input
+    /// schemas' `default`s count only with `schema_defaults` (from v4; before, only
+    /// prose stated a default), reasons are worded plainly only with `plain_reasons`.
     pub fn compile_with(
         plan: &AgentPlan,
         manifest: &ToolkitManifest,
         read_repeats: u32,
-        schema_defaults: bool,
+        rules: knox_types::bundle::MonitorRules,
     ) -> Self {
+        let schema_defaults = rules.schema_defaults;
         let n = plan.trajectory.len();
         let entries: Vec<Option<&ToolEntry>> = plan
             .trajectory
@@ -368,7 +379,11 @@ impl Automaton {
             }
         }
         debug_assert_eq!(steps.len(), n);
-        Self { steps }
+        Self {
+            steps,
+            tools: plan.trajectory.iter().map(|e| e.tool.clone()).collect(),
+            plain: rules.plain_reasons,
+        }
     }
 
     /// The steps, in plan order.
@@ -445,6 +460,16 @@ impl Automaton {
             .find(|(_, e)| e.tool == action.tool)
             .map(|(j, _)| j);
         let (position, mode, reason) = match (next, planned) {
+            (_, Some(k)) if self.plain => (
+                next.unwrap_or(self.steps.len()),
+                "tolerant",
+                format!(
+                    "`{}` (plan step {}) cannot run now: {}",
+                    action.tool,
+                    k + 1,
+                    self.why(k, runs, attempted)
+                ),
+            ),
             (_, Some(k)) => (
                 next.unwrap_or(self.steps.len()),
                 "tolerant",
@@ -486,15 +511,20 @@ impl Automaton {
         let Some(s) = self.steps.get(j) else {
             return "no such step".into();
         };
+        // Plainly: 1-based, as the plan lists its steps, with the step's tool.
+        let step = |k: usize| match (self.plain, self.tools.get(k)) {
+            (true, Some(tool)) => format!("plan step {} (`{tool}`)", k + 1),
+            _ => format!("step {k}"),
+        };
         if let Some(k) = s
             .after
             .iter()
             .find(|k| ran(**k) == 0 && !attempted.get(**k).copied().unwrap_or(false))
         {
-            return format!("step {k} must run before it");
+            return format!("{} must run before it", step(*k));
         }
         if let Some(k) = s.before.iter().find(|k| ran(**k) > 0) {
-            return format!("step {k}, which comes after it, has run");
+            return format!("{}, which comes after it, has run", step(*k));
         }
         format!("it has run its {} allowed time(s)", s.runs)
     }
@@ -861,11 +891,28 @@ mod tests {
         );
         assert!(!s.outcome.matched);
         assert_eq!(s.position, 0);
+        let reason = s.outcome.reason.unwrap();
         assert!(
-            s.outcome
-                .reason
-                .unwrap()
-                .contains("step 0 must run before it")
+            reason.starts_with("`MailSend` (plan step ")
+                && reason.contains("cannot run now: plan step 1 (`")
+                && reason.ends_with("`) must run before it"),
+            "{reason}"
+        );
+        // Under the rules of format v4, the wording its bundles were sealed with.
+        let v4 = Automaton::compile_with(&p, &m, 0, knox_types::bundle::MonitorRules::V4);
+        let s = v4.select(
+            &p,
+            &[0, 0, 0, 0],
+            &[],
+            &send,
+            &send.hash(),
+            &|_| None,
+            &mut RegexCache::default(),
+        );
+        let reason = s.outcome.reason.unwrap();
+        assert!(
+            reason.contains("is not enabled now: step 0 must run before it"),
+            "{reason}"
         );
         let other = Action::new("TerminalExecute", json!({"command": "ls"})).unwrap();
         let s = a.select(
@@ -1040,7 +1087,12 @@ inputSchema = { type = "object", properties = { query = { type = "string" }, lim
             .matched
         };
         assert!(select(&Automaton::compile(&p, &m, 0)));
-        assert!(!select(&Automaton::compile_with(&p, &m, 0, false)));
+        assert!(!select(&Automaton::compile_with(
+            &p,
+            &m,
+            0,
+            knox_types::bundle::MonitorRules::V3
+        )));
         // A required parameter's default does not make it omittable.
         let entry = m.tool("docs.search").unwrap();
         assert_eq!(schema_default(entry, "limit"), Some(json!(10)));

@@ -17,8 +17,13 @@ use crate::dsse::{APM_PREDICATE, Envelope, SUMMARY_PREDICATE, Statement, Subject
 /// are: an agent may have several allowed calls awaiting their outputs at once
 /// (parallel tool calls), an allowed call whose output never came back is closed by an
 /// `unanswered` node when the run is sealed, and a blocked call never uses up the plan
-/// step it matched ([`MonitorRules`]).
-pub const BUNDLE_FORMAT: &str = "knox-evidence/v4";
+/// step it matched ([`MonitorRules`]). From version 5 block reasons are worded plainly
+/// ([`MonitorRules::plain_reasons`]).
+pub const BUNDLE_FORMAT: &str = "knox-evidence/v5";
+
+/// The bundle format before plain block reasons, still verified under its own rules
+/// ([`MonitorRules::V4`]): as [`BUNDLE_FORMAT`] otherwise.
+pub const BUNDLE_FORMAT_V4: &str = "knox-evidence/v4";
 
 /// The bundle format before the rules of version 4, still verified under its own
 /// rules ([`MonitorRules::V3`]): as [`BUNDLE_FORMAT`] otherwise.
@@ -37,7 +42,11 @@ pub const BUNDLE_FORMAT_V1: &str = "knox-evidence/v1";
 /// lines, and their cadence signed in the header's APM attestation
 /// ([`ApmStatement::checkpoints`]): a gap longer than it promises is tampering. Its
 /// nodes follow the rules of [`BUNDLE_FORMAT`] ([`MonitorRules::CURRENT`]).
-pub const JOURNAL_FORMAT: &str = "knox-journal/v5";
+pub const JOURNAL_FORMAT: &str = "knox-journal/v6";
+
+/// The journal format whose nodes follow the rules of [`BUNDLE_FORMAT_V4`], still
+/// verified: as [`JOURNAL_FORMAT`] otherwise.
+pub const JOURNAL_FORMAT_V5: &str = "knox-journal/v5";
 
 /// The journal format whose nodes follow the rules of [`BUNDLE_FORMAT_V3`], still
 /// verified: as [`JOURNAL_FORMAT`] otherwise.
@@ -72,6 +81,13 @@ pub struct MonitorRules {
     /// default its input schema's `default` keyword states (from format v4; before,
     /// only a default the tool's description stated in prose counted).
     pub schema_defaults: bool,
+    /// Block reasons name what the user and the agent see (from format v5): a
+    /// required parameter left out as "missing required parameter `x`" (before: "do
+    /// not match the input schema at `` (required)"), an undeclared one as "unknown
+    /// parameter `x`", an off-plan call by the proposal's number in the agent's calls
+    /// and the plan step (1-based, as the plan lists them), the tolerant mode's steps
+    /// by number and tool (before: the 0-based trajectory position only).
+    pub plain_reasons: bool,
 }
 
 impl MonitorRules {
@@ -80,18 +96,28 @@ impl MonitorRules {
         parallel_calls: true,
         blocked_uses_step: false,
         schema_defaults: true,
+        plain_reasons: true,
+    };
+    /// The rules of [`BUNDLE_FORMAT_V4`] and [`JOURNAL_FORMAT_V5`].
+    pub const V4: Self = Self {
+        parallel_calls: true,
+        blocked_uses_step: false,
+        schema_defaults: true,
+        plain_reasons: false,
     };
     /// The rules of formats up to [`BUNDLE_FORMAT_V3`] and [`JOURNAL_FORMAT_V4`].
     pub const V3: Self = Self {
         parallel_calls: false,
         blocked_uses_step: true,
         schema_defaults: false,
+        plain_reasons: false,
     };
 
     /// The rules of a bundle of format `format` (the current ones for a format this
     /// crate does not know: a verifier refuses those before replaying).
     pub fn of_bundle_format(format: &str) -> Self {
         match format {
+            BUNDLE_FORMAT_V4 => Self::V4,
             BUNDLE_FORMAT_V3 | BUNDLE_FORMAT_V2 | BUNDLE_FORMAT_V1 => Self::V3,
             _ => Self::CURRENT,
         }

@@ -5,7 +5,8 @@
 //! whole process withheld.
 
 use knox_types::bundle::{
-    ANNOUNCEMENT_FORMAT, ANNOUNCEMENT_RUN_ID, Announcement, BUNDLE_FORMAT_V3, MAX_BUNDLE_BYTES,
+    ANNOUNCEMENT_FORMAT, ANNOUNCEMENT_RUN_ID, Announcement, BUNDLE_FORMAT_V3, BUNDLE_FORMAT_V4,
+    MAX_BUNDLE_BYTES,
 };
 use knox_types::dsse::SUMMARY_PREDICATE;
 
@@ -45,8 +46,8 @@ pub fn verify_announcement(bytes: &[u8], opts: Options<'_>) -> Result<Report, Re
         knox_types::Digest::of_json(knox_types::digest::tag::PLATFORM, &a.platform).map(|h| {
             let mut e = Announcement::summary_for(&h);
             // Announcements were first written with the format of their time's bundles.
-            if a.summary.format == BUNDLE_FORMAT_V3 {
-                e.format = BUNDLE_FORMAT_V3.into();
+            if [BUNDLE_FORMAT_V3, BUNDLE_FORMAT_V4].contains(&a.summary.format.as_str()) {
+                e.format.clone_from(&a.summary.format);
             }
             e
         });

@@ -5,7 +5,8 @@ use crate::manifests::TrustedManifests;
 use knox_types::aeg::{Node, chain_start, chain_step};
 use knox_types::bundle::{
     Bundle, Counts, JOURNAL_FORMAT as CURRENT, JOURNAL_FORMAT_V1, JOURNAL_FORMAT_V2,
-    JOURNAL_FORMAT_V3, JOURNAL_FORMAT_V4, JournalHeader, MAX_BUNDLE_BYTES, PublicKey, Summary,
+    JOURNAL_FORMAT_V3, JOURNAL_FORMAT_V4, JOURNAL_FORMAT_V5, JournalHeader, MAX_BUNDLE_BYTES,
+    PublicKey, Summary,
 };
 use knox_types::checkpoint::{CHECKPOINT_CONTEXT, Checkpoint};
 use knox_types::digest::Digest;
@@ -49,6 +50,7 @@ pub fn is_journal(bytes: &[u8]) -> bool {
         && format.is_some_and(|f| {
             [
                 JOURNAL_FORMAT,
+                JOURNAL_FORMAT_V5,
                 JOURNAL_FORMAT_V4,
                 JOURNAL_FORMAT_V3,
                 JOURNAL_FORMAT_V2,
@@ -100,7 +102,7 @@ fn verify_journal_lines<M: TrustedManifests + ?Sized>(
     let scan = knox_types::json::scan(first, &written::header_part)?;
     let header: JournalHeader = knox_types::json::from_scanned(first, &scan)?;
     let (canonical, checkpointed, cadence_signed) = match header.format.as_str() {
-        JOURNAL_FORMAT | JOURNAL_FORMAT_V4 => (true, true, true),
+        JOURNAL_FORMAT | JOURNAL_FORMAT_V5 | JOURNAL_FORMAT_V4 => (true, true, true),
         JOURNAL_FORMAT_V3 => (true, true, false),
         JOURNAL_FORMAT_V2 => (true, false, false),
         JOURNAL_FORMAT_V1 => (false, false, false),
@@ -169,6 +171,8 @@ fn verify_journal_lines<M: TrustedManifests + ?Sized>(
     // The bundle format whose rules the journal's nodes follow (its replay's).
     let format = if header_format == JOURNAL_FORMAT {
         knox_types::bundle::BUNDLE_FORMAT
+    } else if header_format == JOURNAL_FORMAT_V5 {
+        knox_types::bundle::BUNDLE_FORMAT_V4
     } else if canonical {
         knox_types::bundle::BUNDLE_FORMAT_V3
     } else {

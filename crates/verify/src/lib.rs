@@ -14,8 +14,8 @@ mod written;
 use knox_attest::platform::{self, AppraisalOptions, PlatformError};
 use knox_policy::ToolkitManifest;
 use knox_types::bundle::{
-    BUNDLE_FORMAT, BUNDLE_FORMAT_V1, BUNDLE_FORMAT_V2, BUNDLE_FORMAT_V3, Bundle, KeyChain,
-    MAX_BUNDLE_BYTES, PlatformMode,
+    BUNDLE_FORMAT, BUNDLE_FORMAT_V1, BUNDLE_FORMAT_V2, BUNDLE_FORMAT_V3, BUNDLE_FORMAT_V4, Bundle,
+    KeyChain, MAX_BUNDLE_BYTES, PlatformMode,
 };
 use knox_types::dsse::{APM_PREDICATE, SUMMARY_PREDICATE};
 use knox_types::merkle;
@@ -74,7 +74,7 @@ pub fn parse_bundle(bytes: &[u8]) -> Result<Bundle, ReadError> {
     let scan = knox_types::json::scan(bytes, &written::bundle_part)?;
     let mut b: Bundle = knox_types::json::from_scanned(bytes, &scan)?;
     let canonical = match b.format.as_str() {
-        BUNDLE_FORMAT | BUNDLE_FORMAT_V3 | BUNDLE_FORMAT_V2 => true,
+        BUNDLE_FORMAT | BUNDLE_FORMAT_V4 | BUNDLE_FORMAT_V3 | BUNDLE_FORMAT_V2 => true,
         BUNDLE_FORMAT_V1 => false,
         _ => return Err(ReadError::Format(b.format)),
     };
@@ -203,7 +203,7 @@ pub fn verify_bundle<M: TrustedManifests + ?Sized>(
 /// Whether bundles of `format` carry their run's place in its key's chain of runs
 /// (formats v3 and later).
 fn chained(format: &str) -> bool {
-    matches!(format, BUNDLE_FORMAT | BUNDLE_FORMAT_V3)
+    matches!(format, BUNDLE_FORMAT | BUNDLE_FORMAT_V4 | BUNDLE_FORMAT_V3)
 }
 
 /// The run's place in its key's chain of runs (format v3): present, and for the key's

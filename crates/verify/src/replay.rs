@@ -757,7 +757,7 @@ impl<'a> Replayer<'a, '_> {
             signal: *signal,
         };
         // Input: re-classify what was recorded.
-        let (proposal, truncated_cut) = match Input::reclassify(&p, cx.manifest) {
+        let (proposal, truncated_cut) = match Input::reclassify(&p, cx.manifest, cx.rules) {
             Ok(Some(input)) => (Proposal::recorded(p, input), false),
             // A truncated proposal cannot be re-parsed: its recorded input failure can
             // only block, never admit (the pipeline's input check is a failure with the

@@ -360,9 +360,14 @@ fn version_1_evidence_still_verifies_and_is_still_bound() {
     assert_tampered("b.json", &t, &["APM as written"]);
     let t = replace_once(&b, "\"layout\":", "\"forged\":1,\"layout\":");
     assert_tampered("b.json", &t, &["simulated evidence must be exactly"]);
-    // A version-4 bundle cannot be passed off as version 1, 2 or 3 (which relax what is
-    // checked, or replay under other rules): the format is signed.
-    for older in ["knox-evidence/v1", "knox-evidence/v2", "knox-evidence/v3"] {
+    // A current bundle cannot be passed off as an older format (which relaxes what is
+    // checked, or replays under other rules): the format is signed.
+    for older in [
+        "knox-evidence/v1",
+        "knox-evidence/v2",
+        "knox-evidence/v3",
+        "knox-evidence/v4",
+    ] {
         let t = replace_once(&bundle(), knox_types::bundle::BUNDLE_FORMAT, older);
         assert_tampered("b.json", &t, &["another run or format"]);
     }

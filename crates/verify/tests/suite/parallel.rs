@@ -37,6 +37,11 @@ fn manifest() -> ToolkitManifest {
 /// A run planning three reads; the agent proposes all three before any output (one
 /// model answer), then the outputs of `answered` (by index) come back, in that order.
 fn run(rt: &Runtime, answered: &[usize]) -> Bundle {
+    run_after(rt, &[], answered)
+}
+
+/// [`run`], the agent first proposing each of `blocked` (each must be blocked).
+fn run_after(rt: &Runtime, blocked: &[serde_json::Value], answered: &[usize]) -> Bundle {
     let ids = ["a", "b", "c"];
     let prompt = Prompt {
         tasks: vec!["read emails a, b and c".into()],
@@ -88,6 +93,12 @@ fn run(rt: &Runtime, answered: &[usize]) -> Bundle {
         None,
     );
     let agent = apm.agents[0].id.clone();
+    for call in blocked {
+        let raw = serde_json::to_vec(call).unwrap();
+        if let Verdict::Allow(_) = m.mediate(&agent, &raw) {
+            panic!("{call} allowed");
+        }
+    }
     let mut tickets: Vec<Option<_>> = ids
         .iter()
         .map(|id| {
@@ -224,4 +235,47 @@ fn an_unanswered_node_only_the_monitor_may_write_is_checked() {
     t.format = knox_types::bundle::BUNDLE_FORMAT_V3.into();
     reseal(&mut t, &key);
     tampered(&verify(&t), "has no tool_output");
+}
+
+/// Format v5 words block reasons plainly; a v4 bundle's reasons, worded as v4's monitor
+/// wrote them, still verify under v4's rules — and neither wording passes for the other.
+#[test]
+fn block_reasons_are_worded_as_the_format_says() {
+    let key = Arc::new(TeeKey::generate().unwrap());
+    let rt = Runtime::simulated_with_key(Arc::clone(&key), b"parallel", manifest()).unwrap();
+    let off_plan = json!({"tool": "GmailReadEmail", "params": {"email_id": "attacker"}});
+    let b = run_after(&rt, &[off_plan], &[0, 1, 2]);
+    assert_eq!(verify(&b).outcome, Outcome::Complete);
+    let reasons: Vec<&str> = b
+        .nodes
+        .iter()
+        .filter_map(|n| n.block_reason.as_deref())
+        .collect();
+    let plain = "proposal 1 is off the plan (checked against plan step 1): ";
+    assert!(
+        !reasons.is_empty() && reasons.iter().all(|r| r.starts_with(plain)),
+        "{reasons:?}"
+    );
+
+    // Relabelled v4 and re-signed: v4's monitor would have worded it otherwise.
+    let mut t = b.clone();
+    t.format = knox_types::bundle::BUNDLE_FORMAT_V4.into();
+    reseal(&mut t, &key);
+    tampered(&verify(&t), "block reason differs");
+
+    // Worded as v4's monitor wrote it, under v4: complete.
+    let mut v4 = t.clone();
+    for n in &mut v4.nodes {
+        if let Some(r) = &mut n.block_reason {
+            *r = r.replace(plain, "off trajectory at position 0: ");
+        }
+    }
+    reseal(&mut v4, &key);
+    assert_eq!(verify(&v4).outcome, Outcome::Complete, "{}", verify(&v4));
+
+    // And that wording under v5: tampered.
+    let mut t = v4.clone();
+    t.format = knox_types::bundle::BUNDLE_FORMAT.into();
+    reseal(&mut t, &key);
+    tampered(&verify(&t), "block reason differs");
 }
