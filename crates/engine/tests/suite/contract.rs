@@ -356,7 +356,7 @@ fn every_contract_decision_is_a_node_and_the_verifier_recomputes_it() {
         blocked[0].contains("contract check `path` failed"),
         "{blocked:?}"
     );
-    assert!(blocked[1].contains("off trajectory"), "{blocked:?}");
+    assert!(blocked[1].contains("is off the plan"), "{blocked:?}");
     assert!(
         blocked[2].contains("pending approval of `vault`"),
         "{blocked:?}"

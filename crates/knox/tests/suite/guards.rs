@@ -202,15 +202,19 @@ fn malformed_proposals_are_denied_with_a_reason_and_the_evidence_stays_valid() {
             "unknown tool `GmailBurnEverything`",
         ),
         // The shipped manifest is a `knox-toolkit/1` one: its compiled input schemas
-        // name each fault by where and which keyword, never by the value.
+        // name a parameter left out or undeclared, and any other fault by where and
+        // which keyword, never by the value.
         (
             raw("GmailReadEmail", json!({"email_id": 7})),
             "at `/email_id` (type)",
         ),
-        (raw("GmailReadEmail", json!({})), "(required)"),
+        (
+            raw("GmailReadEmail", json!({})),
+            "missing required parameter `email_id`",
+        ),
         (
             raw("GmailReadEmail", json!({"email_id": "a", "extra": true})),
-            "(additionalProperties)",
+            "unknown parameter `extra`",
         ),
         (raw("../../etc/passwd", json!({})), "invalid tool name"),
         (oversize, "exceeds"),
