@@ -1063,8 +1063,12 @@ fn attach_mounts(mounts: &[MountAt<'_>]) -> bool {
 /// `OPEN_TREE_CLONE | AT_RECURSIVE`), idmapped through the user namespace `userns`
 /// (`mount_setattr` with `MOUNT_ATTR_IDMAP`). Attached by [`MountAt`] in a child.
 pub(crate) fn idmapped_tree(path: &CStr, userns: &OwnedFd) -> io::Result<OwnedFd> {
-    let flags =
-        OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_RECURSIVE as libc::c_uint;
+    // A granted path replaced by a symbolic link since the policy was prepared (its
+    // rules were made on the canonical path) is not followed: the mount fails instead.
+    let flags = OPEN_TREE_CLONE
+        | libc::O_CLOEXEC as libc::c_uint
+        | libc::AT_RECURSIVE as libc::c_uint
+        | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint;
     // SAFETY: `path` is NUL-terminated; integer flags.
     let tree = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), flags) };
     let tree = owned(cvt_long(tree)?);

@@ -61,6 +61,7 @@ pub fn serve_blocking(
         .map_err(ServeError::Runtime)?;
     rt.block_on(async move {
         let store = Store::open(&opts.db_url).await?;
+        store.bind_log_key(&opts.log_key.public_key()).await?;
         if let Some((text, base)) = &opts.access {
             Access::parse(text)?.apply(&store, Some(base)).await?;
         }

@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 
 use knox_attest::PartyKey;
+use knox_types::bundle::PublicKey;
 use knox_types::digest::Digest;
 use knox_types::merkle;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
@@ -46,6 +47,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "announcements",
         include_str!("../migrations/sqlite/0006_announcements.sql"),
     ),
+    (
+        7,
+        "log identity",
+        include_str!("../migrations/sqlite/0007_log_identity.sql"),
+    ),
 ];
 /// PostgreSQL migrations: the same schema in its dialect.
 const POSTGRES: &[(i64, &str, &str)] = &[
@@ -78,6 +84,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         6,
         "announcements",
         include_str!("../migrations/postgres/0006_announcements.sql"),
+    ),
+    (
+        7,
+        "log identity",
+        include_str!("../migrations/postgres/0007_log_identity.sql"),
     ),
 ];
 
@@ -183,6 +194,16 @@ pub enum StoreError {
     /// Encoding a value to store failed.
     #[error("encoding: {0}")]
     Json(#[from] serde_json::Error),
+    /// The store's log is signed with another key than the server's.
+    #[error(
+        "this store's log is signed with another log key ({stored}); this server's is {ours}: give every server sharing the store the same --log-key"
+    )]
+    LogKey {
+        /// The key of the store's log (its key id).
+        stored: String,
+        /// The server's key (its key id).
+        ours: String,
+    },
 }
 
 /// A provider or a regulator.
@@ -584,6 +605,43 @@ impl Store {
         let store = Self { pool, engine };
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// Binds this store's log to `key`, or checks that it is bound to it: the first
+    /// server to open the store writes its log key as the log's identity (one row,
+    /// append-only; a store whose heads were signed before schema v7 is bound to the
+    /// key of its latest head); every later one, a replica included, must bring the
+    /// same key, else [`StoreError::LogKey`] — replicas with different keys would sign
+    /// two logs over the same entries.
+    pub async fn bind_log_key(&self, key: &PublicKey) -> Result<(), StoreError> {
+        let latest = sqlx::query("SELECT head FROM tree_heads ORDER BY tree_size DESC LIMIT 1")
+            .fetch_optional(&self.pool)
+            .await?;
+        let claimed = match latest {
+            Some(row) => {
+                let head: TreeHead = serde_json::from_str(&row.try_get::<String, _>("head")?)?;
+                head.key
+            }
+            None => key.clone(),
+        };
+        sqlx::query(
+            "INSERT INTO log_identity (singleton, public_key) VALUES (1, $1) ON CONFLICT DO NOTHING",
+        )
+        .bind(serde_json::to_string(&claimed)?)
+        .execute(&self.pool)
+        .await?;
+        let row = sqlx::query("SELECT public_key FROM log_identity WHERE singleton = 1")
+            .fetch_one(&self.pool)
+            .await?;
+        let stored: PublicKey = serde_json::from_str(&row.try_get::<String, _>("public_key")?)?;
+        if stored == *key {
+            return Ok(());
+        }
+        let id = |k: &PublicKey| knox_attest::key::key_id(&k.public_key.0).to_hex();
+        Err(StoreError::LogKey {
+            stored: id(&stored),
+            ours: id(key),
+        })
     }
 
     /// The engine.

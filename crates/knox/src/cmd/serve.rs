@@ -73,7 +73,12 @@ fn load_or_create_log_key(p: &Path) -> Result<PartyKey> {
     let key = if p.symlink_metadata().is_ok() {
         crate::cmd::keys::load(p)?
     } else {
-        create_log_key(p)?
+        match create_log_key(p)? {
+            Some(key) => key,
+            // Another server sharing the folder (a replica started at the same time)
+            // created it first: the same log key for both.
+            None => crate::cmd::keys::load(p)?,
+        }
     };
     let public = p.with_extension("pub");
     if public.symlink_metadata().is_err() {
@@ -82,7 +87,8 @@ fn load_or_create_log_key(p: &Path) -> Result<PartyKey> {
     Ok(key)
 }
 
-fn create_log_key(p: &Path) -> Result<PartyKey> {
+/// A new log key written at `p`; `None` when a file appeared there meanwhile.
+fn create_log_key(p: &Path) -> Result<Option<PartyKey>> {
     if let Some(dir) = p.parent() {
         super::create_dir(dir)?;
     }
@@ -91,15 +97,14 @@ fn create_log_key(p: &Path) -> Result<PartyKey> {
         mode: 0o600,
         create_new: true,
     };
-    knox_verifier::files::write_atomic_with(p, keyfile::encode(&key)?.as_bytes(), opts).map_err(
-        |e| {
-            fail(
-                Kind::CantCreate,
-                format!("cannot create the log key `{}`: {e}", p.display()),
-            )
-        },
-    )?;
-    Ok(key)
+    match knox_verifier::files::write_atomic_with(p, keyfile::encode(&key)?.as_bytes(), opts) {
+        Ok(()) => Ok(Some(key)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
+        Err(e) => Err(fail(
+            Kind::CantCreate,
+            format!("cannot create the log key `{}`: {e}", p.display()),
+        )),
+    }
 }
 
 /// Runs the server.

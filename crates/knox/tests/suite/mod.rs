@@ -21,6 +21,7 @@ mod mcp_http;
 mod models;
 mod planning;
 mod regulation;
+mod replicas;
 mod repository;
 mod robustness;
 mod server;

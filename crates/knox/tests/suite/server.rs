@@ -9,7 +9,7 @@ use std::process::{Child, Stdio};
 use super::support::knox;
 
 /// Kills the server when the test ends, pass or fail.
-struct Server(Child);
+pub(super) struct Server(pub(super) Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -19,7 +19,7 @@ impl Drop for Server {
 }
 
 /// `knox` in `d`, with its data under `d/data`.
-fn knox_in(d: &std::path::Path, args: &[&str]) -> std::process::Output {
+pub(super) fn knox_in(d: &std::path::Path, args: &[&str]) -> std::process::Output {
     knox()
         .current_dir(d)
         .env("XDG_DATA_HOME", d.join("data"))
@@ -30,7 +30,7 @@ fn knox_in(d: &std::path::Path, args: &[&str]) -> std::process::Output {
 
 /// The keys of a provider (acme) and a regulator (cnil) assigned to it, and
 /// `access.toml` naming them, in `d`.
-fn acme_and_cnil(d: &std::path::Path) {
+pub(super) fn acme_and_cnil(d: &std::path::Path) {
     assert!(knox_in(d, &["keygen", "--out", "acme"]).status.success());
     assert!(knox_in(d, &["keygen", "--out", "cnil"]).status.success());
     std::fs::write(

@@ -28,7 +28,45 @@ on_both_engines!(
     a_regulators_receipt_is_stored_with_the_log_size,
     a_run_left_out_of_a_keys_chain_shows_as_a_gap_late_or_forked,
     a_key_announced_is_link_0_and_a_key_never_followed_shows,
+    a_store_keeps_one_log_key,
 );
+
+/// The first key bound is the log's; the same key again is accepted, another refused
+/// and the identity row cannot be changed. A store whose heads were signed before the
+/// identity was kept (schema v6) is bound to its latest head's key.
+async fn a_store_keeps_one_log_key(url: String) {
+    use knox_attest::PartyKey;
+    use knox_server::store::StoreError;
+    let s = Store::open(&url).await.unwrap();
+    let p = people(&s).await;
+    // Heads signed with the tests' log key, as a server before schema v7 did.
+    ingest(&s, &p.acme.1, BUNDLE).await;
+    s.head(&log_key(), 1).await.unwrap();
+    let other = PartyKey::from_seed([43; 32]).public_key();
+    let refused = s.bind_log_key(&other).await.unwrap_err();
+    assert!(matches!(refused, StoreError::LogKey { .. }), "{refused}");
+    assert!(refused.to_string().contains("another log key"), "{refused}");
+    s.bind_log_key(&log_key().public_key()).await.unwrap();
+    s.bind_log_key(&log_key().public_key()).await.unwrap();
+    assert!(matches!(
+        s.bind_log_key(&other).await,
+        Err(StoreError::LogKey { .. })
+    ));
+    for edit in [
+        "UPDATE log_identity SET public_key = 'x'",
+        "DELETE FROM log_identity",
+    ] {
+        let r = s.execute_raw(edit).await;
+        assert!(
+            r.is_err_and(|e| e.to_string().contains("append-only")),
+            "{edit}"
+        );
+    }
+    // A fresh store takes the first key bound.
+    let fresh = Store::open(&common::sqlite_url()).await.unwrap();
+    fresh.bind_log_key(&other).await.unwrap();
+    assert!(fresh.bind_log_key(&log_key().public_key()).await.is_err());
+}
 
 async fn migrations_are_idempotent_and_a_reopened_store_keeps_its_runs(url: String) {
     let s = Store::open(&url).await.unwrap();
