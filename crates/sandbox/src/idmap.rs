@@ -65,10 +65,13 @@ impl Idmaps {
     /// The idmapped mounts `rules` need for `identity`: one for each policy grant
     /// that allows changes on a path `identity` cannot change by its mode bits,
     /// outer paths first. Each mount made, and each that could not be, adds a note.
+    /// A path holding `workspace` is not mounted: through the mount the workspace,
+    /// owned by `identity`, would be seen as unmapped and refuse the tool.
     pub(crate) fn mounts(
         &self,
         identity: RunAs,
         rules: &[ResolvedRule],
+        workspace: &Path,
         notes: &mut Vec<String>,
     ) -> Vec<Mount> {
         let mut wanted: Vec<&ResolvedRule> =
@@ -80,6 +83,11 @@ impl Idmaps {
             let Some(why) = identity.cannot_change(&rule.path) else {
                 continue;
             };
+            if workspace.starts_with(&rule.path) {
+                let e = std::io::Error::other("it holds the tools' workspace");
+                notes.push(unusable(identity, &rule.path, &why, &e));
+                continue;
+            }
             match self.mount(identity, &rule.path) {
                 Ok((mount, owner)) => {
                     notes.push(format!(

@@ -397,7 +397,12 @@ impl Sandbox {
             .cloned()
             .collect();
         let mounts = match self.identity {
-            Some(ids) => self.idmaps.mounts(ids, &prepared.paths.rules, &mut notes),
+            Some(ids) => {
+                let workspace =
+                    Path::new(std::ffi::OsStr::from_bytes(prepared.workspace.as_bytes()));
+                self.idmaps
+                    .mounts(ids, &prepared.paths.rules, workspace, &mut notes)
+            }
             None => Vec::new(),
         };
         let enforcement = Enforcement {

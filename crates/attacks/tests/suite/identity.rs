@@ -198,6 +198,34 @@ stat -c '%u:%g' new.txt";
         !mounts.contains(&granted_arg),
         "the host's mounts are unchanged"
     );
+
+    // A granted directory holding the workspace is not mounted idmapped (the
+    // workspace, the tools' own, would be seen as unmapped): the tool still writes
+    // its workspace, and the note says why the directory stays unusable.
+    // The workspace is the tools' own, as Knox's hosts make it.
+    std::os::unix::fs::chown(&fx.workspace, Some(65_520), Some(65_520))?;
+    let above = std::fs::canonicalize(fx.workspace.parent().ok_or("no parent")?)?;
+    let policy = SandboxPolicy::for_families(&[Family::Terminal], &fx.workspace)?
+        .grant("/usr/bin", &[Access::Read, Access::Execute])
+        .grant(&above, &[Access::Read, Access::Write, Access::Create]);
+    let out = sandbox
+        .spawn(
+            &policy,
+            &["/usr/bin/sh", "-c", "echo kept > kept.txt && echo wrote"],
+            &[],
+            b"",
+        )?
+        .wait()?;
+    assert!(out.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("wrote"));
+    assert!(
+        out.enforcement
+            .notes
+            .iter()
+            .any(|n| n.contains("holds the tools' workspace") && n.contains("setfacl")),
+        "{:?}",
+        out.enforcement.notes
+    );
     Ok(())
 }
 
