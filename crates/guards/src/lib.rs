@@ -974,16 +974,16 @@ impl<'a> Pipeline<'a> {
                 }
             }
         }
-        let failure = checks.iter().find_map(|c| {
-            let at = mediated::At {
-                position,
-                proposal: self
-                    .rules
-                    .plain_reasons
-                    .then(|| st.actions.saturating_add(1)),
-            };
-            mediated::block_reason(c, at).map(|r| (c.guard, r))
-        });
+        let at = mediated::At {
+            position,
+            proposal: self
+                .rules
+                .plain_reasons
+                .then(|| st.actions.saturating_add(1)),
+        };
+        let failure = checks
+            .iter()
+            .find_map(|c| mediated::block_reason(c, at).map(|r| (c.guard, r)));
         if let Some((guard, reason)) = failure {
             // From format v4 a blocked call never uses up the plan step it matched: the
             // plan moves on, the step stays open to the same call.

@@ -136,8 +136,8 @@ pub fn checks(
 /// Where the call a `block_reason` explains stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct At {
-    /// The trajectory position the call was checked against (0-based; `u32::MAX`
-    /// when no step was).
+    /// The trajectory position the call was checked against (0-based; `u32::MAX`, or
+    /// the trajectory's length with the check's `mode` `none`, when no step was).
     pub position: u32,
     /// The proposal's number among its agent's proposals (1-based), when reasons are
     /// worded plainly (evidence format v5); `None` for the wording before.
@@ -151,10 +151,12 @@ pub fn block_reason(check: &CheckPayload, at: At) -> Option<String> {
     }
     let position = at.position;
     Some(match &check.detail {
-        CheckDetail::Trajectory { reason, .. } => {
+        CheckDetail::Trajectory { reason, mode, .. } => {
             let reason = reason.as_deref().unwrap_or("mismatch");
+            // A step is named only when one was expected (not past the plan's end).
+            let step = position != u32::MAX && mode != "none";
             match at.proposal {
-                Some(n) if position != u32::MAX => format!(
+                Some(n) if step => format!(
                     "proposal {n} is off the plan (checked against plan step {}): {reason}",
                     u64::from(position) + 1
                 ),
@@ -243,4 +245,46 @@ pub fn block_reason(check: &CheckPayload, at: At) -> Option<String> {
             ),
         },
     })
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+
+    fn off_plan(mode: &str, reason: &str) -> CheckPayload {
+        CheckPayload {
+            guard: GuardKind::Trajectory,
+            passed: false,
+            detail: CheckDetail::Trajectory {
+                mode: mode.into(),
+                params: vec![],
+                reason: Some(reason.into()),
+            },
+        }
+    }
+
+    #[test]
+    fn an_off_plan_reason_names_the_proposal_and_a_step_only_when_one_was_expected() {
+        let c = off_plan("exact", "expected tool `A`, got `B`");
+        let at = |position, proposal| At { position, proposal };
+        assert_eq!(
+            block_reason(&c, at(1, Some(3))).unwrap(),
+            "proposal 3 is off the plan (checked against plan step 2): expected tool `A`, got `B`"
+        );
+        assert_eq!(
+            block_reason(&c, at(1, None)).unwrap(),
+            "off trajectory at position 1: expected tool `A`, got `B`"
+        );
+        // Past the plan's end (exact mode: the trajectory's length, mode `none`).
+        let past = off_plan("none", "no further call is expected on this trajectory");
+        assert_eq!(
+            block_reason(&past, at(2, Some(3))).unwrap(),
+            "proposal 3 is off the plan: no further call is expected on this trajectory"
+        );
+        assert_eq!(
+            block_reason(&c, at(u32::MAX, Some(1))).unwrap(),
+            "proposal 1 is off the plan: expected tool `A`, got `B`"
+        );
+    }
 }

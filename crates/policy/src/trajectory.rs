@@ -879,16 +879,19 @@ mod tests {
         let m = tolerant_manifest();
         let p = plan();
         let a = Automaton::compile(&p, &m, 0);
+        let select = |a: &Automaton, runs: &[u32], action: &Action| {
+            a.select(
+                &p,
+                runs,
+                &[],
+                action,
+                &action.hash(),
+                &|_| None,
+                &mut RegexCache::default(),
+            )
+        };
         let send = Action::new("MailSend", json!({"to": "x@example.com", "body": "hi"})).unwrap();
-        let s = a.select(
-            &p,
-            &[0, 0, 0, 0],
-            &[],
-            &send,
-            &send.hash(),
-            &|_| None,
-            &mut RegexCache::default(),
-        );
+        let s = select(&a, &[0, 0, 0, 0], &send);
         assert!(!s.outcome.matched);
         assert_eq!(s.position, 0);
         let reason = s.outcome.reason.unwrap();
@@ -900,40 +903,15 @@ mod tests {
         );
         // Under the rules of format v4, the wording its bundles were sealed with.
         let v4 = Automaton::compile_with(&p, &m, 0, knox_types::bundle::MonitorRules::V4);
-        let s = v4.select(
-            &p,
-            &[0, 0, 0, 0],
-            &[],
-            &send,
-            &send.hash(),
-            &|_| None,
-            &mut RegexCache::default(),
-        );
-        let reason = s.outcome.reason.unwrap();
+        let reason = select(&v4, &[0, 0, 0, 0], &send).outcome.reason.unwrap();
         assert!(
             reason.contains("is not enabled now: step 0 must run before it"),
             "{reason}"
         );
         let other = Action::new("TerminalExecute", json!({"command": "ls"})).unwrap();
-        let s = a.select(
-            &p,
-            &[1, 1, 1, 1],
-            &[],
-            &other,
-            &other.hash(),
-            &|_| None,
-            &mut RegexCache::default(),
-        );
+        let s = select(&a, &[1, 1, 1, 1], &other);
         assert_eq!((s.position, s.outcome.mode), (4, "none"));
-        let s = a.select(
-            &p,
-            &[1, 0, 0, 0],
-            &[],
-            &other,
-            &other.hash(),
-            &|_| None,
-            &mut RegexCache::default(),
-        );
+        let s = select(&a, &[1, 0, 0, 0], &other);
         assert_eq!(s.position, 1);
         assert!(s.outcome.reason.unwrap().contains("not in the plan"));
     }

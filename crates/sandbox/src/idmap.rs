@@ -26,7 +26,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::identity::{RUN_AS_ENV, RunAs};
 use crate::policy::Access;
@@ -40,7 +40,7 @@ const KEPT_NAMESPACES: usize = 64;
 /// The user namespaces idmapped mounts are made with, one per owner and group.
 #[derive(Debug, Default)]
 pub(crate) struct Idmaps {
-    namespaces: Mutex<BTreeMap<(u32, u32), std::sync::Arc<OwnedFd>>>,
+    namespaces: Mutex<BTreeMap<(u32, u32), Arc<OwnedFd>>>,
 }
 
 /// A detached, idmapped copy of a granted path's mounts, and the path the child
@@ -123,19 +123,19 @@ impl Idmaps {
         &self,
         identity: RunAs,
         owner: (u32, u32),
-    ) -> std::io::Result<std::sync::Arc<OwnedFd>> {
+    ) -> std::io::Result<Arc<OwnedFd>> {
         let mut kept = self
             .namespaces
             .lock()
             .map_err(|_| std::io::Error::other("idmap namespaces poisoned"))?;
         if let Some(ns) = kept.get(&owner) {
-            return Ok(std::sync::Arc::clone(ns));
+            return Ok(Arc::clone(ns));
         }
         let uid_map = format!("{} {} 1\n", owner.0, identity.uid);
         let gid_map = format!("{} {} 1\n", owner.1, identity.gid);
-        let ns = std::sync::Arc::new(sys::user_namespace(uid_map.as_bytes(), gid_map.as_bytes())?);
+        let ns = Arc::new(sys::user_namespace(uid_map.as_bytes(), gid_map.as_bytes())?);
         if kept.len() < KEPT_NAMESPACES {
-            kept.insert(owner, std::sync::Arc::clone(&ns));
+            kept.insert(owner, Arc::clone(&ns));
         }
         Ok(ns)
     }

@@ -399,7 +399,7 @@ impl Sandbox {
         let mounts = match self.identity {
             Some(ids) => {
                 let workspace =
-                    Path::new(std::ffi::OsStr::from_bytes(prepared.workspace.as_bytes()));
+                    Path::new(OsStr::from_bytes(prepared.workspace.as_bytes()));
                 self.idmaps
                     .mounts(ids, &prepared.paths.rules, workspace, &mut notes)
             }
