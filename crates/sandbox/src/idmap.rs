@@ -119,11 +119,7 @@ impl Idmaps {
     }
 
     /// The user namespace mapping `owner` to `identity` (uid and gid alike).
-    fn namespace(
-        &self,
-        identity: RunAs,
-        owner: (u32, u32),
-    ) -> std::io::Result<Arc<OwnedFd>> {
+    fn namespace(&self, identity: RunAs, owner: (u32, u32)) -> std::io::Result<Arc<OwnedFd>> {
         let mut kept = self
             .namespaces
             .lock()

@@ -398,8 +398,7 @@ impl Sandbox {
             .collect();
         let mounts = match self.identity {
             Some(ids) => {
-                let workspace =
-                    Path::new(OsStr::from_bytes(prepared.workspace.as_bytes()));
+                let workspace = Path::new(OsStr::from_bytes(prepared.workspace.as_bytes()));
                 self.idmaps
                     .mounts(ids, &prepared.paths.rules, workspace, &mut notes)
             }
