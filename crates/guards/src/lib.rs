@@ -1000,6 +1000,15 @@ impl<'a> Pipeline<'a> {
             contract::settle_reservation(&mut checks);
             return done(call, checks, decision);
         }
+        // Under an APM that executes planned values as planned, what runs is the call
+        // as its plan step writes it (the trajectory check records it when it differs).
+        let action = match planned_params(&checks) {
+            Some(params) => Action {
+                tool: action.tool,
+                params: params.clone(),
+            },
+            None => action,
+        };
         let decision = Decision::Allow {
             position,
             cost: entry.needs.cost,
@@ -1008,6 +1017,17 @@ impl<'a> Pipeline<'a> {
         };
         done(call, checks, decision)
     }
+}
+
+/// The parameters the trajectory check recorded as executed in place of the
+/// proposal's ([`knox_types::apm::Closed::planned`]).
+fn planned_params(checks: &[CheckPayload]) -> Option<&serde_json::Map<String, Value>> {
+    checks.iter().find_map(|c| match &c.detail {
+        CheckDetail::Trajectory {
+            executed: Some(p), ..
+        } => Some(p),
+        _ => None,
+    })
 }
 
 /// The trajectory check of a call in an unplanned run: passed under a contract
@@ -1020,6 +1040,7 @@ fn unplanned_outcome(bounded: bool) -> knox_policy::trajectory::Outcome {
         reason: (!bounded).then(|| {
             "the run has no plan and no contract bounds it: nothing is permitted".to_owned()
         }),
+        executed: None,
     }
 }
 

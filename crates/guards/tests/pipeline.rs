@@ -617,6 +617,48 @@ fn tolerant_mode_follows_the_automaton_and_an_off_plan_call_moves_nothing() {
     assert_eq!(st.actions, 5);
 }
 
+/// #36 item 3: under an APM that executes planned values as planned, a call matched
+/// in a form the plan allows but did not write (a set given with a repeat) runs — and
+/// is granted — as the plan writes it, and the trajectory check records that; under
+/// an APM without the rule, as proposed.
+#[test]
+fn a_tolerated_form_runs_as_the_plan_writes_it() {
+    let m = manifest();
+    let varied = serde_json::to_vec(&json!({"tool": "GoogleCalendarReadEvents",
+        "params": {"event_ids": ["DocAppointment1", "DocAppointment1"]}}))
+    .unwrap();
+    for planned in [true, false] {
+        let mut apm = apm();
+        apm.guards.trajectory = knox_types::apm::TrajectoryMode::Tolerant { read_repeats: 1 };
+        apm.guards.closed.planned = planned;
+        let mut p = Pipeline::new(&apm, &m);
+        let st = AgentState::new(&apm, 0);
+        let e = p.evaluate(
+            &st,
+            Proposal::classify(&varied, &m),
+            Clock::default(),
+            &mut never(),
+            &[],
+        );
+        let Decision::Allow { action, .. } = &e.decision else {
+            panic!("{:?}", e.decision);
+        };
+        let CheckDetail::Trajectory { executed, .. } = &e.checks[2].detail else {
+            panic!("{:?}", e.checks[2]);
+        };
+        if planned {
+            assert_eq!(
+                Value::Object(action.params.clone()),
+                json!({"event_ids": ["DocAppointment1"]})
+            );
+            assert_eq!(executed.as_ref(), Some(&action.params));
+        } else {
+            assert_eq!(Some(action), e.call.actual.as_ref());
+            assert_eq!(executed, &None);
+        }
+    }
+}
+
 #[test]
 fn a_repeated_read_does_not_change_what_a_later_step_takes_from_its_output() {
     let (mut apm, m) = (apm(), manifest());

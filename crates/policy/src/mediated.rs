@@ -82,6 +82,7 @@ pub fn checks(
             mode: t.mode.into(),
             params: t.params,
             reason: t.reason,
+            executed: t.executed.filter(|_| view.closed.planned),
         },
     }];
     let missing = caches
@@ -260,6 +261,7 @@ mod tests {
                 mode: mode.into(),
                 params: vec![],
                 reason: Some(reason.into()),
+                executed: None,
             },
         }
     }

@@ -18,7 +18,7 @@ use knox_types::canon;
 use knox_types::digest::Digest;
 use knox_types::payload::ParamCheck;
 use regex::Regex;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::manifest::{Effect, ToolEntry, ToolkitManifest};
 
@@ -36,6 +36,9 @@ pub struct Outcome {
     pub params: Vec<ParamCheck>,
     /// Why it did not match.
     pub reason: Option<String>,
+    /// When the call matched by constraints: its parameters as the plan writes them
+    /// ([`as_planned`]), if they differ from the proposal's.
+    pub executed: Option<Map<String, Value>>,
 }
 
 impl Outcome {
@@ -45,6 +48,7 @@ impl Outcome {
             mode,
             params,
             reason: Some(reason),
+            executed: None,
         }
     }
 }
@@ -99,7 +103,7 @@ pub fn check(
     let Some(constraints) = &e.constraints else {
         return exact(e, action_hash);
     };
-    by_constraints("constraints", constraints, action, outputs, regexes)
+    by_constraints("constraints", constraints, e, action, outputs, regexes)
 }
 
 /// `H(α) = H(e_j)`.
@@ -110,6 +114,7 @@ fn exact(e: &ExpectedCall, action_hash: &Digest) -> Outcome {
             mode: "exact",
             params: vec![],
             reason: None,
+            executed: None,
         };
     }
     Outcome::fail(
@@ -119,10 +124,12 @@ fn exact(e: &ExpectedCall, action_hash: &Digest) -> Outcome {
     )
 }
 
-/// Matches `action`'s parameters against `constraints` (recorded under `mode`).
+/// Matches `action`'s parameters against `constraints` (recorded under `mode`), the
+/// constraints of (or relaxed from) the expected call `e`.
 fn by_constraints(
     mode: &'static str,
     constraints: &BTreeMap<String, ParamConstraint>,
+    e: &ExpectedCall,
     action: &Action,
     outputs: &dyn Fn(u32) -> Option<Value>,
     regexes: &mut RegexCache,
@@ -150,13 +157,115 @@ fn by_constraints(
         });
     }
     match first_failure {
-        None => Outcome {
-            matched: true,
-            mode,
-            params,
-            reason: None,
-        },
+        None => {
+            let planned = as_planned(constraints, &e.params, &action.params, outputs);
+            Outcome {
+                matched: true,
+                mode,
+                params,
+                reason: None,
+                executed: (planned != action.params).then_some(planned),
+            }
+        }
         Some(reason) => Outcome::fail(mode, params, reason),
+    }
+}
+
+/// The parameters of a call that satisfies `constraints` (its plan step's, whose
+/// example values are `planned`), written as the plan writes them: where a constraint
+/// fixes a parameter's meaning but lets its form vary, the plan's form replaces the
+/// proposal's, so that the form carries nothing the executor chose —
+///
+/// - `exact`: the plan's value (a number spelt `1.0` or `1e0` is the plan's `1`);
+/// - `one_of`, `text`: the listed value the proposal matched (letter case and white
+///   space of a folded text are the plan's);
+/// - `set`: the plan's elements in the plan's order, each once;
+/// - `from_output` with a pointer: the output's own value at the pointer;
+/// - `omittable`: the default — given as the plan gives it, left out where the plan
+///   leaves it out; a value other than the default, as its inner constraint writes it.
+///
+/// Values the plan leaves free (`length`, `pattern`, `range`, `any`, `schema`, and
+/// `from_output` without a pointer, which is some value of that output) stay as
+/// proposed: their capacity is the plan's to bound.
+pub fn as_planned(
+    constraints: &BTreeMap<String, ParamConstraint>,
+    planned: &Map<String, Value>,
+    proposed: &Map<String, Value>,
+    outputs: &dyn Fn(u32) -> Option<Value>,
+) -> Map<String, Value> {
+    let mut out = Map::new();
+    for (name, v) in proposed {
+        let Some(c) = constraints.get(name) else {
+            out.insert(name.clone(), v.clone());
+            continue;
+        };
+        if let ParamConstraint::Omittable { default, .. } = c
+            && same(v, default)
+        {
+            if let Some(p) = planned.get(name).filter(|p| same(p, default)) {
+                out.insert(name.clone(), p.clone());
+            }
+            continue;
+        }
+        out.insert(name.clone(), planned_form(c, v, outputs));
+    }
+    // A parameter left out that the plan gives at its default is given as planned.
+    for (name, c) in constraints {
+        if proposed.contains_key(name) {
+            continue;
+        }
+        if let (ParamConstraint::Omittable { default, .. }, Some(p)) = (c, planned.get(name))
+            && same(p, default)
+        {
+            out.insert(name.clone(), p.clone());
+        }
+    }
+    out
+}
+
+/// `v` (which satisfies `c`) in the form `c` writes it ([`as_planned`]).
+fn planned_form(c: &ParamConstraint, v: &Value, outputs: &dyn Fn(u32) -> Option<Value>) -> Value {
+    match c {
+        ParamConstraint::Exact { value } => value.clone(),
+        ParamConstraint::OneOf { values } => values.iter().find(|x| same(v, x)).unwrap_or(v).clone(),
+        ParamConstraint::Text {
+            values,
+            ignore_case,
+            ignore_whitespace,
+        } => match v {
+            Value::String(s) => {
+                let got = fold(s, *ignore_case, *ignore_whitespace);
+                values
+                    .iter()
+                    .find(|x| fold(x, *ignore_case, *ignore_whitespace) == got)
+                    .map_or_else(|| v.clone(), |x| Value::String(x.clone()))
+            }
+            _ => v.clone(),
+        },
+        ParamConstraint::Set { values } => {
+            let mut seen = BTreeSet::new();
+            Value::Array(
+                values
+                    .iter()
+                    .filter(|x| seen.insert(canon::canonical(x)))
+                    .cloned()
+                    .collect(),
+            )
+        }
+        ParamConstraint::FromOutput {
+            call,
+            pointer: Some(p),
+        } => outputs(*call)
+            .and_then(|o| o.pointer(p).cloned())
+            .filter(|x| same(v, x))
+            .unwrap_or_else(|| v.clone()),
+        ParamConstraint::Omittable { inner, .. } => planned_form(inner, v, outputs),
+        ParamConstraint::FromOutput { pointer: None, .. }
+        | ParamConstraint::Pattern { .. }
+        | ParamConstraint::Length { .. }
+        | ParamConstraint::Any
+        | ParamConstraint::Range { .. }
+        | ParamConstraint::Schema { .. } => v.clone(),
     }
 }
 
@@ -435,10 +544,10 @@ impl Automaton {
                 continue;
             };
             let outcome = match (&e.constraints, &step.relaxed) {
-                (Some(c), _) => by_constraints("constraints", c, action, outputs, regexes),
+                (Some(c), _) => by_constraints("constraints", c, e, action, outputs, regexes),
                 (None, Some(r)) => match exact(e, action_hash) {
                     o if o.matched => o,
-                    _ => by_constraints("tolerant", r, action, outputs, regexes),
+                    _ => by_constraints("tolerant", r, e, action, outputs, regexes),
                 },
                 (None, None) => exact(e, action_hash),
             };
@@ -1075,5 +1184,94 @@ inputSchema = { type = "object", properties = { query = { type = "string" }, lim
         let entry = m.tool("docs.search").unwrap();
         assert_eq!(schema_default(entry, "limit"), Some(json!(10)));
         assert_eq!(schema_default(entry, "query"), None);
+    }
+
+    /// #36 item 3: a call matched by constraints that fix a value's meaning but let its
+    /// form vary runs in the plan's form — the letter case and spacing of a folded
+    /// text, a set's order and repeats, a listed value, a default given or left out as
+    /// the plan does — so the form carries no bit the executor chose; free values stay.
+    #[test]
+    fn a_matched_call_runs_as_the_plan_writes_it() {
+        let mut c = BTreeMap::new();
+        c.insert(
+            "folder".to_string(),
+            ParamConstraint::Text {
+                values: vec!["Inbox".into(), "Archive".into()],
+                ignore_case: true,
+                ignore_whitespace: true,
+            },
+        );
+        c.insert(
+            "labels".to_string(),
+            ParamConstraint::Set {
+                values: vec![json!("a"), json!("b")],
+            },
+        );
+        c.insert(
+            "kind".to_string(),
+            ParamConstraint::OneOf {
+                values: vec![json!(1), json!("x")],
+            },
+        );
+        c.insert(
+            "limit".to_string(),
+            ParamConstraint::Omittable {
+                default: json!(10),
+                inner: Box::new(ParamConstraint::Range {
+                    min: Some(1.0),
+                    max: Some(50.0),
+                }),
+            },
+        );
+        c.insert(
+            "note".to_string(),
+            ParamConstraint::Length { min: 0, max: 40 },
+        );
+        let planned = json!({"folder": "Inbox", "labels": ["a", "b"], "kind": 1,
+            "limit": 10, "note": "hi"});
+        let e = ExpectedCall::constrained(
+            0,
+            "MailSend",
+            planned.as_object().unwrap().clone(),
+            c.clone(),
+        );
+        let proposed = json!({"folder": "  iNbOx ", "labels": ["b", "a", "b"], "kind": 1,
+            "note": "Hi There"});
+        let o = run(&e, &action(proposed));
+        assert!(o.matched, "{o:?}");
+        assert_eq!(
+            Value::Object(o.executed.unwrap()),
+            json!({"folder": "Inbox", "labels": ["a", "b"], "kind": 1, "limit": 10,
+                "note": "Hi There"})
+        );
+        // A value other than the default runs as given; the default given where the
+        // plan leaves it out is left out.
+        let e2 = ExpectedCall::constrained(
+            0,
+            "MailSend",
+            json!({"folder": "Inbox", "labels": ["a", "b"], "kind": "x", "note": ""})
+                .as_object()
+                .unwrap()
+                .clone(),
+            c,
+        );
+        let o = run(
+            &e2,
+            &action(json!({"folder": "archive", "labels": ["a", "b"], "kind": "x",
+                "limit": 10, "note": ""})),
+        );
+        assert_eq!(
+            Value::Object(o.executed.unwrap()),
+            json!({"folder": "Archive", "labels": ["a", "b"], "kind": "x", "note": ""})
+        );
+        let o = run(
+            &e2,
+            &action(json!({"folder": "Archive", "labels": ["a", "b"], "kind": "x",
+                "limit": 20, "note": ""})),
+        );
+        assert_eq!(o.executed, None, "already as planned: nothing to replace");
+        // Exact matching by hash runs the proposal, which is the plan's call itself.
+        let exact = ExpectedCall::exact(0, "MailSend", Map::new());
+        assert_eq!(run(&exact, &action(json!({}))).executed, None);
     }
 }

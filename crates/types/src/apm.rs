@@ -452,6 +452,14 @@ pub struct Closed {
     /// when set, so APMs from before the rule keep their bytes.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub models: bool,
+    /// Values the plan fixes are executed as the plan wrote them: a call matched to a
+    /// plan step runs with the step's own form of every parameter whose constraint
+    /// fixes its meaning but lets its form vary (letter case and white space of a
+    /// folded text, the order of a set, a number's spelling, an optional parameter at
+    /// its default), so the form carries nothing (issue 36, item 3). Written only when
+    /// set, so APMs from before the rule keep their bytes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub planned: bool,
 }
 
 impl Closed {
@@ -462,6 +470,7 @@ impl Closed {
         labels: true,
         recipients: true,
         models: true,
+        planned: true,
     };
 
     /// Whether no channel is closed (an APM written before they were).

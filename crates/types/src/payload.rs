@@ -182,6 +182,12 @@ pub enum CheckDetail {
         params: Vec<ParamCheck>,
         /// Why it did not match.
         reason: Option<String>,
+        /// The parameters as the plan writes them, when the call matched a plan step
+        /// under an APM that executes planned values as planned
+        /// ([`crate::apm::Closed::planned`]) and they differ from the proposal's: what
+        /// runs instead of the proposal's parameters.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        executed: Option<serde_json::Map<String, serde_json::Value>>,
     },
     /// Mediated system-call check.
     Syscall {

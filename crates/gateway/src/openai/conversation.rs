@@ -36,8 +36,14 @@ pub(crate) struct ProposedCall {
 /// The monitor's decision on one call, as the proxy applies it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Decision {
-    /// Released to the client unchanged.
-    Allowed,
+    /// Released to the client: unchanged, or — where the monitor executes the call as
+    /// its plan step writes it (`Closed::planned`) and that differs from what the model
+    /// wrote — with `arguments`, the planned arguments as JSON text, in place of the
+    /// model's.
+    Allowed {
+        /// The arguments to release instead of the model's.
+        arguments: Option<String>,
+    },
     /// Withheld from the client.
     Blocked {
         /// The guard (or `interrupt`, `stopped`).
@@ -45,6 +51,26 @@ pub(crate) enum Decision {
         /// Why.
         reason: String,
     },
+}
+
+impl Decision {
+    /// Released as the model wrote it.
+    pub(crate) const RELEASED: Self = Self::Allowed { arguments: None };
+
+    /// Whether the call is released (as written or as planned).
+    pub(crate) fn is_allowed(&self) -> bool {
+        matches!(self, Self::Allowed { .. })
+    }
+
+    /// The arguments to release for `call`: the planned ones, else the model's.
+    pub(crate) fn arguments<'a>(&'a self, call: &'a ProposedCall) -> &'a str {
+        match self {
+            Self::Allowed {
+                arguments: Some(a),
+            } => a,
+            _ => &call.arguments,
+        }
+    }
 }
 
 /// A sealed conversation: its run and where its bundle was written.
@@ -692,8 +718,20 @@ impl Owner {
         let raw = action(self.session.manifest(), call);
         match live.propose(agent, &raw) {
             Verdict::Allow(t) => {
+                // The arguments that run are the ticket's: as the plan writes them
+                // when that differs from what the model proposed.
+                // (Numbers compared as the monitor reads them: `2000.0` is `2000`.)
+                let proposed = serde_json::from_slice::<Value>(&raw)
+                    .ok()
+                    .and_then(|v| v.get("params").cloned())
+                    .map(|mut p| {
+                        knox_types::canon::normalize_numbers(&mut p);
+                        p
+                    });
+                let params = Value::Object(t.action.params.clone());
+                let arguments = (proposed.as_ref() != Some(&params)).then(|| params.to_string());
                 tickets.insert(id, t);
-                Decision::Allowed
+                Decision::Allowed { arguments }
             }
             Verdict::Block { guard, reason } => Decision::Blocked {
                 guard: guard.as_str().to_owned(),

@@ -36,7 +36,7 @@ pub fn request(data: &[u8]) {
 
 fn decide(manifest: &ToolkitManifest, call: &ProposedCall) -> Decision {
     match knox_policy::proposal::parse(&conversation::action(manifest, call), manifest) {
-        Ok(_) => Decision::Allowed,
+        Ok(_) => Decision::RELEASED,
         Err(m) => Decision::Blocked {
             guard: "malformed".into(),
             reason: m.error,
@@ -62,7 +62,7 @@ fn check_released(manifest: &ToolkitManifest, message: Option<&Value>, stream: b
         let (_, call) = mediate::read_call(entry);
         assert_eq!(
             decide(manifest, &call),
-            Decision::Allowed,
+            Decision::RELEASED,
             "a blocked call reached the client (stream: {stream}): {entry}"
         );
     }
@@ -158,7 +158,7 @@ fn check_written(manifest: &ToolkitManifest, content: &str, stream: bool) {
         };
         assert_eq!(
             decide(manifest, &call),
-            Decision::Allowed,
+            Decision::RELEASED,
             "a blocked text call reached the client (stream: {stream}): {content}"
         );
     }
@@ -199,7 +199,7 @@ inputSchema = { type = "object", properties = { to = { type = "string" } }, requ
     fn calls_the_proxy_would_not_mediate_never_reach_the_client() {
         let m = ToolkitManifest::from_toolkit_text(MANIFEST).unwrap();
         let mut allow_all = |calls: Vec<(String, ProposedCall)>| {
-            Ok::<_, ApiError>(vec![Decision::Allowed; calls.len()])
+            Ok::<_, ApiError>(vec![Decision::RELEASED; calls.len()])
         };
         for name in [
             "completion_function_call.json",

@@ -9,8 +9,11 @@
 //! appended (after a blank line) to any text the model wrote. When no call is left, the
 //! `tool_calls` key is dropped and a `finish_reason` of `tool_calls` becomes `stop`: the
 //! client's loop sees a final answer naming the refusal, never a call it must answer.
-//! When some calls are left, they pass unchanged (same ids, names and arguments) and
-//! `finish_reason` stays `tool_calls`. The response also carries
+//! When some calls are left, they pass with the same ids and names, and `finish_reason`
+//! stays `tool_calls`; their arguments are the model's, except where the monitor
+//! executes a call as its plan step writes it (an APM with `closed.planned`) and that
+//! differs from what the model wrote (a folded text's case, a set's order): the planned
+//! arguments are released instead, so the client runs what the evidence records. The response also carries
 //! `"knox": {"run": RUN, "blocked": [{"id", "name", "guard", "reason"}]}` (SDKs ignore
 //! unknown fields).
 
@@ -23,6 +26,17 @@ use super::textcalls::{self, TextCall};
 pub fn note(name: &str, guard: &str, reason: &str) -> String {
     format!(
         "[knox] blocked tool call `{name}` ({guard}): {reason}. It was not run; continue without it."
+    )
+}
+
+/// The guard named for a call allowed as its plan step writes it whose text could not
+/// be written anew in place ([`textcalls::Released::unwritable`]).
+pub(crate) const UNWRITABLE_GUARD: &str = "planned";
+
+/// Why such a call is withheld.
+pub(crate) fn unwritable_reason(arguments: &str) -> String {
+    format!(
+        "the plan writes this call with the arguments {arguments}, and a call written in this form cannot be rewritten in place; write it with those arguments"
     )
 }
 
@@ -70,7 +84,7 @@ pub(crate) fn read_call(entry: &Value) -> (String, ProposedCall) {
 /// A blocked call, as the `knox.blocked` list reports it.
 pub(crate) fn blocked_entry(id: &str, name: &str, d: &Decision) -> Option<Value> {
     match d {
-        Decision::Allowed => None,
+        Decision::Allowed { .. } => None,
         Decision::Blocked { guard, reason } => {
             Some(json!({"id": id, "name": name, "guard": guard, "reason": reason}))
         }
@@ -95,7 +109,17 @@ pub(crate) fn apply(
     let mut kept = Vec::new();
     for ((entry, (id, call)), d) in entries.into_iter().zip(calls).zip(decisions) {
         match d {
-            Decision::Allowed => kept.push(entry),
+            Decision::Allowed { arguments: None } => kept.push(entry),
+            Decision::Allowed {
+                arguments: Some(a),
+            } => {
+                // Released as the plan writes it: the arguments the monitor executes.
+                let mut entry = entry;
+                if let Some(Value::Object(f)) = entry.get_mut("function") {
+                    f.insert("arguments".into(), Value::String(a.clone()));
+                }
+                kept.push(entry);
+            }
             Decision::Blocked { guard, reason } => {
                 notes.push(note(&call.name, guard, reason));
                 blocked.extend(blocked_entry(id, &call.name, d));
@@ -131,27 +155,21 @@ pub(crate) fn apply_written(
     proposed: &[(String, ProposedCall)],
     decisions: &[Decision],
 ) -> Vec<Value> {
-    let mut blocked = Vec::new();
-    let mut notes = Vec::new();
-    for ((w, (id, _)), d) in written.iter().zip(proposed).zip(decisions) {
-        if let Decision::Blocked { guard, reason } = d {
-            notes.push(note(&w.name, guard, reason));
-            blocked.extend(blocked_entry(id, &w.name, d));
-        }
-    }
-    let struck = textcalls::struck(written, decisions);
-    if struck.is_empty() {
-        return blocked;
-    }
     let Some(Value::Object(message)) = choice.get_mut("message") else {
-        return blocked;
+        return Vec::new();
     };
-    let content = match message.get("content") {
-        Some(Value::String(s)) => textcalls::without(s, &struck),
+    let text = match message.get("content") {
+        Some(Value::String(s)) => s.clone(),
         _ => String::new(),
     };
-    let before = if content.is_empty() {
-        String::new()
+    let released = textcalls::release(&text, written, decisions);
+    let (notes, blocked) = written_notes(written, proposed, decisions, &released.unwritable);
+    if released.text == text && notes.is_empty() {
+        return blocked;
+    }
+    let content = released.text;
+    let before = if content.is_empty() || notes.is_empty() {
+        content
     } else {
         format!("{content}\n\n")
     };
@@ -160,6 +178,33 @@ pub(crate) fn apply_written(
         Value::String(format!("{before}{}", notes.join("\n"))),
     );
     blocked
+}
+
+/// The notes and `knox.blocked` entries of the calls written in a text: the blocked
+/// ones, and those allowed as planned that could not be written anew (`unwritable`).
+pub(crate) fn written_notes(
+    written: &[TextCall],
+    proposed: &[(String, ProposedCall)],
+    decisions: &[Decision],
+    unwritable: &[usize],
+) -> (Vec<String>, Vec<Value>) {
+    let mut notes = Vec::new();
+    let mut blocked = Vec::new();
+    for (i, ((w, (id, call)), d)) in written.iter().zip(proposed).zip(decisions).enumerate() {
+        let d = if unwritable.contains(&i) {
+            &Decision::Blocked {
+                guard: UNWRITABLE_GUARD.into(),
+                reason: unwritable_reason(d.arguments(call)),
+            }
+        } else {
+            d
+        };
+        if let Decision::Blocked { guard, reason } = d {
+            notes.push(note(&w.name, guard, reason));
+            blocked.extend(blocked_entry(id, &w.name, d));
+        }
+    }
+    (notes, blocked)
 }
 
 #[cfg(test)]
@@ -205,7 +250,7 @@ mod tests {
             read_call(&call("c1", "send")),
             read_call(&call("c2", "read")),
         ];
-        apply(c, &calls, &[blocked(), Decision::Allowed]);
+        apply(c, &calls, &[blocked(), Decision::RELEASED]);
         assert_eq!(c["finish_reason"], "tool_calls");
         assert_eq!(c["message"]["tool_calls"], json!([call("c2", "read")]));
         assert!(
@@ -214,5 +259,25 @@ mod tests {
                 .unwrap()
                 .starts_with("Working on it.\n\n[knox]")
         );
+    }
+
+    #[test]
+    fn a_call_allowed_as_planned_is_released_with_the_planned_arguments() {
+        let mut choice = json!({"index": 0, "finish_reason": "tool_calls",
+            "message": {"role": "assistant", "content": null,
+                "tool_calls": [{"id": "c1", "type": "function",
+                    "function": {"name": "read", "arguments": "{\"q\": \"INBOX\"}"}}]}});
+        let c = choice.as_object_mut().unwrap();
+        let calls = vec![read_call(&c["message"]["tool_calls"][0].clone())];
+        let planned = Decision::Allowed {
+            arguments: Some(r#"{"q":"Inbox"}"#.into()),
+        };
+        assert!(apply(c, &calls, &[planned]).is_empty());
+        assert_eq!(
+            c["message"]["tool_calls"][0],
+            json!({"id": "c1", "type": "function",
+                "function": {"name": "read", "arguments": "{\"q\":\"Inbox\"}"}})
+        );
+        assert_eq!(c["finish_reason"], "tool_calls");
     }
 }

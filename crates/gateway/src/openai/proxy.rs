@@ -538,16 +538,17 @@ pub(crate) fn mediate_completion(
         let rewritten = decisions
             .iter()
             .chain(&native)
-            .any(|d| *d != Decision::Allowed);
+            .any(|d| *d != Decision::RELEASED);
         if let Some(m) = text_calls.filter(|_| rewritten)
             && let Some(Value::Object(message)) = choice.get_mut("message")
             && let Some(Value::String(content)) = message.get_mut("content")
         {
             let allowed: Vec<(String, String)> = written
                 .iter()
+                .zip(&proposed)
                 .zip(&decisions)
-                .filter(|(_, d)| **d == Decision::Allowed)
-                .map(|(w, _)| (w.name.clone(), w.arguments.clone()))
+                .filter(|(_, d)| d.is_allowed())
+                .map(|((w, (_, call)), d)| (w.name.clone(), d.arguments(call).to_owned()))
                 .collect();
             *content = textcalls::settled(std::mem::take(content), m, &allowed, 0);
         }

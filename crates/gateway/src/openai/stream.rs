@@ -18,7 +18,7 @@ use knox_policy::ToolkitManifest;
 
 use super::conversation::{Decision, ProposedCall};
 use super::error::ApiError;
-use super::mediate::{blocked_entry, note};
+use super::mediate::{blocked_entry, note, written_notes};
 use super::textcalls;
 
 /// One call's deltas, accumulated.
@@ -222,36 +222,49 @@ impl<'m> StreamMediator<'m> {
             mediate(calls.clone())?
         };
         let mut released = Vec::new();
-        let mut notes = Vec::new();
-        let mut blocked = Vec::new();
-        for (i, ((id, call), d)) in calls.iter().zip(&decisions).enumerate() {
+        let written_decisions = decisions.get(..n_written).unwrap_or_default();
+        let released_upto = text.as_ref().map_or(0, |t| t.released);
+        // The held rest of the text: the blocked calls' text struck from it (and calls
+        // allowed as planned written anew), the notes after it, and then anything in
+        // it that still reads as a call not allowed.
+        let (mut whole, unwritable) = match &text {
+            Some(t) => {
+                let r = textcalls::release(&t.text, &written, written_decisions);
+                (r.text, r.unwritable)
+            }
+            None => (String::new(), Vec::new()),
+        };
+        let (mut notes, mut blocked) = written_notes(
+            &written,
+            calls.get(..n_written).unwrap_or_default(),
+            written_decisions,
+            &unwritable,
+        );
+        for ((id, call), d) in calls.iter().zip(&decisions).skip(n_written) {
             match d {
-                Decision::Allowed if i < n_written => {}
-                Decision::Allowed => released.push(json!({
+                Decision::Allowed { .. } => released.push(json!({
                     "index": released.len(), "id": id, "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments}})),
+                    "function": {"name": call.name, "arguments": d.arguments(call)}})),
                 Decision::Blocked { guard, reason } => {
                     notes.push(note(&call.name, guard, reason));
                     blocked.extend(blocked_entry(id, &call.name, d));
                 }
             }
         }
-        let struck = textcalls::struck(&written, decisions.get(..n_written).unwrap_or_default());
-        // The held rest of the text: the blocked calls' text struck from it, the notes
-        // after it, and then anything in it that still reads as a call not allowed.
-        let released_upto = text.as_ref().map_or(0, |t| t.released);
-        let mut whole = text.map_or_else(String::new, |t| textcalls::without(&t.text, &struck));
+        let rewritten = written_decisions.iter().any(|d| *d != Decision::RELEASED);
         if !notes.is_empty() {
             whole.push_str("\n\n");
             whole.push_str(&notes.join("\n"));
         }
-        // Nothing struck and no note: the text is what was read, every call in it allowed.
-        if let (Some(m), false) = (self.text_calls, notes.is_empty()) {
+        // Nothing struck or written anew and no note: the text is what was read, every
+        // call in it allowed as written.
+        if let (Some(m), true) = (self.text_calls, rewritten || !notes.is_empty()) {
             let allowed: Vec<(String, String)> = written
                 .iter()
+                .zip(&calls)
                 .zip(&decisions)
-                .filter(|(_, d)| **d == Decision::Allowed)
-                .map(|(w, _)| (w.name.clone(), w.arguments.clone()))
+                .filter(|(_, d)| d.is_allowed())
+                .map(|((w, (_, call)), d)| (w.name.clone(), d.arguments(call).to_owned()))
                 .collect();
             whole = textcalls::settled(whole, m, &allowed, released_upto);
         }
@@ -310,7 +323,7 @@ mod tests {
                             reason: "off plan".into(),
                         }
                     } else {
-                        Decision::Allowed
+                        Decision::RELEASED
                     }
                 })
                 .collect())
@@ -362,5 +375,39 @@ mod tests {
             "tool_calls"
         );
         assert!(text.contains("blocked tool call `send`"));
+    }
+
+    /// #36 item 3: a held call the monitor executes as its plan step writes it is
+    /// released with the planned arguments, never the model's.
+    #[test]
+    fn a_held_call_allowed_as_planned_is_released_with_the_planned_arguments() {
+        let mut m = StreamMediator::new("run-0000", None);
+        let mut mediate = |calls: Vec<(String, ProposedCall)>| {
+            Ok(calls
+                .iter()
+                .map(|_| Decision::Allowed {
+                    arguments: Some(r#"{"q":"Inbox"}"#.into()),
+                })
+                .collect())
+        };
+        let mut out = Vec::new();
+        for c in [
+            delta(json!({"role": "assistant", "content": ""}), None),
+            delta(
+                json!({"tool_calls": [{"index": 0, "id": "a", "type": "function", "function": {"name": "read", "arguments": "{\"q\": \"INBOX\"}"}}]}),
+                None,
+            ),
+            delta(json!({}), Some("tool_calls")),
+        ] {
+            out.extend(m.feed(c, &mut mediate).unwrap());
+        }
+        let released: Vec<&Value> = out
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"].get("tool_calls"))
+            .flat_map(|t| t.as_array().unwrap())
+            .collect();
+        assert_eq!(released.len(), 1, "{out:?}");
+        assert_eq!(released[0]["function"]["arguments"], r#"{"q":"Inbox"}"#);
+        assert!(!serde_json::to_string(&out).unwrap().contains("INBOX"));
     }
 }

@@ -121,7 +121,7 @@ pub(crate) fn struck<'a>(written: &'a [TextCall], decisions: &[Decision]) -> Vec
     let mut out: Vec<&TextCall> = written
         .iter()
         .zip(decisions)
-        .filter(|(_, d)| **d != Decision::Allowed)
+        .filter(|(_, d)| !d.is_allowed())
         .map(|(c, _)| c)
         .collect();
     loop {
@@ -494,6 +494,114 @@ fn extent(s: &str) -> (Option<usize>, usize) {
     (None, s.len())
 }
 
+/// A text once the calls written in it are decided ([`release`]).
+#[derive(Debug)]
+pub(crate) struct Released<'a> {
+    /// The text as released: struck calls replaced by [`WITHHELD`], calls allowed as
+    /// their plan step writes them written anew with those arguments.
+    pub text: String,
+    /// The calls struck: the blocked ones, those allowed as planned that cannot be
+    /// written anew in place (below), and every call overlapping one.
+    pub struck: Vec<&'a TextCall>,
+    /// Indices (into the written calls) of calls allowed as planned that cannot be
+    /// written anew in place: a JSON object (which keys its reader takes is unknown),
+    /// or a call overlapping another. Struck, so that nothing runs in a form the
+    /// monitor did not execute.
+    pub unwritable: Vec<usize>,
+}
+
+/// The call `c` written anew in its own form with `arguments` (JSON text); `None` for
+/// a JSON object, whose reader's keys are unknown.
+fn written_anew(c: &TextCall, arguments: &str) -> Option<String> {
+    match c.form {
+        "react" => Some(format!("Action: {}\nAction Input: {arguments}", c.name)),
+        "function" => Some(format!("<function={}>{arguments}</function>", c.name)),
+        "tool_call" => {
+            let args = serde_json::from_str::<Value>(arguments).ok()?;
+            let body = serde_json::json!({"name": c.name, "arguments": args});
+            Some(format!("<tool_call>{body}</tool_call>"))
+        }
+        _ => None,
+    }
+}
+
+/// `text` once its `written` calls are decided (`decisions`, in order): blocked calls
+/// struck, calls allowed as their plan step writes them written anew in place (see
+/// [`Released`]).
+pub(crate) fn release<'a>(
+    text: &str,
+    written: &'a [TextCall],
+    decisions: &[Decision],
+) -> Released<'a> {
+    let overlaps_another = |i: usize, c: &TextCall| {
+        written
+            .iter()
+            .enumerate()
+            .any(|(k, o)| k != i && overlap(&o.span, &c.span))
+    };
+    let mut anew: Vec<(usize, String)> = Vec::new();
+    let mut unwritable = Vec::new();
+    for (i, (c, d)) in written.iter().zip(decisions).enumerate() {
+        if let Decision::Allowed {
+            arguments: Some(a),
+        } = d
+        {
+            match written_anew(c, a).filter(|_| !overlaps_another(i, c)) {
+                Some(t) => anew.push((i, t)),
+                None => unwritable.push(i),
+            }
+        }
+    }
+    let effective: Vec<Decision> = decisions
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            if unwritable.contains(&i) {
+                Decision::Blocked {
+                    guard: String::new(),
+                    reason: String::new(),
+                }
+            } else {
+                d.clone()
+            }
+        })
+        .collect();
+    let struck = struck(written, &effective);
+    // Struck spans (merged) become WITHHELD; a call written anew (which overlaps no
+    // other call, so no struck span) becomes its new text.
+    let mut edits: Vec<(Range<usize>, String)> = Vec::new();
+    let mut spans: Vec<Range<usize>> = struck.iter().map(|c| c.span.clone()).collect();
+    spans.sort_by_key(|s| s.start);
+    for s in spans {
+        match edits.last_mut() {
+            Some((m, _)) if s.start < m.end => m.end = m.end.max(s.end),
+            _ => edits.push((s, WITHHELD.to_owned())),
+        }
+    }
+    for (i, t) in anew {
+        if let Some(c) = written.get(i) {
+            edits.push((c.span.clone(), t));
+        }
+    }
+    edits.sort_by_key(|(s, _)| s.start);
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for (s, t) in edits {
+        if s.start < at {
+            continue;
+        }
+        out.push_str(text.get(at..s.start).unwrap_or_default());
+        out.push_str(&t);
+        at = s.end;
+    }
+    out.push_str(text.get(at..).unwrap_or_default());
+    Released {
+        text: out,
+        struck,
+        unwritable,
+    }
+}
+
 /// What stands in an answer's text where a blocked call was written.
 pub(crate) const WITHHELD: &str = "[knox: call withheld]";
 
@@ -543,7 +651,7 @@ pub(crate) fn settled(
                         .iter()
                         .any(|(n, a)| *n == c.name && *a == c.arguments);
                 if ok {
-                    Decision::Allowed
+                    Decision::RELEASED
                 } else {
                     Decision::Blocked {
                         guard: String::new(),
@@ -727,12 +835,57 @@ inputSchema = { type = "object", properties = { to = { type = "string" }, amount
             ["bank.get_balance", "bank.send_money"],
             "{c:?}"
         );
-        let decisions = vec![Decision::Allowed, blocked()];
+        let decisions = vec![Decision::RELEASED, blocked()];
         let s = struck(&c, &decisions);
         assert_eq!(s.len(), 2);
         let out = without(t, &s);
         assert_eq!(out, WITHHELD);
         assert!(detect(&out, &m).is_empty());
+    }
+
+    /// #36 item 3: a call allowed as its plan step writes it is written anew in its
+    /// own form with the planned arguments; one the text cannot carry anew (a JSON
+    /// object, whose reader's keys are unknown, or a call overlapping another) is
+    /// struck, so nothing runs in a form the monitor did not execute.
+    #[test]
+    fn a_call_allowed_as_planned_is_written_anew_in_its_form_or_struck() {
+        let m = manifest();
+        let planned = Decision::Allowed {
+            arguments: Some(r#"{"account":"Main"}"#.into()),
+        };
+        for (text, want) in [
+            (
+                "Thought: check.\nAction: bank.get_balance\nAction Input: {\"account\": \"MAIN\"}",
+                "Thought: check.\nAction: bank.get_balance\nAction Input: {\"account\":\"Main\"}",
+            ),
+            (
+                "Calling <function=bank.get_balance>{\"account\": \"mAiN\"}</function> now",
+                "Calling <function=bank.get_balance>{\"account\":\"Main\"}</function> now",
+            ),
+            (
+                "<tool_call>{\"name\": \"bank.get_balance\", \"arguments\": {\"account\": \"main \"}}</tool_call>",
+                "<tool_call>{\"arguments\":{\"account\":\"Main\"},\"name\":\"bank.get_balance\"}</tool_call>",
+            ),
+        ] {
+            let c = detect(text, &m);
+            assert_eq!(c.len(), 1, "{text}: {c:?}");
+            let r = release(text, &c, std::slice::from_ref(&planned));
+            assert!(r.unwritable.is_empty() && r.struck.is_empty(), "{r:?}");
+            assert_eq!(r.text, want);
+            // What the framework reads back is the planned call.
+            let again = detect(&r.text, &m);
+            assert_eq!(again.len(), 1);
+            assert_eq!(again[0].arguments, r#"{"account":"Main"}"#);
+        }
+        // A bare JSON object: struck, named as unwritable.
+        let text = "Here: {\"name\": \"bank.get_balance\", \"arguments\": {\"account\": \"MAIN\"}} done";
+        let c = detect(text, &m);
+        let r = release(text, &c, std::slice::from_ref(&planned));
+        assert_eq!(r.unwritable, vec![0]);
+        assert_eq!(r.text, format!("Here: {WITHHELD} done"));
+        // Unchanged arguments leave the text as it was.
+        let r = release(text, &c, &[Decision::RELEASED]);
+        assert_eq!(r.text, text);
     }
 
     #[test]

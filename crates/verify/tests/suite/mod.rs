@@ -4,5 +4,6 @@ mod manifests;
 mod mutants;
 mod parallel;
 mod pipeline;
+mod planned;
 mod tamper;
 mod typed_bodies;
