@@ -152,6 +152,20 @@ pub struct AgentState {
     pub tainted: Vec<TaintedOutput>,
     /// Labelled outputs received, in order.
     pub labelled: Vec<LabelledOutput>,
+    /// Every output received, in order: the provenance stage's context when the run's
+    /// outputs are not shared ([`knox_types::apm::Closed::provenance`]).
+    pub read: Vec<ReadOutput>,
+}
+
+/// An output an agent received, as the provenance stage needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadOutput {
+    /// Sequence number of the `tool_output` node.
+    pub node: u64,
+    /// Trajectory position of the call that produced it.
+    pub position: u32,
+    /// The producing tool.
+    pub tool: String,
 }
 
 impl AgentState {
@@ -212,6 +226,11 @@ impl AgentState {
         } = out;
         let entry = manifest.tool(&tool);
         self.spent = self.spent.saturating_add(cost);
+        self.read.push(ReadOutput {
+            node,
+            position,
+            tool: tool.clone(),
+        });
         if entry.is_some_and(ToolEntry::returns_external) {
             self.tainted.push(TaintedOutput {
                 node,
@@ -859,6 +878,11 @@ impl<'a> Pipeline<'a> {
                     && !pointer.is_some_and(|p| t.annotations.trusted.iter().any(|f| f == p))
             })
         };
+        let context = if closed.provenance {
+            provenance_context(manifest, st, run)
+        } else {
+            Vec::new()
+        };
         let view = mediated::AgentView {
             expected,
             outputs: &outputs,
@@ -870,6 +894,7 @@ impl<'a> Pipeline<'a> {
             closed,
             run: &run_view,
             links: &links,
+            context: &context,
         };
         checks.extend(mediated::checks(
             entry,
@@ -879,6 +904,14 @@ impl<'a> Pipeline<'a> {
             view,
             &mut self.caches,
         ));
+        // The later checks and the grant are about the call that runs.
+        let action = match planned_params(&checks) {
+            Some(params) => Action {
+                tool: action.tool,
+                params: params.clone(),
+            },
+            None => action,
+        };
         let regulated = !self.apm.guards.regulation.regulations.is_empty();
         let task = expected
             .map(|e| e.task)
@@ -932,10 +965,17 @@ impl<'a> Pipeline<'a> {
                 Some(mut c) => {
                     // Content the executor composed (a parameter the plan does not fix
                     // exactly): it may carry what was read in a form no match finds.
-                    let composed = action
-                        .params
-                        .iter()
-                        .any(|(n, v)| !knox_policy::dataflow::fixed(n, v, expected));
+                    let composed = match provenance_of(&checks) {
+                        // By provenance: a parameter that runs as composed and carries
+                        // something read.
+                        Some(flows) => flows.iter().any(|f| {
+                            f.ran == knox_policy::provenance::COMPOSED && !f.sources.is_empty()
+                        }),
+                        None => action
+                            .params
+                            .iter()
+                            .any(|(n, v)| !knox_policy::dataflow::fixed(n, v, expected)),
+                    };
                     if closed.labels && composed {
                         fail_closed(&mut c, &seen);
                     }
@@ -1000,15 +1040,6 @@ impl<'a> Pipeline<'a> {
             contract::settle_reservation(&mut checks);
             return done(call, checks, decision);
         }
-        // Under an APM that executes planned values as planned, what runs is the call
-        // as its plan step writes it (the trajectory check records it when it differs).
-        let action = match planned_params(&checks) {
-            Some(params) => Action {
-                tool: action.tool,
-                params: params.clone(),
-            },
-            None => action,
-        };
         let decision = Decision::Allow {
             position,
             cost: entry.needs.cost,
@@ -1017,6 +1048,45 @@ impl<'a> Pipeline<'a> {
         };
         done(call, checks, decision)
     }
+}
+
+/// The provenance stage's context for agent `st`: the outputs holding data its model
+/// read, in commit order — the run's (every agent's, and what its model heard
+/// elsewhere) when the APM shares them (`run` non-empty), else the agent's own.
+fn provenance_context(
+    manifest: &ToolkitManifest,
+    st: &AgentState,
+    run: &[Arc<SharedOutput>],
+) -> Vec<knox_policy::provenance::Source> {
+    use knox_policy::provenance::{Source, holds_data};
+    if run.is_empty() {
+        st.read
+            .iter()
+            .filter(|r| holds_data(manifest.tool(&r.tool)))
+            .map(|r| Source {
+                node: r.node,
+                step: Some(r.position),
+            })
+            .collect()
+    } else {
+        run.iter()
+            .filter(|r| r.heard || holds_data(manifest.tool(&r.tool)))
+            .map(|r| Source {
+                node: r.node,
+                step: (r.agent == st.plan && !r.heard).then_some(r.position),
+            })
+            .collect()
+    }
+}
+
+/// The provenance entries of the data-flow check, under an APM deciding by provenance.
+fn provenance_of(checks: &[CheckPayload]) -> Option<&[knox_types::payload::ArgFlow]> {
+    checks.iter().find_map(|c| match &c.detail {
+        CheckDetail::DataFlow { provenance, .. } if !provenance.is_empty() => {
+            Some(provenance.as_slice())
+        }
+        _ => None,
+    })
 }
 
 /// The parameters the trajectory check recorded as executed in place of the

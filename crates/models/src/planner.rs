@@ -36,6 +36,8 @@ tool calls that complete the task, in order, as JSON: {\"calls\": [{\"tool\": NA
 Use only the listed tools and only parameters they declare; copy values from the task. \
 A value that only an earlier call of the plan can tell (an id a search returns) is written \"$output:K/FIELD\", \
 K the 0-based index of that call and FIELD the path of the value in its output: \"$output:0/emails/0/id\". \
+When the task asks that a text parameter convey what earlier calls returned (a summary of an email it reads), \
+add to that call \"carries\": {PARAM: [K, ...]} naming those calls; without it, text runs as you write it here. \
 Plan only what the task asks, usually one call. Reply with the JSON object only.\n\
 Example. Task: Show me the latest email from bob@example.com. \
 Plan: {\"calls\": [{\"tool\": \"GmailSearchEmails\", \"params\": {\"from\": \"bob@example.com\", \"limit\": 1}}]}";
@@ -163,7 +165,8 @@ fn validate(
             .tool(tool)
             .ok_or_else(|| format!("unknown tool `{tool}`"))?;
         knox_policy::schema::validate(entry, &params).map_err(|e| format!("`{tool}`: {e}"))?;
-        let links = links(entry, &params, out.len())?;
+        let mut links = links(entry, &params, out.len())?;
+        carries(c.get("carries"), entry, &params, out.len(), &mut links)?;
         out.push(expected(task, entry, params, &links, instruction));
     }
     Ok(out)
@@ -212,6 +215,62 @@ fn links(
         );
     }
     Ok(out)
+}
+
+/// A call's `carries` declarations (`{PARAM: [K, …]}`): free text the plan clears for
+/// what the earlier calls `K` returned, each a `carries` constraint in `links`. Only a
+/// parameter the manifest declares `prose` (and not a sink) can carry, only outputs of
+/// earlier calls, and not a parameter that is also a data link.
+fn carries(
+    declared: Option<&Value>,
+    entry: &ToolEntry,
+    params: &Map<String, Value>,
+    index: usize,
+    links: &mut BTreeMap<String, ParamConstraint>,
+) -> Result<(), String> {
+    let tool = &entry.name;
+    let declared = match declared {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Object(d)) => d,
+        Some(_) => return Err(format!("`{tool}`: `carries` is not an object")),
+    };
+    for (name, calls) in declared {
+        let prose = entry.annotations.prose.iter().any(|p| p == name)
+            && !entry.annotations.sinks.iter().any(|p| p == name);
+        if !prose || !params.get(name).is_some_and(Value::is_string) {
+            return Err(format!(
+                "`{tool}`: `carries` names `{name}`, which is not a free-text parameter of the call"
+            ));
+        }
+        if links.contains_key(name) {
+            return Err(format!(
+                "`{tool}`: `{name}` is a data link and cannot also carry text"
+            ));
+        }
+        let calls: Vec<u32> = calls
+            .as_array()
+            .filter(|a| !a.is_empty())
+            .ok_or_else(|| format!("`{tool}`: `carries.{name}` is not a list of call numbers"))?
+            .iter()
+            .map(|k| {
+                k.as_u64()
+                    .and_then(|k| u32::try_from(k).ok())
+                    .filter(|k| (*k as usize) < index)
+                    .ok_or_else(|| {
+                        format!("`{tool}`: `carries.{name}` names {k}, not an earlier call of the plan")
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        links.insert(
+            name.clone(),
+            ParamConstraint::Carries {
+                calls,
+                min: 0,
+                max: MAX_FREE_TEXT,
+            },
+        );
+    }
+    Ok(())
 }
 
 /// The expected call for a validated planned call: exact when every value is fixed,

@@ -86,8 +86,21 @@ pub fn plan_schema(tools: &[ToolDef]) -> Value {
 
 /// A plan of one to `max_calls` calls.
 pub fn plan_schema_bounded(tools: &[ToolDef], max_calls: usize) -> Value {
+    // A planned call may also declare which earlier calls' outputs its text carries.
+    let mut calls = call_schema(tools);
+    if let Some(Value::Array(branches)) = calls.get_mut("anyOf") {
+        for b in branches {
+            if let Some(Value::Object(props)) = b.get_mut("properties") {
+                props.insert(
+                    "carries".into(),
+                    json!({"type": "object", "additionalProperties": {"type": "array",
+                        "items": {"type": "integer", "minimum": 0}, "maxItems": MAX_ITEMS}}),
+                );
+            }
+        }
+    }
     json!({"type": "object",
-        "properties": {"calls": {"type": "array", "items": call_schema(tools),
+        "properties": {"calls": {"type": "array", "items": calls,
             "minItems": 1, "maxItems": max_calls}},
         "required": ["calls"], "additionalProperties": false})
 }

@@ -217,14 +217,26 @@ fn assign(plan: &Plan, topology: Topology) -> Vec<AgentPlan> {
 fn relink(e: &ExpectedCall, task: u32, position: &HashMap<(u32, usize), u32>) -> ExpectedCall {
     let mut out = e.clone();
     let mut moved = false;
+    let at = |call: u32| {
+        position
+            .get(&(task, call as usize))
+            .copied()
+            .unwrap_or(u32::MAX)
+    };
     for c in out.constraints.iter_mut().flat_map(|c| c.values_mut()) {
-        if let ParamConstraint::FromOutput { call, .. } = c {
-            // `check_links` made sure the call exists and comes earlier.
-            *call = position
-                .get(&(task, *call as usize))
-                .copied()
-                .unwrap_or(u32::MAX);
-            moved = true;
+        // `check_links` made sure each call exists and comes earlier.
+        match c {
+            ParamConstraint::FromOutput { call, .. } => {
+                *call = at(*call);
+                moved = true;
+            }
+            ParamConstraint::Carries { calls, .. } => {
+                for call in calls.iter_mut() {
+                    *call = at(*call);
+                }
+                moved = true;
+            }
+            _ => {}
         }
     }
     if moved {
@@ -238,9 +250,12 @@ fn check_links(plan: &Plan) -> Result<(), PlanError> {
     for (t, calls) in plan.tasks.iter().enumerate() {
         for (k, e) in calls.iter().enumerate() {
             for (param, c) in e.constraints.iter().flatten() {
-                if let ParamConstraint::FromOutput { call, .. } = c
-                    && *call as usize >= k
-                {
+                let named: &[u32] = match c {
+                    ParamConstraint::FromOutput { call, .. } => std::slice::from_ref(call),
+                    ParamConstraint::Carries { calls, .. } => calls,
+                    _ => &[],
+                };
+                if let Some(call) = named.iter().find(|call| **call as usize >= k) {
                     return Err(PlanError::Link {
                         task: t,
                         call: k,

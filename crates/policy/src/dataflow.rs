@@ -187,7 +187,7 @@ fn prompt_items(output: &Value, prompt: &[&str]) -> content::Items {
 /// data reaches a parameter of `action` that the plan does not fix exactly, after
 /// normalisation ([`content`]), with how it gets there. Values the user's prompt holds
 /// are not flows. A flow is declared when the expected call links one of its parameters
-/// to that output (`from_output`).
+/// to that output (`from_output`) or clears one for it (`carries`).
 pub fn content_flows(
     action: &Action,
     expected: Option<&ExpectedCall>,
@@ -211,10 +211,12 @@ pub fn content_flows(
         .and_then(|e| e.constraints.as_ref())
         .map(|c| {
             c.values()
-                .filter_map(|k| match k {
-                    ParamConstraint::FromOutput { call, .. } => Some(*call),
-                    _ => None,
+                .flat_map(|k| match k {
+                    ParamConstraint::FromOutput { call, .. } => std::slice::from_ref(call),
+                    ParamConstraint::Carries { calls, .. } => calls.as_slice(),
+                    _ => &[],
                 })
+                .copied()
                 .collect()
         })
         .unwrap_or_default();

@@ -6,6 +6,7 @@ pub mod dataflow;
 pub mod manifest;
 pub mod mediated;
 pub mod proposal;
+pub mod provenance;
 pub mod schema;
 pub mod schema_fragment;
 pub mod shipped;

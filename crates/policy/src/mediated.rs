@@ -14,6 +14,7 @@ use crate::auth;
 use crate::dataflow::{self, LinkUntrusted, RunOutput, Tainted};
 use crate::manifest::Effect;
 use crate::manifest::ToolEntry;
+use crate::provenance;
 use crate::trajectory::{self, RegexCache};
 
 /// Per-run memo: compiled constraint patterns, and `needs − Auth` per tool (Auth is fixed
@@ -45,6 +46,9 @@ pub struct AgentView<'a> {
     pub run: &'a [RunOutput<'a>],
     /// Whether a data link carries an untrusted value (the recipient channel).
     pub links: LinkUntrusted<'a>,
+    /// The outputs holding data that the agent's model read (in commit order), for
+    /// the provenance stage ([`Closed::provenance`]); empty otherwise.
+    pub context: &'a [provenance::Source],
 }
 
 impl std::fmt::Debug for AgentView<'_> {
@@ -75,6 +79,26 @@ pub fn checks(
             &mut caches.regexes,
         ),
     };
+    // The parameters that run: the plan's form of what it fixes (`planned`), and —
+    // for a call matched to its step under `provenance` — the plan's value of each
+    // composed parameter not cleared for every output the model read.
+    let mut params = match &t.executed {
+        Some(p) if view.closed.planned => p.clone(),
+        _ => action.params.clone(),
+    };
+    let decided = match view.expected {
+        Some(e) if view.closed.provenance && t.matched => {
+            let d = provenance::decide(e, &params, view.context);
+            params.clone_from(&d.params);
+            Some(d)
+        }
+        _ => None,
+    };
+    let executed = (params != action.params).then(|| params.clone());
+    let ran = Action {
+        tool: action.tool.clone(),
+        params,
+    };
     let mut out = vec![CheckPayload {
         guard: GuardKind::Trajectory,
         passed: t.matched,
@@ -82,7 +106,7 @@ pub fn checks(
             mode: t.mode.into(),
             params: t.params,
             reason: t.reason,
-            executed: t.executed.filter(|_| view.closed.planned),
+            executed,
         },
     }];
     let missing = caches
@@ -102,24 +126,28 @@ pub fn checks(
     // A disclosing tool under an APM closing the content or label channel always has
     // a data-flow check: it records which outputs reach the content and how many of the
     // run's outputs were seen (the regulation check's labels come from the same ones).
+    // The call checked is the one that runs.
     let discloses =
         (view.closed.content || view.closed.labels) && entry.effect() == Effect::Disclose;
-    if !entry.annotations.sinks.is_empty() || discloses {
+    let provenance = decided.map(|d| d.flows).unwrap_or_default();
+    if !entry.annotations.sinks.is_empty() || discloses || !provenance.is_empty() {
         let links = view.closed.recipients.then_some(view.links);
         let sinks = dataflow::check(
             &entry.annotations.sinks,
-            action,
+            &ran,
             view.expected,
             view.prompt,
             view.tainted,
             links,
         );
         let content = if discloses && view.closed.content {
-            dataflow::content_flows(action, view.expected, view.prompt, view.run)
+            dataflow::content_flows(&ran, view.expected, view.prompt, view.run)
         } else {
             Vec::new()
         };
-        let passed = dataflow::passes(&sinks) && content.iter().all(|c| c.declared);
+        let passed = dataflow::passes(&sinks)
+            && content.iter().all(|c| c.declared)
+            && provenance::passes(&provenance);
         let outputs = discloses.then(|| u32::try_from(view.run.len()).unwrap_or(u32::MAX));
         out.push(CheckPayload {
             guard: GuardKind::DataFlow,
@@ -128,6 +156,7 @@ pub fn checks(
                 sinks,
                 content,
                 outputs,
+                provenance,
             },
         });
     }
@@ -169,9 +198,29 @@ pub fn block_reason(check: &CheckPayload, at: At) -> Option<String> {
             let list: Vec<&str> = missing.iter().map(String::as_str).take(8).collect();
             format!("needs outside Auth: {}", list.join(", "))
         }
-        CheckDetail::DataFlow { sinks, content, .. } => {
+        CheckDetail::DataFlow {
+            sinks,
+            content,
+            provenance,
+            ..
+        } => {
             let bad_sink = sinks.iter().find(|c| c.source.is_some() && !c.authorized);
             let bad_flow = content.iter().find(|c| !c.declared);
+            let withheld = provenance.iter().find(|f| f.ran == provenance::WITHHELD);
+            if let (Some(w), None) = (withheld, bad_sink) {
+                let uncleared: Vec<String> = w
+                    .sources
+                    .iter()
+                    .filter(|s| !w.cleared.contains(s))
+                    .take(8)
+                    .map(u64::to_string)
+                    .collect();
+                return Some(format!(
+                    "`{}` was composed after reading node {}, which the plan does not clear it for, and the plan gives no value for it",
+                    w.param,
+                    uncleared.join(", ")
+                ));
+            }
             match (bad_sink, bad_flow) {
                 (Some(bad), _) => format!(
                     "untrusted value in sink `{}` (from tool_output node {})",

@@ -263,6 +263,7 @@ fn planned_form(c: &ParamConstraint, v: &Value, outputs: &dyn Fn(u32) -> Option<
         ParamConstraint::FromOutput { pointer: None, .. }
         | ParamConstraint::Pattern { .. }
         | ParamConstraint::Length { .. }
+        | ParamConstraint::Carries { .. }
         | ParamConstraint::Any
         | ParamConstraint::Range { .. }
         | ParamConstraint::Schema { .. } => v.clone(),
@@ -282,13 +283,15 @@ fn holds(
             Value::String(s) => regexes.get(regex).is_some_and(|r| r.is_match(s)),
             _ => false,
         },
-        ParamConstraint::Length { min, max } => match v {
-            Value::String(s) => {
-                let n = s.chars().count();
-                n >= *min as usize && n <= *max as usize
+        ParamConstraint::Length { min, max } | ParamConstraint::Carries { min, max, .. } => {
+            match v {
+                Value::String(s) => {
+                    let n = s.chars().count();
+                    n >= *min as usize && n <= *max as usize
+                }
+                _ => false,
             }
-            _ => false,
-        },
+        }
         ParamConstraint::FromOutput { call, pointer } => {
             let Some(out) = outputs(*call) else {
                 return false;
@@ -645,6 +648,9 @@ fn links(e: &ExpectedCall) -> BTreeSet<usize> {
         match c {
             ParamConstraint::FromOutput { call, .. } => {
                 out.insert(*call as usize);
+            }
+            ParamConstraint::Carries { calls, .. } => {
+                out.extend(calls.iter().map(|c| *c as usize));
             }
             ParamConstraint::Omittable { inner, .. } => walk(inner, out),
             _ => {}

@@ -266,6 +266,19 @@ pub enum ParamConstraint {
         /// The elements.
         values: Vec<Value>,
     },
+    /// Free text (a string whose length in characters lies within the bounds) that may
+    /// carry what the listed earlier calls of the same agent returned: the plan's
+    /// declaration that this parameter is cleared for those outputs (a summary of an
+    /// email the plan read), under an APM deciding flows by provenance
+    /// ([`Closed::provenance`]).
+    Carries {
+        /// Trajectory positions (0-based) of the earlier calls whose outputs it may carry.
+        calls: Vec<u32>,
+        /// Minimum length.
+        min: u32,
+        /// Maximum length.
+        max: u32,
+    },
     /// An optional parameter: omitted, or equal (canonically) to the manifest's
     /// `default` (which means the same), or satisfying `inner`.
     Omittable {
@@ -294,6 +307,7 @@ impl ParamConstraint {
             Self::OneOf { .. } => "one_of",
             Self::Pattern { .. } => "pattern",
             Self::Length { .. } => "length",
+            Self::Carries { .. } => "carries",
             Self::FromOutput { .. } => "from_output",
             Self::Any => "any",
             Self::Range { .. } => "range",
@@ -460,6 +474,14 @@ pub struct Closed {
     /// set, so APMs from before the rule keep their bytes.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub planned: bool,
+    /// Data goes only where it is cleared, decided by provenance (issue 36, items 1
+    /// and 2): every parameter of a disclosing call the executor composed carries every
+    /// output its agent read (and, with `labels`, the run read or its model heard),
+    /// whatever its form; it runs as composed only when the plan clears it for all of
+    /// them (a `carries` or `from_output` constraint naming their calls), otherwise as
+    /// the plan wrote it, or not at all. Written only when set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub provenance: bool,
 }
 
 impl Closed {
@@ -471,6 +493,7 @@ impl Closed {
         recipients: true,
         models: true,
         planned: true,
+        provenance: true,
     };
 
     /// Whether no channel is closed (an APM written before they were).

@@ -212,6 +212,11 @@ pub enum CheckDetail {
         /// [`crate::apm::Closed::content`] or [`crate::apm::Closed::labels`].
         #[serde(default, skip_serializing_if = "Option::is_none")]
         outputs: Option<u32>,
+        /// For a disclosing call matched to its plan step under an APM deciding flows
+        /// by provenance ([`crate::apm::Closed::provenance`]): one entry per parameter
+        /// the executor composed, in name order — what it carries and what ran.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        provenance: Vec<ArgFlow>,
     },
     /// Regulation guard.
     Regulation {
@@ -352,6 +357,24 @@ pub struct SinkCheck {
     pub source: Option<u64>,
     /// Whether the APM authorizes the flow (the user's prompt or the plan fixes it).
     pub authorized: bool,
+}
+
+/// One composed parameter of a disclosing call, decided by provenance: the outputs it
+/// carries (every output holding data its agent's model read before composing it, or
+/// the one output a `from_output` link takes it from) and those the plan clears it for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArgFlow {
+    /// Parameter name.
+    pub param: String,
+    /// The `tool_output` (or `heard`) nodes whose data the value may carry, in commit
+    /// order.
+    pub sources: Vec<u64>,
+    /// Those of `sources` the plan clears the parameter for.
+    pub cleared: Vec<u64>,
+    /// What ran: `composed` (the executor's value: every source cleared), `planned`
+    /// (the plan's value in its place), or `withheld` (neither: the call is blocked).
+    pub ran: String,
 }
 
 /// An earlier output of the run whose data reaches a disclosure's content.
