@@ -1472,12 +1472,10 @@ fn attempt(
         );
         let id = format!("call_{step}");
         // What the proposal asked to run, numbers as the monitor reads them.
-        let proposed = serde_json::from_str::<Value>(&arguments)
-            .ok()
-            .map(|mut v| {
-                knox_types::canon::normalize_numbers(&mut v);
-                v
-            });
+        let proposed = serde_json::from_str::<Value>(&arguments).ok().map(|mut v| {
+            knox_types::canon::normalize_numbers(&mut v);
+            v
+        });
         turns.push(Turn::Call {
             id: id.clone(),
             name: name.clone(),

@@ -257,7 +257,9 @@ fn carries(
                     .and_then(|k| u32::try_from(k).ok())
                     .filter(|k| (*k as usize) < index)
                     .ok_or_else(|| {
-                        format!("`{tool}`: `carries.{name}` names {k}, not an earlier call of the plan")
+                        format!(
+                            "`{tool}`: `carries.{name}` names {k}, not an earlier call of the plan"
+                        )
                     })
             })
             .collect::<Result<_, _>>()?;
@@ -486,6 +488,47 @@ mod tests {
             &mut knox_policy::trajectory::RegexCache::default(),
         )
         .matched
+    }
+
+    /// #36: a call declares which earlier calls' outputs its free text carries; only a
+    /// prose parameter can, and only earlier calls.
+    #[test]
+    fn carries_declares_free_text_cleared_for_earlier_outputs() {
+        let m = manifest();
+        let with = |carries: Value| {
+            json!({"calls": [
+                {"tool": "GmailReadEmail", "params": {"email_id": "e1"}},
+                {"tool": "GmailSendEmail", "params": {"to": "bob@example.com",
+                    "subject": "Summary", "body": "The email says hi."}, "carries": carries}]})
+            .to_string()
+        };
+        let p = plan(
+            &with(json!({"body": [0]})),
+            "Read email e1 and send bob@example.com its summary",
+            &m,
+        )
+        .unwrap();
+        assert_eq!(
+            p[1].constraints.as_ref().unwrap()["body"],
+            ParamConstraint::Carries {
+                calls: vec![0],
+                min: 0,
+                max: MAX_FREE_TEXT
+            }
+        );
+        assert!(admits(
+            &p[1],
+            json!({"to": "bob@example.com", "subject": "Summary", "body": "Anything."})
+        ));
+        for (bad, fault) in [
+            (json!({"to": [0]}), "not a free-text parameter"),
+            (json!({"body": [1]}), "not an earlier call"),
+            (json!({"body": []}), "not a list of call numbers"),
+            (json!(["body"]), "`carries` is not an object"),
+        ] {
+            let e = plan(&with(bad.clone()), "x", &m).unwrap_err();
+            assert!(e.contains(fault), "{bad}: {e}");
+        }
     }
 
     #[test]

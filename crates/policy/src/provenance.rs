@@ -56,7 +56,7 @@ pub fn holds_data(entry: Option<&ToolEntry>) -> bool {
         return true;
     };
     match &t.annotations.returns {
-        Some(r) => !(!r.info_types.is_empty() && r.info_types.iter().all(|i| *i == InfoType::Public)),
+        Some(r) => r.info_types.iter().any(|i| *i != InfoType::Public) || r.info_types.is_empty(),
         None => matches!(t.effect(), Effect::Read | Effect::Execute),
     }
 }
@@ -92,11 +92,7 @@ pub const WITHHELD: &str = "withheld";
 
 /// Decides the parameters `params` (the call as it would run) of a call matched to
 /// plan step `expected`, its agent's model having read `context` (in commit order).
-pub fn decide(
-    expected: &ExpectedCall,
-    params: &Map<String, Value>,
-    context: &[Source],
-) -> Decided {
+pub fn decide(expected: &ExpectedCall, params: &Map<String, Value>, context: &[Source]) -> Decided {
     let mut out = Decided {
         flows: Vec::new(),
         params: params.clone(),
@@ -275,7 +271,11 @@ mod tests {
         let p = params(json!({"to": "bob@example.com", "subject": "Hi", "body": "Hey"}));
         let d = decide(&e, &p, &[]);
         assert_eq!(d.params, p);
-        assert!(d.flows.iter().all(|f| f.ran == COMPOSED && f.sources.is_empty()));
+        assert!(
+            d.flows
+                .iter()
+                .all(|f| f.ran == COMPOSED && f.sources.is_empty())
+        );
     }
 
     #[test]

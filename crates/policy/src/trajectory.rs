@@ -227,7 +227,9 @@ pub fn as_planned(
 fn planned_form(c: &ParamConstraint, v: &Value, outputs: &dyn Fn(u32) -> Option<Value>) -> Value {
     match c {
         ParamConstraint::Exact { value } => value.clone(),
-        ParamConstraint::OneOf { values } => values.iter().find(|x| same(v, x)).unwrap_or(v).clone(),
+        ParamConstraint::OneOf { values } => {
+            values.iter().find(|x| same(v, x)).unwrap_or(v).clone()
+        }
         ParamConstraint::Text {
             values,
             ignore_case,
@@ -283,15 +285,14 @@ fn holds(
             Value::String(s) => regexes.get(regex).is_some_and(|r| r.is_match(s)),
             _ => false,
         },
-        ParamConstraint::Length { min, max } | ParamConstraint::Carries { min, max, .. } => {
-            match v {
-                Value::String(s) => {
-                    let n = s.chars().count();
-                    n >= *min as usize && n <= *max as usize
-                }
-                _ => false,
+        ParamConstraint::Length { min, max } | ParamConstraint::Carries { min, max, .. } => match v
+        {
+            Value::String(s) => {
+                let n = s.chars().count();
+                n >= *min as usize && n <= *max as usize
             }
-        }
+            _ => false,
+        },
         ParamConstraint::FromOutput { call, pointer } => {
             let Some(out) = outputs(*call) else {
                 return false;
@@ -1263,8 +1264,10 @@ inputSchema = { type = "object", properties = { query = { type = "string" }, lim
         );
         let o = run(
             &e2,
-            &action(json!({"folder": "archive", "labels": ["a", "b"], "kind": "x",
-                "limit": 10, "note": ""})),
+            &action(
+                json!({"folder": "archive", "labels": ["a", "b"], "kind": "x",
+                "limit": 10, "note": ""}),
+            ),
         );
         assert_eq!(
             Value::Object(o.executed.unwrap()),
@@ -1272,8 +1275,10 @@ inputSchema = { type = "object", properties = { query = { type = "string" }, lim
         );
         let o = run(
             &e2,
-            &action(json!({"folder": "Archive", "labels": ["a", "b"], "kind": "x",
-                "limit": 20, "note": ""})),
+            &action(
+                json!({"folder": "Archive", "labels": ["a", "b"], "kind": "x",
+                "limit": 20, "note": ""}),
+            ),
         );
         assert_eq!(o.executed, None, "already as planned: nothing to replace");
         // Exact matching by hash runs the proposal, which is the plan's call itself.

@@ -65,9 +65,7 @@ impl Decision {
     /// The arguments to release for `call`: the planned ones, else the model's.
     pub(crate) fn arguments<'a>(&'a self, call: &'a ProposedCall) -> &'a str {
         match self {
-            Self::Allowed {
-                arguments: Some(a),
-            } => a,
+            Self::Allowed { arguments: Some(a) } => a,
             _ => &call.arguments,
         }
     }

@@ -110,9 +110,7 @@ pub(crate) fn apply(
     for ((entry, (id, call)), d) in entries.into_iter().zip(calls).zip(decisions) {
         match d {
             Decision::Allowed { arguments: None } => kept.push(entry),
-            Decision::Allowed {
-                arguments: Some(a),
-            } => {
+            Decision::Allowed { arguments: Some(a) } => {
                 // Released as the plan writes it: the arguments the monitor executes.
                 let mut entry = entry;
                 if let Some(Value::Object(f)) = entry.get_mut("function") {

@@ -103,10 +103,13 @@ fn every_class_that_got_through_before_is_blocked_now_with_the_reason_recorded()
     // body, a subject, a tweet, another agent's tweet, composed after the read in any
     // encoding or as a paraphrase, runs only as the plan wrote it.
     for class in ["free_text", "split_across_params", "cross_agent"] {
-        let (n, planned) = after.attempts.iter().filter(|a| a.class == class).fold(
-            (0, 0),
-            |(n, p), a| (n + 1, p + usize::from(a.allowed && a.as_planned)),
-        );
+        let (n, planned) = after
+            .attempts
+            .iter()
+            .filter(|a| a.class == class)
+            .fold((0, 0), |(n, p), a| {
+                (n + 1, p + usize::from(a.allowed && a.as_planned))
+            });
         assert_eq!(n, planned, "{class}: {}", after.markdown());
     }
     // The reasons name what closed each channel.
@@ -272,9 +275,9 @@ impl Tally {
                 // What ran is in the evidence: the trajectory check's executed values.
                 let ran = bundle.nodes.iter().any(|n| {
                     matches!(&n.payload, knox_types::payload::Body::Check(c)
-                        if matches!(&c.detail, knox_types::payload::CheckDetail::Trajectory {
-                            executed: Some(_), ..
-                        }))
+                    if matches!(&c.detail, knox_types::payload::CheckDetail::Trajectory {
+                        executed: Some(_), ..
+                    }))
                 });
                 assert!(ran, "{id}: ran as planned, but no executed values recorded");
                 self.as_planned += 1;

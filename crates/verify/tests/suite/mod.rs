@@ -5,5 +5,6 @@ mod mutants;
 mod parallel;
 mod pipeline;
 mod planned;
+mod provenance;
 mod tamper;
 mod typed_bodies;

@@ -43,7 +43,10 @@ fn run(rt: &Runtime) -> (Bundle, Value) {
         tasks: vec![vec![ExpectedCall::exact(
             0,
             "GoogleCalendarReadEvents",
-            json!({"event_ids": ["a", "b"]}).as_object().cloned().unwrap(),
+            json!({"event_ids": ["a", "b"]})
+                .as_object()
+                .cloned()
+                .unwrap(),
         )]],
     };
     let mut apm = apm::from_plan(
@@ -59,7 +62,10 @@ fn run(rt: &Runtime) -> (Bundle, Value) {
         },
     )
     .unwrap();
-    assert!(apm.guards.closed.planned, "new APMs execute planned values as planned");
+    assert!(
+        apm.guards.closed.planned,
+        "new APMs execute planned values as planned"
+    );
     apm.guards.trajectory = TrajectoryMode::tolerant();
     let apm_hash = apm.hash().unwrap();
     let att = apm::attest(&apm, apm_hash, rt.monitor_key()).unwrap();
@@ -96,8 +102,8 @@ fn run(rt: &Runtime) -> (Bundle, Value) {
     );
     m.record_output(t, json!({"events": []}));
     let aeg = m.finish();
-    let b =
-        knox_monitor::run::seal(rt, "planned", Some(&prompt), apm.clone(), att, vec![], aeg).unwrap();
+    let b = knox_monitor::run::seal(rt, "planned", Some(&prompt), apm.clone(), att, vec![], aeg)
+        .unwrap();
     (b, ran)
 }
 
