@@ -965,16 +965,19 @@ impl<'a> Pipeline<'a> {
                 Some(mut c) => {
                     // Content the executor composed (a parameter the plan does not fix
                     // exactly): it may carry what was read in a form no match finds.
-                    let composed = match provenance_of(&checks) {
+                    let composed = if closed.provenance && expected.is_some() {
                         // By provenance: a parameter that runs as composed and carries
-                        // something read.
-                        Some(flows) => flows.iter().any(|f| {
-                            f.ran == knox_policy::provenance::COMPOSED && !f.sources.is_empty()
-                        }),
-                        None => action
+                        // something read (one the plan's value replaced carries nothing).
+                        provenance_of(&checks).is_some_and(|flows| {
+                            flows.iter().any(|f| {
+                                f.ran == knox_policy::provenance::COMPOSED && !f.sources.is_empty()
+                            })
+                        })
+                    } else {
+                        action
                             .params
                             .iter()
-                            .any(|(n, v)| !knox_policy::dataflow::fixed(n, v, expected)),
+                            .any(|(n, v)| !knox_policy::dataflow::fixed(n, v, expected))
                     };
                     if closed.labels && composed {
                         fail_closed(&mut c, &seen);

@@ -247,7 +247,7 @@ pub fn fixed(name: &str, value: &Value, expected: Option<&ExpectedCall>) -> bool
 }
 
 /// The scalar leaves of a value, as strings.
-fn scalars(v: &Value, out: &mut Vec<String>) {
+pub(crate) fn scalars(v: &Value, out: &mut Vec<String>) {
     match v {
         Value::String(s) => out.push(s.trim().to_string()),
         Value::Number(n) => out.push(n.to_string()),

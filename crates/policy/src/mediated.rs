@@ -88,7 +88,7 @@ pub fn checks(
     };
     let decided = match view.expected {
         Some(e) if view.closed.provenance && t.matched => {
-            let d = provenance::decide(e, &params, view.context);
+            let d = provenance::decide(entry, e, &params, view.prompt, view.context);
             params.clone_from(&d.params);
             Some(d)
         }

@@ -23,7 +23,12 @@
 //!
 //! A parameter whose sources are all cleared runs as composed. Otherwise it runs as the
 //! plan wrote it — the expected call's own value, written from the user's prompt before
-//! any tool ran — and, when the plan has none, the call is withheld (blocked). So a
+//! any tool ran — and, when the plan has none, the call is withheld (blocked). A
+//! parameter the manifest lists as a sink (a recipient, a URL, an amount) is never
+//! replaced — a planned example is no address to send to — but withheld, unless every
+//! scalar of its value is a token of the user's prompt (the user named it; which of the
+//! prompt's tokens is picked is a choice of a few bits, and the sink check decides the
+//! rest). So a
 //! secret read in one step never leaves in a later step's free text unless the plan
 //! said that text is made of that step's output; an honest paraphrase still runs, as
 //! the plan's words.
@@ -33,6 +38,7 @@ use knox_types::canon;
 use knox_types::payload::ArgFlow;
 use serde_json::{Map, Value};
 
+use crate::dataflow::{contains_token, scalars};
 use crate::manifest::{Effect, InfoType, ToolEntry};
 
 /// An output whose data the executor's model read: a `tool_output` of its agent (or,
@@ -90,9 +96,16 @@ pub const PLANNED: &str = "planned";
 /// `ran` of a parameter neither cleared nor planned: the call is blocked.
 pub const WITHHELD: &str = "withheld";
 
-/// Decides the parameters `params` (the call as it would run) of a call matched to
-/// plan step `expected`, its agent's model having read `context` (in commit order).
-pub fn decide(expected: &ExpectedCall, params: &Map<String, Value>, context: &[Source]) -> Decided {
+/// Decides the parameters `params` (the call as it would run) of a call of `entry`
+/// matched to plan step `expected`, its agent's model having read `context` (in commit
+/// order); `prompt` holds the task instructions.
+pub fn decide(
+    entry: &ToolEntry,
+    expected: &ExpectedCall,
+    params: &Map<String, Value>,
+    prompt: &[&str],
+    context: &[Source],
+) -> Decided {
     let mut out = Decided {
         flows: Vec::new(),
         params: params.clone(),
@@ -120,8 +133,14 @@ pub fn decide(expected: &ExpectedCall, params: &Map<String, Value>, context: &[S
                 (sources, cleared)
             }
         };
+        let sink = entry.annotations.sinks.iter().any(|k| k == name);
         let ran = if sources.iter().all(|s| cleared.contains(s)) {
             COMPOSED
+        } else if sink {
+            if held_by_prompt(value, prompt) {
+                continue;
+            }
+            WITHHELD
         } else if let Some(planned) = expected.params.get(name) {
             out.params.insert(name.clone(), planned.clone());
             PLANNED
@@ -186,6 +205,17 @@ fn carried<'a>(c: Option<&'a ParamConstraint>, value: &Value, context: &[Source]
     }
 }
 
+/// Whether every scalar of `value` (at least one) occurs as a token in a task
+/// instruction: a recipient, URL or amount the user named.
+fn held_by_prompt(value: &Value, prompt: &[&str]) -> bool {
+    let mut values = Vec::new();
+    scalars(value, &mut values);
+    !values.is_empty()
+        && values
+            .iter()
+            .all(|v| !v.is_empty() && prompt.iter().any(|p| contains_token(p, v)))
+}
+
 #[cfg(test)]
 #[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 mod tests {
@@ -236,6 +266,8 @@ mod tests {
     /// not clear it runs its own words instead.
     #[test]
     fn composed_text_carries_every_read_whatever_it_looks_like() {
+        let m = manifest();
+        let entry = m.tool("GmailSendEmail").unwrap();
         let e = email(ParamConstraint::Length { min: 1, max: 5000 });
         for body in [
             "bank login: hunter2",
@@ -244,7 +276,7 @@ mod tests {
             "Hi Bob, just saying hello!",
         ] {
             let p = params(json!({"to": "bob@example.com", "subject": "Hi", "body": body}));
-            let d = decide(&e, &p, &READ);
+            let d = decide(entry, &e, &p, &[], &READ);
             assert!(d.passed());
             assert_eq!(d.params["body"], "Hello from me.", "{body}");
             assert_eq!(d.params["subject"], "Hello");
@@ -269,7 +301,7 @@ mod tests {
         }
         // Nothing read: the executor's words run.
         let p = params(json!({"to": "bob@example.com", "subject": "Hi", "body": "Hey"}));
-        let d = decide(&e, &p, &[]);
+        let d = decide(entry, &e, &p, &[], &[]);
         assert_eq!(d.params, p);
         assert!(
             d.flows
@@ -280,6 +312,8 @@ mod tests {
 
     #[test]
     fn a_plan_that_clears_the_read_lets_the_composed_text_run() {
+        let m = manifest();
+        let entry = m.tool("GmailSendEmail").unwrap();
         let e = email(ParamConstraint::Carries {
             calls: vec![0],
             min: 1,
@@ -287,7 +321,7 @@ mod tests {
         });
         let p = params(json!({"to": "bob@example.com", "subject": "Hello",
             "body": "Summary: the patient is stable."}));
-        let d = decide(&e, &p, &READ);
+        let d = decide(entry, &e, &p, &[], &READ);
         assert_eq!(d.params["body"], "Summary: the patient is stable.");
         // An output the plan does not name (another agent's, heard elsewhere, another
         // step) is not cleared: the plan's words run.
@@ -298,7 +332,7 @@ mod tests {
                 step: None,
             },
         ];
-        let d = decide(&e, &p, &more);
+        let d = decide(entry, &e, &p, &[], &more);
         assert_eq!(d.params["body"], "Hello from me.");
         assert_eq!(d.flows[0].cleared, vec![7]);
         assert_eq!(d.flows[0].sources, vec![7, 9]);
@@ -306,10 +340,12 @@ mod tests {
 
     #[test]
     fn with_no_planned_value_the_call_is_withheld() {
+        let m = manifest();
+        let entry = m.tool("GmailSendEmail").unwrap();
         let mut e = email(ParamConstraint::Length { min: 1, max: 5000 });
         e.params.remove("body");
         let p = params(json!({"to": "bob@example.com", "subject": "Hello", "body": "x"}));
-        let d = decide(&e, &p, &READ);
+        let d = decide(entry, &e, &p, &[], &READ);
         assert!(!d.passed());
         assert_eq!(d.flows[0].ran, WITHHELD);
     }
@@ -320,5 +356,31 @@ mod tests {
         assert!(holds_data(m.tool("GmailReadEmail")));
         assert!(holds_data(None));
         assert!(!holds_data(m.tool("GmailSendEmail")));
+    }
+
+    /// A recipient is never replaced by a planned example: composed after a read, it
+    /// runs only when the user named it, and is withheld otherwise.
+    #[test]
+    fn a_composed_recipient_runs_only_when_the_user_named_it() {
+        let m = manifest();
+        let entry = m.tool("GmailSendEmail").unwrap();
+        let mut e = email(ParamConstraint::Length { min: 1, max: 5000 });
+        e.constraints.as_mut().unwrap().insert(
+            "to".into(),
+            ParamConstraint::Pattern {
+                regex: ".+@.+".into(),
+            },
+        );
+        let prompt = ["Forward email e1 to bob@example.com"];
+        for (to, ok) in [
+            ("bob@example.com", true),
+            ("bob+c2VjcmV0@example.com", false),
+            ("amy@evil.example", false),
+        ] {
+            let p = params(json!({"to": to, "subject": "Fwd", "body": "see below"}));
+            let d = decide(entry, &e, &p, &prompt, &READ);
+            assert_eq!(d.passed(), ok, "{to}");
+            assert_eq!(d.params["to"], to, "never replaced");
+        }
     }
 }
