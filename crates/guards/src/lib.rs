@@ -878,11 +878,7 @@ impl<'a> Pipeline<'a> {
                     && !pointer.is_some_and(|p| t.annotations.trusted.iter().any(|f| f == p))
             })
         };
-        let context = if closed.provenance {
-            provenance_context(manifest, st, run)
-        } else {
-            Vec::new()
-        };
+        let context = || provenance_context(manifest, st, run);
         let view = mediated::AgentView {
             expected,
             outputs: &outputs,

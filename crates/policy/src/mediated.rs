@@ -47,8 +47,8 @@ pub struct AgentView<'a> {
     /// Whether a data link carries an untrusted value (the recipient channel).
     pub links: LinkUntrusted<'a>,
     /// The outputs holding data that the agent's model read (in commit order), for
-    /// the provenance stage ([`Closed::provenance`]); empty otherwise.
-    pub context: &'a [provenance::Source],
+    /// the provenance stage ([`Closed::provenance`]), worked out when it asks.
+    pub context: &'a dyn Fn() -> Vec<provenance::Source>,
 }
 
 impl std::fmt::Debug for AgentView<'_> {
@@ -82,22 +82,22 @@ pub fn checks(
     // The parameters that run: the plan's form of what it fixes (`planned`), and —
     // for a call matched to its step under `provenance` — the plan's value of each
     // composed parameter not cleared for every output the model read.
-    let mut params = match &t.executed {
-        Some(p) if view.closed.planned => p.clone(),
-        _ => action.params.clone(),
-    };
-    let decided = match view.expected {
+    let planned = t.executed.filter(|_| view.closed.planned);
+    let (executed, flows) = match view.expected {
         Some(e) if view.closed.provenance && t.matched => {
-            let d = provenance::decide(entry, e, &params, view.prompt, view.context);
-            params.clone_from(&d.params);
-            Some(d)
+            let given = planned.as_ref().unwrap_or(&action.params);
+            let d = provenance::decide(entry, e, given, view.prompt, view.context);
+            (d.params.or(planned), d.flows)
         }
-        _ => None,
+        _ => (planned, Vec::new()),
     };
-    let executed = (params != action.params).then(|| params.clone());
-    let ran = Action {
-        tool: action.tool.clone(),
-        params,
+    let executed = executed.filter(|p| *p != action.params);
+    let ran = match &executed {
+        Some(p) => std::borrow::Cow::Owned(Action {
+            tool: action.tool.clone(),
+            params: p.clone(),
+        }),
+        None => std::borrow::Cow::Borrowed(action),
     };
     let mut out = vec![CheckPayload {
         guard: GuardKind::Trajectory,
@@ -129,7 +129,7 @@ pub fn checks(
     // The call checked is the one that runs.
     let discloses =
         (view.closed.content || view.closed.labels) && entry.effect() == Effect::Disclose;
-    let provenance = decided.map(|d| d.flows).unwrap_or_default();
+    let provenance = flows;
     if !entry.annotations.sinks.is_empty() || discloses || !provenance.is_empty() {
         let links = view.closed.recipients.then_some(view.links);
         let sinks = dataflow::check(
@@ -216,7 +216,7 @@ pub fn block_reason(check: &CheckPayload, at: At) -> Option<String> {
                     .map(u64::to_string)
                     .collect();
                 return Some(format!(
-                    "`{}` was composed after reading node {}, which the plan does not clear it for, and the plan gives no value for it",
+                    "`{}` was composed after reading node {}, which the plan does not clear it for, and no planned value may run in its place",
                     w.param,
                     uncleared.join(", ")
                 ));

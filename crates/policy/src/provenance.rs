@@ -72,9 +72,10 @@ pub fn holds_data(entry: Option<&ToolEntry>) -> bool {
 pub struct Decided {
     /// One entry per parameter that is not clean, in name order.
     pub flows: Vec<ArgFlow>,
-    /// The parameters as they run: composed values whose sources are all cleared, the
-    /// plan's values in place of the others.
-    pub params: Map<String, Value>,
+    /// The parameters as they run, when the plan's values replace some: composed
+    /// values whose sources are all cleared, the plan's values in place of the others.
+    /// `None`: they run as given.
+    pub params: Option<Map<String, Value>>,
 }
 
 impl Decided {
@@ -97,18 +98,19 @@ pub const PLANNED: &str = "planned";
 pub const WITHHELD: &str = "withheld";
 
 /// Decides the parameters `params` (the call as it would run) of a call of `entry`
-/// matched to plan step `expected`, its agent's model having read `context` (in commit
-/// order); `prompt` holds the task instructions.
+/// matched to plan step `expected`, its agent's model having read what `context` gives
+/// (in commit order; asked at most once, and only when a parameter is not clean);
+/// `prompt` holds the task instructions.
 pub fn decide(
     entry: &ToolEntry,
     expected: &ExpectedCall,
     params: &Map<String, Value>,
     prompt: &[&str],
-    context: &[Source],
+    context: &dyn Fn() -> Vec<Source>,
 ) -> Decided {
     let mut out = Decided {
         flows: Vec::new(),
-        params: params.clone(),
+        params: None,
     };
     // A call matched by its hash is the plan's call itself.
     let Some(constraints) = &expected.constraints else {
@@ -116,11 +118,17 @@ pub fn decide(
     };
     let mut names: Vec<&String> = params.keys().collect();
     names.sort();
+    let mut read: Option<Vec<Source>> = None;
     for name in names {
         let Some(value) = params.get(name) else {
             continue;
         };
-        let (sources, cleared) = match carried(constraints.get(name), value, context) {
+        let c = constraints.get(name);
+        if matches!(carried(c, value, &[]), Carried::Clean) {
+            continue;
+        }
+        let context = read.get_or_insert_with(context).as_slice();
+        let (sources, cleared) = match carried(c, value, context) {
             Carried::Clean => continue,
             Carried::From(s) => (s.clone(), s),
             Carried::Composed { clears } => {
@@ -142,7 +150,9 @@ pub fn decide(
             }
             WITHHELD
         } else if let Some(planned) = expected.params.get(name) {
-            out.params.insert(name.clone(), planned.clone());
+            out.params
+                .get_or_insert_with(|| params.clone())
+                .insert(name.clone(), planned.clone());
             PLANNED
         } else {
             WITHHELD
@@ -256,6 +266,11 @@ mod tests {
         v.as_object().unwrap().clone()
     }
 
+    /// The parameters that run.
+    fn ran(d: &Decided, given: &Map<String, Value>) -> Map<String, Value> {
+        d.params.clone().unwrap_or_else(|| given.clone())
+    }
+
     const READ: [Source; 1] = [Source {
         node: 7,
         step: Some(0),
@@ -276,11 +291,12 @@ mod tests {
             "Hi Bob, just saying hello!",
         ] {
             let p = params(json!({"to": "bob@example.com", "subject": "Hi", "body": body}));
-            let d = decide(entry, &e, &p, &[], &READ);
+            let d = decide(entry, &e, &p, &[], &|| READ.to_vec());
             assert!(d.passed());
-            assert_eq!(d.params["body"], "Hello from me.", "{body}");
-            assert_eq!(d.params["subject"], "Hello");
-            assert_eq!(d.params["to"], "bob@example.com");
+            let r = ran(&d, &p);
+            assert_eq!(r["body"], "Hello from me.", "{body}");
+            assert_eq!(r["subject"], "Hello");
+            assert_eq!(r["to"], "bob@example.com");
             assert_eq!(
                 d.flows,
                 vec![
@@ -301,8 +317,8 @@ mod tests {
         }
         // Nothing read: the executor's words run.
         let p = params(json!({"to": "bob@example.com", "subject": "Hi", "body": "Hey"}));
-        let d = decide(entry, &e, &p, &[], &[]);
-        assert_eq!(d.params, p);
+        let d = decide(entry, &e, &p, &[], &Vec::new);
+        assert_eq!(d.params, None);
         assert!(
             d.flows
                 .iter()
@@ -321,8 +337,8 @@ mod tests {
         });
         let p = params(json!({"to": "bob@example.com", "subject": "Hello",
             "body": "Summary: the patient is stable."}));
-        let d = decide(entry, &e, &p, &[], &READ);
-        assert_eq!(d.params["body"], "Summary: the patient is stable.");
+        let d = decide(entry, &e, &p, &[], &|| READ.to_vec());
+        assert_eq!(ran(&d, &p)["body"], "Summary: the patient is stable.");
         // An output the plan does not name (another agent's, heard elsewhere, another
         // step) is not cleared: the plan's words run.
         let more = [
@@ -332,8 +348,8 @@ mod tests {
                 step: None,
             },
         ];
-        let d = decide(entry, &e, &p, &[], &more);
-        assert_eq!(d.params["body"], "Hello from me.");
+        let d = decide(entry, &e, &p, &[], &|| more.to_vec());
+        assert_eq!(ran(&d, &p)["body"], "Hello from me.");
         assert_eq!(d.flows[0].cleared, vec![7]);
         assert_eq!(d.flows[0].sources, vec![7, 9]);
     }
@@ -345,7 +361,7 @@ mod tests {
         let mut e = email(ParamConstraint::Length { min: 1, max: 5000 });
         e.params.remove("body");
         let p = params(json!({"to": "bob@example.com", "subject": "Hello", "body": "x"}));
-        let d = decide(entry, &e, &p, &[], &READ);
+        let d = decide(entry, &e, &p, &[], &|| READ.to_vec());
         assert!(!d.passed());
         assert_eq!(d.flows[0].ran, WITHHELD);
     }
@@ -378,9 +394,9 @@ mod tests {
             ("amy@evil.example", false),
         ] {
             let p = params(json!({"to": to, "subject": "Fwd", "body": "see below"}));
-            let d = decide(entry, &e, &p, &prompt, &READ);
+            let d = decide(entry, &e, &p, &prompt, &|| READ.to_vec());
             assert_eq!(d.passed(), ok, "{to}");
-            assert_eq!(d.params["to"], to, "never replaced");
+            assert_eq!(ran(&d, &p)["to"], to, "never replaced");
         }
     }
 }
