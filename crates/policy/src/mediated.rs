@@ -148,7 +148,13 @@ pub fn checks(
         let passed = dataflow::passes(&sinks)
             && content.iter().all(|c| c.declared)
             && provenance::passes(&provenance);
-        let outputs = discloses.then(|| u32::try_from(view.run.len()).unwrap_or(u32::MAX));
+        // How many of the run's outputs the call saw: for a disclosure's content check,
+        // and for a provenance decision whose context was the run's (the verifier
+        // replays either with exactly those outputs, whatever other agents committed
+        // meanwhile).
+        let shared = view.closed.content || view.closed.labels;
+        let outputs = (discloses || (shared && !provenance.is_empty()))
+            .then(|| u32::try_from(view.run.len()).unwrap_or(u32::MAX));
         out.push(CheckPayload {
             guard: GuardKind::DataFlow,
             passed,
