@@ -234,16 +234,8 @@ fn planned_form(c: &ParamConstraint, v: &Value, outputs: &dyn Fn(u32) -> Option<
             values,
             ignore_case,
             ignore_whitespace,
-        } => match v {
-            Value::String(s) => {
-                let got = fold(s, *ignore_case, *ignore_whitespace);
-                values
-                    .iter()
-                    .find(|x| fold(x, *ignore_case, *ignore_whitespace) == got)
-                    .map_or_else(|| v.clone(), |x| Value::String(x.clone()))
-            }
-            _ => v.clone(),
-        },
+        } => text_match(values, *ignore_case, *ignore_whitespace, v)
+            .map_or_else(|| v.clone(), |x| Value::String(x.clone())),
         ParamConstraint::Set { values } => {
             let mut seen = BTreeSet::new();
             Value::Array(
@@ -310,15 +302,7 @@ fn holds(
             values,
             ignore_case,
             ignore_whitespace,
-        } => match v {
-            Value::String(s) => {
-                let got = fold(s, *ignore_case, *ignore_whitespace);
-                values
-                    .iter()
-                    .any(|x| fold(x, *ignore_case, *ignore_whitespace) == got)
-            }
-            _ => false,
-        },
+        } => text_match(values, *ignore_case, *ignore_whitespace, v).is_some(),
         ParamConstraint::Set { values } => match v {
             Value::Array(items) => {
                 let want: BTreeSet<Vec<u8>> = values.iter().map(canon::canonical).collect();
@@ -332,6 +316,15 @@ fn holds(
         }
         ParamConstraint::Schema { schema } => crate::schema_fragment::valid(schema, v, regexes),
     }
+}
+
+/// The first of a `text` constraint's `values` that `v` equals after folding.
+fn text_match<'a>(values: &'a [String], case: bool, space: bool, v: &Value) -> Option<&'a String> {
+    let Value::String(s) = v else {
+        return None;
+    };
+    let got = fold(s, case, space);
+    values.iter().find(|x| fold(x, case, space) == got)
 }
 
 /// `s` with letter case folded (Unicode lower case) and/or runs of white space made one
