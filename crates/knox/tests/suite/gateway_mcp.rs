@@ -482,12 +482,42 @@ fn shared_bundles(out: &Path) -> Vec<Bundle> {
 /// refused the injected write through it, two launches run at once, and every session
 /// is a numbered link of that gateway's one key, each bundle `complete`. The gateway
 /// ends by itself once idle.
+///
+/// A launch of its own holds a session open from first to last (a launch of the
+/// Inspector takes 2-3 s, as long as the idle time that ends the gateway): the launches
+/// between never find the gateway gone, however slow the machine.
 #[test]
 fn shared_launches_are_numbered_links_of_one_gateways_key() {
     let servers = installed();
     let fx = Fixture::new(&servers);
     let out = fx.path().join("evidence");
     let shared = ["--shared", "--shared-idle-secs", "3"];
+    let mut holder = knox()
+        .current_dir(fx.path())
+        .args([
+            "gateway",
+            "mcp",
+            "--manifest",
+            "fs.toml",
+            "--mcp",
+            "servers.toml",
+        ])
+        .args(["--prompt", "Read my notes", "--plan", "plan.json", "--out"])
+        .arg(&out)
+        .args(shared)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !out.join("gateway.addr").exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        out.join("gateway.addr").exists(),
+        "no shared gateway started"
+    );
     let o = inspector_with(&servers, &fx, &out, &shared, &["--method", "tools/list"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let listed: Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -538,15 +568,23 @@ fn shared_launches_are_numbered_links_of_one_gateways_key() {
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         }
     });
+    // The holder's input ends: its session is sealed, and the gateway idles out.
+    drop(holder.stdin.take());
+    let o = holder.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let bundles = shared_bundles(&out);
-    assert_eq!(bundles.len(), 5, "one session per launch");
+    assert_eq!(bundles.len(), 6, "one session per launch");
     let first = bundles[0].summary.key_chain.unwrap().seq;
     for (n, b) in bundles.iter().enumerate() {
         assert_eq!(b.key, bundles[0].key, "one key: {}", b.run_id);
         let seq = b.summary.key_chain.unwrap().seq;
         assert_eq!(seq, first + n as u64, "consecutive links: {}", b.run_id);
     }
-    assert!(blocked_by(&bundles[2], "trajectory").is_some());
+    let refused: Vec<_> = bundles
+        .iter()
+        .filter(|b| blocked_by(b, "trajectory").is_some())
+        .collect();
+    assert_eq!(refused.len(), 1, "the one injected write is refused");
 }
 
 #[test]
