@@ -248,9 +248,7 @@ pub fn run(rt: &Harness, pool: &Pool, opts: &Options<'_>) -> Result<Results, Eva
     let planner = PoolPlanner::new(&flows, Matching::Exact);
     let modes = [
         TrajectoryMode::Exact,
-        TrajectoryMode::Tolerant {
-            read_repeats: opts.read_repeats,
-        },
+        TrajectoryMode::tolerant_with(opts.read_repeats),
     ];
     let mut cells: BTreeMap<(String, &'static str, &'static str, Kind), Cell> = BTreeMap::new();
     let total: usize = opts

@@ -155,6 +155,10 @@ pub struct AgentState {
     /// Every output received, in order: the provenance stage's context when the run's
     /// outputs are not shared ([`knox_types::apm::Closed::provenance`]).
     pub read: Vec<ReadOutput>,
+    /// The tolerant mode's free choices so far, under a capacity: the product of the
+    /// options of every allowed call that chose among several enabled steps (0 or 1:
+    /// none yet; [`knox_policy::trajectory::Capacity`]).
+    pub choices: u128,
 }
 
 /// An output an agent received, as the provenance stage needs it.
@@ -187,6 +191,12 @@ impl AgentState {
             return;
         }
         self.actions = self.actions.saturating_add(1);
+        if change.advances && change.options > 1 {
+            self.choices = self
+                .choices
+                .max(1)
+                .saturating_mul(u128::from(change.options));
+        }
         if change.advances {
             // A step after a retryable one ran, or the retryable one itself did: it is
             // no longer open. A retry leaves the pointer where it is (past that step).
@@ -533,6 +543,9 @@ pub struct StateChange {
     pub position: u32,
     /// The agent stops.
     pub stops: bool,
+    /// How many enabled steps the call chose among, when it counts against the
+    /// tolerant mode's capacity (more than one); 0 otherwise.
+    pub options: u32,
 }
 
 /// The guards' evaluation of one proposal.
@@ -560,6 +573,14 @@ impl Evaluation<'_> {
                 advances: true,
                 retry,
                 position,
+                options: self
+                    .checks
+                    .iter()
+                    .find_map(|c| match &c.detail {
+                        CheckDetail::Trajectory { options, .. } => *options,
+                        _ => None,
+                    })
+                    .unwrap_or(0),
                 ..StateChange::default()
             },
             Decision::Block {
@@ -595,7 +616,7 @@ fn compile_automata(
         .iter()
         .map(|p| match apm.guards.trajectory {
             TrajectoryMode::Exact | TrajectoryMode::Unplanned => None,
-            TrajectoryMode::Tolerant { read_repeats } => {
+            TrajectoryMode::Tolerant { read_repeats, .. } => {
                 Some(Automaton::compile_with(p, manifest, read_repeats, rules))
             }
         })
@@ -721,6 +742,16 @@ impl<'a> Pipeline<'a> {
                 p,
                 &st.runs,
                 &st.attempted,
+                match self.apm.guards.trajectory {
+                    TrajectoryMode::Tolerant {
+                        capacity_bits: Some(bits),
+                        ..
+                    } => Some(knox_policy::trajectory::Capacity {
+                        bits,
+                        used: st.choices.max(1),
+                    }),
+                    _ => None,
+                },
                 action,
                 &actual_hash,
                 &outputs,
@@ -869,7 +900,17 @@ impl<'a> Pipeline<'a> {
             })
             .collect();
         let manifest = self.manifest;
+        // Whether a recipient linked to call `call`'s output (at `pointer`) is not
+        // authorized by the link: one into an output of outside content, unless the
+        // manifest trusts the field — or, deciding by provenance, unless the plan names
+        // the field: the user chose where the address comes from (reply to its
+        // sender), and what the recipient gets is only what the plan clears or
+        // writes. A link naming no field stays unauthorized (any value of the output,
+        // an address the output's author planted among others, would do).
         let links = |call: u32, pointer: Option<&str>| {
+            if closed.provenance && pointer.is_some() {
+                return false;
+            }
             let entry = plan
                 .and_then(|p| p.trajectory.get(call as usize))
                 .and_then(|e| manifest.tool(&e.tool));
@@ -918,6 +959,26 @@ impl<'a> Pipeline<'a> {
                     .tool(tool)
                     .and_then(|t| t.annotations.returns.as_ref())
             };
+            // Under provenance, which outputs the disclosure's content carries is where
+            // its parameters' data came from (the data-flow check's entries): every
+            // parameter but a recipient that runs as composed carries its sources.
+            let carried: Option<Vec<u64>> = (closed.provenance && expected.is_some()).then(|| {
+                let recipients = entry
+                    .annotations
+                    .discloses
+                    .as_ref()
+                    .map(|d| d.recipient.as_slice())
+                    .unwrap_or_default();
+                provenance_of(&checks)
+                    .unwrap_or_default()
+                    .iter()
+                    .filter(|f| {
+                        f.ran == knox_policy::provenance::COMPOSED && !recipients.contains(&f.param)
+                    })
+                    .flat_map(|f| f.sources.iter().copied())
+                    .collect()
+            });
+            let carries = |node: u64| carried.as_ref().map(|c| c.contains(&node));
             let seen: Vec<Seen<'_>> = if closed.labels {
                 // Labels per run: every agent's labelled outputs this call saw (another
                 // agent's positions are not this trajectory's: they link nothing).
@@ -934,6 +995,7 @@ impl<'a> Pipeline<'a> {
                             labels: Some(labels),
                             output: &r.output,
                             heard: r.heard,
+                            carried: carries(r.node),
                         })
                     })
                     .collect()
@@ -946,6 +1008,7 @@ impl<'a> Pipeline<'a> {
                         labels: labels_of(&l.tool),
                         output: &l.output,
                         heard: false,
+                        carried: carries(l.node),
                     })
                     .collect()
             };
@@ -961,14 +1024,12 @@ impl<'a> Pipeline<'a> {
                 Some(mut c) => {
                     // Content the executor composed (a parameter the plan does not fix
                     // exactly): it may carry what was read in a form no match finds.
-                    let composed = if closed.provenance && expected.is_some() {
-                        // By provenance: a parameter that runs as composed and carries
-                        // something read (one the plan's value replaced carries nothing).
-                        provenance_of(&checks).is_some_and(|flows| {
-                            flows.iter().any(|f| {
-                                f.ran == knox_policy::provenance::COMPOSED && !f.sources.is_empty()
-                            })
-                        })
+                    let composed = if let Some(carried) = &carried {
+                        // By provenance: content that runs as composed and carries a
+                        // labelled output (one the plan's value replaced carries
+                        // nothing). Its labels are then in `φ`: what fails closed is a
+                        // flow the norms could not decide with them.
+                        seen.iter().any(|s| carried.contains(&s.node))
                     } else {
                         action
                             .params
@@ -1110,6 +1171,7 @@ fn unplanned_outcome(bounded: bool) -> knox_policy::trajectory::Outcome {
             "the run has no plan and no contract bounds it: nothing is permitted".to_owned()
         }),
         executed: None,
+        options: None,
     }
 }
 

@@ -576,7 +576,10 @@ fn what_the_monitor_recorded_reclassifies_to_the_same_input_and_changes_are_name
 #[test]
 fn tolerant_mode_follows_the_automaton_and_an_off_plan_call_moves_nothing() {
     let (mut apm, m) = (apm(), manifest());
-    apm.guards.trajectory = knox_types::apm::TrajectoryMode::Tolerant { read_repeats: 1 };
+    apm.guards.trajectory = knox_types::apm::TrajectoryMode::Tolerant {
+        read_repeats: 1,
+        capacity_bits: None,
+    };
     let plan = apm.agents[0].trajectory.clone();
     let mut p = Pipeline::new(&apm, &m);
     let mut st = AgentState::new(&apm, 0);
@@ -617,6 +620,52 @@ fn tolerant_mode_follows_the_automaton_and_an_off_plan_call_moves_nothing() {
     assert_eq!(st.actions, 5);
 }
 
+/// #36 item 3: the tolerant mode's free choices are counted against the APM's
+/// capacity: a call that chose among two enabled reads records `options: 2` and
+/// spends the one bit declared; then only the plan's next step may run — a repeat is
+/// refused for that, the plan's own order still runs.
+#[test]
+fn the_tolerant_modes_choices_are_counted_and_bounded_by_the_capacity() {
+    let (mut apm, m) = (apm(), manifest());
+    apm.guards.trajectory = knox_types::apm::TrajectoryMode::Tolerant {
+        read_repeats: 1,
+        capacity_bits: Some(1),
+    };
+    let plan = apm.agents[0].trajectory.clone();
+    let mut p = Pipeline::new(&apm, &m);
+    let mut st = AgentState::new(&apm, 0);
+    let mut propose = |st: &mut AgentState, bytes: &[u8]| {
+        let e = p.evaluate(
+            st,
+            Proposal::classify(bytes, &m),
+            Clock::default(),
+            &mut never(),
+            &[],
+        );
+        st.apply(e.change());
+        let options = e.checks.iter().find_map(|c| match &c.detail {
+            CheckDetail::Trajectory { options, .. } => Some(*options),
+            _ => None,
+        });
+        let allowed = matches!(e.decision, Decision::Allow { .. });
+        (allowed, options.flatten(), e.decision.block_reason())
+    };
+    // The second read first: one of two enabled reads, the capacity's one bit.
+    assert_eq!(propose(&mut st, &raw(&plan[1])), (true, Some(2), None));
+    assert_eq!(st.choices, 2);
+    // Again: another choice of two would pass the bound; only step 1 may run.
+    let (allowed, options, reason) = propose(&mut st, &raw(&plan[1]));
+    assert!(!allowed && options.is_none());
+    let reason = reason.unwrap();
+    assert!(
+        reason.contains("free choices are spent (its capacity is 1 bits): only plan step 1"),
+        "{reason}"
+    );
+    // The plan's next step: no choice, nothing spent.
+    assert_eq!(propose(&mut st, &raw(&plan[0])), (true, None, None));
+    assert_eq!((st.choices, st.runs.clone()), (2, vec![1, 1]));
+}
+
 /// #36 item 3: under an APM that executes planned values as planned, a call matched
 /// in a form the plan allows but did not write (a set given with a repeat) runs — and
 /// is granted — as the plan writes it, and the trajectory check records that; under
@@ -629,7 +678,10 @@ fn a_tolerated_form_runs_as_the_plan_writes_it() {
     .unwrap();
     for planned in [true, false] {
         let mut apm = apm();
-        apm.guards.trajectory = knox_types::apm::TrajectoryMode::Tolerant { read_repeats: 1 };
+        apm.guards.trajectory = knox_types::apm::TrajectoryMode::Tolerant {
+            read_repeats: 1,
+            capacity_bits: None,
+        };
         apm.guards.closed.planned = planned;
         let mut p = Pipeline::new(&apm, &m);
         let st = AgentState::new(&apm, 0);
@@ -662,7 +714,10 @@ fn a_tolerated_form_runs_as_the_plan_writes_it() {
 #[test]
 fn a_repeated_read_does_not_change_what_a_later_step_takes_from_its_output() {
     let (mut apm, m) = (apm(), manifest());
-    apm.guards.trajectory = knox_types::apm::TrajectoryMode::Tolerant { read_repeats: 2 };
+    apm.guards.trajectory = knox_types::apm::TrajectoryMode::Tolerant {
+        read_repeats: 2,
+        capacity_bits: None,
+    };
     let read = apm.agents[0].trajectory[1].clone();
     let mut c = std::collections::BTreeMap::new();
     c.insert(
@@ -803,7 +858,10 @@ fn a_blocked_call_never_uses_up_the_plan_step_it_matched() {
     let (disclose_raw, read_raw) = (raw(&disclose), raw(&read));
     for mode in [
         TrajectoryMode::Exact,
-        TrajectoryMode::Tolerant { read_repeats: 0 },
+        TrajectoryMode::Tolerant {
+            read_repeats: 0,
+            capacity_bits: None,
+        },
     ] {
         let mut apm = apm();
         apm.guards.regulation.regulations = vec!["GDPR".into()];

@@ -107,6 +107,7 @@ pub fn checks(
             params: t.params,
             reason: t.reason,
             executed,
+            options: t.options,
         },
     }];
     let missing = caches
@@ -317,6 +318,7 @@ mod tests {
                 params: vec![],
                 reason: Some(reason.into()),
                 executed: None,
+                options: None,
             },
         }
     }

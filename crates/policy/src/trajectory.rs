@@ -39,6 +39,9 @@ pub struct Outcome {
     /// When the call matched by constraints: its parameters as the plan writes them
     /// ([`as_planned`]), if they differ from the proposal's.
     pub executed: Option<Map<String, Value>>,
+    /// In the tolerant mode under a capacity: how many steps were enabled when the
+    /// call matched one, when more than one ([`Automaton::select`]).
+    pub options: Option<u32>,
 }
 
 impl Outcome {
@@ -49,6 +52,7 @@ impl Outcome {
             params,
             reason: Some(reason),
             executed: None,
+            options: None,
         }
     }
 }
@@ -115,6 +119,7 @@ fn exact(e: &ExpectedCall, action_hash: &Digest) -> Outcome {
             params: vec![],
             reason: None,
             executed: None,
+            options: None,
         };
     }
     Outcome::fail(
@@ -165,6 +170,7 @@ fn by_constraints(
                 params,
                 reason: None,
                 executed: (planned != action.params).then_some(planned),
+                options: None,
             }
         }
         Some(reason) => Outcome::fail(mode, params, reason),
@@ -414,6 +420,33 @@ pub struct Selection {
     pub outcome: Outcome,
 }
 
+/// What a tolerant run's free choices may still carry (issue 36, item 3;
+/// [`knox_types::apm::TrajectoryMode::Tolerant`]'s `capacity_bits`).
+///
+/// A call matched while `n > 1` steps were enabled chose one of `n`: the choice carries
+/// at most `log2(n)` bits (which read runs next, whether one repeats, whether the plan
+/// moves on). The agent's choices so far are counted as the product of their `n`s —
+/// the number of distinct trajectories of that length it could have taken — so the
+/// bound is exact integer arithmetic, the same on every machine that replays it:
+/// a choice is admitted while the product stays at most `2^bits`. Once it would not,
+/// only the plan's own next step ([`Automaton::next`]) is enabled, a choice of one,
+/// which carries nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capacity {
+    /// The declared capacity, in bits.
+    pub bits: u32,
+    /// The product of the options of the choices admitted so far (1 before any).
+    pub used: u128,
+}
+
+impl Capacity {
+    /// Whether a choice among `options` steps still fits.
+    pub fn admits(&self, options: u32) -> bool {
+        let bound = 1u128.checked_shl(self.bits.min(127)).unwrap_or(u128::MAX);
+        self.used.saturating_mul(u128::from(options)) <= bound
+    }
+}
+
 impl Automaton {
     /// Compiles `plan` with the effects and defaults of `manifest` (a default its
     /// specification states in prose, or its input schema's `default`).
@@ -508,8 +541,20 @@ impl Automaton {
         })
     }
 
+    /// How many steps are enabled in state `runs` and `attempted`.
+    pub fn options(&self, runs: &[u32], attempted: &[bool]) -> u32 {
+        let n = (0..self.steps.len())
+            .filter(|j| self.enabled(*j, runs, attempted))
+            .count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
     /// Matches `action` against the enabled steps of `plan` (the plan this automaton
     /// was compiled from) in state `runs` and `attempted` (see [`Automaton::enabled`]).
+    ///
+    /// Under a `capacity`, a match among several enabled steps records their number
+    /// ([`Outcome::options`]) when the capacity admits the choice; when it does not,
+    /// only the plan's next step is enabled ([`Capacity`]).
     #[expect(
         clippy::too_many_arguments,
         reason = "the automaton's state and the call"
@@ -519,12 +564,23 @@ impl Automaton {
         plan: &AgentPlan,
         runs: &[u32],
         attempted: &[bool],
+        capacity: Option<Capacity>,
         action: &Action,
         action_hash: &Digest,
         outputs: &dyn Fn(u32) -> Option<Value>,
         regexes: &mut RegexCache,
     ) -> Selection {
         let ran = |k: usize| runs.get(k).copied().unwrap_or(0);
+        let options = match capacity {
+            Some(_) => self.options(runs, attempted),
+            None => 1,
+        };
+        let spent = options > 1 && capacity.is_some_and(|c| !c.admits(options));
+        let only = if spent {
+            self.next(runs, attempted)
+        } else {
+            None
+        };
         let mut candidates: Vec<usize> = (0..self.steps.len())
             .filter(|j| {
                 plan.trajectory
@@ -536,6 +592,9 @@ impl Automaton {
         // Steps not yet run first (plan order), then repeats.
         candidates.sort_by_key(|j| (ran(*j) > 0, *j));
         let mut first_failure = None;
+        // With the capacity spent, a call that matches an enabled step other than the
+        // plan's next is refused for that.
+        let mut refused_by_capacity = None;
         for j in candidates {
             let (Some(e), Some(step)) = (plan.trajectory.get(j), self.steps.get(j)) else {
                 continue;
@@ -549,10 +608,32 @@ impl Automaton {
                 (None, None) => exact(e, action_hash),
             };
             let position = u32::try_from(j).unwrap_or(u32::MAX);
+            if outcome.matched && spent && only != Some(j) {
+                refused_by_capacity.get_or_insert(j);
+                continue;
+            }
             if outcome.matched {
+                let mut outcome = outcome;
+                outcome.options = (options > 1 && !spent).then_some(options);
                 return Selection { position, outcome };
             }
             first_failure.get_or_insert(Selection { position, outcome });
+        }
+        if let (Some(_), Some(c)) = (refused_by_capacity, capacity) {
+            let next = only.unwrap_or(self.steps.len());
+            let step = match self.tools.get(next) {
+                Some(t) => format!("plan step {} (`{t}`)", next + 1),
+                None => "no step".into(),
+            };
+            let reason = format!(
+                "the run's free choices are spent (its capacity is {} bits): only {step} \
+                 may run now, in the plan's order",
+                c.bits
+            );
+            return Selection {
+                position: u32::try_from(next).unwrap_or(u32::MAX),
+                outcome: Outcome::fail("tolerant", vec![], reason),
+            };
         }
         if let Some(s) = first_failure {
             return s;
@@ -921,13 +1002,101 @@ mod tests {
             .iter()
             .map(|(tool, v)| {
                 let act = Action::new(*tool, v.clone()).unwrap();
-                let s = a.select(p, &runs, &[], &act, &act.hash(), &|_| None, &mut regexes);
+                let s = a.select(
+                    p,
+                    &runs,
+                    &[],
+                    None,
+                    &act,
+                    &act.hash(),
+                    &|_| None,
+                    &mut regexes,
+                );
                 if s.outcome.matched {
                     runs[s.position as usize] += 1;
                 }
                 s.outcome.matched
             })
             .collect()
+    }
+
+    /// Issue 36, item 3: the free choices a tolerant run makes are counted (the number
+    /// of enabled steps each matched call chose among), and once another would pass the
+    /// declared capacity only the plan's next step is enabled: a run of reads in the
+    /// plan's order always passes, a repeat or a reorder only while the capacity lasts.
+    #[test]
+    fn the_capacity_bounds_the_choices_then_only_the_plans_order_runs() {
+        let m = tolerant_manifest();
+        let p = plan();
+        let a = Automaton::compile(&p, &m, 2);
+        // Each step as the plan writes it.
+        let step = |k: usize| {
+            let e = &p.trajectory[k];
+            Action::new(e.tool.clone(), Value::Object(e.params.clone())).unwrap()
+        };
+        let read = |id: &str| match id {
+            "a" => step(0),
+            "b" => step(1),
+            "c" => step(3),
+            other => Action::new("MailRead", json!({"id": other})).unwrap(),
+        };
+        let send = step(2);
+        // Returns (matched, options, reason) per call, charging the admitted choices.
+        let feed = |bits: u32, calls: &[Action]| {
+            let mut runs = vec![0; p.trajectory.len()];
+            let mut cap = Capacity { bits, used: 1 };
+            let mut regexes = RegexCache::default();
+            calls
+                .iter()
+                .map(|act| {
+                    let s = a.select(
+                        &p,
+                        &runs,
+                        &[],
+                        Some(cap),
+                        act,
+                        &act.hash(),
+                        &|_| None,
+                        &mut regexes,
+                    );
+                    if s.outcome.matched {
+                        runs[s.position as usize] += 1;
+                        cap.used *= u128::from(s.outcome.options.unwrap_or(1));
+                    }
+                    (s.outcome.matched, s.outcome.options, s.outcome.reason)
+                })
+                .collect::<Vec<_>>()
+        };
+        // Unbounded enough: a repeat and a reorder, each a choice among the enabled steps.
+        let roomy = feed(16, &[read("b"), read("b"), read("a"), send.clone()]);
+        assert!(roomy.iter().all(|r| r.0), "{roomy:?}");
+        assert_eq!(
+            roomy.iter().map(|r| r.1).collect::<Vec<_>>(),
+            [Some(2), Some(2), Some(2), Some(3)]
+        );
+        // One bit: the first choice spends it; then only the plan's next step is enabled.
+        let tight = feed(1, &[read("b"), read("b"), read("a"), send.clone()]);
+        assert_eq!(
+            tight.iter().map(|r| r.0).collect::<Vec<_>>(),
+            [true, false, true, true]
+        );
+        assert_eq!(tight[0].1, Some(2));
+        assert_eq!(
+            (tight[2].1, tight[3].1),
+            (None, None),
+            "the plan's order is free"
+        );
+        let why = tight[1].2.as_deref().unwrap();
+        assert!(
+            why.contains("free choices are spent") && why.contains("plan step 1 (`MailRead`)"),
+            "{why}"
+        );
+        // No capacity: the plan's own order, call by call, always passes.
+        let none = feed(0, &[read("a"), read("b"), send.clone(), read("c")]);
+        assert!(none.iter().all(|r| r.0 && r.1.is_none()), "{none:?}");
+        // A call off the plan is off the plan, spent or not.
+        let off = feed(0, &[read("zz")]);
+        assert!(!off[0].0 && !off[0].2.as_deref().unwrap().contains("spent"));
     }
 
     #[test]
@@ -993,6 +1162,7 @@ mod tests {
                 &p,
                 runs,
                 &[],
+                None,
                 action,
                 &action.hash(),
                 &|_| None,
@@ -1165,6 +1335,7 @@ inputSchema = { type = "object", properties = { query = { type = "string" }, lim
                 &p,
                 &[0],
                 &[],
+                None,
                 &left_out,
                 &left_out.hash(),
                 &|_| None,

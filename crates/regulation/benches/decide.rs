@@ -58,6 +58,7 @@ fn bench(c: &mut Criterion) {
         labels: read.annotations.returns.as_ref(),
         output: &output,
         heard: false,
+        carried: None,
     }];
     let action = Action::new(
         "GmailSendEmail",

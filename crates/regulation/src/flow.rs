@@ -46,6 +46,17 @@ pub struct Seen<'a> {
     /// disclosure with content the model composed (a parameter the plan does not fix),
     /// since no match here can show it absent.
     pub heard: bool,
+    /// Whether the disclosure's content carries this output by provenance: `Some` when
+    /// the call's parameters were decided by where their data came from
+    /// (`knox_policy::provenance`) — a content parameter that runs as the executor
+    /// composed it carries every output its model had read, whatever its text looks
+    /// like, and one the plan fixes carries none. `None`: no provenance decision (a call
+    /// no plan step matched), so what its content visibly holds decides.
+    ///
+    /// Either way, an output the content visibly holds (verbatim, or in a form the
+    /// normalised match undoes) reaches it too: a value the user's plan wrote is still a
+    /// disclosure of what it holds.
+    pub carried: Option<bool>,
 }
 
 /// The run's recipient directory and consent records, indexed once per run.
@@ -256,8 +267,9 @@ pub fn derive(
         .collect();
     let parts: Vec<(&str, &Value)> = parts.iter().map(|(n, v)| (n.as_str(), v)).collect();
     let candidates = knox_policy::content::candidates(&parts);
-    // Asked only when something was heard elsewhere (no cost on other disclosures).
-    let composed = seen.iter().any(|s| s.heard)
+    // Asked only when something was heard elsewhere and provenance did not decide (no
+    // cost on other disclosures).
+    let composed = seen.iter().any(|s| s.heard && s.carried.is_none())
         && action
             .params
             .iter()
@@ -266,8 +278,10 @@ pub fn derive(
         let Some(labels) = s.labels.filter(|l| !l.info_types.is_empty()) else {
             continue;
         };
-        let reaches = (s.heard && composed)
-            || linked.contains(&s.position)
+        let reaches = match s.carried {
+            Some(carried) => carried,
+            None => s.heard && composed,
+        } || linked.contains(&s.position)
             || occurs(s.output, &content)
             || normalized_occurs(s.output, &candidates);
         if reaches {
@@ -502,6 +516,7 @@ mod tests {
             labels: read.annotations.returns.as_ref(),
             output: &out,
             heard: false,
+            carried: None,
         }];
         let a = Action::new(
             "GmailSendEmail",
@@ -531,6 +546,52 @@ mod tests {
         assert!(f.info_types.is_empty() && f.subject == "unknown");
     }
 
+    /// Issue 36, item 5: under provenance the labels a disclosure carries are those of
+    /// the outputs its composed content carries, whatever that content looks like — a
+    /// paraphrase with no value of the record in it still carries the record's labels,
+    /// so the norms decide the referral.
+    #[test]
+    fn provenance_carries_labels_into_content_that_holds_no_value() {
+        let m = manifest();
+        let read = m.tool("EpicFHIRGetPatientDetails").unwrap();
+        let send = m.tool("GmailSendEmail").unwrap();
+        let out = json!({"patient_data": {"name": "Jane Doe", "conditions": ["Hypertension"]}});
+        let seen = |carried| {
+            [Seen {
+                node: 9,
+                position: 0,
+                labels: read.annotations.returns.as_ref(),
+                output: &out,
+                heard: false,
+                carried,
+            }]
+        };
+        let a = Action::new(
+            "GmailSendEmail",
+            json!({"to": "dr.lee@stmary.example", "subject": "Referral",
+                   "body": "Our patient has raised blood pressure; please see her this week."}),
+        )
+        .unwrap();
+        let dir = Directory::new(&ctx());
+        let by_content = derive(send, &a, None, Some(0), &dir, &seen(None)).unwrap();
+        assert!(by_content.info_types.is_empty(), "{by_content:?}");
+        let carried = derive(send, &a, None, Some(0), &dir, &seen(Some(true))).unwrap();
+        assert!(carried.info_types.contains("health"), "{carried:?}");
+        assert_eq!(carried.sources, ["9"]);
+        // Content the plan fixed carries nothing by provenance; what it visibly holds
+        // still counts.
+        let planned = derive(send, &a, None, Some(0), &dir, &seen(Some(false))).unwrap();
+        assert!(planned.info_types.is_empty(), "{planned:?}");
+        let named = Action::new(
+            "GmailSendEmail",
+            json!({"to": "dr.lee@stmary.example", "subject": "Referral",
+                   "body": "Jane Doe, hypertension."}),
+        )
+        .unwrap();
+        let f = derive(send, &named, None, Some(0), &dir, &seen(Some(false))).unwrap();
+        assert!(f.info_types.contains("health"), "{f:?}");
+    }
+
     #[test]
     fn labels_reach_content_that_hides_the_value() {
         // Issue 15, class 5: PHI as base64, with zero-width characters inside words, in
@@ -548,6 +609,7 @@ mod tests {
             labels: read.annotations.returns.as_ref(),
             output: &out,
             heard: false,
+            carried: None,
         }];
         let dir = Directory::new(&ctx());
         let b64 = base64::engine::general_purpose::STANDARD.encode("Jane Doe 078-05-1120");

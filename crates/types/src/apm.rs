@@ -385,6 +385,15 @@ pub enum TrajectoryMode {
     Tolerant {
         /// Extra times each read step may run beyond its planned once.
         read_repeats: u32,
+        /// Most bits the run's free choices may carry (issue 36, item 3): each allowed
+        /// call that had several enabled steps to match ([`crate::payload::CheckDetail::Trajectory`]'s
+        /// `options`) spends `log2(options)` of it — which read runs next, whether a
+        /// read repeats, whether the plan moves on — and once another such choice would
+        /// exceed it, only the plan's own next step is enabled (the exact mode's
+        /// order), which carries nothing. Counted per agent. `None`: unbounded (APMs
+        /// from before the bound; written only when set, so their bytes stay).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        capacity_bits: Option<u32>,
     },
     /// No plan: nobody gave the session a prompt (an MCP gateway session bounded by a
     /// signed capability contract alone). Every trajectory is empty and the trajectory
@@ -403,10 +412,20 @@ impl TrajectoryMode {
         matches!(self, Self::Exact)
     }
 
-    /// Tolerant mode with [`Self::DEFAULT_READ_REPEATS`].
-    pub fn tolerant() -> Self {
+    /// The capacity of a tolerant run's free choices when a user does not say, in bits.
+    pub const DEFAULT_CAPACITY_BITS: u32 = 16;
+
+    /// Tolerant mode with [`Self::DEFAULT_READ_REPEATS`] and
+    /// [`Self::DEFAULT_CAPACITY_BITS`].
+    pub const fn tolerant() -> Self {
+        Self::tolerant_with(Self::DEFAULT_READ_REPEATS)
+    }
+
+    /// Tolerant mode with `read_repeats` and [`Self::DEFAULT_CAPACITY_BITS`].
+    pub const fn tolerant_with(read_repeats: u32) -> Self {
         Self::Tolerant {
-            read_repeats: Self::DEFAULT_READ_REPEATS,
+            read_repeats,
+            capacity_bits: Some(Self::DEFAULT_CAPACITY_BITS),
         }
     }
 
@@ -734,9 +753,20 @@ mod tests {
         let v = serde_json::to_value(&t).unwrap_or_default();
         assert_eq!(
             v.get("trajectory").cloned().unwrap_or_default(),
-            json!({"mode": "tolerant", "read_repeats": 3})
+            json!({"mode": "tolerant", "read_repeats": 3, "capacity_bits": 16})
         );
         assert!(serde_json::from_value::<Guards>(v).is_ok_and(|b| b == t));
+        // An APM from before the capacity reads back unbounded, its bytes unchanged.
+        let old = json!({"mode": "tolerant", "read_repeats": 3});
+        let back: TrajectoryMode = serde_json::from_value(old.clone()).unwrap_or_default();
+        assert_eq!(
+            back,
+            TrajectoryMode::Tolerant {
+                read_repeats: 3,
+                capacity_bits: None
+            }
+        );
+        assert_eq!(serde_json::to_value(back).unwrap_or_default(), old);
         assert_eq!(
             "tolerant".parse::<TrajectoryMode>(),
             Ok(TrajectoryMode::tolerant())

@@ -188,6 +188,12 @@ pub enum CheckDetail {
         /// runs instead of the proposal's parameters.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         executed: Option<serde_json::Map<String, serde_json::Value>>,
+        /// In the tolerant mode under a declared capacity: how many plan steps were
+        /// enabled when the call matched one, when more than one — the choice carried
+        /// `log2(options)` bits of the run's capacity
+        /// ([`crate::apm::TrajectoryMode::Tolerant`]'s `capacity_bits`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        options: Option<u32>,
     },
     /// Mediated system-call check.
     Syscall {

@@ -115,6 +115,7 @@ pub fn verify_announcement(bytes: &[u8], opts: Options<'_>) -> Result<Report, Re
         blocked: Vec::new(),
         interrupts: Vec::new(),
         flagged_for_review: 0,
+        choice_bits: None,
         models: Vec::new(),
         authenticated: None,
         key_chain,

@@ -963,6 +963,13 @@ pub(crate) fn build_report(
         blocked: f.blocked,
         interrupts: f.interrupts,
         flagged_for_review: f.flagged,
+        // ⌈log2 p⌉ of each agent's product, in integers.
+        choice_bits: (!f.choices.is_empty()).then(|| {
+            f.choices
+                .iter()
+                .map(|p| 128 - p.saturating_sub(1).leading_zeros())
+                .sum::<u32>()
+        }),
         models: b
             .models
             .iter()

@@ -120,6 +120,9 @@ pub struct Findings {
     pub flagged: u64,
     /// Allowed calls still waiting for their output at the end.
     pub unfinished: Vec<u64>,
+    /// Per agent that made any, the product of the options of its free choices in the
+    /// tolerant mode (`AgentState::choices`), as the replay recomputed them.
+    pub choices: Vec<u128>,
     /// Notes that do not change the outcome.
     pub warnings: Vec<String>,
 }
@@ -263,6 +266,12 @@ pub fn replay(cx: &Context<'_>, nodes: &[Node], finished: bool) -> Result<Findin
         .collect();
     unfinished.sort_unstable();
     r.found.unfinished = unfinished;
+    r.found.choices = r
+        .agents
+        .values()
+        .map(|a| a.state.choices)
+        .filter(|c| *c > 1)
+        .collect();
     Ok(r.found)
 }
 

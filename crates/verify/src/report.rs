@@ -102,6 +102,13 @@ pub struct Report {
     pub interrupts: Vec<String>,
     /// Disclosures whose regulation verdict was `not_applicable` (manual review).
     pub flagged_for_review: u64,
+    /// How many bits the run's free choices in the tolerant trajectory mode carried at
+    /// most (which step, repeat or order each call took where several were enabled),
+    /// summed over its agents: `log2` of the product of the recorded `options`, rounded
+    /// up, as the replay recomputed them. Absent when no call had a choice (or none was
+    /// counted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub choice_bits: Option<u32>,
     /// Models, as `role=name (weights hash or none)`.
     pub models: Vec<String>,
     /// For a journal: how many nodes, from the first, a signed checkpoint authenticates
@@ -176,6 +183,12 @@ impl fmt::Display for Report {
             self.interrupts.len(),
             self.flagged_for_review
         );
+        if let Some(bits) = self.choice_bits {
+            let _ = writeln!(
+                s,
+                "  free choices: at most {bits} bits (the tolerant trajectory's order and repeats)"
+            );
+        }
         match self.authenticated {
             Some(0) => {
                 let _ = writeln!(

@@ -967,6 +967,7 @@ mod tests {
                 labels: read.annotations.returns.as_ref(),
                 output: &f.calls[0].response,
                 heard: false,
+                carried: None,
             }];
             let send = manifest.tool(&f.calls[1].tool).unwrap();
             let action = knox_types::Action::new(

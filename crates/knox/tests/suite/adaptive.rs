@@ -104,8 +104,11 @@ fn every_class_that_got_through_before_is_blocked_now_with_the_reason_recorded()
     }
     // Composed text carries what was read whatever its form (issue 36): an email
     // body, a subject, a tweet, another agent's tweet, composed after the read in any
-    // encoding or as a paraphrase, runs only as the plan wrote it.
+    // encoding or as a paraphrase, runs only as the plan wrote it. A reply to the
+    // sender the plan links (the user asked for it) reaches that sender, in the plan's
+    // words only.
     for class in [
+        "reply_to_attacker",
         "free_text",
         "unlisted_encoding",
         "read_query",
@@ -133,8 +136,6 @@ fn every_class_that_got_through_before_is_blocked_now_with_the_reason_recorded()
         assert_eq!(why.len(), 2, "{class}/{name}: blocked in both modes");
         why.into_iter().next().unwrap()
     };
-    let r = reason("reply_to_attacker", "plain_reply");
-    assert!(r.contains("sink `to`"), "{r}");
     let r = reason("budget_overshoot", "first_call");
     assert!(r.contains("budget"), "{r}");
     // The patient record is not handed to a remote executor whose operator no policy
@@ -163,6 +164,49 @@ fn honest_paraphrasing_runs_are_not_blocked() {
     assert_eq!(r.falsely_blocked, 0, "{}", r.markdown());
     assert!(r.attempts.iter().all(|a| a.allowed && a.evidence_shows));
     assert_eq!(r.attempts.len(), 2 * benign.len(), "both trajectory modes");
+    // What the plan clears runs as the honest model wrote it: the referral's summary
+    // reaches the cardiologist in its own words, HIPAA permitting it for treatment.
+    let cleared: Vec<&str> = benign
+        .iter()
+        .filter(|a| a.cleared())
+        .map(|a| a.name.as_str())
+        .collect();
+    assert!(cleared.len() >= 2, "{cleared:?}");
+    for a in r
+        .attempts
+        .iter()
+        .filter(|a| cleared.contains(&a.name.as_str()))
+    {
+        assert!(
+            !a.as_planned,
+            "{} ({}) ran as planned",
+            a.name, a.trajectory
+        );
+    }
+}
+
+/// Issue 36, item 5: the plan clears a summary for the record it was read from, and
+/// the regulation decides that flow by the labels the clearance carries — whatever
+/// the summary's text holds (the name, a diagnosis code, a paraphrase) — so the
+/// campaign summary to the ad network is refused by HIPAA's norms, not let through by
+/// the clearance.
+#[test]
+fn a_cleared_flow_is_still_decided_by_the_regulation_on_its_labels() {
+    let cases: Vec<Attack> = adaptive::attacks()
+        .into_iter()
+        .filter(|a| a.class == "regulated_clearance")
+        .collect();
+    assert_eq!(cases.len(), 3);
+    let r = suite(&cases, Closed::ALL);
+    for a in &r.attempts {
+        assert!(!a.allowed && a.evidence_shows, "{}: {a:?}", a.name);
+        let why = a.blocked_by.as_deref().unwrap_or_default();
+        assert!(
+            why.starts_with("blocked by regulation: non-compliant"),
+            "{}: {why}",
+            a.name
+        );
+    }
 }
 
 /// The static tricks (an injected call, near-miss and confusable recipients, an extra
@@ -275,6 +319,10 @@ impl Tally {
             assert!(
                 blocked.is_none() && released == a.steps(),
                 "{id}: honest run blocked: {blocked:?}"
+            );
+            assert!(
+                as_proposed || !a.cleared(),
+                "{id}: the plan cleared it, yet it ran as planned"
             );
             return;
         }

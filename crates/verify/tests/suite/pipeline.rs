@@ -282,7 +282,10 @@ fn apm_of(s: &Scenario) -> Apm {
     )
     .unwrap();
     if let Some(read_repeats) = s.tolerant {
-        apm.guards.trajectory = TrajectoryMode::Tolerant { read_repeats };
+        apm.guards.trajectory = TrajectoryMode::Tolerant {
+            read_repeats,
+            capacity_bits: None,
+        };
     }
     apm.guards.remote = knox_monitor::run::remote_models(&executor(s));
     apm

@@ -36,19 +36,25 @@ fn manifest() -> ToolkitManifest {
 /// them in another order with a repeat. Returns the bundle and what the tool was
 /// given to run.
 fn run(rt: &Runtime) -> (Bundle, Value) {
+    let plan = vec![ExpectedCall::exact(
+        0,
+        "GoogleCalendarReadEvents",
+        json!({"event_ids": ["a", "b"]})
+            .as_object()
+            .cloned()
+            .unwrap(),
+    )];
+    let (b, mut ran) = run_with(rt, plan, &[json!({"event_ids": ["b", "a", "b"]})]);
+    (b, ran.remove(0))
+}
+
+/// A tolerant run of `plan` (one task) whose executor proposes `proposals` (calendar
+/// reads), each allowed; the bundle and what the tool was given to run each time.
+fn run_with(rt: &Runtime, plan: Vec<ExpectedCall>, proposals: &[Value]) -> (Bundle, Vec<Value>) {
     let prompt = Prompt {
         tasks: vec!["read my events a and b".into()],
     };
-    let plan = Plan {
-        tasks: vec![vec![ExpectedCall::exact(
-            0,
-            "GoogleCalendarReadEvents",
-            json!({"event_ids": ["a", "b"]})
-                .as_object()
-                .cloned()
-                .unwrap(),
-        )]],
-    };
+    let plan = Plan { tasks: vec![plan] };
     let mut apm = apm::from_plan(
         &prompt,
         &rt.manifest,
@@ -87,20 +93,22 @@ fn run(rt: &Runtime) -> (Bundle, Value) {
         regulator,
         None,
     );
-    let raw = serde_json::to_vec(
-        &json!({"tool": "GoogleCalendarReadEvents", "params": {"event_ids": ["b", "a", "b"]}}),
-    )
-    .unwrap();
-    let Verdict::Allow(t) = m.mediate(&apm.agents[0].id, &raw) else {
-        panic!("the varied read is a form the plan allows");
-    };
-    let ran = Value::Object(t.action.params.clone());
-    // The grant is for what runs.
-    assert_eq!(
-        t.grant.as_ref().map(|g| g.body.action_hash),
-        Some(t.action.hash())
-    );
-    m.record_output(t, json!({"events": []}));
+    let mut ran = Vec::new();
+    for params in proposals {
+        let raw =
+            serde_json::to_vec(&json!({"tool": "GoogleCalendarReadEvents", "params": params}))
+                .unwrap();
+        let Verdict::Allow(t) = m.mediate(&apm.agents[0].id, &raw) else {
+            panic!("{params} is a read the plan allows");
+        };
+        ran.push(Value::Object(t.action.params.clone()));
+        // The grant is for what runs.
+        assert_eq!(
+            t.grant.as_ref().map(|g| g.body.action_hash),
+            Some(t.action.hash())
+        );
+        m.record_output(t, json!({"events": []}));
+    }
     let aeg = m.finish();
     let b = knox_monitor::run::seal(rt, "planned", Some(&prompt), apm.clone(), att, vec![], aeg)
         .unwrap();
@@ -169,6 +177,57 @@ fn a_tolerated_form_runs_as_planned_and_the_record_of_it_is_checked() {
             r.to_string()
                 .contains("recorded `trajectory` check differs from the recomputed decision"),
             "{r}"
+        );
+    }
+}
+
+/// #36 item 3: the tolerant mode's free choices are recorded (`options`, how many steps
+/// were enabled when a call matched one) and the verifier recomputes them: the report
+/// gives the bits the run's choices carried, and an edited count is tampering.
+#[test]
+fn the_free_choices_are_counted_and_the_count_is_checked() {
+    let key = Arc::new(TeeKey::generate().unwrap());
+    let rt = Runtime::simulated_with_key(Arc::clone(&key), b"planned", manifest()).unwrap();
+    let read = |id: &str| {
+        ExpectedCall::exact(
+            0,
+            "GoogleCalendarReadEvents",
+            json!({"event_ids": [id]}).as_object().cloned().unwrap(),
+        )
+    };
+    // The second read first, then the first: each a choice of two enabled reads.
+    let (b, _) = run_with(
+        &rt,
+        vec![read("a"), read("b")],
+        &[json!({"event_ids": ["b"]}), json!({"event_ids": ["a"]})],
+    );
+    let r = verify(&b);
+    assert_eq!(r.outcome, Outcome::Complete, "{r}");
+    assert_eq!(r.choice_bits, Some(2), "two choices of two");
+    assert!(
+        r.to_string().contains("free choices: at most 2 bits"),
+        "{r}"
+    );
+    for edit in [None, Some(1), Some(3)] {
+        let mut t = b.clone();
+        let first = t
+            .nodes
+            .iter_mut()
+            .find_map(|n| match &mut n.payload {
+                Body::Check(c) => match &mut c.detail {
+                    CheckDetail::Trajectory { options, .. } => Some(options),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(*first, Some(2));
+        *first = edit;
+        reseal(&mut t, &key);
+        let r = verify(&t);
+        assert!(
+            matches!(r.outcome, Outcome::Tampered { .. }),
+            "{edit:?}: {r}"
         );
     }
 }

@@ -59,11 +59,19 @@ fn read_other() -> ExpectedCall {
     ExpectedCall::exact(0, "EvernoteManagerReadNote", obj(json!({"note_id": "n2"})))
 }
 
+/// The longest text the plans here allow: three layers of the encodings below can
+/// grow a short secret past any length a real plan would allow (bits of bits of tag
+/// characters), and a length constraint refusing it is not what these tests test.
+const MAX_TEXT: u32 = 1 << 20;
+
 fn tweet() -> ExpectedCall {
     let mut c = BTreeMap::new();
     c.insert(
         "content".to_string(),
-        ParamConstraint::Length { min: 1, max: 2000 },
+        ParamConstraint::Length {
+            min: 1,
+            max: MAX_TEXT,
+        },
     );
     ExpectedCall::constrained(
         0,
@@ -83,7 +91,10 @@ fn email(body: ParamConstraint) -> ExpectedCall {
     );
     c.insert(
         "subject".to_string(),
-        ParamConstraint::Length { min: 1, max: 2000 },
+        ParamConstraint::Length {
+            min: 1,
+            max: MAX_TEXT,
+        },
     );
     c.insert("body".to_string(), body);
     ExpectedCall::constrained(
@@ -287,7 +298,7 @@ proptest! {
         let read = json!({"tool": "EvernoteManagerReadNote", "params": {"note_id": "n1"}});
         let (plan, post, field, planned) = if via_email {
             (
-                vec![read_note(), email(ParamConstraint::Length { min: 1, max: 2000 })],
+                vec![read_note(), email(ParamConstraint::Length { min: 1, max: MAX_TEXT })],
                 json!({"tool": "GmailSendEmail", "params": {"to": "bob@example.com",
                     "subject": hidden.chars().take(40).collect::<String>(), "body": hidden}}),
                 "body",
