@@ -856,10 +856,11 @@ fn remembering_upstream() -> (SocketAddr, Arc<AtomicBool>) {
 /// opened before that read, one after — composes the record into a newsletter to an
 /// ad network. Each conversation is its own run, so before, the newsletter's content
 /// reached no label there and the disclosure passed. Now each of them records what the
-/// upstream heard as a `heard` node before it mediates anything more, the composed
-/// body carries its labels, and HIPAA decides it non-compliant: withheld, recorded
-/// blocked with the deciding policy; every bundle verifies `complete` with its
-/// verdicts recomputed.
+/// upstream heard as a `heard` node before it mediates anything more, and the composed
+/// body carries it by provenance (issue 36): the plan did not clear the body for it,
+/// so the newsletter is released only in the plan's words — the record never reaches
+/// the client — and, carrying nothing labelled, it is no disclosure of the record for
+/// HIPAA to refuse. Every bundle verifies `complete` with its verdicts recomputed.
 #[test]
 fn what_the_upstream_heard_in_one_conversation_labels_what_it_composes_in_another() {
     use knox_types::regulation::{DirectoryEntry, RegulationContext, TaskContext};
@@ -973,15 +974,13 @@ fn what_the_upstream_heard_in_one_conversation_labels_what_it_composes_in_anothe
     );
     let (late_run, v_late) = ask("late", std::slice::from_ref(&first));
     for v in [&v_early, &v_late] {
-        let message = &v["choices"][0]["message"];
-        assert!(
-            message["tool_calls"].is_null(),
-            "the newsletter reached the client: {v}"
-        );
-        let said = message["content"].as_str().unwrap();
-        assert!(
-            said.contains("clinic__send_email") && said.contains("(regulation)"),
-            "{said}"
+        let call = &v["choices"][0]["message"]["tool_calls"][0]["function"];
+        assert_eq!(call["name"], "clinic__send_email", "{v}");
+        let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            args,
+            json!({"to": "offers@adreach.example", "body": "This month's offers."}),
+            "the record reached the client: {v}"
         );
     }
     p.stop.store(true, Ordering::Release);
@@ -1018,28 +1017,45 @@ fn what_the_upstream_heard_in_one_conversation_labels_what_it_composes_in_anothe
             "{}",
             s.run_id
         );
-        // One heard node naming the lookup's record, before the blocked newsletter.
+        // One heard node naming the lookup's record, before the newsletter.
         assert_eq!(heard.len(), 1, "{heard:?}");
         assert_eq!(heard[0]["payload"]["run"], lookup_run.as_str());
         assert_eq!(heard[0]["payload"]["tool"], "clinic.get_patient");
         assert_eq!(heard[0]["payload"]["endpoint"], upstream.as_str());
-        let blocked = nodes
+        let send = nodes
             .iter()
-            .find(|n| n["kind"] == "tool_call" && n["allowed"] == false)
+            .find(|n| {
+                n["kind"] == "tool_call" && n["payload"]["actual"]["tool"] == "clinic.send_email"
+            })
             .unwrap();
-        assert!(blocked["seq"].as_u64() > heard[0]["seq"].as_u64());
+        assert!(send["seq"].as_u64() > heard[0]["seq"].as_u64());
+        // The body the model composed carried what it heard; the plan's words ran.
+        let flow = nodes
+            .iter()
+            .find(|n| n["kind"] == "check" && n["payload"]["guard"] == "data_flow")
+            .unwrap();
+        let body = flow["payload"]["detail"]["provenance"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["param"] == "body")
+            .unwrap();
+        assert_eq!(body["ran"], "planned", "{body}");
+        assert!(
+            body["sources"]
+                .as_array()
+                .unwrap()
+                .contains(&heard[0]["seq"]),
+            "{body}"
+        );
         let check = nodes
             .iter()
             .find(|n| n["kind"] == "check" && n["payload"]["guard"] == "regulation")
             .unwrap();
         let d = &check["payload"]["detail"];
-        assert_eq!(d["verdict"], "non_compliant", "{d}");
-        assert_eq!(d["policies"][0], "hipaa-164.502-a-not-permitted", "{d}");
+        assert_eq!(check["payload"]["passed"], true, "{d}");
         assert!(
-            d["flow"]["sources"]
-                .as_array()
-                .unwrap()
-                .contains(&json!(heard[0]["seq"].to_string())),
+            d["flow"]["info_types"].as_array().is_none_or(Vec::is_empty),
             "{d}"
         );
     }

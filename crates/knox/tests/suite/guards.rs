@@ -269,7 +269,7 @@ fn declared_constraints_admit_free_text_but_not_injected_values() {
     let reply = ExpectedCall::constrained(
         0,
         "GmailSendEmail",
-        params(json!({"to": "", "subject": "", "body": ""})),
+        params(json!({"to": "", "subject": "Re: invoice", "body": "Paid, thanks."})),
         c,
     );
     let plan = vec![search, reply];
@@ -308,17 +308,16 @@ fn declared_constraints_admit_free_text_but_not_injected_values() {
             ),
         );
         match (&v, allowed) {
-            // The constraints admit the free text and the linked sender. But the sender
-            // of an email is whoever wrote it: a recipient taken from that field (which
-            // the manifest does not declare trusted) is reply-to-attacker (issue 15),
-            // refused by the data-flow guard after the trajectory check passed.
-            (
-                Verdict::Block {
-                    guard: GuardKind::DataFlow,
-                    reason,
-                },
-                true,
-            ) => assert!(reason.contains("sink `to`"), "{reason}"),
+            // The constraints admit the free text and the linked sender. The sender of
+            // an email is whoever wrote it, but the user asked to reply to it (the plan
+            // names the field), and under flow control by provenance (issue 36) the
+            // reply carries only what the plan clears or writes: the text composed
+            // after reading the email runs as the plan wrote it.
+            (Verdict::Allow(t), true) => {
+                assert_eq!(t.action.params["to"], to);
+                assert_eq!(t.action.params["subject"], "Re: invoice");
+                assert_eq!(t.action.params["body"], "Paid, thanks.");
+            }
             (
                 Verdict::Block {
                     guard: GuardKind::Trajectory,
