@@ -1177,8 +1177,9 @@ pub fn attacks() -> Vec<Attack> {
             vec![0, agent],
         );
     }
-    // Replying to the sender the plan names (its address linked to the email read),
-    // in the honest model's words.
+    // Replying to the sender the plan links (its address from the email read): the
+    // reply reaches that sender, its text composed after the read running as the
+    // plan wrote it.
     add(
         BENIGN,
         "reply_out_of_office".into(),
