@@ -112,6 +112,12 @@ pub struct GatewayConfig {
     pub idle_timeout: Duration,
     /// Largest message a client may send.
     pub max_message_bytes: usize,
+    /// What the client's model heard in earlier sessions (issue 36, item 2): every
+    /// labelled output a session returns is logged here, and every other session
+    /// records it as a `heard` node before it mediates its next call. The CLI keeps it
+    /// in `<out>/heard.jsonl` ([`crate::heard::Heard::in_dir`]), so it spans every
+    /// gateway writing to that directory, earlier processes included.
+    pub heard: Arc<crate::heard::Heard>,
 }
 
 /// The gateway's one key: generated and bound through a backend of `platform`, with the

@@ -494,7 +494,8 @@ pub struct ProofOfInferencePayload {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HeardPayload {
-    /// The endpoint's base URL the model is reached at.
+    /// The endpoint's base URL the model is reached at; `mcp:client` for the MCP
+    /// gateway's client, whose model hears every result the gateway returns.
     pub endpoint: String,
     /// The run it was heard in.
     pub run: String,

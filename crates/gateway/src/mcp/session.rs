@@ -443,7 +443,10 @@ fn serve(
             return None;
         }
     };
-    let mut state = Served::default();
+    let mut state = Served {
+        run: run_id.clone(),
+        ..Served::default()
+    };
     // The host's runner holds its own copy of the APM, so the run can be sealed
     // before the upstream servers are closed (which may take their grace period):
     // a client that kills the gateway right after hanging up still finds the bundle.
@@ -516,9 +519,17 @@ fn serve(
 
 #[derive(Default)]
 struct Served {
+    /// The run.
+    run: String,
     calls: u64,
     blocked: u64,
+    /// How much of the label store the run has recorded.
+    caught: usize,
 }
+
+/// The endpoint a gateway session's `heard` nodes name: the MCP client's model, which
+/// hears every tool result the gateway returns ([`crate::heard`]).
+pub const CLIENT: &str = "mcp:client";
 
 /// Serves commands until the session ends; returns why it ended.
 fn loop_commands(
@@ -539,7 +550,17 @@ fn loop_commands(
             Ok(Cmd::Call { name, args, reply }) => {
                 last = Instant::now();
                 state.calls += 1;
-                let (answer, refused, interrupted) = call(live, agent, runner, &name, &args);
+                // What the client's model heard in other sessions since the last call.
+                state.caught = cfg.heard.catch_up(live, CLIENT, &state.run, state.caught);
+                let (answer, refused, interrupted, node) = call(live, agent, runner, &name, &args);
+                if let Some(node) = node
+                    && let Err(e) =
+                        cfg.heard
+                            .hear(session.manifest(), CLIENT, &state.run, node, &name)
+                {
+                    // The session goes on; later sessions may not hear this output.
+                    eprintln!("knox: the label store kept no entry for `{name}`: {e}");
+                }
                 state.blocked += u64::from(refused);
                 let _ = reply.send(answer);
                 if let Some(why) = interrupted {
@@ -558,14 +579,15 @@ fn loop_commands(
 }
 
 /// One `tools/call`: propose, run if allowed, record, answer; whether Knox refused
-/// it, and why the session must end (an interrupt).
+/// it, why the session must end (an interrupt), and the output's node when one was
+/// recorded.
 fn call(
     live: &knox_engine::LiveRun<'_>,
     agent: &str,
     runner: Result<&(dyn ToolRunner + '_), &String>,
     name: &str,
     args: &JsonObject,
-) -> (CallToolResult, bool, Option<String>) {
+) -> (CallToolResult, bool, Option<String>, Option<u64>) {
     match live.propose(agent, &action(name, args)) {
         Verdict::Allow(ticket) => {
             let result = match runner {
@@ -573,17 +595,19 @@ fn call(
                 Err(why) => ToolResult::from(json!({"error": why})),
             };
             let answer = to_mcp(&result);
-            live.record(ticket, result);
-            (answer, false, None)
+            let node = live.record(ticket, result);
+            (answer, false, None, node)
         }
-        Verdict::Block { guard, reason } => (blocked(name, guard.as_str(), &reason), true, None),
+        Verdict::Block { guard, reason } => {
+            (blocked(name, guard.as_str(), &reason), true, None, None)
+        }
         Verdict::Interrupt { cause } => {
             let why = format!("interrupted by the stop guard: {}", cause.as_str());
-            (blocked(name, "stop", &why), true, Some(why))
+            (blocked(name, "stop", &why), true, Some(why), None)
         }
         Verdict::Stopped => {
             let why = "the session was stopped".to_owned();
-            (blocked(name, "stop", &why), true, Some(why))
+            (blocked(name, "stop", &why), true, Some(why), None)
         }
     }
 }

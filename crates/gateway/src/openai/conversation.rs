@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use knox_engine::{Prompt, Session, Ticket, ToolResult, Verdict};
 use knox_types::bundle::{ModelInfo, ModelRole};
-use knox_types::payload::HeardPayload;
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
@@ -261,12 +260,12 @@ pub(crate) fn prompt(messages: &[Value]) -> Result<Prompt, ApiError> {
     })
 }
 
-/// What the upstream heard across conversations: under regulations, recorded outputs of
-/// labelled tools whose result a client sent back (the upstream hears
-/// every tool result of the conversation's next request). Appended before that request
-/// goes upstream; every other conversation records it as a `heard` node before it
-/// mediates anything more, so content the model composes there carries its labels.
-type HeardLog = Arc<Mutex<Vec<HeardPayload>>>;
+/// What the upstream heard across conversations ([`crate::heard`]): under regulations,
+/// recorded outputs of labelled tools whose result a client sent back (the upstream
+/// hears every tool result of the conversation's next request). Appended before that
+/// request goes upstream; every other conversation records it as a `heard` node before
+/// it mediates anything more, so content the model composes there carries its labels.
+type HeardLog = Arc<crate::heard::Heard>;
 
 /// A live header-less conversation's opening ([`prefix`]), the client it belongs to (the
 /// hash of its `Authorization`), and what its answers began with.
@@ -674,34 +673,16 @@ impl Owner {
     /// from two different runs: every conversation then finds one from a run other
     /// than its own (it skips its own), and the log stays bounded by the manifest.
     fn hear(&self, run: &str, node: u64, tool: &str) {
-        let labelled = self
-            .session
-            .manifest()
-            .tool(tool)
-            .and_then(|t| t.annotations.returns.as_ref())
-            .is_some_and(|r| !r.info_types.is_empty());
-        let mut log = lock(&self.heard);
-        let of_tool = || log.iter().filter(|h| h.tool == tool);
-        let logged = of_tool().count() >= 2 || of_tool().any(|h| h.run == run);
-        if labelled && !logged {
-            log.push(HeardPayload {
-                endpoint: self.upstream.clone(),
-                run: run.to_owned(),
-                node,
-                tool: tool.to_owned(),
-            });
-        }
+        // In memory: nothing to fail.
+        let _ = self
+            .heard
+            .hear(self.session.manifest(), &self.upstream, run, node, tool);
     }
 
     /// Records, as `heard` nodes, what the upstream heard in other conversations since
     /// entry `from` of the log; returns how far the log has been taken in.
     fn catch_up(&self, live: &knox_engine::LiveRun<'_>, run: &str, from: usize) -> usize {
-        let log = lock(&self.heard);
-        for h in log.iter().skip(from).filter(|h| h.run != run) {
-            // Only a tool of this manifest with labels is logged: the monitor accepts it.
-            let _ = live.heard(h.clone());
-        }
-        log.len()
+        self.heard.catch_up(live, &self.upstream, run, from)
     }
 
     /// Proposes one call; keeps an allowed call's ticket under its id.

@@ -146,6 +146,7 @@ fn fixture_with(approver: Option<&PartyKey>) -> Option<Fx> {
         stop_file: None,
         idle_timeout: Duration::from_secs(600),
         max_message_bytes: 1 << 20,
+        heard: Arc::default(),
     });
     Some(Fx {
         dir,
@@ -432,6 +433,7 @@ async fn a_session_without_a_prompt_needs_a_contract_and_a_plan_needs_its_prompt
         stop_file: None,
         idle_timeout: Duration::from_secs(600),
         max_message_bytes: 1 << 20,
+        heard: Arc::default(),
     });
     let e = open(unbounded, None).await.unwrap().unwrap_err();
     assert!(

@@ -81,6 +81,16 @@ async fn fixture() -> Fx {
 /// The `echo` upstream on a loopback port and a gateway configuration in front of it
 /// (sessions opened in process), the upstream given `timeout_secs` to answer.
 pub(super) async fn fixture_with(timeout_secs: u64) -> Fx {
+    fixture_of(timeout_secs, MANIFEST, |_| Arc::default()).await
+}
+
+/// [`fixture_with`] under `manifest`, its label store made by `heard` from the output
+/// folder.
+async fn fixture_of(
+    timeout_secs: u64,
+    manifest: &str,
+    heard: impl FnOnce(&std::path::Path) -> Arc<knox_gateway::heard::Heard>,
+) -> Fx {
     let svc = StreamableHttpService::new(
         || Ok(Upstream),
         Arc::new(LocalSessionManager::default()),
@@ -100,16 +110,13 @@ pub(super) async fn fixture_with(timeout_secs: u64) -> Fx {
     let out = dir.path().join("out");
     std::fs::create_dir(&out).unwrap();
     let host = knox_mcp::McpHost::from_file(&servers, out.join("mcp")).unwrap();
+    let manifest = knox_policy::ToolkitManifest::from_toolkit_text(manifest).unwrap();
     let cfg = Arc::new(GatewayConfig {
-        manifest: knox_policy::ToolkitManifest::from_toolkit_text(MANIFEST).unwrap(),
+        manifest: manifest.clone(),
         runtime: Arc::new(
-            knox_monitor::run::Runtime::start(
-                &knox_engine::Simulated,
-                &[],
-                knox_policy::ToolkitManifest::from_toolkit_text(MANIFEST).unwrap(),
-            )
-            .unwrap(),
+            knox_monitor::run::Runtime::start(&knox_engine::Simulated, &[], manifest).unwrap(),
         ),
+        heard: heard(&out),
         host: Arc::new(host),
         contract: None,
         planner: None,
@@ -373,4 +380,115 @@ async fn every_session_is_a_numbered_link_of_the_gateways_one_key() {
     let seqs: Vec<u64> = links.iter().map(|(_, s)| *s).collect();
     assert_eq!(seqs, [0, 1, 2]);
     drop(fx.dir);
+}
+
+/// Issue 36, item 2: what the client's model heard in one session reaches every later
+/// session of the same gateway's folder, in this process or the next. Session A reads a
+/// labelled record; a malicious client then writes it into session B's post, whose text
+/// the plan leaves to the model. B records a `heard` node first, so the composed text
+/// carries the record and runs as the plan wrote it; so does a session of a second
+/// gateway started later on the same folder. Without the store (a folder that heard
+/// nothing) the same post runs as composed: the store is what closes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn what_one_session_heard_is_carried_into_the_next_sessions_and_the_next_gateways() {
+    let labelled = MANIFEST
+        .replace(
+            "description = \"Echo a text\"\neffect = \"read\"\n",
+            "description = \"Echo a text\"\neffect = \"read\"\nreturns = { info_types = [\"health\"], subject = \"third_party\", source = \"user\" }\n",
+        )
+        .replace(
+            "description = \"Sends a text\"\neffect = \"write\"\n",
+            "description = \"Sends a text\"\neffect = \"write\"\nprose = [\"text\"]\n",
+        );
+    assert_ne!(labelled, MANIFEST);
+    let secret = "diagnosis: arrhythmia, patient 4411";
+    let post = |label: &str| OpenRequest {
+        prompt: Prompt {
+            tasks: vec!["Post a greeting".into()],
+        },
+        plan: Some(json!({"calls": [{"tool": "up.send", "params": {"text": "hello all"}}]})),
+        label: label.into(),
+    };
+    // What a post ran with (the echo answers its text), and the run's bundle.
+    let send = async |cfg: &Arc<GatewayConfig>, label: &str| {
+        let h = open(cfg, post(label)).await.unwrap();
+        let r = h
+            .call("up.send".into(), args(json!({"text": secret})))
+            .await;
+        assert_ne!(r.is_error, Some(true), "{r:?}");
+        let text = serde_json::to_value(&r.content).unwrap()[0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        h.end("done");
+        let end = h.ended().await.unwrap();
+        let (outcome, bundle) = verify(end.bundle.as_ref().unwrap());
+        assert_eq!(outcome, knox_verify::Outcome::Complete, "{}", end.run_id);
+        (text, bundle)
+    };
+    let heard_nodes = |b: &Value| -> Vec<Value> {
+        b["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["kind"] == "heard")
+            .map(|n| n["payload"].clone())
+            .collect()
+    };
+
+    // Control: a folder whose store heard nothing lets the composed text run.
+    let fresh = fixture_of(1, &labelled, |out| {
+        Arc::new(knox_gateway::heard::Heard::in_dir(out).unwrap())
+    })
+    .await;
+    let (text, bundle) = send(&fresh.cfg, "control").await;
+    assert_eq!(text, secret, "nothing heard: the post runs as composed");
+    assert!(heard_nodes(&bundle).is_empty());
+
+    let fx = fixture_of(1, &labelled, |out| {
+        Arc::new(knox_gateway::heard::Heard::in_dir(out).unwrap())
+    })
+    .await;
+    let a = open(
+        &fx.cfg,
+        OpenRequest {
+            prompt: Prompt {
+                tasks: vec!["Read the record".into()],
+            },
+            plan: Some(json!({"calls": [{"tool": "up.echo", "params": {"text": secret}}]})),
+            label: "read".into(),
+        },
+    )
+    .await
+    .unwrap();
+    let r = a
+        .call("up.echo".into(), args(json!({"text": secret})))
+        .await;
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    a.end("done");
+    let read_run = a.ended().await.unwrap().run_id.clone();
+    let logged = fx.cfg.heard.entries();
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert_eq!(logged[0].run, read_run);
+    assert_eq!(logged[0].tool, "up.echo");
+
+    let (text, bundle) = send(&fx.cfg, "post").await;
+    assert_eq!(text, "hello all", "the post ran in the plan's words");
+    let heard = heard_nodes(&bundle);
+    assert_eq!(heard.len(), 1, "{heard:?}");
+    assert_eq!(heard[0]["run"], read_run.as_str());
+    assert_eq!(heard[0]["endpoint"], knox_gateway::mcp::session::CLIENT);
+
+    // A second gateway on the same folder, later: the store is on disk.
+    let out = fx.cfg.out.clone();
+    let next = fixture_of(1, &labelled, |_| {
+        Arc::new(knox_gateway::heard::Heard::in_dir(&out).unwrap())
+    })
+    .await;
+    let (text, bundle) = send(&next.cfg, "next").await;
+    assert_eq!(
+        text, "hello all",
+        "the next gateway's post ran in the plan's words"
+    );
+    assert_eq!(heard_nodes(&bundle).len(), 1);
 }

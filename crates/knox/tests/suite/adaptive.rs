@@ -656,6 +656,7 @@ fn the_mcp_gateway_keeps_the_adaptive_suite_at_zero() {
                 stop_file: None,
                 idle_timeout: Duration::from_secs(600),
                 max_message_bytes: 1 << 20,
+                heard: Arc::default(),
             });
             let token = knox_gateway::mcp::session_token().unwrap();
             let (tx, rx) = std::sync::mpsc::channel();

@@ -179,6 +179,7 @@ pub async fn start(max_calls: usize) -> Fx {
         stop_file: None,
         idle_timeout: Duration::from_secs(600),
         max_message_bytes: 1 << 20,
+        heard: Arc::default(),
     });
     let token = knox_gateway::mcp::session_token().unwrap();
     let gw = HttpGateway::bind(

@@ -84,8 +84,9 @@ pub struct McpGatewayArgs {
     #[arg(long, value_name = "MODE")]
     pub trajectory: Option<TrajectoryMode>,
     /// The evidence folder: bundles (`<run>.json`), live journals
-    /// (`<run>.journal.jsonl`), the servers' workspaces and, with `--http`, the session
-    /// token. It accumulates: a gateway launched again into it adds its sessions beside
+    /// (`<run>.journal.jsonl`), the servers' workspaces, the label store of what the
+    /// client's model heard (`heard.jsonl`) and, with `--http`, the session token. It
+    /// accumulates: a gateway launched again into it adds its sessions beside
     /// the earlier ones (run ids are unique to each process's key; evidence is never
     /// replaced). Locked while the gateway runs.
     #[arg(value_parser = cmd::path, long)]
@@ -246,6 +247,15 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
         stop_file: args.stop_file.clone(),
         idle_timeout: Duration::from_secs(args.idle_timeout_secs.max(1)),
         max_message_bytes: args.max_message_bytes.max(1024),
+        heard: Arc::new(knox_gateway::heard::Heard::in_dir(&args.out).map_err(|e| {
+            fail(
+                Kind::CantCreate,
+                format!(
+                    "cannot open the label store {}: {e}",
+                    args.out.join(knox_gateway::heard::FILE).display()
+                ),
+            )
+        })?),
     });
     let served = match args.http {
         None => {
