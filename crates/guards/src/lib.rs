@@ -742,16 +742,7 @@ impl<'a> Pipeline<'a> {
                 p,
                 &st.runs,
                 &st.attempted,
-                match self.apm.guards.trajectory {
-                    TrajectoryMode::Tolerant {
-                        capacity_bits: Some(bits),
-                        ..
-                    } => Some(knox_policy::trajectory::Capacity {
-                        bits,
-                        used: st.choices.max(1),
-                    }),
-                    _ => None,
-                },
+                capacity(self.apm.guards.trajectory, self.manifest, st, run),
                 action,
                 &actual_hash,
                 &outputs,
@@ -1108,6 +1099,46 @@ impl<'a> Pipeline<'a> {
         };
         done(call, checks, decision)
     }
+}
+
+/// The capacity agent `st`'s free choices have under `mode` (none outside the tolerant
+/// mode, or when it declares none): 0 bits once the run is strict and labelled data
+/// was read ([`read_labelled`]).
+fn capacity(
+    mode: TrajectoryMode,
+    manifest: &ToolkitManifest,
+    st: &AgentState,
+    run: &[Arc<SharedOutput>],
+) -> Option<knox_policy::trajectory::Capacity> {
+    let TrajectoryMode::Tolerant {
+        capacity_bits,
+        strict,
+        ..
+    } = mode
+    else {
+        return None;
+    };
+    let strict = strict && read_labelled(manifest, st, run);
+    let bits = if strict { Some(0) } else { capacity_bits }?;
+    Some(knox_policy::trajectory::Capacity {
+        bits,
+        used: st.choices.max(1),
+        strict,
+    })
+}
+
+/// Whether agent `st`'s model has read labelled data: an output of a tool whose
+/// `returns` declares an information type other than `public` — its own, or, when the
+/// run's outputs are shared (`run`), any agent's, or one its model heard elsewhere.
+fn read_labelled(manifest: &ToolkitManifest, st: &AgentState, run: &[Arc<SharedOutput>]) -> bool {
+    use knox_policy::manifest::InfoType;
+    let labelled = |tool: &str| {
+        manifest
+            .tool(tool)
+            .and_then(|t| t.annotations.returns.as_ref())
+            .is_some_and(|r| r.info_types.iter().any(|i| *i != InfoType::Public))
+    };
+    st.read.iter().any(|r| labelled(&r.tool)) || run.iter().any(|r| r.heard || labelled(&r.tool))
 }
 
 /// The provenance stage's context for agent `st`: the outputs holding data its model

@@ -579,21 +579,14 @@ fn tolerant_mode_follows_the_automaton_and_an_off_plan_call_moves_nothing() {
     apm.guards.trajectory = knox_types::apm::TrajectoryMode::Tolerant {
         read_repeats: 1,
         capacity_bits: None,
+        strict: false,
     };
     let plan = apm.agents[0].trajectory.clone();
     let mut p = Pipeline::new(&apm, &m);
     let mut st = AgentState::new(&apm, 0);
     let mut propose = |st: &mut AgentState, bytes: &[u8]| {
-        let e = p.evaluate(
-            st,
-            Proposal::classify(bytes, &m),
-            Clock::default(),
-            &mut never(),
-            &[],
-        );
-        st.apply(e.change());
-        let allowed = matches!(e.decision, Decision::Allow { .. });
-        (allowed, e.call.position, e.decision.block_reason())
+        let (allowed, position, _, reason) = propose(&mut p, &m, st, bytes);
+        (allowed, position, reason)
     };
     // The second read first: both are reads, independent.
     assert_eq!(propose(&mut st, &raw(&plan[1])), (true, 1, None));
@@ -630,25 +623,14 @@ fn the_tolerant_modes_choices_are_counted_and_bounded_by_the_capacity() {
     apm.guards.trajectory = knox_types::apm::TrajectoryMode::Tolerant {
         read_repeats: 1,
         capacity_bits: Some(1),
+        strict: false,
     };
     let plan = apm.agents[0].trajectory.clone();
     let mut p = Pipeline::new(&apm, &m);
     let mut st = AgentState::new(&apm, 0);
     let mut propose = |st: &mut AgentState, bytes: &[u8]| {
-        let e = p.evaluate(
-            st,
-            Proposal::classify(bytes, &m),
-            Clock::default(),
-            &mut never(),
-            &[],
-        );
-        st.apply(e.change());
-        let options = e.checks.iter().find_map(|c| match &c.detail {
-            CheckDetail::Trajectory { options, .. } => Some(*options),
-            _ => None,
-        });
-        let allowed = matches!(e.decision, Decision::Allow { .. });
-        (allowed, options.flatten(), e.decision.block_reason())
+        let (allowed, _, options, reason) = propose(&mut p, &m, st, bytes);
+        (allowed, options, reason)
     };
     // The second read first: one of two enabled reads, the capacity's one bit.
     assert_eq!(propose(&mut st, &raw(&plan[1])), (true, Some(2), None));
@@ -666,6 +648,83 @@ fn the_tolerant_modes_choices_are_counted_and_bounded_by_the_capacity() {
     assert_eq!((st.choices, st.runs.clone()), (2, vec![1, 1]));
 }
 
+/// #36 item 3, `strict`: the tolerant mode's freedoms hold until the model has read
+/// labelled data; from then on its capacity is 0, so only the plan's next step runs and
+/// what was read steers no choice. The same run without `strict` keeps its freedoms.
+#[test]
+fn a_strict_run_has_no_free_choice_after_a_labelled_read() {
+    use knox_guards::RecordedOutput;
+    use knox_types::apm::TrajectoryMode;
+    let m = manifest();
+    for strict in [true, false] {
+        let mut apm = apm();
+        apm.guards.trajectory = TrajectoryMode::Tolerant {
+            read_repeats: 1,
+            capacity_bits: Some(TrajectoryMode::DEFAULT_CAPACITY_BITS),
+            strict,
+        };
+        let plan = apm.agents[0].trajectory.clone();
+        let mut p = Pipeline::new(&apm, &m);
+        let mut st = AgentState::new(&apm, 0);
+        // Nothing read yet: the second read first is a free choice, counted.
+        let (allowed, position, options, _) = propose(&mut p, &m, &mut st, &raw(&plan[1]));
+        assert_eq!((allowed, position, options), (true, 1, Some(2)), "{strict}");
+        // The calendar's events: `schedule` and `contact`.
+        st.record_output(
+            &m,
+            RecordedOutput {
+                node: 3,
+                position: 1,
+                tool: plan[1].tool.clone(),
+                cost: 1,
+                output: json!({"event_details": []}),
+            },
+            true,
+        );
+        let (allowed, _, options, reason) = propose(&mut p, &m, &mut st, &raw(&plan[1]));
+        if strict {
+            assert!(!allowed && options.is_none());
+            let reason = reason.unwrap();
+            assert!(
+                reason.contains(
+                    "the run is strict and its model has read labelled data: only plan step 1"
+                ),
+                "{reason}"
+            );
+        } else {
+            assert_eq!((allowed, options), (true, Some(2)), "{reason:?}");
+        }
+        // The plan's next step runs either way, with no choice.
+        let (allowed, position, options, _) = propose(&mut p, &m, &mut st, &raw(&plan[0]));
+        assert_eq!((allowed, position, options), (true, 0, None), "{strict}");
+    }
+}
+
+/// Proposes `bytes` to `p` in state `st` (the regulation guard never asked) and applies
+/// the change: whether it was allowed, its position, the trajectory check's `options`,
+/// and the block reason.
+fn propose<'a>(
+    p: &mut Pipeline<'a>,
+    m: &'a ToolkitManifest,
+    st: &mut AgentState,
+    bytes: &[u8],
+) -> (bool, u32, Option<u32>, Option<String>) {
+    let e = p.evaluate(
+        st,
+        Proposal::classify(bytes, m),
+        Clock::default(),
+        &mut never(),
+        &[],
+    );
+    st.apply(e.change());
+    let options = e.checks.iter().find_map(|c| match &c.detail {
+        CheckDetail::Trajectory { options, .. } => *options,
+        _ => None,
+    });
+    let allowed = matches!(e.decision, Decision::Allow { .. });
+    (allowed, e.call.position, options, e.decision.block_reason())
+}
+
 /// #36 item 3: under an APM that executes planned values as planned, a call matched
 /// in a form the plan allows but did not write (a set given with a repeat) runs — and
 /// is granted — as the plan writes it, and the trajectory check records that; under
@@ -681,6 +740,7 @@ fn a_tolerated_form_runs_as_the_plan_writes_it() {
         apm.guards.trajectory = knox_types::apm::TrajectoryMode::Tolerant {
             read_repeats: 1,
             capacity_bits: None,
+            strict: false,
         };
         apm.guards.closed.planned = planned;
         let mut p = Pipeline::new(&apm, &m);
@@ -717,6 +777,7 @@ fn a_repeated_read_does_not_change_what_a_later_step_takes_from_its_output() {
     apm.guards.trajectory = knox_types::apm::TrajectoryMode::Tolerant {
         read_repeats: 2,
         capacity_bits: None,
+        strict: false,
     };
     let read = apm.agents[0].trajectory[1].clone();
     let mut c = std::collections::BTreeMap::new();
@@ -861,6 +922,7 @@ fn a_blocked_call_never_uses_up_the_plan_step_it_matched() {
         TrajectoryMode::Tolerant {
             read_repeats: 0,
             capacity_bits: None,
+            strict: false,
         },
     ] {
         let mut apm = apm();

@@ -437,6 +437,9 @@ pub struct Capacity {
     pub bits: u32,
     /// The product of the options of the choices admitted so far (1 before any).
     pub used: u128,
+    /// Whether `bits` is 0 because the run is strict and labelled data was read
+    /// ([`knox_types::apm::TrajectoryMode::Tolerant`]'s `strict`): the refusal says so.
+    pub strict: bool,
 }
 
 impl Capacity {
@@ -625,11 +628,18 @@ impl Automaton {
                 Some(t) => format!("plan step {} (`{t}`)", next + 1),
                 None => "no step".into(),
             };
-            let reason = format!(
-                "the run's free choices are spent (its capacity is {} bits): only {step} \
-                 may run now, in the plan's order",
-                c.bits
-            );
+            let reason = if c.strict {
+                format!(
+                    "the run is strict and its model has read labelled data: only {step} \
+                     may run now, in the plan's order"
+                )
+            } else {
+                format!(
+                    "the run's free choices are spent (its capacity is {} bits): only {step} \
+                     may run now, in the plan's order",
+                    c.bits
+                )
+            };
             return Selection {
                 position: u32::try_from(next).unwrap_or(u32::MAX),
                 outcome: Outcome::fail("tolerant", vec![], reason),
@@ -1044,7 +1054,11 @@ mod tests {
         // Returns (matched, options, reason) per call, charging the admitted choices.
         let feed = |bits: u32, calls: &[Action]| {
             let mut runs = vec![0; p.trajectory.len()];
-            let mut cap = Capacity { bits, used: 1 };
+            let mut cap = Capacity {
+                bits,
+                used: 1,
+                strict: false,
+            };
             let mut regexes = RegexCache::default();
             calls
                 .iter()

@@ -394,6 +394,15 @@ pub enum TrajectoryMode {
         /// from before the bound; written only when set, so their bytes stay).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         capacity_bits: Option<u32>,
+        /// Strict after labelled data (issue 36, item 3): once the agent's model has
+        /// read (or, with the run's outputs shared, the run read or its model heard) an
+        /// output whose tool declares information types other than `public`, its
+        /// capacity is 0 — only the plan's own next step is enabled, as in the exact
+        /// mode — so what was read can steer no choice of step. Before that the run
+        /// keeps the tolerant mode's freedoms (repeats, reorders, case and defaults).
+        /// Written only when set.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        strict: bool,
     },
     /// No plan: nobody gave the session a prompt (an MCP gateway session bounded by a
     /// signed capability contract alone). Every trajectory is empty and the trajectory
@@ -430,6 +439,16 @@ impl TrajectoryMode {
         Self::Tolerant {
             read_repeats,
             capacity_bits: Some(Self::DEFAULT_CAPACITY_BITS),
+            strict: false,
+        }
+    }
+
+    /// The tolerant mode, strict after labelled data (`strict`).
+    pub const fn strict() -> Self {
+        Self::Tolerant {
+            read_repeats: Self::DEFAULT_READ_REPEATS,
+            capacity_bits: Some(Self::DEFAULT_CAPACITY_BITS),
+            strict: true,
         }
     }
 
@@ -438,10 +457,11 @@ impl TrajectoryMode {
         matches!(self, Self::Unplanned)
     }
 
-    /// The name (`exact`, `tolerant`, `unplanned`).
+    /// The name (`exact`, `tolerant`, `strict`, `unplanned`).
     pub fn as_str(&self) -> &'static str {
         match self {
             Self::Exact => "exact",
+            Self::Tolerant { strict: true, .. } => "strict",
             Self::Tolerant { .. } => "tolerant",
             Self::Unplanned => "unplanned",
         }
@@ -455,10 +475,11 @@ impl std::str::FromStr for TrajectoryMode {
         match s {
             "exact" => Ok(Self::Exact),
             "tolerant" => Ok(Self::tolerant()),
+            "strict" => Ok(Self::strict()),
             // Not a choice a user makes for a plan: a session without a prompt is
             // unplanned by construction (and only under a contract).
             _ => Err(format!(
-                "unknown trajectory mode `{s}`: expected exact or tolerant"
+                "unknown trajectory mode `{s}`: expected exact, tolerant or strict"
             )),
         }
     }
@@ -767,13 +788,21 @@ mod tests {
             back,
             TrajectoryMode::Tolerant {
                 read_repeats: 3,
-                capacity_bits: None
+                capacity_bits: None,
+                strict: false,
             }
         );
         assert_eq!(serde_json::to_value(back).unwrap_or_default(), old);
         assert_eq!(
             "tolerant".parse::<TrajectoryMode>(),
             Ok(TrajectoryMode::tolerant())
+        );
+        let strict: TrajectoryMode = "strict".parse().unwrap_or_default();
+        assert_eq!(strict, TrajectoryMode::strict());
+        assert_eq!(strict.as_str(), "strict");
+        assert_eq!(
+            serde_json::to_value(strict).unwrap_or_default(),
+            json!({"mode": "tolerant", "read_repeats": 3, "capacity_bits": 32, "strict": true})
         );
         assert!("loose".parse::<TrajectoryMode>().is_err());
         let bad = json!({"mode": "tolerant"});

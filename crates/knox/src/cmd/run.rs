@@ -158,7 +158,8 @@ pub struct RunArgs {
     /// How the monitor follows the plan: `exact` (the paper's strict sequence; the
     /// default for the shipped suites, which reproduce its figures) or `tolerant` (read
     /// steps may repeat and reorder, writes run as planned; the default with
-    /// `--manifest`, for real agents). The APM records it.
+    /// `--manifest`, for real agents) or `strict` (tolerant until the model has read
+    /// labelled data, then the plan's own order). The APM records it.
     #[arg(long, value_name = "MODE")]
     pub trajectory: Option<knox_types::apm::TrajectoryMode>,
 }

@@ -285,6 +285,7 @@ fn apm_of(s: &Scenario) -> Apm {
         apm.guards.trajectory = TrajectoryMode::Tolerant {
             read_repeats,
             capacity_bits: None,
+            strict: false,
         };
     }
     apm.guards.remote = knox_monitor::run::remote_models(&executor(s));

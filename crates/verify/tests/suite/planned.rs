@@ -51,6 +51,16 @@ fn run(rt: &Runtime) -> (Bundle, Value) {
 /// A tolerant run of `plan` (one task) whose executor proposes `proposals` (calendar
 /// reads), each allowed; the bundle and what the tool was given to run each time.
 fn run_with(rt: &Runtime, plan: Vec<ExpectedCall>, proposals: &[Value]) -> (Bundle, Vec<Value>) {
+    run_in(rt, TrajectoryMode::tolerant(), plan, proposals)
+}
+
+/// [`run_with`] in trajectory mode `mode`.
+fn run_in(
+    rt: &Runtime,
+    mode: TrajectoryMode,
+    plan: Vec<ExpectedCall>,
+    proposals: &[Value],
+) -> (Bundle, Vec<Value>) {
     let prompt = Prompt {
         tasks: vec!["read my events a and b".into()],
     };
@@ -72,7 +82,7 @@ fn run_with(rt: &Runtime, plan: Vec<ExpectedCall>, proposals: &[Value]) -> (Bund
         apm.guards.closed.planned,
         "new APMs execute planned values as planned"
     );
-    apm.guards.trajectory = TrajectoryMode::tolerant();
+    apm.guards.trajectory = mode;
     let apm_hash = apm.hash().unwrap();
     let att = apm::attest(&apm, apm_hash, rt.monitor_key()).unwrap();
     let regulator = knox_regulation::Regulator::new(&apm.guards.regulation, None).unwrap();
@@ -230,4 +240,62 @@ fn the_free_choices_are_counted_and_the_count_is_checked() {
             "{edit:?}: {r}"
         );
     }
+}
+
+/// #36 item 3, `strict`: after the first read (the calendar: labelled) no choice is
+/// admitted, so the reorder before it is the run's one choice; the verifier recomputes
+/// that from the APM's `strict`, and a run edited to claim a second choice is tampering.
+#[test]
+fn a_strict_run_records_no_choice_after_a_labelled_read_and_the_verifier_checks_it() {
+    let key = Arc::new(TeeKey::generate().unwrap());
+    let rt = Runtime::simulated_with_key(Arc::clone(&key), b"planned", manifest()).unwrap();
+    let read = |id: &str| {
+        ExpectedCall::exact(
+            0,
+            "GoogleCalendarReadEvents",
+            json!({"event_ids": [id]}).as_object().cloned().unwrap(),
+        )
+    };
+    let (b, _) = run_in(
+        &rt,
+        TrajectoryMode::strict(),
+        vec![read("a"), read("b")],
+        &[json!({"event_ids": ["b"]}), json!({"event_ids": ["a"]})],
+    );
+    let r = verify(&b);
+    assert_eq!(r.outcome, Outcome::Complete, "{r}");
+    assert_eq!(
+        r.choice_bits,
+        Some(1),
+        "one choice, before the labelled read"
+    );
+    let recorded: Vec<Option<u32>> = b
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.payload {
+            Body::Check(c) => match &c.detail {
+                CheckDetail::Trajectory { options, .. } => Some(*options),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(recorded, vec![Some(2), None]);
+    let mut t = b.clone();
+    let second = t
+        .nodes
+        .iter_mut()
+        .filter_map(|n| match &mut n.payload {
+            Body::Check(c) => match &mut c.detail {
+                CheckDetail::Trajectory { options, .. } => Some(options),
+                _ => None,
+            },
+            _ => None,
+        })
+        .nth(1)
+        .unwrap();
+    *second = Some(2);
+    reseal(&mut t, &key);
+    let r = verify(&t);
+    assert!(matches!(r.outcome, Outcome::Tampered { .. }), "{r}");
 }

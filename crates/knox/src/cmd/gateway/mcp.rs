@@ -80,7 +80,9 @@ pub struct McpGatewayArgs {
     #[arg(long, default_value_t = knox_models::tools::MAX_PLANNED_CALLS)]
     pub max_calls: usize,
     /// How the monitor follows the plan (default `tolerant`: reads may repeat and
-    /// reorder, writes run as planned). The APM records it.
+    /// reorder, writes run as planned; `strict`: tolerant until the model has read
+    /// labelled data, then the plan's own order; `exact`: the plan's order throughout).
+    /// The APM records it.
     #[arg(long, value_name = "MODE")]
     pub trajectory: Option<TrajectoryMode>,
     /// The evidence folder: bundles (`<run>.json`), live journals

@@ -50,7 +50,8 @@ pub struct OpenaiGatewayArgs {
     #[arg(long, default_value_t = knox_models::tools::MAX_PLANNED_CALLS)]
     pub max_calls: usize,
     /// How the monitor follows the plan (default `tolerant`: reads may repeat and
-    /// reorder, as real agents do; `exact`: the strict sequence).
+    /// reorder, as real agents do; `strict`: tolerant until the model has read
+    /// labelled data, then the plan's own order; `exact`: the plan's order throughout).
     #[arg(long, value_name = "MODE")]
     pub trajectory: Option<knox_types::apm::TrajectoryMode>,
     /// Model cache directory for `--planner local:…`.
