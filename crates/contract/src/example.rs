@@ -59,6 +59,7 @@ pub fn template(from_ms: u64, until_ms: u64, wc_sha256: &str) -> Contract {
             methods: ["GET".to_owned()].into_iter().collect(),
             cost_cents: 5,
             impact: Impact::Low,
+            receives: BTreeSet::new(),
         },
     );
     Contract {

@@ -174,6 +174,18 @@ pub struct EndpointCap {
     pub cost_cents: u64,
     /// Impact of one request.
     pub impact: Impact,
+    /// The capabilities whose data this endpoint is cleared to receive (issue 36,
+    /// item 1): ids of this contract's directories, executables or other endpoints. In
+    /// a session nobody gave a prompt — the contract alone bounds it — every parameter
+    /// of a request is composed by the agent, so it carries every output the agent read
+    /// before it (a file's text, a program's output, another endpoint's answer), in
+    /// whatever form; the request runs only when the endpoint is cleared for the
+    /// capability each came through. An endpoint is always cleared for its own
+    /// answers. Empty (the default, and left out when written): cleared for nothing
+    /// else, so a session that read a file sends no request until the authority says
+    /// where that data may go.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub receives: BTreeSet<String>,
 }
 
 /// Why a contract is structurally invalid.
@@ -342,6 +354,15 @@ impl Contract {
                 ));
             }
             check_number(&format!("{f}/cost_cents"), e.cost_cents)?;
+            if let Some(r) = e.receives.iter().find(|r| !self.names(r)) {
+                return Err(bad(
+                    format!("{f}/receives"),
+                    format!(
+                        "`{}` is no directory, executable or endpoint of this contract",
+                        r.chars().take(64).collect::<String>()
+                    ),
+                ));
+            }
         }
         for (name, key) in &self.approvers {
             let f = format!("/approvers/{name}");
@@ -362,6 +383,13 @@ impl Contract {
             ));
         }
         Ok(())
+    }
+
+    /// Whether `id` names one of the contract's capabilities.
+    pub fn names(&self, id: &str) -> bool {
+        self.directories.contains_key(id)
+            || self.executables.contains_key(id)
+            || self.endpoints.contains_key(id)
     }
 
     fn validate_executable(&self, id: &str, e: &ExecutableCap) -> Result<(), ContractError> {

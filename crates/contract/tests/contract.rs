@@ -363,6 +363,19 @@ fn structural_validation_rejects_bad_contracts() {
     let mut c = base.clone();
     c.endpoints.get_mut("example-api").unwrap().host = "API.example.com".into();
     bad.push(c);
+    // An endpoint cleared to receive a capability the contract does not have.
+    let mut c = base.clone();
+    c.endpoints
+        .get_mut("example-api")
+        .unwrap()
+        .receives
+        .insert("nowhere".into());
+    bad.push(c);
+    // Cleared for capabilities it has: valid.
+    let mut c = base.clone();
+    c.endpoints.get_mut("example-api").unwrap().receives =
+        ["docs".to_owned(), "wc".to_owned()].into_iter().collect();
+    assert_eq!(c.validate(), Ok(()));
     for c in bad {
         assert!(c.validate().is_err(), "{c:?}");
         let d = decide_json(

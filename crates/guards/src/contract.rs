@@ -138,3 +138,38 @@ pub fn reserved(c: &ContractCheck) -> Option<knox_contract::LedgerEvent> {
         approval_nonce: c.approval_nonce.clone(),
     })
 }
+
+/// The contract's request tool: the one whose parameters leave the machine.
+pub const HTTP: &str = "ContractHttp";
+
+/// The capability an allowed call of one of the contract's tools acts through, as
+/// `directories/ID`, `executables/ID` or `endpoints/ID` (its kind and id in the
+/// contract), when its output holds data: a file read, a program run, an endpoint's
+/// answer. `None` for a write (its status carries nothing) and for any other tool.
+pub fn capability_of(action: &Action) -> Option<String> {
+    let (kind, param) = match action.tool.as_str() {
+        "ContractReadFile" => ("directories", "dir"),
+        "ContractExec" => ("executables", "exe"),
+        HTTP => ("endpoints", "endpoint"),
+        _ => return None,
+    };
+    let id = action.params.get(param)?.as_str()?;
+    Some(format!("{kind}/{id}"))
+}
+
+/// Whether a `ContractHttp` `action` under `contract` may carry the data of an output
+/// that came through `from` ([`capability_of`]; `None`: heard elsewhere, or of no
+/// capability): its endpoint's `receives` lists that capability's id, or the output
+/// is the endpoint's own answer (issue 36, item 1).
+pub fn receives(contract: &Verified, action: &Action, from: Option<&str>) -> bool {
+    let Some(id) = action.params.get("endpoint").and_then(Value::as_str) else {
+        return false;
+    };
+    let Some(endpoint) = contract.contract.endpoints.get(id) else {
+        return false;
+    };
+    let Some((kind, of)) = from.and_then(|f| f.split_once('/')) else {
+        return false;
+    };
+    (kind == "endpoints" && of == id) || endpoint.receives.contains(of)
+}

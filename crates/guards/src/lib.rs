@@ -69,6 +69,8 @@ pub struct SharedOutput {
     pub heard: bool,
     /// What content matching reads of `output`, worked out on first use.
     pub text: OutputText,
+    /// The contract capability the call acted through ([`contract::capability_of`]).
+    pub capability: Option<String>,
 }
 
 impl SharedOutput {
@@ -82,6 +84,7 @@ impl SharedOutput {
             output: out.output.clone(),
             heard: false,
             text: OutputText::new(),
+            capability: out.capability.clone(),
         }
     }
 
@@ -96,6 +99,7 @@ impl SharedOutput {
             output: Value::Null,
             heard: true,
             text: OutputText::new(),
+            capability: None,
         }
     }
 }
@@ -120,6 +124,9 @@ pub struct RecordedOutput {
     pub cost: u64,
     /// The output, as its canonical bytes read back.
     pub output: Value,
+    /// The contract capability the call acted through, for a contract's tool that
+    /// returns data ([`contract::capability_of`]).
+    pub capability: Option<String>,
 }
 
 /// What the guards know of one agent: the same for the monitor and the verifier.
@@ -170,6 +177,8 @@ pub struct ReadOutput {
     pub position: u32,
     /// The producing tool.
     pub tool: String,
+    /// The contract capability the call acted through ([`contract::capability_of`]).
+    pub capability: Option<String>,
 }
 
 impl AgentState {
@@ -233,6 +242,7 @@ impl AgentState {
             tool,
             cost,
             output,
+            capability,
         } = out;
         let entry = manifest.tool(&tool);
         self.spent = self.spent.saturating_add(cost);
@@ -240,6 +250,7 @@ impl AgentState {
             node,
             position,
             tool: tool.clone(),
+            capability,
         });
         if entry.is_some_and(ToolEntry::returns_external) {
             self.tainted.push(TaintedOutput {
@@ -911,6 +922,28 @@ impl<'a> Pipeline<'a> {
             })
         };
         let context = || provenance_context(manifest, st, run);
+        // Unplanned under a contract: a request's endpoint must be cleared by the
+        // contract for every output the model read (issue 36, item 1).
+        let contract_sources = || {
+            let Some(c) = self.contract else {
+                return Vec::new();
+            };
+            let clears = |from: Option<&str>| contract::receives(c, &action, from);
+            if run.is_empty() {
+                st.read
+                    .iter()
+                    .filter(|r| r.capability.is_some())
+                    .map(|r| (r.node, clears(r.capability.as_deref())))
+                    .collect()
+            } else {
+                run.iter()
+                    .filter(|r| r.heard || r.capability.is_some())
+                    .map(|r| (r.node, clears(r.capability.as_deref())))
+                    .collect()
+            }
+        };
+        let contract_sink =
+            unplanned.is_some() && self.contract.is_some() && action.tool == contract::HTTP;
         let view = mediated::AgentView {
             expected,
             outputs: &outputs,
@@ -923,6 +956,8 @@ impl<'a> Pipeline<'a> {
             run: &run_view,
             links: &links,
             context: &context,
+            contract_sources: contract_sink
+                .then_some(&contract_sources as &dyn Fn() -> Vec<(u64, bool)>),
         };
         checks.extend(mediated::checks(
             entry,

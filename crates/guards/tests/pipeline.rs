@@ -498,6 +498,7 @@ fn outputs_are_recorded_as_taint_and_as_labelled_data_only_when_asked() {
         tool: tool.into(),
         cost: 2,
         output: json!({"product": "B08KFQ9HK5"}),
+        capability: None,
     };
     // External content with labels, no policy set deciding: taint only.
     st.record_output(&m, out(7, 0, "AmazonGetProductDetails"), false);
@@ -678,6 +679,7 @@ fn a_strict_run_has_no_free_choice_after_a_labelled_read() {
                 tool: plan[1].tool.clone(),
                 cost: 1,
                 output: json!({"event_details": []}),
+                capability: None,
             },
             true,
         );
@@ -824,6 +826,7 @@ fn a_repeated_read_does_not_change_what_a_later_step_takes_from_its_output() {
                 tool: read.tool.clone(),
                 cost: 2,
                 output: json!({"name": name}),
+                capability: None,
             },
             false,
         );

@@ -210,6 +210,7 @@ impl World {
             methods: [method.to_owned()].into_iter().collect(),
             cost_cents: cost,
             impact,
+            receives: std::collections::BTreeSet::new(),
         };
         let mut endpoints = BTreeMap::new();
         endpoints.insert(

@@ -681,6 +681,7 @@ impl<'a> Monitor<'a> {
         let mut out = RecordedOutput {
             node: 0,
             position: ticket.position,
+            capability: knox_guards::contract::capability_of(&ticket.action),
             tool: ticket.action.tool,
             cost: ticket.cost,
             output: result.output,

@@ -49,6 +49,11 @@ pub struct AgentView<'a> {
     /// The outputs holding data that the agent's model read (in commit order), for
     /// the provenance stage ([`Closed::provenance`]), worked out when it asks.
     pub context: &'a dyn Fn() -> Vec<provenance::Source>,
+    /// For a call no plan matched under a contract that alone bounds the run, when the
+    /// contract clears its sink (a `ContractHttp` request, under
+    /// [`Closed::provenance`]): the outputs holding data the model read, each with
+    /// whether the contract clears the call for it ([`provenance::decide_unplanned`]).
+    pub contract_sources: Option<&'a dyn Fn() -> Vec<(u64, bool)>>,
 }
 
 impl std::fmt::Debug for AgentView<'_> {
@@ -89,6 +94,13 @@ pub fn checks(
             let d = provenance::decide(entry, e, given, view.prompt, view.context);
             (d.params.or(planned), d.flows)
         }
+        None if view.closed.provenance => match view.contract_sources {
+            Some(sources) => (
+                planned,
+                provenance::decide_unplanned(&action.params, &sources()),
+            ),
+            None => (planned, Vec::new()),
+        },
         _ => (planned, Vec::new()),
     };
     let executed = executed.filter(|p| *p != action.params);
@@ -170,6 +182,18 @@ pub fn checks(
     out
 }
 
+/// The sources of `f` it is not cleared for (at most eight), listed.
+fn uncleared_of(f: &knox_types::payload::ArgFlow) -> String {
+    let list: Vec<String> = f
+        .sources
+        .iter()
+        .filter(|s| !f.cleared.contains(s))
+        .take(8)
+        .map(u64::to_string)
+        .collect();
+    list.join(", ")
+}
+
 /// Where the call a `block_reason` explains stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct At {
@@ -214,18 +238,19 @@ pub fn block_reason(check: &CheckPayload, at: At) -> Option<String> {
             let bad_sink = sinks.iter().find(|c| c.source.is_some() && !c.authorized);
             let bad_flow = content.iter().find(|c| !c.declared);
             let withheld = provenance.iter().find(|f| f.ran == provenance::WITHHELD);
+            let uncleared = provenance.iter().find(|f| f.ran == provenance::UNCLEARED);
+            if let (Some(w), None) = (uncleared, bad_sink) {
+                return Some(format!(
+                    "`{}` was composed after reading node {}, which the contract does not clear the request's endpoint to receive (its `receives`)",
+                    w.param,
+                    uncleared_of(w)
+                ));
+            }
             if let (Some(w), None) = (withheld, bad_sink) {
-                let uncleared: Vec<String> = w
-                    .sources
-                    .iter()
-                    .filter(|s| !w.cleared.contains(s))
-                    .take(8)
-                    .map(u64::to_string)
-                    .collect();
                 return Some(format!(
                     "`{}` was composed after reading node {}, which the plan does not clear it for, and no planned value may run in its place",
                     w.param,
-                    uncleared.join(", ")
+                    uncleared_of(w)
                 ));
             }
             match (bad_sink, bad_flow) {

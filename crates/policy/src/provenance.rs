@@ -85,9 +85,11 @@ impl Decided {
     }
 }
 
-/// Whether no parameter of `flows` was withheld.
+/// Whether no parameter of `flows` was withheld (or left uncleared).
 pub fn passes(flows: &[ArgFlow]) -> bool {
-    flows.iter().all(|f| f.ran != WITHHELD)
+    flows
+        .iter()
+        .all(|f| f.ran != WITHHELD && f.ran != UNCLEARED)
 }
 
 /// `ran` of a parameter that runs as the executor composed it.
@@ -96,6 +98,43 @@ pub const COMPOSED: &str = "composed";
 pub const PLANNED: &str = "planned";
 /// `ran` of a parameter neither cleared nor planned: the call is blocked.
 pub const WITHHELD: &str = "withheld";
+/// `ran` of a parameter of an unplanned call (a run bounded by a contract alone) whose
+/// sink the contract does not clear for all it carries: the call is blocked.
+pub const UNCLEARED: &str = "uncleared";
+
+/// Decides the parameters `params` of a call no plan matched, under a contract that
+/// bounds the run alone: every parameter is the executor's, so each carries every
+/// source of `sources` (the outputs holding data its model read, in commit order, each
+/// with whether the contract clears this call's sink for it). One entry per parameter,
+/// in name order: `composed` when every source is cleared, `uncleared` otherwise — no
+/// plan holds a value to run in its place. Nothing read: no entry.
+pub fn decide_unplanned(params: &Map<String, Value>, sources: &[(u64, bool)]) -> Vec<ArgFlow> {
+    if sources.is_empty() {
+        return Vec::new();
+    }
+    let all: Vec<u64> = sources.iter().map(|(n, _)| *n).collect();
+    let cleared: Vec<u64> = sources
+        .iter()
+        .filter(|(_, c)| *c)
+        .map(|(n, _)| *n)
+        .collect();
+    let ran = if cleared.len() == all.len() {
+        COMPOSED
+    } else {
+        UNCLEARED
+    };
+    let mut names: Vec<&String> = params.keys().collect();
+    names.sort();
+    names
+        .into_iter()
+        .map(|p| ArgFlow {
+            param: p.clone(),
+            sources: all.clone(),
+            cleared: cleared.clone(),
+            ran: ran.into(),
+        })
+        .collect()
+}
 
 /// Decides the parameters `params` (the call as it would run) of a call of `entry`
 /// matched to plan step `expected`, its agent's model having read what `context` gives

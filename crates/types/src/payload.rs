@@ -379,7 +379,9 @@ pub struct ArgFlow {
     /// Those of `sources` the plan clears the parameter for.
     pub cleared: Vec<u64>,
     /// What ran: `composed` (the executor's value: every source cleared), `planned`
-    /// (the plan's value in its place), or `withheld` (neither: the call is blocked).
+    /// (the plan's value in its place), `withheld` (neither: the call is blocked), or
+    /// `uncleared` (an unplanned request under a contract that does not clear its
+    /// endpoint for every source: blocked).
     pub ran: String,
 }
 

@@ -159,6 +159,8 @@ struct Awaiting {
     cost: u64,
     /// The tool.
     tool: String,
+    /// The contract capability it acted through.
+    capability: Option<String>,
     /// The contract reservation its output must settle.
     reservation: Option<u64>,
     /// Whether the broker refused it (a `refusal` recorded under it).
@@ -644,6 +646,7 @@ impl<'a> Replayer<'a, '_> {
                     call: call.seq,
                     position,
                     cost,
+                    capability: knox_guards::contract::capability_of(&action),
                     tool: action.tool,
                     reservation,
                     refused: false,
@@ -1029,13 +1032,16 @@ impl<'a> Replayer<'a, '_> {
                 return fail(n, "tool_output settles a contract reservation no call made");
             }
         }
-        let tool = st.awaiting.remove(at).tool;
+        let Awaiting {
+            tool, capability, ..
+        } = st.awaiting.remove(at);
         let out = RecordedOutput {
             node: n.seq,
             position,
             tool,
             cost,
             output: p.output.clone(),
+            capability,
         };
         let labels = matches!(self.cx.regulation, RegulationReplay::Recompute(_));
         if self.guards.shares_outputs() {

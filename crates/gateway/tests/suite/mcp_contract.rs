@@ -63,6 +63,14 @@ fn fixture() -> Option<Fx> {
 /// is high-impact and needs that key's approval (as `alice`), tokens read from
 /// `<dir>/tokens` (`knox run --approvals`).
 fn fixture_with(approver: Option<&PartyKey>) -> Option<Fx> {
+    fixture_edit(approver, |_| {})
+}
+
+/// [`fixture_with`], the contract edited by `edit` before it is signed.
+fn fixture_edit(
+    approver: Option<&PartyKey>,
+    edit: impl FnOnce(&mut knox_contract::format::Contract),
+) -> Option<Fx> {
     let dir = tempfile::tempdir().unwrap();
     let (ws, docs, out) = (
         dir.path().join("ws"),
@@ -101,6 +109,7 @@ fn fixture_with(approver: Option<&PartyKey>) -> Option<Fx> {
             timeout: Duration::ZERO,
         }
     });
+    edit(&mut c);
     let authority = PartyKey::from_seed([11; 32]);
     let env = knox_contract::signed::sign(&authority, &c).unwrap();
     let verified = knox_contract::signed::verify(&env, &authority.public_key()).unwrap();
@@ -528,4 +537,113 @@ async fn one_approval_token_serves_one_gateway_session() {
         runs.push(b.run_id.clone());
     }
     stop.cancel();
+}
+
+/// Issue 36, item 1: in a session only the contract bounds, a request carries whatever
+/// the agent read before it, in any form — so it runs only when the contract clears its
+/// endpoint for the capability the data came through. Against a loopback endpoint the
+/// test serves: a request before any read runs; after reading `docs/readme.txt`, the
+/// same endpoint is refused by the data-flow guard (the file's text in its query, and
+/// also a request whose text holds nothing of it: what decides is what was read) and
+/// receives nothing; a contract whose endpoint `receives` `docs` lets it through. Both
+/// bundles verify.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unplanned_request_runs_only_where_the_contract_clears_what_was_read() {
+    let got: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let seen = Arc::clone(&got);
+    let app = axum::Router::new().route(
+        "/v1/{*rest}",
+        axum::routing::get(move |uri: axum::http::Uri| {
+            let seen = Arc::clone(&seen);
+            async move {
+                seen.lock().unwrap().push(uri.to_string());
+                "ok"
+            }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(l, app).await });
+    let local = |receives: &[&str]| {
+        let receives: std::collections::BTreeSet<String> =
+            receives.iter().map(|r| (*r).to_owned()).collect();
+        move |c: &mut knox_contract::format::Contract| {
+            let e = c.endpoints.get_mut("example-api").unwrap();
+            e.scheme = knox_contract::format::Scheme::Http;
+            e.host = "127.0.0.1".into();
+            e.port = port;
+            e.receives = receives;
+        }
+    };
+    let url = |q: &str| format!("http://127.0.0.1:{port}/v1/search?q={q}");
+    let http = |q: &str| {
+        json!({"endpoint": "example-api", "method": "GET", "url": url(q)})
+            .as_object()
+            .cloned()
+            .unwrap()
+    };
+    let read = json!({"dir": "docs", "path": "readme.txt"})
+        .as_object()
+        .cloned()
+        .unwrap();
+    for cleared in [false, true] {
+        let receives: &[&str] = if cleared { &["docs"] } else { &[] };
+        let Some(fx) = fixture_edit(None, local(receives)) else {
+            return;
+        };
+        got.lock().unwrap().clear();
+        let cfg = Arc::clone(&fx.cfg);
+        let h = tokio::task::spawn_blocking(move || {
+            SessionHandle::open(
+                &cfg,
+                OpenRequest {
+                    prompt: Prompt { tasks: vec![] },
+                    plan: None,
+                    label: "flow".into(),
+                },
+            )
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        // Nothing read yet: the request runs, and so does one carrying its own answer.
+        for q in ["hello", "again"] {
+            let r = h.call("ContractHttp".into(), http(q)).await;
+            assert_ne!(r.is_error, Some(true), "{cleared}: {r:?}");
+        }
+        let r = h.call("ContractReadFile".into(), read.clone()).await;
+        assert_ne!(r.is_error, Some(true), "{r:?}");
+        // The file's text, plainly and encoded; then text that holds none of it.
+        for q in ["read%20me", "cmVhZCBtZQ", "weather"] {
+            let r = h.call("ContractHttp".into(), http(q)).await;
+            if cleared {
+                assert_ne!(r.is_error, Some(true), "{q}: {r:?}");
+            } else {
+                assert_eq!(r.is_error, Some(true), "{q}: {r:?}");
+                let knox = &r.structured_content.as_ref().unwrap()["knox"];
+                assert_eq!(knox["guard"], "data_flow", "{knox}");
+                assert!(
+                    knox["reason"].as_str().unwrap().contains(
+                        "which the contract does not clear the request's endpoint to receive"
+                    ),
+                    "{knox}"
+                );
+            }
+        }
+        h.end("done");
+        let end = h.ended().await.unwrap();
+        let (b, _) = verified(end.bundle.as_ref().unwrap());
+        let queries: Vec<String> = got.lock().unwrap().clone();
+        if cleared {
+            assert_eq!(queries.len(), 5, "{queries:?}");
+            assert!(blocked(&b).is_empty(), "{:?}", blocked(&b));
+        } else {
+            assert_eq!(
+                queries,
+                ["/v1/search?q=hello", "/v1/search?q=again"],
+                "nothing after the read reached the endpoint"
+            );
+            assert_eq!(blocked(&b).len(), 3, "{:?}", blocked(&b));
+        }
+    }
 }
