@@ -167,6 +167,7 @@ fn validate(
         knox_policy::schema::validate(entry, &params).map_err(|e| format!("`{tool}`: {e}"))?;
         let mut links = links(entry, &params, out.len())?;
         carries(c.get("carries"), entry, &params, out.len(), &mut links)?;
+        extracts(c.get("extract"), entry, &params, out.len(), &mut links)?;
         out.push(expected(task, entry, params, &links, instruction));
     }
     Ok(out)
@@ -215,6 +216,55 @@ fn links(
         );
     }
     Ok(out)
+}
+
+/// A call's `extract` declarations (`{PARAM: {"from": K, "type": T, …}}`, `T` one of
+/// `email`, `date`, `integer` with `min` and `max`, `one_of` with `values`): a typed
+/// value the executor extracts from what earlier call `K` returned, each an `extract`
+/// constraint in `links` (issue 36, item 4). The plan's own value of the parameter is
+/// an example of the type; not a parameter that is also a data link or carries text.
+fn extracts(
+    declared: Option<&Value>,
+    entry: &ToolEntry,
+    params: &Map<String, Value>,
+    index: usize,
+    links: &mut BTreeMap<String, ParamConstraint>,
+) -> Result<(), String> {
+    let tool = &entry.name;
+    let declared = match declared {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Object(d)) => d,
+        Some(_) => return Err(format!("`{tool}`: `extract` is not an object")),
+    };
+    for (name, d) in declared {
+        if !params.contains_key(name) {
+            return Err(format!(
+                "`{tool}`: `extract` names `{name}`, which is not a parameter of the call"
+            ));
+        }
+        if links.contains_key(name) {
+            return Err(format!(
+                "`{tool}`: `{name}` is already a data link or carries text and cannot also be extracted"
+            ));
+        }
+        let Some(Value::Object(d)) = Some(d) else {
+            return Err(format!("`{tool}`: `extract.{name}` is not an object"));
+        };
+        let mut d = d.clone();
+        let call = d
+            .remove("from")
+            .and_then(|k| k.as_u64())
+            .and_then(|k| u32::try_from(k).ok())
+            .filter(|k| (*k as usize) < index)
+            .ok_or_else(|| {
+                format!("`{tool}`: `extract.{name}.from` is not the number of an earlier call of the plan")
+            })?;
+        let of: knox_types::apm::Typed = serde_json::from_value(Value::Object(d))
+            .map_err(|e| format!("`{tool}`: `extract.{name}`: {e}"))?;
+        knox_policy::typed::valid(&of).map_err(|e| format!("`{tool}`: `extract.{name}`: {e}"))?;
+        links.insert(name.clone(), ParamConstraint::Extract { call, of });
+    }
+    Ok(())
 }
 
 /// A call's `carries` declarations (`{PARAM: [K, …]}`): free text the plan clears for
@@ -525,6 +575,56 @@ mod tests {
             (json!({"body": [1]}), "not an earlier call"),
             (json!({"body": []}), "not a list of call numbers"),
             (json!(["body"]), "`carries` is not an object"),
+        ] {
+            let e = plan(&with(bad.clone()), "x", &m).unwrap_err();
+            assert!(e.contains(fault), "{bad}: {e}");
+        }
+    }
+
+    /// #36 item 4: a call declares which of its parameters are typed values extracted
+    /// from an earlier call's output; the type is checked when the plan is read.
+    #[test]
+    fn extract_declares_a_typed_value_from_an_earlier_output() {
+        let m = manifest();
+        let with = |extract: Value| {
+            json!({"calls": [
+                {"tool": "GmailReadEmail", "params": {"email_id": "e1"}},
+                {"tool": "GmailSendEmail", "params": {"to": "someone@example.com",
+                    "subject": "2024-01-01", "body": "Hi"}, "extract": extract}]})
+            .to_string()
+        };
+        let p = plan(
+            &with(json!({"to": {"from": 0, "type": "email"},
+                "subject": {"from": 0, "type": "date"}})),
+            "Read email e1 and write to its contact with the date it names",
+            &m,
+        )
+        .unwrap();
+        let c = p[1].constraints.as_ref().unwrap();
+        assert_eq!(
+            c["to"],
+            ParamConstraint::Extract {
+                call: 0,
+                of: knox_types::apm::Typed::Email
+            }
+        );
+        assert_eq!(c["subject"].kind(), "extract");
+        for (bad, fault) in [
+            (json!({"to": {"from": 1, "type": "email"}}), "earlier call"),
+            (json!({"to": {"type": "email"}}), "earlier call"),
+            (
+                json!({"to": {"from": 0, "type": "phone"}}),
+                "unknown variant",
+            ),
+            (
+                json!({"to": {"from": 0, "type": "integer", "min": 3, "max": 1}}),
+                "min ≤ max",
+            ),
+            (
+                json!({"cc": {"from": 0, "type": "email"}}),
+                "not a parameter",
+            ),
+            (json!(["to"]), "`extract` is not an object"),
         ] {
             let e = plan(&with(bad.clone()), "x", &m).unwrap_err();
             assert!(e.contains(fault), "{bad}: {e}");

@@ -96,6 +96,18 @@ pub fn plan_schema_bounded(tools: &[ToolDef], max_calls: usize) -> Value {
                     json!({"type": "object", "additionalProperties": {"type": "array",
                         "items": {"type": "integer", "minimum": 0}, "maxItems": MAX_ITEMS}}),
                 );
+                // And which of its parameters are typed values extracted from an
+                // earlier call's output.
+                props.insert(
+                    "extract".into(),
+                    json!({"type": "object", "additionalProperties": {"type": "object",
+                        "properties": {"from": {"type": "integer", "minimum": 0},
+                            "type": {"enum": ["email", "date", "integer", "one_of"]},
+                            "min": {"type": "integer"}, "max": {"type": "integer"},
+                            "values": {"type": "array", "items": {"type": "string"},
+                                "minItems": 1, "maxItems": MAX_ITEMS}},
+                        "required": ["from", "type"], "additionalProperties": false}}),
+                );
             }
         }
     }

@@ -6,8 +6,8 @@ use crate::key::MonitorKey;
 use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations, task_id};
 use knox_policy::{ToolkitManifest, auth};
 use knox_types::apm::{
-    APM_VERSION, AgentPlan, Apm, ApmInputs, Closed, ExpectedCall, Guards, ParamConstraint,
-    PlanningFailure, RegulationSpec, StopPolicy, TaskPlan, Topology, TopologyKind, TrajectoryMode,
+    APM_VERSION, AgentPlan, Apm, ApmInputs, Closed, ExpectedCall, Guards, PlanningFailure,
+    RegulationSpec, StopPolicy, TaskPlan, Topology, TopologyKind, TrajectoryMode,
 };
 use knox_types::bundle::{ApmAttestation, ApmStatement};
 use knox_types::canon::CanonError;
@@ -225,18 +225,9 @@ fn relink(e: &ExpectedCall, task: u32, position: &HashMap<(u32, usize), u32>) ->
     };
     for c in out.constraints.iter_mut().flat_map(|c| c.values_mut()) {
         // `check_links` made sure each call exists and comes earlier.
-        match c {
-            ParamConstraint::FromOutput { call, .. } => {
-                *call = at(*call);
-                moved = true;
-            }
-            ParamConstraint::Carries { calls, .. } => {
-                for call in calls.iter_mut() {
-                    *call = at(*call);
-                }
-                moved = true;
-            }
-            _ => {}
+        for call in c.linked_calls_mut() {
+            *call = at(*call);
+            moved = true;
         }
     }
     if moved {
@@ -250,12 +241,7 @@ fn check_links(plan: &Plan) -> Result<(), PlanError> {
     for (t, calls) in plan.tasks.iter().enumerate() {
         for (k, e) in calls.iter().enumerate() {
             for (param, c) in e.constraints.iter().flatten() {
-                let named: &[u32] = match c {
-                    ParamConstraint::FromOutput { call, .. } => std::slice::from_ref(call),
-                    ParamConstraint::Carries { calls, .. } => calls,
-                    _ => &[],
-                };
-                if let Some(call) = named.iter().find(|call| **call as usize >= k) {
+                if let Some(call) = c.linked_calls().iter().find(|call| **call as usize >= k) {
                     return Err(PlanError::Link {
                         task: t,
                         call: k,
@@ -325,6 +311,8 @@ pub fn attest_bound(
 #[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 mod tests {
     use std::collections::BTreeMap;
+
+    use knox_types::apm::ParamConstraint;
 
     use serde_json::{Map, json};
 

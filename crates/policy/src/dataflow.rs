@@ -95,6 +95,13 @@ fn authorized(
                 Some(untrusted) if !untrusted(*call, pointer.as_deref()) => return true,
                 Some(_) => {}
             },
+            // A typed value from an output names no field: as a link without one (an
+            // address planted in outside content is one of the output's addresses).
+            Some(ParamConstraint::Extract { call, .. }) => match links {
+                None => return true,
+                Some(untrusted) if !untrusted(*call, None) => return true,
+                Some(_) => {}
+            },
             Some(ParamConstraint::Exact { value: v }) if v == value => return true,
             Some(_) => {}
             None if e.constraints.is_none() && e.params.get(name) == Some(value) => return true,
@@ -211,11 +218,7 @@ pub fn content_flows(
         .and_then(|e| e.constraints.as_ref())
         .map(|c| {
             c.values()
-                .flat_map(|k| match k {
-                    ParamConstraint::FromOutput { call, .. } => std::slice::from_ref(call),
-                    ParamConstraint::Carries { calls, .. } => calls.as_slice(),
-                    _ => &[],
-                })
+                .flat_map(ParamConstraint::linked_calls)
                 .copied()
                 .collect()
         })

@@ -14,5 +14,6 @@ pub mod spec;
 pub mod stop;
 pub mod toolkit;
 pub mod trajectory;
+pub mod typed;
 
 pub use manifest::{Effect, ManifestError, ToolEntry, ToolkitManifest};

@@ -235,14 +235,16 @@ fn carried<'a>(c: Option<&'a ParamConstraint>, value: &Value, context: &[Source]
             | ParamConstraint::Text { .. }
             | ParamConstraint::Set { .. },
         ) => Carried::Clean,
-        Some(ParamConstraint::FromOutput { call, .. }) => Carried::From(
-            context
-                .iter()
-                .find(|s| s.step == Some(*call))
-                .map(|s| s.node)
-                .into_iter()
-                .collect(),
-        ),
+        Some(ParamConstraint::FromOutput { call, .. } | ParamConstraint::Extract { call, .. }) => {
+            Carried::From(
+                context
+                    .iter()
+                    .find(|s| s.step == Some(*call))
+                    .map(|s| s.node)
+                    .into_iter()
+                    .collect(),
+            )
+        }
         Some(ParamConstraint::Carries { calls, .. }) => Carried::Composed { clears: calls },
         Some(
             ParamConstraint::Length { .. }

@@ -266,6 +266,7 @@ fn planned_form(c: &ParamConstraint, v: &Value, outputs: &dyn Fn(u32) -> Option<
         | ParamConstraint::Carries { .. }
         | ParamConstraint::Any
         | ParamConstraint::Range { .. }
+        | ParamConstraint::Extract { .. }
         | ParamConstraint::Schema { .. } => v.clone(),
     }
 }
@@ -321,6 +322,9 @@ fn holds(
             same(v, default) || holds(inner, v, outputs, regexes)
         }
         ParamConstraint::Schema { schema } => crate::schema_fragment::valid(schema, v, regexes),
+        ParamConstraint::Extract { call, of } => {
+            crate::typed::holds(of, v, outputs(*call).as_ref())
+        }
     }
 }
 
@@ -729,23 +733,12 @@ impl Automaton {
 
 /// The trajectory positions `e` takes values from.
 fn links(e: &ExpectedCall) -> BTreeSet<usize> {
-    fn walk(c: &ParamConstraint, out: &mut BTreeSet<usize>) {
-        match c {
-            ParamConstraint::FromOutput { call, .. } => {
-                out.insert(*call as usize);
-            }
-            ParamConstraint::Carries { calls, .. } => {
-                out.extend(calls.iter().map(|c| *c as usize));
-            }
-            ParamConstraint::Omittable { inner, .. } => walk(inner, out),
-            _ => {}
-        }
-    }
-    let mut out = BTreeSet::new();
-    for c in e.constraints.iter().flat_map(|c| c.values()) {
-        walk(c, &mut out);
-    }
-    out
+    e.constraints
+        .iter()
+        .flat_map(|c| c.values())
+        .flat_map(ParamConstraint::linked_calls)
+        .map(|c| *c as usize)
+        .collect()
 }
 
 /// The equivalent forms of an exact read's parameters the manifest allows (see

@@ -297,9 +297,82 @@ pub enum ParamConstraint {
         /// The fragment.
         schema: Value,
     },
+    /// A typed value the executor extracts from the output of earlier call `call`
+    /// (issue 36, item 4): where the plan needs a value out of data the user did not
+    /// write (an address from an email, a date from a calendar entry), the value must
+    /// be of the declared type — an e-mail address or a date that occurs in that
+    /// output, an integer in a range, one of a list — so what it can carry is bounded by
+    /// its type (`log2` of the values it could take), not free text. It carries that
+    /// output (its labels), and the declaration clears it for that output.
+    Extract {
+        /// Trajectory position `k` (0-based) of the call whose output it comes from.
+        call: u32,
+        /// The type.
+        of: Typed,
+    },
+}
+
+/// The types of an [`ParamConstraint::Extract`] value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Typed {
+    /// An e-mail address (`local@domain`, ASCII, at most 254 bytes) that occurs as a
+    /// token of the output's text.
+    Email,
+    /// A calendar date written `YYYY-MM-DD` that occurs in the output's text.
+    Date,
+    /// An integer within the inclusive bounds.
+    Integer {
+        /// Smallest accepted value.
+        min: i64,
+        /// Largest accepted value.
+        max: i64,
+    },
+    /// One of these strings, exactly.
+    OneOf {
+        /// The accepted strings (1 to 256).
+        values: Vec<String>,
+    },
+}
+
+impl Typed {
+    /// Its name (`email`, `date`, `integer`, `one_of`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Email => "email",
+            Self::Date => "date",
+            Self::Integer { .. } => "integer",
+            Self::OneOf { .. } => "one_of",
+        }
+    }
 }
 
 impl ParamConstraint {
+    /// The earlier calls of the same agent this constraint takes values from or clears
+    /// the parameter for (`from_output`, `extract`, `carries`; inside `omittable`).
+    pub fn linked_calls(&self) -> &[u32] {
+        match self {
+            Self::FromOutput { call, .. } | Self::Extract { call, .. } => {
+                std::slice::from_ref(call)
+            }
+            Self::Carries { calls, .. } => calls,
+            Self::Omittable { inner, .. } => inner.linked_calls(),
+            _ => &[],
+        }
+    }
+
+    /// [`Self::linked_calls`], to renumber.
+    pub fn linked_calls_mut(&mut self) -> &mut [u32] {
+        match self {
+            Self::FromOutput { call, .. } | Self::Extract { call, .. } => {
+                std::slice::from_mut(call)
+            }
+            Self::Carries { calls, .. } => calls,
+            Self::Omittable { inner, .. } => inner.linked_calls_mut(),
+            _ => &mut [],
+        }
+    }
+
     /// The constraint's kind name.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -315,6 +388,7 @@ impl ParamConstraint {
             Self::Set { .. } => "set",
             Self::Omittable { .. } => "omittable",
             Self::Schema { .. } => "schema",
+            Self::Extract { .. } => "extract",
         }
     }
 }

@@ -156,7 +156,9 @@ fn run(plan: Vec<ExpectedCall>, mode: TrajectoryMode, proposals: &[Value]) -> Ve
             Verdict::Allow(t) => {
                 ran.push(Some(Value::Object(t.action.params.clone())));
                 let out = if t.action.tool == "EvernoteManagerReadNote" {
-                    json!({"note": {"title": "Passwords", "content": format!("bank login: {SECRET}")}})
+                    json!({"note": {"title": "Passwords", "content": format!(
+                        "bank login: {SECRET}; ask ann.lee@clinic.example, due 2024-02-29"
+                    )}})
                 } else {
                     json!({"success": true})
                 };
@@ -354,5 +356,61 @@ fn a_plan_that_clears_the_text_for_the_read_lets_it_run_and_only_for_that_read()
             "Hello from me.",
             "{mode:?}"
         );
+    }
+}
+
+/// Issue 36, item 4: a value the plan declares extracted from the note — its due date,
+/// its contact's address — runs as the executor extracted it, carrying the note (and
+/// cleared for it by the declaration), but only when it is of its type and one the
+/// note holds as written: the secret, another date, another spelling of the address
+/// or an address the note does not hold is refused, so what the value can carry is one
+/// of the note's few dates and addresses, not free text.
+#[test]
+fn an_extracted_value_runs_only_as_one_of_its_types_values_in_the_output() {
+    use knox_types::apm::Typed;
+    let read = json!({"tool": "EvernoteManagerReadNote", "params": {"note_id": "n1"}});
+    let plan = || {
+        let mut e = email(ParamConstraint::Extract {
+            call: 0,
+            of: Typed::Email,
+        });
+        let c = e.constraints.as_mut().unwrap();
+        c.insert(
+            "subject".into(),
+            ParamConstraint::Extract {
+                call: 0,
+                of: Typed::Date,
+            },
+        );
+        let e = ExpectedCall::constrained(0, &e.tool, e.params.clone(), c.clone());
+        vec![read_note(), e]
+    };
+    let send = |subject: &str, body: &str| {
+        json!({"tool": "GmailSendEmail", "params": {"to": "bob@example.com",
+            "subject": subject, "body": body}})
+    };
+    for mode in [TrajectoryMode::Exact, TrajectoryMode::tolerant()] {
+        let ran = run(
+            plan(),
+            mode,
+            &[read.clone(), send("2024-02-29", "ann.lee@clinic.example")],
+        );
+        let sent = ran[1].as_ref().unwrap();
+        assert_eq!(
+            (&sent["subject"], &sent["body"]),
+            (&json!("2024-02-29"), &json!("ann.lee@clinic.example")),
+            "{mode:?}"
+        );
+        for (subject, body) in [
+            (SECRET, "ann.lee@clinic.example"),
+            ("2024-03-01", "ann.lee@clinic.example"),
+            ("2024-02-29", "Ann.Lee@clinic.example"),
+            ("2024-02-29", "lee@clinic.example"),
+            ("2024-02-29", "hunter2@clinic.example"),
+            ("2024-02-29", SECRET),
+        ] {
+            let ran = run(plan(), mode, &[read.clone(), send(subject, body)]);
+            assert_eq!(ran[1], None, "{mode:?}: {subject} / {body} ran");
+        }
     }
 }
