@@ -173,3 +173,29 @@ pub fn receives(contract: &Verified, action: &Action, from: Option<&str>) -> boo
     };
     (kind == "endpoints" && of == id) || endpoint.receives.contains(of)
 }
+
+/// The outputs holding data a `ContractHttp` `action` of agent `st` carries, in commit
+/// order — the run's (`run`, when the APM shares the run's outputs: every agent's that
+/// came through a capability, and what the model heard elsewhere), else the agent's
+/// own that came through a capability — each with whether the contract clears the
+/// request's endpoint for it ([`receives`]).
+pub fn sources(
+    contract: &Verified,
+    action: &Action,
+    st: &crate::AgentState,
+    run: &[std::sync::Arc<crate::SharedOutput>],
+) -> Vec<(u64, bool)> {
+    let clears = |from: Option<&str>| receives(contract, action, from);
+    if run.is_empty() {
+        st.read
+            .iter()
+            .filter(|r| r.capability.is_some())
+            .map(|r| (r.node, clears(r.capability.as_deref())))
+            .collect()
+    } else {
+        run.iter()
+            .filter(|r| r.heard || r.capability.is_some())
+            .map(|r| (r.node, clears(r.capability.as_deref())))
+            .collect()
+    }
+}

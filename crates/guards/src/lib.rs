@@ -1,20 +1,19 @@
 #![doc = include_str!("../README.md")]
 
 pub mod contract;
+mod stages;
 
 use std::sync::Arc;
 
-use knox_policy::dataflow::{OutputText, RunOutput, Tainted};
-use knox_policy::mediated::{self, Caches};
+use knox_policy::dataflow::OutputText;
+use knox_policy::mediated::Caches;
 use knox_policy::proposal::{self, Malformed};
-use knox_policy::stop::{self, RunState};
 use knox_policy::trajectory::{Automaton, RegexCache};
 use knox_policy::{ToolEntry, ToolkitManifest};
 use knox_regulation::Regulator;
 use knox_regulation::flow::Seen;
 use knox_types::Action;
 use knox_types::apm::{Apm, ExpectedCall, RemoteModel, StopCause, TrajectoryMode};
-use knox_types::bundle::ModelRole;
 use knox_types::digest::{Digest, tag};
 use knox_types::payload::{
     CheckDetail, CheckPayload, GuardKind, MAX_RECORDED_PROPOSAL, ToolCallPayload,
@@ -23,6 +22,7 @@ use knox_types::regulation::InfoFlow;
 use serde_json::Value;
 
 pub use contract::ContractInput;
+use stages::{Regulated, Step, input_stage};
 
 /// An output of a tool whose content others can write: the data-flow guard's taint.
 #[derive(Clone, Debug, PartialEq)]
@@ -735,8 +735,6 @@ impl<'a> Pipeline<'a> {
         run: &[Arc<SharedOutput>],
         contract_input: Option<ContractInput<'_>>,
     ) -> Evaluation<'a> {
-        let closed = self.apm.guards.closed;
-        let plan = self.apm.agents.get(st.plan);
         let Proposal {
             actual,
             actual_hash,
@@ -744,394 +742,75 @@ impl<'a> Pipeline<'a> {
             raw_len,
             input,
         } = proposal;
-        let outputs = |k: u32| st.outputs.get(k as usize).cloned().flatten();
-        // The exact mode expects the call at the pointer; the tolerant mode's automaton
-        // picks the enabled step the action matches (or the one it is attributed to).
-        let automaton = self.automata.get(st.plan).and_then(Option::as_ref);
-        let selection = match (automaton, plan, &input) {
-            (Some(a), Some(p), Input::WellFormed { action, .. }) => Some(a.select(
-                p,
-                &st.runs,
-                &st.attempted,
-                capacity(self.apm.guards.trajectory, self.manifest, st, run),
-                action,
-                &actual_hash,
-                &outputs,
-                &mut self.regexes,
-            )),
-            _ => None,
-        };
-        let position = match (&selection, automaton) {
-            (Some(s), _) => s.position,
-            (None, Some(a)) => a
-                .next(&st.runs, &st.attempted)
-                .map_or(u32::MAX, |j| u32::try_from(j).unwrap_or(u32::MAX)),
-            (None, None) => st.pointer,
-        };
-        // The exact mode's retryable step (format v4): a call that does not match the
-        // step at the pointer but matches the step a blocked call matched takes it.
-        let retry = match (automaton, plan, &input, st.retry) {
-            (None, Some(p), Input::WellFormed { action, .. }, Some(k))
-                if !self.rules.blocked_uses_step =>
-            {
-                let matches = |j: u32, regexes: &mut RegexCache| {
-                    p.trajectory.get(j as usize).is_some_and(|e| {
-                        knox_policy::trajectory::check(
-                            Some(e),
-                            action,
-                            &actual_hash,
-                            &outputs,
-                            regexes,
-                        )
-                        .matched
-                    })
-                };
-                !matches(position, &mut self.regexes) && matches(k, &mut self.regexes)
-            }
-            _ => false,
-        };
-        let position = if retry {
-            st.retry.unwrap_or(position)
-        } else {
-            position
-        };
-        let position = if automaton.is_some() && position == u32::MAX {
-            plan.map_or(0, |p| u32::try_from(p.trajectory.len()).unwrap_or(u32::MAX))
-        } else {
-            position
-        };
-        let expected = plan.and_then(|p| p.trajectory.get(position as usize));
+        let at = self.locate(st, &input, &actual_hash, run);
+        let expected = self
+            .apm
+            .agents
+            .get(st.plan)
+            .and_then(|p| p.trajectory.get(at.position as usize));
         let call = ToolCallPayload {
             ordinal: st.actions,
-            position,
+            position: at.position,
             expected: expected.cloned(),
             actual,
             actual_hash,
             raw,
             raw_len,
         };
-        // The budget counts the proposed call's cost (a malformed proposal costs nothing).
-        let proposed = match &input {
-            Input::WellFormed { entry, .. } => entry.needs.cost,
-            Input::Malformed { .. } => 0,
-        };
-        let cost = closed.budget.then_some(proposed);
-        let state = RunState {
-            actions: st.actions,
-            spent: st.spent,
-            elapsed_ms: clock.elapsed_ms,
-            signal: clock.signal,
-            cost,
-        };
-        let cause = stop::evaluate(&self.apm.guards.stop, &state);
-        let mut checks = vec![CheckPayload {
-            guard: GuardKind::Stop,
-            passed: cause.is_none(),
-            detail: CheckDetail::Stop {
-                actions: state.actions,
-                spent: state.spent,
-                elapsed_ms: state.elapsed_ms,
-                signal: state.signal,
-                cause,
-                cost,
-            },
-        }];
+        let retry = at.retry;
         let done = |call, checks, decision| Evaluation {
             call,
             checks,
             decision,
             retry,
         };
+        // Stages 1 and 2: the stop guard, then the input guard.
+        let (stop, cause) = self.stop_stage(st, &input, clock);
+        let mut checks = vec![stop];
         if let Some(cause) = cause {
             return done(call, checks, Decision::Interrupt { cause });
         }
-        let (action, entry) = match input {
-            Input::WellFormed { action, entry } => (action, entry),
-            Input::Malformed { error } => {
-                let reason = format!("malformed proposal: {error}");
-                checks.push(CheckPayload {
-                    guard: GuardKind::Input,
-                    passed: false,
-                    detail: CheckDetail::Input { error: Some(error) },
-                });
-                let decision = Decision::Block {
-                    guard: GuardKind::Input,
-                    reason,
-                    advances: false,
-                    attempted: false,
-                };
-                return done(call, checks, decision);
-            }
+        let (action, entry) = match input_stage(input, &mut checks) {
+            Ok(well_formed) => well_formed,
+            Err(decision) => return done(call, checks, decision),
         };
-        checks.push(CheckPayload {
-            guard: GuardKind::Input,
-            passed: true,
-            detail: CheckDetail::Input { error: None },
-        });
+        // Stage 3: the contract, when one bounds the run.
         if let Some(c) = self.contract {
             checks.push(contract::check(c, &action, contract_input));
         }
-        let tainted: Vec<Tainted<'_>> = st
-            .tainted
-            .iter()
-            .map(|t| Tainted {
-                node: t.node,
-                output: &t.output,
-            })
-            .collect();
-        // An unplanned run (no prompt was given) has no trajectory to follow: the
-        // contract bounds it, and without a contract nothing passes.
-        let unplanned = self
-            .apm
-            .guards
-            .trajectory
-            .is_unplanned()
-            .then(|| unplanned_outcome(self.contract.is_some()));
+        // Stage 4: trajectory, system calls, data flow; the later stages and the grant
+        // are about the call that runs.
         let run: &[Arc<SharedOutput>] = if self.shares_outputs() { run } else { &[] };
-        // What was heard elsewhere has no text here (a null output): content matching
-        // finds nothing in it, and the regulation guard takes it as reaching composed
-        // content. It stays in the view, which the data-flow check counts.
-        let run_view: Vec<RunOutput<'_>> = run
-            .iter()
-            .map(|r| RunOutput {
-                node: r.node,
-                mine: r.agent == st.plan,
-                position: r.position,
-                output: &r.output,
-                text: &r.text,
-            })
-            .collect();
-        let manifest = self.manifest;
-        // Whether a recipient linked to call `call`'s output (at `pointer`) is not
-        // authorized by the link: one into an output of outside content, unless the
-        // manifest trusts the field — or, deciding by provenance, unless the plan names
-        // the field: the user chose where the address comes from (reply to its
-        // sender), and what the recipient gets is only what the plan clears or
-        // writes. A link naming no field stays unauthorized (any value of the output,
-        // an address the output's author planted among others, would do).
-        let links = |call: u32, pointer: Option<&str>| {
-            if closed.provenance && pointer.is_some() {
-                return false;
-            }
-            let entry = plan
-                .and_then(|p| p.trajectory.get(call as usize))
-                .and_then(|e| manifest.tool(&e.tool));
-            entry.is_none_or(|t| {
-                t.returns_external()
-                    && !pointer.is_some_and(|p| t.annotations.trusted.iter().any(|f| f == p))
-            })
-        };
-        let context = || provenance_context(manifest, st, run);
-        // Unplanned under a contract: a request's endpoint must be cleared by the
-        // contract for every output the model read (issue 36, item 1).
-        let contract_sources = || {
-            let Some(c) = self.contract else {
-                return Vec::new();
-            };
-            let clears = |from: Option<&str>| contract::receives(c, &action, from);
-            if run.is_empty() {
-                st.read
-                    .iter()
-                    .filter(|r| r.capability.is_some())
-                    .map(|r| (r.node, clears(r.capability.as_deref())))
-                    .collect()
-            } else {
-                run.iter()
-                    .filter(|r| r.heard || r.capability.is_some())
-                    .map(|r| (r.node, clears(r.capability.as_deref())))
-                    .collect()
-            }
-        };
-        let contract_sink =
-            unplanned.is_some() && self.contract.is_some() && action.tool == contract::HTTP;
-        let view = mediated::AgentView {
+        let step = Step {
             expected,
-            outputs: &outputs,
-            tainted: &tainted,
-            prompt: &self.prompt,
-            trajectory: unplanned
-                .as_ref()
-                .or_else(|| selection.as_ref().map(|s| &s.outcome)),
-            closed,
-            run: &run_view,
-            links: &links,
-            context: &context,
-            contract_sources: contract_sink
-                .then_some(&contract_sources as &dyn Fn() -> Vec<(u64, bool)>),
+            selection: at.selection.as_ref(),
+            hash: &call.actual_hash,
         };
-        checks.extend(mediated::checks(
+        let action = self.mediated_stage(st, entry, action, step, run, &mut checks);
+        // Stages 5 and 6: the regulation of the disclosure, then of the output's way to
+        // remote models.
+        let task = expected.map(|e| e.task).or_else(|| {
+            self.apm
+                .agents
+                .get(st.plan)
+                .and_then(|p| p.tasks.last().copied())
+        });
+        let cx = Regulated {
+            st,
             entry,
-            &action,
-            &call.actual_hash,
-            &self.apm.guards.syscall,
-            view,
-            &mut self.caches,
-        ));
-        // The later checks and the grant are about the call that runs.
-        let action = match planned_params(&checks) {
-            Some(params) => Action {
-                tool: action.tool,
-                params: params.clone(),
-            },
-            None => action,
+            action: &action,
+            expected,
+            task,
+            run,
         };
-        let regulated = !self.apm.guards.regulation.regulations.is_empty();
-        let task = expected
-            .map(|e| e.task)
-            .or_else(|| plan.and_then(|p| p.tasks.last().copied()));
-        if regulated && entry.annotations.discloses.is_some() {
-            let labels_of = |tool: &str| {
-                self.manifest
-                    .tool(tool)
-                    .and_then(|t| t.annotations.returns.as_ref())
-            };
-            // Under provenance, which outputs the disclosure's content carries is where
-            // its parameters' data came from (the data-flow check's entries): every
-            // parameter but a recipient that runs as composed carries its sources.
-            let carried: Option<Vec<u64>> = (closed.provenance && expected.is_some()).then(|| {
-                let recipients = entry
-                    .annotations
-                    .discloses
-                    .as_ref()
-                    .map(|d| d.recipient.as_slice())
-                    .unwrap_or_default();
-                provenance_of(&checks)
-                    .unwrap_or_default()
-                    .iter()
-                    .filter(|f| {
-                        f.ran == knox_policy::provenance::COMPOSED && !recipients.contains(&f.param)
-                    })
-                    .flat_map(|f| f.sources.iter().copied())
-                    .collect()
-            });
-            let carries = |node: u64| carried.as_ref().map(|c| c.contains(&node));
-            let seen: Vec<Seen<'_>> = if closed.labels {
-                // Labels per run: every agent's labelled outputs this call saw (another
-                // agent's positions are not this trajectory's: they link nothing).
-                run.iter()
-                    .filter_map(|r| {
-                        let labels = labels_of(&r.tool).filter(|l| !l.info_types.is_empty())?;
-                        Some(Seen {
-                            node: r.node,
-                            position: if r.agent == st.plan {
-                                r.position
-                            } else {
-                                u32::MAX
-                            },
-                            labels: Some(labels),
-                            output: &r.output,
-                            heard: r.heard,
-                            carried: carries(r.node),
-                        })
-                    })
-                    .collect()
-            } else {
-                st.labelled
-                    .iter()
-                    .map(|l| Seen {
-                        node: l.node,
-                        position: l.position,
-                        labels: labels_of(&l.tool),
-                        output: &l.output,
-                        heard: false,
-                        carried: carries(l.node),
-                    })
-                    .collect()
-            };
-            let d = Disclosure {
-                entry,
-                action: &action,
-                expected,
-                task,
-                seen: &seen,
-                index: checks.len(),
-            };
-            match regulation.check(&d) {
-                Some(mut c) => {
-                    // Content the executor composed (a parameter the plan does not fix
-                    // exactly): it may carry what was read in a form no match finds.
-                    let composed = if let Some(carried) = &carried {
-                        // By provenance: content that runs as composed and carries a
-                        // labelled output (one the plan's value replaced carries
-                        // nothing). Its labels are then in `φ`: what fails closed is a
-                        // flow the norms could not decide with them.
-                        seen.iter().any(|s| carried.contains(&s.node))
-                    } else {
-                        action
-                            .params
-                            .iter()
-                            .any(|(n, v)| !knox_policy::dataflow::fixed(n, v, expected))
-                    };
-                    if closed.labels && composed {
-                        fail_closed(&mut c, &seen);
-                    }
-                    checks.push(c);
-                }
-                None => return done(call, checks, Decision::Undecided),
-            }
+        if self
+            .regulation_stage(&cx, regulation, &mut checks)
+            .is_none()
+            || self.egress_stage(&cx, regulation, &mut checks).is_none()
+        {
+            return done(call, checks, Decision::Undecided);
         }
-        // Remote models are recipients: a labelled output the call would return goes to
-        // every remote executor's operator, decided as a disclosure to them.
-        let labelled = entry
-            .annotations
-            .returns
-            .as_ref()
-            .is_some_and(|l| !l.info_types.is_empty());
-        if closed.models && regulated && labelled {
-            for model in self
-                .apm
-                .guards
-                .remote
-                .iter()
-                .filter(|m| m.role == ModelRole::Executor)
-            {
-                let e = Egress {
-                    entry,
-                    task,
-                    model,
-                    index: checks.len(),
-                };
-                match regulation.egress(&e) {
-                    Some(mut c) => {
-                        settle_egress(&mut c);
-                        checks.push(c);
-                    }
-                    None => return done(call, checks, Decision::Undecided),
-                }
-            }
-        }
-        let at = mediated::At {
-            position,
-            proposal: self
-                .rules
-                .plain_reasons
-                .then(|| st.actions.saturating_add(1)),
-        };
-        let failure = checks
-            .iter()
-            .find_map(|c| mediated::block_reason(c, at).map(|r| (c.guard, r)));
-        if let Some((guard, reason)) = failure {
-            // From format v4 a blocked call never uses up the plan step it matched: the
-            // plan moves on, the step stays open to the same call.
-            let matched = expected.is_some()
-                && checks
-                    .iter()
-                    .any(|c| c.guard == GuardKind::Trajectory && c.passed);
-            let decision = Decision::Block {
-                guard,
-                reason,
-                advances: matched && self.rules.blocked_uses_step,
-                attempted: matched && !self.rules.blocked_uses_step,
-            };
-            contract::settle_reservation(&mut checks);
-            return done(call, checks, decision);
-        }
-        let decision = Decision::Allow {
-            position,
-            cost: entry.needs.cost,
-            action,
-            entry,
-        };
+        let decision = self.decide(st, at.position, expected, entry, action, &mut checks);
         done(call, checks, decision)
     }
 }
