@@ -418,6 +418,20 @@ fn python_sdk_client_over_http_gets_the_injected_write_blocked_and_complete_bund
     assert!(blocked_by(&b2, "trajectory").is_none());
 }
 
+/// The fixture's gateway: its manifest, servers, prompt and plan (then `--out DIR`).
+const GATEWAY: [&str; 10] = [
+    "gateway",
+    "mcp",
+    "--manifest",
+    "fs.toml",
+    "--mcp",
+    "servers.toml",
+    "--prompt",
+    "Read my notes",
+    "--plan",
+    "plan.json",
+];
+
 fn inspector(servers: &Path, fx: &Fixture, out: &Path, method: &[&str]) -> std::process::Output {
     inspector_with(servers, fx, out, &[], method)
 }
@@ -436,15 +450,8 @@ fn inspector_with(
         .arg(cli)
         .arg("--cli")
         .arg(env!("CARGO_BIN_EXE_knox"))
-        .args([
-            "gateway",
-            "mcp",
-            "--manifest",
-            "fs.toml",
-            "--mcp",
-            "servers.toml",
-        ])
-        .args(["--prompt", "Read my notes", "--plan", "plan.json", "--out"])
+        .args(GATEWAY)
+        .arg("--out")
         .arg(out)
         .args(more)
         .args(method)
@@ -494,15 +501,8 @@ fn shared_launches_are_numbered_links_of_one_gateways_key() {
     let shared = ["--shared", "--shared-idle-secs", "3"];
     let mut holder = knox()
         .current_dir(fx.path())
-        .args([
-            "gateway",
-            "mcp",
-            "--manifest",
-            "fs.toml",
-            "--mcp",
-            "servers.toml",
-        ])
-        .args(["--prompt", "Read my notes", "--plan", "plan.json", "--out"])
+        .args(GATEWAY)
+        .arg("--out")
         .arg(&out)
         .args(shared)
         .stdin(Stdio::piped())
@@ -672,15 +672,7 @@ fn bad_input_over_stdio_gets_clear_errors_and_a_sealed_bundle() {
     let out = fx.path().join("out");
     let mut gw = knox()
         .current_dir(fx.path())
-        .args([
-            "gateway",
-            "mcp",
-            "--manifest",
-            "fs.toml",
-            "--mcp",
-            "servers.toml",
-        ])
-        .args(["--prompt", "Read my notes", "--plan", "plan.json"])
+        .args(GATEWAY)
         .args(["--max-message-bytes", "2048", "--out"])
         .arg(&out)
         .stdin(Stdio::piped())
