@@ -743,11 +743,8 @@ impl<'a> Pipeline<'a> {
             input,
         } = proposal;
         let at = self.locate(st, &input, &actual_hash, run);
-        let expected = self
-            .apm
-            .agents
-            .get(st.plan)
-            .and_then(|p| p.trajectory.get(at.position as usize));
+        let plan = self.apm.agents.get(st.plan);
+        let expected = plan.and_then(|p| p.trajectory.get(at.position as usize));
         let call = ToolCallPayload {
             ordinal: st.actions,
             position: at.position,
@@ -789,12 +786,9 @@ impl<'a> Pipeline<'a> {
         let action = self.mediated_stage(st, entry, action, step, run, &mut checks);
         // Stages 5 and 6: the regulation of the disclosure, then of the output's way to
         // remote models.
-        let task = expected.map(|e| e.task).or_else(|| {
-            self.apm
-                .agents
-                .get(st.plan)
-                .and_then(|p| p.tasks.last().copied())
-        });
+        let task = expected
+            .map(|e| e.task)
+            .or_else(|| plan.and_then(|p| p.tasks.last().copied()));
         let cx = Regulated {
             st,
             entry,

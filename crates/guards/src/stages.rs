@@ -212,14 +212,7 @@ impl<'a> Pipeline<'a> {
         checks: &mut Vec<CheckPayload>,
     ) -> Action {
         let outputs = |k: u32| st.outputs.get(k as usize).cloned().flatten();
-        let tainted: Vec<Tainted<'_>> = st
-            .tainted
-            .iter()
-            .map(|t| Tainted {
-                node: t.node,
-                output: &t.output,
-            })
-            .collect();
+        let (tainted, run_view) = views(st, run);
         // An unplanned run (no prompt was given) has no trajectory to follow: the
         // contract bounds it, and without a contract nothing passes.
         let unplanned = self
@@ -228,19 +221,6 @@ impl<'a> Pipeline<'a> {
             .trajectory
             .is_unplanned()
             .then(|| unplanned_outcome(self.contract.is_some()));
-        // What was heard elsewhere has no text here (a null output): content matching
-        // finds nothing in it, and the regulation guard takes it as reaching composed
-        // content. It stays in the view, which the data-flow check counts.
-        let run_view: Vec<RunOutput<'_>> = run
-            .iter()
-            .map(|r| RunOutput {
-                node: r.node,
-                mine: r.agent == st.plan,
-                position: r.position,
-                output: &r.output,
-                text: &r.text,
-            })
-            .collect();
         let (apm, manifest, bound) = (self.apm, self.manifest, self.contract);
         let links =
             |call: u32, pointer: Option<&str>| link_untrusted(apm, manifest, st, call, pointer);
@@ -510,4 +490,33 @@ fn link_untrusted(
         t.returns_external()
             && !pointer.is_some_and(|p| t.annotations.trusted.iter().any(|f| f == p))
     })
+}
+
+/// The data-flow guard's views of what agent `st` received: its untrusted outputs, and
+/// the run's outputs this call sees. What was heard elsewhere has no text here (a null
+/// output): content matching finds nothing in it, and the regulation guard takes it as
+/// reaching composed content. It stays in the view, which the data-flow check counts.
+fn views<'r>(
+    st: &'r AgentState,
+    run: &'r [Arc<SharedOutput>],
+) -> (Vec<Tainted<'r>>, Vec<RunOutput<'r>>) {
+    let tainted = st
+        .tainted
+        .iter()
+        .map(|t| Tainted {
+            node: t.node,
+            output: &t.output,
+        })
+        .collect();
+    let run_view = run
+        .iter()
+        .map(|r| RunOutput {
+            node: r.node,
+            mine: r.agent == st.plan,
+            position: r.position,
+            output: &r.output,
+            text: &r.text,
+        })
+        .collect();
+    (tainted, run_view)
 }
