@@ -218,6 +218,20 @@ fn links(
     Ok(out)
 }
 
+/// A call's declarations under `key` (`carries`, `extract`): an object by parameter,
+/// or none.
+fn declarations<'v>(
+    declared: Option<&'v Value>,
+    key: &str,
+    tool: &str,
+) -> Result<Option<&'v Map<String, Value>>, String> {
+    match declared {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(d)) => Ok(Some(d)),
+        Some(_) => Err(format!("`{tool}`: `{key}` is not an object")),
+    }
+}
+
 /// A call's `extract` declarations (`{PARAM: {"from": K, "type": T, …}}`, `T` one of
 /// `email`, `date`, `integer` with `min` and `max`, `one_of` with `values`): a typed
 /// value the executor extracts from what earlier call `K` returned, each an `extract`
@@ -231,10 +245,8 @@ fn extracts(
     links: &mut BTreeMap<String, ParamConstraint>,
 ) -> Result<(), String> {
     let tool = &entry.name;
-    let declared = match declared {
-        None | Some(Value::Null) => return Ok(()),
-        Some(Value::Object(d)) => d,
-        Some(_) => return Err(format!("`{tool}`: `extract` is not an object")),
+    let Some(declared) = declarations(declared, "extract", tool)? else {
+        return Ok(());
     };
     for (name, d) in declared {
         if !params.contains_key(name) {
@@ -247,7 +259,7 @@ fn extracts(
                 "`{tool}`: `{name}` is already a data link or carries text and cannot also be extracted"
             ));
         }
-        let Some(Value::Object(d)) = Some(d) else {
+        let Value::Object(d) = d else {
             return Err(format!("`{tool}`: `extract.{name}` is not an object"));
         };
         let mut d = d.clone();
@@ -279,10 +291,8 @@ fn carries(
     links: &mut BTreeMap<String, ParamConstraint>,
 ) -> Result<(), String> {
     let tool = &entry.name;
-    let declared = match declared {
-        None | Some(Value::Null) => return Ok(()),
-        Some(Value::Object(d)) => d,
-        Some(_) => return Err(format!("`{tool}`: `carries` is not an object")),
+    let Some(declared) = declarations(declared, "carries", tool)? else {
+        return Ok(());
     };
     for (name, calls) in declared {
         let prose = entry.annotations.prose.iter().any(|p| p == name)
