@@ -70,6 +70,9 @@ enum Command {
     Mcp(cmd::mcp::McpCommand),
     /// The regulator's evidence store and web UI (loopback by default).
     Serve(cmd::serve::ServeArgs),
+    /// Audit a transparency log (C2SP checkpoints and tiles): keep a checkpoint, check it is extended.
+    #[command(subcommand)]
+    Log(cmd::log::LogCommand),
     /// Submit evidence to a `knox serve` store, signed with the provider's key.
     Submit(cmd::serve::SubmitArgs),
     /// Print a browser login link for a `knox serve` store (signed with your key).
@@ -138,6 +141,7 @@ impl Command {
             | Self::Gateway(_)
             | Self::ServeModel(_)
             | Self::Serve(_)
+            | Self::Log(_)
             | Self::Login(_)
             | Self::Report(_)
             | Self::ToolWorker => false,
@@ -211,6 +215,7 @@ fn main() -> ExitCode {
         Command::Gateway(cmd::gateway::GatewayCommand::Openai(a)) => cmd::gateway::openai::run(a),
         Command::ServeModel(a) => cmd::serve_model::run(a),
         Command::Submit(a) => cmd::serve::submit(a),
+        Command::Log(c) => cmd::log::run(c),
         Command::Login(a) => cmd::serve::login(a),
         Command::Report(a) => cmd::serve::report(a),
         Command::Completions(a) => completions(a),

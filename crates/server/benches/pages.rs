@@ -21,7 +21,6 @@ mod common;
 use common::FIXTURES;
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -145,12 +144,12 @@ fn serve() -> Served {
             .await
             .unwrap()
             .key_id;
-        let app = App {
-            store: store.clone(),
-            verifier: Arc::new(Verifier::embedded(true).unwrap()),
-            log_key: Arc::new(PartyKey::from_seed([42; 32])),
-            live_stale_secs: knox_server::live::DEFAULT_STALE_SECS,
-        };
+        let app = App::new(
+            store.clone(),
+            Verifier::embedded(true).unwrap(),
+            PartyKey::from_seed([42; 32]),
+            knox_server::live::DEFAULT_STALE_SECS,
+        );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(knox_server::http::serve(listener, app));
@@ -323,6 +322,33 @@ fn runs_list(c: &mut Criterion) {
     eprintln!("runs list over {stored} runs");
     let token = s.session();
     let limit = knox_server::http::LIST_LIMIT;
+    // Every page, by its cursor: 100 pages of 1,000, each run once, the last page's
+    // cursor kept for the bench.
+    let mut after: Option<String> = None;
+    let mut seen = std::collections::HashSet::new();
+    loop {
+        let f = RunFilter {
+            after: after.clone(),
+            ..RunFilter::default()
+        };
+        let page =
+            s.rt.block_on(s.store.runs_page(providers, &f, limit))
+                .unwrap();
+        assert_eq!(page.total, RUNS, "the count beside every page");
+        for r in &page.rows {
+            assert!(seen.insert(r.digest.clone()), "a run listed twice");
+        }
+        // The loop ends having fetched the last page with `after`, kept for the bench.
+        match page.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len() as i64, RUNS, "paging reaches every run");
+    let last_page = RunFilter {
+        after,
+        ..RunFilter::default()
+    };
     let mut g = c.benchmark_group("runs_list_100000_runs");
     g.sample_size(20);
     g.bench_function("store_query_newest_1000", |b| {
@@ -353,6 +379,30 @@ fn runs_list(c: &mut Criterion) {
                 .unwrap()
         });
     });
+    // A page as the list serves it: its runs and the count of all that match.
+    let unmatched = RunFilter {
+        tool: Some("NoSuchTool".into()),
+        ..RunFilter::default()
+    };
+    let one_day = RunFilter {
+        since: Some("2020-01-01".into()),
+        until: Some("2020-01-01".into()),
+        ..RunFilter::default()
+    };
+    for (name, f) in [
+        ("store_page_newest_with_count", RunFilter::default()),
+        ("store_page_last_with_count", last_page),
+        ("store_page_by_blocking_guard_with_count", blocked.clone()),
+        ("store_page_by_unmatched_tool_with_count", unmatched),
+        ("store_page_by_one_day_with_count", one_day),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                s.rt.block_on(s.store.runs_page(providers, &f, limit))
+                    .unwrap()
+            });
+        });
+    }
     g.bench_function("page_time_to_first_byte", |b| {
         b.iter_custom(|iters| timed_get(&s, "/runs", &token, iters, false));
     });

@@ -18,8 +18,10 @@ use crate::auth::{self, AuthError, Claimed};
 use crate::chains;
 use crate::ingest::Verifier;
 use crate::live;
-use crate::store::{Principal, Role, RunFilter, RunRow, Store, StoreError};
-use crate::ui;
+use crate::store::{Principal, Role, RunFilter, RunRow, RunsPage, Store, StoreError};
+use crate::tlog::note::{Checkpoint, Note, NoteError, NoteKey};
+use crate::tlog::tiles::{self, TileId, TileKind};
+use crate::{tlog, ui};
 
 /// The most bytes a submission may have.
 pub const MAX_BODY: usize = knox_types::bundle::MAX_BUNDLE_BYTES;
@@ -35,6 +37,10 @@ pub struct App {
     pub verifier: Arc<Verifier>,
     /// The transparency log's signing key.
     pub log_key: Arc<PartyKey>,
+    /// The log's name: the first line of its checkpoints and the name of its key.
+    pub log_origin: Arc<str>,
+    /// The witnesses whose cosignatures of the log's checkpoints are kept and served.
+    pub witnesses: Arc<[NoteKey]>,
     /// Seconds without a delivery after which an unsealed live run is shown as the
     /// prefix it is rather than in progress ([`live::DEFAULT_STALE_SECS`]).
     pub live_stale_secs: u64,
@@ -57,7 +63,10 @@ enum Refusal {
 
 impl From<StoreError> for Refusal {
     fn from(e: StoreError) -> Self {
-        Self::Store(e)
+        match e {
+            StoreError::Filter(m) => Self::Bad(m),
+            e => Self::Store(e),
+        }
     }
 }
 
@@ -109,6 +118,9 @@ pub fn router(app: App) -> Router {
         .route("/api/log/head", get(log_head))
         .route("/api/log/consistency", get(log_consistency))
         .route("/api/log/inclusion/{digest}", get(log_inclusion))
+        .route("/api/log/cosignatures", post(log_cosign))
+        .route("/tlog/checkpoint", get(tlog_checkpoint))
+        .route("/tlog/tile/{*path}", get(tlog_tile))
         .route("/login", get(login))
         .route("/", get(ui_dashboard))
         .route("/runs", get(ui_runs))
@@ -249,6 +261,34 @@ async fn visible_run(app: &App, p: &Principal, digest: &str) -> Result<RunRow, R
     }
 }
 
+/// The page size asked for, within 1 and [`LIST_LIMIT`].
+fn page_size(f: &RunFilter) -> i64 {
+    f.limit.unwrap_or(LIST_LIMIT).clamp(1, LIST_LIMIT)
+}
+
+/// The query string of the page after `page`: the same filter, `after` its cursor.
+pub(crate) fn next_query(f: &RunFilter, page: &RunsPage) -> Option<String> {
+    let next = page.next.clone()?;
+    serde_urlencoded::to_string(RunFilter {
+        after: Some(next),
+        ..f.clone()
+    })
+    .ok()
+}
+
+/// The runs list's paging, as headers: `X-Total-Count`, and a `Link` to the next page
+/// (RFC 8288) when there is one. The body stays the list it always was.
+fn paged(resp: &mut Response, uri: &Uri, f: &RunFilter, page: &RunsPage) {
+    if let Ok(v) = HeaderValue::from_str(&page.total.to_string()) {
+        resp.headers_mut().insert("x-total-count", v);
+    }
+    if let Some(q) = next_query(f, page)
+        && let Ok(v) = HeaderValue::from_str(&format!("<{}?{q}>; rel=\"next\"", uri.path()))
+    {
+        resp.headers_mut().insert(header::LINK, v);
+    }
+}
+
 fn json<T: serde::Serialize>(v: &T) -> Result<Response, Refusal> {
     let body = serde_json::to_string_pretty(v).map_err(|e| Refusal::Store(e.into()))?;
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
@@ -377,7 +417,10 @@ async fn api_runs(
             Ok(Query(f)) => {
                 async {
                     let providers = app.store.visible_providers(&p).await?;
-                    json(&app.store.runs(&providers, &f, LIST_LIMIT).await?)
+                    let page = app.store.runs_page(&providers, &f, page_size(&f)).await?;
+                    let mut resp = json(&page.rows)?;
+                    paged(&mut resp, &uri, &f, &page);
+                    Ok(resp)
                 }
                 .await
             }
@@ -509,6 +552,147 @@ async fn api_access_log(
 
 async fn log_head(State(app): State<App>, method: Method, uri: Uri) -> Response {
     let r = async { json(&app.store.head(&app.log_key, auth::now()).await?) }.await;
+    finish(&app, None, &method, &uri, r).await
+}
+
+/// The most entries one tile may span: tiles are computed from the stored leaves on
+/// request, and a level-3 tile would span 2^32 of them.
+const MAX_TILE_SPAN: u64 = 1 << 24;
+
+impl App {
+    /// The state of a server whose log is named by the default origin of `log_key`
+    /// ([`tlog::default_origin`]) and keeps no witness's cosignature.
+    pub fn new(store: Store, verifier: Verifier, log_key: PartyKey, live_stale_secs: u64) -> Self {
+        Self {
+            store,
+            verifier: Arc::new(verifier),
+            log_origin: tlog::default_origin(&log_key.public_key()).into(),
+            log_key: Arc::new(log_key),
+            witnesses: Arc::new([]),
+            live_stale_secs,
+        }
+    }
+}
+
+fn served(
+    content_type: &'static str,
+    cache: &'static str,
+    body: impl Into<axum::body::Body>,
+) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, cache),
+        ],
+        body.into(),
+    )
+        .into_response()
+}
+
+/// `GET /tlog/checkpoint`: the log's newest checkpoint as a C2SP signed note, with the
+/// cosignatures witnesses sent for its size.
+async fn tlog_checkpoint(State(app): State<App>, method: Method, uri: Uri) -> Response {
+    let r = async {
+        let head = app.store.head(&app.log_key, auth::now()).await?;
+        let cp = Checkpoint {
+            origin: app.log_origin.to_string(),
+            size: head.tree_size,
+            root: head.root,
+        };
+        let note = cp
+            .sign(&app.log_key)
+            .map_err(|e| StoreError::Corrupt(format!("the log origin: {e}")))?;
+        let mut text = note.to_text();
+        for line in app.store.cosignatures(head.tree_size).await? {
+            text.push_str(&line);
+        }
+        Ok(served("text/plain; charset=utf-8", "no-cache", text))
+    }
+    .await;
+    finish(&app, None, &method, &uri, r).await
+}
+
+/// `GET /tlog/tile/…`: a C2SP tile of the log's tree, or an entry bundle, computed from
+/// the stored leaves; a tile past the log's size is not found.
+async fn tlog_tile(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    d: Result<Path<String>, PathRejection>,
+) -> Response {
+    let r = async {
+        let id = TileId::parse(&path_param(d)?).map_err(|_| Refusal::NotFound)?;
+        let (start, end) = id.leaves().ok_or(Refusal::NotFound)?;
+        if end - start > MAX_TILE_SPAN {
+            return Err(Refusal::Bad(format!(
+                "tile `{}` spans more than 2^24 entries; this log computes tiles on request",
+                id.path()
+            )));
+        }
+        let rows = app.store.log_range(start, end).await?;
+        if rows.len() as u64 != end - start {
+            return Err(Refusal::NotFound);
+        }
+        let body = match id.kind {
+            TileKind::Entries => {
+                tiles::entry_bundle(&rows.iter().map(|(d, _)| *d).collect::<Vec<_>>())
+            }
+            TileKind::Hashes(_) => {
+                tiles::hash_tile(&id, &rows.iter().map(|(_, l)| *l).collect::<Vec<_>>())
+            }
+        };
+        Ok(served(
+            "application/octet-stream",
+            "public, max-age=31536000, immutable",
+            body,
+        ))
+    }
+    .await;
+    finish(&app, None, &method, &uri, r).await
+}
+
+/// `POST /api/log/cosignatures`: a witness sends a checkpoint this log signed, with its
+/// cosignature (C2SP `tlog-cosignature`); the cosignatures of the witnesses this server
+/// knows (`knox serve --witness`) are checked and kept.
+async fn log_cosign(State(app): State<App>, method: Method, uri: Uri, body: Bytes) -> Response {
+    let r = async {
+        let bad = |e: NoteError| Refusal::Bad(e.to_string());
+        let note = Note::parse(&body).map_err(bad)?;
+        let cp = Checkpoint::parse(&note.text).map_err(bad)?;
+        if cp.origin != *app.log_origin || note.text != cp.text() {
+            return Err(Refusal::Bad(format!(
+                "not a checkpoint of this log (`{}`, no extension lines)",
+                app.log_origin
+            )));
+        }
+        if app.store.stored_head(cp.size).await?.map(|h| h.root) != Some(cp.root) {
+            return Err(Refusal::Bad(format!(
+                "this log signed no checkpoint of size {} with that root",
+                cp.size
+            )));
+        }
+        let mut kept = Vec::new();
+        for w in app.witnesses.iter() {
+            let time = match note.verify(w) {
+                Ok(t) => t.unwrap_or_default(),
+                Err(NoteError::Unsigned(_)) => continue,
+                Err(e) => return Err(bad(e)),
+            };
+            if let Some(line) = note.signatures.iter().find(|l| l.is_by(w)) {
+                app.store
+                    .add_cosignature(cp.size, &w.vkey(), &line.to_string(), time)
+                    .await?;
+                kept.push(w.name().to_owned());
+            }
+        }
+        if kept.is_empty() {
+            return Err(Refusal::Forbidden(
+                "no cosignature by a witness this log knows (knox serve --witness)",
+            ));
+        }
+        json(&serde_json::json!({"tree_size": cp.size, "cosigned_by": kept}))
+    }
+    .await;
     finish(&app, None, &method, &uri, r).await
 }
 
@@ -673,7 +857,7 @@ async fn ui_runs(
     ui_page!(app, method, uri, headers, |p| async {
         let Query(f) = q.map_err(|e| Refusal::Bad(e.body_text()))?;
         let providers = app.store.visible_providers(&p).await?;
-        let rows = app.store.runs(&providers, &f, LIST_LIMIT).await?;
+        let page = app.store.runs_page(&providers, &f, page_size(&f)).await?;
         let now = auth::now();
         let live: Vec<(live::LiveRun, String)> = app
             .store
@@ -685,7 +869,7 @@ async fn ui_runs(
                 (r, status)
             })
             .collect();
-        Ok(html(ui::runs(&p, &f, &rows, &live)))
+        Ok(html(ui::runs(&p, &f, &page, &live)))
     }
     .await)
 }
@@ -852,7 +1036,13 @@ async fn report_page(
     if !providers.contains(&prov.key_id) {
         return Err(Refusal::NotFound);
     }
-    let (from, to) = (q.from.unwrap_or(0), q.to.unwrap_or(i64::MAX));
+    // By default the period is the provider's first to last submission, not 1970 to
+    // the end of time.
+    let span = app.store.submission_span(&prov.key_id).await?;
+    let from = q.from.or(span.map(|(first, _)| first)).unwrap_or(0);
+    let to =
+        q.to.or(span.map(|(_, last)| last.saturating_add(1)))
+            .unwrap_or_else(|| to_i64(auth::now()));
     let f = RunFilter {
         provider: Some(name.clone()),
         from: Some(from),
@@ -970,6 +1160,12 @@ async fn ui_access(
     .await)
 }
 
+fn log_vkey(app: &App) -> String {
+    NoteKey::log(&app.log_origin, &app.log_key.public_key())
+        .map(|k| k.vkey())
+        .unwrap_or_default()
+}
+
 async fn ui_log(State(app): State<App>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
     ui_page!(app, method, uri, headers, |p| {
         async {
@@ -977,7 +1173,11 @@ async fn ui_log(State(app): State<App>, method: Method, uri: Uri, headers: Heade
         let body = maud::html! {
             p { "Entries: " (head.tree_size) } p { "Signed root: " code { (head.root) } }
             pre { (serde_json::to_string_pretty(&head).unwrap_or_default()) }
-            p { "Auditors: GET /api/log/head, /api/log/consistency?from=N, /api/log/inclusion/DIGEST." }
+            p { "Log key (C2SP verifier key): " code { (log_vkey(&app)) } }
+            p { "Auditors: " code { "knox log head --log URL/tlog --log-key VKEY" } " keeps a checkpoint; "
+                code { "knox log verify --from HEAD.txt" } " checks the log still extends it. "
+                "C2SP checkpoint at /tlog/checkpoint, tiles under /tlog/tile/; "
+                "Knox's own heads at /api/log/head, /api/log/consistency?from=N, /api/log/inclusion/DIGEST." }
         };
         Ok(html(ui::page("Transparency log", Some(&p), body)))
     }

@@ -52,6 +52,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "log identity",
         include_str!("../migrations/sqlite/0007_log_identity.sql"),
     ),
+    (
+        8,
+        "log checkpoints",
+        include_str!("../migrations/sqlite/0008_log_checkpoints.sql"),
+    ),
 ];
 /// PostgreSQL migrations: the same schema in its dialect.
 const POSTGRES: &[(i64, &str, &str)] = &[
@@ -89,6 +94,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         7,
         "log identity",
         include_str!("../migrations/postgres/0007_log_identity.sql"),
+    ),
+    (
+        8,
+        "log checkpoints",
+        include_str!("../migrations/postgres/0008_log_checkpoints.sql"),
     ),
 ];
 
@@ -202,6 +212,19 @@ pub enum StoreError {
         /// The key of the store's log (its key id).
         stored: String,
         /// The server's key (its key id).
+        ours: String,
+    },
+    /// A list filter's value is malformed (a day, a cursor).
+    #[error("{0}")]
+    Filter(String),
+    /// The store's log has another origin than the server was given.
+    #[error(
+        "this store's log is named `{stored}`; this server was given --log-origin `{ours}`: a log's name does not change, and every server sharing the store gives the same"
+    )]
+    LogOrigin {
+        /// The store's log origin.
+        stored: String,
+        /// The server's.
         ours: String,
     },
 }
@@ -415,7 +438,7 @@ pub struct Ingested {
 }
 
 /// Filters of the runs list; every value is bound, never spliced.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Default, serde::Deserialize, serde::Serialize)]
 #[serde(default)]
 pub struct RunFilter {
     /// Provider name, exact.
@@ -438,6 +461,125 @@ pub struct RunFilter {
     pub from: Option<i64>,
     /// Submitted before (Unix seconds).
     pub to: Option<i64>,
+    /// Submitted on or after this day (`YYYY-MM-DD`, UTC): the time-range picker's
+    /// start; `from` wins when both are given.
+    pub since: Option<String>,
+    /// Submitted on or before this day (`YYYY-MM-DD`, UTC); `to` wins when both are given.
+    pub until: Option<String>,
+    /// The next page: runs listed after this cursor ([`RunsPage::next`]).
+    pub after: Option<String>,
+    /// Runs per page (at most the server's list limit, 1,000).
+    pub limit: Option<i64>,
+}
+
+impl RunFilter {
+    /// The period's first second, from `from` or `since`.
+    pub fn period_start(&self) -> Result<Option<i64>, StoreError> {
+        match (self.from, self.since.as_deref().filter(|s| !s.is_empty())) {
+            (Some(v), _) => Ok(Some(v)),
+            (None, Some(day)) => day_start(day).map(Some),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// The second after the period, from `to` or `until` (the day after it).
+    pub fn period_end(&self) -> Result<Option<i64>, StoreError> {
+        match (self.to, self.until.as_deref().filter(|s| !s.is_empty())) {
+            (Some(v), _) => Ok(Some(v)),
+            (None, Some(day)) => day_start(day).map(|t| Some(t.saturating_add(86_400))),
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+/// The first second of a UTC day written `YYYY-MM-DD`.
+fn day_start(day: &str) -> Result<i64, StoreError> {
+    let bad = || StoreError::Filter(format!("`{day}` is not a day (YYYY-MM-DD)"));
+    let mut parts = day.splitn(3, '-');
+    let mut num = |n: usize| {
+        parts
+            .next()
+            .filter(|p| p.len() == n && p.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|p| p.parse::<i64>().ok())
+            .ok_or_else(bad)
+    };
+    let (y, m, d) = (num(4)?, num(2)?, num(2)?);
+    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let days_in = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    let max = usize::try_from(m - 1)
+        .ok()
+        .and_then(|i| days_in.get(i))
+        .ok_or_else(bad)?;
+    if d < 1 || d > *max {
+        return Err(bad());
+    }
+    // Days since 1970-01-01 (the civil-from-days inverse, proleptic Gregorian).
+    let (y, m) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    Ok((era * 146_097 + doe - 719_468) * 86_400)
+}
+
+/// A place in the runs list (newest first): the last run shown, by submission time and
+/// log index; the next page lists the runs after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor {
+    /// The run's submission time.
+    pub submitted_at: i64,
+    /// The run's log index.
+    pub log_index: i64,
+}
+
+impl Cursor {
+    /// The cursor of a listed run.
+    pub fn of(r: &RunRow) -> Self {
+        Self {
+            submitted_at: r.submitted_at,
+            log_index: r.log_index,
+        }
+    }
+
+    /// Reads `TIME.INDEX`.
+    pub fn parse(s: &str) -> Result<Self, StoreError> {
+        let bad = || StoreError::Filter(format!("`{s}` is not a page cursor (TIME.INDEX)"));
+        let (t, i) = s.split_once('.').ok_or_else(bad)?;
+        Ok(Self {
+            submitted_at: t.parse().map_err(|_| bad())?,
+            log_index: i.parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.submitted_at, self.log_index)
+    }
+}
+
+/// One page of the runs list.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunsPage {
+    /// The runs, newest first.
+    pub rows: Vec<RunRow>,
+    /// The cursor of the next page (`after=`), when more runs match.
+    pub next: Option<String>,
+    /// How many runs the filter matches in all pages.
+    pub total: i64,
 }
 
 /// Dashboard figures.
@@ -528,6 +670,86 @@ fn like(s: &str) -> String {
     }
     out.push('%');
     out
+}
+
+/// Binds `b`; its placeholder.
+fn push(b: Bind, binds: &mut Vec<Bind>) -> String {
+    binds.push(b);
+    format!("${}", binds.len())
+}
+
+/// The conditions of the runs list: the `providers`' runs (not their key announcements)
+/// that `f` selects, the cursor aside. Fixed SQL; every value is bound into `binds`.
+fn run_conditions(
+    providers: &[String],
+    f: &RunFilter,
+    binds: &mut Vec<Bind>,
+) -> Result<String, StoreError> {
+    let list: Vec<String> = providers
+        .iter()
+        .map(|k| push(Bind::Text(k.clone()), binds))
+        .collect();
+    let mut sql = format!("{NOT_ANNOUNCED} AND r.provider IN ({})", list.join(", "));
+    let text = |v: &Option<String>| v.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
+    if let Some(v) = text(&f.provider) {
+        sql += &format!(" AND p.name = {}", push(Bind::Text(v), binds));
+    }
+    if let Some(v) = text(&f.outcome) {
+        sql += &format!(" AND r.outcome = {}", push(Bind::Text(v), binds));
+    }
+    if let Some(v) = text(&f.q) {
+        sql += &format!(
+            " AND r.run_id LIKE {} ESCAPE '\\'",
+            push(Bind::Text(like(&v)), binds)
+        );
+    }
+    // Each index filter reads the matching digests from its own index.
+    let sub = |table: &str, cond: String| {
+        format!(" AND r.digest IN (SELECT x.digest FROM {table} x WHERE {cond})")
+    };
+    if let Some(v) = text(&f.tool) {
+        sql += &sub(
+            "blocked_actions",
+            format!("x.tool = {}", push(Bind::Text(v), binds)),
+        );
+    }
+    if let Some(v) = text(&f.guard) {
+        sql += &sub(
+            "blocked_actions",
+            format!("x.guard = {}", push(Bind::Text(v), binds)),
+        );
+    }
+    if let Some(v) = text(&f.verdict) {
+        sql += &sub(
+            "regulation_decisions",
+            format!("x.verdict = {}", push(Bind::Text(v), binds)),
+        );
+    }
+    if let Some(v) = text(&f.provision) {
+        sql += &sub(
+            "regulation_decisions",
+            format!(
+                "x.provisions LIKE {} ESCAPE '\\'",
+                push(Bind::Text(like(&v)), binds)
+            ),
+        );
+    }
+    if let Some(v) = text(&f.model) {
+        sql += &sub(
+            "run_models",
+            format!(
+                "x.model LIKE {} ESCAPE '\\'",
+                push(Bind::Text(like(&v)), binds)
+            ),
+        );
+    }
+    if let Some(v) = f.period_start()? {
+        sql += &format!(" AND r.submitted_at >= {}", push(Bind::Int(v), binds));
+    }
+    if let Some(v) = f.period_end()? {
+        sql += &format!(" AND r.submitted_at < {}", push(Bind::Int(v), binds));
+    }
+    Ok(sql)
 }
 
 fn to_i64(v: u64) -> i64 {
@@ -642,6 +864,94 @@ impl Store {
             stored: id(&stored),
             ours: id(key),
         })
+    }
+
+    /// The log's origin: the stored one, else `wanted` (or, when none is given,
+    /// `default`) bound as the log's name from now on. A server given another origin
+    /// than the stored one is refused ([`StoreError::LogOrigin`]).
+    pub async fn bind_log_origin(
+        &self,
+        wanted: Option<&str>,
+        default: &str,
+    ) -> Result<String, StoreError> {
+        sqlx::query(
+            "INSERT INTO log_origin (singleton, origin) VALUES (1, $1) ON CONFLICT DO NOTHING",
+        )
+        .bind(wanted.unwrap_or(default))
+        .execute(&self.pool)
+        .await?;
+        let stored: String = sqlx::query("SELECT origin FROM log_origin WHERE singleton = 1")
+            .fetch_one(&self.pool)
+            .await?
+            .try_get("origin")?;
+        match wanted {
+            Some(w) if w != stored => Err(StoreError::LogOrigin {
+                stored,
+                ours: w.to_owned(),
+            }),
+            _ => Ok(stored),
+        }
+    }
+
+    /// The log's entries `[start, end)`: each submission's digest and its leaf hash.
+    pub async fn log_range(
+        &self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<(Digest, Digest)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT idx, digest, leaf_hash FROM log_leaves WHERE idx >= $1 AND idx < $2 ORDER BY idx",
+        )
+        .bind(to_i64(start))
+        .bind(to_i64(end))
+        .fetch_all(&self.pool)
+        .await?;
+        let hex = |r: &sqlx::any::AnyRow, c: &str| -> Result<Digest, StoreError> {
+            Digest::from_hex(&r.try_get::<String, _>(c)?)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))
+        };
+        let mut out = Vec::with_capacity(rows.len());
+        for (i, r) in (start..).zip(&rows) {
+            if to_u64(r.try_get("idx")?)? != i {
+                return Err(StoreError::Corrupt(format!("log leaf {i} missing")));
+            }
+            out.push((hex(r, "digest")?, hex(r, "leaf_hash")?));
+        }
+        Ok(out)
+    }
+
+    /// Keeps a witness's cosignature line of the checkpoint of `size` (the first one
+    /// per witness key and size is kept).
+    pub async fn add_cosignature(
+        &self,
+        size: u64,
+        witness: &str,
+        line: &str,
+        time: u64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO cosignatures (tree_size, witness, line, cosigned_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(to_i64(size))
+        .bind(witness)
+        .bind(line)
+        .bind(to_i64(time))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The cosignature lines kept for the checkpoint of `size`.
+    pub async fn cosignatures(&self, size: u64) -> Result<Vec<String>, StoreError> {
+        let rows =
+            sqlx::query("SELECT line FROM cosignatures WHERE tree_size = $1 ORDER BY witness")
+                .bind(to_i64(size))
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter()
+            .map(|r| r.try_get::<String, _>("line").map_err(StoreError::from))
+            .collect()
     }
 
     /// The engine.
@@ -1198,7 +1508,8 @@ impl Store {
         row.as_ref().map(run_row).transpose()
     }
 
-    /// Runs of the `providers` given, filtered, newest first, at most `limit`.
+    /// Runs of the `providers` given, filtered, newest first, at most `limit` (after
+    /// `f.after`, when given).
     pub async fn runs(
         &self,
         providers: &[String],
@@ -1209,71 +1520,21 @@ impl Store {
             return Ok(Vec::new());
         }
         let mut binds: Vec<Bind> = Vec::new();
-        let param = |b: Bind, binds: &mut Vec<Bind>| {
-            binds.push(b);
-            format!("${}", binds.len())
-        };
         let mut sql = format!(
-            "SELECT {RUN_COLUMNS} FROM runs r JOIN principals p ON p.key_id = r.provider WHERE {NOT_ANNOUNCED} AND r.provider IN ("
+            "SELECT {RUN_COLUMNS} FROM runs r JOIN principals p ON p.key_id = r.provider WHERE {}",
+            run_conditions(providers, f, &mut binds)?
         );
-        let list: Vec<String> = providers
-            .iter()
-            .map(|k| param(Bind::Text(k.clone()), &mut binds))
-            .collect();
-        sql.push_str(&list.join(", "));
-        sql.push(')');
-        let text = |v: &Option<String>| v.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
-        if let Some(v) = text(&f.provider) {
-            sql += &format!(" AND p.name = {}", param(Bind::Text(v), &mut binds));
-        }
-        if let Some(v) = text(&f.outcome) {
-            sql += &format!(" AND r.outcome = {}", param(Bind::Text(v), &mut binds));
-        }
-        if let Some(v) = text(&f.q) {
+        if let Some(c) = f.after.as_deref().filter(|c| !c.is_empty()) {
+            let c = Cursor::parse(c)?;
+            let t = push(Bind::Int(c.submitted_at), &mut binds);
+            let i = push(Bind::Int(c.log_index), &mut binds);
             sql += &format!(
-                " AND r.run_id LIKE {} ESCAPE '\\'",
-                param(Bind::Text(like(&v)), &mut binds)
+                " AND (r.submitted_at < {t} OR (r.submitted_at = {t} AND r.log_index < {i}))"
             );
-        }
-        if let Some(v) = text(&f.tool) {
-            sql += &format!(
-                " AND EXISTS (SELECT 1 FROM blocked_actions b WHERE b.digest = r.digest AND b.tool = {})",
-                param(Bind::Text(v), &mut binds)
-            );
-        }
-        if let Some(v) = text(&f.guard) {
-            sql += &format!(
-                " AND EXISTS (SELECT 1 FROM blocked_actions b WHERE b.digest = r.digest AND b.guard = {})",
-                param(Bind::Text(v), &mut binds)
-            );
-        }
-        if let Some(v) = text(&f.verdict) {
-            sql += &format!(
-                " AND EXISTS (SELECT 1 FROM regulation_decisions d WHERE d.digest = r.digest AND d.verdict = {})",
-                param(Bind::Text(v), &mut binds)
-            );
-        }
-        if let Some(v) = text(&f.provision) {
-            sql += &format!(
-                " AND EXISTS (SELECT 1 FROM regulation_decisions d WHERE d.digest = r.digest AND d.provisions LIKE {} ESCAPE '\\')",
-                param(Bind::Text(like(&v)), &mut binds)
-            );
-        }
-        if let Some(v) = text(&f.model) {
-            sql += &format!(
-                " AND EXISTS (SELECT 1 FROM run_models m WHERE m.digest = r.digest AND m.model LIKE {} ESCAPE '\\')",
-                param(Bind::Text(like(&v)), &mut binds)
-            );
-        }
-        if let Some(v) = f.from {
-            sql += &format!(" AND r.submitted_at >= {}", param(Bind::Int(v), &mut binds));
-        }
-        if let Some(v) = f.to {
-            sql += &format!(" AND r.submitted_at < {}", param(Bind::Int(v), &mut binds));
         }
         sql += &format!(
             " ORDER BY r.submitted_at DESC, r.log_index DESC LIMIT {}",
-            param(Bind::Int(limit), &mut binds)
+            push(Bind::Int(limit), &mut binds)
         );
         let mut q = sqlx::query(&sql);
         for b in binds {
@@ -1281,6 +1542,51 @@ impl Store {
         }
         let rows = q.fetch_all(&self.pool).await?;
         rows.iter().map(run_row).collect()
+    }
+
+    /// A provider's first and last submission times; `None` before its first.
+    pub async fn submission_span(&self, provider: &str) -> Result<Option<(i64, i64)>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT MIN(r.submitted_at) AS first, MAX(r.submitted_at) AS last FROM runs r \
+             WHERE r.provider = $1 AND {NOT_ANNOUNCED}"
+        ))
+        .bind(provider)
+        .fetch_one(&self.pool)
+        .await?;
+        let first: Option<i64> = row.try_get("first")?;
+        let last: Option<i64> = row.try_get("last")?;
+        Ok(first.zip(last))
+    }
+
+    /// One page of the runs list: at most `limit` runs after `f.after`, the cursor of
+    /// the next page when there is one, and how many runs the filter matches in all.
+    pub async fn runs_page(
+        &self,
+        providers: &[String],
+        f: &RunFilter,
+        limit: i64,
+    ) -> Result<RunsPage, StoreError> {
+        let mut rows = self.runs(providers, f, limit.saturating_add(1)).await?;
+        let more = rows.len() as i64 > limit;
+        rows.truncate(usize::try_from(limit).unwrap_or(0));
+        let next = more
+            .then(|| rows.last().map(|r| Cursor::of(r).to_string()))
+            .flatten();
+        let total = if providers.is_empty() {
+            0
+        } else {
+            let mut binds = Vec::new();
+            let sql = format!(
+                "SELECT COUNT(*) AS n FROM runs r JOIN principals p ON p.key_id = r.provider WHERE {}",
+                run_conditions(providers, f, &mut binds)?
+            );
+            let mut q = sqlx::query(&sql);
+            for b in binds {
+                q = b.bind(q);
+            }
+            q.fetch_one(&self.pool).await?.try_get("n")?
+        };
+        Ok(RunsPage { rows, next, total })
     }
 
     /// Runs a grouped query over the runs of `providers` in `f`'s period; `select`
@@ -1294,26 +1600,17 @@ impl Store {
         f: &RunFilter,
     ) -> Result<Vec<sqlx::any::AnyRow>, StoreError> {
         let mut binds: Vec<Bind> = Vec::new();
+        let period = RunFilter {
+            from: f.from,
+            to: f.to,
+            since: f.since.clone(),
+            until: f.until.clone(),
+            ..RunFilter::default()
+        };
         let mut sql = format!(
-            "SELECT {select} FROM runs r JOIN principals p ON p.key_id = r.provider {join} WHERE {NOT_ANNOUNCED} AND r.provider IN ("
+            "SELECT {select} FROM runs r JOIN principals p ON p.key_id = r.provider {join} WHERE {}",
+            run_conditions(providers, &period, &mut binds)?
         );
-        let list: Vec<String> = providers
-            .iter()
-            .map(|k| {
-                binds.push(Bind::Text(k.clone()));
-                format!("${}", binds.len())
-            })
-            .collect();
-        sql.push_str(&list.join(", "));
-        sql.push(')');
-        if let Some(v) = f.from {
-            binds.push(Bind::Int(v));
-            sql += &format!(" AND r.submitted_at >= ${}", binds.len());
-        }
-        if let Some(v) = f.to {
-            binds.push(Bind::Int(v));
-            sql += &format!(" AND r.submitted_at < ${}", binds.len());
-        }
         sql += &format!(" GROUP BY {group}");
         let mut q = sqlx::query(&sql);
         for b in binds {

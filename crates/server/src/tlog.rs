@@ -3,6 +3,12 @@
 //! [`knox_types::merkle`]) and consistency proofs (RFC 9162 §2.1.4), and the checks an
 //! auditor (a provider holding its receipts, a regulator holding old heads) runs to
 //! detect a withheld run, a reordered log or a fork.
+//!
+//! The same log is served in the formats the transparency-log ecosystem shares, so
+//! that monitors and witnesses that never heard of Knox can watch it: checkpoints as
+//! C2SP signed notes ([`note`]), the tree and its entries as C2SP tiles ([`tiles`]),
+//! witness cosignatures per C2SP `tlog-cosignature`; [`audit`] is the auditor's side
+//! (`knox log`), which reads only those formats.
 
 use knox_attest::PartyKey;
 use knox_types::bundle::PublicKey;
@@ -11,21 +17,23 @@ use knox_types::digest::Digest;
 use knox_types::merkle;
 use serde::{Deserialize, Serialize};
 
+pub mod audit;
+pub mod note;
+pub mod tiles;
+
 /// Signature context of a signed tree head.
 pub const STH_CONTEXT: &[u8] = b"knox-server/tree-head/v1\n";
+
+/// The origin of a log whose operator named none: `knox.invalid/` and the first 16 hex
+/// digits of the log key's id, so that logs with different keys have different names.
+pub fn default_origin(key: &PublicKey) -> String {
+    let id = knox_attest::key::key_id(&key.public_key.0).to_hex();
+    format!("knox.invalid/{}", id.get(..16).unwrap_or(&id))
+}
 
 /// The leaf hash of a submission: `SHA-256(0x00 ‖ digest)`.
 pub fn leaf(submission: &Digest) -> Digest {
     merkle::leaf_hash(&submission.0)
-}
-
-/// The largest power of two strictly less than `n` (for `n ≥ 2`).
-fn split(n: usize) -> usize {
-    let mut k = 1;
-    while k << 1 < n {
-        k <<= 1;
-    }
-    k
 }
 
 /// Consistency proof between the tree of the first `m` leaves and the tree of all
@@ -34,29 +42,8 @@ pub fn consistency_proof(leaves: &[Digest], m: usize) -> Option<Vec<Digest>> {
     if m == 0 || m > leaves.len() {
         return None;
     }
-    let mut out = Vec::new();
-    subproof(m, leaves, true, &mut out)?;
-    Some(out)
-}
-
-fn subproof(m: usize, d: &[Digest], complete: bool, out: &mut Vec<Digest>) -> Option<()> {
-    let n = d.len();
-    if m == n {
-        if !complete {
-            out.push(merkle::root(d));
-        }
-        return Some(());
-    }
-    let k = split(n);
-    let (left, right) = d.split_at_checked(k)?;
-    if m <= k {
-        subproof(m, left, complete, out)?;
-        out.push(merkle::root(right));
-    } else {
-        subproof(m - k, right, false, out)?;
-        out.push(merkle::root(left));
-    }
-    Some(())
+    let Ok(proof) = tiles::consistency(&mut { leaves }, m as u64, leaves.len() as u64);
+    Some(proof)
 }
 
 /// Verifies a consistency proof (RFC 9162 §2.1.4.2): the tree of size `first` with

@@ -7,7 +7,7 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use crate::live::LiveRun;
 use crate::store::{
-    AccessEntry, BlockedRow, DecisionRow, Principal, ReceiptRow, RunFilter, RunRow,
+    AccessEntry, BlockedRow, DecisionRow, Principal, ReceiptRow, RunFilter, RunRow, RunsPage,
 };
 use crate::tlog::Inclusion;
 
@@ -96,8 +96,15 @@ pub(crate) fn when(secs: i64) -> String {
 }
 
 /// The runs list with its filters.
-pub fn runs(who: &Principal, f: &RunFilter, rows: &[RunRow], live: &[(LiveRun, String)]) -> Markup {
+pub fn runs(who: &Principal, f: &RunFilter, page: &RunsPage, live: &[(LiveRun, String)]) -> Markup {
     let v = |o: &Option<String>| o.clone().unwrap_or_default();
+    let rows = &page.rows;
+    let next = crate::http::next_query(f, page);
+    let first = serde_urlencoded::to_string(RunFilter {
+        after: None,
+        ..f.clone()
+    })
+    .unwrap_or_default();
     let body = html! {
         (live_list(live))
         form.filters method="get" action="/runs" {
@@ -114,9 +121,18 @@ pub fn runs(who: &Principal, f: &RunFilter, rows: &[RunRow], live: &[(LiveRun, S
             input name="verdict" placeholder="verdict" value=(v(&f.verdict));
             input name="provision" placeholder="provision" value=(v(&f.provision));
             input name="model" placeholder="model weights" value=(v(&f.model));
+            label { "from " input type="date" name="since" value=(v(&f.since)); }
+            label { "to " input type="date" name="until" value=(v(&f.until)); }
             button type="submit" { "Filter" }
         }
-        p { (rows.len()) " run(s)" }
+        p #count {
+            @if page.total == 0 {
+                "none"
+            } @else {
+                (rows.len()) " of " (page.total) " run(s)"
+                @if f.after.is_some() { " (a later page)" }
+            }
+        }
         table #runs {
             thead { tr { th { "Run" } th { "Provider" } th { "Outcome" } th { "Blocked" } th { "Nodes" } th { "Submitted" } } }
             tbody {
@@ -132,8 +148,12 @@ pub fn runs(who: &Principal, f: &RunFilter, rows: &[RunRow], live: &[(LiveRun, S
                 }
             }
         }
+        p.pager {
+            @if f.after.is_some() { a href={ "/runs?" (first) } { "← newest" } " " }
+            @if let Some(q) = next { a #next href={ "/runs?" (q) } { "next page →" } }
+        }
     };
-    page("Runs", Some(who), body)
+    self::page("Runs", Some(who), body)
 }
 
 /// Everything a run page shows.
@@ -293,6 +313,9 @@ pub fn run(who: &Principal, p: &RunPage<'_>) -> Markup {
 
 /// Bars as inline SVG.
 pub fn bars(rows: &[(String, i64)]) -> Markup {
+    if rows.is_empty() {
+        return html! { p.none { "none" } };
+    }
     let max = rows.iter().map(|(_, n)| *n).max().unwrap_or(1).max(1);
     let h = 20 * u32::try_from(rows.len()).unwrap_or(0) + 4;
     html! {

@@ -54,7 +54,7 @@ pub const COLLATERAL: Cap = Cap {
 };
 /// Verification receipts, inclusion proofs, quotes, certificate chains.
 pub const SMALL: Cap = Cap {
-    what: "receipts, inclusion proofs (prove check), quotes, GPU certificate chains",
+    what: "receipts, inclusion proofs (prove check), kept log checkpoints (log verify --from), quotes, GPU certificate chains",
     bytes: 1 << 20,
 };
 /// GPU evidence (`gpu verify --evidence`).

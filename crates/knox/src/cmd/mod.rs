@@ -20,6 +20,7 @@ pub mod eval;
 pub mod gateway;
 pub mod hardware;
 pub mod keys;
+pub mod log;
 pub mod mcp;
 pub mod model;
 pub mod prompt;

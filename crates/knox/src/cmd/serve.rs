@@ -51,6 +51,15 @@ pub struct ServeArgs {
     /// default database).
     #[arg(long, value_name = "KEY", value_parser = knox_verifier::files::path)]
     pub log_key: Option<PathBuf>,
+    /// The log's name: the first line of its C2SP checkpoints and the name of its key,
+    /// e.g. `regulator.example/knox` (default: the store's, else `knox.invalid/` and the
+    /// log key's id). A store's log keeps the name it was first given.
+    #[arg(long, value_name = "NAME")]
+    pub log_origin: Option<String>,
+    /// A witness whose cosignatures of the log's checkpoints are kept and served: its
+    /// C2SP verifier key (`NAME+ID+BASE64`, type 0x04) or a file holding one. Repeatable.
+    #[arg(long, value_name = "VKEY")]
+    pub witness: Vec<String>,
     /// INSECURE, not recommended: accept simulated platform evidence as complete.
     #[arg(long)]
     pub allow_simulated: bool,
@@ -148,20 +157,33 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
     };
     let engine = knox_server::Engine::of_url(&db_url)
         .map_err(|e| knox_verifier::files::usage(format!("--db: {e}")))?;
+    let witnesses = args
+        .witness
+        .iter()
+        .map(|w| crate::cmd::log::read_vkey(w))
+        .collect::<Result<Vec<_>>>()?;
     let opts = ServeOptions {
         db_url,
         listen: args.listen,
         access,
         verifier,
         log_key,
+        log_origin: args.log_origin.clone(),
+        witnesses,
         live_stale_secs: args.live_stale,
     };
     let simulated = args.allow_simulated;
-    serve_blocking(opts, |addr, _| {
+    serve_blocking(opts, |addr, _, vkey| {
+        // The log's verifier key, for auditors (`knox log --log-key`).
+        let vkey_path = log_key_path.with_extension("vkey");
+        if let Err(e) = knox_verifier::files::write_file(&vkey_path, format!("{vkey}\n")) {
+            eprintln!("knox serve: cannot write {}: {e}", vkey_path.display());
+        }
         eprintln!(
-            "knox serve: listening on http://{addr} ({} store; log key {}){}",
+            "knox serve: listening on http://{addr} ({} store; log key {}; log `{}`, checkpoints at /tlog/checkpoint){}",
             engine.name(),
             log_key_path.display(),
+            vkey.name(),
             if simulated {
                 "; INSECURE: simulated platform evidence accepted"
             } else {

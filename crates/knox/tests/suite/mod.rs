@@ -27,4 +27,5 @@ mod robustness;
 mod server;
 mod support;
 mod tamper;
+mod tlog;
 mod toolkit;

@@ -43,6 +43,11 @@ pub(super) fn acme_and_cnil(d: &std::path::Path) {
 /// `knox serve` in `d` with `access.toml`: the server, its URL and the line that
 /// announced it.
 fn start(d: &std::path::Path) -> (Server, String, String) {
+    start_with(d, &[])
+}
+
+/// [`start`] with more options.
+pub(super) fn start_with(d: &std::path::Path, more: &[&str]) -> (Server, String, String) {
     let mut child = knox()
         .current_dir(d)
         .env("XDG_DATA_HOME", d.join("data"))
@@ -54,6 +59,7 @@ fn start(d: &std::path::Path) -> (Server, String, String) {
             "--listen",
             "127.0.0.1:0",
         ])
+        .args(more)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();

@@ -355,6 +355,32 @@ fn the_ui_needs_a_session_and_shows_only_what_the_principal_may_see(s: &Served) 
     for p in ["/", "/report", "/log"] {
         assert_eq!(get_with_cookie(s, p, Some(&t)).0, 200, "{p}");
     }
+    // One run per page: the count of all, a link to the next page, which holds the
+    // other run and links nowhere further. A day range without runs shows "none".
+    let (_, first) = get_with_cookie(s, "/runs?limit=1", Some(&t));
+    assert!(first.contains("1 of 2 run(s)"), "{first}");
+    let next = first
+        .split_once("id=\"next\" href=\"")
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map(|(href, _)| href.replace("&amp;", "&"))
+        .unwrap();
+    assert!(
+        next.contains("after=") && next.contains("limit=1"),
+        "{next}"
+    );
+    let (st, second) = get_with_cookie(s, &next, Some(&t));
+    assert_eq!(st, 200);
+    let shown = |page: &str| [&good.digest, &bad.digest].map(|d| page.contains(d.as_str()));
+    assert_eq!(shown(&first), [false, true], "newest first");
+    assert_eq!(shown(&second), [true, false]);
+    assert!(!second.contains("id=\"next\""));
+    let (_, none) = get_with_cookie(s, "/runs?since=1970-01-01&until=1970-01-01", Some(&t));
+    assert!(none.contains("<p id=\"count\">none</p>"), "{none}");
+    assert_eq!(
+        get_with_cookie(s, "/runs?since=1970-13-01", Some(&t)).0,
+        400
+    );
+    assert_eq!(get_with_cookie(s, "/runs?after=x", Some(&t)).0, 400);
     // Globex's session sees none of it; ico's neither; cnil's does.
     let g = token(s, &s.people.globex.0);
     let (_, page) = get_with_cookie(s, "/runs", Some(&g));

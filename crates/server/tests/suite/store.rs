@@ -10,7 +10,7 @@ use common::{
     tampered,
 };
 use knox_server::chains::KeyChains;
-use knox_server::store::{RunFilter, Store};
+use knox_server::store::{RunFilter, Store, StoreError};
 use knox_server::tlog::{self, Consistency, LogError};
 use knox_types::digest::Digest;
 
@@ -29,6 +29,8 @@ on_both_engines!(
     a_run_left_out_of_a_keys_chain_shows_as_a_gap_late_or_forked,
     a_key_announced_is_link_0_and_a_key_never_followed_shows,
     a_store_keeps_one_log_key,
+    pages_list_every_run_once_and_count_what_the_dashboard_counts,
+    the_log_keeps_its_name_and_the_witnesses_cosignatures,
 );
 
 /// The first key bound is the log's; the same key again is accepted, another refused
@@ -758,4 +760,116 @@ async fn a_sqlite_store_of_schema_v5_is_upgraded_to_store_announcements() {
         .unwrap();
     assert_eq!(n, 2);
     again.close().await;
+}
+
+/// Keyset pages (one run per page here) list every run once, newest first, each with
+/// the count the dashboard shows; a day range selects by submission day; a malformed
+/// cursor or day is the caller's error.
+async fn pages_list_every_run_once_and_count_what_the_dashboard_counts(url: String) {
+    let s = Store::open(&url).await.unwrap();
+    let p = people(&s).await;
+    for b in [BUNDLE, BUNDLE2, BUNDLE3, &tampered()] {
+        ingest(&s, &p.acme.1, b).await;
+    }
+    let v = s.visible_providers(&p.acme.1).await.unwrap();
+    let all = s.runs(&v, &RunFilter::default(), 100).await.unwrap();
+    assert_eq!(all.len(), 4);
+    let mut walked = Vec::new();
+    let mut after = None;
+    loop {
+        let f = RunFilter {
+            after: after.clone(),
+            ..RunFilter::default()
+        };
+        let page = s.runs_page(&v, &f, 1).await.unwrap();
+        assert_eq!(page.total, 4);
+        walked.extend(page.rows.iter().map(|r| r.digest.clone()));
+        match page.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    let newest_first: Vec<_> = all.iter().map(|r| r.digest.clone()).collect();
+    assert_eq!(walked, newest_first);
+    let d = s.dashboard(&v, &RunFilter::default()).await.unwrap();
+    assert_eq!(d.providers[0].1[0], 4);
+    // The runs were submitted today: today's range holds them, yesterday's none.
+    let now = knox_server::auth::now();
+    let (store, visible) = (&s, &v);
+    let day = |t: u64| {
+        let f = RunFilter {
+            from: Some(i64::try_from(t / 86_400 * 86_400).unwrap()),
+            to: Some(i64::try_from(t / 86_400 * 86_400 + 86_400).unwrap()),
+            ..RunFilter::default()
+        };
+        async move { store.runs_page(visible, &f, 10).await.unwrap().total }
+    };
+    assert_eq!(day(now).await, 4);
+    assert_eq!(day(now - 86_400).await, 0);
+    let by_date = RunFilter {
+        since: Some("1970-01-02".into()),
+        until: Some("1970-01-02".into()),
+        ..RunFilter::default()
+    };
+    assert_eq!(by_date.period_start().unwrap(), Some(86_400));
+    assert_eq!(by_date.period_end().unwrap(), Some(2 * 86_400));
+    let leap = RunFilter {
+        since: Some("2024-02-29".into()),
+        ..RunFilter::default()
+    };
+    assert_eq!(leap.period_start().unwrap(), Some(1_709_164_800));
+    for bad in [
+        RunFilter {
+            after: Some("12-3".into()),
+            ..RunFilter::default()
+        },
+        RunFilter {
+            since: Some("2023-02-29".into()),
+            ..RunFilter::default()
+        },
+        RunFilter {
+            until: Some("2024-13-01".into()),
+            ..RunFilter::default()
+        },
+    ] {
+        assert!(matches!(
+            s.runs_page(&v, &bad, 10).await,
+            Err(StoreError::Filter(_))
+        ));
+    }
+}
+
+/// The first origin bound is the log's name; another is refused, none given reads the
+/// stored one. A witness's cosignature line is kept once per size and witness.
+async fn the_log_keeps_its_name_and_the_witnesses_cosignatures(url: String) {
+    let s = Store::open(&url).await.unwrap();
+    assert_eq!(
+        s.bind_log_origin(Some("regulator.example/knox"), "knox.invalid/x")
+            .await
+            .unwrap(),
+        "regulator.example/knox"
+    );
+    assert_eq!(
+        s.bind_log_origin(None, "knox.invalid/x").await.unwrap(),
+        "regulator.example/knox"
+    );
+    assert!(matches!(
+        s.bind_log_origin(Some("other.example/knox"), "knox.invalid/x")
+            .await,
+        Err(StoreError::LogOrigin { .. })
+    ));
+    s.add_cosignature(3, "w1", "— w1 AAAA\n", 10).await.unwrap();
+    s.add_cosignature(3, "w1", "— w1 BBBB\n", 11).await.unwrap();
+    s.add_cosignature(3, "w2", "— w2 CCCC\n", 12).await.unwrap();
+    assert_eq!(
+        s.cosignatures(3).await.unwrap(),
+        vec!["— w1 AAAA\n".to_owned(), "— w2 CCCC\n".to_owned()]
+    );
+    assert!(s.cosignatures(4).await.unwrap().is_empty());
+    for sql in [
+        "DELETE FROM cosignatures",
+        "UPDATE log_origin SET origin = 'x'",
+    ] {
+        assert!(s.execute_raw(sql).await.is_err(), "{sql}");
+    }
 }

@@ -7,8 +7,6 @@
     reason = "tests"
 )]
 
-use std::sync::Arc;
-
 use knox_attest::PartyKey;
 use knox_server::store::{Principal, Role, Store};
 use knox_server::{App, Verifier};
@@ -224,12 +222,7 @@ pub fn serve_with(url: &str, stale_secs: u64) -> Served {
     let (store, people, base) = rt.block_on(async {
         let store = Store::open(url).await.unwrap();
         let people = people(&store).await;
-        let app = App {
-            store: store.clone(),
-            verifier: Arc::new(verifier()),
-            log_key: Arc::new(log_key()),
-            live_stale_secs: stale_secs,
-        };
+        let app = App::new(store.clone(), verifier(), log_key(), stale_secs);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(knox_server::http::serve(listener, app));
