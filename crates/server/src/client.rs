@@ -33,6 +33,16 @@ pub enum ClientError {
     Json(#[from] serde_json::Error),
 }
 
+/// An HTTP agent that hands back every answer, error statuses included, for the caller
+/// to read (the API client and the log auditor).
+pub(crate) fn agent() -> ureq::Agent {
+    ureq::Agent::new_with_config(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build(),
+    )
+}
+
 /// What `submit` returns for one submission.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Submitted {
@@ -68,15 +78,10 @@ impl Client {
         if rest.is_empty() || rest.contains('/') {
             return Err(ClientError::Url(base.to_owned()));
         }
-        let agent = ureq::Agent::new_with_config(
-            ureq::Agent::config_builder()
-                .http_status_as_error(false)
-                .build(),
-        );
         Ok(Self {
             base: base.to_owned(),
             key,
-            agent,
+            agent: agent(),
         })
     }
 

@@ -142,17 +142,12 @@ impl Auditor {
         if host.is_empty() || host.starts_with('/') {
             return Err(AuditError::Url(prefix.to_owned()));
         }
-        let agent = ureq::Agent::new_with_config(
-            ureq::Agent::config_builder()
-                .http_status_as_error(false)
-                .build(),
-        );
         Ok(Self {
             prefix: prefix.to_owned(),
             log,
             witnesses,
             quorum,
-            agent,
+            agent: crate::client::agent(),
             cache: HashMap::new(),
         })
     }
