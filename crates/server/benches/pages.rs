@@ -244,9 +244,9 @@ fn run_page(c: &mut Criterion) {
 
 /// Copies each of the `originals` stored runs `copies` times in SQL: each copy has its
 /// own digest (the original's with the copy's number in front), run id, log index and
-/// submission time; its
-/// object, its blocked actions, decisions and models are copied with it.
-async fn copy_runs(url: &str, originals: i64, copies: i64) {
+/// submission time, and every tenth copy is the `other` provider's; its object, its
+/// blocked actions, decisions, models and facts are copied with it.
+async fn copy_runs(url: &str, originals: i64, copies: i64, other: &str) {
     use sqlx::Connection as _;
     let mut db = sqlx::SqliteConnection::connect(url).await.unwrap();
     let mut tx = db.begin().await.unwrap();
@@ -273,7 +273,8 @@ async fn copy_runs(url: &str, originals: i64, copies: i64) {
              hardware_backed, nodes, tool_calls, executed, blocked, interrupts, flagged, \
              structure_root, report, log_index, submitted_at, run_key",
             &format!(
-                "{id}, o.provider, o.run_id || '-' || n.i, o.kind, o.outcome, o.offending_node, \
+                "{id}, CASE WHEN n.i % 10 = 0 THEN '{other}' ELSE o.provider END, \
+                 o.run_id || '-' || n.i, o.kind, o.outcome, o.offending_node, \
                  o.reason, o.platform, o.hardware_backed, o.nodes, o.tool_calls, o.executed, \
                  o.blocked, o.interrupts, o.flagged, o.structure_root, o.report, o.log_index + n.i * {originals}, \
                  o.submitted_at - n.i * 60, o.run_key"
@@ -297,6 +298,14 @@ async fn copy_runs(url: &str, originals: i64, copies: i64) {
             "digest, ordinal, model",
             &format!("{id}, o.ordinal, o.model"),
         ),
+        copy(
+            "run_facts",
+            "fact, value, digest, provider, submitted_at, log_index",
+            &format!(
+                "o.fact, o.value, {id}, CASE WHEN n.i % 10 = 0 THEN '{other}' ELSE o.provider END, \
+                 o.submitted_at - n.i * 60, o.log_index + n.i * {originals}"
+            ),
+        ),
     ] {
         sqlx::query(&sql).execute(&mut *tx).await.unwrap();
     }
@@ -310,19 +319,28 @@ fn runs_list(c: &mut Criterion) {
     for bytes in FIXTURES {
         client.submit(bytes).unwrap();
     }
+    // A second provider with one copy in ten: a regulator sees both, a provider one.
+    let beta =
+        s.rt.block_on(s.store.register(
+            Role::Provider,
+            "beta",
+            &PartyKey::from_seed([2; 32]).public_bytes(),
+        ))
+        .unwrap()
+        .key_id;
     let url = format!("sqlite://{}", s.dir.path().join("pages.db").display());
     let copies = RUNS / FIXTURES.len() as i64 - 1;
-    s.rt.block_on(copy_runs(&url, FIXTURES.len() as i64, copies));
-    let providers = std::slice::from_ref(&s.key_id);
+    s.rt.block_on(copy_runs(&url, FIXTURES.len() as i64, copies, &beta));
+    let both = [s.key_id.clone(), beta.clone()];
     let stored =
-        s.rt.block_on(s.store.runs(providers, &RunFilter::default(), i64::MAX))
+        s.rt.block_on(s.store.runs(&both, &RunFilter::default(), i64::MAX))
             .unwrap()
             .len();
     assert_eq!(stored as i64, RUNS, "runs stored");
     eprintln!("runs list over {stored} runs");
     let token = s.session();
-    let limit = knox_server::http::LIST_LIMIT;
-    // Every page, by its cursor: 100 pages of 1,000, each run once, the last page's
+    let limit = knox_server::http::PAGE_SIZE;
+    // Every page, by its cursor: 1,000 pages of 100, each run once, the last page's
     // cursor kept for the bench.
     let mut after: Option<String> = None;
     let mut seen = std::collections::HashSet::new();
@@ -331,9 +349,7 @@ fn runs_list(c: &mut Criterion) {
             after: after.clone(),
             ..RunFilter::default()
         };
-        let page =
-            s.rt.block_on(s.store.runs_page(providers, &f, limit))
-                .unwrap();
+        let page = s.rt.block_on(s.store.runs_page(&both, &f, limit)).unwrap();
         assert_eq!(page.total, RUNS, "the count beside every page");
         for r in &page.rows {
             assert!(seen.insert(r.digest.clone()), "a run listed twice");
@@ -345,64 +361,80 @@ fn runs_list(c: &mut Criterion) {
         }
     }
     assert_eq!(seen.len() as i64, RUNS, "paging reaches every run");
+    let filter = |f: fn(&mut RunFilter)| {
+        let mut r = RunFilter::default();
+        f(&mut r);
+        r
+    };
     let last_page = RunFilter {
         after,
         ..RunFilter::default()
     };
+    // Each filter over both providers' runs (a regulator's view), as the list serves
+    // a page: its runs and the count of all that match.
+    let cases = [
+        ("newest", RunFilter::default()),
+        ("last", last_page),
+        // Every fixture has an action the trajectory guard blocked; one fixture in
+        // five a blocked `EpicFHIRManageAppointments`; no run a `NoSuchTool`.
+        (
+            "by_dense_guard",
+            filter(|f| f.guard = Some("trajectory".into())),
+        ),
+        (
+            "by_tool",
+            filter(|f| f.tool = Some("EpicFHIRManageAppointments".into())),
+        ),
+        (
+            "by_unmatched_tool",
+            filter(|f| f.tool = Some("NoSuchTool".into())),
+        ),
+        // Run ids holding `-1234`: 11 of 100,000.
+        ("by_rare_search", filter(|f| f.q = Some("-1234".into()))),
+        (
+            "by_outcome_none_has",
+            filter(|f| f.outcome = Some("tampered".into())),
+        ),
+        (
+            "by_provider_beta",
+            filter(|f| f.provider = Some("beta".into())),
+        ),
+        ("by_model", filter(|f| f.model = Some("dataset".into()))),
+        ("by_verdict", filter(|f| f.verdict = Some("blocked".into()))),
+        (
+            "by_one_day",
+            filter(|f| {
+                f.since = Some("2020-01-01".into());
+                f.until = Some("2020-01-01".into());
+            }),
+        ),
+    ];
     let mut g = c.benchmark_group("runs_list_100000_runs");
     g.sample_size(20);
-    g.bench_function("store_query_newest_1000", |b| {
-        b.iter(|| {
-            s.rt.block_on(s.store.runs(providers, &RunFilter::default(), limit))
-                .unwrap()
-        });
-    });
-    // Runs with an action the trajectory guard blocked (every fixture has one), and
-    // runs whose id holds a given string (one in 10,000).
-    let blocked = RunFilter {
-        guard: Some("trajectory".into()),
-        ..RunFilter::default()
-    };
-    let search = RunFilter {
-        q: Some("-1234".into()),
-        ..RunFilter::default()
-    };
-    g.bench_function("store_query_by_search", |b| {
-        b.iter(|| {
-            s.rt.block_on(s.store.runs(providers, &search, limit))
-                .unwrap()
-        });
-    });
-    g.bench_function("store_query_by_blocking_guard", |b| {
-        b.iter(|| {
-            s.rt.block_on(s.store.runs(providers, &blocked, limit))
-                .unwrap()
-        });
-    });
-    // A page as the list serves it: its runs and the count of all that match.
-    let unmatched = RunFilter {
-        tool: Some("NoSuchTool".into()),
-        ..RunFilter::default()
-    };
-    let one_day = RunFilter {
-        since: Some("2020-01-01".into()),
-        until: Some("2020-01-01".into()),
-        ..RunFilter::default()
-    };
-    for (name, f) in [
-        ("store_page_newest_with_count", RunFilter::default()),
-        ("store_page_last_with_count", last_page),
-        ("store_page_by_blocking_guard_with_count", blocked.clone()),
-        ("store_page_by_unmatched_tool_with_count", unmatched),
-        ("store_page_by_one_day_with_count", one_day),
-    ] {
-        g.bench_function(name, |b| {
-            b.iter(|| {
-                s.rt.block_on(s.store.runs_page(providers, &f, limit))
-                    .unwrap()
-            });
+    for (name, f) in &cases {
+        let page = s.rt.block_on(s.store.runs_page(&both, f, limit)).unwrap();
+        let plan =
+            s.rt.block_on(s.store.runs_page_plan(&both, f, limit))
+                .unwrap();
+        eprintln!(
+            "{name}: {} of {} matching runs; SQLite's plan:\n  {}",
+            page.rows.len(),
+            page.total,
+            plan.join("\n  ")
+        );
+        g.bench_function(format!("page_{name}"), |b| {
+            b.iter(|| s.rt.block_on(s.store.runs_page(&both, f, limit)).unwrap());
         });
     }
+    // The provider with one run in ten, seen by itself: the list's walk passes over
+    // the other provider's runs.
+    let own = std::slice::from_ref(&beta);
+    g.bench_function("page_newest_sparse_provider", |b| {
+        b.iter(|| {
+            s.rt.block_on(s.store.runs_page(own, &RunFilter::default(), limit))
+                .unwrap()
+        });
+    });
     g.bench_function("page_time_to_first_byte", |b| {
         b.iter_custom(|iters| timed_get(&s, "/runs", &token, iters, false));
     });

@@ -10,23 +10,32 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use knox_attest::PartyKey;
 use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
+use crate::api::{
+    ApiError, Cosigned, LiveDelivery, LiveStatus, ReceiptStored, RunDetail, SessionIssued,
+    Submitted,
+};
 use crate::auth::{self, AuthError, Claimed};
 use crate::chains;
 use crate::ingest::Verifier;
 use crate::live;
-use crate::store::{Principal, Role, RunFilter, RunRow, RunsPage, Store, StoreError};
+use crate::store::{AccessEntry, Principal, Role, RunFilter, RunRow, RunsPage, Store, StoreError};
 use crate::tlog::note::{Checkpoint, Note, NoteError, NoteKey};
 use crate::tlog::tiles::{self, TileId, TileKind};
+use crate::tlog::{Consistency, Inclusion, TreeHead};
 use crate::{tlog, ui};
 
 /// The most bytes a submission may have.
 pub const MAX_BODY: usize = knox_types::bundle::MAX_BUNDLE_BYTES;
-/// The most runs a list returns.
+/// The most runs a list returns (`limit=` up to this).
 pub const LIST_LIMIT: i64 = 1000;
+/// Runs per page when `limit=` is not given.
+pub const PAGE_SIZE: i64 = 100;
 
 /// Shared server state.
 #[derive(Debug, Clone)]
@@ -102,38 +111,63 @@ impl Refusal {
     }
 }
 
+/// The API's routes, each with its OpenAPI description (`#[utoipa::path]` on its
+/// handler): what is mounted here is what the document lists.
+fn api_routes() -> OpenApiRouter<App> {
+    OpenApiRouter::new()
+        .routes(routes!(api_submit, api_runs))
+        .routes(routes!(api_run))
+        .routes(routes!(api_evidence))
+        .routes(routes!(api_receipt))
+        .routes(routes!(api_live))
+        .routes(routes!(api_live_run))
+        .routes(routes!(api_session))
+        .routes(routes!(api_access_log))
+        .routes(routes!(api_report))
+        .routes(routes!(log_head))
+        .routes(routes!(log_consistency))
+        .routes(routes!(log_inclusion))
+        .routes(routes!(log_cosign))
+        .routes(routes!(tlog_checkpoint))
+}
+
+/// The API's OpenAPI 3.1 document, as `GET /api/openapi.json` serves it.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    crate::api::finish(api_routes().split_for_parts().1)
+}
+
 /// The router.
 pub fn router(app: App) -> Router {
-    Router::new()
-        .route("/api/runs", post(api_submit).get(api_runs))
-        .route("/api/runs/{digest}", get(api_run))
-        .route("/api/runs/{digest}/evidence", get(api_evidence))
-        .route("/api/runs/{digest}/receipts", post(api_receipt))
-        .route("/api/live", post(api_live))
-        .route("/api/live/{id}", get(api_live_run))
-        .route("/live/{id}", get(ui_live))
-        .route("/live/{id}/status", get(ui_live_status))
-        .route("/api/session", post(api_session))
-        .route("/api/access-log", get(api_access_log))
-        .route("/api/log/head", get(log_head))
-        .route("/api/log/consistency", get(log_consistency))
-        .route("/api/log/inclusion/{digest}", get(log_inclusion))
-        .route("/api/log/cosignatures", post(log_cosign))
-        .route("/tlog/checkpoint", get(tlog_checkpoint))
-        .route("/tlog/tile/{*path}", get(tlog_tile))
-        .route("/login", get(login))
-        .route("/", get(ui_dashboard))
-        .route("/runs", get(ui_runs))
-        .route("/runs/{digest}", get(ui_run))
-        .route("/runs/{digest}/download", get(ui_download))
-        .route("/runs/{digest}/nodes/{seq}", get(ui_node))
-        .route("/report", get(ui_report))
-        .route("/api/report", get(api_report))
-        .route("/access", get(ui_access))
-        .route("/log", get(ui_log))
-        .fallback(not_found)
-        .layer(DefaultBodyLimit::max(MAX_BODY))
-        .with_state(app)
+    let (api, doc) = api_routes().split_for_parts();
+    let doc: Arc<str> = crate::api::finish(doc)
+        .to_json()
+        .unwrap_or_else(|e| format!("{{\"error\":\"the OpenAPI document: {e}\"}}"))
+        .into();
+    api.route(
+        "/api/openapi.json",
+        get(move |State(app): State<App>, method: Method, uri: Uri| {
+            let doc = Arc::clone(&doc);
+            async move {
+                let body = served("application/json", "no-cache", doc.to_string());
+                finish(&app, None, &method, &uri, Ok(body)).await
+            }
+        }),
+    )
+    .route("/live/{id}", get(ui_live))
+    .route("/live/{id}/status", get(ui_live_status))
+    .route("/tlog/tile/{*path}", get(tlog_tile))
+    .route("/login", get(login))
+    .route("/", get(ui_dashboard))
+    .route("/runs", get(ui_runs))
+    .route("/runs/{digest}", get(ui_run))
+    .route("/runs/{digest}/download", get(ui_download))
+    .route("/runs/{digest}/nodes/{seq}", get(ui_node))
+    .route("/report", get(ui_report))
+    .route("/access", get(ui_access))
+    .route("/log", get(ui_log))
+    .fallback(not_found)
+    .layer(DefaultBodyLimit::max(MAX_BODY))
+    .with_state(app)
 }
 
 fn target(uri: &Uri) -> String {
@@ -153,7 +187,8 @@ async fn finish(
         Ok(resp) => (true, "ok".to_owned(), resp),
         Err(e) => {
             let status = e.status();
-            let body = serde_json::json!({"error": e.public()}).to_string();
+            let body = serde_json::to_string(&ApiError { error: e.public() })
+                .unwrap_or_else(|_| "{}".into());
             (
                 false,
                 e.reason(),
@@ -261,9 +296,9 @@ async fn visible_run(app: &App, p: &Principal, digest: &str) -> Result<RunRow, R
     }
 }
 
-/// The page size asked for, within 1 and [`LIST_LIMIT`].
+/// The page size asked for, within 1 and [`LIST_LIMIT`]; [`PAGE_SIZE`] when not asked.
 fn page_size(f: &RunFilter) -> i64 {
-    f.limit.unwrap_or(LIST_LIMIT).clamp(1, LIST_LIMIT)
+    f.limit.unwrap_or(PAGE_SIZE).clamp(1, LIST_LIMIT)
 }
 
 /// The query string of the page after `page`: the same filter, `after` its cursor.
@@ -341,6 +376,18 @@ macro_rules! ui_page {
     }};
 }
 
+#[utoipa::path(post, path = "/api/runs", tag = "runs",
+    summary = "Submit a sealed bundle or a journal (providers)",
+    description = "The bytes `knox run` sealed (a bundle, JSON) or streamed (a journal, JSON lines). The server verifies them as a regulator would, stores them as submitted and appends their digest to the transparency log; a tampered or refused submission is stored too, with the verifier's reason.",
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The evidence file's bytes, at most 64 MiB"),
+    responses(
+        (status = 201, description = "Stored", body = Submitted),
+        (status = 200, description = "These bytes were already stored by this provider; nothing changed", body = Submitted),
+        (status = 400, description = "Malformed request", body = ApiError),
+        (status = 401, description = "No valid signature", body = ApiError),
+        (status = 403, description = "Not a provider, or bytes another provider submitted", body = ApiError),
+    ),
+    security(("knox_key" = [], "knox_time" = [], "knox_nonce" = [], "knox_signature" = [])))]
 async fn api_submit(
     State(app): State<App>,
     method: Method,
@@ -392,18 +439,30 @@ async fn submit(app: &App, p: &Principal, body: &Bytes) -> Result<Response, Refu
     } else {
         StatusCode::CREATED
     };
-    let mut resp = json(&serde_json::json!({
-        "digest": ingested.run.digest,
-        "run_id": ingested.run.run_id,
-        "outcome": ingested.run.outcome,
-        "reason": ingested.run.reason,
-        "duplicate": ingested.duplicate,
-        "inclusion": inclusion,
-    }))?;
+    let mut resp = json(&Submitted {
+        digest: ingested.run.digest,
+        run_id: ingested.run.run_id,
+        outcome: ingested.run.outcome,
+        reason: ingested.run.reason,
+        duplicate: ingested.duplicate,
+        inclusion,
+    })?;
     *resp.status_mut() = status;
     Ok(resp)
 }
 
+#[utoipa::path(get, path = "/api/runs", tag = "runs",
+    summary = "List runs, newest first, one page at a time",
+    description = "The runs the caller may see (a provider its own, a regulator its assigned providers'), filtered. One page per request: `X-Total-Count` says how many runs the filter matches, and a `Link: <…>; rel=\"next\"` header (RFC 8288) names the next page while there is one.",
+    params(RunFilter),
+    responses(
+        (status = 200, description = "A page of runs", body = Vec<RunRow>,
+            headers(("x-total-count" = i64, description = "Runs the filter matches in all pages"),
+                    ("link" = String, description = "The next page, `<PATH?…&after=CURSOR>; rel=\"next\"`, when there is one"))),
+        (status = 400, description = "Malformed request", body = ApiError),
+        (status = 401, description = "No valid signature", body = ApiError),
+    ),
+    security(("knox_key" = [], "knox_time" = [], "knox_nonce" = [], "knox_signature" = [])))]
 async fn api_runs(
     State(app): State<App>,
     method: Method,
@@ -428,6 +487,16 @@ async fn api_runs(
     })
 }
 
+#[utoipa::path(get, path = "/api/runs/{digest}", tag = "runs",
+    summary = "A run, its blocked actions, decisions, receipts and inclusion proof",
+    params(("digest" = String, Path, description = "The run: SHA-256 of its submitted bytes, 64 hex digits")),
+    responses(
+        (status = 200, description = "The run", body = RunDetail),
+        (status = 400, description = "Malformed request", body = ApiError),
+        (status = 401, description = "No valid signature", body = ApiError),
+        (status = 404, description = "No such run, or not the caller's to see", body = ApiError),
+    ),
+    security(("knox_key" = [], "knox_time" = [], "knox_nonce" = [], "knox_signature" = [])))]
 async fn api_run(
     State(app): State<App>,
     method: Method,
@@ -441,13 +510,13 @@ async fn api_run(
             .store
             .inclusion(&run.digest, &app.log_key, auth::now())
             .await?;
-        json(&serde_json::json!({
-            "run": run,
-            "blocked": app.store.blocked(&run.digest).await?,
-            "decisions": app.store.decisions(&run.digest).await?,
-            "receipts": app.store.receipts(&run.digest).await?,
-            "inclusion": inclusion,
-        }))
+        json(&RunDetail {
+            blocked: app.store.blocked(&run.digest).await?,
+            decisions: app.store.decisions(&run.digest).await?,
+            receipts: app.store.receipts(&run.digest).await?,
+            inclusion,
+            run,
+        })
     }
     .await)
 }
@@ -475,6 +544,16 @@ async fn evidence(app: &App, p: &Principal, d: &str) -> Result<Response, Refusal
     Ok(resp)
 }
 
+#[utoipa::path(get, path = "/api/runs/{digest}/evidence", tag = "runs",
+    summary = "The evidence file as submitted, byte for byte",
+    params(("digest" = String, Path, description = "The run: SHA-256 of its submitted bytes, 64 hex digits")),
+    responses(
+        (status = 200, description = "The submitted bytes", body = Vec<u8>, content_type = "application/octet-stream"),
+        (status = 400, description = "Malformed request", body = ApiError),
+        (status = 401, description = "No valid signature", body = ApiError),
+        (status = 404, description = "No such run, or not the caller's to see", body = ApiError),
+    ),
+    security(("knox_key" = [], "knox_time" = [], "knox_nonce" = [], "knox_signature" = [])))]
 async fn api_evidence(
     State(app): State<App>,
     method: Method,
@@ -488,6 +567,19 @@ async fn api_evidence(
     .await)
 }
 
+#[utoipa::path(post, path = "/api/runs/{digest}/receipts", tag = "runs",
+    summary = "Store a regulator's signed receipt for a run (regulators)",
+    description = "A receipt `knox verify --receipt` wrote for this run's bundle, signed by the caller's key.",
+    params(("digest" = String, Path, description = "The run: SHA-256 of its submitted bytes, 64 hex digits")),
+    request_body(content = Vec<u8>, content_type = "application/json", description = "The receipt file's bytes"),
+    responses(
+        (status = 200, description = "Stored and logged", body = ReceiptStored),
+        (status = 400, description = "Malformed request", body = ApiError),
+        (status = 401, description = "No valid signature", body = ApiError),
+        (status = 403, description = "Not a regulator", body = ApiError),
+        (status = 404, description = "No such run, or not the caller's to see", body = ApiError),
+    ),
+    security(("knox_key" = [], "knox_time" = [], "knox_nonce" = [], "knox_signature" = [])))]
 async fn api_receipt(
     State(app): State<App>,
     method: Method,
@@ -498,25 +590,49 @@ async fn api_receipt(
 ) -> Response {
     signed_api!(app, method, uri, headers, &body, |p| {
         async {
-        if p.role != Role::Regulator {
-            return Err(Refusal::Forbidden("only regulators issue receipts"));
+            if p.role != Role::Regulator {
+                return Err(Refusal::Forbidden("only regulators issue receipts"));
+            }
+            let run = visible_run(&app, &p, &path_param(d)?).await?;
+            let (_, bundle) = app
+                .store
+                .object(&run.digest)
+                .await?
+                .ok_or(Refusal::NotFound)?;
+            let checked = knox_verify::receipt::check(&body, &bundle)
+                .map_err(|e| Refusal::Bad(format!("receipt: {e}")))?;
+            if checked.regulator.to_hex() != p.key_id {
+                return Err(Refusal::Bad(
+                    "the receipt is signed by another key than the requester's".into(),
+                ));
+            }
+            let digest = app
+                .store
+                .add_receipt(
+                    &run.digest,
+                    &p,
+                    &body,
+                    &checked.predicate.result,
+                    auth::now(),
+                )
+                .await?;
+            json(&ReceiptStored {
+                receipt: digest,
+                head: app.store.head(&app.log_key, auth::now()).await?,
+            })
         }
-        let run = visible_run(&app, &p, &path_param(d)?).await?;
-        let (_, bundle) = app.store.object(&run.digest).await?.ok_or(Refusal::NotFound)?;
-        let checked = knox_verify::receipt::check(&body, &bundle).map_err(|e| Refusal::Bad(format!("receipt: {e}")))?;
-        if checked.regulator.to_hex() != p.key_id {
-            return Err(Refusal::Bad("the receipt is signed by another key than the requester's".into()));
-        }
-        let digest = app
-            .store
-            .add_receipt(&run.digest, &p, &body, &checked.predicate.result, auth::now())
-            .await?;
-        json(&serde_json::json!({"receipt": digest, "head": app.store.head(&app.log_key, auth::now()).await?}))
-    }
-    .await
+        .await
     })
 }
 
+#[utoipa::path(post, path = "/api/session", tag = "session",
+    summary = "A browser login link for the web UI",
+    responses(
+        (status = 200, description = "A link valid for 15 minutes", body = SessionIssued),
+        (status = 400, description = "Malformed request", body = ApiError),
+        (status = 401, description = "No valid signature", body = ApiError),
+    ),
+    security(("knox_key" = [], "knox_time" = [], "knox_nonce" = [], "knox_signature" = [])))]
 async fn api_session(
     State(app): State<App>,
     method: Method,
@@ -530,11 +646,23 @@ async fn api_session(
         let token = hex::encode(t);
         let expires = auth::now() + auth::SESSION_SECS;
         app.store.create_session(&p.key_id, &token, expires).await?;
-        json(&serde_json::json!({"login": format!("/login?token={token}"), "expires": expires}))
+        json(&SessionIssued {
+            login: format!("/login?token={token}"),
+            expires,
+        })
     }
     .await)
 }
 
+#[utoipa::path(get, path = "/api/access-log", tag = "session",
+    summary = "The newest 1,000 entries of the access log (regulators)",
+    responses(
+        (status = 200, description = "Every request the server answered, allowed or refused", body = Vec<AccessEntry>),
+        (status = 400, description = "Malformed request", body = ApiError),
+        (status = 401, description = "No valid signature", body = ApiError),
+        (status = 403, description = "Not a regulator", body = ApiError),
+    ),
+    security(("knox_key" = [], "knox_time" = [], "knox_nonce" = [], "knox_signature" = [])))]
 async fn api_access_log(
     State(app): State<App>,
     method: Method,
@@ -550,6 +678,9 @@ async fn api_access_log(
     .await)
 }
 
+#[utoipa::path(get, path = "/api/log/head", tag = "log",
+    summary = "The log's newest signed tree head (Knox's JSON form)",
+    responses((status = 200, description = "The head", body = TreeHead)))]
 async fn log_head(State(app): State<App>, method: Method, uri: Uri) -> Response {
     let r = async { json(&app.store.head(&app.log_key, auth::now()).await?) }.await;
     finish(&app, None, &method, &uri, r).await
@@ -591,6 +722,10 @@ fn served(
 
 /// `GET /tlog/checkpoint`: the log's newest checkpoint as a C2SP signed note, with the
 /// cosignatures witnesses sent for its size.
+#[utoipa::path(get, path = "/tlog/checkpoint", tag = "log",
+    summary = "The newest checkpoint as a C2SP signed note, with its witnesses' cosignatures",
+    description = "C2SP `tlog-checkpoint`: origin, size and base64 root hash, signed by the log key (Ed25519 note signature); the log's tiles are served under `/tlog/tile/` (C2SP `tlog-tiles`).",
+    responses((status = 200, description = "The checkpoint", body = String, content_type = "text/plain")))]
 async fn tlog_checkpoint(State(app): State<App>, method: Method, uri: Uri) -> Response {
     let r = async {
         let head = app.store.head(&app.log_key, auth::now()).await?;
@@ -654,6 +789,15 @@ async fn tlog_tile(
 /// `POST /api/log/cosignatures`: a witness sends a checkpoint this log signed, with its
 /// cosignature (C2SP `tlog-cosignature`); the cosignatures of the witnesses this server
 /// knows (`knox serve --witness`) are checked and kept.
+#[utoipa::path(post, path = "/api/log/cosignatures", tag = "log",
+    summary = "A witness's cosignature of a checkpoint (C2SP tlog-cosignature)",
+    description = "The checkpoint this log signed (`GET /tlog/checkpoint`), as a signed note carrying the witness's `cosignature/v1` line. Only witnesses given to `knox serve --witness` count.",
+    request_body(content = String, content_type = "text/plain", description = "The cosigned checkpoint note"),
+    responses(
+        (status = 200, description = "Kept", body = Cosigned),
+        (status = 400, description = "Not a checkpoint this log signed, or a bad signature", body = ApiError),
+        (status = 403, description = "No cosignature by a known witness", body = ApiError),
+    ))]
 async fn log_cosign(State(app): State<App>, method: Method, uri: Uri, body: Bytes) -> Response {
     let r = async {
         let bad = |e: NoteError| Refusal::Bad(e.to_string());
@@ -690,18 +834,31 @@ async fn log_cosign(State(app): State<App>, method: Method, uri: Uri, body: Byte
                 "no cosignature by a witness this log knows (knox serve --witness)",
             ));
         }
-        json(&serde_json::json!({"tree_size": cp.size, "cosigned_by": kept}))
+        json(&Cosigned {
+            tree_size: cp.size,
+            cosigned_by: kept,
+        })
     }
     .await;
     finish(&app, None, &method, &uri, r).await
 }
 
 /// `?from=N`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct FromSize {
+    /// The older tree size the proof starts from.
     from: u64,
 }
 
+#[utoipa::path(get, path = "/api/log/consistency", tag = "log",
+    summary = "A consistency proof from an older size to the newest head",
+    params(FromSize),
+    responses(
+        (status = 200, description = "The proof", body = Consistency),
+        (status = 400, description = "Malformed request", body = ApiError),
+        (status = 404, description = "The log never had that size", body = ApiError),
+    ))]
 async fn log_consistency(
     State(app): State<App>,
     method: Method,
@@ -721,6 +878,14 @@ async fn log_consistency(
     finish(&app, None, &method, &uri, r).await
 }
 
+#[utoipa::path(get, path = "/api/log/inclusion/{digest}", tag = "log",
+    summary = "An inclusion proof of a submission against the newest head",
+    params(("digest" = String, Path, description = "SHA-256 of the submitted bytes, 64 hex digits")),
+    responses(
+        (status = 200, description = "The proof", body = Inclusion),
+        (status = 400, description = "Malformed digest", body = ApiError),
+        (status = 404, description = "Not in the log", body = ApiError),
+    ))]
 async fn log_inclusion(
     State(app): State<App>,
     method: Method,
@@ -985,11 +1150,15 @@ async fn ui_node(
 }
 
 /// `?provider=&from=&to=` (Unix seconds).
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(default)]
 struct ReportQuery {
+    /// A provider's name (a regulator sees its assigned providers').
     provider: Option<String>,
+    /// Period start, Unix seconds (default: the provider's first submission).
     from: Option<i64>,
+    /// Period end, Unix seconds (default: its last).
     to: Option<i64>,
     /// `html` (the default) or `pdf`.
     format: Option<String>,
@@ -1128,6 +1297,17 @@ async fn ui_report(
     .await)
 }
 
+#[utoipa::path(get, path = "/api/report", tag = "runs",
+    summary = "The exit report over a period, as HTML or PDF",
+    params(ReportQuery),
+    responses(
+        (status = 200, description = "The report", content(
+            (String = "text/html"),
+            (Vec<u8> = "application/pdf"))),
+        (status = 400, description = "Malformed request", body = ApiError),
+        (status = 401, description = "No valid signature", body = ApiError),
+    ),
+    security(("knox_key" = [], "knox_time" = [], "knox_nonce" = [], "knox_signature" = [])))]
 async fn api_report(
     State(app): State<App>,
     method: Method,
@@ -1185,6 +1365,17 @@ async fn ui_log(State(app): State<App>, method: Method, uri: Uri, headers: Heade
     })
 }
 
+#[utoipa::path(post, path = "/api/live", tag = "live",
+    summary = "Deliver a live run's lines (providers)",
+    description = "A delivery of a run's journal as it is written: its header line and any node lines, again or for the first time. Every delivery is verified as the prefix it makes.",
+    request_body(content = Vec<u8>, content_type = "application/x-ndjson", description = "Journal lines"),
+    responses(
+        (status = 200, description = "Delivered", body = LiveDelivery),
+        (status = 400, description = "Malformed request", body = ApiError),
+        (status = 401, description = "No valid signature", body = ApiError),
+        (status = 403, description = "Not a provider", body = ApiError),
+    ),
+    security(("knox_key" = [], "knox_time" = [], "knox_nonce" = [], "knox_signature" = [])))]
 async fn api_live(
     State(app): State<App>,
     method: Method,
@@ -1206,7 +1397,7 @@ async fn deliver(app: &App, p: &Principal, body: &Bytes) -> Result<Response, Ref
     let (run, delivered) = live::deliver(&app.store, &app.verifier, p, &d, auth::now())
         .await
         .map_err(live_refusal)?;
-    json(&serde_json::json!({"run": run, "delivered": delivered}))
+    json(&LiveDelivery { run, delivered })
 }
 
 fn live_refusal(e: live::LiveError) -> Refusal {
@@ -1232,6 +1423,16 @@ async fn visible_live(app: &App, p: &Principal, id: &str) -> Result<live::LiveRu
     }
 }
 
+#[utoipa::path(get, path = "/api/live/{id}", tag = "live",
+    summary = "A live run's status",
+    params(("id" = String, Path, description = "The live run's id, 64 hex digits")),
+    responses(
+        (status = 200, description = "The live run", body = LiveStatus),
+        (status = 400, description = "Malformed request", body = ApiError),
+        (status = 401, description = "No valid signature", body = ApiError),
+        (status = 404, description = "No such live run, or not the caller's to see", body = ApiError),
+    ),
+    security(("knox_key" = [], "knox_time" = [], "knox_nonce" = [], "knox_signature" = [])))]
 async fn api_live_run(
     State(app): State<App>,
     method: Method,
@@ -1242,7 +1443,7 @@ async fn api_live_run(
     signed_api!(app, method, uri, headers, b"", |p| async {
         let run = visible_live(&app, &p, &path_param(d)?).await?;
         let status = run.status(auth::now(), app.live_stale_secs).to_owned();
-        json(&serde_json::json!({"run": run, "status": status}))
+        json(&LiveStatus { run, status })
     }
     .await)
 }
@@ -1256,9 +1457,10 @@ async fn ui_live(
 ) -> Response {
     ui_page!(app, method, uri, headers, |p| async {
         let run = visible_live(&app, &p, &path_param(d)?).await?;
+        let header = app.store.live_header(&run.live_id).await?;
         let nodes = app.store.live_nodes(&run.live_id).await?;
         let status = run.status(auth::now(), app.live_stale_secs);
-        Ok(html(ui::live(&p, &run, status, &nodes)))
+        Ok(html(ui::live(&p, &run, status, header.as_deref(), &nodes)))
     }
     .await)
 }

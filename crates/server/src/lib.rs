@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod api;
 pub mod auth;
 pub mod chains;
 pub mod client;
@@ -10,6 +11,7 @@ pub mod live;
 pub mod pdf;
 pub mod run;
 pub mod store;
+pub mod story;
 pub mod stream;
 pub mod tlog;
 pub mod ui;

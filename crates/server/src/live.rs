@@ -161,7 +161,7 @@ pub fn live_id(provider_key_id: &str, run_id: &str, run_key: &str) -> String {
 }
 
 /// A live run and what verifying its stored lines last said.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct LiveRun {
     /// [`live_id`].
     pub live_id: String,
@@ -230,7 +230,9 @@ fn to_i64(v: u64) -> i64 {
 }
 
 /// What one delivery did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 pub struct Delivered {
     /// Node lines stored for the first time.
     pub stored: u64,
@@ -686,6 +688,16 @@ impl Store {
     }
 
     /// A live run's stored node lines, by sequence number (the UI lists them).
+    /// A live run's header line, as first delivered.
+    pub async fn live_header(&self, id: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let row = sqlx::query("SELECT header FROM live_runs WHERE live_id = $1")
+            .bind(id)
+            .fetch_optional(self.pool())
+            .await?;
+        Ok(row.map(|r| r.try_get("header")).transpose()?)
+    }
+
+    /// A live run's node lines by sequence number, as first delivered.
     pub async fn live_nodes(&self, id: &str) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
         let rows = sqlx::query("SELECT seq, line FROM live_nodes WHERE live_id = $1 ORDER BY seq")
             .bind(id)

@@ -57,6 +57,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         "log checkpoints",
         include_str!("../migrations/sqlite/0008_log_checkpoints.sql"),
     ),
+    (
+        9,
+        "list indexes",
+        include_str!("../migrations/sqlite/0009_list_indexes.sql"),
+    ),
 ];
 /// PostgreSQL migrations: the same schema in its dialect.
 const POSTGRES: &[(i64, &str, &str)] = &[
@@ -99,6 +104,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         8,
         "log checkpoints",
         include_str!("../migrations/postgres/0008_log_checkpoints.sql"),
+    ),
+    (
+        9,
+        "list indexes",
+        include_str!("../migrations/postgres/0009_list_indexes.sql"),
     ),
 ];
 
@@ -270,7 +280,7 @@ pub struct Principal {
 }
 
 /// A stored run (bundle or journal) and what verification found at ingest.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct RunRow {
     /// SHA-256 of the submitted bytes, hex.
     pub digest: String,
@@ -363,7 +373,7 @@ impl RunRow {
 }
 
 /// A blocked action, indexed.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct BlockedRow {
     /// Node.
     pub node: i64,
@@ -378,7 +388,7 @@ pub struct BlockedRow {
 }
 
 /// A regulation decision, indexed.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct DecisionRow {
     /// Check node.
     pub node: i64,
@@ -395,7 +405,7 @@ pub struct DecisionRow {
 }
 
 /// A stored receipt.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct ReceiptRow {
     /// SHA-256 of the receipt file.
     pub digest: String,
@@ -410,7 +420,7 @@ pub struct ReceiptRow {
 }
 
 /// One access-log entry.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct AccessEntry {
     /// Sequence.
     pub id: i64,
@@ -438,7 +448,8 @@ pub struct Ingested {
 }
 
 /// Filters of the runs list; every value is bound, never spliced.
-#[derive(Debug, Clone, Default, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Deserialize, serde::Serialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(default)]
 pub struct RunFilter {
     /// Provider name, exact.
@@ -678,78 +689,238 @@ fn push(b: Bind, binds: &mut Vec<Bind>) -> String {
     format!("${}", binds.len())
 }
 
-/// The conditions of the runs list: the `providers`' runs (not their key announcements)
-/// that `f` selects, the cursor aside. Fixed SQL; every value is bound into `binds`.
-fn run_conditions(
+/// A fact stored beside a run that the runs list filters on (`run_facts`, schema v9):
+/// a blocked action's tool or guard and a regulation verdict, matched exactly; a
+/// decision's provisions and a model, matched as a substring.
+#[derive(Debug, Clone)]
+struct Fact {
+    /// `tool`, `guard`, `verdict`, `provision` or `model`.
+    name: &'static str,
+    /// The value asked for.
+    value: String,
+    /// Whether it is matched exactly (else as a substring).
+    exact: bool,
+}
+
+impl Fact {
+    /// The facts `f` asks for, as asked (exact ones first).
+    fn of(f: &RunFilter) -> Vec<Self> {
+        [
+            ("tool", &f.tool, true),
+            ("guard", &f.guard, true),
+            ("verdict", &f.verdict, true),
+            ("provision", &f.provision, false),
+            ("model", &f.model, false),
+        ]
+        .into_iter()
+        .filter_map(|(name, v, exact)| filled(v).map(|value| Self { name, value, exact }))
+        .collect()
+    }
+
+    /// The condition that `x`, a `run_facts` row, is this fact.
+    fn on(&self, x: &str, binds: &mut Vec<Bind>) -> String {
+        if self.exact {
+            format!(
+                "{x}.fact = '{}' AND {x}.value = {}",
+                self.name,
+                push(Bind::Text(self.value.clone()), binds)
+            )
+        } else {
+            format!(
+                "{x}.fact = '{}' AND {x}.value LIKE {} ESCAPE '\\'",
+                self.name,
+                push(Bind::Text(like(&self.value)), binds)
+            )
+        }
+    }
+}
+
+/// How a page of runs with a substring fact (and no exact one) is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// Walk the runs newest first in `runs_listed`, testing each for the facts: a page
+    /// fills after about `page × runs / matches` runs, so this is the reading when
+    /// many runs match.
+    Walk,
+    /// Read the matching facts from `run_facts_listed` and sort their runs: the cost
+    /// is the number of matches, whatever their age, so this is the reading when few
+    /// runs match.
+    Matches,
+}
+
+/// Up to this many matches per row of a page, a substring fact's matches are sorted
+/// ([`Reading::Matches`]); above it they are dense enough to be walked to (a page
+/// then fills after at most 1 in [`SORT_PER_ROW`] of all runs).
+const SORT_PER_ROW: i64 = 20;
+
+impl Reading {
+    /// The reading for a page of `page` rows of a filter that `matches` runs match.
+    fn for_page(matches: i64, page: i64) -> Self {
+        if matches <= page.saturating_mul(SORT_PER_ROW) {
+            Self::Matches
+        } else {
+            Self::Walk
+        }
+    }
+}
+
+/// A runs-list query's providers and facts, resolved ([`Store::resolve`]).
+#[derive(Debug)]
+struct Resolved {
+    /// The providers whose runs it lists.
+    providers: Vec<String>,
+    /// The facts it asks for, exact ones first.
+    facts: Vec<Fact>,
+}
+
+impl Resolved {
+    /// Whether a page is read as its count says ([`Reading::for_page`]): only when the
+    /// facts asked are substrings (held by several values), with no exact one.
+    fn by_count(&self) -> bool {
+        !self.facts.is_empty() && self.facts.iter().all(|x| !x.exact)
+    }
+}
+
+/// The runs-list query over `providers`' runs (not their key announcements) that `f`
+/// selects: with no `page`, `COUNT(*)` (the cursor aside); with one, a page of
+/// digests (after the cursor, newest first, at most `page`). Fixed SQL; every value is
+/// bound. Every column it reads is in an index: `runs_listed` (time order) or
+/// `runs_listed_by_digest` for the runs, `run_facts_listed` (by fact, value, time) or
+/// the primary key (by run) for the facts. An exact fact drives the query through its
+/// rows, already in the list's order, so a page or a count reads that fact's rows and
+/// nothing else; a substring fact drives a count, and a page as `reading` says.
+fn list_query(
     providers: &[String],
     f: &RunFilter,
+    facts: &[Fact],
+    page: Option<i64>,
+    reading: Reading,
     binds: &mut Vec<Bind>,
 ) -> Result<String, StoreError> {
+    let needs_runs = filled(&f.outcome).is_some() || filled(&f.q).is_some();
+    // The fact whose rows drive the query, when one does.
+    let driver = facts
+        .first()
+        .filter(|x| x.exact || page.is_none() || reading == Reading::Matches);
+    let t = if driver.is_some() { "d" } else { "r" };
     let list: Vec<String> = providers
         .iter()
         .map(|k| push(Bind::Text(k.clone()), binds))
         .collect();
-    let mut sql = format!("{NOT_ANNOUNCED} AND r.provider IN ({})", list.join(", "));
-    let text = |v: &Option<String>| v.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
-    if let Some(v) = text(&f.provider) {
-        sql += &format!(" AND p.name = {}", push(Bind::Text(v), binds));
-    }
-    if let Some(v) = text(&f.outcome) {
-        sql += &format!(" AND r.outcome = {}", push(Bind::Text(v), binds));
-    }
-    if let Some(v) = text(&f.q) {
-        sql += &format!(
-            " AND r.run_id LIKE {} ESCAPE '\\'",
-            push(Bind::Text(like(&v)), binds)
-        );
-    }
-    // Each index filter reads the matching digests from its own index.
-    let sub = |table: &str, cond: String| {
-        format!(" AND r.digest IN (SELECT x.digest FROM {table} x WHERE {cond})")
+    let mut conds = Vec::new();
+    let from = match driver {
+        None => {
+            conds.push(NOT_ANNOUNCED.to_owned());
+            "runs r"
+        }
+        Some(_) if needs_runs => "run_facts d JOIN runs r ON r.digest = d.digest",
+        Some(_) => "run_facts d",
     };
-    if let Some(v) = text(&f.tool) {
-        sql += &sub(
-            "blocked_actions",
-            format!("x.tool = {}", push(Bind::Text(v), binds)),
-        );
+    conds.push(format!("{t}.provider IN ({})", list.join(", ")));
+    if let Some(x) = driver {
+        conds.push(x.on("d", binds));
     }
-    if let Some(v) = text(&f.guard) {
-        sql += &sub(
-            "blocked_actions",
-            format!("x.guard = {}", push(Bind::Text(v), binds)),
-        );
+    if let Some(v) = filled(&f.outcome) {
+        conds.push(format!("r.outcome = {}", push(Bind::Text(v), binds)));
     }
-    if let Some(v) = text(&f.verdict) {
-        sql += &sub(
-            "regulation_decisions",
-            format!("x.verdict = {}", push(Bind::Text(v), binds)),
-        );
+    if let Some(v) = filled(&f.q) {
+        conds.push(format!(
+            "r.run_id LIKE {} ESCAPE '\\'",
+            push(Bind::Text(like(&v)), binds)
+        ));
     }
-    if let Some(v) = text(&f.provision) {
-        sql += &sub(
-            "regulation_decisions",
-            format!(
-                "x.provisions LIKE {} ESCAPE '\\'",
-                push(Bind::Text(like(&v)), binds)
-            ),
-        );
-    }
-    if let Some(v) = text(&f.model) {
-        sql += &sub(
-            "run_models",
-            format!(
-                "x.model LIKE {} ESCAPE '\\'",
-                push(Bind::Text(like(&v)), binds)
-            ),
-        );
+    for x in facts.iter().skip(usize::from(driver.is_some())) {
+        conds.push(format!(
+            "EXISTS (SELECT 1 FROM run_facts x WHERE x.digest = {t}.digest AND {})",
+            x.on("x", binds)
+        ));
     }
     if let Some(v) = f.period_start()? {
-        sql += &format!(" AND r.submitted_at >= {}", push(Bind::Int(v), binds));
+        conds.push(format!("{t}.submitted_at >= {}", push(Bind::Int(v), binds)));
     }
     if let Some(v) = f.period_end()? {
-        sql += &format!(" AND r.submitted_at < {}", push(Bind::Int(v), binds));
+        conds.push(format!("{t}.submitted_at < {}", push(Bind::Int(v), binds)));
     }
-    Ok(sql)
+    // A run has one row per value of a fact: a substring can match two of them. (Runs
+    // are told apart by log index, unique per run: a smaller key to sort than a digest.)
+    let distinct = driver.is_some_and(|x| !x.exact);
+    let Some(limit) = page else {
+        let n = if distinct {
+            "COUNT(DISTINCT d.log_index)"
+        } else {
+            "COUNT(*)"
+        };
+        return Ok(format!(
+            "SELECT {n} AS n FROM {from} WHERE {}",
+            conds.join(" AND ")
+        ));
+    };
+    if let Some(c) = f.after.as_deref().filter(|c| !c.is_empty()) {
+        let c = Cursor::parse(c)?;
+        let at = push(Bind::Int(c.submitted_at), binds);
+        let i = push(Bind::Int(c.log_index), binds);
+        conds.push(format!(
+            "({t}.submitted_at < {at} OR ({t}.submitted_at = {at} AND {t}.log_index < {i}))"
+        ));
+    }
+    Ok(format!(
+        "SELECT {}{t}.digest, {t}.submitted_at, {t}.log_index FROM {from} WHERE {} \
+         ORDER BY {t}.submitted_at DESC, {t}.log_index DESC LIMIT {}",
+        if distinct { "DISTINCT " } else { "" },
+        conds.join(" AND "),
+        push(Bind::Int(limit), binds)
+    ))
+}
+
+/// The count of a runs list: how many runs `f` (its `facts` resolved) selects, the
+/// cursor aside.
+fn count_sql(
+    providers: &[String],
+    f: &RunFilter,
+    facts: &[Fact],
+) -> Result<(String, Vec<Bind>), StoreError> {
+    let mut binds = Vec::new();
+    let sql = list_query(providers, f, facts, None, Reading::Matches, &mut binds)?;
+    Ok((sql, binds))
+}
+
+/// A page of a runs list: the runs `f` selects after its cursor, newest first, at most
+/// `limit`, chosen by an inner query that reads indexes alone; only their rows are read
+/// after (the page drives the join: `CROSS JOIN` keeps SQLite from walking `runs`
+/// and probing the page instead).
+fn list_sql(
+    providers: &[String],
+    f: &RunFilter,
+    facts: &[Fact],
+    limit: i64,
+    reading: Reading,
+) -> Result<(String, Vec<Bind>), StoreError> {
+    let mut binds: Vec<Bind> = Vec::new();
+    let inner = list_query(providers, f, facts, Some(limit), reading, &mut binds)?;
+    let sql = format!(
+        "SELECT {RUN_COLUMNS} FROM ({inner}) page CROSS JOIN runs r \
+         JOIN principals p ON p.key_id = r.provider WHERE r.digest = page.digest \
+         ORDER BY r.submitted_at DESC, r.log_index DESC"
+    );
+    Ok((sql, binds))
+}
+
+/// Records a stored run's facts in `run_facts` from what its ingest indexed (`$1` …
+/// `$5`: the run's digest): one row per distinct fact and value, with the run's
+/// provider and place in the list. The schema v9 migration fills `run_facts` with the
+/// same statement over every run.
+const RUN_FACTS: &str = "INSERT INTO run_facts (fact, value, digest, provider, submitted_at, log_index) \
+    SELECT f.fact, f.value, r.digest, r.provider, r.submitted_at, r.log_index FROM runs r JOIN ( \
+    SELECT 'tool' AS fact, tool AS value, digest FROM blocked_actions WHERE digest = $1 AND tool IS NOT NULL \
+    UNION SELECT 'guard', guard, digest FROM blocked_actions WHERE digest = $2 \
+    UNION SELECT 'verdict', verdict, digest FROM regulation_decisions WHERE digest = $3 \
+    UNION SELECT 'provision', provisions, digest FROM regulation_decisions WHERE digest = $4 \
+    UNION SELECT 'model', model, digest FROM run_models WHERE digest = $5 \
+    ) f ON f.digest = r.digest";
+
+/// A filter's text value, when given and not empty.
+fn filled(v: &Option<String>) -> Option<String> {
+    v.as_deref().filter(|s| !s.is_empty()).map(str::to_owned)
 }
 
 fn to_i64(v: u64) -> i64 {
@@ -1434,6 +1605,18 @@ impl Store {
             models,
         )
         .await?;
+        let mut facts = sqlx::query(RUN_FACTS);
+        for _ in 0..5 {
+            facts = facts.bind(digest);
+        }
+        facts.execute(&mut *tx).await?;
+        sqlx::query(
+            "INSERT INTO fact_values (fact, value) SELECT DISTINCT fact, value FROM run_facts \
+             WHERE digest = $1 ON CONFLICT DO NOTHING",
+        )
+        .bind(digest)
+        .execute(&mut *tx)
+        .await?;
         if let (Some(link), Some(run_key)) = (&r.key_chain, &run.run_key) {
             sqlx::query(
                 "INSERT INTO chain_links (digest, provider, run_key, seq, prev, seal) \
@@ -1516,32 +1699,125 @@ impl Store {
         f: &RunFilter,
         limit: i64,
     ) -> Result<Vec<RunRow>, StoreError> {
+        let Some(q) = self.resolve(providers, f).await? else {
+            return Ok(Vec::new());
+        };
+        let reading = if q.by_count() {
+            Reading::for_page(self.count(&q, f).await?, limit)
+        } else {
+            Reading::Walk
+        };
+        self.list(&q, f, limit, reading).await
+    }
+
+    /// What a runs-list query of `f` reads: `providers` narrowed to the one `f.provider`
+    /// names, when it names one, and `f`'s facts, a substring that only one stored
+    /// value holds made that exact value (`fact_values`, schema v9), so the query reads
+    /// that value's rows in the list's order instead of every value's. `None` when
+    /// nothing can match (no provider left).
+    async fn resolve(
+        &self,
+        providers: &[String],
+        f: &RunFilter,
+    ) -> Result<Option<Resolved>, StoreError> {
+        let mut providers = providers.to_vec();
+        if let Some(name) = filled(&f.provider) {
+            let row = sqlx::query("SELECT key_id FROM principals WHERE name = $1")
+                .bind(name)
+                .fetch_optional(&self.pool)
+                .await?;
+            let key: Option<String> = row.map(|r| r.try_get("key_id")).transpose()?;
+            providers.retain(|k| key.as_deref() == Some(k.as_str()));
+        }
         if providers.is_empty() {
+            return Ok(None);
+        }
+        let mut facts = Fact::of(f);
+        for x in facts.iter_mut().filter(|x| !x.exact) {
+            let rows = sqlx::query(
+                "SELECT value FROM fact_values WHERE fact = $1 AND value LIKE $2 ESCAPE '\\' LIMIT 2",
+            )
+            .bind(x.name)
+            .bind(like(&x.value))
+            .fetch_all(&self.pool)
+            .await?;
+            match rows.as_slice() {
+                // No stored value holds it: as an exact value, it matches nothing.
+                [] => x.exact = true,
+                [one] => {
+                    x.value = one.try_get("value")?;
+                    x.exact = true;
+                }
+                _ => {}
+            }
+        }
+        facts.sort_by_key(|x| !x.exact);
+        Ok(Some(Resolved { providers, facts }))
+    }
+
+    /// How many runs of `q` `f` selects, the cursor aside. Read from indexes only.
+    async fn count(&self, q: &Resolved, f: &RunFilter) -> Result<i64, StoreError> {
+        let (sql, binds) = count_sql(&q.providers, f, &q.facts)?;
+        let mut query = sqlx::query(&sql);
+        for b in binds {
+            query = b.bind(query);
+        }
+        Ok(query.fetch_one(&self.pool).await?.try_get("n")?)
+    }
+
+    /// At most `limit` runs of `q` that `f` selects, after its cursor, newest first.
+    /// Which runs is decided in indexes alone (the inner query); only those runs' rows
+    /// are read.
+    async fn list(
+        &self,
+        q: &Resolved,
+        f: &RunFilter,
+        limit: i64,
+        reading: Reading,
+    ) -> Result<Vec<RunRow>, StoreError> {
+        let (sql, binds) = list_sql(&q.providers, f, &q.facts, limit, reading)?;
+        let mut query = sqlx::query(&sql);
+        for b in binds {
+            query = b.bind(query);
+        }
+        let rows = query.fetch_all(&self.pool).await?;
+        rows.iter().map(run_row).collect()
+    }
+
+    /// SQLite's plan (`EXPLAIN QUERY PLAN`, one line per step) of the queries a page of
+    /// `limit` runs of `f` runs: the count, then the list as the count chose to read
+    /// it. Benches and tests read it to show every filter is answered from indexes;
+    /// empty on PostgreSQL, whose planner chooses by its own statistics.
+    pub async fn runs_page_plan(
+        &self,
+        providers: &[String],
+        f: &RunFilter,
+        limit: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        if self.engine != Engine::Sqlite {
             return Ok(Vec::new());
         }
-        let mut binds: Vec<Bind> = Vec::new();
-        let mut sql = format!(
-            "SELECT {RUN_COLUMNS} FROM runs r JOIN principals p ON p.key_id = r.provider WHERE {}",
-            run_conditions(providers, f, &mut binds)?
-        );
-        if let Some(c) = f.after.as_deref().filter(|c| !c.is_empty()) {
-            let c = Cursor::parse(c)?;
-            let t = push(Bind::Int(c.submitted_at), &mut binds);
-            let i = push(Bind::Int(c.log_index), &mut binds);
-            sql += &format!(
-                " AND (r.submitted_at < {t} OR (r.submitted_at = {t} AND r.log_index < {i}))"
-            );
+        let Some(q) = self.resolve(providers, f).await? else {
+            return Ok(Vec::new());
+        };
+        let ask = limit.saturating_add(1);
+        let reading = Reading::for_page(self.count(&q, f).await?, ask);
+        let mut lines = Vec::new();
+        for (sql, binds) in [
+            count_sql(&q.providers, f, &q.facts)?,
+            list_sql(&q.providers, f, &q.facts, ask, reading)?,
+        ] {
+            let explain = format!("EXPLAIN QUERY PLAN {sql}");
+            let mut query = sqlx::query(&explain);
+            for b in binds {
+                query = b.bind(query);
+            }
+            for row in query.fetch_all(&self.pool).await? {
+                lines.push(row.try_get::<String, _>("detail")?);
+            }
+            lines.push(String::new());
         }
-        sql += &format!(
-            " ORDER BY r.submitted_at DESC, r.log_index DESC LIMIT {}",
-            push(Bind::Int(limit), &mut binds)
-        );
-        let mut q = sqlx::query(&sql);
-        for b in binds {
-            q = b.bind(q);
-        }
-        let rows = q.fetch_all(&self.pool).await?;
-        rows.iter().map(run_row).collect()
+        Ok(lines)
     }
 
     /// A provider's first and last submission times; `None` before its first.
@@ -1566,26 +1842,33 @@ impl Store {
         f: &RunFilter,
         limit: i64,
     ) -> Result<RunsPage, StoreError> {
-        let mut rows = self.runs(providers, f, limit.saturating_add(1)).await?;
+        let q = self.resolve(providers, f).await?;
+        let total = match &q {
+            Some(q) => self.count(q, f).await?,
+            None => 0,
+        };
+        if total == 0 {
+            return Ok(RunsPage {
+                rows: Vec::new(),
+                next: None,
+                total,
+            });
+        }
+        let Some(q) = q else {
+            return Ok(RunsPage {
+                rows: Vec::new(),
+                next: None,
+                total,
+            });
+        };
+        let ask = limit.saturating_add(1);
+        let reading = Reading::for_page(total, ask);
+        let mut rows = self.list(&q, f, ask, reading).await?;
         let more = rows.len() as i64 > limit;
         rows.truncate(usize::try_from(limit).unwrap_or(0));
         let next = more
             .then(|| rows.last().map(|r| Cursor::of(r).to_string()))
             .flatten();
-        let total = if providers.is_empty() {
-            0
-        } else {
-            let mut binds = Vec::new();
-            let sql = format!(
-                "SELECT COUNT(*) AS n FROM runs r JOIN principals p ON p.key_id = r.provider WHERE {}",
-                run_conditions(providers, f, &mut binds)?
-            );
-            let mut q = sqlx::query(&sql);
-            for b in binds {
-                q = b.bind(q);
-            }
-            q.fetch_one(&self.pool).await?.try_get("n")?
-        };
         Ok(RunsPage { rows, next, total })
     }
 
@@ -1600,17 +1883,21 @@ impl Store {
         f: &RunFilter,
     ) -> Result<Vec<sqlx::any::AnyRow>, StoreError> {
         let mut binds: Vec<Bind> = Vec::new();
-        let period = RunFilter {
-            from: f.from,
-            to: f.to,
-            since: f.since.clone(),
-            until: f.until.clone(),
-            ..RunFilter::default()
-        };
+        let list: Vec<String> = providers
+            .iter()
+            .map(|k| push(Bind::Text(k.clone()), &mut binds))
+            .collect();
         let mut sql = format!(
-            "SELECT {select} FROM runs r JOIN principals p ON p.key_id = r.provider {join} WHERE {}",
-            run_conditions(providers, &period, &mut binds)?
+            "SELECT {select} FROM runs r JOIN principals p ON p.key_id = r.provider {join} \
+             WHERE {NOT_ANNOUNCED} AND r.provider IN ({})",
+            list.join(", ")
         );
+        if let Some(v) = f.period_start()? {
+            sql += &format!(" AND r.submitted_at >= {}", push(Bind::Int(v), &mut binds));
+        }
+        if let Some(v) = f.period_end()? {
+            sql += &format!(" AND r.submitted_at < {}", push(Bind::Int(v), &mut binds));
+        }
         sql += &format!(" GROUP BY {group}");
         let mut q = sqlx::query(&sql);
         for b in binds {

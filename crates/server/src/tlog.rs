@@ -99,18 +99,21 @@ pub fn verify_consistency(
 }
 
 /// A signed tree head: the log's size and root at a time, signed by the log's key.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TreeHead {
     /// Number of leaves.
     pub tree_size: u64,
-    /// RFC 9162 root of those leaves.
+    /// RFC 9162 root of those leaves, hex.
+    #[schema(value_type = String)]
     pub root: Digest,
     /// Unix seconds when it was signed.
     pub timestamp: u64,
     /// The log's public key.
+    #[schema(value_type = crate::api::PublicKeyDoc)]
     pub key: PublicKey,
-    /// Ed25519 signature over [`TreeHead::message`] with [`STH_CONTEXT`].
+    /// Ed25519 signature over [`TreeHead::message`] with [`STH_CONTEXT`], hex.
+    #[schema(value_type = String)]
     pub signature: HexBytes,
 }
 
@@ -149,28 +152,31 @@ impl TreeHead {
 }
 
 /// What `submit` returns: where the submission sits in the log, and the proof.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Inclusion {
-    /// SHA-256 of the submitted bytes.
+    /// SHA-256 of the submitted bytes, hex.
+    #[schema(value_type = String)]
     pub digest: Digest,
     /// Leaf index.
     pub index: u64,
-    /// Audit path to [`Inclusion::head`]'s root.
+    /// Audit path to [`Inclusion::head`]'s root, hex hashes.
+    #[schema(value_type = Vec<String>)]
     pub path: Vec<Digest>,
     /// The signed tree head the path leads to.
     pub head: TreeHead,
 }
 
 /// A consistency proof between two heads.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Consistency {
     /// The older head.
     pub from: TreeHead,
     /// The newer head.
     pub to: TreeHead,
-    /// RFC 9162 consistency path.
+    /// RFC 9162 consistency path, hex hashes.
+    #[schema(value_type = Vec<String>)]
     pub path: Vec<Digest>,
 }
 

@@ -1,7 +1,7 @@
 //! The web UI: server-rendered HTML (maud escapes every value), inline SVG, and a few
 //! lines of JavaScript to show a clicked node's canonical JSON and inclusion proof.
 
-use knox_types::aeg::NodeKind;
+use knox_types::aeg::{Node, NodeKind};
 use knox_types::bundle::Bundle;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
@@ -9,10 +9,11 @@ use crate::live::LiveRun;
 use crate::store::{
     AccessEntry, BlockedRow, DecisionRow, Principal, ReceiptRow, RunFilter, RunRow, RunsPage,
 };
+use crate::story::{Decision, Story};
 use crate::tlog::Inclusion;
 
 /// The most nodes drawn on a run page (the rest are listed as a count).
-pub const MAX_DRAWN_NODES: usize = 2000;
+pub const MAX_DRAWN_NODES: usize = 20_000;
 
 const STYLE: &str = "
 body{font-family:system-ui,sans-serif;margin:0;color:#1b1f24;background:#f6f7f9}
@@ -26,15 +27,18 @@ table{border-collapse:collapse;background:#fff;width:100%} td,th{border-bottom:1
 form.filters input,form.filters select{margin-right:.5em} pre{white-space:pre-wrap;word-break:break-all;background:#f0f2f5;padding:.6em;font-size:.8em}
 svg .node{cursor:pointer} svg .blocked circle{fill:#cf222e} svg .offending circle{stroke:#cf222e;stroke-width:5;fill:#fff}
 svg text{font-size:11px;font-family:monospace} .offending-label{fill:#cf222e;font-weight:700}
+#timeline td{vertical-align:top} #timeline tr.blocked{background:#fff5f5} #timeline details pre{max-width:40em}
+.reason{color:#cf222e} .check{font-size:.8em;color:#1a7f37;white-space:nowrap} .check.failed{color:#cf222e;font-weight:700}
+.startup{color:#6e7781;font-size:.85em} .denied{color:#cf222e;font-size:.85em} code.args{font-size:.85em}
 ";
 
 const NODE_JS: &str = r#"
-document.querySelectorAll('svg .node').forEach(function(g){g.addEventListener('click',function(){
+document.querySelectorAll('svg .node, a.node-link').forEach(function(g){g.addEventListener('click',function(){
  var d=document.getElementById('node-detail');d.textContent='loading node '+g.dataset.seq+'…';
  fetch(g.dataset.href,{credentials:'same-origin'}).then(function(r){return r.text()}).then(function(t){d.textContent=t});
 });});
 var m=location.hash.match(/^#node-([0-9]+)$/);
-if(m){var g=document.querySelector('svg .node[data-seq="'+m[1]+'"]');if(g){g.dispatchEvent(new Event('click'));}}
+if(m){var g=document.querySelector('a.node-link[data-seq="'+m[1]+'"]')||document.querySelector('svg .node[data-seq="'+m[1]+'"]');if(g){g.dispatchEvent(new Event('click'));}}
 "#;
 
 /// The page frame.
@@ -177,59 +181,207 @@ pub struct RunPage<'a> {
     pub chain: Option<&'a crate::chains::KeyChain>,
 }
 
-/// The AEG as SVG: one row per node, indented by depth, edges to parents; blocked
-/// nodes red with their reason, the first offending node ringed and labelled.
+/// The AEG as SVG, readable at any size: check nodes collapsed into their proposal
+/// (its label counts them; a failed one is drawn when it is the first offending
+/// node), one row per node drawn, a column per role (the run and its agents, then
+/// proposals and run events, then what answered them) rather than an indent per
+/// depth, so a long run is a column, not a staircase; edges to the nearest drawn
+/// ancestor; the picture as wide as its longest label, never clipped. Blocked nodes
+/// red with their reason, the first offending node ringed and labelled.
 pub fn aeg_svg(
     digest: &str,
     bundle: &Bundle,
     offending: Option<i64>,
     reason: Option<&str>,
 ) -> Markup {
-    let nodes: Vec<_> = bundle.nodes.iter().take(MAX_DRAWN_NODES).collect();
-    let mut depth: Vec<u32> = Vec::with_capacity(nodes.len());
-    for n in &nodes {
-        let d = n
-            .parent
-            .and_then(|p| usize::try_from(p).ok())
-            .and_then(|p| depth.get(p).copied())
-            .map_or(0, |d| d + 1);
-        depth.push(d);
+    let offending = offending.and_then(|o| u64::try_from(o).ok());
+    let mut checks: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    // Each node's nearest drawn ancestor (itself when drawn).
+    let mut drawn_as: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    let mut rows: Vec<(&Node, Option<u64>)> = Vec::new();
+    for n in &bundle.nodes {
+        let up = n.parent.and_then(|p| drawn_as.get(&p).copied());
+        if n.kind == NodeKind::Check
+            && offending != Some(n.seq)
+            && let Some(p) = up
+        {
+            *checks.entry(p).or_default() += 1;
+            drawn_as.insert(n.seq, p);
+            continue;
+        }
+        drawn_as.insert(n.seq, n.seq);
+        if rows.len() < MAX_DRAWN_NODES {
+            rows.push((n, up));
+        }
     }
+    let column = |k: NodeKind| -> u32 {
+        match k {
+            NodeKind::Root | NodeKind::AgentStep | NodeKind::AgentBranch => 0,
+            NodeKind::ToolCall
+            | NodeKind::Interrupt
+            | NodeKind::Heard
+            | NodeKind::Unanswered
+            | NodeKind::ProofOfInference => 1,
+            NodeKind::Check | NodeKind::ToolOutput | NodeKind::Blocked => 2,
+        }
+    };
+    let label = |n: &Node| -> String {
+        let mut l = format!("{} {} · {}", n.seq, n.kind.as_str(), n.agent);
+        if let Some(a) = n.payload.tool_call().and_then(|c| c.actual.as_ref()) {
+            l += &format!(" · {}", a.tool);
+        }
+        if let Some(c) = checks.get(&n.seq) {
+            l += &format!(" ({c} checks)");
+        }
+        if let Some(r) = &n.block_reason {
+            l += &format!(" — blocked: {r}");
+        }
+        if offending == Some(n.seq) {
+            l += &format!(" ◀ first offending node: {}", reason.unwrap_or("tampered"));
+        }
+        l
+    };
+    let labels: Vec<String> = rows.iter().map(|(n, _)| label(n)).collect();
+    let row_of: std::collections::HashMap<u64, usize> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, (n, _))| (n.seq, i))
+        .collect();
     let row = 22u32;
+    let x = |k: NodeKind| 16 + column(k) * 40;
+    let y = |i: usize| row / 2 + row * u32::try_from(i).unwrap_or(0);
     let height = row
-        * u32::try_from(nodes.len())
+        * u32::try_from(rows.len())
             .unwrap_or(u32::MAX / row)
             .saturating_add(1);
-    let x = |d: u32| 16 + d.min(40) * 28;
-    let y = |i: usize| row / 2 + row * u32::try_from(i).unwrap_or(0);
+    let width = rows
+        .iter()
+        .zip(&labels)
+        .map(|((n, _), l)| x(n.kind) + 12 + 7 * u32::try_from(l.chars().count()).unwrap_or(0))
+        .max()
+        .unwrap_or(0)
+        .max(400)
+        + 16;
     html! {
-        svg #aeg xmlns="http://www.w3.org/2000/svg" width="1100" height=(height) viewBox={ "0 0 1100 " (height) } {
-            @for (i, n) in nodes.iter().enumerate() {
-                @if let Some(p) = n.parent.and_then(|p| usize::try_from(p).ok()).filter(|p| *p < i) {
-                    line x1=(x(depth.get(p).copied().unwrap_or(0))) y1=(y(p)) x2=(x(depth.get(i).copied().unwrap_or(0))) y2=(y(i)) stroke="#aab" {}
+        svg #aeg xmlns="http://www.w3.org/2000/svg" width=(width) height=(height) viewBox={ "0 0 " (width) " " (height) } {
+            @for (i, (n, up)) in rows.iter().enumerate() {
+                @if let Some(p) = up.and_then(|u| row_of.get(&u).copied()).filter(|p| *p < i) {
+                    @if let Some((pn, _)) = rows.get(p) {
+                        path d={ "M" (x(pn.kind)) " " (y(p)) " V" (y(i)) " H" (x(n.kind)) } fill="none" stroke="#aab" {}
+                    }
                 }
             }
-            @for (i, n) in nodes.iter().enumerate() {
-                @let d = depth.get(i).copied().unwrap_or(0);
+            @for (i, ((n, _), l)) in rows.iter().zip(&labels).enumerate() {
                 @let blocked = n.kind == NodeKind::Blocked || !n.allowed;
-                @let off = offending.and_then(|o| u64::try_from(o).ok()) == Some(n.seq);
+                @let off = offending == Some(n.seq);
                 @let class = if off { "node offending" } else if blocked { "node blocked" } else { "node" };
                 g class=(class) data-seq=(n.seq) data-kind=(n.kind.as_str()) data-href={ "/runs/" (digest) "/nodes/" (n.seq) } {
-                    title {
-                        (n.seq) " " (n.kind.as_str()) " (" (n.agent) ")"
-                        @if let Some(r) = &n.block_reason { " — blocked: " (r) }
-                        @if off { " — FIRST OFFENDING NODE: " (reason.unwrap_or("tampered")) }
-                    }
-                    circle cx=(x(d)) cy=(y(i)) r="7" fill=(kind_colour(n.kind)) stroke="#334" {}
-                    text x=(x(d) + 12) y=(y(i) + 4) class=[off.then_some("offending-label")] {
-                        (n.seq) " " (n.kind.as_str()) " · " (n.agent)
-                        @if let Some(r) = &n.block_reason { " — blocked: " (r) }
-                        @if off { " ◀ first offending node: " (reason.unwrap_or("tampered")) }
-                    }
+                    title { (l) }
+                    circle cx=(x(n.kind)) cy=(y(i)) r="7" fill=(kind_colour(n.kind)) stroke="#334" {}
+                    text x=(x(n.kind) + 12) y=(y(i) + 4) class=[off.then_some("offending-label")] { (l) }
                 }
             }
         }
     }
+}
+
+/// The user's prompt and plan, from the APM the run was held to.
+pub fn asked(s: &Story) -> Markup {
+    html! {
+        div.card #prompt {
+            h2 { "What the user asked" }
+            @if s.prompt.is_empty() { p.none { "No prompt in the evidence (a prefix without its header)." } }
+            ol { @for t in &s.prompt { li { (t) } } }
+            @for (agent, calls) in &s.plan {
+                details.plan {
+                    summary { "Plan of " strong { (agent) } ": " (calls.len()) " call(s)" }
+                    table { tr { th { "#" } th { "Tool" } th { "Arguments" } }
+                        @for (i, (tool, args)) in calls.iter().enumerate() {
+                            tr { td { (i + 1) } td { code { (tool) } } td { code.args { (args) } } }
+                        } }
+                }
+            }
+        }
+    }
+}
+
+/// The decision cell of a proposal.
+fn decision(d: &Decision) -> Markup {
+    match d {
+        Decision::Executed => html! { span.badge.complete { "executed" } },
+        Decision::Blocked { guard, reason } => html! {
+            span.badge.tampered { "blocked by " (guard) } " " span.reason { (reason) }
+        },
+        Decision::Pending => html! { span.badge.prefix { "no outcome yet" } },
+    }
+}
+
+/// Every proposal in order: agent, tool, arguments, decision, checks, output, and
+/// what the kernel denied while the tool ran (a runtime's start-up probes apart).
+/// Each row's number opens that node's canonical JSON and inclusion proof (`href`:
+/// `None` where the nodes have no proof to fetch, a live prefix).
+pub fn timeline(s: &Story, node_href: Option<&str>) -> Markup {
+    let (startup, during) = s.denials();
+    html! {
+        h2 { "Timeline" }
+        p.hw #timeline-summary {
+            (s.proposals.len()) " proposal(s), " (s.blocked()) " blocked; the kernel denied "
+            (during) " system call(s) during calls"
+            @if startup > 0 { " and " (startup) " start-up probe(s) of a tool's runtime (listed in docs/server.md, not the calls' doing)" }
+            "."
+        }
+        table #timeline {
+            thead { tr { th { "#" } th { "Agent" } th { "Tool" } th { "Arguments" } th { "Decision" } th { "Guards" } th { "Output" } th { "Kernel" } } }
+            tbody {
+                @for p in &s.proposals {
+                    tr.blocked[matches!(p.decision, Decision::Blocked { .. })] id={ "call-" (p.seq) } {
+                        td { @if let Some(h) = node_href { a.node-link href={ "#node-" (p.seq) } data-seq=(p.seq) data-href={ (h) (p.seq) } { (p.seq) } } @else { (p.seq) } }
+                        td { (p.agent) }
+                        td { code { (p.tool) } }
+                        td { @if p.args.len() > 60 {
+                                details { summary { code { (p.args.chars().take(60).collect::<String>()) "…" } } pre { (p.args) } }
+                            } @else { code { (p.args) } } }
+                        td { (decision(&p.decision)) }
+                        td.checks { @for c in &p.checks {
+                            span.check.failed[!c.passed] title=(c.detail) { (c.guard) @if c.passed { " ✓" } @else { " ✗" } } " "
+                        } }
+                        td { @if let Some((_, out)) = &p.output {
+                                @if out.len() > 60 {
+                                    details { summary { code { (out.chars().take(60).collect::<String>()) "…" } } pre { (out) } }
+                                } @else { code { (out) } }
+                            } }
+                        td { @for d in &p.denials {
+                                @if let Some(rt) = d.startup {
+                                    div.startup title={ "a documented start-up probe of " (rt) } { "start-up (" (rt) "): " (d.what) }
+                                } @else {
+                                    div.denied { (d.event) ": " (d.what) }
+                                }
+                            } }
+                    }
+                }
+            }
+        }
+        @if !s.events.is_empty() {
+            h3 { "Run events" }
+            table #events { tr { th { "#" } th { "Kind" } th { "Agent" } th { "What" } }
+                @for e in &s.events { tr { td { (e.seq) } td { (e.kind) } td { (e.agent) } td { (e.what) } } } }
+        }
+    }
+}
+
+/// A topology in words.
+fn topology(t: &knox_types::apm::Topology) -> String {
+    use knox_types::apm::TopologyKind as K;
+    let kind = match t.kind {
+        K::StSa => "one task, one agent",
+        K::MtSaSeq => "several tasks, one agent, one after the other",
+        K::MtSaInt => "several tasks, one agent, calls interleaved",
+        K::MtMa => "several tasks over concurrent sub-agents",
+    };
+    format!(
+        "{kind} ({} task(s), {} executor agent(s))",
+        t.tasks, t.agents
+    )
 }
 
 fn kind_colour(k: NodeKind) -> &'static str {
@@ -273,18 +425,19 @@ pub fn run(who: &Principal, p: &RunPage<'_>) -> Markup {
             }
         }
         @if let Some(b) = p.bundle {
-            h2 { "Execution graph (AEG)" }
-            p.hw { "Click a node for its canonical JSON and its inclusion proof against the signed structure root." }
-            div.card style="overflow:auto;max-height:70vh" { (aeg_svg(&r.digest, b, r.offending_node, r.reason.as_deref())) }
-            pre #node-detail { "No node selected." }
-            @if b.nodes.len() > MAX_DRAWN_NODES { p { (b.nodes.len() - MAX_DRAWN_NODES) " more nodes not drawn." } }
+            @let story = crate::story::tell(Some(&b.apm), &b.nodes);
+            (asked(&story))
+            (timeline(&story, Some(&format!("/runs/{}/nodes/", r.digest))))
+            pre #node-detail { "Click a node number for its canonical JSON and its inclusion proof against the signed structure root." }
+            details #graph {
+                summary { "Execution graph (AEG): " (b.nodes.len()) " nodes, check nodes folded into their proposal" }
+                p.hw { "Click a node for its canonical JSON and its inclusion proof." }
+                div.card style="overflow:auto;max-height:80vh" { (aeg_svg(&r.digest, b, r.offending_node, r.reason.as_deref())) }
+                @if b.nodes.len() > MAX_DRAWN_NODES { p { "Only the first " (MAX_DRAWN_NODES) " nodes drawn (the timeline has every proposal)." } }
+            }
             h2 { "APM" }
             div.card {
-                p { "Topology: " code { (serde_json::to_string(&b.apm.topology).unwrap_or_default()) } }
-                @for a in &b.apm.agents {
-                    p { strong { (a.id) } " trajectory: "
-                        @for s in &a.trajectory { code { (s.tool) } " " } }
-                }
+                p { "Topology: " (topology(&b.apm.topology)) }
             }
             h2 { "Platform evidence" }
             div.card { pre { (serde_json::to_string_pretty(&b.platform).unwrap_or_default().chars().take(4000).collect::<String>()) } }
@@ -559,7 +712,13 @@ pub fn live_class(status: &str) -> &'static str {
 }
 
 /// A live run: status, verified prefix, the nodes received so far.
-pub fn live(who: &Principal, run: &LiveRun, status: &str, nodes: &[(i64, Vec<u8>)]) -> Markup {
+pub fn live(
+    who: &Principal,
+    run: &LiveRun,
+    status: &str,
+    header: Option<&[u8]>,
+    nodes: &[(i64, Vec<u8>)],
+) -> Markup {
     let body = html! {
         div.card {
             p { "Status: " span.badge.(live_class(status)) #live-status data-status=(status) { (status) } }
@@ -569,20 +728,12 @@ pub fn live(who: &Principal, run: &LiveRun, status: &str, nodes: &[(i64, Vec<u8>
             p #live-reason { (run.reason.as_deref().unwrap_or_default()) }
             p { "Sealed bundle: " a #sealed href=(run.bundle.as_ref().map(|b| format!("/runs/{b}")).unwrap_or_default()) { (run.bundle.as_deref().unwrap_or("not yet")) } }
         }
-        table #live-nodes {
-            thead { tr { th { "#" } th { "Kind" } th { "Agent" } th { "Allowed" } } }
-            tbody {
-                @for (seq, line) in nodes.iter().take(MAX_DRAWN_NODES) {
-                    @let n: serde_json::Value = serde_json::from_slice(line).unwrap_or_default();
-                    tr.offending[run.offending_node == Some(*seq)] {
-                        td { (seq) }
-                        td { (n.get("kind").and_then(|v| v.as_str()).unwrap_or("?")) }
-                        td { (n.get("agent").and_then(|v| v.as_str()).unwrap_or("?")) }
-                        td { (n.get("allowed").and_then(serde_json::Value::as_bool).map_or("?", |a| if a { "yes" } else { "no" })) }
-                    }
-                }
-            }
-        }
+        @let apm = header.and_then(|h| serde_json::from_slice::<knox_types::bundle::JournalHeader>(h).ok()).map(|h| h.apm);
+        @let parsed: Vec<Node> = nodes.iter().filter_map(|(_, line)| serde_json::from_slice(line).ok()).collect();
+        @let story = crate::story::tell(apm.as_ref(), &parsed);
+        (asked(&story))
+        div #live-timeline { (timeline(&story, None)) }
+        @if parsed.len() < nodes.len() { p.gap { (nodes.len() - parsed.len()) " node line(s) do not parse: the verifier's outcome above says why." } }
         script { (PreEscaped(LIVE_JS)) }
     };
     page(&format!("Live run {}", run.run_id), Some(who), body)

@@ -19,6 +19,7 @@ mod journal;
 mod mcp;
 mod mcp_http;
 mod models;
+mod openapi;
 mod planning;
 mod regulation;
 mod replicas;

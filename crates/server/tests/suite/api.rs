@@ -481,3 +481,97 @@ fn a_run_left_out_shows_on_the_dashboard_the_run_page_and_the_exit_report(s: &Se
     let (_, dash) = get_with_cookie(s, "/", Some(&gx));
     assert!(gaps(&dash).is_empty());
 }
+
+/// A request with no signature and no session: its status.
+fn unsigned(s: &Served, method: &str, path: &str) -> u16 {
+    let agent = ureq::Agent::new_with_config(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .build(),
+    );
+    let url = format!("{}{path}", s.base);
+    let resp = if method == "post" {
+        agent.post(&url).send(&b""[..])
+    } else {
+        agent.get(&url).call()
+    };
+    resp.unwrap().status().as_u16()
+}
+
+/// The OpenAPI document served is the one the handlers generate; it documents every
+/// API path, each signed operation requires the four signature headers together, and
+/// every documented operation is served: a signed one refuses an unsigned request
+/// (401, where an unrouted path would answer 404), a public one answers.
+#[test]
+fn every_documented_operation_is_served_and_the_signed_ones_refuse_an_unsigned_request() {
+    let s = serve(&common::sqlite_url());
+    let (status, text) = get_with_cookie(&s, "/api/openapi.json", None);
+    assert_eq!(status, 200);
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        doc,
+        serde_json::to_value(knox_server::http::openapi()).unwrap()
+    );
+    assert_eq!(doc["openapi"], "3.1.0");
+    let schemes = doc["components"]["securitySchemes"].as_object().unwrap();
+    for name in knox_server::api::SIGNED {
+        assert_eq!(schemes[name]["in"], "header", "{name}");
+    }
+    let paths = doc["paths"].as_object().unwrap();
+    let documented: Vec<&str> = paths.keys().map(String::as_str).collect();
+    let mut expected = vec![
+        "/api/access-log",
+        "/api/live",
+        "/api/live/{id}",
+        "/api/log/consistency",
+        "/api/log/cosignatures",
+        "/api/log/head",
+        "/api/log/inclusion/{digest}",
+        "/api/report",
+        "/api/runs",
+        "/api/runs/{digest}",
+        "/api/runs/{digest}/evidence",
+        "/api/runs/{digest}/receipts",
+        "/api/session",
+        "/tlog/checkpoint",
+    ];
+    expected.sort_unstable();
+    let mut sorted = documented.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, expected);
+    let mut signed_ops = 0;
+    let zeros = "0".repeat(64);
+    for (path, item) in paths {
+        let concrete = path.replace("{digest}", &zeros).replace("{id}", &zeros);
+        for (method, op) in item.as_object().unwrap() {
+            let status = unsigned(&s, method, &concrete);
+            let mut needs: Vec<&str> = op["security"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|r| r.as_object().unwrap().keys().map(String::as_str))
+                .collect();
+            needs.sort_unstable();
+            if needs.is_empty() {
+                assert!(
+                    [200, 400, 404].contains(&status),
+                    "{method} {path}: {status}"
+                );
+            } else {
+                let mut all = knox_server::api::SIGNED.to_vec();
+                all.sort_unstable();
+                assert_eq!(needs, all, "{method} {path}");
+                assert_eq!(status, 401, "{method} {path} unsigned");
+                signed_ops += 1;
+            }
+            assert!(
+                op["responses"].as_object().is_some_and(|r| !r.is_empty()),
+                "{method} {path}"
+            );
+        }
+    }
+    assert_eq!(signed_ops, 10);
+    assert_eq!(unsigned(&s, "get", "/api/log/head"), 200);
+    assert_eq!(unsigned(&s, "get", "/tlog/checkpoint"), 200);
+}

@@ -31,6 +31,7 @@ on_both_engines!(
     a_store_keeps_one_log_key,
     pages_list_every_run_once_and_count_what_the_dashboard_counts,
     the_log_keeps_its_name_and_the_witnesses_cosignatures,
+    a_fact_filter_lists_the_same_runs_walked_or_sorted,
 );
 
 /// The first key bound is the log's; the same key again is accepted, another refused
@@ -871,5 +872,250 @@ async fn the_log_keeps_its_name_and_the_witnesses_cosignatures(url: String) {
         "UPDATE log_origin SET origin = 'x'",
     ] {
         assert!(s.execute_raw(sql).await.is_err(), "{sql}");
+    }
+}
+
+/// Copies the three stored runs `copies` times in plain SQL (both engines): each copy
+/// its own digest, run id, log index and an older submission time, its facts (blocked
+/// actions, decisions, models, `run_facts`) with it.
+async fn copy_runs(s: &Store, copies: u32) {
+    for i in 1..=copies {
+        let id = format!("'c{i:03}' || substr(o.digest, 5)");
+        let old = "o.digest IN (SELECT digest FROM runs WHERE log_index < 3)";
+        for sql in [
+            format!(
+                "INSERT INTO objects (digest, kind, bytes, size, stored_at) \
+                 SELECT {id}, o.kind, o.bytes, o.size, o.stored_at FROM objects o WHERE {old}"
+            ),
+            format!(
+                "INSERT INTO runs (digest, provider, run_id, kind, outcome, offending_node, \
+                 reason, platform, hardware_backed, nodes, tool_calls, executed, blocked, \
+                 interrupts, flagged, structure_root, report, log_index, submitted_at, run_key) \
+                 SELECT {id}, o.provider, o.run_id || '-{i}', o.kind, o.outcome, \
+                 o.offending_node, o.reason, o.platform, o.hardware_backed, o.nodes, \
+                 o.tool_calls, o.executed, o.blocked, o.interrupts, o.flagged, \
+                 o.structure_root, o.report, o.log_index + {i} * 1000, o.submitted_at - {i} * 60, \
+                 o.run_key FROM runs o WHERE {old}"
+            ),
+            format!(
+                "INSERT INTO blocked_actions (digest, node, agent, tool, guard, reason) \
+                 SELECT {id}, o.node, o.agent, o.tool, o.guard, o.reason \
+                 FROM blocked_actions o WHERE {old}"
+            ),
+            format!(
+                "INSERT INTO regulation_decisions (digest, node, ordinal, regulation, recipient, \
+                 verdict, policies, provisions) SELECT {id}, o.node, o.ordinal, o.regulation, \
+                 o.recipient, o.verdict, o.policies, o.provisions \
+                 FROM regulation_decisions o WHERE {old}"
+            ),
+            format!(
+                "INSERT INTO run_models (digest, ordinal, model) \
+                 SELECT {id}, o.ordinal, o.model FROM run_models o WHERE {old}"
+            ),
+            format!(
+                "INSERT INTO run_facts (fact, value, digest, provider, submitted_at, log_index) \
+                 SELECT o.fact, o.value, {id}, o.provider, o.submitted_at - {i} * 60, \
+                 o.log_index + {i} * 1000 FROM run_facts o WHERE {old}"
+            ),
+        ] {
+            s.execute_raw(&sql).await.unwrap();
+        }
+    }
+}
+
+/// Every run of a page walk, newest first, and the total beside each page.
+async fn walk(s: &Store, v: &[String], f: &RunFilter, limit: i64) -> (Vec<String>, i64) {
+    let (mut all, mut after, mut total) = (Vec::new(), None, None);
+    loop {
+        let page = s
+            .runs_page(
+                v,
+                &RunFilter {
+                    after: after.clone(),
+                    ..f.clone()
+                },
+                limit,
+            )
+            .await
+            .unwrap();
+        assert_eq!(*total.get_or_insert(page.total), page.total, "one total");
+        all.extend(page.rows.iter().map(|r| r.digest.clone()));
+        match page.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    (all, total.unwrap_or(0))
+}
+
+/// A filter on a fact stored beside a run lists the runs that have it: a blocked tool
+/// or guard (checked against each run's blocked actions), read through the fact's
+/// rows in the list's order; a model substring, read by walking the runs newest first
+/// when many match and by sorting its matches when few do, the page size deciding
+/// which. Every reading lists the same runs in the same order, paged or not, alone or
+/// combined, and the count beside each page is their number; the provider's name
+/// narrows to that provider's runs or to none.
+async fn a_fact_filter_lists_the_same_runs_walked_or_sorted(url: String) {
+    let s = Store::open(&url).await.unwrap();
+    let p = people(&s).await;
+    for b in [BUNDLE, BUNDLE2, BUNDLE3] {
+        ingest(&s, &p.acme.1, b).await;
+    }
+    copy_runs(&s, 20).await;
+    let v = s.visible_providers(&p.cnil.1).await.unwrap();
+    let d = s.dashboard(&v, &RunFilter::default()).await.unwrap();
+    assert_eq!(d.providers[0].1[0], 63, "3 runs and 60 copies");
+    let (tool, guard) = (d.tools[0].0.clone(), d.guards[0].0.clone());
+    let filters = [
+        RunFilter {
+            tool: Some(tool.clone()),
+            ..RunFilter::default()
+        },
+        RunFilter {
+            guard: Some(guard.clone()),
+            ..RunFilter::default()
+        },
+        RunFilter {
+            model: Some("e".into()),
+            ..RunFilter::default()
+        },
+        RunFilter {
+            tool: Some("NoSuchTool".into()),
+            ..RunFilter::default()
+        },
+        // Combined: an exact fact driving, a substring fact and a run's column tested.
+        RunFilter {
+            guard: Some(guard.clone()),
+            model: Some("e".into()),
+            ..RunFilter::default()
+        },
+        RunFilter {
+            tool: Some(tool.clone()),
+            guard: Some(guard.clone()),
+            q: Some("-1".into()),
+            ..RunFilter::default()
+        },
+        RunFilter {
+            model: Some("e".into()),
+            outcome: Some("complete".into()),
+            ..RunFilter::default()
+        },
+    ];
+    // The oracle of the blocked-action filters: every run's blocked actions, read one
+    // run at a time.
+    let every = s.runs(&v, &RunFilter::default(), 1000).await.unwrap();
+    let mut actions = Vec::new();
+    for r in &every {
+        actions.push((r.digest.clone(), s.blocked(&r.digest).await.unwrap()));
+    }
+    let oracle = |f: &RunFilter| -> Option<Vec<String>> {
+        if f.model.is_some() || f.outcome.is_some() {
+            return None;
+        }
+        Some(
+            actions
+                .iter()
+                .filter(|(d, b)| {
+                    let run = every.iter().find(|r| &r.digest == d).unwrap();
+                    f.tool
+                        .as_ref()
+                        .is_none_or(|t| b.iter().any(|x| x.tool.as_ref() == Some(t)))
+                        && f.guard
+                            .as_ref()
+                            .is_none_or(|g| b.iter().any(|x| &x.guard == g))
+                        && f.q.as_ref().is_none_or(|q| run.run_id.contains(q.as_str()))
+                })
+                .map(|(d, _)| d.clone())
+                .collect(),
+        )
+    };
+    for f in &filters {
+        let all = s.runs(&v, f, 1000).await.unwrap();
+        let expected: Vec<String> = all.iter().map(|r| r.digest.clone()).collect();
+        if let Some(want) = oracle(f) {
+            assert_eq!(expected, want, "{f:?} against each run's blocked actions");
+        }
+        assert!(
+            all.windows(2)
+                .all(|w| (w[0].submitted_at, w[0].log_index) > (w[1].submitted_at, w[1].log_index)),
+            "newest first"
+        );
+        // Pages of 1 walk (more than 2 × 20 matches), pages of 50 sort.
+        for limit in [1, 7, 50] {
+            let (walked, total) = walk(&s, &v, f, limit).await;
+            assert_eq!(walked, expected, "{f:?} in pages of {limit}");
+            assert_eq!(total, expected.len() as i64);
+        }
+    }
+    // The substring fact is dense enough for both readings to be taken (walked in
+    // pages of 1, sorted in pages of 50), and every query reads indexes alone (the
+    // page's rows aside, read by digest, and the principals' names).
+    let model_runs = s.runs(&v, &filters[2], 1000).await.unwrap().len();
+    assert!(
+        model_runs > 40,
+        "{model_runs} runs with a model holding `e`"
+    );
+    if url.starts_with("sqlite:") {
+        let plan = |f: RunFilter, limit: i64| {
+            let (store, visible) = (&s, &v);
+            async move {
+                store
+                    .runs_page_plan(visible, &f, limit)
+                    .await
+                    .unwrap()
+                    .join("\n")
+            }
+        };
+        // Walked: the page's runs read from `runs`, each probed for the fact; sorted:
+        // the page read from the fact's rows.
+        let page_of = |p: &str| {
+            p.split("CO-ROUTINE page")
+                .nth(1)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let walked = page_of(&plan(filters[2].clone(), 1).await);
+        assert!(
+            walked.contains("SEARCH r USING") || walked.contains("SCAN r USING"),
+            "{walked}"
+        );
+        assert!(walked.contains("CORRELATED SCALAR SUBQUERY"), "{walked}");
+        let sorted = page_of(&plan(filters[2].clone(), 50).await);
+        assert!(
+            sorted.contains("USING COVERING INDEX run_facts_listed"),
+            "{sorted}"
+        );
+        let mut every = filters.to_vec();
+        every.push(RunFilter::default());
+        every.push(RunFilter {
+            q: Some("-1".into()),
+            outcome: Some("complete".into()),
+            since: Some("2020-01-01".into()),
+            ..RunFilter::default()
+        });
+        for f in every {
+            for limit in [1, 50] {
+                let p = plan(f.clone(), limit).await;
+                for line in p
+                    .lines()
+                    .filter(|l| l.starts_with("SCAN") || l.starts_with("SEARCH"))
+                {
+                    assert!(
+                        line.contains("INDEX") || ["SCAN page", "SCAN p"].contains(&line),
+                        "{f:?}: `{line}` reads a table\n{p}"
+                    );
+                }
+            }
+        }
+    }
+    // The provider's name narrows the visible providers; it never widens them.
+    let named = |name: &str| RunFilter {
+        provider: Some(name.into()),
+        ..RunFilter::default()
+    };
+    assert_eq!(s.runs_page(&v, &named("acme"), 10).await.unwrap().total, 63);
+    for other in ["globex", "nobody", "cnil"] {
+        let page = s.runs_page(&v, &named(other), 10).await.unwrap();
+        assert_eq!((page.total, page.rows.len()), (0, 0), "{other}");
     }
 }
