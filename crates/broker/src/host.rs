@@ -267,9 +267,13 @@ impl ToolRunner for RunBroker<'_> {
             self.prepared.layers(),
             self.prepared.notes(),
         );
-        let confinement = result.confinement.as_mut().and_then(Value::as_object_mut);
-        if let (Some(c), Some(ids)) = (confinement, self.broker.tool_identity()) {
-            c.insert("run_as".into(), json!({"uid": ids.uid, "gid": ids.gid}));
+        if let Some(c) = result.confinement.as_mut().and_then(Value::as_object_mut) {
+            if let Some(ids) = self.broker.tool_identity() {
+                c.insert("run_as".into(), json!({"uid": ids.uid, "gid": ids.gid}));
+            }
+            if !reply.audit_complete {
+                c.insert("denial_audit".into(), json!(knox_sandbox::AUDIT_INCOMPLETE));
+            }
         }
         if reply.exited.is_none() && reply.response.is_ok() {
             self.workers

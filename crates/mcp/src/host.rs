@@ -300,6 +300,7 @@ impl McpHost {
             events,
             confinement: Some(confinement),
             timeout: server.timeout,
+            audit_complete: true,
         };
         let failure = match started {
             Ok(Ok(Ok(service))) => {
@@ -362,6 +363,7 @@ impl McpHost {
                 "endpoint": url,
             })),
             timeout: server.timeout,
+            audit_complete: true,
         })
     }
 }
@@ -378,6 +380,8 @@ pub struct Connection {
     events: Events,
     confinement: Option<Value>,
     timeout: Duration,
+    /// Whether the last drain read every Landlock denial ([`ConfinedChild::audit_barrier`]).
+    audit_complete: bool,
 }
 
 /// Why a call failed, and whether the session is unusable after it.
@@ -391,6 +395,12 @@ impl Connection {
     /// How the server is confined (recorded with each output).
     pub fn confinement(&self) -> Option<&Value> {
         self.confinement.as_ref()
+    }
+
+    /// Whether the last [`Connection::drain`] read every Landlock denial: `false` when
+    /// some may be missing, which the call's confinement record then says.
+    pub fn audit_complete(&self) -> bool {
+        self.audit_complete
     }
 
     /// `tools/list`, every page.
@@ -454,11 +464,12 @@ impl Connection {
         }
     }
 
-    /// Kernel denials and protocol refusals since the last drain.
+    /// Kernel denials and protocol refusals since the last drain (whether Landlock's
+    /// were all read: [`Connection::audit_complete`]).
     pub fn drain(&mut self) -> Vec<KernelEvent> {
         let mut out: Vec<KernelEvent> = Vec::new();
         if let Some(child) = &self.child {
-            child.audit_barrier();
+            self.audit_complete = child.audit_barrier();
         }
         if let Some(rx) = &self.denied {
             for d in rx.try_iter() {
@@ -712,7 +723,12 @@ impl ToolRunner for McpRun<'_> {
         };
         let called = conn.call(&self.rt, tool, action.params.clone());
         kernel.extend(conn.drain());
-        let confinement = conn.confinement().cloned();
+        let mut confinement = conn.confinement().cloned();
+        if !conn.audit_complete()
+            && let Some(c) = confinement.as_mut().and_then(Value::as_object_mut)
+        {
+            c.insert("denial_audit".into(), json!(knox_sandbox::AUDIT_INCOMPLETE));
+        }
         let output = match called {
             Ok(result) => serde_json::to_value(&result).unwrap_or_else(
                 |e| json!({"error": format!("the result does not serialize: {e}")}),

@@ -493,6 +493,12 @@ fn read_loop(reader: &File, tap: &std::sync::Weak<Tap>) {
 }
 
 impl Tap {
+    /// The kernel's count of audit records lost (backlog full or rate limit), when
+    /// it can be read.
+    pub(crate) fn lost(&self) -> Option<u32> {
+        self.control.status().map(|s| s.lost).ok()
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -126,6 +126,8 @@ pub struct ConfinedChild {
     timeout: Duration,
     limits: Limits,
     reaped: bool,
+    /// The kernel's lost-record count at the last audit barrier (`u64::MAX`: unknown).
+    audit_lost: std::sync::atomic::AtomicU64,
 }
 
 /// Writes the tool's input. What fits in an empty pipe is written at once, without
@@ -215,7 +217,15 @@ impl ConfinedChild {
             timeout: config.timeout,
             limits: limits.clone(),
             reaped: false,
+            audit_lost: std::sync::atomic::AtomicU64::new(u64::MAX),
         };
+        if child.landlock_audited()
+            && let Some(lost) = crate::audit::running().and_then(|t| t.lost())
+        {
+            child
+                .audit_lost
+                .store(u64::from(lost), std::sync::atomic::Ordering::Release);
+        }
         (child, stdin, kept)
     }
 
@@ -257,13 +267,23 @@ impl ConfinedChild {
     /// Landlock's audit records arrive after the calls that caused them: waits
     /// (bounded) until those of what the tool did so far have been read and sent
     /// to [`ConfinedChild::denied_events`], so that draining the stream next
-    /// yields them. Does nothing when Landlock's denials are not audited.
-    pub fn audit_barrier(&self) {
-        if self.landlock_audited()
-            && let Some(tap) = crate::audit::running()
-        {
-            let _ = tap.barrier();
+    /// yields them. `false` when they may not all be there: the barrier did not
+    /// come back in time, the reader overflowed, or the kernel lost audit records
+    /// since the last barrier (its `lost` counter moved). `true` when every record
+    /// is read, or when Landlock's denials are not audited at all.
+    pub fn audit_barrier(&self) -> bool {
+        if !self.landlock_audited() {
+            return true;
         }
+        let Some(tap) = crate::audit::running() else {
+            return false;
+        };
+        let back = tap.barrier();
+        let lost = tap.lost().map_or(u64::MAX, u64::from);
+        let before = self
+            .audit_lost
+            .swap(lost, std::sync::atomic::Ordering::AcqRel);
+        back && lost != u64::MAX && before == lost
     }
 
     /// Kills the tool and everything it started (its cgroup, and its process group).

@@ -59,6 +59,12 @@ pub struct WorkerReply {
     /// System calls denied between the previous response and this request (the
     /// worker acted while idle); not attributable to any request.
     pub idle_denied: Vec<DeniedSyscall>,
+    /// Whether `denied` and `idle_denied` hold every denial Landlock's audit
+    /// recorded ([`ConfinedChild::audit_barrier`]): `false` when records may be
+    /// missing (a barrier not back in time, records lost by the kernel or the
+    /// reader); `true` too when Landlock's denials are not audited.
+    #[serde(default = "complete")]
+    pub audit_complete: bool,
     /// Limits hit while this request was being served: refused forks and OOM
     /// kills counted by the cgroup during the call, the call's timeout, and the
     /// caps that ended the worker if it died.
@@ -69,6 +75,10 @@ pub struct WorkerReply {
     pub exited: Option<Outcome>,
     /// Wall-clock time of the call.
     pub elapsed: Duration,
+}
+
+fn complete() -> bool {
+    true
 }
 
 /// A confined worker process. Dropping it kills its tree.
@@ -129,14 +139,14 @@ impl Worker {
         let child = self.child.as_ref().ok_or(SandboxError::WorkerExited)?;
         let before = child.cgroup_counters();
         let started = Instant::now();
-        self.audit_barrier();
+        let idle_complete = self.audit_barrier();
         let idle_denied = self.drain_events();
         self.calls += 1;
         let exchange = match self.pending_output()? {
             Some(failure) => Exchange::Failed(failure),
             None => self.exchange(&wire, started + timeout, timeout)?,
         };
-        self.audit_barrier();
+        let call_complete = self.audit_barrier();
         let mut denied = self.drain_events();
         let mut limit_hits = self.cgroup_hits(before);
         let (response, exited) = match exchange {
@@ -155,6 +165,7 @@ impl Worker {
             response,
             denied,
             idle_denied,
+            audit_complete: idle_complete && call_complete,
             limit_hits,
             exited,
             elapsed: started.elapsed(),
@@ -181,15 +192,8 @@ impl Worker {
 
     /// Landlock's records arrive after the calls that caused them: waits until
     /// those of this request have been read (and streamed) before draining.
-    fn audit_barrier(&self) {
-        if self
-            .child
-            .as_ref()
-            .is_some_and(ConfinedChild::landlock_audited)
-            && let Some(tap) = crate::audit::running()
-        {
-            let _ = tap.barrier();
-        }
+    fn audit_barrier(&self) -> bool {
+        self.child.as_ref().is_none_or(ConfinedChild::audit_barrier)
     }
 
     fn drain_events(&self) -> Vec<DeniedSyscall> {

@@ -1039,14 +1039,28 @@ async fn ui_runs(
     .await)
 }
 
+/// `?view=graph`: the run page's graph alone, open.
+#[derive(Debug, Deserialize, Default)]
+#[serde(default)]
+struct RunView {
+    view: Option<String>,
+}
+
 async fn ui_run(
     State(app): State<App>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     d: Result<Path<String>, PathRejection>,
+    v: Result<Query<RunView>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     ui_page!(app, method, uri, headers, |p| async {
+        let Query(v) = v.map_err(|e| Refusal::Bad(e.body_text()))?;
+        let graph_only = match v.view.as_deref() {
+            None | Some("" | "story") => false,
+            Some("graph") => true,
+            Some(o) => return Err(Refusal::Bad(format!("view `{o}`: story or graph"))),
+        };
         let run = visible_run(&app, &p, &path_param(d)?).await?;
         let (_, bytes) = app
             .store
@@ -1102,6 +1116,7 @@ async fn ui_run(
                 inclusion: inclusion.as_ref(),
                 same_run_id: &same,
                 chain: chain.as_ref(),
+                graph_only,
             },
         )))
     }
@@ -1465,10 +1480,13 @@ async fn ui_live(
     .await)
 }
 
-/// `?since=STATUS`.
+/// `?since=STATUS&seen=N`.
 #[derive(Debug, Deserialize)]
 struct Since {
+    /// The status the page shows.
     since: String,
+    /// The node lines the page shows, when it shows them: a new one answers too.
+    seen: Option<i64>,
 }
 
 /// The most 200 ms waits of a long poll (20 s).
@@ -1486,10 +1504,12 @@ async fn ui_live_status(
         let Query(q) = q.map_err(|e| Refusal::Bad(e.body_text()))?;
         let id = path_param(d)?;
         // A long poll: answers as soon as the status differs from the one the page
-        // shows, or after LONG_POLL_TICKS.
+        // shows, or a node line arrived that it does not show, or after LONG_POLL_TICKS.
         let mut run = visible_live(&app, &p, &id).await?;
         for _ in 0..LONG_POLL_TICKS {
-            if run.status(auth::now(), app.live_stale_secs) != q.since {
+            if run.status(auth::now(), app.live_stale_secs) != q.since
+                || q.seen.is_some_and(|n| n != run.received)
+            {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;

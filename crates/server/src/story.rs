@@ -9,7 +9,10 @@
 
 use knox_types::aeg::{Node, NodeKind};
 use knox_types::apm::Apm;
-use knox_types::payload::{BlockedPayload, CheckPayload, InterruptPayload, KernelEvent};
+use knox_types::payload::{
+    BlockedPayload, CheckDetail, CheckPayload, ContractOutcome, InterruptPayload, KernelEvent,
+    ProofOfInferencePayload,
+};
 
 /// The longest argument or output text shown in full on a page; longer ones are cut
 /// (the node's canonical JSON, one click away, has all of it).
@@ -76,6 +79,10 @@ pub struct Proposal {
     pub checks: Vec<Check>,
     /// The `tool_output` node and what the tool returned (compact JSON, cut).
     pub output: Option<(u64, String)>,
+    /// What the guards recorded that a reader needs beside the decision: a
+    /// regulation's verdict and deciding policies, the contract's capability, approval
+    /// and reservation, a data flow's sources.
+    pub notes: Vec<String>,
     /// What the kernel denied while the tool ran.
     pub denials: Vec<Denial>,
 }
@@ -205,6 +212,7 @@ fn proposal(n: &Node) -> Proposal {
         decision: Decision::Pending,
         checks: Vec::new(),
         output: None,
+        notes: Vec::new(),
         denials: Vec::new(),
     }
 }
@@ -215,6 +223,7 @@ fn answer(p: &mut Proposal, n: &Node) {
         NodeKind::Check => {
             if let Some(c) = n.payload.check() {
                 p.checks.push(check(n.seq, c));
+                p.notes.extend(note(&c.detail));
             }
         }
         NodeKind::ToolOutput => {
@@ -254,6 +263,53 @@ fn check(seq: u64, c: &CheckPayload) -> Check {
     }
 }
 
+/// What a check's detail says that the decision alone does not.
+fn note(d: &CheckDetail) -> Option<String> {
+    match d {
+        CheckDetail::Regulation {
+            verdict,
+            policies,
+            note,
+            ..
+        } if verdict != "not_applicable" => {
+            let mut s = format!("regulation: {}", verdict.replace('_', "-"));
+            if !policies.is_empty() {
+                s += &format!(" ({})", policies.join(", "));
+            }
+            if let Some(n) = note {
+                s += &format!(" — {n}");
+            }
+            Some(s)
+        }
+        CheckDetail::Contract(c) => {
+            let outcome = match c.outcome {
+                ContractOutcome::Allow => "allowed",
+                ContractOutcome::Pending => "pending a human approval",
+                ContractOutcome::Deny => "denied",
+            };
+            let mut s = format!("contract: {outcome}");
+            if let Some(cap) = &c.capability {
+                s += &format!(", capability {cap}");
+            }
+            if let Some(n) = &c.approval_nonce {
+                s += &format!(", approval {n} consumed");
+            }
+            if let Some(r) = c.reservation {
+                s += &format!(", reservation {r}");
+            }
+            if let Some(r) = &c.reason {
+                s += &format!(" — {r}");
+            }
+            Some(s)
+        }
+        CheckDetail::DataFlow { content, .. } if !content.is_empty() => Some(format!(
+            "data flow: reaches the content of {} earlier output(s)",
+            content.len()
+        )),
+        _ => None,
+    }
+}
+
 fn denial(seq: u64, k: &KernelEvent) -> Denial {
     let what = match (&k.syscall, &k.detail) {
         (Some(s), Some(d)) => format!("{s}: {d}"),
@@ -276,6 +332,22 @@ fn event(n: &Node) -> Event {
             .get::<InterruptPayload>()
             .map(|i| i.cause.as_str().to_owned())
             .unwrap_or_default(),
+        NodeKind::ProofOfInference => n
+            .payload
+            .get::<ProofOfInferencePayload>()
+            .map(|m| {
+                let role = serde_json::to_value(&m.role)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                let how = match (&m.weights_hash, m.declared) {
+                    (Some(h), _) => format!("weights {}", h.to_hex()),
+                    (None, true) => "declared, not measured".to_owned(),
+                    (None, false) => "not measured".to_owned(),
+                };
+                format!("{role}: {} ({how})", m.model)
+            })
+            .unwrap_or_default(),
         _ => n.block_reason.clone().unwrap_or_default(),
     };
     Event {
@@ -286,22 +358,63 @@ fn event(n: &Node) -> Event {
     }
 }
 
+/// What a start-up probe is denied with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeArg {
+    /// A system call without a pointer argument: nothing decoded.
+    Nothing,
+    /// Exactly this decoded argument.
+    Exact(&'static str),
+    /// Landlock's refusal to read the process's own `/proc/PID/FILE` (its pid is the
+    /// event's): this file of no other process.
+    OwnProcRead(&'static str),
+}
+
+/// One documented start-up probe of a runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    /// The runtime that makes it.
+    pub runtime: &'static str,
+    /// The system call.
+    pub syscall: &'static str,
+    /// What it is denied with.
+    pub arg: ProbeArg,
+}
+
 /// The documented start-up probes of the runtimes tool servers run on: what a runtime
 /// does when it starts, whatever the tool, and the sandbox denies. Each entry is exact
-/// (a system call and the one argument it is denied with, or the system call alone
-/// where it takes no path or address), so a call's own denial never reads as one.
-/// docs/server.md lists them.
-pub const STARTUP_PROBES: &[(&str, &str, Option<&str>)] = &[
-    // V8 asks for a memory protection key at start; seccomp denies `pkey_alloc`.
-    ("node", "pkey_alloc", None),
-    // glibc's name service asks nscd first: a connect to its socket, denied by the
-    // sandbox's network rules, before falling back to files.
-    (
-        "glibc (python, node)",
-        "connect",
-        Some("/var/run/nscd/socket"),
-    ),
-    ("glibc (python, node)", "connect", Some("/run/nscd/socket")),
+/// — the system call and the argument it is denied with — so a call's own denial never
+/// reads as one: a connect to any other socket, an open of any other path or of
+/// another process's file, stays a denial of the call. docs/server.md lists them.
+pub const STARTUP_PROBES: &[Probe] = &[
+    // V8 asks for a memory protection key when it starts; seccomp denies `pkey_alloc`
+    // (it has no pointer argument to decode).
+    Probe {
+        runtime: "node (V8)",
+        syscall: "pkey_alloc",
+        arg: ProbeArg::Nothing,
+    },
+    // glibc's name service asks nscd first, a connect to its socket that the sandbox's
+    // network rules deny, then falls back to files.
+    Probe {
+        runtime: "glibc name service",
+        syscall: "connect",
+        arg: ProbeArg::Exact("unix:/var/run/nscd/socket"),
+    },
+    // glibc's `pthread_getattr_np` on the main thread (Python and Node ask it for
+    // their stack's bounds at start) reads the process's own memory map, which the
+    // sandbox's Landlock rules do not grant.
+    Probe {
+        runtime: "glibc stack bounds",
+        syscall: "openat",
+        arg: ProbeArg::OwnProcRead("maps"),
+    },
+    // The same record when Landlock's audit carried no system call record.
+    Probe {
+        runtime: "glibc stack bounds",
+        syscall: "landlock",
+        arg: ProbeArg::OwnProcRead("maps"),
+    },
 ];
 
 /// The runtime whose documented start-up probe `k` is ([`STARTUP_PROBES`]).
@@ -312,12 +425,214 @@ pub fn startup_probe(k: &KernelEvent) -> Option<&'static str> {
     let syscall = k.syscall.as_deref()?;
     STARTUP_PROBES
         .iter()
-        .find(|(_, s, arg)| {
-            *s == syscall
-                && match arg {
-                    None => k.detail.is_none(),
-                    Some(a) => k.detail.as_deref() == Some(*a),
+        .find(|p| {
+            p.syscall == syscall
+                && match p.arg {
+                    ProbeArg::Nothing => k.detail.is_none(),
+                    ProbeArg::Exact(a) => k.detail.as_deref() == Some(a),
+                    ProbeArg::OwnProcRead(file) => k.pid.is_some_and(|pid| {
+                        k.detail.as_deref().is_some_and(|d| {
+                            d.starts_with(&format!(
+                                "landlock fs.read_file: path=/proc/{pid}/{file} "
+                            ))
+                        })
+                    }),
                 }
         })
-        .map(|(runtime, _, _)| *runtime)
+        .map(|p| p.runtime)
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+mod tests {
+    use super::*;
+    use knox_types::payload::Body;
+
+    const FIXTURES: [&[u8]; 3] = [
+        include_bytes!("../../verify/tests/fixtures/topologies/st-sa.json"),
+        include_bytes!("../../verify/tests/fixtures/topologies/mt-sa-int-3.json"),
+        include_bytes!("../../verify/tests/fixtures/topologies/mt-ma-4-2.json"),
+    ];
+
+    /// The proposal a node answers, found by walking its parents (the oracle).
+    fn call_of(nodes: &[Node], mut seq: u64) -> Option<u64> {
+        loop {
+            let n = nodes.iter().find(|n| n.seq == seq)?;
+            if n.kind == NodeKind::ToolCall {
+                return Some(seq);
+            }
+            seq = n.parent?;
+        }
+    }
+
+    /// Every `tool_call` is one proposal, in order; every check, output and block is
+    /// told with the proposal it answers; a proposal is blocked exactly when a guard's
+    /// `blocked` node answers it, and executed when it has an output; the prompt and
+    /// plan are the APM's.
+    #[test]
+    fn each_proposal_is_told_with_what_answered_it() {
+        for bytes in FIXTURES {
+            let b = knox_verify::parse_bundle(bytes).unwrap();
+            let story = tell(Some(&b.apm), &b.nodes);
+            let calls: Vec<u64> = b
+                .nodes
+                .iter()
+                .filter(|n| n.kind == NodeKind::ToolCall)
+                .map(|n| n.seq)
+                .collect();
+            let told: Vec<u64> = story.proposals.iter().map(|p| p.seq).collect();
+            assert_eq!(told, calls);
+            for p in &story.proposals {
+                let answers: Vec<&Node> = b
+                    .nodes
+                    .iter()
+                    .filter(|n| {
+                        n.kind != NodeKind::ToolCall && call_of(&b.nodes, n.seq) == Some(p.seq)
+                    })
+                    .collect();
+                let checks = answers.iter().filter(|n| n.kind == NodeKind::Check).count();
+                assert_eq!(p.checks.len(), checks, "{}", p.seq);
+                let blocked = answers.iter().any(|n| {
+                    n.kind == NodeKind::Blocked
+                        && n.payload
+                            .get::<BlockedPayload>()
+                            .is_ok_and(|x| x.kernel.as_ref().is_none_or(|k| k.event == "refusal"))
+                });
+                let output = answers.iter().any(|n| n.kind == NodeKind::ToolOutput);
+                match &p.decision {
+                    Decision::Blocked { guard, reason } => {
+                        assert!(blocked, "{}", p.seq);
+                        assert!(!guard.is_empty() && !reason.is_empty());
+                        assert!(p.checks.iter().any(|c| !c.passed && &c.guard == guard));
+                    }
+                    Decision::Executed => assert!(output && !blocked, "{}", p.seq),
+                    Decision::Pending => assert!(!output && !blocked, "{}", p.seq),
+                }
+            }
+            assert!(
+                story.blocked() > 0,
+                "every fixture has a blocked injected call"
+            );
+            let prompt: Vec<&str> = b.apm.tasks.iter().map(|t| t.instruction.as_str()).collect();
+            assert_eq!(story.prompt, prompt);
+            assert_eq!(story.plan.len(), b.apm.agents.len());
+        }
+    }
+
+    /// A prefix (a live run) ends in a proposal with no outcome yet.
+    #[test]
+    fn a_prefix_ends_in_a_pending_proposal() {
+        let b = knox_verify::parse_bundle(FIXTURES[0]).unwrap();
+        let last = b
+            .nodes
+            .iter()
+            .rposition(|n| n.kind == NodeKind::ToolCall)
+            .unwrap();
+        let story = tell(None, &b.nodes[..=last]);
+        assert_eq!(story.proposals.last().unwrap().decision, Decision::Pending);
+        assert!(story.prompt.is_empty());
+    }
+
+    fn event(event: &str, syscall: Option<&str>, detail: Option<&str>) -> KernelEvent {
+        KernelEvent {
+            event: event.into(),
+            syscall: syscall.map(str::to_owned),
+            nr: None,
+            pid: Some(7),
+            args: vec![],
+            detail: detail.map(str::to_owned),
+        }
+    }
+
+    /// Only the documented probes, exactly, read as start-up: another socket, another
+    /// call on the same path, or a limit stays the call's.
+    #[test]
+    fn only_the_documented_probes_are_start_up() {
+        let nscd = "unix:/var/run/nscd/socket";
+        assert_eq!(
+            startup_probe(&event("syscall", Some("pkey_alloc"), None)),
+            Some("node (V8)")
+        );
+        assert_eq!(
+            startup_probe(&event("syscall", Some("connect"), Some(nscd))),
+            Some("glibc name service")
+        );
+        let own = "landlock fs.read_file: path=/proc/7/maps dev=\"proc\" ino=4026532";
+        assert_eq!(
+            startup_probe(&event("syscall", Some("openat"), Some(own))),
+            Some("glibc stack bounds")
+        );
+        for other in [
+            // Another process's map, another file of its own, a write.
+            event(
+                "syscall",
+                Some("openat"),
+                Some("landlock fs.read_file: path=/proc/8/maps dev=\"proc\" ino=1"),
+            ),
+            event(
+                "syscall",
+                Some("openat"),
+                Some("landlock fs.read_file: path=/proc/7/mapsx dev=\"proc\" ino=1"),
+            ),
+            event(
+                "syscall",
+                Some("openat"),
+                Some("landlock fs.read_file: path=/proc/7/environ dev=\"proc\" ino=1"),
+            ),
+            event(
+                "syscall",
+                Some("openat"),
+                Some("landlock fs.write_file: path=/proc/7/maps dev=\"proc\" ino=1"),
+            ),
+            event("syscall", Some("pkey_alloc"), Some("anything")),
+            event(
+                "syscall",
+                Some("connect"),
+                Some("unix:/var/run/nscd/socket2"),
+            ),
+            event("syscall", Some("connect"), Some("127.0.0.1:443")),
+            event("syscall", Some("connect"), None),
+            event("syscall", Some("openat"), Some("/var/run/nscd/socket")),
+            event("limit", Some("pkey_alloc"), None),
+            event("refusal", None, Some(nscd)),
+        ] {
+            assert_eq!(startup_probe(&other), None, "{other:?}");
+        }
+        // In a story: the probe is told apart, the other denial is the call's.
+        let b = knox_verify::parse_bundle(FIXTURES[0]).unwrap();
+        let mut nodes = b.nodes.clone();
+        let call = nodes
+            .iter()
+            .find(|n| n.kind == NodeKind::ToolCall)
+            .unwrap()
+            .seq;
+        let next = nodes.len() as u64;
+        for (i, k) in [
+            event("syscall", Some("pkey_alloc"), None),
+            event("syscall", Some("openat"), Some("/etc/shadow")),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut n = nodes[usize::try_from(call).unwrap()].clone();
+            n.seq = next + i as u64;
+            n.parent = Some(call);
+            n.kind = NodeKind::Blocked;
+            n.allowed = false;
+            n.payload = Body::from(BlockedPayload {
+                guard: knox_types::payload::GuardKind::Kernel,
+                kernel: Some(k),
+            });
+            nodes.push(n);
+        }
+        let story = tell(None, &nodes);
+        assert_eq!(story.denials(), (1, 1));
+        let p = story.proposals.iter().find(|p| p.seq == call).unwrap();
+        assert_eq!(p.denials[0].startup, Some("node (V8)"));
+        assert_eq!(p.denials[1].startup, None);
+        assert!(
+            !matches!(p.decision, Decision::Blocked { .. }),
+            "kernel denials do not decide"
+        );
+    }
 }

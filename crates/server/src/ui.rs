@@ -30,6 +30,7 @@ svg text{font-size:11px;font-family:monospace} .offending-label{fill:#cf222e;fon
 #timeline td{vertical-align:top} #timeline tr.blocked{background:#fff5f5} #timeline details pre{max-width:40em}
 .reason{color:#cf222e} .check{font-size:.8em;color:#1a7f37;white-space:nowrap} .check.failed{color:#cf222e;font-weight:700}
 .startup{color:#6e7781;font-size:.85em} .denied{color:#cf222e;font-size:.85em} code.args{font-size:.85em}
+.note{font-size:.8em;color:#57606a;margin-top:.2em}
 ";
 
 const NODE_JS: &str = r#"
@@ -37,6 +38,7 @@ document.querySelectorAll('svg .node, a.node-link').forEach(function(g){g.addEve
  var d=document.getElementById('node-detail');d.textContent='loading node '+g.dataset.seq+'…';
  fetch(g.dataset.href,{credentials:'same-origin'}).then(function(r){return r.text()}).then(function(t){d.textContent=t});
 });});
+if(location.hash==='#graph'){var gd=document.getElementById('graph');if(gd){gd.open=true;}}
 var m=location.hash.match(/^#node-([0-9]+)$/);
 if(m){var g=document.querySelector('a.node-link[data-seq="'+m[1]+'"]')||document.querySelector('svg .node[data-seq="'+m[1]+'"]');if(g){g.dispatchEvent(new Event('click'));}}
 "#;
@@ -179,6 +181,8 @@ pub struct RunPage<'a> {
     pub same_run_id: &'a [RunRow],
     /// The chain of runs of the key that signed it, as handed over (format v3).
     pub chain: Option<&'a crate::chains::KeyChain>,
+    /// The graph alone, open (`?view=graph`), instead of the story.
+    pub graph_only: bool,
 }
 
 /// The AEG as SVG, readable at any size: check nodes collapsed into their proposal
@@ -341,7 +345,8 @@ pub fn timeline(s: &Story, node_href: Option<&str>) -> Markup {
                         td { @if p.args.len() > 60 {
                                 details { summary { code { (p.args.chars().take(60).collect::<String>()) "…" } } pre { (p.args) } }
                             } @else { code { (p.args) } } }
-                        td { (decision(&p.decision)) }
+                        td { (decision(&p.decision))
+                            @for n in &p.notes { div.note { (n) } } }
                         td.checks { @for c in &p.checks {
                             span.check.failed[!c.passed] title=(c.detail) { (c.guard) @if c.passed { " ✓" } @else { " ✗" } } " "
                         } }
@@ -425,11 +430,14 @@ pub fn run(who: &Principal, p: &RunPage<'_>) -> Markup {
             }
         }
         @if let Some(b) = p.bundle {
-            @let story = crate::story::tell(Some(&b.apm), &b.nodes);
-            (asked(&story))
-            (timeline(&story, Some(&format!("/runs/{}/nodes/", r.digest))))
+            @if !p.graph_only {
+                @let story = crate::story::tell(Some(&b.apm), &b.nodes);
+                (asked(&story))
+                (timeline(&story, Some(&format!("/runs/{}/nodes/", r.digest))))
+            }
             pre #node-detail { "Click a node number for its canonical JSON and its inclusion proof against the signed structure root." }
-            details #graph {
+            p.hw { @if p.graph_only { a href={ "/runs/" (r.digest) } { "The run as a story" } } @else { a href={ "/runs/" (r.digest) "?view=graph" } { "The graph alone" } } }
+            details #graph open[p.graph_only] {
                 summary { "Execution graph (AEG): " (b.nodes.len()) " nodes, check nodes folded into their proposal" }
                 p.hw { "Click a node for its canonical JSON and its inclusion proof." }
                 div.card style="overflow:auto;max-height:80vh" { (aeg_svg(&r.digest, b, r.offending_node, r.reason.as_deref())) }
@@ -690,13 +698,18 @@ pub fn live_list(rows: &[(LiveRun, String)]) -> Markup {
 /// answers when the status changes) and shows the change; at most 100 polls.
 const LIVE_JS: &str = r#"
 (function(){var el=document.getElementById('live-status');if(!el)return;var n=0;
-function poll(){if(n++>100||el.dataset.status!=='in progress')return;
- fetch(location.pathname+'/status?since='+encodeURIComponent(el.dataset.status),{credentials:'same-origin'})
+var seen=el.dataset.received;
+function refresh(){fetch(location.pathname,{credentials:'same-origin'}).then(function(r){return r.text()}).then(function(t){
+  var d=new DOMParser().parseFromString(t,'text/html');var a=d.getElementById('live-timeline'),b=document.getElementById('live-timeline');
+  if(a&&b){b.innerHTML=a.innerHTML;}}).catch(function(){});}
+function poll(){if(n++>1000||el.dataset.status!=='in progress')return;
+ fetch(location.pathname+'/status?since='+encodeURIComponent(el.dataset.status)+'&seen='+seen,{credentials:'same-origin'})
  .then(function(r){return r.json()}).then(function(s){
   el.dataset.status=s.status;el.textContent=s.status;el.className='badge '+s.class;
   document.getElementById('live-counts').textContent=s.run.verified+' nodes verified of '+s.run.received+' received';
   if(s.run.reason){document.getElementById('live-reason').textContent=s.run.reason;}
   if(s.run.bundle){var a=document.getElementById('sealed');a.href='/runs/'+s.run.bundle;a.textContent=s.run.bundle;}
+  if(String(s.run.received)!==String(seen)){seen=s.run.received;refresh();}
   poll();}).catch(function(){});}
 poll();})();
 "#;
@@ -721,7 +734,7 @@ pub fn live(
 ) -> Markup {
     let body = html! {
         div.card {
-            p { "Status: " span.badge.(live_class(status)) #live-status data-status=(status) { (status) } }
+            p { "Status: " span.badge.(live_class(status)) #live-status data-status=(status) data-received=(run.received) { (status) } }
             p { "Provider " (run.provider_name) ", run " code { (run.run_id) } ", first delivery " (when(run.started_at)) "." }
             p #live-counts { (run.verified) " nodes verified of " (run.received) " received" }
             @if run.conflicts > 0 { p { (run.conflicts) " deliveries contradicted a stored line; both are kept." } }

@@ -158,8 +158,10 @@ fn blocked_by(b: &Bundle, guard: &str) -> Option<Value> {
 
 /// The kernel's refusal of the server's open of `file`: the call's recorded output is
 /// the server's `EACCES` (never the file's content), and, when Landlock's audit was
-/// read for that call, a `kernel` blocked node names the file. Under `CI`, with the
-/// audit switched on by the test, it must have been read.
+/// read completely for that call, a `kernel` blocked node names the file (when the
+/// call's confinement record declares the audit incomplete — records the kernel lost,
+/// a barrier not back in time — the absence is declared). Under `CI`, with the audit
+/// switched on by the test, it must have been read.
 fn kernel_denied(b: &Bundle, file: &Path, audit: Option<&super::support::AuditOn>) {
     let name = file.file_name().unwrap().to_str().unwrap();
     let all = nodes(b);
@@ -170,7 +172,13 @@ fn kernel_denied(b: &Bundle, file: &Path, audit: Option<&super::support::AuditOn
     let text = output["payload"]["output"].to_string();
     assert!(text.contains("EACCES") && !text.contains(CANARY), "{text}");
     let read = &output["payload"]["confinement"]["layers"]["enforced_by"]["denial-audit"];
-    if read == "landlock" {
+    let incomplete = &output["payload"]["confinement"]["denial_audit"];
+    if read == "landlock" && incomplete.is_string() {
+        // The evidence says the audit of this call may be missing records (a barrier
+        // not back in time on a loaded machine, records the kernel lost): the denial
+        // is the server's EACCES, and the record's absence is declared, not hidden.
+        eprintln!("NOTE: the call's audit is declared incomplete: {incomplete}");
+    } else if read == "landlock" {
         let kernel: Vec<&Value> = all
             .iter()
             .filter(|n| n["kind"] == "blocked" && n["payload"]["guard"] == "kernel")

@@ -13,12 +13,19 @@
 
 use super::common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{BUNDLE, JOURNAL, LIVE_BUNDLE, Served, serve, tampered};
 use knox_attest::PartyKey;
 use knox_server::client::Client;
+
+#[path = "../../benches/common/big_run.rs"]
+mod big;
+
+/// A user's manifest run under HIPAA: one disclosure compliant and executed, one
+/// non-compliant and blocked (how it was made: tests/fixtures/README.md).
+const REGULATED: &[u8] = include_bytes!("../fixtures/regulated-clinic.json");
 
 fn chromium() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("KNOX_TEST_CHROMIUM") {
@@ -148,8 +155,21 @@ fn a_live_run_is_watched_until_it_completes_in_a_real_browser() {
     acme.deliver(&rest).unwrap();
     let sealed = acme.submit(LIVE_BUNDLE).unwrap();
     let dom = page.join().unwrap();
-    // The page's script saw the status change: complete, all 64 nodes, the bundle linked.
+    // The page's script saw the status change: complete, all 64 nodes, the bundle linked,
+    // and the timeline grew to every proposal of the sealed run (the page was drawn with
+    // the first 20 nodes).
     assert!(dom.contains("data-status=\"complete\""), "{dom}");
+    let sealed_bundle = knox_verify::parse_bundle(LIVE_BUNDLE).unwrap();
+    let proposals = sealed_bundle
+        .nodes
+        .iter()
+        .filter(|n| n.kind == knox_types::aeg::NodeKind::ToolCall)
+        .count();
+    let timeline = dom.split("id=\"live-timeline\"").nth(1).unwrap_or_default();
+    assert!(
+        timeline.contains(&format!("{proposals} proposal(s)")),
+        "the live timeline did not grow to {proposals} proposals:\n{timeline}"
+    );
     assert!(dom.contains("64 nodes verified of 64 received"), "{dom}");
     assert!(
         dom.contains(&format!("href=\"/runs/{}\"", sealed.digest)),
@@ -203,4 +223,173 @@ fn the_exit_report_pdf_button_gives_the_report_as_pdf() {
         "{text}"
     );
     assert!(text.contains("Incidents"), "{text}");
+}
+
+/// A page as the server serves it to the regulator's session (no browser).
+fn served_page(s: &Served, path: &str) -> String {
+    let link = Client::new(&s.base, PartyKey::from_seed(s.people.cnil.0.seed()))
+        .unwrap()
+        .login()
+        .unwrap();
+    let token = link.split_once("token=").unwrap().1;
+    let mut resp = ureq::get(&format!("{}{path}", s.base))
+        .header(
+            "cookie",
+            &format!("{}={token}", knox_server::auth::SESSION_COOKIE),
+        )
+        .call()
+        .unwrap();
+    resp.body_mut()
+        .with_config()
+        .limit(1 << 30)
+        .read_to_string()
+        .unwrap()
+}
+
+/// A screenshot of `url` (1280 pixels wide, `height` high) written to `out`: a PNG.
+fn screenshot(browser: &PathBuf, url: &str, out: &Path, height: u32) {
+    let profile = tempfile::tempdir().unwrap();
+    let o = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-extensions",
+            "--hide-scrollbars",
+            // Drawn when loaded (the pages are rendered by the server): no virtual
+            // time, which a live page's long poll would hold up.
+            "--run-all-compositor-stages-before-draw",
+        ])
+        .arg(format!("--window-size=1280,{height}"))
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--screenshot={}", out.display()))
+        .arg(url)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let png = std::fs::read(out).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000,
+        "{}: {} bytes",
+        out.display(),
+        png.len()
+    );
+}
+
+/// The run page tells a run's story — the prompt, then each proposal with its tool,
+/// arguments, guards and decision, a block's guard and reason, a regulation's verdict
+/// — for a blocked attack, a regulated disclosure and a run of 10,000 nodes (its graph
+/// folded and drawn in full), and the live page tells it as it grows. Each page is
+/// pictured: into `KNOX_SCREENSHOTS` when set (`KNOX_SCREENSHOTS=docs` writes the
+/// pictures of docs/server.md), else a temporary folder.
+#[test]
+fn the_run_and_live_pages_tell_what_happened_and_are_pictured() {
+    let Some(browser) = chromium() else { return };
+    let kept = tempfile::tempdir().unwrap();
+    let dir = std::env::var_os("KNOX_SCREENSHOTS").map_or_else(
+        || kept.path().to_owned(),
+        |d| Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(d),
+    );
+    let s = serve(&common::sqlite_url());
+    let acme = Client::new(&s.base, PartyKey::from_seed(s.people.acme.0.seed())).unwrap();
+
+    // A live run in progress: the first 21 lines of a journal (its header and 20
+    // nodes), its page told from them.
+    let lines: Vec<&[u8]> = JOURNAL.split_inclusive(|&b| b == b'\n').collect();
+    let started = acme.deliver(&lines[..21].concat()).unwrap();
+    let id = started.run.live_id;
+    let calls = lines[1..21]
+        .iter()
+        .filter(|l| {
+            serde_json::from_slice::<serde_json::Value>(l).is_ok_and(|n| n["kind"] == "tool_call")
+        })
+        .count();
+    // As served: in a browser its script long-polls for the next line, which a
+    // headless dump would wait on.
+    let dom = served_page(&s, &format!("/live/{id}"));
+    assert!(dom.contains("data-status=\"in progress\""), "{dom}");
+    assert!(dom.contains("What the user asked"), "{dom}");
+    let timeline = dom.split("id=\"live-timeline\"").nth(1).unwrap_or_default();
+    assert_eq!(timeline.matches("id=\"call-").count(), calls, "{timeline}");
+    screenshot(
+        &browser,
+        &login_to(&s, &format!("/live/{id}")),
+        &dir.join("server-live.png"),
+        900,
+    );
+
+    let attack = acme.submit(BUNDLE).unwrap().digest;
+    let dom = dump_dom(&browser, &login_to(&s, &format!("/runs/{attack}")));
+    assert!(dom.contains("What the user asked"), "{dom}");
+    assert!(dom.contains("id=\"timeline\""), "{dom}");
+    assert!(dom.contains("blocked by trajectory"), "{dom}");
+    assert!(dom.contains("AugustSmartLockGrantGuestAccess"), "{dom}");
+    screenshot(
+        &browser,
+        &login_to(&s, &format!("/runs/{attack}")),
+        &dir.join("server-run-attack.png"),
+        1250,
+    );
+
+    let regulated = acme.submit(REGULATED).unwrap();
+    assert_eq!(regulated.outcome, "complete");
+    let dom = dump_dom(
+        &browser,
+        &login_to(&s, &format!("/runs/{}", regulated.digest)),
+    );
+    assert!(
+        dom.contains("Send my record to Dr Okafor and to AdReach"),
+        "{dom}"
+    );
+    assert!(dom.contains("blocked by regulation"), "{dom}");
+    assert!(
+        dom.contains("regulation: compliant (hipaa-164.506-c2-treatment)"),
+        "{dom}"
+    );
+    assert!(dom.contains("2 proposal(s), 1 blocked"), "{dom}");
+    screenshot(
+        &browser,
+        &login_to(&s, &format!("/runs/{}", regulated.digest)),
+        &dir.join("server-run-regulated.png"),
+        900,
+    );
+
+    let started = std::time::Instant::now();
+    let (bytes, nodes) = big::big_run();
+    assert!(nodes >= 10_000, "{nodes} nodes");
+    let big = acme.submit(&bytes).unwrap().digest;
+    eprintln!(
+        "the big run: {nodes} nodes, made and submitted in {:?}",
+        started.elapsed()
+    );
+    // The story, as served (the page is the same in a browser: no script builds it).
+    let page = served_page(&s, &format!("/runs/{big}"));
+    assert!(page.contains("1650 proposal(s), 150 blocked"), "timeline");
+    assert_eq!(page.matches("id=\"call-").count(), 1650);
+    // The graph alone (`?view=graph`): open, without the timeline; every node but the
+    // checks drawn, each check counted on its proposal, none left out.
+    let graph = dump_dom(&browser, &login_to(&s, &format!("/runs/{big}?view=graph")));
+    assert!(
+        !graph.contains("id=\"timeline\""),
+        "the timeline is left out"
+    );
+    assert!(
+        graph.contains("<details id=\"graph\" open"),
+        "the graph is open"
+    );
+    let drawn = graph.matches("<g class=\"node").count();
+    let checks = graph.matches(" checks)").count();
+    assert!(
+        drawn > 3_000 && drawn < nodes,
+        "{drawn} of {nodes} nodes drawn"
+    );
+    assert!(checks >= 1_650, "{checks} proposals with folded checks");
+    assert!(!graph.contains("Only the first"), "every node is drawn");
+    screenshot(
+        &browser,
+        &login_to(&s, &format!("/runs/{big}?view=graph")),
+        &dir.join("server-run-10000.png"),
+        1000,
+    );
 }
