@@ -24,8 +24,8 @@ pub struct ApiError {
     pub error: String,
 }
 
-/// `POST /api/runs`: what the submission became.
-#[derive(Debug, Serialize, ToSchema)]
+/// `POST /api/runs`: what the submission became (the API client reads it back).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, ToSchema)]
 pub struct Submitted {
     /// SHA-256 of the submitted bytes, hex: the run's name in every other path.
     pub digest: String,
@@ -38,7 +38,7 @@ pub struct Submitted {
     /// Whether these bytes were already stored (nothing changed).
     pub duplicate: bool,
     /// Where the submission sits in the transparency log, with its proof.
-    pub inclusion: Option<Inclusion>,
+    pub inclusion: Inclusion,
 }
 
 /// `GET /api/runs/{digest}`: a run, what its evidence blocked and decided, the

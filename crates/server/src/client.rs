@@ -6,7 +6,6 @@ use knox_attest::PartyKey;
 use serde::Deserialize;
 
 use crate::auth::Signed;
-use crate::tlog::Inclusion;
 
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
@@ -43,22 +42,8 @@ pub(crate) fn agent() -> ureq::Agent {
     )
 }
 
-/// What `submit` returns for one submission.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Submitted {
-    /// SHA-256 of the bytes.
-    pub digest: String,
-    /// Run id.
-    pub run_id: String,
-    /// The store's verification outcome.
-    pub outcome: String,
-    /// Why, when not complete.
-    pub reason: Option<String>,
-    /// Whether these bytes were already stored.
-    pub duplicate: bool,
-    /// Inclusion proof in the transparency log.
-    pub inclusion: Inclusion,
-}
+/// What `submit` returns for one submission: the API's answer.
+pub use crate::api::Submitted;
 
 /// A client signing as one principal.
 #[derive(Debug)]

@@ -433,7 +433,13 @@ async fn submit(app: &App, p: &Principal, body: &Bytes) -> Result<Response, Refu
     let inclusion = app
         .store
         .inclusion(&ingested.run.digest, &app.log_key, auth::now())
-        .await?;
+        .await?
+        .ok_or_else(|| {
+            Refusal::Store(StoreError::Corrupt(format!(
+                "submission {} is stored but not in the log",
+                ingested.run.digest
+            )))
+        })?;
     let status = if ingested.duplicate {
         StatusCode::OK
     } else {

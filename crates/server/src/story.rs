@@ -302,10 +302,58 @@ fn note(d: &CheckDetail) -> Option<String> {
             }
             Some(s)
         }
-        CheckDetail::DataFlow { content, .. } if !content.is_empty() => Some(format!(
-            "data flow: reaches the content of {} earlier output(s)",
-            content.len()
-        )),
+        CheckDetail::DataFlow {
+            sinks,
+            content,
+            provenance,
+            ..
+        } => {
+            // What each value carries: the outputs it came from (its labels), those
+            // the plan clears, and what ran.
+            let nodes = |v: &[u64]| {
+                v.iter()
+                    .map(|n| format!("#{n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let mut parts: Vec<String> = provenance
+                .iter()
+                .filter(|a| !a.sources.is_empty())
+                .map(|a| {
+                    format!(
+                        "`{}` carries {} (cleared: {}), {}",
+                        a.param,
+                        nodes(&a.sources),
+                        if a.cleared.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            nodes(&a.cleared)
+                        },
+                        a.ran
+                    )
+                })
+                .collect();
+            parts.extend(sinks.iter().filter_map(|k| {
+                k.source.map(|src| {
+                    let how = if k.authorized {
+                        "authorized"
+                    } else {
+                        "not authorized"
+                    };
+                    format!("`{}` from output #{src}, {how}", k.param)
+                })
+            }));
+            parts.extend(content.iter().map(|c| {
+                let how = if c.declared { "declared" } else { "undeclared" };
+                format!(
+                    "output #{} reaches {} ({}, {how})",
+                    c.source,
+                    c.params.join(", "),
+                    c.via
+                )
+            }));
+            (!parts.is_empty()).then(|| format!("data flow: {}", parts.join("; ")))
+        }
         _ => None,
     }
 }
