@@ -1119,3 +1119,97 @@ async fn a_fact_filter_lists_the_same_runs_walked_or_sorted(url: String) {
         assert_eq!((page.total, page.rows.len()), (0, 0), "{other}");
     }
 }
+
+/// A store of schema v8 with runs is upgraded to v9 with their facts filled in: its
+/// runs are found by a blocked tool, a guard and a model substring, and counted.
+#[tokio::test]
+async fn a_sqlite_store_of_schema_v8_is_upgraded_with_its_runs_facts_filled_in() {
+    let url = format!("{}?mode=rwc", common::sqlite_url());
+    sqlx::any::install_default_drivers();
+    {
+        let pool = sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&url)
+            .await
+            .unwrap();
+        let mut v8 = Store::migrator(knox_server::store::Engine::Sqlite);
+        v8.migrations = std::borrow::Cow::Owned(v8.migrations[..8].to_vec());
+        v8.run(&pool).await.unwrap();
+        let mut sql = vec![
+            "INSERT INTO principals (key_id, public_key, role, name) VALUES ('k', 'pk', 'provider', 'acme')".to_owned(),
+        ];
+        for i in 0..3 {
+            sql.push(format!(
+                "INSERT INTO objects (digest, kind, bytes, size, stored_at) VALUES ('d{i}', 'bundle', X'7b7d', 2, 1)"
+            ));
+            sql.push(format!(
+                "INSERT INTO runs (digest, provider, run_id, kind, outcome, platform, hardware_backed, \
+                 nodes, tool_calls, executed, blocked, interrupts, flagged, report, log_index, submitted_at) \
+                 VALUES ('d{i}', 'k', 'run-{i}', 'bundle', 'complete', 'simulated', 0, 5, 1, 0, 1, 0, 0, '{{}}', {i}, {})",
+                100 + i
+            ));
+            sql.push(format!(
+                "INSERT INTO run_models (digest, ordinal, model) VALUES ('d{i}', 0, 'model-{}')",
+                if i == 0 { "alpha" } else { "beta" }
+            ));
+        }
+        // Two blocked actions of one run by the same guard: one fact row.
+        for (d, node, tool, guard) in [
+            ("d0", 3, "BankTransfer", "trajectory"),
+            ("d0", 4, "BankTransfer", "trajectory"),
+            ("d2", 3, "SendEmail", "data_flow"),
+        ] {
+            sql.push(format!(
+                "INSERT INTO blocked_actions (digest, node, agent, tool, guard, reason) \
+                 VALUES ('{d}', {node}, 'agent-0', '{tool}', '{guard}', 'r')"
+            ));
+        }
+        for q in sql {
+            sqlx::query(&q).execute(&pool).await.unwrap();
+        }
+        pool.close().await;
+    }
+    let store = Store::open(&url).await.unwrap();
+    let providers = ["k".to_owned()];
+    let ids = |f: RunFilter| {
+        let store = &store;
+        let providers = &providers;
+        async move {
+            let page = store.runs_page(providers, &f, 10).await.unwrap();
+            let ids: Vec<String> = page.rows.iter().map(|r| r.run_id.clone()).collect();
+            assert_eq!(page.total as usize, ids.len());
+            ids
+        }
+    };
+    assert_eq!(ids(RunFilter::default()).await, ["run-2", "run-1", "run-0"]);
+    let tool = RunFilter {
+        tool: Some("BankTransfer".into()),
+        ..RunFilter::default()
+    };
+    assert_eq!(ids(tool).await, ["run-0"]);
+    let guard = RunFilter {
+        guard: Some("data_flow".into()),
+        ..RunFilter::default()
+    };
+    assert_eq!(ids(guard).await, ["run-2"]);
+    // `model-` is held by two stored values (read as a substring), `alph` by one.
+    let models = RunFilter {
+        model: Some("model-".into()),
+        ..RunFilter::default()
+    };
+    assert_eq!(ids(models).await, ["run-2", "run-1", "run-0"]);
+    let alpha = RunFilter {
+        model: Some("alph".into()),
+        ..RunFilter::default()
+    };
+    assert_eq!(ids(alpha).await, ["run-0"]);
+    // The facts are append-only like the rows they come from.
+    assert!(store.execute_raw("DELETE FROM run_facts").await.is_err());
+    assert!(
+        store
+            .execute_raw("UPDATE run_facts SET value = 'x'")
+            .await
+            .is_err()
+    );
+    store.close().await;
+}
