@@ -343,17 +343,55 @@ fn html(m: maud::Markup) -> Response {
         .into_response()
 }
 
-/// Runs a signed-API handler: authenticate, then `f`, then log.
-macro_rules! signed_api {
-    ($app:ident, $method:ident, $uri:ident, $headers:ident, $body:expr, |$p:ident| $f:expr) => {{
-        match signed(&$app, &$method, &$uri, &$headers, $body).await {
-            Err((who, e)) => finish(&$app, who.as_deref(), &$method, &$uri, Err(e)).await,
-            Ok($p) => {
-                let r: Result<Response, Refusal> = $f;
-                finish(&$app, Some(&$p.key_id), &$method, &$uri, r).await
-            }
+/// A signed API request whose signature held: who made it, and what answering and
+/// logging it needs. As an extractor it reads the body, which the signature covers, so
+/// it comes last; a request whose signature does not hold is refused, answered and
+/// logged by the extractor itself (its handler never runs).
+struct SignedCall {
+    app: App,
+    caller: Principal,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl axum::extract::FromRequest<App> for SignedCall {
+    type Rejection = Response;
+
+    async fn from_request(req: axum::extract::Request, app: &App) -> Result<Self, Response> {
+        let method = req.method().clone();
+        let uri = req.uri().clone();
+        let headers = req.headers().clone();
+        let body = <Bytes as axum::extract::FromRequest<App>>::from_request(req, app)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        match signed(app, &method, &uri, &headers, &body).await {
+            Err((who, e)) => Err(finish(app, who.as_deref(), &method, &uri, Err(e)).await),
+            Ok(caller) => Ok(Self {
+                app: app.clone(),
+                caller,
+                method,
+                uri,
+                headers,
+                body,
+            }),
         }
-    }};
+    }
+}
+
+impl SignedCall {
+    /// Logs the request with its caller and what it was answered, and answers it.
+    async fn answer(&self, r: Result<Response, Refusal>) -> Response {
+        finish(
+            &self.app,
+            Some(&self.caller.key_id),
+            &self.method,
+            &self.uri,
+            r,
+        )
+        .await
+    }
 }
 
 /// Runs a UI handler: session, then `f`, then log.
@@ -388,17 +426,9 @@ macro_rules! ui_page {
         (status = 403, description = "Not a provider, or bytes another provider submitted", body = ApiError),
     ),
     security(("knox_key" = [], "knox_time" = [], "knox_nonce" = [], "knox_signature" = [])))]
-async fn api_submit(
-    State(app): State<App>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    signed_api!(app, method, uri, headers, &body, |p| submit(
-        &app, &p, &body
-    )
-    .await)
+async fn api_submit(call: SignedCall) -> Response {
+    let r = submit(&call.app, &call.caller, &call.body).await;
+    call.answer(r).await
 }
 
 async fn submit(app: &App, p: &Principal, body: &Bytes) -> Result<Response, Refusal> {
@@ -470,27 +500,20 @@ async fn submit(app: &App, p: &Principal, body: &Bytes) -> Result<Response, Refu
     ),
     security(("knox_key" = [], "knox_time" = [], "knox_nonce" = [], "knox_signature" = [])))]
 async fn api_runs(
-    State(app): State<App>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
     q: Result<Query<RunFilter>, axum::extract::rejection::QueryRejection>,
+    call: SignedCall,
 ) -> Response {
-    signed_api!(app, method, uri, headers, b"", |p| {
-        match q {
-            Err(e) => Err(Refusal::Bad(e.body_text())),
-            Ok(Query(f)) => {
-                async {
-                    let providers = app.store.visible_providers(&p).await?;
-                    let page = app.store.runs_page(&providers, &f, page_size(&f)).await?;
-                    let mut resp = json(&page.rows)?;
-                    paged(&mut resp, &uri, &f, &page);
-                    Ok(resp)
-                }
-                .await
-            }
-        }
-    })
+    let (app, p) = (&call.app, &call.caller);
+    let r = async {
+        let Query(f) = q.map_err(|e| Refusal::Bad(e.body_text()))?;
+        let providers = app.store.visible_providers(p).await?;
+        let page = app.store.runs_page(&providers, &f, page_size(&f)).await?;
+        let mut resp = json(&page.rows)?;
+        paged(&mut resp, &call.uri, &f, &page);
+        Ok(resp)
+    }
+    .await;
+    call.answer(r).await
 }
 
 #[utoipa::path(get, path = "/api/runs/{digest}", tag = "runs",
@@ -503,15 +526,10 @@ async fn api_runs(
         (status = 404, description = "No such run, or not the caller's to see", body = ApiError),
     ),
     security(("knox_key" = [], "knox_time" = [], "knox_nonce" = [], "knox_signature" = [])))]
-async fn api_run(
-    State(app): State<App>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    d: Result<Path<String>, PathRejection>,
-) -> Response {
-    signed_api!(app, method, uri, headers, b"", |p| async {
-        let run = visible_run(&app, &p, &path_param(d)?).await?;
+async fn api_run(d: Result<Path<String>, PathRejection>, call: SignedCall) -> Response {
+    let (app, p) = (&call.app, &call.caller);
+    let r = async {
+        let run = visible_run(app, p, &path_param(d)?).await?;
         let inclusion = app
             .store
             .inclusion(&run.digest, &app.log_key, auth::now())
@@ -524,7 +542,8 @@ async fn api_run(
             run,
         })
     }
-    .await)
+    .await;
+    call.answer(r).await
 }
 
 async fn evidence(app: &App, p: &Principal, d: &str) -> Result<Response, Refusal> {
@@ -560,17 +579,9 @@ async fn evidence(app: &App, p: &Principal, d: &str) -> Result<Response, Refusal
         (status = 404, description = "No such run, or not the caller's to see", body = ApiError),
     ),
     security(("knox_key" = [], "knox_time" = [], "knox_nonce" = [], "knox_signature" = [])))]
-async fn api_evidence(
-    State(app): State<App>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    d: Result<Path<String>, PathRejection>,
-) -> Response {
-    signed_api!(app, method, uri, headers, b"", |p| async {
-        evidence(&app, &p, &path_param(d)?).await
-    }
-    .await)
+async fn api_evidence(d: Result<Path<String>, PathRejection>, call: SignedCall) -> Response {
+    let r = async { evidence(&call.app, &call.caller, &path_param(d)?).await }.await;
+    call.answer(r).await
 }
 
 #[utoipa::path(post, path = "/api/runs/{digest}/receipts", tag = "runs",
@@ -586,49 +597,36 @@ async fn api_evidence(
         (status = 404, description = "No such run, or not the caller's to see", body = ApiError),
     ),
     security(("knox_key" = [], "knox_time" = [], "knox_nonce" = [], "knox_signature" = [])))]
-async fn api_receipt(
-    State(app): State<App>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    d: Result<Path<String>, PathRejection>,
-    body: Bytes,
-) -> Response {
-    signed_api!(app, method, uri, headers, &body, |p| {
-        async {
-            if p.role != Role::Regulator {
-                return Err(Refusal::Forbidden("only regulators issue receipts"));
-            }
-            let run = visible_run(&app, &p, &path_param(d)?).await?;
-            let (_, bundle) = app
-                .store
-                .object(&run.digest)
-                .await?
-                .ok_or(Refusal::NotFound)?;
-            let checked = knox_verify::receipt::check(&body, &bundle)
-                .map_err(|e| Refusal::Bad(format!("receipt: {e}")))?;
-            if checked.regulator.to_hex() != p.key_id {
-                return Err(Refusal::Bad(
-                    "the receipt is signed by another key than the requester's".into(),
-                ));
-            }
-            let digest = app
-                .store
-                .add_receipt(
-                    &run.digest,
-                    &p,
-                    &body,
-                    &checked.predicate.result,
-                    auth::now(),
-                )
-                .await?;
-            json(&ReceiptStored {
-                receipt: digest,
-                head: app.store.head(&app.log_key, auth::now()).await?,
-            })
+async fn api_receipt(d: Result<Path<String>, PathRejection>, call: SignedCall) -> Response {
+    let (app, p, body) = (&call.app, &call.caller, &call.body);
+    let r = async {
+        if p.role != Role::Regulator {
+            return Err(Refusal::Forbidden("only regulators issue receipts"));
         }
-        .await
-    })
+        let run = visible_run(app, p, &path_param(d)?).await?;
+        let (_, bundle) = app
+            .store
+            .object(&run.digest)
+            .await?
+            .ok_or(Refusal::NotFound)?;
+        let checked = knox_verify::receipt::check(body, &bundle)
+            .map_err(|e| Refusal::Bad(format!("receipt: {e}")))?;
+        if checked.regulator.to_hex() != p.key_id {
+            return Err(Refusal::Bad(
+                "the receipt is signed by another key than the requester's".into(),
+            ));
+        }
+        let digest = app
+            .store
+            .add_receipt(&run.digest, p, body, &checked.predicate.result, auth::now())
+            .await?;
+        json(&ReceiptStored {
+            receipt: digest,
+            head: app.store.head(&app.log_key, auth::now()).await?,
+        })
+    }
+    .await;
+    call.answer(r).await
 }
 
 #[utoipa::path(post, path = "/api/session", tag = "session",
@@ -639,25 +637,23 @@ async fn api_receipt(
         (status = 401, description = "No valid signature", body = ApiError),
     ),
     security(("knox_key" = [], "knox_time" = [], "knox_nonce" = [], "knox_signature" = [])))]
-async fn api_session(
-    State(app): State<App>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    signed_api!(app, method, uri, headers, &body, |p| async {
+async fn api_session(call: SignedCall) -> Response {
+    let r = async {
         let mut t = [0u8; 32];
         getrandom::fill(&mut t).map_err(|e| Refusal::Bad(format!("no randomness: {e}")))?;
         let token = hex::encode(t);
         let expires = auth::now() + auth::SESSION_SECS;
-        app.store.create_session(&p.key_id, &token, expires).await?;
+        call.app
+            .store
+            .create_session(&call.caller.key_id, &token, expires)
+            .await?;
         json(&SessionIssued {
             login: format!("/login?token={token}"),
             expires,
         })
     }
-    .await)
+    .await;
+    call.answer(r).await
 }
 
 #[utoipa::path(get, path = "/api/access-log", tag = "session",
@@ -669,19 +665,15 @@ async fn api_session(
         (status = 403, description = "Not a regulator", body = ApiError),
     ),
     security(("knox_key" = [], "knox_time" = [], "knox_nonce" = [], "knox_signature" = [])))]
-async fn api_access_log(
-    State(app): State<App>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Response {
-    signed_api!(app, method, uri, headers, b"", |p| async {
-        if p.role != Role::Regulator {
+async fn api_access_log(call: SignedCall) -> Response {
+    let r = async {
+        if call.caller.role != Role::Regulator {
             return Err(Refusal::Forbidden("only regulators read the access log"));
         }
-        json(&app.store.access_log(LIST_LIMIT).await?)
+        json(&call.app.store.access_log(LIST_LIMIT).await?)
     }
-    .await)
+    .await;
+    call.answer(r).await
 }
 
 #[utoipa::path(get, path = "/api/log/head", tag = "log",
@@ -1330,17 +1322,15 @@ async fn ui_report(
     ),
     security(("knox_key" = [], "knox_time" = [], "knox_nonce" = [], "knox_signature" = [])))]
 async fn api_report(
-    State(app): State<App>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
     q: Result<Query<ReportQuery>, axum::extract::rejection::QueryRejection>,
+    call: SignedCall,
 ) -> Response {
-    signed_api!(app, method, uri, headers, b"", |p| async {
+    let r = async {
         let Query(q) = q.map_err(|e| Refusal::Bad(e.body_text()))?;
-        report_page(&app, &p, q, &headers).await
+        report_page(&call.app, &call.caller, q, &call.headers).await
     }
-    .await)
+    .await;
+    call.answer(r).await
 }
 
 async fn ui_access(
@@ -1397,17 +1387,9 @@ async fn ui_log(State(app): State<App>, method: Method, uri: Uri, headers: Heade
         (status = 403, description = "Not a provider", body = ApiError),
     ),
     security(("knox_key" = [], "knox_time" = [], "knox_nonce" = [], "knox_signature" = [])))]
-async fn api_live(
-    State(app): State<App>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    signed_api!(app, method, uri, headers, &body, |p| deliver(
-        &app, &p, &body
-    )
-    .await)
+async fn api_live(call: SignedCall) -> Response {
+    let r = deliver(&call.app, &call.caller, &call.body).await;
+    call.answer(r).await
 }
 
 async fn deliver(app: &App, p: &Principal, body: &Bytes) -> Result<Response, Refusal> {
@@ -1454,19 +1436,15 @@ async fn visible_live(app: &App, p: &Principal, id: &str) -> Result<live::LiveRu
         (status = 404, description = "No such live run, or not the caller's to see", body = ApiError),
     ),
     security(("knox_key" = [], "knox_time" = [], "knox_nonce" = [], "knox_signature" = [])))]
-async fn api_live_run(
-    State(app): State<App>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    d: Result<Path<String>, PathRejection>,
-) -> Response {
-    signed_api!(app, method, uri, headers, b"", |p| async {
-        let run = visible_live(&app, &p, &path_param(d)?).await?;
+async fn api_live_run(d: Result<Path<String>, PathRejection>, call: SignedCall) -> Response {
+    let (app, p) = (&call.app, &call.caller);
+    let r = async {
+        let run = visible_live(app, p, &path_param(d)?).await?;
         let status = run.status(auth::now(), app.live_stale_secs).to_owned();
         json(&LiveStatus { run, status })
     }
-    .await)
+    .await;
+    call.answer(r).await
 }
 
 async fn ui_live(
