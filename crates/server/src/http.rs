@@ -394,24 +394,61 @@ impl SignedCall {
     }
 }
 
-/// Runs a UI handler: session, then `f`, then log.
-macro_rules! ui_page {
-    ($app:ident, $method:ident, $uri:ident, $headers:ident, |$p:ident| $f:expr) => {{
-        match session(&$app, &$headers).await {
+/// A web UI request with a valid session: who is signed in, and what answering and
+/// logging it needs. Without a valid session the extractor answers the sign-in page
+/// (401) and logs the refusal itself (its handler never runs).
+struct SessionCall {
+    app: App,
+    caller: Principal,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+}
+
+impl axum::extract::FromRequestParts<App> for SessionCall {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        app: &App,
+    ) -> Result<Self, Response> {
+        let (method, uri, headers) = (
+            parts.method.clone(),
+            parts.uri.clone(),
+            parts.headers.clone(),
+        );
+        match session(app, &headers).await {
             Err(e) => {
                 let page = ui::refusal(
                     "Sign in",
                     "No valid session. Run `knox login --to URL --key YOUR.key` and open the link it prints.",
                 );
-                let _ = finish(&$app, None, &$method, &$uri, Err(e)).await;
-                (StatusCode::UNAUTHORIZED, html(page)).into_response()
+                let _ = finish(app, None, &method, &uri, Err(e)).await;
+                Err((StatusCode::UNAUTHORIZED, html(page)).into_response())
             }
-            Ok($p) => {
-                let r: Result<Response, Refusal> = $f;
-                finish(&$app, Some(&$p.key_id), &$method, &$uri, r).await
-            }
+            Ok(caller) => Ok(Self {
+                app: app.clone(),
+                caller,
+                method,
+                uri,
+                headers,
+            }),
         }
-    }};
+    }
+}
+
+impl SessionCall {
+    /// Logs the request with its caller and what it was answered, and answers it.
+    async fn answer(&self, r: Result<Response, Refusal>) -> Response {
+        finish(
+            &self.app,
+            Some(&self.caller.key_id),
+            &self.method,
+            &self.uri,
+            r,
+        )
+        .await
+    }
 }
 
 #[utoipa::path(post, path = "/api/runs", tag = "runs",
@@ -995,31 +1032,26 @@ async fn chains_of(
     Ok(out)
 }
 
-async fn ui_dashboard(
-    State(app): State<App>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Response {
-    ui_page!(app, method, uri, headers, |p| async {
-        let providers = app.store.visible_providers(&p).await?;
-        let d = dashboard_of(&app, &providers, &RunFilter::default()).await?;
-        let c = chains_of(&app, &providers, i64::MAX).await?;
-        Ok(html(ui::dashboard(&p, &d, &c)))
+async fn ui_dashboard(call: SessionCall) -> Response {
+    let (app, p) = (&call.app, &call.caller);
+    let r: Result<Response, Refusal> = async {
+        let providers = app.store.visible_providers(p).await?;
+        let d = dashboard_of(app, &providers, &RunFilter::default()).await?;
+        let c = chains_of(app, &providers, i64::MAX).await?;
+        Ok(html(ui::dashboard(p, &d, &c)))
     }
-    .await)
+    .await;
+    call.answer(r).await
 }
 
 async fn ui_runs(
-    State(app): State<App>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
     q: Result<Query<RunFilter>, axum::extract::rejection::QueryRejection>,
+    call: SessionCall,
 ) -> Response {
-    ui_page!(app, method, uri, headers, |p| async {
+    let (app, p) = (&call.app, &call.caller);
+    let r: Result<Response, Refusal> = async {
         let Query(f) = q.map_err(|e| Refusal::Bad(e.body_text()))?;
-        let providers = app.store.visible_providers(&p).await?;
+        let providers = app.store.visible_providers(p).await?;
         let page = app.store.runs_page(&providers, &f, page_size(&f)).await?;
         let now = auth::now();
         let live: Vec<(live::LiveRun, String)> = app
@@ -1032,9 +1064,10 @@ async fn ui_runs(
                 (r, status)
             })
             .collect();
-        Ok(html(ui::runs(&p, &f, &page, &live)))
+        Ok(html(ui::runs(p, &f, &page, &live)))
     }
-    .await)
+    .await;
+    call.answer(r).await
 }
 
 /// `?view=graph`: the run page's graph alone, open.
@@ -1045,21 +1078,19 @@ struct RunView {
 }
 
 async fn ui_run(
-    State(app): State<App>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
     d: Result<Path<String>, PathRejection>,
     v: Result<Query<RunView>, axum::extract::rejection::QueryRejection>,
+    call: SessionCall,
 ) -> Response {
-    ui_page!(app, method, uri, headers, |p| async {
+    let (app, p) = (&call.app, &call.caller);
+    let r: Result<Response, Refusal> = async {
         let Query(v) = v.map_err(|e| Refusal::Bad(e.body_text()))?;
         let graph_only = match v.view.as_deref() {
             None | Some("" | "story") => false,
             Some("graph") => true,
             Some(o) => return Err(Refusal::Bad(format!("view `{o}`: story or graph"))),
         };
-        let run = visible_run(&app, &p, &path_param(d)?).await?;
+        let run = visible_run(app, p, &path_param(d)?).await?;
         let (_, bytes) = app
             .store
             .object(&run.digest)
@@ -1077,7 +1108,7 @@ async fn ui_run(
             .store
             .inclusion(&run.digest, &app.log_key, auth::now())
             .await?;
-        let providers = app.store.visible_providers(&p).await?;
+        let providers = app.store.visible_providers(p).await?;
         let same: Vec<RunRow> = app
             .store
             .runs(
@@ -1104,7 +1135,7 @@ async fn ui_run(
             None => None,
         };
         Ok(html(ui::run(
-            &p,
+            p,
             &ui::RunPage {
                 run: &run,
                 bundle: bundle.as_ref(),
@@ -1118,32 +1149,21 @@ async fn ui_run(
             },
         )))
     }
-    .await)
+    .await;
+    call.answer(r).await
 }
 
-async fn ui_download(
-    State(app): State<App>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    d: Result<Path<String>, PathRejection>,
-) -> Response {
-    ui_page!(app, method, uri, headers, |p| async {
-        evidence(&app, &p, &path_param(d)?).await
-    }
-    .await)
+async fn ui_download(d: Result<Path<String>, PathRejection>, call: SessionCall) -> Response {
+    let (app, p) = (&call.app, &call.caller);
+    let r: Result<Response, Refusal> = async { evidence(app, p, &path_param(d)?).await }.await;
+    call.answer(r).await
 }
 
-async fn ui_node(
-    State(app): State<App>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    ds: Result<Path<(String, String)>, PathRejection>,
-) -> Response {
-    ui_page!(app, method, uri, headers, |p| async {
+async fn ui_node(ds: Result<Path<(String, String)>, PathRejection>, call: SessionCall) -> Response {
+    let (app, p) = (&call.app, &call.caller);
+    let r: Result<Response, Refusal> = async {
         let Path((d, seq)) = ds.map_err(|e| Refusal::Bad(e.body_text()))?;
-        let run = visible_run(&app, &p, &d).await?;
+        let run = visible_run(app, p, &d).await?;
         if seq.is_empty() || seq.len() > 19 || !seq.bytes().all(|b| b.is_ascii_digit()) {
             return Err(Refusal::Bad("a node is a sequence number".into()));
         }
@@ -1159,7 +1179,8 @@ async fn ui_node(
         let proof = knox_verify::proof::prove(&bundle, seq).map_err(|_| Refusal::NotFound)?;
         json(&proof)
     }
-    .await)
+    .await;
+    call.answer(r).await
 }
 
 /// `?provider=&from=&to=` (Unix seconds).
@@ -1297,17 +1318,16 @@ fn to_i64(v: u64) -> i64 {
 }
 
 async fn ui_report(
-    State(app): State<App>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
     q: Result<Query<ReportQuery>, axum::extract::rejection::QueryRejection>,
+    call: SessionCall,
 ) -> Response {
-    ui_page!(app, method, uri, headers, |p| async {
+    let (app, p, headers) = (&call.app, &call.caller, &call.headers);
+    let r: Result<Response, Refusal> = async {
         let Query(q) = q.map_err(|e| Refusal::Bad(e.body_text()))?;
-        report_page(&app, &p, q, &headers).await
+        report_page(app, p, q, headers).await
     }
-    .await)
+    .await;
+    call.answer(r).await
 }
 
 #[utoipa::path(get, path = "/api/report", tag = "runs",
@@ -1333,22 +1353,19 @@ async fn api_report(
     call.answer(r).await
 }
 
-async fn ui_access(
-    State(app): State<App>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Response {
-    ui_page!(app, method, uri, headers, |p| async {
+async fn ui_access(call: SessionCall) -> Response {
+    let (app, p) = (&call.app, &call.caller);
+    let r: Result<Response, Refusal> = async {
         if p.role != Role::Regulator {
             return Err(Refusal::Forbidden("only regulators read the access log"));
         }
         Ok(html(ui::access(
-            &p,
+            p,
             &app.store.access_log(LIST_LIMIT).await?,
         )))
     }
-    .await)
+    .await;
+    call.answer(r).await
 }
 
 fn log_vkey(app: &App) -> String {
@@ -1357,23 +1374,25 @@ fn log_vkey(app: &App) -> String {
         .unwrap_or_default()
 }
 
-async fn ui_log(State(app): State<App>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
-    ui_page!(app, method, uri, headers, |p| {
+async fn ui_log(call: SessionCall) -> Response {
+    let (app, p) = (&call.app, &call.caller);
+    let r: Result<Response, Refusal> = {
         async {
         let head = app.store.head(&app.log_key, auth::now()).await?;
         let body = maud::html! {
             p { "Entries: " (head.tree_size) } p { "Signed root: " code { (head.root) } }
             pre { (serde_json::to_string_pretty(&head).unwrap_or_default()) }
-            p { "Log key (C2SP verifier key): " code { (log_vkey(&app)) } }
+            p { "Log key (C2SP verifier key): " code { (log_vkey(app)) } }
             p { "Auditors: " code { "knox log head --log URL/tlog --log-key VKEY" } " keeps a checkpoint; "
                 code { "knox log verify --from HEAD.txt" } " checks the log still extends it. "
                 "C2SP checkpoint at /tlog/checkpoint, tiles under /tlog/tile/; "
                 "Knox's own heads at /api/log/head, /api/log/consistency?from=N, /api/log/inclusion/DIGEST." }
         };
-        Ok(html(ui::page("Transparency log", Some(&p), body)))
+        Ok(html(ui::page("Transparency log", Some(p), body)))
     }
     .await
-    })
+    };
+    call.answer(r).await
 }
 
 #[utoipa::path(post, path = "/api/live", tag = "live",
@@ -1447,21 +1466,17 @@ async fn api_live_run(d: Result<Path<String>, PathRejection>, call: SignedCall) 
     call.answer(r).await
 }
 
-async fn ui_live(
-    State(app): State<App>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    d: Result<Path<String>, PathRejection>,
-) -> Response {
-    ui_page!(app, method, uri, headers, |p| async {
-        let run = visible_live(&app, &p, &path_param(d)?).await?;
+async fn ui_live(d: Result<Path<String>, PathRejection>, call: SessionCall) -> Response {
+    let (app, p) = (&call.app, &call.caller);
+    let r: Result<Response, Refusal> = async {
+        let run = visible_live(app, p, &path_param(d)?).await?;
         let header = app.store.live_header(&run.live_id).await?;
         let nodes = app.store.live_nodes(&run.live_id).await?;
         let status = run.status(auth::now(), app.live_stale_secs);
-        Ok(html(ui::live(&p, &run, status, header.as_deref(), &nodes)))
+        Ok(html(ui::live(p, &run, status, header.as_deref(), &nodes)))
     }
-    .await)
+    .await;
+    call.answer(r).await
 }
 
 /// `?since=STATUS&seen=N`.
@@ -1477,19 +1492,17 @@ struct Since {
 const LONG_POLL_TICKS: u32 = 100;
 
 async fn ui_live_status(
-    State(app): State<App>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
     d: Result<Path<String>, PathRejection>,
     q: Result<Query<Since>, axum::extract::rejection::QueryRejection>,
+    call: SessionCall,
 ) -> Response {
-    ui_page!(app, method, uri, headers, |p| async {
+    let (app, p) = (&call.app, &call.caller);
+    let r: Result<Response, Refusal> = async {
         let Query(q) = q.map_err(|e| Refusal::Bad(e.body_text()))?;
         let id = path_param(d)?;
         // A long poll: answers as soon as the status differs from the one the page
         // shows, or a node line arrived that it does not show, or after LONG_POLL_TICKS.
-        let mut run = visible_live(&app, &p, &id).await?;
+        let mut run = visible_live(app, p, &id).await?;
         for _ in 0..LONG_POLL_TICKS {
             if run.status(auth::now(), app.live_stale_secs) != q.since
                 || q.seen.is_some_and(|n| n != run.received)
@@ -1497,12 +1510,13 @@ async fn ui_live_status(
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-            run = visible_live(&app, &p, &id).await?;
+            run = visible_live(app, p, &id).await?;
         }
         let status = run.status(auth::now(), app.live_stale_secs).to_owned();
         json(&serde_json::json!({"class": ui::live_class(&status), "status": status, "run": run}))
     }
-    .await)
+    .await;
+    call.answer(r).await
 }
 
 /// Serves `app` on `listener` until the process ends.
