@@ -343,111 +343,88 @@ fn html(m: maud::Markup) -> Response {
         .into_response()
 }
 
-/// A signed API request whose signature held: who made it, and what answering and
-/// logging it needs. As an extractor it reads the body, which the signature covers, so
-/// it comes last; a request whose signature does not hold is refused, answered and
-/// logged by the extractor itself (its handler never runs).
-struct SignedCall {
+/// A request whose caller is checked — by the request's signature ([`SignedCall`], the
+/// API) or by the browser's session ([`SessionCall`], the web UI): who made it, and what
+/// answering and logging it needs. As an extractor it refuses, answers and logs a
+/// request whose caller does not check out itself (its handler never runs).
+struct Checked<By> {
     app: App,
     caller: Principal,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    /// The body the signature covers (empty for a session's request).
     body: Bytes,
+    by: std::marker::PhantomData<By>,
+}
+
+/// Checked by the request's signature; the extractor reads the body, so it comes last.
+struct BySignature;
+/// Checked by the browser's session cookie.
+struct BySession;
+
+type SignedCall = Checked<BySignature>;
+type SessionCall = Checked<BySession>;
+
+impl<By> Checked<By> {
+    fn new(app: &App, caller: Principal, parts: (Method, Uri, HeaderMap), body: Bytes) -> Self {
+        let (method, uri, headers) = parts;
+        Self {
+            app: app.clone(),
+            caller,
+            method,
+            uri,
+            headers,
+            body,
+            by: std::marker::PhantomData,
+        }
+    }
+
+    /// Logs the request with its caller and what it was answered, and answers it.
+    async fn answer(&self, r: Result<Response, Refusal>) -> Response {
+        let who = Some(self.caller.key_id.as_str());
+        finish(&self.app, who, &self.method, &self.uri, r).await
+    }
 }
 
 impl axum::extract::FromRequest<App> for SignedCall {
     type Rejection = Response;
 
     async fn from_request(req: axum::extract::Request, app: &App) -> Result<Self, Response> {
-        let method = req.method().clone();
-        let uri = req.uri().clone();
-        let headers = req.headers().clone();
+        let parts = (
+            req.method().clone(),
+            req.uri().clone(),
+            req.headers().clone(),
+        );
         let body = <Bytes as axum::extract::FromRequest<App>>::from_request(req, app)
             .await
             .map_err(IntoResponse::into_response)?;
-        match signed(app, &method, &uri, &headers, &body).await {
-            Err((who, e)) => Err(finish(app, who.as_deref(), &method, &uri, Err(e)).await),
-            Ok(caller) => Ok(Self {
-                app: app.clone(),
-                caller,
-                method,
-                uri,
-                headers,
-                body,
-            }),
+        match signed(app, &parts.0, &parts.1, &parts.2, &body).await {
+            Err((who, e)) => Err(finish(app, who.as_deref(), &parts.0, &parts.1, Err(e)).await),
+            Ok(caller) => Ok(Self::new(app, caller, parts, body)),
         }
     }
-}
-
-impl SignedCall {
-    /// Logs the request with its caller and what it was answered, and answers it.
-    async fn answer(&self, r: Result<Response, Refusal>) -> Response {
-        finish(
-            &self.app,
-            Some(&self.caller.key_id),
-            &self.method,
-            &self.uri,
-            r,
-        )
-        .await
-    }
-}
-
-/// A web UI request with a valid session: who is signed in, and what answering and
-/// logging it needs. Without a valid session the extractor answers the sign-in page
-/// (401) and logs the refusal itself (its handler never runs).
-struct SessionCall {
-    app: App,
-    caller: Principal,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
 }
 
 impl axum::extract::FromRequestParts<App> for SessionCall {
     type Rejection = Response;
 
     async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
+        req: &mut axum::http::request::Parts,
         app: &App,
     ) -> Result<Self, Response> {
-        let (method, uri, headers) = (
-            parts.method.clone(),
-            parts.uri.clone(),
-            parts.headers.clone(),
-        );
-        match session(app, &headers).await {
+        let parts = (req.method.clone(), req.uri.clone(), req.headers.clone());
+        match session(app, &parts.2).await {
             Err(e) => {
                 let page = ui::refusal(
                     "Sign in",
                     "No valid session. Run `knox login --to URL --key YOUR.key` and open the link it prints.",
                 );
-                let _ = finish(app, None, &method, &uri, Err(e)).await;
+                let _ = finish(app, None, &parts.0, &parts.1, Err(e)).await;
                 Err((StatusCode::UNAUTHORIZED, html(page)).into_response())
             }
-            Ok(caller) => Ok(Self {
-                app: app.clone(),
-                caller,
-                method,
-                uri,
-                headers,
-            }),
+            Ok(caller) => Ok(Self::new(app, caller, parts, Bytes::new())),
         }
-    }
-}
-
-impl SessionCall {
-    /// Logs the request with its caller and what it was answered, and answers it.
-    async fn answer(&self, r: Result<Response, Refusal>) -> Response {
-        finish(
-            &self.app,
-            Some(&self.caller.key_id),
-            &self.method,
-            &self.uri,
-            r,
-        )
-        .await
     }
 }
 
