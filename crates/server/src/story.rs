@@ -114,7 +114,7 @@ pub struct Story {
 }
 
 impl Story {
-    /// Proposals blocked, and of those by the kernel alone.
+    /// How many proposals were blocked (by a guard or the broker).
     pub fn blocked(&self) -> usize {
         self.proposals
             .iter()
