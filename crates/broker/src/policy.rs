@@ -4,10 +4,10 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use knox_sandbox::{Access as KAccess, Limits as KLimits, PathRule, SandboxPolicy};
-use knox_types::apm::{Access, Authorization};
+use knox_types::apm::{Access, Authorization, Endpoint, PathGrant};
 
-/// System calls every worker needs to start: `execve` of the worker binary itself
-/// (the supervisor lets it through only under an execute grant).
+/// System calls every confined program needs to start: `execve` of its own binary (the
+/// supervisor lets it through only under an execute grant).
 pub const LAUNCH: [&str; 1] = ["execve"];
 
 /// An APM access right as the kernel sandbox names it (one mapping for the broker's
@@ -25,27 +25,47 @@ pub fn access(a: Access) -> KAccess {
 
 /// The kernel policy for a worker serving `auth`, running `worker` in `workspace`.
 pub fn from_auth(auth: &Authorization, workspace: &Path, worker: &Path) -> SandboxPolicy {
-    let mut paths: Vec<PathRule> = auth
-        .paths
+    confine(
+        &auth.paths,
+        &auth.endpoints,
+        auth.syscalls.clone(),
+        &auth.limits,
+        worker,
+        workspace,
+    )
+}
+
+/// The kernel policy of one confined program — a broker's worker or an MCP server —
+/// running `program` in `workspace`: the `paths` as granted plus read and execute on
+/// `program` itself, TCP connect to the `endpoints`' ports, the `syscalls` plus
+/// [`LAUNCH`], the `limits`. Nothing else: the one translation of granted needs into
+/// the kernel's terms.
+pub fn confine<'a>(
+    paths: &[PathGrant],
+    endpoints: impl IntoIterator<Item = &'a Endpoint>,
+    mut syscalls: BTreeSet<String>,
+    limits: &knox_types::apm::Limits,
+    program: &Path,
+    workspace: &Path,
+) -> SandboxPolicy {
+    let mut rules: Vec<PathRule> = paths
         .iter()
         .map(|g| PathRule {
             path: PathBuf::from(&g.path),
             access: g.access.iter().copied().map(access).collect(),
         })
         .collect();
-    paths.push(PathRule {
-        path: worker.to_path_buf(),
+    rules.push(PathRule {
+        path: program.to_path_buf(),
         access: [KAccess::Read, KAccess::Execute].into_iter().collect(),
     });
-    let mut syscalls: BTreeSet<String> = auth.syscalls.clone();
-    syscalls.extend(LAUNCH.iter().map(|s| (*s).to_string()));
-    let l = auth.limits;
+    syscalls.extend(LAUNCH.iter().map(|s| (*s).to_owned()));
     SandboxPolicy {
-        paths,
-        tcp_connect_ports: auth.endpoints.iter().map(|e| e.port).collect(),
+        paths: rules,
+        tcp_connect_ports: endpoints.into_iter().map(|e| e.port).collect(),
         tcp_bind_ports: BTreeSet::new(),
         syscalls,
-        limits: kernel_limits(&l),
+        limits: kernel_limits(limits),
         workspace: workspace.to_path_buf(),
         min_landlock_abi: None,
         degraded: BTreeSet::new(),

@@ -1,22 +1,19 @@
 //! From a stdio server's needs to the kernel policy its process runs under.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use knox_broker::policy::access;
-use knox_sandbox::{Access as KAccess, PathRule, Profile, SandboxPolicy};
+use knox_broker::policy::confine;
+use knox_sandbox::{Profile, SandboxPolicy};
 
 use crate::McpError;
 use crate::config::{Needs, default_limits};
 
-/// System calls every server needs to start: `execve` of its own program (the
-/// supervisor lets it through only under an execute grant).
-pub const LAUNCH: [&str; 1] = ["execve"];
-
 /// The kernel policy of a server running `program` in `workspace` under `needs`:
 /// the runtime baseline, the needs' families and system calls, the needs' paths
 /// plus read and execute on the program, TCP connect to the needs' endpoint ports,
-/// the needs' limits. Nothing else.
+/// the needs' limits (`knox_broker::policy::confine`, the broker's translation).
+/// Nothing else.
 pub fn policy(needs: &Needs, program: &Path, workspace: &Path) -> Result<SandboxPolicy, McpError> {
     let sandbox = |e: knox_sandbox::ProfileError| McpError::Sandbox(e.to_string());
     let mut syscalls: BTreeSet<String> = Profile::runtime().map_err(sandbox)?.syscalls().clone();
@@ -30,30 +27,15 @@ pub fn policy(needs: &Needs, program: &Path, workspace: &Path) -> Result<Sandbox
         );
     }
     syscalls.extend(needs.syscalls.iter().cloned());
-    syscalls.extend(LAUNCH.iter().map(|s| (*s).to_owned()));
-    let mut paths: Vec<PathRule> = needs
-        .paths
-        .iter()
-        .map(|g| PathRule {
-            path: PathBuf::from(&g.path),
-            access: g.access.iter().copied().map(access).collect(),
-        })
-        .collect();
-    paths.push(PathRule {
-        path: program.to_path_buf(),
-        access: [KAccess::Read, KAccess::Execute].into_iter().collect(),
-    });
-    let l = needs.limits.unwrap_or_else(default_limits);
-    let policy = SandboxPolicy {
-        paths,
-        tcp_connect_ports: needs.endpoints.iter().map(|e| e.port).collect(),
-        tcp_bind_ports: BTreeSet::new(),
+    let limits = needs.limits.unwrap_or_else(default_limits);
+    let policy = confine(
+        &needs.paths,
+        &needs.endpoints,
         syscalls,
-        limits: knox_broker::policy::kernel_limits(&l),
-        workspace: workspace.to_path_buf(),
-        min_landlock_abi: None,
-        degraded: BTreeSet::new(),
-    };
+        &limits,
+        program,
+        workspace,
+    );
     policy
         .validate()
         .map_err(|e| McpError::Sandbox(e.to_string()))?;
@@ -64,6 +46,7 @@ pub fn policy(needs: &Needs, program: &Path, workspace: &Path) -> Result<Sandbox
 #[expect(clippy::unwrap_used, reason = "tests")]
 mod tests {
     use super::*;
+    use knox_sandbox::Access as KAccess;
     use knox_types::apm::PathGrant;
 
     #[test]
