@@ -85,6 +85,8 @@ pub struct Proposal {
     pub notes: Vec<String>,
     /// What the kernel denied while the tool ran.
     pub denials: Vec<Denial>,
+    /// Every node of the proposal: its `tool_call` and every node answering it.
+    pub nodes: Vec<u64>,
 }
 
 /// A run-level event: an interrupt or a node that answers no proposal.
@@ -214,11 +216,13 @@ fn proposal(n: &Node) -> Proposal {
         output: None,
         notes: Vec::new(),
         denials: Vec::new(),
+        nodes: vec![n.seq],
     }
 }
 
 /// Adds node `n`, which answers proposal `p`.
 fn answer(p: &mut Proposal, n: &Node) {
+    p.nodes.push(n.seq);
     match n.kind {
         NodeKind::Check => {
             if let Some(c) = n.payload.check() {

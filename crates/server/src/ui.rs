@@ -27,7 +27,8 @@ table{border-collapse:collapse;background:#fff;width:100%} td,th{border-bottom:1
 form.filters input,form.filters select{margin-right:.5em} pre{white-space:pre-wrap;word-break:break-all;background:#f0f2f5;padding:.6em;font-size:.8em}
 svg .node{cursor:pointer} svg .blocked circle{fill:#cf222e} svg .offending circle{stroke:#cf222e;stroke-width:5;fill:#fff}
 svg text{font-size:11px;font-family:monospace} .offending-label{fill:#cf222e;font-weight:700}
-#timeline td{vertical-align:top} #timeline tr.blocked{background:#fff5f5} #timeline details pre{max-width:40em}
+#timeline td{vertical-align:top} #timeline tr.blocked{background:#fff5f5} #timeline tr.offending{outline:3px solid #cf222e}
+div.offending-label{color:#cf222e;font-weight:700;font-size:.85em} #timeline details pre{max-width:40em}
 .reason{color:#cf222e} .check{font-size:.8em;color:#1a7f37;white-space:nowrap} .check.failed{color:#cf222e;font-weight:700}
 .startup{color:#6e7781;font-size:.85em} .denied{color:#cf222e;font-size:.85em} code.args{font-size:.85em}
 .note{font-size:.8em;color:#57606a;margin-top:.2em}
@@ -324,7 +325,7 @@ fn decision(d: &Decision) -> Markup {
 /// what the kernel denied while the tool ran (a runtime's start-up probes apart).
 /// Each row's number opens that node's canonical JSON and inclusion proof (`href`:
 /// `None` where the nodes have no proof to fetch, a live prefix).
-pub fn timeline(s: &Story, node_href: Option<&str>) -> Markup {
+pub fn timeline(s: &Story, node_href: Option<&str>, offending: Option<u64>) -> Markup {
     let (startup, during) = s.denials();
     html! {
         h2 { "Timeline" }
@@ -338,7 +339,8 @@ pub fn timeline(s: &Story, node_href: Option<&str>) -> Markup {
             thead { tr { th { "#" } th { "Agent" } th { "Tool" } th { "Arguments" } th { "Decision" } th { "Guards" } th { "Output" } th { "Kernel" } } }
             tbody {
                 @for p in &s.proposals {
-                    tr.blocked[matches!(p.decision, Decision::Blocked { .. })] id={ "call-" (p.seq) } {
+                    @let off = offending.filter(|o| p.nodes.contains(o));
+                    tr.blocked[matches!(p.decision, Decision::Blocked { .. })] .offending[off.is_some()] id={ "call-" (p.seq) } {
                         td { @if let Some(h) = node_href { a.node-link href={ "#node-" (p.seq) } data-seq=(p.seq) data-href={ (h) (p.seq) } { (p.seq) } } @else { (p.seq) } }
                         td { (p.agent) }
                         td { code { (p.tool) } }
@@ -346,6 +348,7 @@ pub fn timeline(s: &Story, node_href: Option<&str>) -> Markup {
                                 details { summary { code { (p.args.chars().take(60).collect::<String>()) "…" } } pre { (p.args) } }
                             } @else { code { (p.args) } } }
                         td { (decision(&p.decision))
+                            @if let Some(o) = off { div.offending-label { "◀ node " (o) ": the first offending node" } }
                             @for n in &p.notes { div.note { (n) } } }
                         td.checks { @for c in &p.checks {
                             span.check.failed[!c.passed] title=(c.detail) { (c.guard) @if c.passed { " ✓" } @else { " ✗" } } " "
@@ -433,11 +436,16 @@ pub fn run(who: &Principal, p: &RunPage<'_>) -> Markup {
             @if !p.graph_only {
                 @let story = crate::story::tell(Some(&b.apm), &b.nodes);
                 (asked(&story))
-                (timeline(&story, Some(&format!("/runs/{}/nodes/", r.digest))))
+                (timeline(
+                    &story,
+                    Some(&format!("/runs/{}/nodes/", r.digest)),
+                    r.offending_node.and_then(|o| u64::try_from(o).ok()),
+                ))
             }
             pre #node-detail { "Click a node number for its canonical JSON and its inclusion proof against the signed structure root." }
             p.hw { @if p.graph_only { a href={ "/runs/" (r.digest) } { "The run as a story" } } @else { a href={ "/runs/" (r.digest) "?view=graph" } { "The graph alone" } } }
-            details #graph open[p.graph_only] {
+            // A tampered run's graph is open: its offending node is ringed there.
+            details #graph open[p.graph_only || r.offending_node.is_some()] {
                 summary { "Execution graph (AEG): " (b.nodes.len()) " nodes, check nodes folded into their proposal" }
                 p.hw { "Click a node for its canonical JSON and its inclusion proof." }
                 div.card style="overflow:auto;max-height:80vh" { (aeg_svg(&r.digest, b, r.offending_node, r.reason.as_deref())) }
@@ -745,7 +753,7 @@ pub fn live(
         @let parsed: Vec<Node> = nodes.iter().filter_map(|(_, line)| serde_json::from_slice(line).ok()).collect();
         @let story = crate::story::tell(apm.as_ref(), &parsed);
         (asked(&story))
-        div #live-timeline { (timeline(&story, None)) }
+        div #live-timeline { (timeline(&story, None, run.offending_node.and_then(|o| u64::try_from(o).ok()))) }
         @if parsed.len() < nodes.len() { p.gap { (nodes.len() - parsed.len()) " node line(s) do not parse: the verifier's outcome above says why." } }
         script { (PreEscaped(LIVE_JS)) }
     };

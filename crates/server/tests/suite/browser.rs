@@ -110,6 +110,16 @@ fn the_runs_list_and_a_tampered_runs_offending_node_in_a_real_browser() {
         "offending node {offending} not marked:\n{dom}"
     );
     assert!(dom.contains("first offending node"));
+    // The timeline marks the proposal the offending node belongs to, and the graph,
+    // where it is ringed, is open.
+    assert!(
+        dom.contains(&format!("◀ node {offending}: the first offending node")),
+        "the timeline does not mark node {offending}"
+    );
+    assert!(
+        dom.contains("<details id=\"graph\" open"),
+        "the graph is closed"
+    );
     assert!(dom.contains("class=\"node blocked\""));
     // The page's script fetched the clicked node: its canonical JSON and the proof.
     let detail = dom.split("id=\"node-detail\"").nth(1).unwrap_or_default();
