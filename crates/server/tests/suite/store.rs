@@ -489,17 +489,8 @@ async fn a_regulators_receipt_is_stored_with_the_log_size(url: String) {
 #[tokio::test]
 async fn a_sqlite_store_of_schema_v2_is_upgraded_with_its_live_runs_kept() {
     use sqlx::Row as _;
-    let url = format!("{}?mode=rwc", common::sqlite_url());
-    sqlx::any::install_default_drivers();
+    let (url, pool) = sqlite_at_schema(2).await;
     {
-        let pool = sqlx::any::AnyPoolOptions::new()
-            .max_connections(1)
-            .connect(&url)
-            .await
-            .unwrap();
-        let mut v2 = Store::migrator(knox_server::store::Engine::Sqlite);
-        v2.migrations = std::borrow::Cow::Owned(v2.migrations[..2].to_vec());
-        v2.run(&pool).await.unwrap();
         for q in [
             "INSERT INTO principals (key_id, public_key, role, name) VALUES ('p', 'pk', 'provider', 'acme')",
             "INSERT INTO live_runs (live_id, provider, run_id, header, started_at) VALUES ('old', 'p', 'run-0000', X'7b7d', 1)",
@@ -704,17 +695,8 @@ async fn a_key_announced_is_link_0_and_a_key_never_followed_shows(url: String) {
 #[tokio::test]
 async fn a_sqlite_store_of_schema_v5_is_upgraded_to_store_announcements() {
     use sqlx::Row as _;
-    let url = format!("{}?mode=rwc", common::sqlite_url());
-    sqlx::any::install_default_drivers();
+    let (url, pool) = sqlite_at_schema(5).await;
     {
-        let pool = sqlx::any::AnyPoolOptions::new()
-            .max_connections(1)
-            .connect(&url)
-            .await
-            .unwrap();
-        let mut v5 = Store::migrator(knox_server::store::Engine::Sqlite);
-        v5.migrations = std::borrow::Cow::Owned(v5.migrations[..5].to_vec());
-        v5.run(&pool).await.unwrap();
         sqlx::query("INSERT INTO objects (digest, kind, bytes, size, stored_at) VALUES ('old', 'bundle', X'7b7d', 2, 1)")
             .execute(&pool)
             .await
@@ -1124,17 +1106,8 @@ async fn a_fact_filter_lists_the_same_runs_walked_or_sorted(url: String) {
 /// runs are found by a blocked tool, a guard and a model substring, and counted.
 #[tokio::test]
 async fn a_sqlite_store_of_schema_v8_is_upgraded_with_its_runs_facts_filled_in() {
-    let url = format!("{}?mode=rwc", common::sqlite_url());
-    sqlx::any::install_default_drivers();
+    let (url, pool) = sqlite_at_schema(8).await;
     {
-        let pool = sqlx::any::AnyPoolOptions::new()
-            .max_connections(1)
-            .connect(&url)
-            .await
-            .unwrap();
-        let mut v8 = Store::migrator(knox_server::store::Engine::Sqlite);
-        v8.migrations = std::borrow::Cow::Owned(v8.migrations[..8].to_vec());
-        v8.run(&pool).await.unwrap();
         let mut sql = vec![
             "INSERT INTO principals (key_id, public_key, role, name) VALUES ('k', 'pk', 'provider', 'acme')".to_owned(),
         ];
@@ -1212,4 +1185,20 @@ async fn a_sqlite_store_of_schema_v8_is_upgraded_with_its_runs_facts_filled_in()
             .is_err()
     );
     store.close().await;
+}
+
+/// A fresh SQLite store migrated to schema `version` only (an older server's store),
+/// and one connection to it for writing what such a server wrote.
+async fn sqlite_at_schema(version: usize) -> (String, sqlx::AnyPool) {
+    let url = format!("{}?mode=rwc", common::sqlite_url());
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    let mut old = Store::migrator(knox_server::store::Engine::Sqlite);
+    old.migrations = std::borrow::Cow::Owned(old.migrations[..version].to_vec());
+    old.run(&pool).await.unwrap();
+    (url, pool)
 }
