@@ -1633,6 +1633,7 @@ fn clinic() -> RegulationContext {
         }],
         tasks: BTreeMap::new(),
         default_task: Some(task),
+        obligations: Default::default(),
     }
 }
 

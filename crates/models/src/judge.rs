@@ -33,6 +33,11 @@ pub const PURPOSES: [&str; 11] = [
 pub const SYSTEM: &str = "You are a careful privacy-law assistant. Follow the instructions \
 and answer only with the JSON object they ask for.";
 
+/// The system message of a flow extraction (`knox_regulation::extract`).
+pub const EXTRACT_SYSTEM: &str = "You read accounts of disclosures of personal information \
+and write down their facts. Follow the instructions and answer only with the JSON object \
+they ask for.";
+
 /// A judge asking a chat model. Clones share the model and the latency totals.
 #[derive(Debug, Clone)]
 pub struct ChatJudge {
@@ -126,6 +131,22 @@ impl Judge for ChatJudge {
         {
             Reply::Text(t) | Reply::Malformed(t) => parse_answer(&t),
             Reply::Call(c) => parse_answer(&c.arguments),
+        }
+    }
+
+    fn answer_json(&self, prompt: &str, schema: &Value) -> Result<String, String> {
+        let messages = [
+            Message::new(Role::System, EXTRACT_SYSTEM),
+            Message::new(Role::User, prompt),
+        ];
+        let format = Format::Json(schema.clone());
+        match self
+            .latency
+            .time(|| self.chat.complete(&messages, &format))
+            .map_err(|e| e.to_string())?
+        {
+            Reply::Text(t) | Reply::Malformed(t) => Ok(t),
+            Reply::Call(c) => Ok(c.arguments),
         }
     }
 }

@@ -45,6 +45,7 @@ fn bench(c: &mut Criterion) {
             )]
             .into(),
             default_task: None,
+            obligations: Default::default(),
         }),
     };
     let regulator = Regulator::new(&spec, Some(&norms)).unwrap();

@@ -12,7 +12,7 @@ use knox_types::payload::{CheckDetail, CheckPayload, GuardKind, JudgeOpinion};
 use knox_types::regulation::{InfoFlow, RegulationDecision};
 
 use crate::flow::{self, Directory, Seen};
-use crate::norms::Norms;
+use crate::norms::{FlowExtra, Norms};
 
 /// The note recorded when no policy set is configured.
 pub const NOT_EVALUATED_NOTE: &str =
@@ -48,6 +48,8 @@ pub struct Regulator<'n> {
     norms: Option<&'n Norms>,
     regulations: Vec<String>,
     dir: Directory,
+    /// The facts beyond a flow the context states (the controller's obligations).
+    extra: FlowExtra,
     /// Decisions by the facts Cedar sees: a run discloses to the same recipients with
     /// the same facts again and again, and a decision is a pure function of them.
     memo: Mutex<HashMap<String, Vec<RegulationDecision>>>,
@@ -82,6 +84,14 @@ impl<'n> Regulator<'n> {
                 .as_ref()
                 .map(Directory::new)
                 .unwrap_or_default(),
+            extra: FlowExtra {
+                obligations: spec
+                    .context
+                    .as_ref()
+                    .map(|c| c.obligations.clone())
+                    .unwrap_or_default(),
+                ..FlowExtra::default()
+            },
             memo: Mutex::new(HashMap::new()),
         })
     }
@@ -194,7 +204,7 @@ impl Regulator<'_> {
         k: usize,
     ) -> Result<Vec<RegulationDecision>, crate::NormError> {
         let Some(r) = flow.recipients.get(k) else {
-            return norms.decide(&self.regulations, flow, k);
+            return norms.decide_extra(&self.regulations, flow, k, &self.extra);
         };
         let key = facts_key(flow, r);
         let memo = |m: &Mutex<HashMap<String, Vec<RegulationDecision>>>| {
@@ -206,7 +216,7 @@ impl Regulator<'_> {
         if let Some(d) = memo(&self.memo) {
             return Ok(d);
         }
-        let d = norms.decide(&self.regulations, flow, k)?;
+        let d = norms.decide_extra(&self.regulations, flow, k, &self.extra)?;
         let mut m = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
         if m.len() >= MEMO_CAP {
             m.clear();

@@ -85,6 +85,8 @@ pub fn context_from_toml(text: &str) -> Result<RegulationContext, String> {
         tasks: std::collections::BTreeMap<String, TaskContext>,
         #[serde(default)]
         default_task: Option<TaskContext>,
+        #[serde(default)]
+        obligations: std::collections::BTreeMap<String, String>,
     }
     let f: File = toml::from_str(text).map_err(|e| e.to_string())?;
     let mut tasks = std::collections::BTreeMap::new();
@@ -107,6 +109,7 @@ pub fn context_from_toml(text: &str) -> Result<RegulationContext, String> {
         consents: f.consents,
         tasks,
         default_task: f.default_task,
+        obligations: f.obligations,
     })
 }
 
@@ -501,6 +504,7 @@ mod tests {
             )]
             .into(),
             default_task: None,
+            obligations: Default::default(),
         }
     }
 

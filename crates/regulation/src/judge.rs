@@ -98,6 +98,12 @@ pub trait Judge: Send + Sync {
     fn model(&self) -> ModelInfo;
     /// Answers `prompt` (the text of [`JudgeQuestion::prompt`]).
     fn ask(&self, prompt: &str) -> Result<JudgeAnswer, String>;
+    /// Answers `prompt` with one JSON object constrained by `schema`, as text: the
+    /// flow extraction of [`crate::extract`]. A judge that cannot says so.
+    fn answer_json(&self, prompt: &str, schema: &serde_json::Value) -> Result<String, String> {
+        let _ = (prompt, schema);
+        Err("this judge does not fill flows from text".into())
+    }
 }
 
 /// Asks `judge` about `q` and returns the opinion to record (`agrees` is filled in by

@@ -6,9 +6,13 @@
 pub mod address;
 pub mod analysis;
 pub mod check;
+#[cfg(test)]
+mod coverage_tests;
+pub mod extract;
 pub mod flow;
 pub mod judge;
 pub mod norms;
+pub mod obligations;
 pub mod phi;
 mod slice;
 pub mod vocab;
@@ -17,5 +21,6 @@ pub use check::{Regulator, RegulatorError};
 pub use flow::{Directory, Seen};
 pub use judge::{Judge, JudgeAnswer, JudgeQuestion};
 pub use norms::{FlowExtra, NormError, Norms};
+pub use obligations::Obligation;
 pub use phi::{FlowDecision, Phi};
 pub use vocab::{TermKind, Vocabulary};

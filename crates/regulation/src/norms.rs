@@ -24,6 +24,7 @@ use knox_types::regulation::{InfoFlow, RecipientFacts, RegulationDecision};
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
+use crate::obligations::{self, Obligation, ObligationDef};
 use crate::phi::Phi;
 use crate::slice::{self, Facts, Read, Sliced};
 use crate::vocab::{TermKind, UnknownTerm, VOCABULARY_FILE, Vocabulary};
@@ -126,6 +127,9 @@ struct Regulation {
     norms_sliced: Sliced,
     info: BTreeMap<String, PolicyInfo>,
     examples: usize,
+    /// Obligations beside flows, and their descriptions by id.
+    obligations: Vec<Obligation>,
+    obligation_info: BTreeMap<String, PolicyInfo>,
 }
 
 /// A loaded, validated and example-checked policy set.
@@ -153,6 +157,9 @@ pub struct FlowExtra {
     pub collected_for: String,
     /// Facts of the transmission principle (`court_order`, `deidentified`, …).
     pub conditions: BTreeSet<String>,
+    /// The controller's obligations, by name: `met`, `unmet` or `not_required`
+    /// ([`crate::obligations`]).
+    pub obligations: BTreeMap<String, String>,
 }
 
 impl Default for FlowExtra {
@@ -161,6 +168,7 @@ impl Default for FlowExtra {
             subject_role: "unknown".into(),
             collected_for: "unspecified".into(),
             conditions: BTreeSet::new(),
+            obligations: BTreeMap::new(),
         }
     }
 }
@@ -187,6 +195,8 @@ struct Manifest {
     default_provision: String,
     #[serde(default)]
     example: Vec<Example>,
+    #[serde(default)]
+    obligation: Vec<ObligationDef>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -335,7 +345,31 @@ impl Norms {
                 norms_sliced: Sliced::default(),
                 info: BTreeMap::new(),
                 examples: m.example.len(),
+                obligations: Vec::new(),
+                obligation_info: BTreeMap::new(),
             };
+            for d in m.obligation {
+                let o = Obligation::new(&reg_name, d).map_err(|reason| NormError::File {
+                    file: name.clone(),
+                    reason,
+                })?;
+                if !all_ids.insert(o.id.clone()) {
+                    return Err(NormError::Policy {
+                        policy: o.id,
+                        reason: "id used twice in the policy set".into(),
+                    });
+                }
+                reg.obligation_info.insert(
+                    o.id.clone(),
+                    PolicyInfo {
+                        kind: "obligation".into(),
+                        provision: o.provision.clone(),
+                        summary: o.summary.clone(),
+                        effect: "obligation",
+                    },
+                );
+                reg.obligations.push(o);
+            }
             if !m.default_policy.starts_with(&prefix) || m.default_provision.trim().is_empty() {
                 return Err(NormError::File {
                     file: name.clone(),
@@ -436,7 +470,16 @@ impl Norms {
 
     /// What policy `id` says of itself.
     pub fn policy(&self, id: &str) -> Option<&PolicyInfo> {
-        self.regulations.values().find_map(|r| r.info.get(id))
+        self.regulations
+            .values()
+            .find_map(|r| r.info.get(id).or_else(|| r.obligation_info.get(id)))
+    }
+
+    /// The obligations beside flows of regulation `name` ([`crate::obligations`]).
+    pub fn obligations(&self, name: &str) -> Option<&[Obligation]> {
+        self.regulations
+            .get(&name.trim().to_ascii_uppercase())
+            .map(|r| r.obligations.as_slice())
     }
 
     /// The provision policy `id` (or a regulation's default policy) cites.
@@ -444,6 +487,7 @@ impl Norms {
         self.regulations.values().find_map(|r| {
             r.info
                 .get(id)
+                .or_else(|| r.obligation_info.get(id))
                 .map(|i| i.provision.as_str())
                 .or_else(|| (r.default_policy == id).then_some(r.default_provision.as_str()))
         })
@@ -526,7 +570,12 @@ impl Norms {
             })?;
             regs.push((upper, reg));
         }
-        let (terms, unknown) = self.normalise(flow, recipient, extra);
+        let (terms, mut unknown) = self.normalise(flow, recipient, extra);
+        let stated = obligations::statements(
+            self.regulations.values().flat_map(|r| r.obligations.iter()),
+            &extra.obligations,
+            &mut unknown,
+        );
         if !unknown.is_empty() {
             let warnings: Vec<String> = unknown.iter().map(ToString::to_string).collect();
             return Ok(regs
@@ -549,7 +598,11 @@ impl Norms {
             request: None,
         };
         regs.into_iter()
-            .map(|(upper, reg)| self.decide_with(reg, upper, recipient, &mut ask))
+            .map(|(upper, reg)| -> Result<RegulationDecision, NormError> {
+                let mut d = self.decide_with(reg, upper, recipient, &mut ask)?;
+                obligations::apply(&reg.obligations, &stated, &mut d);
+                Ok(d)
+            })
             .collect()
     }
 
@@ -586,23 +639,30 @@ impl Norms {
     ) -> (Terms, Vec<UnknownTerm>) {
         let v = &self.vocab;
         let mut unknown = Vec::new();
-        let mut u = |kind, field: &str, raw: &str| v.normalise(kind, field, raw, &mut unknown);
+        let u = &mut unknown;
+        let sender_role = v.normalise(TermKind::Role, "sender.role", &flow.sender.role, u);
+        let recipient_role =
+            v.normalise(TermKind::Role, "recipient.role", &recipient.party.role, u);
+        let purpose = v.normalise(TermKind::Purpose, "purpose", &flow.purpose, u);
+        let mut info_types = BTreeSet::new();
+        for t in &flow.info_types {
+            v.normalise_into(TermKind::InfoType, "info_types", t, &mut info_types, u);
+        }
+        let subject_role = v.normalise(TermKind::Role, "subject_role", &extra.subject_role, u);
+        let collected_for =
+            v.normalise(TermKind::Purpose, "collected_for", &extra.collected_for, u);
+        let mut conditions = BTreeSet::new();
+        for c in &extra.conditions {
+            v.normalise_into(TermKind::Condition, "conditions", c, &mut conditions, u);
+        }
         let terms = Terms {
-            sender_role: u(TermKind::Role, "sender.role", &flow.sender.role),
-            recipient_role: u(TermKind::Role, "recipient.role", &recipient.party.role),
-            purpose: u(TermKind::Purpose, "purpose", &flow.purpose),
-            info_types: flow
-                .info_types
-                .iter()
-                .map(|t| u(TermKind::InfoType, "info_types", t))
-                .collect(),
-            subject_role: u(TermKind::Role, "subject_role", &extra.subject_role),
-            collected_for: u(TermKind::Purpose, "collected_for", &extra.collected_for),
-            conditions: extra
-                .conditions
-                .iter()
-                .map(|c| u(TermKind::Condition, "conditions", c))
-                .collect(),
+            sender_role,
+            recipient_role,
+            purpose,
+            info_types,
+            subject_role,
+            collected_for,
+            conditions,
         };
         (terms, unknown)
     }
@@ -1006,8 +1066,8 @@ mod tests {
         let mut f = files();
         let h = f.get_mut("hipaa.cedar").unwrap();
         *h = h.replace(
-            r#"context.purpose == "marketing" && !context.authorization &&"#,
-            r#"context.purpose == "marketing" && !context.authorization && context.consent &&"#,
+            r#"context.purpose == "marketing" && (!context.authorization"#,
+            r#"context.purpose == "marketing" && context.consent && (!context.authorization"#,
         );
         let e = Norms::from_files(f).unwrap_err().to_string();
         assert!(

@@ -7,12 +7,13 @@
 //! vocabulary.toml`), in any case and spacing; an unknown term is not guessed: the
 //! decision is `not_applicable` with a warning that names it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use knox_types::regulation::{InfoFlow, PartyFacts, RecipientFacts, RegulationDecision};
 use serde::{Deserialize, Serialize};
 
 use crate::norms::{FlowExtra, NormError, Norms};
+use crate::obligations::ObligationStatus;
 use crate::vocab::TermKind;
 
 fn yes() -> bool {
@@ -98,6 +99,10 @@ pub struct Phi {
     /// Facts of the transmission principle (`court_order`, `deidentified`, …).
     #[serde(default)]
     pub conditions: Vec<String>,
+    /// The controller's obligations beside the flow, by name: `met`, `unmet` or
+    /// `not_required` ([`crate::obligations`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub obligations: BTreeMap<String, String>,
     /// The regulations to decide it under (default: every one of the set).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub regulations: Vec<String>,
@@ -154,6 +159,7 @@ impl Phi {
                 .iter()
                 .map(|c| c.trim().to_string())
                 .collect(),
+            obligations: self.obligations.clone(),
         };
         (flow, extra)
     }
@@ -185,6 +191,8 @@ pub struct Explanation {
     /// Single facts that, added to a non-compliant flow, would make it compliant
     /// (`condition:court_order`, `authorization`, …) — what a lawful flow would need.
     pub would_permit: Vec<String>,
+    /// Every obligation of the decided regulations and what the flow stated of it.
+    pub obligations: Vec<ObligationStatus>,
 }
 
 /// The decision of one flow.
@@ -326,10 +334,28 @@ impl Norms {
                 }
             }
         }
+        let mut obligations = Vec::new();
+        for d in decisions {
+            for o in self.obligations(&d.regulation).unwrap_or_default() {
+                let stated = phi
+                    .obligations
+                    .iter()
+                    .find(|(k, _)| crate::vocab::key(k) == o.name)
+                    .map_or_else(|| "not stated".to_string(), |(_, v)| crate::vocab::key(v));
+                obligations.push(ObligationStatus {
+                    regulation: d.regulation.clone(),
+                    name: o.name.clone(),
+                    provision: o.provision.clone(),
+                    required: o.required,
+                    stated,
+                });
+            }
+        }
         Ok(Explanation {
             cited,
             missing,
             would_permit,
+            obligations,
         })
     }
 }

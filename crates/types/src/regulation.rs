@@ -25,6 +25,12 @@ pub struct RegulationContext {
     /// Used for a task without its own entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_task: Option<TaskContext>,
+    /// The controller's obligations beside single flows (`transparency`, `dpia`,
+    /// `records_of_processing`, …): each `met`, `unmet` or `not_required`. A regulation
+    /// whose required obligations are not stated decides no flow `compliant`
+    /// (`docs/regulation.md`, "Obligations").
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub obligations: BTreeMap<String, String>,
 }
 
 /// One party of the recipient directory.

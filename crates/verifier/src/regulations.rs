@@ -85,48 +85,77 @@ pub fn decide(args: &DecideArgs) -> Result<i32> {
             crate::files::bad_input(&args.file, "flows the policy set can decide", e)
         })?;
         any_non_compliant |= d.verdict == "non_compliant";
-        if args.json {
-            crate::outln!("{}", serde_json::to_string(&d)?);
-            continue;
-        }
-        let name = d.id.clone().unwrap_or_else(|| format!("flow {}", i + 1));
-        crate::outln!("{name}: {}", d.verdict);
-        for r in &d.decisions {
-            let cites: Vec<String> = r
-                .policies
-                .iter()
-                .zip(&r.provisions)
-                .map(|(p, c)| format!("{p} ({c})"))
-                .collect();
-            crate::outln!(
-                "  {:<6} {:<15} {}",
-                r.regulation,
-                r.verdict,
-                cites.join(", ")
-            );
-        }
-        for w in &d.warnings {
-            crate::outln!("  warning: {w}");
-        }
-        if let Some(e) = &d.explanation {
-            for c in &e.cited {
-                crate::outln!(
-                    "  because {} {} {}: {}",
-                    c.regulation,
-                    c.effect,
-                    c.policy,
-                    c.summary
-                );
-            }
-            if !e.missing.is_empty() {
-                crate::outln!("  not stated: {}", e.missing.join(", "));
-            }
-            if !e.would_permit.is_empty() {
-                crate::outln!("  would be compliant with: {}", e.would_permit.join(", "));
-            }
-        }
+        print_decision(&d, i, args.json, None)?;
     }
     Ok(i32::from(any_non_compliant))
+}
+
+/// Prints one flow's decision `d` (the `index`-th, from 0) as `knox regulations decide`
+/// does: one JSON object per line with `json` (with `extra` merged in under its keys),
+/// else a readable block.
+pub fn print_decision(
+    d: &knox_regulation::FlowDecision,
+    index: usize,
+    json: bool,
+    extra: Option<(&str, serde_json::Value)>,
+) -> Result<()> {
+    if json {
+        let mut v = serde_json::to_value(d)?;
+        if let (Some((k, x)), Some(o)) = (extra, v.as_object_mut()) {
+            o.insert(k.to_string(), x);
+        }
+        crate::outln!("{}", serde_json::to_string(&v)?);
+        return Ok(());
+    }
+    let name =
+        d.id.clone()
+            .unwrap_or_else(|| format!("flow {}", index + 1));
+    crate::outln!("{name}: {}", d.verdict);
+    for r in &d.decisions {
+        let cites: Vec<String> = r
+            .policies
+            .iter()
+            .zip(&r.provisions)
+            .map(|(p, c)| format!("{p} ({c})"))
+            .collect();
+        crate::outln!(
+            "  {:<6} {:<15} {}",
+            r.regulation,
+            r.verdict,
+            cites.join(", ")
+        );
+    }
+    for w in &d.warnings {
+        crate::outln!("  warning: {w}");
+    }
+    if let Some(e) = &d.explanation {
+        for c in &e.cited {
+            crate::outln!(
+                "  because {} {} {}: {}",
+                c.regulation,
+                c.effect,
+                c.policy,
+                c.summary
+            );
+        }
+        if !e.missing.is_empty() {
+            crate::outln!("  not stated: {}", e.missing.join(", "));
+        }
+        if !e.would_permit.is_empty() {
+            crate::outln!("  would be compliant with: {}", e.would_permit.join(", "));
+        }
+        for o in &e.obligations {
+            crate::outln!(
+                "  obligation {} {} ({}{}): {}",
+                o.regulation,
+                o.name,
+                o.provision,
+                if o.required { ", required" } else { "" },
+                o.stated
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Arguments of `knox regulations show`.
@@ -182,6 +211,7 @@ pub fn show(args: &ShowArgs) -> Result<i32> {
                 "id": id, "kind": p.kind, "effect": p.effect,
                 "provision": p.provision, "summary": p.summary,
             })).collect::<Vec<_>>(),
+            "obligations": norms.obligations(name).unwrap_or_default(),
         }));
     }
     if args.json {
@@ -230,6 +260,23 @@ pub fn show(args: &ShowArgs) -> Result<i32> {
             text(r, "/default/policy"),
             text(r, "/default/provision")
         );
+        for o in r
+            .pointer("/obligations")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            crate::outln!(
+                "  obligation {:<8} {:<40} {}",
+                if o.pointer("/required") == Some(&serde_json::Value::Bool(true)) {
+                    "required"
+                } else {
+                    "optional"
+                },
+                text(o, "/id"),
+                text(o, "/provision")
+            );
+        }
     }
     Ok(0)
 }

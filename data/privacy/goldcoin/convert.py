@@ -6,8 +6,10 @@ literal) into the JSON Lines Knox reads. Run once, by hand, when vendoring:
 
 Each output line keeps, row by row and unchanged: the label (`generate_HIPAA_type`), the
 structured characteristics (parsed with `ast.literal_eval`, values as given), the
-provisions the case was generated from and the source ids. The prose background is
-dropped on purpose: the mapping to φ reads the structured fields only. A row whose
+provisions the case was generated from and the source ids, and the prose background
+(`generate_background`) as `background`: the structured mapping to φ never reads it;
+`knox eval --guard regulation-cases --from-text` gives it to a judge, which fills φ's
+fields from the prose alone. A row whose
 characteristics do not parse is kept with `characteristics: null` (counted unmappable).
 The compliance splits are the Permit / Forbid rows of the applicability splits (checked
 row for row when this was vendored), so only the applicability splits are converted.
@@ -39,6 +41,7 @@ def main(src):
                     "characteristics": ch,
                     "regulation_ids": row["generate_regulation_ids"],
                     "refer_id": row["refer_id"],
+                    "background": row["generate_background"],
                 }
                 out.write(json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n")
 

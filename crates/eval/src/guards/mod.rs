@@ -4,6 +4,7 @@
 
 pub mod regulation;
 pub mod regulation_cases;
+pub mod regulation_text;
 pub mod stop;
 pub mod syscall;
 pub mod trajectory;

@@ -756,7 +756,23 @@ impl GuardEval for Regulation {
         bundle: &[&PoolFlow],
     ) -> Result<BundleSetup, EvalError> {
         let norms = norms()?;
-        let mut ctx = RegulationContext::default();
+        // The pool's controllers keep their GDPR obligations (the flows are about the
+        // flow norms; an unstated obligation would make every permitted GDPR flow
+        // `not_applicable`, docs/regulation.md "Obligations").
+        let mut ctx = RegulationContext {
+            obligations: [
+                ("transparency", "met"),
+                ("records_of_processing", "met"),
+                ("cooperation_with_authority", "met"),
+                ("dpia", "not_required"),
+                ("dpo", "not_required"),
+                ("breach_notification", "not_required"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            ..RegulationContext::default()
+        };
         for (i, f) in bundle.iter().enumerate() {
             let c = config(f).ok_or_else(|| {
                 EvalError::Invalid(format!("regulation flow `{}` has no configuration", f.id))

@@ -6,20 +6,25 @@
 //! **The mapping** (decided before scoring, applied to every case alike; documented in
 //! `docs/regulation.md`, "Evaluation on labelled cases"):
 //!
-//! - every field is read as words (the vocabulary's normalisation key); a *role*,
-//!   *purpose* or *information type* is a vocabulary term (or synonym) that occurs in
-//!   the field as a run of 1–4 words, the longest at each place: for a role the last
-//!   one outside parentheses (the head of the phrase: "Family Physician" is a
-//!   physician), for a purpose the most specific (the longest run, the leftmost of
-//!   equally long ones), for `Type` every one; nothing found is
-//!   `unknown` (roles), `unspecified` (purpose) or no type, and the field is counted
-//!   *unmapped*;
-//! - a holder's workforce acts for it (45 CFR 160.103): `employee` after a covered
-//!   entity or business associate term ("Hospital Employee") is that holder;
+//! - every field is read through the vocabulary as the decision API reads a string
+//!   (`knox_regulation::vocab`: the key, stated absence, then the phrase — lemmas,
+//!   stop words, runs of words that are keys): a *role* is the head of the phrase (the
+//!   last word before its first post-modifier, a comma or a parenthesis: "Family
+//!   Physician" is a physician, "Caseworker at the unemployment agency" a
+//!   caseworker), a *purpose* the most specific run (the longest, the leftmost of
+//!   equally long ones; a generic one — a request, a review — only when alone), the
+//!   *information types* every run the field does not exclude; a value that states
+//!   absence ("None", "N/A", "Not specified") is *not stated* (`unknown` role,
+//!   `unspecified` purpose, no type); a value that names nothing known is an *unknown
+//!   term*, reported with its field and counted, and the field *unmapped*;
+//! - a holder's workforce acts for it (45 CFR 160.103): an `employee` or `agent` head
+//!   with a covered entity or business associate term anywhere in the phrase
+//!   ("Hospital Employee", "Office staff at ABC Medical Clinic") is that holder;
 //! - `Sender Role` → sender role, `Recipient Role` → recipient role, `About Role` →
 //!   subject role, `Type` → information types, `Purpose` → purpose;
-//! - conditions: every vocabulary condition occurring in `Purpose`, `In Reply To`,
-//!   `Belief`, `Consented By`, `Type` or `About Role`;
+//! - conditions: every vocabulary condition a run of words names in `Purpose`, `In
+//!   Reply To`, `Belief`, `Consented By`, `Type` or `About Role`, but those the field
+//!   excludes ("no court order");
 //! - who discloses: HIPAA regulates the party that holds the information. When the
 //!   sender's role is not a covered entity or business associate and the recipient's
 //!   is, the flow is the recipient's disclosure to the sender (the sender asked for
@@ -33,14 +38,22 @@
 //!   of patient while the subject does;
 //! - the cases are HIPAA cases: they are decided under HIPAA.
 //!
-//! A case is *unmappable* when its characteristics are missing, or its sender role,
-//! recipient role or type maps to nothing; it is still decided (on `unknown` terms)
-//! and counted.
+//! A case is *unmappable* when its characteristics are missing, its sender role,
+//! recipient role or type is an unknown term, it states no type, or it states neither
+//! role; it is still decided and counted.
+//!
+//! **The scores** ([`SplitScore`]): compliance on the `Permit` / `Forbid` cases and
+//! every case with its three labels, each *strict* (`not_applicable` is wrong) and
+//! *lenient* (`not_applicable` counts as a permit), accuracy and balanced accuracy
+//! (the mean of each label's recall), against the majority class; violations caught,
+//! permits allowed; the unknown terms and the fields not stated.
 
 use std::collections::BTreeSet;
 
 use knox_regulation::phi::{Party, Phi};
-use knox_regulation::vocab::{TermKind, Vocabulary, key};
+use knox_regulation::vocab::{
+    AGENT, NOT_STATED_PURPOSE, NOT_STATED_ROLE, Reading, TermKind, UnknownTerm, Vocabulary, key,
+};
 use knox_regulation::{FlowDecision, Norms};
 use serde::{Deserialize, Serialize};
 
@@ -68,9 +81,6 @@ const HOLDERS: [&str; 6] = [
     "subcontractor",
 ];
 
-/// Longest run of words looked up as one term.
-const MAX_WORDS: usize = 4;
-
 /// One labelled case.
 #[derive(Clone, Debug, Deserialize)]
 pub struct Case {
@@ -95,98 +105,88 @@ pub fn parse_split(text: &str) -> Result<Vec<Case>, EvalError> {
 pub struct Mapped {
     /// The flow.
     pub phi: Phi,
-    /// Fields that mapped to no vocabulary term.
+    /// Fields whose value names nothing the vocabulary defines (or `characteristics`
+    /// when the case has none).
     pub unmapped: Vec<String>,
+    /// The unknown terms, by field.
+    pub unknown: Vec<UnknownTerm>,
+    /// Fields that state that nothing is given ("None", "N/A", "Not specified", or
+    /// missing).
+    pub not_stated: Vec<String>,
     /// Whether sender and recipient were swapped (the recipient holds the PHI).
     pub swapped: bool,
 }
 
 impl Mapped {
-    /// Whether a field the decision needs mapped to nothing.
+    /// Whether a field the decision needs maps to nothing: the characteristics are
+    /// missing, the sender role, recipient role or type is unknown, no type is stated,
+    /// or neither role is.
     pub fn unmappable(&self) -> bool {
-        self.unmapped.iter().any(|f| {
-            ["characteristics", "Sender Role", "Recipient Role", "Type"].contains(&f.as_str())
-        })
+        let in_ = |l: &[String], f: &str| l.iter().any(|x| x == f);
+        ["characteristics", "Sender Role", "Recipient Role", "Type"]
+            .iter()
+            .any(|f| in_(&self.unmapped, f))
+            || in_(&self.not_stated, "Type")
+            || (in_(&self.not_stated, "Sender Role") && in_(&self.not_stated, "Recipient Role"))
     }
 }
 
-/// The vocabulary terms of `kind` occurring in `text` as runs of words, leftmost
-/// first, the longest run at each place: `(words in the run, term)`.
-fn matches(v: &Vocabulary, kind: TermKind, text: &str) -> Vec<(usize, String)> {
+/// The role a phrase names ([`Vocabulary::read`]: its head) — except that a holder's
+/// workforce ("Hospital Employee", "Employee of the clinic", "Office staff at ABC
+/// Medical Clinic") acts for the holder (45 CFR 160.103, *workforce*: employees,
+/// volunteers, trainees and other persons whose conduct is under the covered entity's
+/// direct control), so an `employee` or `agent` head with a holder term anywhere in the
+/// phrase is that holder.
+fn role_of<'v>(v: &'v Vocabulary, text: &str) -> Reading<'v> {
+    match v.read(TermKind::Role, text) {
+        Reading::Term(t) if t == "employee" || t == AGENT => {
+            let holder = v
+                .runs(TermKind::Role, text)
+                .into_iter()
+                .rev()
+                .find(|r| HOLDERS.contains(&r.term));
+            Reading::Term(holder.map_or(t, |r| r.term))
+        }
+        r => r,
+    }
+}
+
+/// [`role_of`], except for two ways a role field states no role: it gives a name — one
+/// of the case's parties (`Sender`, `Recipient`, `About`), or an acronym (a single word
+/// in capitals the vocabulary does not know, "JHR") — which is *not stated*; and an
+/// adjective phrase that describes the party by its task ("Responsible for processing
+/// workers' compensation claims", "in charge of …") has no head noun, so it names the
+/// last role its complement names.
+fn unnamed_role<'v>(
+    v: &'v Vocabulary,
+    ch: &std::collections::BTreeMap<String, String>,
+    text: &str,
+) -> Reading<'v> {
+    let reading = role_of(v, text);
+    if !matches!(reading, Reading::Unknown) {
+        return reading;
+    }
     let k = key(text);
-    let words: Vec<&str> = k.split('_').filter(|w| !w.is_empty()).collect();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < words.len() {
-        let mut step = 1;
-        for n in (1..=MAX_WORDS.min(words.len() - i)).rev() {
-            let Some(run) = words.get(i..i + n) else {
-                continue;
-            };
-            if let Some(t) = v.term(kind, &run.join("_")) {
-                out.push((n, t.to_string()));
-                step = n;
-                break;
-            }
-        }
-        i += step;
+    let a_party = ["Sender", "Recipient", "About"]
+        .iter()
+        .any(|f| ch.get(*f).is_some_and(|n| key(n) == k));
+    let acronym = !text.trim().contains(char::is_whitespace)
+        && (2..=6).contains(&text.trim().len())
+        && text.trim().chars().all(|c| c.is_ascii_uppercase());
+    if a_party || acronym {
+        return Reading::NotStated;
     }
-    out
+    let task = ["responsible_for_", "in_charge_of_", "tasked_with_", "charged_with_"]
+        .iter()
+        .find_map(|p| k.strip_prefix(p));
+    match task.and_then(|rest| v.runs(TermKind::Role, rest).into_iter().last()) {
+        Some(r) => Reading::Term(r.term),
+        None => reading,
+    }
 }
 
-/// The distinct terms of [`matches`], in order.
-fn terms_in(v: &Vocabulary, kind: TermKind, text: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for (_, t) in matches(v, kind, text) {
-        if !out.contains(&t) {
-            out.push(t);
-        }
-    }
-    out
-}
-
-/// The most specific term: the longest run, the leftmost of equally long ones.
-fn most_specific(v: &Vocabulary, kind: TermKind, text: &str) -> Option<String> {
-    let mut best: Option<(usize, String)> = None;
-    for (n, t) in matches(v, kind, text) {
-        if best.as_ref().is_none_or(|(b, _)| n > *b) {
-            best = Some((n, t));
-        }
-    }
-    best.map(|(_, t)| t)
-}
-
-/// The role a phrase names: its last role term — except that a holder's workforce
-/// ("Hospital Employee", "Clearinghouse Staff Member") acts for the holder (45 CFR
-/// 160.103, *workforce*: conduct under the covered entity's direct control), so an
-/// `employee` after a holder term is that holder.
-fn head_role(v: &Vocabulary, text: &str) -> Option<String> {
-    let terms = terms_in(v, TermKind::Role, text);
-    let last = terms.last()?;
-    if last == "employee"
-        && let Some(holder) = terms.iter().rev().find(|t| HOLDERS.contains(&t.as_str()))
-    {
-        return Some(holder.clone());
-    }
-    Some(last.clone())
-}
-
-/// `text` without its parenthesised parts.
-fn without_parentheses(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut depth = 0usize;
-    for c in text.chars() {
-        match c {
-            '(' | '[' => depth += 1,
-            ')' | ']' => depth = depth.saturating_sub(1),
-            _ if depth == 0 => out.push(c),
-            _ => {}
-        }
-    }
-    out
-}
-
-/// Whether a field says nothing (`None`, `N/A`, `not specified`, `none (…)`).
+/// Whether a field says nothing (`None`, `N/A`, `not specified`, `none (…)`, `not
+/// given`, `no`): the consent rule's reading.
 fn absent(text: &str) -> bool {
     let k = key(text);
     k.is_empty()
@@ -203,48 +203,68 @@ fn same_person(a: &str, b: &str) -> bool {
 /// Maps one case to φ by the fixed rule of the module documentation.
 pub fn map_case(v: &Vocabulary, case: &Case) -> Mapped {
     let mut unmapped = Vec::new();
+    let mut unknown = Vec::new();
+    let mut not_stated = Vec::new();
     let empty = std::collections::BTreeMap::new();
     let ch = case.characteristics.as_ref().unwrap_or_else(|| {
         unmapped.push("characteristics".to_string());
         &empty
     });
     let field = |name: &str| ch.get(name).map_or("", |s| s.trim());
-    let role = |name: &str, unmapped: &mut Vec<String>| {
-        let text = field(name);
-        // The head of a noun phrase is its last word ("Family Physician" is a
-        // physician); a parenthesis only qualifies it, unless it is all there is.
-        let head = without_parentheses(text);
-        let found = head_role(v, &head).or_else(|| head_role(v, text));
-        match found {
-            Some(t) => t,
-            None => {
-                if !absent(text) {
-                    unmapped.push(name.to_string());
-                }
-                "unknown".to_string()
+    // How a field read: its terms, or the field recorded as unknown or not stated.
+    let mut note = |name: &str, kind: TermKind, reading: Reading<'_>| -> Vec<String> {
+        match reading {
+            Reading::Term(t) => vec![t.to_string()],
+            Reading::Terms(ts) => ts.into_iter().map(str::to_string).collect(),
+            Reading::NotStated => {
+                not_stated.push(name.to_string());
+                vec![]
+            }
+            Reading::Unknown => {
+                unmapped.push(name.to_string());
+                unknown.push(UnknownTerm {
+                    kind: kind.as_str(),
+                    field: name.to_string(),
+                    term: field(name).to_string(),
+                });
+                vec![]
             }
         }
     };
-    let mut sender_role = role("Sender Role", &mut unmapped);
-    let mut recipient_role = role("Recipient Role", &mut unmapped);
-    let subject_role = role("About Role", &mut unmapped);
-    if ["Sender Role", "Recipient Role"]
-        .iter()
-        .all(|f| absent(field(f)))
-    {
-        // Neither role stated: nothing says who the parties are.
-        unmapped.push("Sender Role".into());
-    }
-    let info_types = terms_in(v, TermKind::InfoType, field("Type"));
-    if info_types.is_empty() {
-        unmapped.push("Type".into());
-    }
-    let purpose = most_specific(v, TermKind::Purpose, field("Purpose")).unwrap_or_else(|| {
-        if !absent(field("Purpose")) {
-            unmapped.push("Purpose".into());
+    let mut role = |name: &str| {
+        let t = note(name, TermKind::Role, unnamed_role(v, ch, field(name)));
+        match t.into_iter().next() {
+            Some(t) if t == NOT_STATED_ROLE => {
+                note(name, TermKind::Role, Reading::NotStated);
+                t
+            }
+            Some(t) => t,
+            None => NOT_STATED_ROLE.to_string(),
         }
-        "unspecified".to_string()
-    });
+    };
+    let mut sender_role = role("Sender Role");
+    let mut recipient_role = role("Recipient Role");
+    let subject_role = role("About Role");
+    let info_types = note(
+        "Type",
+        TermKind::InfoType,
+        v.read(TermKind::InfoType, field("Type")),
+    );
+    let purpose = match note(
+        "Purpose",
+        TermKind::Purpose,
+        v.read(TermKind::Purpose, field("Purpose")),
+    )
+    .into_iter()
+    .next()
+    {
+        Some(t) if t == NOT_STATED_PURPOSE => {
+            note("Purpose", TermKind::Purpose, Reading::NotStated);
+            t
+        }
+        Some(t) => t,
+        None => NOT_STATED_PURPOSE.to_string(),
+    };
     let mut conditions: BTreeSet<String> = BTreeSet::new();
     for f in [
         "Purpose",
@@ -254,14 +274,19 @@ pub fn map_case(v: &Vocabulary, case: &Case) -> Mapped {
         "Type",
         "About Role",
     ] {
-        conditions.extend(terms_in(v, TermKind::Condition, field(f)));
+        conditions.extend(
+            v.every(TermKind::Condition, field(f))
+                .into_iter()
+                .map(str::to_string),
+        );
     }
     let about = field("About");
     let consented = field("Consented By");
     // "Jane (declined)", "None (revoked)": no consent.
-    let refused = terms_in(v, TermKind::Condition, consented)
+    let refused = v
+        .every(TermKind::Condition, consented)
         .iter()
-        .any(|c| c == "objected" || c == "consent_withdrawn");
+        .any(|c| *c == "objected" || *c == "consent_withdrawn");
     let consent = !absent(consented) && !refused;
     let authorization = consent
         && (same_person(consented, about)
@@ -310,31 +335,79 @@ pub fn map_case(v: &Vocabulary, case: &Case) -> Mapped {
             authorization,
             to_subject,
             conditions: conditions.into_iter().collect(),
+            obligations: std::collections::BTreeMap::new(),
             regulations: vec!["HIPAA".into()],
             tool: "GoldCoin".into(),
         },
         unmapped,
+        unknown,
+        not_stated,
         swapped,
     }
 }
 
 /// Scores of one split.
+///
+/// *Compliance* reads the `Permit` and `Forbid` cases; *all cases* reads every case
+/// with its three labels. *Strict*: a case is right only when decided as labelled
+/// (`Permit` compliant, `Forbid` non-compliant, `Not Applicable` not applicable), so a
+/// `not_applicable` verdict on a `Permit` or `Forbid` case is wrong. *Lenient*:
+/// `not_applicable` counts as a permit (nothing forbids the flow), and so does the `Not
+/// Applicable` label: a case is right when it is forbidden exactly when labelled
+/// `Forbid`. *Balanced*: the mean of each label's recall (a constant answer scores
+/// 1 / the number of labels). *Majority*: the accuracy of always answering the most
+/// frequent label.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct SplitScore {
     /// `train` or `validation`.
     pub split: String,
     /// Cases.
     pub cases: usize,
-    /// Cases whose sender role, recipient role or type mapped to nothing.
+    /// Cases whose sender role, recipient role or type maps to nothing
+    /// ([`Mapped::unmappable`]).
     pub unmappable: usize,
+    /// Fields (`Sender Role`, `Recipient Role`, `About Role`, `Purpose`, `Type`) whose
+    /// value names nothing the vocabulary defines.
+    pub unknown_terms: usize,
+    /// Those values, distinct, with their field.
+    pub unknown: Vec<String>,
+    /// Fields of the same five that state that nothing is given ("None", "N/A", "Not
+    /// specified", missing).
+    pub not_stated: usize,
     /// Applicability: cases decided right (applicable vs not applicable) / all.
     pub applicability_accuracy: f64,
+    /// Applicability: mean recall of `Not Applicable` and of the others.
+    pub applicability_balanced: f64,
     /// Applicability cases.
     pub applicability_cases: usize,
     /// Applicability: the majority class's accuracy.
     pub applicability_majority: f64,
-    /// Compliance (Permit / Forbid cases): decided right / all.
+    /// All cases, strict: decided exactly as labelled / all.
+    pub all_strict: f64,
+    /// All cases, lenient: forbidden exactly when labelled `Forbid` / all.
+    pub all_lenient: f64,
+    /// All cases, strict, balanced over the three labels.
+    pub all_balanced: f64,
+    /// All cases, lenient, balanced over forbidden and not forbidden.
+    pub all_balanced_lenient: f64,
+    /// All cases: the most frequent label's share.
+    pub all_majority: f64,
+    /// All cases, lenient: the larger of `Forbid` and the rest, as a share.
+    pub all_majority_lenient: f64,
+    /// `Not Applicable` cases.
+    pub not_applicable: usize,
+    /// `Not Applicable` cases decided not applicable / `Not Applicable` cases.
+    pub not_applicable_recognised: f64,
+    /// Compliance (Permit / Forbid cases), strict: decided right / all
+    /// (`not_applicable` is wrong).
     pub compliance_accuracy: f64,
+    /// Compliance, lenient: `not_applicable` counts as a permit.
+    pub compliance_lenient: f64,
+    /// Compliance, strict, balanced: the mean of violations caught and permits
+    /// allowed.
+    pub compliance_balanced: f64,
+    /// Compliance, lenient, balanced.
+    pub compliance_balanced_lenient: f64,
     /// Compliance cases.
     pub compliance_cases: usize,
     /// Compliance: the majority class's accuracy.
@@ -345,6 +418,8 @@ pub struct SplitScore {
     pub forbid: usize,
     /// Permit cases decided compliant / Permit cases.
     pub permits_allowed: f64,
+    /// Permit cases decided compliant or not applicable / Permit cases.
+    pub permits_allowed_lenient: f64,
     /// Permit cases.
     pub permit: usize,
     /// Permit or Forbid cases decided `not_applicable`.
@@ -387,74 +462,144 @@ pub fn evaluate(
     cases: &[Case],
 ) -> Result<(SplitScore, Vec<CaseOutcome>), EvalError> {
     let v = norms.vocabulary();
-    let mut s = SplitScore {
-        split: split.to_string(),
-        cases: cases.len(),
-        ..SplitScore::default()
-    };
     let mut outcomes = Vec::with_capacity(cases.len());
-    let (mut app_right, mut comp_right, mut caught, mut allowed) = (0, 0, 0, 0);
-    let mut na = 0;
+    let (mut unmappable, mut unknown_terms, mut not_stated) = (0, 0, 0);
+    let mut unknown = BTreeSet::new();
     for case in cases {
         let mapped = map_case(v, case);
-        if mapped.unmappable() {
-            s.unmappable += 1;
-        }
+        unmappable += usize::from(mapped.unmappable());
+        unknown_terms += mapped.unknown.len();
+        unknown.extend(
+            mapped
+                .unknown
+                .iter()
+                .map(|u| format!("{}: {}", u.field, u.term)),
+        );
+        not_stated += mapped.not_stated.len();
         let decision = norms
             .decide_phi(&mapped.phi, false)
             .map_err(|e| EvalError::Invalid(format!("{split} row {}: {e}", case.row)))?;
         let verdict = decision.verdict.clone();
-        let applicable = verdict != "not_applicable";
-        let right = match case.label.as_str() {
-            "Not Applicable" => {
-                na += 1;
-                !applicable
-            }
-            "Permit" => {
-                s.permit += 1;
-                let ok = verdict == "compliant";
-                allowed += usize::from(ok);
-                ok
-            }
-            "Forbid" => {
-                s.forbid += 1;
-                let ok = verdict == "non_compliant";
-                caught += usize::from(ok);
-                ok
-            }
-            other => {
-                return Err(EvalError::Invalid(format!(
-                    "{split} row {}: unknown label `{other}`",
-                    case.row
-                )));
-            }
-        };
-        if case.label != "Not Applicable" {
-            comp_right += usize::from(right);
-            app_right += usize::from(applicable);
-            s.compliance_not_applicable += usize::from(!applicable);
-        } else {
-            app_right += usize::from(right);
-        }
         outcomes.push(CaseOutcome {
             split: split.to_string(),
             row: case.row,
             label: case.label.clone(),
+            right: wanted(split, case.row, &case.label)? == verdict,
             verdict,
-            right,
             mapped,
             decision,
         });
     }
-    s.applicability_cases = cases.len();
-    s.compliance_cases = s.permit + s.forbid;
-    s.applicability_accuracy = ratio(app_right, s.applicability_cases);
-    s.applicability_majority = ratio(na.max(s.compliance_cases), s.applicability_cases);
-    s.compliance_accuracy = ratio(comp_right, s.compliance_cases);
-    s.compliance_majority = ratio(s.permit.max(s.forbid), s.compliance_cases);
-    s.violations_caught = ratio(caught, s.forbid);
-    s.permits_allowed = ratio(allowed, s.permit);
+    let labelled: Vec<(&str, &str)> = outcomes
+        .iter()
+        .map(|o| (o.label.as_str(), o.verdict.as_str()))
+        .collect();
+    let mut s = score(split, &labelled)?;
+    s.unmappable = unmappable;
+    s.unknown_terms = unknown_terms;
+    s.unknown = unknown.into_iter().collect();
+    s.not_stated = not_stated;
     Ok((s, outcomes))
+}
+
+/// The verdict label `label` asks for: `Permit` compliant, `Forbid` non-compliant,
+/// `Not Applicable` not applicable.
+fn wanted(split: &str, row: usize, label: &str) -> Result<&'static str, EvalError> {
+    match label {
+        "Permit" => Ok("compliant"),
+        "Forbid" => Ok("non_compliant"),
+        "Not Applicable" => Ok("not_applicable"),
+        other => Err(EvalError::Invalid(format!(
+            "{split} row {row}: unknown label `{other}`"
+        ))),
+    }
+}
+
+/// The scores of `split` from its cases' `(label, verdict)` pairs (the fields about
+/// the mapping — unmappable, unknown terms, not stated — are left at zero).
+pub fn score(split: &str, labelled: &[(&str, &str)]) -> Result<SplitScore, EvalError> {
+    let mut s = SplitScore {
+        split: split.to_string(),
+        cases: labelled.len(),
+        ..SplitScore::default()
+    };
+    // Per label (Permit, Forbid, Not Applicable): cases, decided exactly so, decided
+    // not forbidden.
+    let mut n = [0usize; 3];
+    let mut exact = [0usize; 3];
+    let mut not_forbidden = [0usize; 3];
+    let mut applicable_right = 0;
+    for (i, (label, verdict)) in labelled.iter().enumerate() {
+        let want = wanted(split, i, label)?;
+        let label = match want {
+            "compliant" => 0,
+            "non_compliant" => 1,
+            _ => 2,
+        };
+        let applicable = *verdict != "not_applicable";
+        if let (Some(n), Some(e), Some(f)) = (
+            n.get_mut(label),
+            exact.get_mut(label),
+            not_forbidden.get_mut(label),
+        ) {
+            *n += 1;
+            *e += usize::from(*verdict == want);
+            *f += usize::from(*verdict != "non_compliant");
+        }
+        applicable_right += usize::from(applicable == (label != 2));
+        if label != 2 {
+            s.compliance_not_applicable += usize::from(!applicable);
+        }
+    }
+    let [permit, forbid, na] = n;
+    let [permit_right, forbid_right, na_right] = exact;
+    let [permit_free, _, na_free] = not_forbidden;
+    let all = labelled.len();
+    s.permit = permit;
+    s.forbid = forbid;
+    s.not_applicable = na;
+    s.applicability_cases = all;
+    s.compliance_cases = permit + forbid;
+    let mean = |r: &[f64]| {
+        #[expect(clippy::cast_precision_loss, reason = "two or three labels")]
+        let k = r.len() as f64;
+        r.iter().sum::<f64>() / k
+    };
+    // Applicability.
+    s.applicability_accuracy = ratio(applicable_right, all);
+    s.applicability_balanced = mean(&[
+        ratio(na_right, na),
+        ratio(
+            s.compliance_cases - s.compliance_not_applicable,
+            s.compliance_cases,
+        ),
+    ]);
+    s.applicability_majority = ratio(na.max(s.compliance_cases), all);
+    // Compliance.
+    s.violations_caught = ratio(forbid_right, forbid);
+    s.permits_allowed = ratio(permit_right, permit);
+    s.permits_allowed_lenient = ratio(permit_free, permit);
+    s.compliance_accuracy = ratio(permit_right + forbid_right, s.compliance_cases);
+    s.compliance_lenient = ratio(permit_free + forbid_right, s.compliance_cases);
+    s.compliance_balanced = mean(&[s.violations_caught, s.permits_allowed]);
+    s.compliance_balanced_lenient = mean(&[s.violations_caught, s.permits_allowed_lenient]);
+    s.compliance_majority = ratio(permit.max(forbid), s.compliance_cases);
+    // All cases.
+    s.not_applicable_recognised = ratio(na_right, na);
+    s.all_strict = ratio(permit_right + forbid_right + na_right, all);
+    s.all_lenient = ratio(permit_free + forbid_right + na_free, all);
+    s.all_balanced = mean(&[
+        s.permits_allowed,
+        s.violations_caught,
+        s.not_applicable_recognised,
+    ]);
+    s.all_balanced_lenient = mean(&[
+        s.violations_caught,
+        ratio(permit_free + na_free, permit + na),
+    ]);
+    s.all_majority = ratio(permit.max(forbid).max(na), all);
+    s.all_majority_lenient = ratio(forbid.max(permit + na), all);
+    Ok(s)
 }
 
 /// Both splits of the vendored cases, decided by `norms`.
@@ -473,27 +618,85 @@ pub fn run(norms: &Norms) -> Result<(Vec<SplitScore>, Vec<CaseOutcome>), EvalErr
 pub fn report(scores: &[SplitScore]) -> String {
     let mut out = String::from(
         "# Regulation guard on labelled cases (GoldCoin HIPAA, judge off)\n\n\
-         | split | compliance acc. (majority) | violations caught | permits allowed | applicability acc. (majority) | unmappable |\n\
-         |---|---|---|---|---|---|\n",
+         Strict: a case is right only when decided as labelled (`not_applicable` on a \
+         Permit or Forbid case is wrong). Lenient: `not_applicable` counts as a permit. \
+         Balanced: the mean of each label's recall. Majority: always the most frequent \
+         label.\n\n\
+         ## Compliance (Permit and Forbid cases)\n\n\
+         | split | cases | strict (majority) | lenient | balanced strict / lenient | violations caught | permits allowed strict / lenient | decided not applicable |\n\
+         |---|---|---|---|---|---|---|---|\n",
     );
     for s in scores {
         out.push_str(&format!(
-            "| {} | {:.3} ({:.3}) of {} | {:.3} of {} | {:.3} of {} | {:.3} ({:.3}) of {} | {} |\n",
+            "| {} | {} | {:.3} ({:.3}) | {:.3} | {:.3} / {:.3} | {} / {} | {} / {} of {} | {} |\n",
             s.split,
+            s.compliance_cases,
             s.compliance_accuracy,
             s.compliance_majority,
-            s.compliance_cases,
-            s.violations_caught,
+            s.compliance_lenient,
+            s.compliance_balanced,
+            s.compliance_balanced_lenient,
+            count(s.violations_caught, s.forbid),
             s.forbid,
-            s.permits_allowed,
+            count(s.permits_allowed, s.permit),
+            count(s.permits_allowed_lenient, s.permit),
             s.permit,
-            s.applicability_accuracy,
-            s.applicability_majority,
-            s.applicability_cases,
-            s.unmappable
+            s.compliance_not_applicable,
         ));
     }
+    out.push_str(
+        "\n## All cases (Permit, Forbid, Not Applicable)\n\n\
+         | split | cases | strict (majority) | lenient (majority) | balanced strict / lenient | applicability (majority) | applicability balanced | not applicable recognised |\n\
+         |---|---|---|---|---|---|---|---|\n",
+    );
+    for s in scores {
+        out.push_str(&format!(
+            "| {} | {} | {:.3} ({:.3}) | {:.3} ({:.3}) | {:.3} / {:.3} | {:.3} ({:.3}) | {:.3} | {} / {} |\n",
+            s.split,
+            s.cases,
+            s.all_strict,
+            s.all_majority,
+            s.all_lenient,
+            s.all_majority_lenient,
+            s.all_balanced,
+            s.all_balanced_lenient,
+            s.applicability_accuracy,
+            s.applicability_majority,
+            s.applicability_balanced,
+            count(s.not_applicable_recognised, s.not_applicable),
+            s.not_applicable,
+        ));
+    }
+    out.push_str(
+        "\n## Mapping (Sender Role, Recipient Role, About Role, Purpose, Type)\n\n\
+         | split | unknown terms | not stated | unmappable cases |\n\
+         |---|---|---|---|\n",
+    );
+    for s in scores {
+        out.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            s.split, s.unknown_terms, s.not_stated, s.unmappable
+        ));
+    }
+    for s in scores.iter().filter(|s| !s.unknown.is_empty()) {
+        out.push_str(&format!("\nUnknown terms, {}:\n\n", s.split));
+        for u in &s.unknown {
+            out.push_str(&format!("- {u}\n"));
+        }
+    }
     out
+}
+
+/// The count a share of `n` stands for.
+fn count(share: f64, n: usize) -> usize {
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss,
+        reason = "a share of a case count"
+    )]
+    let c = (share * n as f64).round() as usize;
+    c
 }
 
 #[cfg(test)]
@@ -568,20 +771,42 @@ mod tests {
                 .conditions
                 .contains(&"requested_by_subject".to_string())
         );
-        // A case with nothing HIPAA knows of is not applicable, and unmappable.
+        // A case with nothing HIPAA knows of is not applicable: its parties and
+        // information are read (a copyright holder is a business, films intellectual
+        // property), none of them a holder or health information.
         let c = case(
             "Not Applicable",
             &[
                 ("Sender Role", "Copyright Holder"),
                 ("Recipient Role", "Court"),
+                ("About Role", "None"),
                 ("Type", "Copyrighted Films"),
             ],
         );
         let m = map_case(n.vocabulary(), &c);
-        assert!(m.unmappable());
+        assert!(!m.unmappable() && m.unknown.is_empty(), "{m:?}");
+        assert_eq!(m.phi.sender.role, "business");
+        assert_eq!(m.phi.info_types, ["intellectual_property"]);
+        assert_eq!(m.not_stated, ["About Role", "Purpose"]);
         assert_eq!(
             n.decide_phi(&m.phi, false).unwrap().verdict,
             "not_applicable"
+        );
+        // A value naming nothing known is an unknown term, reported by field and value.
+        let c = case(
+            "Not Applicable",
+            &[
+                ("Sender Role", "Astrologer"),
+                ("Recipient Role", "Court"),
+                ("Type", "Horoscope"),
+            ],
+        );
+        let m = map_case(n.vocabulary(), &c);
+        assert!(m.unmappable());
+        assert_eq!(m.unmapped, ["Sender Role", "Type"]);
+        assert_eq!(
+            m.unknown.first().map(|u| u.term.as_str()),
+            Some("Astrologer")
         );
     }
 
@@ -589,17 +814,28 @@ mod tests {
     fn a_holders_workforce_discloses_for_the_holder() {
         let n = Norms::embedded().unwrap();
         let v = n.vocabulary();
+        let role = |s: &str| match role_of(v, s) {
+            Reading::Term(t) => Some(t),
+            _ => None,
+        };
+        assert_eq!(role("Hospital Employee"), Some("health_care_provider"));
         assert_eq!(
-            head_role(v, "Hospital Employee").as_deref(),
-            Some("health_care_provider")
-        );
-        assert_eq!(
-            head_role(v, "Health Care Clearinghouse Employee").as_deref(),
+            role("Health Care Clearinghouse Employee"),
             Some("health_care_clearinghouse")
         );
-        // An employee of no holder stays an employee.
-        assert_eq!(head_role(v, "Employee").as_deref(), Some("employee"));
-        assert_eq!(head_role(v, "Astrologer"), None);
+        assert_eq!(role("Employee of the clinic"), Some("health_care_provider"));
+        assert_eq!(
+            role("Office Staff at ABC Medical Clinic"),
+            Some("health_care_provider")
+        );
+        // An employee of no holder stays an employee; the head decides the rest.
+        assert_eq!(role("Employee"), Some("employee"));
+        assert_eq!(role("Employee of Sprint"), Some("employee"));
+        assert_eq!(
+            role("Doctor at the correctional institution"),
+            Some("health_care_provider")
+        );
+        assert_eq!(role("Astrologer"), None);
     }
 
     #[test]
@@ -613,11 +849,7 @@ mod tests {
             ("Jane objected to the disclosure", "objected"),
             ("Jane (declined)", "objected"),
         ] {
-            assert_eq!(
-                terms_in(v, TermKind::Condition, text),
-                [want.to_string()],
-                "{text}"
-            );
+            assert_eq!(v.every(TermKind::Condition, text), [want], "{text}");
         }
     }
 
@@ -628,8 +860,19 @@ mod tests {
         assert_eq!(val.len(), 40);
         let (s, o) = evaluate(&n, "validation", &val).unwrap();
         assert_eq!((s.permit, s.forbid, s.applicability_cases), (10, 10, 40));
+        assert_eq!(s.not_applicable, 20);
         assert_eq!(o.len(), 40);
         assert!((s.compliance_majority - 0.5).abs() < 1e-9);
+        assert!((s.all_majority - 0.5).abs() < 1e-9);
+        assert!((s.all_majority_lenient - 0.75).abs() < 1e-9);
+        // Lenient counts every not-applicable verdict on a Permit case as a permit, so
+        // it is never below strict; balanced accuracy is the mean of two recalls.
+        assert!(s.compliance_lenient >= s.compliance_accuracy);
+        assert!(
+            (s.compliance_balanced - (s.violations_caught + s.permits_allowed) / 2.0).abs() < 1e-9
+        );
+        // Every structured field of the validation split maps, or states absence.
+        assert_eq!(s.unknown_terms, 0, "{:?}", s.unknown);
         let train = parse_split(TRAIN).unwrap();
         assert_eq!(train.len(), 618);
         assert_eq!(

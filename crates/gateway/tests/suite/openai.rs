@@ -556,6 +556,7 @@ fn a_labelled_read_is_withheld_when_the_upstreams_operator_may_not_receive_it() 
             sender: "office@bank-user.example".into(),
             purpose: "service".into(),
         }),
+        obligations: Default::default(),
     };
     let setup = knox_engine::RegulationSetup::new(
         ["GDPR"],
@@ -894,6 +895,7 @@ fn what_the_upstream_heard_in_one_conversation_labels_what_it_composes_in_anothe
             sender: "records@clinic.example".into(),
             purpose: "treatment".into(),
         }),
+        obligations: Default::default(),
     };
     let norms = knox_regulation::Norms::embedded().unwrap();
     let setup = knox_engine::RegulationSetup::new(["HIPAA"], norms, context).unwrap();

@@ -44,8 +44,11 @@ pub struct EvalArgs {
     pub quick: bool,
     /// Only this guard (repeatable): regulation, trajectory, syscall, stop; or
     /// `regulation-cases`: the regulation norms on the vendored labelled cases
-    /// (GoldCoin HIPAA, train and validation; `docs/regulation.md`), judge off —
-    /// accuracy, violations caught, permits allowed, written as `regulation-cases.*`.
+    /// (GoldCoin HIPAA, train and validation; `docs/regulation.md`) mapped from their
+    /// structured fields — strict and lenient accuracy, balanced accuracy, violations
+    /// caught, permits allowed, unknown terms, written as `regulation-cases.*`; with
+    /// `--judge`, also the validation cases' facts read from their prose by the judge
+    /// (`regulation-text.*`).
     #[arg(long = "guard", value_name = "G", value_parser = parse_guard)]
     pub guards: Vec<GuardArg>,
     /// Only this workload (repeatable; default: the paper's 13).
@@ -85,7 +88,9 @@ pub struct EvalArgs {
     /// `$XDG_CACHE_HOME/knox/models`, else `~/.cache/knox/models`).
     #[arg(value_parser = crate::cmd::path, long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
-    /// A judge (`local:NAME`, `local:PATH.gguf`, `openai:URL#MODEL`): the regulation
+    /// A judge (`local:NAME`, `local:PATH.gguf`, `openai:URL#MODEL`). With
+    /// `--guard regulation-cases`: the judge fills each validation case's flow from its
+    /// prose. With the pool's regulation guard: the regulation
     /// flows are run once more with every information-type label withheld from the
     /// manifest, so the judge alone says what each disclosure carries and the norms
     /// decide on that — one more column per executor, `<executor> + judge <SPEC>`.
@@ -239,6 +244,70 @@ fn regulation_cases(out: &Path, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// `--guard regulation-cases --judge SPEC`: facts from text on the validation split —
+/// the judge fills each case's flow from its prose account, the norms decide; writes
+/// `regulation-text.md`, `.json` and `.jsonl` in `out`.
+fn regulation_text(
+    out: &Path,
+    json: bool,
+    spec: &knox_models::ModelSpec,
+    cache_dir: Option<&Path>,
+) -> Result<()> {
+    use knox_eval::guards::regulation_text as rt;
+    let norms = knox_regulation::Norms::embedded().kind_context(Kind::Software, || {
+        "the embedded regulation policy set".into()
+    })?;
+    let cache_dir = super::absolute_cache_dir(cache_dir)?;
+    let mut locals = Vec::new();
+    let judge = super::model::open_judge(spec, cache_dir.as_deref(), &mut locals)?;
+    let accounts = rt::validation().kind(Kind::DataErr)?;
+    let bar = super::progress_bar(accounts.len() as u64, "reading the validation cases");
+    let (score, outcomes) = rt::evaluate(&norms, &judge, "validation", &accounts, |_| bar.inc(1))
+        .kind(Kind::DataErr)?;
+    bar.finish_and_clear();
+    let failed = outcomes.iter().filter(|o| o.error.is_some()).count();
+    let md = format!(
+        "{}\nFacts read from each case's prose by the judge `{spec}` (prompt {}), decided by \
+         the norms; {failed} of {} cases the judge did not answer (undecided).\n",
+        knox_eval::guards::regulation_cases::report(std::slice::from_ref(&score)).replacen(
+            "judge off",
+            "facts from text",
+            1
+        ),
+        knox_regulation::extract::prompt_version(),
+        outcomes.len()
+    );
+    let write = |name: &str, text: &str| {
+        let p = out.join(name);
+        std::fs::write(&p, text)
+            .kind_context(Kind::CantCreate, || format!("writing `{}`", p.display()))
+    };
+    write("regulation-text.md", &md)?;
+    let results = serde_json::json!({
+        "policy_set": norms.hash(),
+        "judge": spec.to_string(),
+        "prompt_version": knox_regulation::extract::prompt_version(),
+        "unanswered": failed,
+        "splits": [score],
+    });
+    write(
+        "regulation-text.json",
+        &serde_json::to_string_pretty(&results)?,
+    )?;
+    let mut lines = String::new();
+    for o in &outcomes {
+        lines.push_str(&serde_json::to_string(o)?);
+        lines.push('\n');
+    }
+    write("regulation-text.jsonl", &lines)?;
+    if json {
+        crate::outln!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        crate::outln!("{md}");
+    }
+    Ok(())
+}
+
 /// A progress bar on standard error (drawn only on a terminal).
 struct Bar(indicatif::ProgressBar);
 
@@ -362,6 +431,9 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
     let _out = super::out_dir(&args.out, args.force)?;
     if args.guards.contains(&GuardArg::RegulationCases) {
         regulation_cases(&args.out, args.json)?;
+        if let Some(spec) = &args.judge {
+            regulation_text(&args.out, args.json, spec, args.cache_dir.as_deref())?;
+        }
     }
     let pool_guards: Vec<Guard> = args
         .guards
@@ -415,7 +487,8 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
     };
     if args.judge.is_some() && !guards.contains(&Guard::Regulation) {
         return Err(super::usage(
-            "--judge evaluates the regulation guard: add `--guard regulation`",
+            "--judge evaluates the regulation guard: add `--guard regulation` (or \
+             `--guard regulation-cases` for facts read from the cases' text)",
         ));
     }
     let mut locals = Vec::new();

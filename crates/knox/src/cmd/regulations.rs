@@ -19,14 +19,122 @@ pub enum RegulationsCommand {
     Show(knox_verifier::regulations::ShowArgs),
     /// Decide flows given from outside a run (one JSON flow φ, or JSON Lines) in the
     /// public format of `docs/regulation.md`; `--explain` for the deciding policies,
-    /// the facts left unstated and what would make a flow compliant.
-    Decide(knox_verifier::regulations::DecideArgs),
+    /// the facts left unstated, the obligations and what would make a flow compliant.
+    /// With `--from-text CASE.txt --judge SPEC`, a judge fills the flow's fields from a
+    /// prose account and the norms decide it.
+    Decide(Box<DecideArgs>),
     /// Before a run: does any disclosure the plan (an APM, or a bundle's APM) permits
     /// exceed the regulation baseline for some content the plan lets reach it? Decides
     /// every combination of the information types earlier planned calls return; prints
     /// a counterexample flow per disclosure that can be non-compliant. Exit 0 when none,
     /// 1 when a counterexample exists.
     Analyze(AnalyzeArgs),
+}
+
+/// Arguments of `knox regulations decide`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = crate::exit_codes!(
+    "  0   no flow is non-compliant\n  1   a flow is non-compliant\n  65  an unreadable flow or account\n  69  the judge could not be opened or did not answer"
+))]
+pub struct DecideArgs {
+    /// The flow file (one JSON flow, or JSON Lines), or `-` for standard input.
+    #[arg(
+        value_parser = super::path_or_stdin,
+        value_name = "FLOW.json|-",
+        required_unless_present = "from_text",
+        conflicts_with = "from_text"
+    )]
+    pub file: Option<PathBuf>,
+    /// Decide the one disclosure a prose account describes (a text file, or `-`):
+    /// `--judge` fills the public flow format's fields from the text alone (the prompt
+    /// `regulations/extract-prompt.md`, k-shot from GoldCoin's training split), the
+    /// norms decide. The output records the text's SHA-256, the judge model, the
+    /// prompt's version and digest, and the flow the judge filled in (`from_text`).
+    #[arg(long, value_name = "CASE.txt|-", value_parser = super::path_or_stdin, requires = "judge")]
+    pub from_text: Option<PathBuf>,
+    /// The judge for `--from-text`: `local:NAME`, `local:PATH.gguf` (a build with
+    /// `--features knox/local`) or `openai:URL#MODEL` (any OpenAI-compatible server).
+    #[arg(long, value_name = "SPEC", requires = "from_text", value_parser = super::model::judge_spec)]
+    pub judge: Option<knox_models::ModelSpec>,
+    /// With `--from-text`: the regulations to decide under, comma-separated (default:
+    /// every one of the set).
+    #[arg(long, value_delimiter = ',', requires = "from_text")]
+    pub regulations: Vec<String>,
+    /// With `--from-text`: the jurisdiction of a party the judge places nowhere (ISO
+    /// 3166-1 alpha-2).
+    #[arg(long, default_value = "unknown", requires = "from_text")]
+    pub jurisdiction: String,
+    /// The policy set directory (default: the embedded one).
+    #[arg(value_parser = crate::cmd::path, long, value_name = "DIR")]
+    pub policy_set: Option<PathBuf>,
+    /// Explain each decision: deciding policies with provision and summary, facts
+    /// left unstated, obligations, facts that would make a non-compliant flow compliant.
+    #[arg(long)]
+    pub explain: bool,
+    /// Print one JSON object per flow (JSON Lines), in input order.
+    #[arg(long)]
+    pub json: bool,
+    /// The model cache (for a `local:` judge).
+    #[command(flatten)]
+    pub cache: super::model::CacheArgs,
+}
+
+fn decide(a: &DecideArgs) -> Result<i32> {
+    let (Some(path), Some(spec)) = (&a.from_text, &a.judge) else {
+        let file = a
+            .file
+            .clone()
+            .ok_or_else(|| super::usage("a flow file, or --from-text with --judge"))?;
+        return knox_verifier::regulations::decide(&knox_verifier::regulations::DecideArgs {
+            file,
+            policy_set: a.policy_set.clone(),
+            explain: a.explain,
+            json: a.json,
+        });
+    };
+    let bytes = super::read_input_or_stdin(path, super::EVIDENCE)?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        fail(
+            Kind::DataErr,
+            format!("`{}` is not UTF-8 text", path.display()),
+        )
+    })?;
+    if text.trim().is_empty() || text.len() > knox_regulation::extract::MAX_TEXT {
+        return Err(fail(
+            Kind::DataErr,
+            format!(
+                "`{}`: an account must be non-empty text of at most {} bytes",
+                path.display(),
+                knox_regulation::extract::MAX_TEXT
+            ),
+        ));
+    }
+    let norms = load(a.policy_set.as_deref())?;
+    let cache_dir = super::absolute_cache_dir(a.cache.cache_dir.as_deref())?;
+    let mut locals = Vec::new();
+    let judge = super::model::open_judge(spec, cache_dir.as_deref(), &mut locals)?;
+    let (phi, record) =
+        knox_regulation::extract::read(&judge, &text, &a.regulations, &a.jurisdiction)
+            .map_err(|e| fail(Kind::Unavailable, e))?;
+    let d = norms
+        .decide_phi(&phi, a.explain)
+        .map_err(|e| super::bad_input(path, "an account the policy set can decide", e))?;
+    knox_verifier::regulations::print_decision(
+        &d,
+        0,
+        a.json,
+        Some(("from_text", serde_json::to_value(&record)?)),
+    )?;
+    if !a.json {
+        crate::outln!(
+            "  read from text (sha256 {}) by {} ({}): {}",
+            record.text_sha256,
+            record.model,
+            record.prompt_version,
+            serde_json::to_string(&record.phi)?
+        );
+    }
+    Ok(i32::from(d.verdict == "non_compliant"))
 }
 
 /// Arguments of `knox regulations analyze`.
@@ -51,7 +159,7 @@ pub struct AnalyzeArgs {
 pub fn run(c: &RegulationsCommand) -> Result<i32> {
     match c {
         RegulationsCommand::Show(a) => knox_verifier::regulations::show(a),
-        RegulationsCommand::Decide(a) => knox_verifier::regulations::decide(a),
+        RegulationsCommand::Decide(a) => decide(a),
         RegulationsCommand::Analyze(a) => analyze(a),
     }
 }

@@ -471,6 +471,86 @@ mod local {
         catalog::SMOLLM2.sha256.to_string()
     }
 
+    /// `knox regulations decide --from-text` with the real model: the judge fills the
+    /// flow from a GoldCoin validation account, the norms decide, and the record names
+    /// the text's hash, the model and the prompt — and re-deciding the recorded φ gives
+    /// the same verdict (whatever a 135M model reads from the text).
+    #[test]
+    fn regulations_decide_from_text_records_what_the_judge_read() {
+        use sha2::Digest as _;
+        let dir = tempfile::tempdir().unwrap();
+        let text = "Dr. Smith, a physician at Springfield Hospital, received a request from \
+                    the state health oversight agency auditing the hospital's prescribing. He \
+                    sent the agency Jane Doe's medical history and prescription records.";
+        let case = dir.path().join("case.txt");
+        std::fs::write(&case, text).unwrap();
+        let knox = || std::process::Command::new(env!("CARGO_BIN_EXE_knox"));
+        let out = knox()
+            .args([
+                "regulations",
+                "decide",
+                "--json",
+                "--explain",
+                "--from-text",
+            ])
+            .arg(&case)
+            .args([
+                "--judge",
+                "local:smollm2",
+                "--regulations",
+                "HIPAA",
+                "--jurisdiction",
+                "us",
+            ])
+            .arg("--cache-dir")
+            .arg(cache())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        let rec = &v["from_text"];
+        assert_eq!(
+            rec["text_sha256"],
+            hex::encode(sha2::Sha256::digest(text.as_bytes()))
+        );
+        assert_eq!(rec["model"], "local:smollm2");
+        assert_eq!(
+            rec["weights_hash"].as_str(),
+            Some(pinned().as_str()),
+            "{rec}"
+        );
+        assert_eq!(
+            rec["prompt_version"],
+            knox_regulation::extract::prompt_version()
+        );
+        let expected_prompt = knox_types::digest::Digest::tagged(
+            knox_types::digest::tag::JUDGE_PROMPT,
+            &[knox_regulation::extract::prompt(text).as_bytes()],
+        );
+        assert_eq!(
+            rec["prompt"],
+            serde_json::to_value(expected_prompt).unwrap()
+        );
+        // The recorded φ, decided again from outside, is decided the same.
+        let phi = serde_json::to_string(&rec["phi"]).unwrap();
+        let mut child = knox()
+            .args(["regulations", "decide", "-", "--json"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), phi.as_bytes()).unwrap();
+        let again = child.wait_with_output().unwrap();
+        let again: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+        assert_eq!(again["verdict"], v["verdict"], "{phi}");
+        assert_eq!(again["decisions"], v["decisions"]);
+    }
+
     #[test]
     fn smollm2_plans_an_injecagent_user_case_into_a_schema_valid_trajectory() {
         let model = smollm2();
@@ -894,6 +974,7 @@ fn a_remote_executor_hears_a_patient_record_only_when_its_operator_may_receive_i
             sender: "records@riverside-clinic.example".into(),
             purpose: "treatment".into(),
         }),
+        obligations: Default::default(),
     };
     let run = |listed: bool| {
         let script = vec![

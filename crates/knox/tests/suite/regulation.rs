@@ -77,6 +77,7 @@ fn context() -> RegulationContext {
         ]
         .into(),
         default_task: None,
+        obligations: Default::default(),
     }
 }
 
@@ -555,7 +556,15 @@ fn knox_regulations_decide_decides_flows_from_outside_and_explains() {
     assert_eq!(lines.len(), 2, "{text}");
     assert_eq!(lines[0]["id"], "warrant");
     assert_eq!(lines[0]["verdict"], "compliant");
-    assert_eq!(lines[0]["policies"][0], "hipaa-164.512-f1-legal-process");
+    // a search warrant is law enforcement's legal process and, court-issued, required
+    // by law (45 CFR 160.103): both permits decide
+    assert_eq!(
+        lines[0]["policies"],
+        serde_json::json!([
+            "hipaa-164.512-a-court-order",
+            "hipaa-164.512-f1-legal-process"
+        ])
+    );
     assert_eq!(lines[1]["verdict"], "non_compliant");
     let would: Vec<&str> = lines[1]["explanation"]["would_permit"]
         .as_array()
@@ -583,6 +592,134 @@ fn knox_regulations_decide_decides_flows_from_outside_and_explains() {
     assert_eq!(
         out.status.code(),
         Some(65),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn gdpr_obligations_take_a_permit_away_and_never_give_one() {
+    use std::io::Write as _;
+    let decide = |args: &[&str], input: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_knox"))
+            .args(["regulations", "decide", "-", "--json"])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        (out.status.code(), v)
+    };
+    // A German shop sends a customer's address to its courier under a contract.
+    let flow = |obligations: &str| {
+        format!(
+            r#"{{"sender": {{"role": "controller", "jurisdiction": "de"}}, "recipient": {{"role": "processor", "jurisdiction": "de", "baa": false}}, "info_types": ["address"], "purpose": "contract", "conditions": ["processor contract"], "regulations": ["GDPR"]{obligations}}}"#
+        )
+    };
+    // Nothing stated: the norms permit it, yet it is not decided compliant.
+    let (code, v) = decide(&["--explain"], &flow(""));
+    assert_eq!(code, Some(0));
+    assert_eq!(v["verdict"], "not_applicable", "{v}");
+    let w = v["warnings"].to_string();
+    for name in [
+        "transparency",
+        "records_of_processing",
+        "dpia",
+        "dpo",
+        "breach_notification",
+    ] {
+        assert!(w.contains(name), "{name} named: {w}");
+    }
+    let listed = v["explanation"]["obligations"].as_array().unwrap();
+    assert!(
+        listed
+            .iter()
+            .any(|o| o["name"] == "dpia" && o["stated"] == "not stated" && o["required"] == true),
+        "{listed:?}"
+    );
+    // Stated: the permit stands.
+    let all = r#", "obligations": {"transparency": "met", "records_of_processing": "met", "cooperation_with_authority": "met", "dpia": "not_required", "dpo": "not required", "breach_notification": "not_required"}"#;
+    let (code, v) = decide(&[], &flow(all));
+    assert_eq!(
+        (code, v["verdict"].as_str()),
+        (Some(0), Some("compliant")),
+        "{v}"
+    );
+    // One unmet: non-compliant, citing it (exit 1).
+    let unmet = all.replace(r#""dpia": "not_required""#, r#""dpia": "unmet""#);
+    let (code, v) = decide(&[], &flow(&unmet));
+    assert_eq!(code, Some(1));
+    assert_eq!(v["verdict"], "non_compliant");
+    assert_eq!(
+        v["decisions"][0]["policies"],
+        serde_json::json!(["gdpr-obligation-dpia"])
+    );
+    assert_eq!(
+        v["decisions"][0]["provisions"],
+        serde_json::json!(["GDPR art. 35, 36"])
+    );
+    // Obligations never permit: a transfer the norms forbid stays forbidden.
+    let outside = flow(all).replace(
+        r#""role": "processor", "jurisdiction": "de""#,
+        r#""role": "marketing_vendor", "jurisdiction": "de""#,
+    );
+    let (code, v) = decide(
+        &[],
+        &outside.replace(r#""purpose": "contract""#, r#""purpose": "marketing""#),
+    );
+    assert_eq!(
+        (code, v["verdict"].as_str()),
+        (Some(1), Some("non_compliant")),
+        "{v}"
+    );
+    // A statement nobody defines is named and decides nothing.
+    let odd = all.replace(r#""dpo": "not required""#, r#""dpo": "probably""#);
+    let (_, v) = decide(&[], &flow(&odd));
+    assert_eq!(v["verdict"], "not_applicable");
+    assert!(v["warnings"].to_string().contains("probably"), "{v}");
+    // `not_required` for an obligation no regulation exempts is refused the same way.
+    let bad = all.replace(
+        r#""cooperation_with_authority": "met""#,
+        r#""cooperation_with_authority": "not_required""#,
+    );
+    let (_, v) = decide(&[], &flow(&bad));
+    assert_eq!(v["verdict"], "not_applicable");
+    // From text needs a judge; a flow file and an account are not given together.
+    let out = Command::new(env!("CARGO_BIN_EXE_knox"))
+        .args(["regulations", "decide", "--from-text", "-"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_knox"))
+        .args([
+            "regulations",
+            "decide",
+            "f.json",
+            "--from-text",
+            "-",
+            "--judge",
+            "openai:http://127.0.0.1:9/v1#m",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(64),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

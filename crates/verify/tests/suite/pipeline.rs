@@ -269,7 +269,7 @@ fn apm_of(s: &Scenario) -> Apm {
             policy_hash: Some(norms().hash()),
             // With a remote executor, a controller in the EU sends: personal data is in
             // GDPR's scope, and the unlisted operator has no lawful basis for it.
-            context: s.remote.then(eu_controller),
+            context: s.remote.then(|| eu_controller(s.outputs.len() % 3)),
         },
     };
     let mut apm = apm::from_plan(
@@ -292,8 +292,23 @@ fn apm_of(s: &Scenario) -> Apm {
     apm
 }
 
-/// A regulation context whose tasks are a German controller's.
-fn eu_controller() -> RegulationContext {
+/// A regulation context whose tasks are a German controller's, which states its GDPR
+/// obligations not at all (`obligations` 0), all met (1), or one unmet (2): the
+/// verifier recomputes each the monitor's way.
+fn eu_controller(obligations: usize) -> RegulationContext {
+    let stated = |dpia: &str| {
+        [
+            ("transparency", "met"),
+            ("records_of_processing", "met"),
+            ("cooperation_with_authority", "met"),
+            ("dpia", dpia),
+            ("dpo", "not_required"),
+            ("breach_notification", "not_required"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    };
     RegulationContext {
         directory: vec![DirectoryEntry {
             addresses: vec!["office@example.de".into()],
@@ -310,6 +325,11 @@ fn eu_controller() -> RegulationContext {
             sender: "office@example.de".into(),
             purpose: "service".into(),
         }),
+        obligations: match obligations {
+            0 => std::collections::BTreeMap::new(),
+            1 => stated("met"),
+            _ => stated("unmet"),
+        },
     }
 }
 
