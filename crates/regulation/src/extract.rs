@@ -42,11 +42,20 @@ pub fn prompt(text: &str) -> String {
     )
 }
 
+/// Longest string the judge may write in a field (a role, a purpose, a term): a
+/// phrase, not prose — and the whole answer stays within a small model's reply.
+pub const MAX_FIELD: usize = 48;
+
+/// Most items of a list field.
+pub const MAX_ITEMS: usize = 6;
+
 /// The JSON schema the judge's answer is constrained by.
 pub fn answer_schema() -> Value {
+    let text = json!({"type": "string", "maxLength": MAX_FIELD});
+    let list = json!({"type": "array", "items": text, "maxItems": MAX_ITEMS});
     let party = json!({
         "type": "object",
-        "properties": {"role": {"type": "string"}, "jurisdiction": {"type": "string"}},
+        "properties": {"role": text, "jurisdiction": {"type": "string", "maxLength": 2}},
         "required": ["role"],
         "additionalProperties": false
     });
@@ -55,13 +64,13 @@ pub fn answer_schema() -> Value {
         "properties": {
             "sender": party,
             "recipient": party,
-            "subject_role": {"type": "string"},
-            "info_types": {"type": "array", "items": {"type": "string"}},
-            "purpose": {"type": "string"},
+            "subject_role": text,
+            "info_types": list,
+            "purpose": text,
             "consent": {"type": "boolean"},
             "authorization": {"type": "boolean"},
             "to_subject": {"type": "boolean"},
-            "conditions": {"type": "array", "items": {"type": "string"}}
+            "conditions": list
         },
         "required": ["sender", "recipient", "info_types", "purpose"],
         "additionalProperties": false

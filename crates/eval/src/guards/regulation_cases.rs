@@ -176,9 +176,14 @@ fn unnamed_role<'v>(
     if a_party || acronym {
         return Reading::NotStated;
     }
-    let task = ["responsible_for_", "in_charge_of_", "tasked_with_", "charged_with_"]
-        .iter()
-        .find_map(|p| k.strip_prefix(p));
+    let task = [
+        "responsible_for_",
+        "in_charge_of_",
+        "tasked_with_",
+        "charged_with_",
+    ]
+    .iter()
+    .find_map(|p| k.strip_prefix(p));
     match task.and_then(|rest| v.runs(TermKind::Role, rest).into_iter().last()) {
         Some(r) => Reading::Term(r.term),
         None => reading,

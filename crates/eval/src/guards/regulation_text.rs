@@ -4,7 +4,9 @@
 //! ([`knox_regulation::extract`]); the norms decide that flow, and the case is scored
 //! as the structured mapping's are ([`super::regulation_cases::score`]). A judge that
 //! fails to answer a case leaves it undecided (`not_applicable`, counted wrong under
-//! strict scoring) and the failure is kept in the case's line.
+//! strict scoring; counted as *unmappable*) and the failure is kept in the case's line;
+//! the *unknown terms* are the terms the judge wrote that the vocabulary does not
+//! define (each makes its decision `not_applicable`).
 
 use knox_regulation::extract::{self, FromText};
 use knox_regulation::{FlowDecision, Judge, Norms};
@@ -93,7 +95,24 @@ pub fn evaluate(
         .iter()
         .map(|o| (o.label.as_str(), o.verdict.as_str()))
         .collect();
-    let score = rc::score(split, &labelled)?;
+    let mut score = rc::score(split, &labelled)?;
+    // What the judge wrote that the vocabulary does not define, by field.
+    let mut unknown = std::collections::BTreeSet::new();
+    for d in out.iter().filter_map(|o| o.decision.as_ref()) {
+        score.unknown_terms += d
+            .warnings
+            .iter()
+            .filter(|w| w.starts_with("unknown "))
+            .count();
+        unknown.extend(
+            d.warnings
+                .iter()
+                .filter(|w| w.starts_with("unknown "))
+                .cloned(),
+        );
+    }
+    score.unknown = unknown.into_iter().collect();
+    score.unmappable = out.iter().filter(|o| o.error.is_some()).count();
     Ok((score, out))
 }
 
