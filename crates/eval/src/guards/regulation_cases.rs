@@ -94,6 +94,11 @@ pub struct Case {
 
 /// Parses a split (JSON Lines).
 pub fn parse_split(text: &str) -> Result<Vec<Case>, EvalError> {
+    parse_lines(text)
+}
+
+/// Parses JSON Lines, a value per non-blank line.
+pub fn parse_lines<T: serde::de::DeserializeOwned>(text: &str) -> Result<Vec<T>, EvalError> {
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).map_err(EvalError::from))

@@ -29,10 +29,7 @@ pub struct Account {
 
 /// Parses a split's accounts (JSON Lines).
 pub fn parse_accounts(text: &str) -> Result<Vec<Account>, EvalError> {
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).map_err(EvalError::from))
-        .collect()
+    rc::parse_lines(text)
 }
 
 /// One account's outcome.

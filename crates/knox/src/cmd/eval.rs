@@ -219,25 +219,38 @@ fn regulation_cases(out: &Path, json: bool) -> Result<()> {
     })?;
     let (scores, outcomes) = rc::run(&norms).kind(Kind::DataErr)?;
     let md = rc::report(&scores);
-    let write = |name: &str, text: &str| {
+    let results = serde_json::json!({ "policy_set": norms.hash(), "splits": scores });
+    write_results(out, "regulation-cases", &md, &results, &outcomes, json)
+}
+
+/// Writes `<stem>.md`, `<stem>.json` (`results`) and `<stem>.jsonl` (one line per
+/// outcome) in `out`, and prints the results (JSON with `json`, else the Markdown).
+fn write_results<T: serde::Serialize>(
+    out: &Path,
+    stem: &str,
+    md: &str,
+    results: &serde_json::Value,
+    outcomes: &[T],
+    json: bool,
+) -> Result<()> {
+    let write = |name: String, text: &str| {
         let p = out.join(name);
         std::fs::write(&p, text)
             .kind_context(Kind::CantCreate, || format!("writing `{}`", p.display()))
     };
-    write("regulation-cases.md", &md)?;
-    let results = serde_json::json!({ "policy_set": norms.hash(), "splits": scores });
+    write(format!("{stem}.md"), md)?;
     write(
-        "regulation-cases.json",
-        &serde_json::to_string_pretty(&results)?,
+        format!("{stem}.json"),
+        &serde_json::to_string_pretty(results)?,
     )?;
     let mut lines = String::new();
-    for o in &outcomes {
+    for o in outcomes {
         lines.push_str(&serde_json::to_string(o)?);
         lines.push('\n');
     }
-    write("regulation-cases.jsonl", &lines)?;
+    write(format!("{stem}.jsonl"), &lines)?;
     if json {
-        crate::outln!("{}", serde_json::to_string_pretty(&results)?);
+        crate::outln!("{}", serde_json::to_string_pretty(results)?);
     } else {
         crate::outln!("{md}");
     }
@@ -277,12 +290,6 @@ fn regulation_text(
         knox_regulation::extract::prompt_version(),
         outcomes.len()
     );
-    let write = |name: &str, text: &str| {
-        let p = out.join(name);
-        std::fs::write(&p, text)
-            .kind_context(Kind::CantCreate, || format!("writing `{}`", p.display()))
-    };
-    write("regulation-text.md", &md)?;
     let results = serde_json::json!({
         "policy_set": norms.hash(),
         "judge": spec.to_string(),
@@ -290,22 +297,7 @@ fn regulation_text(
         "unanswered": failed,
         "splits": [score],
     });
-    write(
-        "regulation-text.json",
-        &serde_json::to_string_pretty(&results)?,
-    )?;
-    let mut lines = String::new();
-    for o in &outcomes {
-        lines.push_str(&serde_json::to_string(o)?);
-        lines.push('\n');
-    }
-    write("regulation-text.jsonl", &lines)?;
-    if json {
-        crate::outln!("{}", serde_json::to_string_pretty(&results)?);
-    } else {
-        crate::outln!("{md}");
-    }
-    Ok(())
+    write_results(out, "regulation-text", &md, &results, &outcomes, json)
 }
 
 /// A progress bar on standard error (drawn only on a terminal).

@@ -518,26 +518,28 @@ fn a_judge_classifies_unlabelled_content_and_its_opinion_is_recorded_not_obeyed(
     ));
 }
 
+/// `knox regulations decide ARGS…` with `input` on standard input.
+fn decide(args: &[&str], input: &str) -> std::process::Output {
+    use std::io::Write as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_knox"))
+        .args(["regulations", "decide"])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 #[test]
 fn knox_regulations_decide_decides_flows_from_outside_and_explains() {
-    use std::io::Write as _;
-    let decide = |args: &[&str], input: &str| {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_knox"))
-            .args(["regulations", "decide"])
-            .args(args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
-    };
     // Two flows as JSON Lines: a lawful one (law enforcement under a warrant) and one
     // without any path of 164.512(f); free-form terms normalised by the vocabulary.
     let flows = concat!(
@@ -599,23 +601,8 @@ fn knox_regulations_decide_decides_flows_from_outside_and_explains() {
 
 #[test]
 fn gdpr_obligations_take_a_permit_away_and_never_give_one() {
-    use std::io::Write as _;
     let decide = |args: &[&str], input: &str| {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_knox"))
-            .args(["regulations", "decide", "-", "--json"])
-            .args(args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
+        let out = decide(&[&["-", "--json"], args].concat(), input);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
         (out.status.code(), v)
