@@ -618,6 +618,15 @@ impl Norms {
         })
     }
 
+    /// How many policies of the set the guards read whole.
+    #[cfg(test)]
+    pub(crate) fn completeness(&self) -> usize {
+        self.regulations
+            .values()
+            .map(|r| r.scope_sliced.complete() + r.norms_sliced.complete())
+            .sum()
+    }
+
     /// The facts a decision's Cedar context holds.
     #[cfg(test)]
     pub(crate) fn read_facts(&self) -> &Read {
@@ -683,36 +692,28 @@ impl Norms {
             warnings: vec![],
         };
         let scope = ask.authorize(&reg.scope, &reg.scope_sliced)?;
-        if scope
-            .as_ref()
-            .is_none_or(|r| r.decision() != Decision::Allow)
-        {
+        if scope.as_ref().is_none_or(|a| !a.allow) {
             decision.verdict = "not_applicable".into();
-            decision.policies = scope.as_ref().map(sorted_reasons).unwrap_or_default();
+            decision.policies = scope.map(|a| a.reasons).unwrap_or_default();
         } else {
             let r = ask.authorize(&reg.norms, &reg.norms_sliced)?;
-            let errors: Vec<String> = r
-                .iter()
-                .flat_map(|r| r.diagnostics().errors())
-                .map(|e| match e {
-                    cedar_policy::AuthorizationError::PolicyEvaluationError(pe) => {
-                        format!("{}:error", pe.policy_id())
-                    }
-                })
-                .collect();
-            if !errors.is_empty() {
+            match r {
                 // A policy that errs is skipped by Cedar; a skipped forbid must not let a
                 // flow through, so any evaluation error decides non-compliant.
-                decision.verdict = "non_compliant".into();
-                decision.policies = errors;
-            } else if let Some(r) = r.as_ref().filter(|r| r.decision() == Decision::Allow) {
-                decision.verdict = "compliant".into();
-                decision.policies = sorted_reasons(r);
-            } else {
-                decision.verdict = "non_compliant".into();
-                decision.policies = r.as_ref().map(sorted_reasons).unwrap_or_default();
-                if decision.policies.is_empty() {
-                    decision.policies = vec![reg.default_policy.clone()];
+                Some(a) if !a.errors.is_empty() => {
+                    decision.verdict = "non_compliant".into();
+                    decision.policies = a.errors;
+                }
+                Some(a) if a.allow => {
+                    decision.verdict = "compliant".into();
+                    decision.policies = a.reasons;
+                }
+                r => {
+                    decision.verdict = "non_compliant".into();
+                    decision.policies = r.map(|a| a.reasons).unwrap_or_default();
+                    if decision.policies.is_empty() {
+                        decision.policies = vec![reg.default_policy.clone()];
+                    }
                 }
             }
         }
@@ -911,18 +912,29 @@ struct Ask<'n, 'f> {
 }
 
 impl Ask<'_, '_> {
-    /// Cedar's response for the policies of `whole` (or of its slice, when slicing)
-    /// that can hold; `None` for none — what Cedar answers for an empty set (deny, no
-    /// reasons, no errors) without asking it.
+    /// The answer for the policies of `whole` (or of its slice, when slicing) that can
+    /// hold; `None` for none — what Cedar answers for an empty set (deny, no reasons,
+    /// no errors) without asking it. A slice its guards decide ([`slice::Slice`]) is
+    /// answered from them; any other is asked of Cedar.
     fn authorize(
         &mut self,
         whole: &PolicySet,
         sliced: &Sliced,
-    ) -> Result<Option<cedar_policy::Response>, NormError> {
+    ) -> Result<Option<Answer>, NormError> {
         let cut;
         let set = if self.sliced {
             cut = sliced.slice(&self.facts).map_err(NormError::Request)?;
-            &*cut
+            if cut.set.is_empty() {
+                return Ok(None);
+            }
+            if let Some((allow, reasons)) = &cut.decided {
+                return Ok(Some(Answer {
+                    allow: *allow,
+                    reasons: reasons.clone(),
+                    errors: vec![],
+                }));
+            }
+            &cut.set
         } else {
             whole
         };
@@ -937,11 +949,32 @@ impl Ask<'_, '_> {
             };
             self.request = Some(self.norms.request(&self.facts, None, read)?);
         }
-        Ok(self
-            .request
-            .as_ref()
-            .map(|(request, entities)| self.norms.authorizer.is_authorized(request, set, entities)))
+        Ok(self.request.as_ref().map(|(request, entities)| {
+            let r = self.norms.authorizer.is_authorized(request, set, entities);
+            Answer {
+                allow: r.decision() == Decision::Allow,
+                reasons: sorted_reasons(&r),
+                errors: r
+                    .diagnostics()
+                    .errors()
+                    .map(|e| match e {
+                        cedar_policy::AuthorizationError::PolicyEvaluationError(pe) => {
+                            format!("{}:error", pe.policy_id())
+                        }
+                    })
+                    .collect(),
+            }
+        }))
     }
+}
+
+/// What a set of policies answers for one request: allowed, the satisfied policies that
+/// decide (sorted ids), and the policies whose evaluation erred.
+#[derive(Debug)]
+struct Answer {
+    allow: bool,
+    reasons: Vec<String>,
+    errors: Vec<String>,
 }
 
 /// The facts of `flow` for `recipient` with its normalised `terms`, in the order of

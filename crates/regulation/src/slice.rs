@@ -205,11 +205,22 @@ fn conjuncts(e: &Value, out: &mut Vec<Value>) {
 }
 
 /// A policy's guard: its leading exactly-readable conjuncts (the head constraints are
-/// not read: they cannot err, and leaving them out only weakens the guard).
-fn guard_of(policy: &Policy) -> Guard {
+/// not read: they cannot err, and leaving them out only weakens the guard); and whether
+/// the guard is the whole policy — every conjunct read, and a head every request of
+/// the schema meets (any principal and resource, the action `disclose` or any) — so
+/// that the guard holds exactly when Cedar finds the policy satisfied.
+fn guard_of(policy: &Policy) -> (Guard, bool) {
     let Ok(est) = policy.to_json() else {
-        return Guard::All(vec![]);
+        return (Guard::All(vec![]), false);
     };
+    let any = |k: &str| est.get(k).and_then(|h| h.get("op")).and_then(Value::as_str) == Some("All");
+    let disclose = est.get("action").is_some_and(|a| {
+        a.get("op").and_then(Value::as_str) == Some("All")
+            || (a.get("op").and_then(Value::as_str) == Some("==")
+                && a.pointer("/entity/type").and_then(Value::as_str) == Some("Knox::Action")
+                && a.pointer("/entity/id").and_then(Value::as_str) == Some("disclose"))
+    });
+    let head = any("principal") && any("resource") && disclose;
     let mut chain = Vec::new();
     for clause in est
         .get("conditions")
@@ -223,11 +234,18 @@ fn guard_of(policy: &Policy) -> Guard {
         match clause.get("kind").and_then(Value::as_str) {
             Some("when") => conjuncts(body, &mut chain),
             Some("unless") => chain.push(serde_json::json!({"!": {"arg": body}})),
-            _ => break,
+            _ => return (exact_lead(&chain), false),
         }
     }
+    let lead = exact_lead(&chain);
+    let complete = head && matches!(&lead, Guard::All(g) if g.len() == chain.len());
+    (lead, complete)
+}
+
+/// The leading conjuncts of `chain` read exactly.
+fn exact_lead(chain: &[Value]) -> Guard {
     let mut lead = Vec::new();
-    for c in &chain {
+    for c in chain {
         match exact(c) {
             Some(g) => lead.push(g),
             None => break,
@@ -327,15 +345,33 @@ pub(crate) const KEPT_SLICES: usize = 1024;
 #[derive(Debug, Default)]
 pub(crate) struct Sliced {
     policies: Vec<(Guard, Policy)>,
+    /// Per policy: its guard is the whole policy ([`guard_of`]).
+    complete: Vec<bool>,
     /// Slices by the set of policies they hold (one bit per policy, in order).
-    kept: Mutex<HashMap<Box<[u64]>, Arc<PolicySet>>>,
+    kept: Mutex<HashMap<Box<[u64]>, Arc<Slice>>>,
+}
+
+/// The policies of a set whose guards hold for some facts; and, when every one of them
+/// is complete ([`guard_of`]) — so each is satisfied — Cedar's answer without asking
+/// Cedar: a satisfied forbid denies (the forbids are the reasons), else a satisfied
+/// permit allows (the permits are the reasons). The property test
+/// `equivalence::the_sliced_decision_is_the_whole_sets` proves it against Cedar on the
+/// whole set.
+#[derive(Debug)]
+pub(crate) struct Slice {
+    /// The policies.
+    pub set: PolicySet,
+    /// Cedar's answer, when the guards decide: allowed, and the reasons (policy ids,
+    /// sorted).
+    pub decided: Option<(bool, Vec<String>)>,
 }
 
 impl Sliced {
     /// Reads the guard of every policy of `set`.
     pub fn new(set: &PolicySet) -> Self {
         Self {
-            policies: set.policies().map(|p| (guard_of(p), p.clone())).collect(),
+            policies: set.policies().map(|p| (guard_of(p).0, p.clone())).collect(),
+            complete: set.policies().map(|p| guard_of(p).1).collect(),
             kept: Mutex::default(),
         }
     }
@@ -345,7 +381,7 @@ impl Sliced {
     /// before is the one built then ([`KEPT_SLICES`] patterns at most).
     /// (The set cannot refuse them — they come from a valid set with unique ids — but
     /// Cedar's API says it may, and why, as text.)
-    pub fn slice(&self, facts: &Facts<'_>) -> Result<Arc<PolicySet>, String> {
+    pub fn slice(&self, facts: &Facts<'_>) -> Result<Arc<Slice>, String> {
         let mut holding = vec![0u64; self.policies.len().div_ceil(64)].into_boxed_slice();
         for (i, (g, _)) in self.policies.iter().enumerate() {
             if g.holds(facts)
@@ -364,20 +400,41 @@ impl Sliced {
             return Ok(set);
         }
         // Built outside the lock: other decisions are not held up meanwhile.
-        let set = Arc::new(
-            PolicySet::from_policies(
-                self.policies
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| {
-                        holding
-                            .get(i / 64)
-                            .is_some_and(|w| w & (1 << (i % 64)) != 0)
-                    })
-                    .map(|(_, (_, p))| p.clone()),
-            )
-            .map_err(|e| e.to_string())?,
-        );
+        let held: Vec<usize> = (0..self.policies.len())
+            .filter(|i| {
+                holding
+                    .get(i / 64)
+                    .is_some_and(|w| w & (1 << (i % 64)) != 0)
+            })
+            .collect();
+        let policies = || {
+            held.iter()
+                .filter_map(|i| self.policies.get(*i).map(|(_, p)| p))
+        };
+        let decided = (!held.is_empty()
+            && held
+                .iter()
+                .all(|i| self.complete.get(*i).copied().unwrap_or(false)))
+        .then(|| {
+            let ids = |effect: cedar_policy::Effect| {
+                let mut v: Vec<String> = policies()
+                    .filter(|p| p.effect() == effect)
+                    .map(|p| p.id().to_string())
+                    .collect();
+                v.sort();
+                v
+            };
+            let forbids = ids(cedar_policy::Effect::Forbid);
+            if forbids.is_empty() {
+                (true, ids(cedar_policy::Effect::Permit))
+            } else {
+                (false, forbids)
+            }
+        });
+        let set = Arc::new(Slice {
+            set: PolicySet::from_policies(policies().cloned()).map_err(|e| e.to_string())?,
+            decided,
+        });
         let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         if kept.len() < KEPT_SLICES {
             kept.entry(holding).or_insert_with(|| Arc::clone(&set));
@@ -393,6 +450,12 @@ impl Sliced {
             .filter(|(g, _)| *g != Guard::All(vec![]))
             .count()
     }
+
+    /// How many policies the guards read whole ([`guard_of`]).
+    #[cfg(test)]
+    pub fn complete(&self) -> usize {
+        self.complete.iter().filter(|c| **c).count()
+    }
 }
 
 #[cfg(test)]
@@ -404,7 +467,7 @@ mod tests {
 
     fn guard(src: &str) -> Guard {
         let set = PolicySet::from_str(src).unwrap();
-        guard_of(set.policies().next().unwrap())
+        guard_of(set.policies().next().unwrap()).0
     }
 
     fn facts<'a>(sets: [&'a BTreeSet<String>; 2]) -> Facts<'a> {
@@ -684,6 +747,56 @@ mod tests {
         assert_eq!(
             guarded, all,
             "a policy whose condition the slicer cannot read"
+        );
+        // Every embedded policy's condition but one is read whole, so a first decision
+        // asks Cedar only when that one is in its slice (the property test below proves
+        // the guards' answers equal Cedar's on the whole set): GDPR art. 5(1)(b)
+        // compares two facts (`purpose != collected_for`), which the guards do not read.
+        // A policy written beyond the fragment is still decided — by Cedar.
+        assert_eq!(
+            n.completeness(),
+            all - 1,
+            "a policy the guards do not read whole"
+        );
+    }
+
+    #[test]
+    fn a_policy_beyond_the_guards_fragment_is_asked_of_cedar() {
+        let set = PolicySet::from_str(
+            r#"permit (principal, action, resource) when { context.purpose == "treatment" };
+               permit (principal, action, resource) when { context.purpose like "treat*" };
+               permit (principal == Knox::Party::"sender", action, resource) when { context.consent };"#,
+        )
+        .unwrap();
+        let s = Sliced::new(&set);
+        assert_eq!(
+            s.complete(),
+            1,
+            "a `like` and a principal constraint are not read whole"
+        );
+        let empty = BTreeSet::new();
+        let mut f = facts([&empty, &empty]);
+        f.strings[3] = "treatment";
+        f.bools[0] = false;
+        // the `like` policy is kept (its guard reads nothing), so Cedar answers
+        assert!(s.slice(&f).unwrap().decided.is_none());
+        let only = PolicySet::from_str(
+            r#"permit (principal, action, resource) when { context.purpose == "treatment" };
+               forbid (principal, action, resource) when { context.purpose == "treatment" && !context.consent };"#,
+        )
+        .unwrap();
+        let s = Sliced::new(&only);
+        let d = s.slice(&f).unwrap();
+        assert_eq!(
+            d.decided,
+            Some((false, vec!["policy1".to_string()])),
+            "a forbid wins"
+        );
+        f.strings[3] = "payment";
+        let d = s.slice(&f).unwrap();
+        assert!(
+            d.set.is_empty() && d.decided.is_none(),
+            "nothing holds: Cedar's empty answer"
         );
     }
 }
