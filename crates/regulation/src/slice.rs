@@ -367,11 +367,18 @@ pub(crate) struct Slice {
 }
 
 impl Sliced {
-    /// Reads the guard of every policy of `set`.
+    /// Reads the guard of every policy of `set`, and whether it is the whole policy.
     pub fn new(set: &PolicySet) -> Self {
+        let (policies, complete) = set
+            .policies()
+            .map(|p| {
+                let (guard, complete) = guard_of(p);
+                ((guard, p.clone()), complete)
+            })
+            .unzip();
         Self {
-            policies: set.policies().map(|p| (guard_of(p).0, p.clone())).collect(),
-            complete: set.policies().map(|p| guard_of(p).1).collect(),
+            policies,
+            complete,
             kept: Mutex::default(),
         }
     }
