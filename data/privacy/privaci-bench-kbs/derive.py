@@ -2,7 +2,7 @@
 """Derives `regulation_ids.txt` from PrivaCI-Bench's GDPR and HIPAA clause knowledge
 bases. Run once, by hand, when vendoring (from the repository root):
 
-    python3 data/privacy/privaci-bench-kbs/derive.py ../shared/data/privacy/privaci-bench-kbs \
+    python3 data/privacy/privaci-bench-kbs/derive.py SRC_DIR \
         > data/privacy/privaci-bench-kbs/regulation_ids.txt
 
 SRC_DIR holds `GDPR.jsonl` and `HIPAA.jsonl` (one clause a line). The output has one
