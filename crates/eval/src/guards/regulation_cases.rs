@@ -626,8 +626,14 @@ pub fn run(norms: &Norms) -> Result<(Vec<SplitScore>, Vec<CaseOutcome>), EvalErr
 
 /// The summary as Markdown.
 pub fn report(scores: &[SplitScore]) -> String {
-    let mut out = String::from(
-        "# Regulation guard on labelled cases (GoldCoin HIPAA, judge off)\n\n\
+    report_of(scores, "judge off")
+}
+
+/// The summary as Markdown, its title saying how the facts were read (`how`).
+pub fn report_of(scores: &[SplitScore], how: &str) -> String {
+    let mut out = format!("# Regulation guard on labelled cases (GoldCoin HIPAA, {how})\n\n");
+    out.push_str(
+        "\
          Strict: a case is right only when decided as labelled (`not_applicable` on a \
          Permit or Forbid case is wrong). Lenient: `not_applicable` counts as a permit. \
          Balanced: the mean of each label's recall. Majority: always the most frequent \

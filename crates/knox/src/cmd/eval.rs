@@ -282,10 +282,9 @@ fn regulation_text(
     let md = format!(
         "{}\nFacts read from each case's prose by the judge `{spec}` (prompt {}), decided by \
          the norms; {failed} of {} cases the judge did not answer (undecided).\n",
-        knox_eval::guards::regulation_cases::report(std::slice::from_ref(&score)).replacen(
-            "judge off",
-            "facts from text",
-            1
+        knox_eval::guards::regulation_cases::report_of(
+            std::slice::from_ref(&score),
+            "facts from text"
         ),
         knox_regulation::extract::prompt_version(),
         outcomes.len()
