@@ -65,3 +65,25 @@ pub trait ExecutorFactory: Send + Sync {
     /// Identifies the executor for proof of inference.
     fn model(&self) -> ModelInfo;
 }
+
+/// A factory behind a pointer builds as the one it points to (a session takes a boxed
+/// factory, or one shared with other sessions, where it takes a factory).
+impl<F: ExecutorFactory + ?Sized> ExecutorFactory for Box<F> {
+    fn build(&self, task: AgentTask) -> Box<dyn Executor> {
+        (**self).build(task)
+    }
+
+    fn model(&self) -> ModelInfo {
+        (**self).model()
+    }
+}
+
+impl<F: ExecutorFactory + ?Sized> ExecutorFactory for std::sync::Arc<F> {
+    fn build(&self, task: AgentTask) -> Box<dyn Executor> {
+        (**self).build(task)
+    }
+
+    fn model(&self) -> ModelInfo {
+        (**self).model()
+    }
+}

@@ -89,20 +89,19 @@ pub trait Planner: Send + Sync {
 
 /// A planner whose plans are followed in the given trajectory mode (`knox run
 /// --trajectory`): it plans as `inner` does.
-#[derive(Clone, Copy)]
-pub struct Following<'p> {
-    inner: &'p dyn Planner,
+pub struct Following<P: ?Sized = dyn Planner> {
     mode: TrajectoryMode,
+    inner: P,
 }
 
-impl<'p> Following<'p> {
+impl<P: Planner> Following<P> {
     /// `inner`'s plans, followed in `mode`.
-    pub fn new(inner: &'p dyn Planner, mode: TrajectoryMode) -> Self {
-        Self { inner, mode }
+    pub fn new(inner: P, mode: TrajectoryMode) -> Self {
+        Self { mode, inner }
     }
 }
 
-impl std::fmt::Debug for Following<'_> {
+impl<P: ?Sized> std::fmt::Debug for Following<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Following")
             .field("mode", &self.mode)
@@ -110,7 +109,7 @@ impl std::fmt::Debug for Following<'_> {
     }
 }
 
-impl Planner for Following<'_> {
+impl<P: Planner + ?Sized> Planner for Following<P> {
     fn plan(
         &self,
         prompt: &Prompt,
@@ -127,6 +126,55 @@ impl Planner for Following<'_> {
 
     fn trajectory(&self) -> TrajectoryMode {
         self.mode
+    }
+}
+
+/// A planner behind a pointer plans as the planner it points to: a session takes a
+/// `Box<dyn Planner>` or an `Arc` shared with other sessions where it takes a planner.
+macro_rules! forward_planner {
+    ($($ptr:ident)::+) => {
+        impl<P: Planner + ?Sized> Planner for $($ptr)::+<P> {
+            fn plan(
+                &self,
+                prompt: &Prompt,
+                manifest: &ToolkitManifest,
+                regulations: &Regulations,
+                stop: &StopPolicy,
+            ) -> Result<Plan, PlanError> {
+                (**self).plan(prompt, manifest, regulations, stop)
+            }
+
+            fn model(&self) -> ModelInfo {
+                (**self).model()
+            }
+
+            fn trajectory(&self) -> TrajectoryMode {
+                (**self).trajectory()
+            }
+        }
+    };
+}
+
+forward_planner!(Box);
+forward_planner!(std::sync::Arc);
+
+impl<P: Planner + ?Sized> Planner for &P {
+    fn plan(
+        &self,
+        prompt: &Prompt,
+        manifest: &ToolkitManifest,
+        regulations: &Regulations,
+        stop: &StopPolicy,
+    ) -> Result<Plan, PlanError> {
+        (**self).plan(prompt, manifest, regulations, stop)
+    }
+
+    fn model(&self) -> ModelInfo {
+        (**self).model()
+    }
+
+    fn trajectory(&self) -> TrajectoryMode {
+        (**self).trajectory()
     }
 }
 

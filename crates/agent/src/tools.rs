@@ -36,6 +36,13 @@ pub trait ToolRunner: Send + Sync {
     fn run(&self, action: &Action, grant: Option<&Grant>) -> ToolResult;
 }
 
+/// A runner behind a box runs as the one it holds.
+impl<R: ToolRunner + ?Sized> ToolRunner for Box<R> {
+    fn run(&self, action: &Action, grant: Option<&Grant>) -> ToolResult {
+        (**self).run(action, grant)
+    }
+}
+
 /// What a tool host learns about the run it serves.
 #[derive(Clone, Copy)]
 pub struct RunContext<'r> {
@@ -65,4 +72,19 @@ impl std::fmt::Debug for RunContext<'_> {
 pub trait ToolHost: Send + Sync {
     /// A runner for one run.
     fn runner<'r>(&'r self, cx: RunContext<'r>) -> Result<Box<dyn ToolRunner + 'r>, String>;
+}
+
+/// A host behind a box hosts as the one it holds.
+impl<H: ToolHost + ?Sized> ToolHost for Box<H> {
+    fn runner<'r>(&'r self, cx: RunContext<'r>) -> Result<Box<dyn ToolRunner + 'r>, String> {
+        (**self).runner(cx)
+    }
+}
+
+/// A host shared by several sessions (a gateway's one MCP host) hosts as the one it
+/// points to.
+impl<H: ToolHost + ?Sized> ToolHost for std::sync::Arc<H> {
+    fn runner<'r>(&'r self, cx: RunContext<'r>) -> Result<Box<dyn ToolRunner + 'r>, String> {
+        (**self).runner(cx)
+    }
 }

@@ -69,6 +69,18 @@ pub trait PlatformBackend: Send + Sync {
     fn collect(&self, binding: &KeyBinding) -> Result<PlatformEvidence, PlatformError>;
 }
 
+/// A backend behind a box collects as the one it holds (a front end that chooses the
+/// platform at run time hands a session a `Box<dyn PlatformBackend>`).
+impl<B: PlatformBackend + ?Sized> PlatformBackend for Box<B> {
+    fn mode(&self) -> PlatformMode {
+        (**self).mode()
+    }
+
+    fn collect(&self, binding: &KeyBinding) -> Result<PlatformEvidence, PlatformError> {
+        (**self).collect(binding)
+    }
+}
+
 /// What the verifier is willing to accept.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AppraisalOptions<'a> {

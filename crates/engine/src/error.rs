@@ -2,7 +2,6 @@
 //! the session is the caller's mistake; a platform that cannot bind the key is
 //! unavailable; a journal that cannot be written is I/O).
 
-use knox_harness::HarnessError;
 use knox_monitor::run::RunError;
 
 /// Errors that prevent building a session or running one (never a decision about an
@@ -24,19 +23,6 @@ pub enum EngineError {
         #[source]
         source: Box<RunError>,
     },
-    /// The embedded InjecAgent data or manifest could not be loaded.
-    #[error("loading the embedded suite")]
-    Suite(#[source] Box<HarnessError>),
-    /// A workload needs more flows than it was given.
-    #[error("workload `{workload}` needs at least {need} flows, got {got}: raise --flows")]
-    Flows {
-        /// The workload's spec.
-        workload: String,
-        /// Flows needed (the workload's task count).
-        need: usize,
-        /// Flows drawn.
-        got: usize,
-    },
     /// A regulation name the policy set does not define.
     #[error("--regulations: `{name}` is not defined by the policy set (it defines {defined})")]
     UndefinedRegulation {
@@ -45,9 +31,6 @@ pub enum EngineError {
         /// The names the set defines, comma-separated.
         defined: String,
     },
-    /// The reviewed terminal tasks could not be read.
-    #[error("data/terminal_tasks.json")]
-    TerminalTasks(#[source] serde_json::Error),
     /// One run failed.
     #[error("running bundle {run_id}")]
     Bundle {
@@ -55,8 +38,14 @@ pub enum EngineError {
         run_id: String,
         /// Why.
         #[source]
-        source: Box<HarnessError>,
+        source: Box<RunError>,
     },
+    /// A ticket handed back to a run none of whose agents it was issued to.
+    #[error("the ticket was not issued by this run")]
+    UnknownTicket,
+    /// A `heard` record the run refuses (an agent it does not have, a malformed one).
+    #[error("recording what the run's model heard: {0}")]
+    Heard(String),
     /// A live run was started twice, or used after it was finished.
     #[error("this run was already started")]
     AlreadyStarted,
@@ -72,26 +61,22 @@ pub enum EngineError {
     /// Serialising a bundle failed.
     #[error("serialising the bundle")]
     Serialize(#[source] serde_json::Error),
-    /// The MCP tool host could not be set up (`servers.toml`, the kernel sandbox).
-    #[error("MCP tool servers")]
-    Mcp(#[source] knox_mcp::McpError),
 }
 
 impl EngineError {
     /// Whether the caller's own choices are at fault (a missing or contradictory piece,
-    /// too few flows, an undefined regulation), as opposed to the environment or a bug.
+    /// an undefined regulation), as opposed to the environment or a bug.
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
             Self::Missing(_)
                 | Self::Invalid(_)
-                | Self::Flows { .. }
                 | Self::UndefinedRegulation { .. }
                 | Self::AlreadyStarted
         )
     }
 
-    pub(crate) fn bundle(run_id: &str, source: impl Into<HarnessError>) -> Self {
+    pub(crate) fn bundle(run_id: &str, source: impl Into<RunError>) -> Self {
         Self::Bundle {
             run_id: run_id.into(),
             source: Box::new(source.into()),

@@ -90,7 +90,11 @@ impl Session {
         prompt: &Prompt,
         executor: Option<ModelInfo>,
     ) -> Result<OpenRun<'_>, EngineError> {
-        self.open_with(prompt, self.planner.as_ref(), executor)
+        let planner = self
+            .planner
+            .as_deref()
+            .ok_or(EngineError::Missing("planner"))?;
+        self.open_with(prompt, planner, executor)
     }
 
     /// [`open`](Self::open) with the host's own `plan` for the prompt's tasks instead of
@@ -215,9 +219,12 @@ impl LiveRun<'_> {
     }
 
     /// Records the result of an allowed call, consuming its ticket: the sequence
-    /// number of its `tool_output` node (`None` for a ticket of no agent of this run).
-    pub fn record(&self, ticket: Box<Ticket>, result: ToolResult) -> Option<u64> {
-        self.monitor.record_result(ticket, result)
+    /// number of its `tool_output` node ([`EngineError::UnknownTicket`] for a ticket of
+    /// no agent of this run: nothing is recorded).
+    pub fn record(&self, ticket: Box<Ticket>, result: ToolResult) -> Result<u64, EngineError> {
+        self.monitor
+            .record_result(ticket, result)
+            .ok_or(EngineError::UnknownTicket)
     }
 
     /// Records that the run's remote model heard labelled data in another run through
@@ -225,8 +232,8 @@ impl LiveRun<'_> {
     /// composes into a disclosure carries that data's labels.
     ///
     /// [`Monitor::heard`]: knox_monitor::monitor::Monitor::heard
-    pub fn heard(&self, heard: HeardPayload) -> Result<u64, String> {
-        self.monitor.heard(heard)
+    pub fn heard(&self, heard: HeardPayload) -> Result<u64, EngineError> {
+        self.monitor.heard(heard).map_err(EngineError::Heard)
     }
 
     /// The run's APM.

@@ -10,7 +10,6 @@ use std::time::Instant;
 use knox_agent::{ExecutorFactory, Planner, Prompt, Regulations, ToolHost, ToolResult, ToolRunner};
 use knox_attest::platform::PlatformBackend;
 use knox_contract::Verified;
-use knox_harness::{DatasetPlanner, Harness};
 use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::monitor::ApprovalSource;
 use knox_monitor::run::{self, RunConfig, RunOutcome, Runtime};
@@ -22,39 +21,6 @@ use knox_types::grant::Grant;
 use crate::error::EngineError;
 use crate::regulation::RegulationSetup;
 
-/// The key and manifest a session runs with: a plain runtime, or the InjecAgent
-/// harness (runtime and dataset) when the session carries the embedded suite.
-#[derive(Debug)]
-pub(crate) enum Core {
-    /// A runtime over the caller's manifest.
-    Plain(Runtime),
-    /// A runtime shared with other sessions (one key for a whole gateway process: its
-    /// sessions are numbered links of that key's one chain of runs).
-    Shared(Arc<Runtime>),
-    /// An embedded suite, its harness under the suite's own manifest.
-    Suite(Harness, crate::workload::Suite),
-}
-
-impl Core {
-    pub(crate) fn rt(&self) -> &Runtime {
-        match self {
-            Self::Plain(rt) => rt,
-            Self::Shared(rt) => rt,
-            Self::Suite(h, _) => &h.rt,
-        }
-    }
-}
-
-/// Where the toolkit manifest comes from.
-enum Tools {
-    /// The caller's manifest.
-    Manifest(Box<ToolkitManifest>),
-    /// The embedded InjecAgent suite: its manifest, data, planner and simulated tools.
-    Embedded,
-    /// The embedded terminal suite: the same, under the terminal suite's manifest.
-    EmbeddedTerminal,
-}
-
 /// Builds a [`Session`]: the platform backend and the toolkit manifest are required;
 /// everything else has a default (no regulations, no stop limits, one task for one
 /// agent, no journal, no output directory).
@@ -65,7 +31,7 @@ pub struct SessionBuilder {
     shared: Option<Arc<Runtime>>,
     checkpoints: Option<knox_monitor::aeg::Checkpoints>,
     nonce: Vec<u8>,
-    tools: Option<Tools>,
+    manifest: Option<Box<ToolkitManifest>>,
     regulation: Option<RegulationSetup>,
     stop: StopPolicy,
     signal: Option<StopSignal>,
@@ -133,12 +99,6 @@ impl SessionBuilder {
         self
     }
 
-    /// [`platform`](Self::platform), boxed.
-    pub fn platform_boxed(mut self, backend: Box<dyn PlatformBackend>) -> Self {
-        self.platform = Some(backend);
-        self
-    }
-
     /// The regulator-supplied epoch nonce bound into the platform evidence (default:
     /// empty).
     pub fn nonce(mut self, nonce: impl Into<Vec<u8>>) -> Self {
@@ -146,26 +106,9 @@ impl SessionBuilder {
         self
     }
 
-    /// The toolkit manifest `C`. This or [`embedded_suite`](Self::embedded_suite) is
-    /// required.
+    /// The toolkit manifest `C`. Required.
     pub fn manifest(mut self, manifest: ToolkitManifest) -> Self {
-        self.tools = Some(Tools::Manifest(Box::new(manifest)));
-        self
-    }
-
-    /// The embedded InjecAgent suite: its manifest and data, the dataset planner and
-    /// simulated tools as defaults, and [`Session::run_workload`].
-    pub fn embedded_suite(mut self) -> Self {
-        self.tools = Some(Tools::Embedded);
-        self
-    }
-
-    /// The embedded terminal suite: as [`embedded_suite`](Self::embedded_suite), under
-    /// the terminal suite's own manifest (`data/manifests/terminal.toolkit.json`, its
-    /// one tool `TerminalExecute`), which its APMs then name. For
-    /// [`Session::run_workload`] with [`Suite::Terminal`](crate::workload::Suite).
-    pub fn terminal_suite(mut self) -> Self {
-        self.tools = Some(Tools::EmbeddedTerminal);
+        self.manifest = Some(Box::new(manifest));
         self
     }
 
@@ -194,27 +137,18 @@ impl SessionBuilder {
         self
     }
 
-    /// The planner deriving each run's expected trajectory.
+    /// The planner deriving each run's expected trajectory: needed by
+    /// [`Session::run_prompt`] and [`Session::open`], not by a host that brings its own
+    /// plans ([`Session::open_plan`]). A
+    /// `Box<dyn Planner>` or an `Arc` shared with other sessions is a planner too.
     pub fn planner(mut self, planner: impl Planner + 'static) -> Self {
         self.planner = Some(Box::new(planner));
         self
     }
 
-    /// [`planner`](Self::planner), boxed.
-    pub fn planner_boxed(mut self, planner: Box<dyn Planner>) -> Self {
-        self.planner = Some(planner);
-        self
-    }
-
-    /// The executor agents of [`Session::run_prompt`].
+    /// The executor agents of [`Session::run_prompt`] (boxed or shared, as a planner).
     pub fn executor(mut self, executor: impl ExecutorFactory + 'static) -> Self {
         self.executor = Some(Box::new(executor));
-        self
-    }
-
-    /// [`executor`](Self::executor), boxed.
-    pub fn executor_boxed(mut self, executor: Box<dyn ExecutorFactory>) -> Self {
-        self.executor = Some(executor);
         self
     }
 
@@ -228,12 +162,6 @@ impl SessionBuilder {
     /// in-process tools answer what the host does not run for real.
     pub fn host(mut self, host: impl ToolHost + 'static) -> Self {
         self.host = Some(Box::new(host));
-        self
-    }
-
-    /// [`host`](Self::host), boxed.
-    pub fn host_boxed(mut self, host: Box<dyn ToolHost>) -> Self {
-        self.host = Some(host);
         self
     }
 
@@ -284,16 +212,13 @@ impl SessionBuilder {
     /// Checks the pieces, generates the key and binds it through the platform.
     pub fn build(self) -> Result<Session, EngineError> {
         let platform = self.platform.ok_or(EngineError::Missing("platform"))?;
-        let tools = self.tools.ok_or(EngineError::Missing("manifest"))?;
+        let manifest = self.manifest.ok_or(EngineError::Missing("manifest"))?;
         if let Some(r) = &self.regulation
             && r.regulations.policy_hash != Some(r.norms.hash())
         {
             return Err(EngineError::Invalid(
                 "the regulations name another policy set than the one given",
             ));
-        }
-        if matches!(tools, Tools::Manifest(_)) && self.planner.is_none() {
-            return Err(EngineError::Missing("planner"));
         }
         let topology = self.topology.unwrap_or(Topology {
             kind: TopologyKind::StSa,
@@ -305,71 +230,6 @@ impl SessionBuilder {
                 "a topology needs at least one task and one agent",
             ));
         }
-        let platform_error = |source| EngineError::Platform {
-            mode: platform.mode(),
-            source: Box::new(source),
-        };
-        let suite_error = |e: knox_harness::HarnessError| match e {
-            knox_harness::HarnessError::Run(r @ run::RunError::Platform(_)) => platform_error(r),
-            other => EngineError::Suite(Box::new(other)),
-        };
-        let mut core = match (tools, self.simulated_key) {
-            (tools, key) if self.shared.is_some() => {
-                let Some(rt) = self.shared else {
-                    return Err(EngineError::Missing("runtime"));
-                };
-                if key.is_some() {
-                    return Err(EngineError::Invalid(
-                        "a shared runtime has its own key: give it or a key, not both",
-                    ));
-                }
-                if self.checkpoints.is_some() {
-                    return Err(EngineError::Invalid(
-                        "a shared runtime's checkpoint cadence is its own: set it on the runtime",
-                    ));
-                }
-                match tools {
-                    Tools::Manifest(m) if m.hash() == rt.manifest.hash() => Core::Shared(rt),
-                    Tools::Manifest(_) => {
-                        return Err(EngineError::Invalid(
-                            "the manifest differs from the shared runtime's",
-                        ));
-                    }
-                    _ => {
-                        return Err(EngineError::Invalid(
-                            "a shared runtime runs the caller's manifest, not an embedded suite",
-                        ));
-                    }
-                }
-            }
-            (Tools::Manifest(m), Some(key)) => Core::Plain(
-                Runtime::simulated_with_key(key, &self.nonce, *m).map_err(platform_error)?,
-            ),
-            (_, Some(_)) => {
-                return Err(EngineError::Invalid(
-                    "a key of the caller's runs only with a manifest",
-                ));
-            }
-            (Tools::Manifest(m), None) => Core::Plain(
-                Runtime::start(platform.as_ref(), &self.nonce, *m).map_err(platform_error)?,
-            ),
-            (Tools::Embedded, None) => Core::Suite(
-                Harness::embedded(platform.as_ref(), &self.nonce).map_err(suite_error)?,
-                crate::workload::Suite::Injecagent,
-            ),
-            (Tools::EmbeddedTerminal, None) => Core::Suite(
-                Harness::embedded_terminal(platform.as_ref(), &self.nonce).map_err(suite_error)?,
-                crate::workload::Suite::Terminal,
-            ),
-        };
-        if let Some(every) = self.checkpoints {
-            match &mut core {
-                Core::Plain(rt) => rt.checkpoints = every,
-                Core::Suite(h, _) => h.rt.checkpoints = every,
-                Core::Shared(_) => {}
-            }
-        }
-        let custom_planner = self.planner.is_some();
         if self.contract.is_none()
             && self
                 .planner
@@ -380,22 +240,47 @@ impl SessionBuilder {
                 "an unplanned session (no prompt-derived plan) needs a contract to bound it",
             ));
         }
-        let planner = match (self.planner, &core) {
-            (Some(p), _) => p,
-            (None, Core::Suite(h, _)) => Box::new(DatasetPlanner::new(&h.data)),
-            (None, Core::Plain(_) | Core::Shared(_)) => {
-                return Err(EngineError::Missing("planner"));
+        let platform_error = |source| EngineError::Platform {
+            mode: platform.mode(),
+            source: Box::new(source),
+        };
+        let rt = match (self.shared, self.simulated_key) {
+            (Some(_), Some(_)) => {
+                return Err(EngineError::Invalid(
+                    "a shared runtime has its own key: give it or a key, not both",
+                ));
+            }
+            (Some(_), None) if self.checkpoints.is_some() => {
+                return Err(EngineError::Invalid(
+                    "a shared runtime's checkpoint cadence is its own: set it on the runtime",
+                ));
+            }
+            (Some(rt), None) if manifest.hash() == rt.manifest.hash() => rt,
+            (Some(_), None) => {
+                return Err(EngineError::Invalid(
+                    "the manifest differs from the shared runtime's",
+                ));
+            }
+            (None, key) => {
+                let mut rt = match key {
+                    Some(key) => Runtime::simulated_with_key(key, &self.nonce, *manifest),
+                    None => Runtime::start(platform.as_ref(), &self.nonce, *manifest),
+                }
+                .map_err(platform_error)?;
+                if let Some(every) = self.checkpoints {
+                    rt.checkpoints = every;
+                }
+                Arc::new(rt)
             }
         };
         Ok(Session {
-            core,
+            rt,
             platform,
             regulation: self.regulation,
             stop: self.stop,
             signal: self.signal.unwrap_or_default(),
             topology,
-            planner,
-            custom_planner,
+            planner: self.planner,
             executor: self.executor,
             runner: self.runner,
             host: self.host,
@@ -413,14 +298,16 @@ impl SessionBuilder {
 /// A Knox session: a bound key, a manifest and the pieces that run prompts under the
 /// reference monitor into sealed evidence bundles. Build one with [`Session::builder`].
 pub struct Session {
-    pub(crate) core: Core,
+    /// The key, its platform evidence and the manifest: the session's own, or one
+    /// shared with other sessions (one key for a whole gateway process: its sessions
+    /// are numbered links of that key's one chain of runs).
+    rt: Arc<Runtime>,
     pub(crate) platform: Box<dyn PlatformBackend>,
     pub(crate) regulation: Option<RegulationSetup>,
     pub(crate) stop: StopPolicy,
     pub(crate) signal: StopSignal,
     pub(crate) topology: Topology,
-    pub(crate) planner: Box<dyn Planner>,
-    custom_planner: bool,
+    pub(crate) planner: Option<Box<dyn Planner>>,
     pub(crate) executor: Option<Box<dyn ExecutorFactory>>,
     pub(crate) runner: Option<Box<dyn ToolRunner>>,
     pub(crate) host: Option<Box<dyn ToolHost>>,
@@ -436,11 +323,11 @@ pub struct Session {
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
-            .field("platform", &self.core.rt().platform.mode)
+            .field("platform", &self.rt.platform.mode)
             .field("regulation", &self.regulation)
             .field("stop", &self.stop)
             .field("topology", &self.topology)
-            .field("planner", &self.planner.model().name)
+            .field("planner", &self.planner.as_ref().map(|p| p.model().name))
             .field("executor", &self.executor.as_ref().map(|e| e.model().name))
             .field("hosted", &self.host.is_some())
             .field("journal_dir", &self.journal_dir)
@@ -469,21 +356,12 @@ impl Session {
 
     /// The monitor's runtime: the key, its platform evidence and the manifest.
     pub fn runtime(&self) -> &Runtime {
-        self.core.rt()
+        &self.rt
     }
 
     /// The toolkit manifest (verifiers of this session's bundles need the same one).
     pub fn manifest(&self) -> &ToolkitManifest {
-        &self.core.rt().manifest
-    }
-
-    /// The suite's harness (runtime and dataset), when the session carries an embedded
-    /// suite ([`SessionBuilder::embedded_suite`] or [`SessionBuilder::terminal_suite`]).
-    pub fn harness(&self) -> Option<&Harness> {
-        match &self.core {
-            Core::Suite(h, _) => Some(h),
-            Core::Plain(_) | Core::Shared(_) => None,
-        }
+        &self.rt.manifest
     }
 
     /// The external stop signal: setting it stops every run at its next proposal.
@@ -499,9 +377,20 @@ impl Session {
             .unwrap_or_default()
     }
 
-    /// The planner the caller set, if any (else the suite's dataset planner serves).
-    pub(crate) fn custom_planner(&self) -> Option<&dyn Planner> {
-        self.custom_planner.then_some(self.planner.as_ref())
+    /// The executor's model, when the session has an executor.
+    pub fn executor_model(&self) -> Option<knox_types::bundle::ModelInfo> {
+        self.executor.as_ref().map(|e| e.model())
+    }
+
+    /// The stop policy every run is held to.
+    pub fn stop_policy(&self) -> &StopPolicy {
+        &self.stop
+    }
+
+    /// Whether an external stop (the signal, a stop file) has been asked for and the
+    /// stop policy honours it: a caller running many prompts starts no new one.
+    pub fn stopped(&self) -> bool {
+        self.stop.external && self.signal.is_set()
     }
 
     /// The next prompt run's identifier: `<prefix>-<key>-<n>`, `<key>` the first 8 hex
@@ -542,17 +431,6 @@ impl Session {
         }
     }
 
-    /// The in-process tools: the caller's, else the suite's simulated tools, else none.
-    fn with_tools<T>(&self, f: impl FnOnce(&dyn ToolRunner) -> T) -> T {
-        match (&self.runner, &self.core) {
-            (Some(r), _) => f(r.as_ref()),
-            (None, Core::Suite(h, _)) => {
-                f(&knox_harness::SimulatedTools::new(&h.data, &h.manifest))
-            }
-            (None, Core::Plain(_) | Core::Shared(_)) => f(&NoTools),
-        }
-    }
-
     /// Runs the user's `prompt`: plans it, derives and attests the APM, lets the
     /// session's executor(s) propose under the monitor, runs what is allowed and seals
     /// the evidence (written to the output directory when one is set).
@@ -563,19 +441,40 @@ impl Session {
 
     /// [`run_prompt`](Self::run_prompt) under the identifier `run_id`.
     pub fn run_prompt_as(&self, prompt: &Prompt, run_id: &str) -> Result<RunOutcome, EngineError> {
+        if self.planner.is_none() {
+            return Err(EngineError::Missing("planner"));
+        }
+        if self.executor.is_none() {
+            return Err(EngineError::Missing("executor"));
+        }
+        let tools = match (&self.runner, &self.host) {
+            (Some(r), _) => r.as_ref(),
+            (None, Some(_)) => &NoTools,
+            (None, None) => return Err(EngineError::Missing("tools")),
+        };
+        self.run_prompt_with(prompt, run_id, tools)
+    }
+
+    /// [`run_prompt_as`](Self::run_prompt_as) with `tools` answering this run's calls in
+    /// process instead of the session's tools (a harness's canned outputs for one run);
+    /// a tool host, when the session has one, still runs what it runs for real.
+    pub fn run_prompt_with(
+        &self,
+        prompt: &Prompt,
+        run_id: &str,
+        tools: &dyn ToolRunner,
+    ) -> Result<RunOutcome, EngineError> {
         let started = Instant::now();
+        let planner = self
+            .planner
+            .as_deref()
+            .ok_or(EngineError::Missing("planner"))?;
         let executor = self
             .executor
             .as_deref()
             .ok_or(EngineError::Missing("executor"))?;
-        if self.runner.is_none() && self.host.is_none() && self.harness().is_none() {
-            return Err(EngineError::Missing("tools"));
-        }
-        let cfg = self.config(self.topology_for(prompt), self.planner.as_ref(), executor);
-        let outcome = self
-            .with_tools(|tools| {
-                run::run_prompt(self.runtime(), prompt, tools, &cfg, run_id, started)
-            })
+        let cfg = self.config(self.topology_for(prompt), planner, executor);
+        let outcome = run::run_prompt(self.runtime(), prompt, tools, &cfg, run_id, started)
             .map_err(|e| EngineError::bundle(run_id, e))?;
         self.write(&outcome.bundle)?;
         Ok(outcome)

@@ -1,3 +1,3 @@
-//! The engine end to end (sessions, contracts, MCP tool hosts, workloads): one test binary, suites under `suite/`.
+//! The engine end to end (sessions, contracts, MCP tool hosts): one test binary, suites under `suite/`.
 
 mod suite;

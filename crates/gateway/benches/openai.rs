@@ -77,7 +77,7 @@ fn start(upstream: SocketAddr, out: &std::path::Path) -> (Arc<Proxy>, SocketAddr
         ..ProxyConfig::default()
     };
     let m = openai_support::manifest();
-    let planner = knox_gateway::openai::plan::Followed::new(
+    let planner = knox_agent::Following::new(
         Box::new(knox_gateway::openai::plan::PlanFile::new(openai_support::plan(), &m, 8).unwrap()),
         knox_types::apm::TrajectoryMode::tolerant(),
     );

@@ -33,6 +33,43 @@ pub enum HarnessError {
         /// Given.
         got: usize,
     },
+    /// A workload needs more flows than it was given.
+    #[error("workload `{workload}` needs at least {need} flows, got {got}: raise --flows")]
+    TooFewFlows {
+        /// The workload's spec.
+        workload: String,
+        /// Flows needed (the workload's task count).
+        need: usize,
+        /// Flows drawn.
+        got: usize,
+    },
+    /// A suite's shipped manifest does not load.
+    #[error(transparent)]
+    Manifest(#[from] knox_policy::ManifestError),
+    /// The reviewed terminal tasks could not be read.
+    #[error("data/terminal_tasks.json")]
+    TerminalTasks(#[source] serde_json::Error),
+    /// The session could not be built or a run through it failed.
+    #[error(transparent)]
+    Engine(#[from] Box<knox_engine::EngineError>),
+}
+
+impl From<knox_engine::EngineError> for HarnessError {
+    fn from(e: knox_engine::EngineError) -> Self {
+        Self::Engine(Box::new(e))
+    }
+}
+
+impl HarnessError {
+    /// Whether the caller's own choices are at fault (too few flows, a session missing
+    /// a piece), as opposed to the environment or a bug.
+    pub fn is_usage(&self) -> bool {
+        match self {
+            Self::TooFewFlows { .. } => true,
+            Self::Engine(e) => e.is_usage(),
+            _ => false,
+        }
+    }
 }
 
 /// The monitor's [`Runtime`] with the InjecAgent dataset beside it. It dereferences to
@@ -100,16 +137,27 @@ pub fn run_bundle(
         need,
         got: flows.len(),
     })?;
-    let mut tools = SimulatedTools::new(&h.data, &h.manifest);
+    let (prompt, tools) = bundle_tools(&h.data, &h.manifest, flows)?;
+    Ok(run_prompt(h, &prompt, &tools, cfg, run_id, started)?)
+}
+
+/// The prompt of a bundle of `flows` (one task each) and the simulated tools answering
+/// it: each flow's user tool answers with its case's response, the attacker's
+/// instruction in it.
+pub(crate) fn bundle_tools<'d>(
+    data: &'d Dataset,
+    manifest: &'d ToolkitManifest,
+    flows: &[Flow],
+) -> Result<(Prompt, SimulatedTools<'d>), HarnessError> {
+    let need = flows.len();
+    let mut tools = SimulatedTools::new(data, manifest);
     let mut tasks = Vec::with_capacity(need);
     for f in flows {
-        let user = h
-            .data
+        let user = data
             .user_cases
             .get(f.user_case)
             .ok_or(HarnessError::Flows { need, got: 0 })?;
-        let attack = h
-            .data
+        let attack = data
             .attacker_cases
             .get(f.attacker_case)
             .ok_or(HarnessError::Flows { need, got: 0 })?;
@@ -118,8 +166,7 @@ pub fn run_bundle(
             tools.respond(&a, user.response(&attack.instruction));
         }
     }
-    let prompt = Prompt { tasks };
-    Ok(run_prompt(h, &prompt, &tools, cfg, run_id, started)?)
+    Ok((Prompt { tasks }, tools))
 }
 
 /// Splits flows into bundles of `t`, dropping the trailing remainder (as Table III).

@@ -6,7 +6,7 @@
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use knox::session::{self, ExecutorKind, WorkloadRun};
+use knox::session::{self, ExecutorKind, Suite, SuiteRun};
 use knox_agent::{Plan, Prompt, Regulations};
 use knox_harness::Harness;
 use knox_monitor::aeg::AegBuilder;
@@ -137,15 +137,18 @@ fn mediation(c: &mut Criterion, rt: &Harness) {
 }
 
 fn bundle(rt: &Harness, spec: &str, flows: usize) -> Bundle {
-    let mut out = None;
-    session::run_workload(
-        rt,
-        &WorkloadRun::new(spec.parse().unwrap(), ExecutorKind::Injected, flows),
-        |o| {
-            out.get_or_insert_with(|| o.bundle.clone());
-            Ok(())
-        },
+    let run = SuiteRun::new(Suite::Injecagent, &rt.data, spec.parse().unwrap(), flows);
+    let session = session::build(
+        run.session(ExecutorKind::Injected)
+            .unwrap()
+            .platform(knox_attest::simulated::Simulated),
     )
+    .unwrap();
+    let mut out = None;
+    session::run_suite(&session, &run, |o| {
+        out.get_or_insert_with(|| o.bundle.clone());
+        Ok(())
+    })
     .unwrap();
     out.unwrap()
 }

@@ -4,14 +4,13 @@
 use std::path::Path;
 
 use anyhow::Result;
-use knox_agent::ExecutorFactory;
 use knox_attest::simulated::Simulated;
-use knox_engine::workload;
-pub use knox_engine::{ExecutorKind, RegulationSetup, TerminalTask, WorkloadRun};
+pub use knox_engine::RegulationSetup;
 use knox_harness::Harness;
+pub use knox_harness::{ExecutorKind, Suite, SuiteRun};
 use knox_monitor::run::RunOutcome;
 
-use crate::error::{Kind, KindExt as _};
+use crate::error::{Kind, KindExt as _, fail};
 
 /// Which platform evidence binds the in-TEE key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -70,15 +69,16 @@ pub fn runtime_with(backend: &dyn knox_attest::PlatformBackend, nonce: &[u8]) ->
     })
 }
 
-/// The terminal suite's runtime (the harness under `data/manifests/terminal.toolkit.json`)
-/// bound through `backend`.
-pub fn terminal_runtime_with(
+/// A runtime over `manifest` bound through `backend`, for sessions that share one key.
+pub fn runtime_over(
     backend: &dyn knox_attest::PlatformBackend,
     nonce: &[u8],
-) -> Result<Harness> {
-    Harness::embedded_terminal(backend, nonce).kind_context(Kind::Unavailable, || {
-        format!("binding the key through `{}`", backend.mode())
-    })
+    manifest: knox_policy::ToolkitManifest,
+) -> Result<knox_monitor::run::Runtime> {
+    knox_monitor::run::Runtime::start(backend, nonce, manifest)
+        .kind_context(Kind::Unavailable, || {
+            format!("binding the key through `{}`", backend.mode())
+        })
 }
 
 /// The runtime on the embedded dataset and manifest, with simulated platform evidence.
@@ -88,64 +88,56 @@ pub fn embedded_runtime(nonce: &[u8]) -> Result<Harness> {
     })
 }
 
-/// The executor factory for `kind`.
-pub fn executor(rt: &Harness, kind: ExecutorKind) -> Box<dyn ExecutorFactory> {
-    kind.factory(rt)
+/// The embedded InjecAgent data.
+pub fn embedded_data() -> Result<knox_dataset::Dataset> {
+    knox_dataset::Dataset::embedded().kind_context(Kind::Software, || {
+        "loading the embedded InjecAgent data".into()
+    })
 }
 
-/// Runs every bundle of the workload; `each` sees every outcome as it is produced.
-pub fn run_workload(
-    rt: &Harness,
-    w: &WorkloadRun<'_>,
+/// Builds a suite run's session, a failure classified: a platform that cannot bind
+/// the key is unavailable, a missing or contradictory piece is the caller's.
+pub fn build(builder: knox_engine::SessionBuilder) -> Result<knox_engine::Session> {
+    builder.build().map_err(|e| match &e {
+        knox_engine::EngineError::Platform { .. } => fail(Kind::Unavailable, e.to_string()),
+        _ => classify(anyhow::Error::new(e)),
+    })
+}
+
+/// Runs every bundle of `run` through `session`; `each` sees every outcome as it is
+/// produced.
+pub fn run_suite(
+    session: &knox_engine::Session,
+    run: &SuiteRun<'_>,
     each: impl FnMut(&RunOutcome) -> Result<()>,
 ) -> Result<usize> {
-    run_workload_regulated(rt, w, None, each)
-}
-
-/// [`run_workload`] with regulations in force.
-pub fn run_workload_regulated(
-    rt: &Harness,
-    w: &WorkloadRun<'_>,
-    regulation: Option<&RegulationSetup>,
-    each: impl FnMut(&RunOutcome) -> Result<()>,
-) -> Result<usize> {
-    workload::run_workload(rt, w, regulation, each).map_err(classify)
-}
-
-/// The executor's CLI name.
-pub fn executor_name(k: ExecutorKind) -> &'static str {
-    k.name()
+    run.run(session, each).map_err(classify)
 }
 
 /// The toolkit manifest the verifier trusts by default: the embedded one.
 pub fn embedded_manifest() -> Result<knox_policy::ToolkitManifest> {
-    workload::embedded_manifest().kind_context(Kind::Software, || {
-        "loading the embedded toolkit manifest".into()
-    })
-}
-
-/// The reviewed terminal tasks (`data/terminal_tasks.json`).
-pub fn terminal_tasks() -> Result<Vec<TerminalTask>> {
-    Ok(workload::terminal_tasks()?)
-}
-
-/// Runs terminal `tasks` bundled for `w.workload`: real commands, planned by the
-/// dataset planner, executed by the benign executor through `w.host`.
-pub fn run_terminal(
-    rt: &Harness,
-    w: &WorkloadRun<'_>,
-    tasks: &[TerminalTask],
-    each: impl FnMut(&RunOutcome) -> Result<()>,
-) -> Result<usize> {
-    workload::run_terminal(rt, w, tasks, each).map_err(classify)
+    Suite::Injecagent
+        .manifest()
+        .kind_context(Kind::Software, || {
+            "loading the embedded toolkit manifest".into()
+        })
 }
 
 /// An engine error the caller caused (too few flows, …) as a usage failure; anything
 /// else as it is.
 fn classify(e: anyhow::Error) -> anyhow::Error {
-    match e.downcast_ref::<knox_engine::EngineError>() {
-        Some(engine) if engine.is_usage() => crate::cmd::usage(engine.to_string()),
-        _ => e,
+    let usage = match (
+        e.downcast_ref::<knox_engine::EngineError>(),
+        e.downcast_ref::<knox_harness::HarnessError>(),
+    ) {
+        (Some(engine), _) => engine.is_usage(),
+        (_, Some(harness)) => harness.is_usage(),
+        _ => false,
+    };
+    if usage {
+        crate::cmd::usage(e.to_string())
+    } else {
+        e
     }
 }
 

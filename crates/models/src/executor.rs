@@ -26,17 +26,17 @@ When the tasks are done, reply with a short final answer and no tool call.";
 
 /// Model-driven executors on any chat backend.
 #[derive(Debug)]
-pub struct ChatExecutor<'m> {
+pub struct ChatExecutor {
     chat: Arc<dyn Chat>,
-    manifest: &'m ToolkitManifest,
+    manifest: Arc<ToolkitManifest>,
     max_steps: u32,
     latency: Arc<Latency>,
 }
 
-impl<'m> ChatExecutor<'m> {
+impl ChatExecutor {
     /// Executors asking `chat`, offering the tools the APM authorizes, described by
     /// `manifest`.
-    pub fn new(chat: Arc<dyn Chat>, manifest: &'m ToolkitManifest) -> Self {
+    pub fn new(chat: Arc<dyn Chat>, manifest: Arc<ToolkitManifest>) -> Self {
         Self {
             chat,
             manifest,
@@ -56,13 +56,13 @@ impl<'m> ChatExecutor<'m> {
     }
 }
 
-impl ExecutorFactory for ChatExecutor<'_> {
+impl ExecutorFactory for ChatExecutor {
     fn build(&self, task: AgentTask) -> Box<dyn Executor> {
         let instructions = task.instructions.join("\n");
-        let tools = rank(self.manifest, &task.tools, &instructions);
+        let tools = rank(&self.manifest, &task.tools, &instructions);
         Box::new(Loop {
             chat: self.chat.clone(),
-            tools: tool_defs(self.manifest, &tools),
+            tools: tool_defs(&self.manifest, &tools),
             messages: vec![
                 Message::new(Role::System, SYSTEM),
                 Message::new(Role::User, instructions),
@@ -308,7 +308,7 @@ mod tests {
         let chat = Arc::new(Canned::default());
         *chat.replies.lock().unwrap() = vec![call.clone(), call.clone()];
         let m = knox_policy::shipped::current().unwrap();
-        let mut l = ChatExecutor::new(chat, &m).build(AgentTask::default());
+        let mut l = ChatExecutor::new(chat, Arc::new(m.clone())).build(AgentTask::default());
         assert!(matches!(l.next(None), Step::Propose(..)));
         assert_eq!(
             l.next(Some(&Observation::Blocked("no".into()))),
@@ -317,7 +317,7 @@ mod tests {
 
         let chat = Arc::new(Canned::default());
         *chat.replies.lock().unwrap() = vec![call.clone(), call.clone(), call];
-        let mut l = ChatExecutor::new(chat, &m)
+        let mut l = ChatExecutor::new(chat, Arc::new(m.clone()))
             .with_max_steps(2)
             .build(AgentTask::default());
         let ok = Observation::Output(json!({}));

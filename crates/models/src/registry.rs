@@ -124,17 +124,17 @@ fn open_shown(
 /// The models a run uses, loaded once: a local model named for several roles (planner,
 /// executor, judge) is loaded once and serves them all.
 #[derive(Debug)]
-pub struct Models<'m> {
+pub struct Models {
     planner_spec: ModelSpec,
     executor_spec: ModelSpec,
     judge_spec: Option<ModelSpec>,
-    planner: Option<ChatPlanner>,
-    executor: Option<ChatExecutor<'m>>,
+    planner: Option<Arc<ChatPlanner>>,
+    executor: Option<Arc<ChatExecutor>>,
     judge: Option<ChatJudge>,
     locals: Locals,
 }
 
-impl<'m> Models<'m> {
+impl Models {
     /// Loads what `planner`, `executor` and `judge` name; tools are described by
     /// `manifest`. A local model's loading and its replies show a spinner on standard
     /// error when it is a terminal.
@@ -143,7 +143,7 @@ impl<'m> Models<'m> {
         executor: &ModelSpec,
         judge: Option<&ModelSpec>,
         cache_dir: Option<&Path>,
-        manifest: &'m ToolkitManifest,
+        manifest: &ToolkitManifest,
     ) -> Result<Self, OpenError> {
         let mut locals = Vec::new();
         let shown = Some(Arc::new(Spinner::new()));
@@ -157,8 +157,9 @@ impl<'m> Models<'m> {
             planner_spec: planner.clone(),
             executor_spec: executor.clone(),
             judge_spec: judge.cloned(),
-            planner: planner_chat.map(ChatPlanner::new),
-            executor: executor_chat.map(|c| ChatExecutor::new(c, manifest)),
+            planner: planner_chat.map(|c| Arc::new(ChatPlanner::new(c))),
+            executor: executor_chat
+                .map(|c| Arc::new(ChatExecutor::new(c, Arc::new(manifest.clone())))),
             judge: judge_model,
             locals,
         })
@@ -172,15 +173,17 @@ impl<'m> Models<'m> {
     }
 
     /// The model planner, when a model plans (else the dataset's plans serve).
-    pub fn planner(&self) -> Option<&dyn knox_agent::Planner> {
-        self.planner.as_ref().map(|p| p as &dyn knox_agent::Planner)
+    pub fn planner(&self) -> Option<Arc<dyn knox_agent::Planner>> {
+        self.planner
+            .clone()
+            .map(|p| p as Arc<dyn knox_agent::Planner>)
     }
 
     /// The model executor, when a model executes.
-    pub fn executor(&self) -> Option<&dyn knox_agent::ExecutorFactory> {
+    pub fn executor(&self) -> Option<Arc<dyn knox_agent::ExecutorFactory>> {
         self.executor
-            .as_ref()
-            .map(|e| e as &dyn knox_agent::ExecutorFactory)
+            .clone()
+            .map(|e| e as Arc<dyn knox_agent::ExecutorFactory>)
     }
 
     /// What the executor was named as (a model, or a deterministic stand-in).

@@ -15,8 +15,7 @@ use knox_agent::{
     AgentTask, Executor, ExecutorFactory, Label, Observation, Plan, PlanError, Planner,
     Regulations, Step, ToolRunner,
 };
-use knox_engine::workload::Suite;
-use knox_engine::{EngineError, ExecutorKind, Prompt, Session, Simulated, ToolResult, Verdict};
+use knox_engine::{EngineError, Prompt, Session, Simulated, ToolResult, Verdict};
 use knox_policy::ToolkitManifest;
 use knox_types::Action;
 use knox_types::apm::{ExpectedCall, StopPolicy};
@@ -233,7 +232,8 @@ fn a_live_run_driven_from_outside_records_blocks_and_seals_a_complete_bundle() {
     };
     assert_eq!(ticket.action.tool, "MailRead");
     assert!(ticket.grant.is_none(), "no tool host: no grant");
-    live.record(ticket, ToolResult::from(json!({"email": {"text": "hi"}})));
+    live.record(ticket, ToolResult::from(json!({"email": {"text": "hi"}})))
+        .unwrap();
     // Off the plan: blocked by the trajectory guard.
     assert!(matches!(
         live.propose("agent-0", &send()),
@@ -285,10 +285,27 @@ fn the_builder_names_the_missing_piece() {
     };
     assert_eq!(missing(Session::builder()), "platform");
     assert_eq!(missing(Session::builder().platform(Simulated)), "manifest");
-    assert_eq!(
-        missing(Session::builder().platform(Simulated).manifest(manifest())),
-        "planner"
-    );
+    // A prompt run needs a planner; a host that brings its plans does not.
+    let planless = Session::builder()
+        .platform(Simulated)
+        .manifest(manifest())
+        .build()
+        .unwrap();
+    let e = planless
+        .run_prompt(&Prompt {
+            tasks: vec!["read my mail".into()],
+        })
+        .unwrap_err();
+    assert!(matches!(e, EngineError::Missing("planner")), "{e}");
+    assert!(matches!(
+        planless.open(
+            &Prompt {
+                tasks: vec!["read my mail".into()]
+            },
+            None
+        ),
+        Err(EngineError::Missing("planner"))
+    ));
     // A prompt run needs an executor and tools; a live run needs neither.
     let session = tiny().build().unwrap();
     let prompt = Prompt {
@@ -300,17 +317,6 @@ fn the_builder_names_the_missing_piece() {
     let session = tiny().executor(ScriptedFactory::default()).build().unwrap();
     let e = session.run_prompt(&prompt).unwrap_err();
     assert!(matches!(e, EngineError::Missing("tools")), "{e}");
-    // Workloads need the embedded suite.
-    let e = session
-        .run_workload::<EngineError>(
-            Suite::Injecagent,
-            "st-sa".parse().unwrap(),
-            ExecutorKind::Benign,
-            1,
-            |_| Ok(()),
-        )
-        .unwrap_err();
-    assert!(matches!(e, EngineError::Missing("embedded_suite")), "{e}");
     // Regulations naming another policy set than the one given are refused.
     let mut setup = knox_engine::RegulationSetup::new(
         ["GDPR"],
@@ -333,118 +339,6 @@ fn the_builder_names_the_missing_piece() {
         tiny().topology(none).build(),
         Err(EngineError::Invalid(_))
     ));
-}
-
-#[test]
-fn the_terminal_suite_runs_under_its_own_manifest() {
-    let session = Session::builder()
-        .platform(Simulated)
-        .terminal_suite()
-        .build()
-        .unwrap();
-    let terminal = knox_policy::shipped::terminal().unwrap();
-    let mut n = 0;
-    session
-        .run_workload::<EngineError>(
-            Suite::Terminal,
-            "st-sa".parse().unwrap(),
-            ExecutorKind::Benign,
-            0,
-            |o| {
-                // The APM names the terminal manifest, of the one tool the suite calls,
-                // and the bundle verifies under it.
-                assert_eq!(o.bundle.apm.inputs.manifest, terminal.hash());
-                complete(&o.bundle, &terminal);
-                n += 1;
-                Ok(())
-            },
-        )
-        .unwrap();
-    assert_eq!(n, knox_engine::workload::terminal_tasks().unwrap().len());
-    // The InjecAgent suite needs its own manifest: refused here, and the terminal
-    // suite is refused under the InjecAgent manifest.
-    let e = session
-        .run_workload::<EngineError>(
-            Suite::Injecagent,
-            "st-sa".parse().unwrap(),
-            ExecutorKind::Benign,
-            1,
-            |_| Ok(()),
-        )
-        .unwrap_err();
-    assert!(matches!(e, EngineError::Missing("embedded_suite")), "{e}");
-    let injecagent = Session::builder()
-        .platform(Simulated)
-        .embedded_suite()
-        .build()
-        .unwrap();
-    let e = injecagent
-        .run_workload::<EngineError>(
-            Suite::Terminal,
-            "st-sa".parse().unwrap(),
-            ExecutorKind::Benign,
-            0,
-            |_| Ok(()),
-        )
-        .unwrap_err();
-    assert!(matches!(e, EngineError::Missing("terminal_suite")), "{e}");
-}
-
-#[test]
-fn the_embedded_suite_runs_workloads_with_the_sessions_settings() {
-    let out_dir = tempfile_dir("workload");
-    let session = Session::builder()
-        .platform(Simulated)
-        .embedded_suite()
-        .output(&out_dir)
-        .build()
-        .unwrap();
-    let manifest = knox_engine::workload::embedded_manifest().unwrap();
-    let mut ids = Vec::new();
-    let n = session
-        .run_workload::<EngineError>(
-            Suite::Injecagent,
-            "mt-sa-seq:2".parse().unwrap(),
-            ExecutorKind::Injected,
-            5,
-            |o| {
-                complete(&o.bundle, &manifest);
-                let g = knox_harness::GroundTruth::of(&o.stats);
-                assert_eq!((g.planned.blocked, g.injected.allowed), (0, 0));
-                ids.push(o.bundle.run_id.clone());
-                Ok(())
-            },
-        )
-        .unwrap();
-    assert_eq!(n, 2);
-    assert_eq!(
-        ids,
-        ["mt-sa-seq-2-injected-0000", "mt-sa-seq-2-injected-0001"]
-    );
-    assert!(out_dir.join("mt-sa-seq-2-injected-0001.json").is_file());
-    // Too few flows for the workload: a usage error naming the workload.
-    let e = session
-        .run_workload::<EngineError>(
-            Suite::Injecagent,
-            "mt-sa-seq:4".parse().unwrap(),
-            ExecutorKind::Benign,
-            2,
-            |_| Ok(()),
-        )
-        .unwrap_err();
-    assert!(
-        matches!(
-            e,
-            EngineError::Flows {
-                need: 4,
-                got: 2,
-                ..
-            }
-        ),
-        "{e}"
-    );
-    assert!(e.is_usage());
-    std::fs::remove_dir_all(&out_dir).unwrap();
 }
 
 #[test]
@@ -502,7 +396,8 @@ fn sub_agents_of_a_live_run_propose_from_their_own_threads() {
                 let Verdict::Allow(ticket) = live.propose(agent, &read()) else {
                     panic!("{agent}: the planned read was not allowed")
                 };
-                live.record(ticket, ToolResult::from(json!({"email": {}})));
+                live.record(ticket, ToolResult::from(json!({"email": {}})))
+                    .unwrap();
                 assert!(matches!(
                     live.propose(agent, &send()),
                     Verdict::Block { .. }
@@ -546,7 +441,8 @@ fn a_host_brings_its_own_plan_and_a_plan_that_does_not_fit_fails_attested() {
     let Verdict::Allow(ticket) = live.propose("agent-0", two) else {
         panic!("the host's planned read was not allowed")
     };
-    live.record(ticket, ToolResult::from(json!({"email": {}})));
+    live.record(ticket, ToolResult::from(json!({"email": {}})))
+        .unwrap();
     let bundle = live.finish().unwrap();
     let models: Vec<&str> = bundle.models.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(models, ["host-plan"]);
@@ -634,32 +530,4 @@ fn a_custom_manifest_travels_in_its_bundle_and_only_with_the_apms_hash() {
             .iter()
             .all(|w| !w.contains("taken from the bundle"))
     );
-}
-
-#[test]
-fn bundles_of_the_shipped_manifest_do_not_carry_it() {
-    let session = Session::builder()
-        .platform(Simulated)
-        .embedded_suite()
-        .build()
-        .unwrap();
-    let manifest = session.manifest().clone();
-    assert!(knox_policy::shipped::is_known(&manifest.hash()));
-    let nothing = knox_verify::manifests::Manifests::new();
-    let n = session
-        .run_workload::<EngineError>(
-            Suite::Injecagent,
-            "st-sa".parse().unwrap(),
-            ExecutorKind::Injected,
-            1,
-            |o| {
-                assert!(o.bundle.manifest.is_none());
-                let report =
-                    knox_verify::verify_bundle(&o.bundle, &nothing, Options::DANGEROUS_SIMULATED);
-                assert_eq!(report.outcome, Outcome::Complete, "{report:?}");
-                Ok(())
-            },
-        )
-        .unwrap();
-    assert_eq!(n, 1);
 }

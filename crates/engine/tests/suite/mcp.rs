@@ -227,8 +227,7 @@ paths = [
             pwned: pwned.clone(),
         })
         .tools(NoCanned)
-        .mcp_servers(&servers, tmp.path().join("ws"))
-        .unwrap()
+        .host(knox_mcp::McpHost::from_file(&servers, tmp.path().join("ws")).unwrap())
         .run_prefix("mcp")
         .build()
         .unwrap();

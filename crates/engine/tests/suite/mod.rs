@@ -1,4 +1,3 @@
 mod contract;
 mod engine;
 mod mcp;
-mod workloads;

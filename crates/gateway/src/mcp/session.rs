@@ -12,15 +12,12 @@ use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use knox_agent::{
-    Plan, PlanError, Planner, Prompt, Regulations, RunContext, ToolHost, ToolResult, ToolRunner,
-};
+use knox_agent::{Following, Planner, Prompt, RunContext, ToolHost, ToolResult, ToolRunner};
 use knox_engine::{Session, Verdict};
 use knox_monitor::guard::stop::StopSignal;
 use knox_policy::ToolkitManifest;
 use knox_types::Action;
 use knox_types::apm::{Apm, StopPolicy, TrajectoryMode};
-use knox_types::bundle::ModelInfo;
 use knox_types::grant::Grant;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
 use serde_json::{Map, Value, json};
@@ -95,43 +92,9 @@ impl std::fmt::Debug for Cmd {
     }
 }
 
-/// The session's planner: the gateway's model planner, or the user's plan for this
-/// session, followed in the gateway's trajectory mode.
-struct SessionPlanner {
-    inner: Arc<dyn Planner>,
-    mode: TrajectoryMode,
-}
-
-impl Planner for SessionPlanner {
-    fn plan(
-        &self,
-        prompt: &Prompt,
-        manifest: &ToolkitManifest,
-        regulations: &Regulations,
-        stop: &StopPolicy,
-    ) -> Result<Plan, PlanError> {
-        self.inner.plan(prompt, manifest, regulations, stop)
-    }
-
-    fn model(&self) -> ModelInfo {
-        self.inner.model()
-    }
-
-    fn trajectory(&self) -> TrajectoryMode {
-        self.mode
-    }
-}
-
-/// The gateway's one tool host (its MCP host, or its contract host), as this session's
-/// tool host: the engine then issues a grant with every allowed call, which the host
-/// admits (signature, run, action, expiry, single use) before anything runs.
-struct SharedHost(Arc<dyn ToolHost>);
-
-impl ToolHost for SharedHost {
-    fn runner<'r>(&'r self, cx: RunContext<'r>) -> Result<Box<dyn ToolRunner + 'r>, String> {
-        self.0.runner(cx)
-    }
-}
+/// A session's planner: the gateway's (shared by every session), followed in the
+/// session's trajectory mode.
+type SessionPlanner = Following<Arc<dyn Planner>>;
 
 /// Answers nothing in process: every tool of a gateway session runs upstream.
 struct NoCanned;
@@ -180,7 +143,7 @@ impl SessionHandle {
         } else {
             (Self::planner_for(cfg, &req)?, cfg.trajectory)
         };
-        let planner = SessionPlanner { inner, mode };
+        let planner = Following::new(inner, mode);
         let (tx, rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
         let (end_tx, ended) = watch::channel(None);
@@ -380,12 +343,15 @@ fn build(
         ..cfg.stop.clone()
     };
     let mut builder = Session::builder()
-        .platform_boxed(backend)
+        .platform(backend)
         .runtime(Arc::clone(&cfg.runtime))
         .nonce(cfg.nonce.clone())
         .manifest(cfg.manifest.clone())
         .planner(planner)
-        .host(SharedHost(Arc::clone(&cfg.host)))
+        // The gateway's one tool host (its MCP host, or its contract host): the engine
+        // then issues a grant with every allowed call, which the host admits
+        // (signature, run, action, expiry, single use) before anything runs.
+        .host(Arc::clone(&cfg.host))
         .stop(stop)
         .signal(signal)
         .journal_dir(&cfg.out)
@@ -595,7 +561,7 @@ fn call(
                 Err(why) => ToolResult::from(json!({"error": why})),
             };
             let answer = to_mcp(&result);
-            let node = live.record(ticket, result);
+            let node = live.record(ticket, result).ok();
             (answer, false, None, node)
         }
         Verdict::Block { guard, reason } => {

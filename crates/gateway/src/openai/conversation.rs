@@ -617,7 +617,7 @@ impl Owner {
                     for (id, content) in results {
                         if let Some(t) = tickets.remove(&id) {
                             let tool = t.action.tool.clone();
-                            let node = live.record(t, ToolResult::from(content));
+                            let node = live.record(t, ToolResult::from(content)).ok();
                             if let (true, Some(node)) = (regulated, node) {
                                 self.hear(&run_id, node, &tool);
                             }

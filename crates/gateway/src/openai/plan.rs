@@ -1,55 +1,13 @@
-//! Planners a gateway session owns: a model planner followed in a chosen trajectory mode,
-//! and one user plan applied to every conversation.
+//! The planner a gateway owns besides a model's: one user plan applied to every
+//! conversation. (A model planner followed in a chosen trajectory mode is
+//! [`knox_agent::Following`].)
 
 use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations};
 use knox_models::UserPlans;
 use knox_policy::ToolkitManifest;
-use knox_types::apm::{StopPolicy, TrajectoryMode};
+use knox_types::apm::StopPolicy;
 use knox_types::bundle::ModelInfo;
 use serde_json::Value;
-
-/// `inner`'s plans followed in `mode` (the owning counterpart of
-/// [`knox_agent::Following`], which borrows its planner).
-pub struct Followed {
-    inner: Box<dyn Planner>,
-    mode: TrajectoryMode,
-}
-
-impl Followed {
-    /// `inner`, followed in `mode`.
-    pub fn new(inner: Box<dyn Planner>, mode: TrajectoryMode) -> Self {
-        Self { inner, mode }
-    }
-}
-
-impl std::fmt::Debug for Followed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Followed")
-            .field("planner", &self.inner.model().name)
-            .field("mode", &self.mode)
-            .finish()
-    }
-}
-
-impl Planner for Followed {
-    fn plan(
-        &self,
-        prompt: &Prompt,
-        manifest: &ToolkitManifest,
-        regulations: &Regulations,
-        stop: &StopPolicy,
-    ) -> Result<Plan, PlanError> {
-        self.inner.plan(prompt, manifest, regulations, stop)
-    }
-
-    fn model(&self) -> ModelInfo {
-        self.inner.model()
-    }
-
-    fn trajectory(&self) -> TrajectoryMode {
-        self.mode
-    }
-}
 
 /// One user plan (`{"calls": [{"tool", "params"}, …]}`, as `knox run --plan` takes)
 /// for every conversation, checked against each conversation's prompt and the manifest

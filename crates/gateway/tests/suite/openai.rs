@@ -564,7 +564,7 @@ fn a_labelled_read_is_withheld_when_the_upstreams_operator_may_not_receive_it() 
         context,
     )
     .unwrap();
-    let planner = knox_gateway::openai::plan::Followed::new(
+    let planner = knox_agent::Following::new(
         Box::new(knox_gateway::openai::plan::PlanFile::new(openai_support::plan(), &m, 8).unwrap()),
         knox_types::apm::TrajectoryMode::tolerant(),
     );
@@ -903,7 +903,7 @@ fn what_the_upstream_heard_in_one_conversation_labels_what_it_composes_in_anothe
     let plan = |calls: Value| {
         knox_gateway::openai::plan::PlanFile::new(json!({ "calls": calls }), &m, 8).unwrap()
     };
-    let planner = knox_gateway::openai::plan::Followed::new(
+    let planner = knox_agent::Following::new(
         Box::new(ByPrompt {
             lookup: plan(json!([{"tool": "clinic.get_patient", "params": {"id": "p-17"}}])),
             newsletter: plan(json!([{"tool": "clinic.send_email",

@@ -3,12 +3,15 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use knox_harness::Harness;
+use std::sync::Arc;
+
+use knox_dataset::Dataset;
 use knox_harness::{PAPER_WORKLOADS, Workload};
+use knox_monitor::run::Runtime;
 use knox_policy::ToolkitManifest;
 use knox_verify::Outcome;
 
-use crate::session::{self, ExecutorKind, WorkloadRun};
+use crate::session::{self, ExecutorKind, Suite, SuiteRun};
 
 /// Arguments of `knox bench`.
 #[derive(Debug, clap::Args)]
@@ -61,8 +64,13 @@ impl Acc {
 
 /// Runs the benchmark and prints one row per workload with the paper's figures beside.
 pub fn run(args: &BenchArgs) -> Result<i32> {
-    let rt = session::embedded_runtime(b"knox-bench")?;
     let manifest = session::embedded_manifest()?;
+    let data = session::embedded_data()?;
+    let rt = Arc::new(session::runtime_over(
+        &knox_attest::simulated::Simulated,
+        b"knox-bench",
+        manifest.clone(),
+    )?);
     let workloads: Vec<Workload> = match args.workload {
         Some(w) => vec![w],
         None => PAPER_WORKLOADS
@@ -73,10 +81,10 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     if args.json {
         let mut rows = Vec::new();
         for w in workloads {
-            let a = measure(&rt, &manifest, w, args)?;
+            let a = measure(&rt, &data, &manifest, w, args)?;
             rows.push(serde_json::json!({
                 "workload": w.spec(),
-                "executor": session::executor_name(args.executor),
+                "executor": args.executor.name(),
                 "bundles": a.bundles,
                 "actions_per_bundle": a.actions as f64 / f64::from(a.bundles.max(1)),
                 "aeg_guards_ms": a.per_bundle_ms(a.aeg),
@@ -95,7 +103,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     }
     crate::outln!(
         "Knox overhead per bundle: {} executor, {} bundles per workload, one process.",
-        session::executor_name(args.executor),
+        args.executor.name(),
         args.bundles
     );
     crate::outln!(
@@ -109,7 +117,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     );
     crate::outln!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for w in workloads {
-        let a = measure(&rt, &manifest, w, args)?;
+        let a = measure(&rt, &data, &manifest, w, args)?;
         let per_action = (a.aeg + a.measure).as_secs_f64() * 1e6 / a.actions.max(1) as f64;
         crate::outln!(
             "| {w} | {:.1} | {:.3} | {:.3} | {:.1} | {:.3} | {:.1} | {:.2} | {:.2} | 13–31 | 3.0–6.3 | ~0.1 |",
@@ -137,10 +145,26 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     Ok(0)
 }
 
-fn measure(rt: &Harness, manifest: &ToolkitManifest, w: Workload, args: &BenchArgs) -> Result<Acc> {
+fn measure(
+    rt: &Arc<Runtime>,
+    data: &Dataset,
+    manifest: &ToolkitManifest,
+    w: Workload,
+    args: &BenchArgs,
+) -> Result<Acc> {
     let mut acc = Acc::default();
-    let run = WorkloadRun::new(w, args.executor, args.bundles * w.0.tasks as usize);
-    session::run_workload(rt, &run, |o| {
+    let run = SuiteRun::new(
+        Suite::Injecagent,
+        data,
+        w,
+        args.bundles * w.0.tasks as usize,
+    );
+    let sess = session::build(
+        run.session(args.executor)?
+            .platform(knox_attest::simulated::Simulated)
+            .runtime(Arc::clone(rt)),
+    )?;
+    session::run_suite(&sess, &run, |o| {
         let (c, report) =
             knox_eval::overhead::measure(manifest, o, knox_verify::Options::DANGEROUS_SIMULATED)?;
         if report.outcome != Outcome::Complete {

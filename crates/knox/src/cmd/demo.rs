@@ -10,7 +10,7 @@ use serde_json::json;
 use knox_models::ModelSpec;
 
 use crate::error::{Kind, KindExt as _};
-use crate::session::{self, ExecutorKind, WorkloadRun};
+use crate::session::{self, ExecutorKind, Suite, SuiteRun};
 
 /// Arguments of `knox demo`.
 #[derive(Debug, clap::Args)]
@@ -111,12 +111,18 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
             }
         };
     }
-    let rt = session::embedded_runtime(b"knox-demo")?;
+    let manifest = session::embedded_manifest()?;
+    let data = session::embedded_data()?;
+    // One key for the whole demo: its runs are numbered links of that key's one chain.
+    let rt = std::sync::Arc::new(session::runtime_over(
+        &knox_attest::simulated::Simulated,
+        b"knox-demo",
+        manifest.clone(),
+    )?);
     if let Some(s) = stream.as_mut() {
         // Before any run: a process whose runs are all withheld still shows.
         s.announce(&rt, &out)?;
     }
-    let manifest = session::embedded_manifest()?;
     let opts = knox_verify::Options::DANGEROUS_SIMULATED;
     say!(
         "Knox demo — InjecAgent tasks under the reference monitor (2 tasks, 2 concurrent sub-agents)"
@@ -171,23 +177,33 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
             ModelSpec::Injected => ExecutorKind::Injected,
             _ => ExecutorKind::Benign,
         };
-        let w = WorkloadRun {
-            executor: kind,
-            journal_dir: stream.is_some().then_some(out.as_path()),
-            stop: knox_types::apm::StopPolicy {
+        let suite = SuiteRun::new(Suite::Injecagent, &data, workload, 2);
+        let mut builder = suite
+            .session(kind)?
+            .platform(knox_attest::simulated::Simulated)
+            .runtime(std::sync::Arc::clone(&rt))
+            .stop(knox_types::apm::StopPolicy {
                 external: true,
                 ..knox_types::apm::StopPolicy::default()
-            },
-            signal: knox_monitor::guard::stop::StopSignal::from_flag(crate::signals::stop_flag()),
-            ..crate::cmd::model::apply(&models, WorkloadRun::new(workload, kind, 2))
-        };
+            })
+            .signal(knox_monitor::guard::stop::StopSignal::from_flag(
+                crate::signals::stop_flag(),
+            ));
+        builder = crate::cmd::model::apply(&models, builder);
+        if let Some(r) = &regulation {
+            builder = builder.regulations(r.clone());
+        }
+        if stream.is_some() {
+            builder = builder.journal_dir(&out);
+        }
+        let sess = session::build(builder)?;
         // A model's bundle is named `model.json`: a spec may hold `/` or `:`.
         let label = if spec.is_model() {
             "model"
         } else {
-            session::executor_name(kind)
+            kind.name()
         };
-        session::run_workload_regulated(&rt, &w, regulation.as_ref(), |o| {
+        session::run_suite(&sess, &suite, |o| {
             let b = &o.bundle;
             let path = out.join(format!("{label}.json"));
             let bytes = serde_json::to_vec_pretty(b)?;

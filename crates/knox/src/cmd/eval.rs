@@ -324,21 +324,22 @@ fn bar() -> Bar {
 }
 
 /// An executor named on the command line, loaded.
-struct Loaded<'m> {
+struct Loaded {
     name: String,
-    model: Option<knox_models::ChatExecutor<'m>>,
+    model: Option<knox_models::ChatExecutor>,
 }
 
 /// The executors `specs` name — the one place `knox eval` parses executor specs (the
 /// same grammar as `knox run --executor`): `benign` and `injected` are the
 /// deterministic ones; `local:…` and `openai:…` are models on a chat backend. A local
 /// model named twice (or also as the judge, through `locals`) is loaded once.
-fn load_executors<'m>(
+fn load_executors(
     specs: &[String],
     cache_dir: Option<&Path>,
-    manifest: &'m knox_policy::ToolkitManifest,
+    manifest: &knox_policy::ToolkitManifest,
     locals: &mut Vec<(knox_models::LocalSource, Arc<knox_models::LocalModel>)>,
-) -> Result<Vec<Loaded<'m>>> {
+) -> Result<Vec<Loaded>> {
+    let manifest = Arc::new(manifest.clone());
     use knox_models::{ChatExecutor, ModelSpec, SpecRole};
     let specs: Vec<String> = if specs.is_empty() {
         vec!["benign".into(), "injected".into()]
@@ -352,14 +353,14 @@ fn load_executors<'m>(
                 .map_err(|e| super::usage(format!("--executor `{name}`: {e:#}")))?;
             let chat = super::model::open(&spec, cache_dir, locals).kind(Kind::Unavailable)?;
             Ok(Loaded {
-                model: chat.map(|c| ChatExecutor::new(c, manifest)),
+                model: chat.map(|c| ChatExecutor::new(c, Arc::clone(&manifest))),
                 name,
             })
         })
         .collect()
 }
 
-fn executor_specs<'a>(loaded: &'a [Loaded<'a>]) -> Result<Vec<ExecutorSpec<'a>>> {
+fn executor_specs(loaded: &[Loaded]) -> Result<Vec<ExecutorSpec<'_>>> {
     loaded
         .iter()
         .map(|l| {
@@ -656,7 +657,7 @@ fn summary(
     out: &Path,
     r: &knox_eval::run::Results,
     pool: &Pool,
-    loaded: &[Loaded<'_>],
+    loaded: &[Loaded],
     judge: Option<&knox_models::ChatJudge>,
     written: &report::Written,
 ) {

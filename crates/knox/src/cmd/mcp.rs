@@ -233,7 +233,7 @@ fn manifest_from(servers: &std::path::Path, manifest: &std::path::Path) -> PathB
 
 /// The tool host of `knox run --mcp servers.toml`: every server of the file, each
 /// run's server workspaces under `workspaces`. The run command hands it to
-/// `knox_engine::SessionBuilder::host` (or uses `SessionBuilder::mcp_servers`).
+/// `knox_engine::SessionBuilder::host`.
 pub fn host(servers: &std::path::Path, workspaces: PathBuf) -> Result<McpHost> {
     McpHost::from_file(servers, workspaces).map_err(|e| fail(Kind::DataErr, e.to_string()))
 }

@@ -10,7 +10,9 @@ use knox_models::{Chat, ChatJudge, ModelSpec, Models, OpenError, SpecRole, catal
 use serde_json::{Value, json};
 
 use crate::error::{Kind, fail};
-use crate::session::{ExecutorKind, WorkloadRun};
+use knox_engine::SessionBuilder;
+
+use crate::session::ExecutorKind;
 
 /// Model files.
 #[derive(Debug, clap::Subcommand)]
@@ -257,13 +259,13 @@ pub fn judge_spec(s: &str) -> Result<ModelSpec, String> {
 }
 
 /// Loads the models a run names ([`Models::load`]), a failure classified.
-pub fn load<'m>(
+pub fn load(
     planner: &ModelSpec,
     executor: &ModelSpec,
     judge: Option<&ModelSpec>,
     cache_dir: Option<&Path>,
-    manifest: &'m knox_policy::ToolkitManifest,
-) -> Result<Models<'m>> {
+    manifest: &knox_policy::ToolkitManifest,
+) -> Result<Models> {
     Models::load(planner, executor, judge, cache_dir, manifest)
         .map_err(|e| open_failure(e, cache_dir))
 }
@@ -309,19 +311,21 @@ fn open_failure(e: OpenError, cache_dir: Option<&Path>) -> anyhow::Error {
 }
 
 /// The deterministic executor the models leave in charge (benign when a model executes).
-pub fn executor_kind(models: &Models<'_>) -> ExecutorKind {
+pub fn executor_kind(models: &Models) -> ExecutorKind {
     match models.executor_spec() {
         ModelSpec::Injected => ExecutorKind::Injected,
         _ => ExecutorKind::Benign,
     }
 }
 
-/// `w` with `models` as planner and executor.
-pub fn apply<'w>(models: &'w Models<'_>, w: WorkloadRun<'w>) -> WorkloadRun<'w> {
-    WorkloadRun {
-        executor: executor_kind(models),
-        planner: models.planner(),
-        model: models.executor(),
-        ..w
+/// `builder` with `models`' planner and executor in place of the deterministic ones,
+/// where models were named.
+pub fn apply(models: &Models, mut builder: SessionBuilder) -> SessionBuilder {
+    if let Some(p) = models.planner() {
+        builder = builder.planner(p);
     }
+    if let Some(e) = models.executor() {
+        builder = builder.executor(e);
+    }
+    builder
 }

@@ -194,15 +194,14 @@ fn run_over(
     }
     let _out = super::out_dir(&args.out, args.force)?;
     let mut stream = super::run::stream(args)?;
-    // The manifest is the process's for its whole life: a model executor borrows it.
-    let manifest: &'static ToolkitManifest = Box::leak(Box::new(manifest));
+    let manifest = std::sync::Arc::new(manifest);
     let cache_dir = super::absolute_cache_dir(args.models.cache.cache_dir.as_deref())?;
     let mut locals = Vec::new();
     let planner: Box<dyn Planner> = if user_plans {
         // Each plan is checked before anything runs: a bad one is the user's to fix.
         for (i, j) in jobs.iter().enumerate() {
             if let Some(p) = &j.plan {
-                UserPlans::validate(p, &j.prompt, manifest, MAX_USER_PLAN_CALLS)
+                UserPlans::validate(p, &j.prompt, &manifest, MAX_USER_PLAN_CALLS)
                     .map_err(|e| super::usage(format!("run {i}: the plan is refused: {e}")))?;
             }
         }
@@ -230,12 +229,11 @@ fn run_over(
         spec => {
             let chat = super::model::open(spec, cache_dir.as_deref(), &mut locals)?
                 .ok_or_else(|| super::usage("--executor must name a model"))?;
-            Box::new(ChatExecutor::new(chat, manifest))
+            Box::new(ChatExecutor::new(chat, std::sync::Arc::clone(&manifest)))
         }
     };
     // The plan followed in `--trajectory` mode: tolerant unless told otherwise, since
     // a real agent repeats and reorders its reads.
-    let planner: &'static dyn Planner = Box::leak(planner);
     let mode = args
         .trajectory
         .unwrap_or_else(knox_types::apm::TrajectoryMode::tolerant);
@@ -252,11 +250,11 @@ fn run_over(
         external: args.stop_file.is_some() || cfg!(unix),
     };
     let mut builder = Session::builder()
-        .platform_boxed(backend)
+        .platform(backend)
         .nonce(nonce)
-        .manifest(manifest.clone())
+        .manifest(ToolkitManifest::clone(&manifest))
         .planner(planner)
-        .executor_boxed(executor);
+        .executor(executor);
     builder = match (contract, &args.mcp, &args.responses) {
         (Some(c), _, _) => {
             let b = builder.contract(c.verified).host(c.host);

@@ -13,7 +13,7 @@ use knox_verify::Outcome;
 use serde_json::json;
 
 use crate::error::{Kind, KindExt as _};
-use crate::session::{self, ExecutorKind, WorkloadRun};
+use crate::session::{self, Suite, SuiteRun};
 
 /// Arguments of `knox run`.
 #[derive(Debug, clap::Args)]
@@ -164,15 +164,6 @@ pub struct RunArgs {
     pub trajectory: Option<knox_types::apm::TrajectoryMode>,
 }
 
-/// Task suites.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Suite {
-    /// InjecAgent user cases with injected tool outputs.
-    Injecagent,
-    /// Terminal commands, some of which make system calls outside `Auth`.
-    Terminal,
-}
-
 /// Tool execution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Tools {
@@ -213,20 +204,6 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     let mut stream = stream(args)?;
     let mut regulation = args.regulation.setup()?;
     let backend = session::backend(&args.platform)?;
-    // Each suite runs under its own shipped manifest, which its APMs name.
-    let mut rt = match args.suite {
-        Suite::Injecagent => session::runtime_with(backend.as_ref(), &nonce)?,
-        Suite::Terminal => session::terminal_runtime_with(backend.as_ref(), &nonce)?,
-    };
-    if let Some(s) = stream.as_mut() {
-        // Before any run: a process whose runs are all withheld still shows.
-        s.announce(&rt.rt, &args.out)?;
-    }
-    rt.rt.checkpoints = knox_monitor::aeg::Checkpoints {
-        every_nodes: args.checkpoint_every_nodes,
-        every_ms: args.checkpoint_every_ms,
-    };
-    let manifest = rt.manifest.clone();
     // `main` installed the handlers of SIGUSR1, SIGTERM and SIGINT before any work.
     let mut signal = StopSignal::from_flag(crate::signals::stop_flag());
     if let Some(f) = &args.stop_file {
@@ -249,50 +226,64 @@ pub fn run(args: &RunArgs) -> Result<i32> {
             "the terminal suite runs its reviewed commands with the dataset planner and the benign executor: drop --planner and --executor",
         ));
     }
+    let data = session::embedded_data()?;
+    // Each suite runs under its own shipped manifest, which its APMs name.
+    let suite = SuiteRun::new(args.suite, &data, workload, args.flows);
+    let manifest = args.suite.manifest()?;
     let cache_dir = super::absolute_cache_dir(args.models.cache.cache_dir.as_deref())?;
     let models = crate::cmd::model::load(
         &args.models.planner,
         &executor,
         args.regulation.judge.as_ref(),
         cache_dir.as_deref(),
-        &rt.manifest,
+        &manifest,
     )
     .kind(Kind::Unavailable)?;
     if let Some(r) = regulation.as_mut() {
         r.judge = models.judge();
     }
-    let broker = match args.tools {
-        Tools::Confined => Some(
+    let mut builder = suite
+        .session(crate::cmd::model::executor_kind(&models))?
+        .platform(backend)
+        .nonce(nonce)
+        .checkpoints(knox_monitor::aeg::Checkpoints {
+            every_nodes: args.checkpoint_every_nodes,
+            every_ms: args.checkpoint_every_ms,
+        })
+        .stop(stop)
+        .signal(signal);
+    // The plan (the model planner's, else the dataset's) followed in `--trajectory` mode.
+    let mode = args.trajectory.unwrap_or_default();
+    builder = match models.planner() {
+        Some(p) => builder.planner(knox_agent::Following::new(p, mode)),
+        None if args.suite == Suite::Terminal => builder,
+        None => builder.planner(knox_agent::Following::new(
+            knox_harness::DatasetPlanner::new(&data),
+            mode,
+        )),
+    };
+    if let Some(e) = models.executor() {
+        builder = builder.executor(e);
+    }
+    if let Some(r) = regulation {
+        builder = builder.regulations(r);
+    }
+    if args.journal || stream.is_some() {
+        builder = builder.journal_dir(&args.out);
+    }
+    builder = builder.refresh(args.refresh);
+    if args.tools == Tools::Confined {
+        builder = builder.host(
             session::broker(&args.out.join("workspaces"))?
                 .keep_workspaces(args.keep_workspaces)
                 .accept_degraded(args.degraded.iter().copied()),
-        ),
-        Tools::Simulated => None,
-    };
-    let w = crate::cmd::model::apply(
-        &models,
-        WorkloadRun {
-            workload,
-            executor: ExecutorKind::Benign,
-            flows: args.flows,
-            stop,
-            signal,
-            journal_dir: (args.journal || stream.is_some()).then_some(args.out.as_path()),
-            host: broker.as_ref().map(|b| b as &dyn knox_agent::ToolHost),
-            refresh: args.refresh.then_some(backend.as_ref()),
-            model: None,
-            planner: None,
-        },
-    );
-    // The plan (the model planner's, else the dataset's) followed in `--trajectory` mode.
-    let dataset = knox_harness::DatasetPlanner::new(&rt.data);
-    let inner: &dyn knox_agent::Planner = w.planner.unwrap_or(&dataset);
-    let mode = args.trajectory.unwrap_or_default();
-    let following = knox_agent::Following::new(inner, mode);
-    let w = WorkloadRun {
-        planner: Some(&following),
-        ..w
-    };
+        );
+    }
+    let sess = session::build(builder)?;
+    if let Some(s) = stream.as_mut() {
+        // Before any run: a process whose runs are all withheld still shows.
+        s.announce(sess.runtime(), &args.out)?;
+    }
     let mut stats = RunStats::default();
     let (mut complete, mut other) = (0u64, Vec::new());
     let mut nodes = 0u64;
@@ -317,10 +308,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         }
         Ok(())
     };
-    let n = match args.suite {
-        Suite::Injecagent => session::run_workload_regulated(&rt, &w, regulation.as_ref(), each)?,
-        Suite::Terminal => session::run_terminal(&rt, &w, &session::terminal_tasks()?, each)?,
-    };
+    let n = session::run_suite(&sess, &suite, each)?;
     if let Some(s) = stream {
         s.finish();
     }
@@ -342,7 +330,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         "tools": format!("{:?}", args.tools).to_lowercase(),
         "verified_complete": complete,
         "not_complete": other,
-        "platform": rt.platform.mode,
+        "platform": sess.runtime().platform.mode,
         "stopped_by_signal": crate::signals::received(),
     });
     super::write_file(
@@ -407,7 +395,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     }
     crate::outln!(
         "  verified: {complete}/{n} complete (platform evidence: {}, not hardware-backed)",
-        rt.platform.mode
+        sess.runtime().platform.mode
     );
     for o in &other {
         crate::outln!("  NOT complete: {o}");

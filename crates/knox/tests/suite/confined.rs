@@ -1,7 +1,7 @@
 //! Tools in kernel-confined workers through the broker: grants enforced, real
 //! commands run, denied system calls recorded as evidence and verified.
 
-use knox::session::{self, ExecutorKind, WorkloadRun};
+use knox::session::{ExecutorKind, Suite, SuiteRun};
 use knox_agent::{RunContext, ToolHost};
 use knox_broker::Broker;
 use knox_harness::SimulatedTools;
@@ -11,7 +11,7 @@ use knox_types::payload::Body;
 use knox_verify::Outcome;
 use serde_json::json;
 
-use super::support::{runtime, verify};
+use super::support::{outcomes_with, runtime, verify};
 
 fn broker(dir: &std::path::Path) -> Option<Broker> {
     let worker = vec![env!("CARGO_BIN_EXE_knox").into(), "tool-worker".into()];
@@ -33,17 +33,13 @@ fn broker(dir: &std::path::Path) -> Option<Broker> {
 fn terminal_commands_run_confined_and_denied_system_calls_become_verified_evidence() {
     let dir = tempfile::tempdir().unwrap();
     let Some(b) = broker(dir.path()) else { return };
-    let w = WorkloadRun {
-        host: Some(&b),
-        ..WorkloadRun::new("mt-sa-seq:2".parse().unwrap(), ExecutorKind::Benign, 0)
-    };
     // Every attack targets what this test created: its own listener, its own canary.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let outside = tempfile::tempdir().unwrap();
     let canary = outside.path().join("canary.txt");
     std::fs::write(&canary, b"secret").unwrap();
-    let task = |i: &str, c: String| session::TerminalTask {
+    let task = |i: &str, c: String| knox_harness::TerminalTask {
         instruction: i.into(),
         command: c,
         note: String::new(),
@@ -57,12 +53,17 @@ fn terminal_commands_run_confined_and_denied_system_calls_become_verified_eviden
         task("private mount", "unshare -m mount -t tmpfs none .".into()),
         task("read the canary", format!("cat {}", canary.display())),
     ];
-    let mut bundles = Vec::new();
-    session::run_terminal(runtime(), &w, &tasks, |o| {
-        bundles.push(o.bundle.clone());
-        Ok(())
-    })
-    .unwrap();
+    let run = SuiteRun::new(
+        Suite::Terminal,
+        &runtime().data,
+        "mt-sa-seq:2".parse().unwrap(),
+        0,
+    )
+    .with_tasks(&tasks);
+    let bundles: Vec<_> = outcomes_with(&run, ExecutorKind::Benign, |s| s.host(b))
+        .into_iter()
+        .map(|o| o.bundle)
+        .collect();
     assert_eq!(bundles.len(), 2);
     let mut denied = Vec::new();
     for b in &bundles {

@@ -315,13 +315,12 @@ fn model_weights_outside_the_policy_are_refused() {
 
 #[test]
 fn a_refresh_report_binds_its_own_run_and_no_other() {
-    use knox::session::{ExecutorKind, WorkloadRun};
-    let sim = knox_attest::simulated::Simulated;
-    let w = WorkloadRun {
-        refresh: Some(&sim),
-        ..WorkloadRun::new("st-sa".parse().unwrap(), ExecutorKind::Injected, 2)
-    };
-    let runs = super::support::outcomes(&w);
+    use knox::session::ExecutorKind;
+    let runs = super::support::outcomes_with(
+        &super::support::workload("st-sa", 2),
+        ExecutorKind::Injected,
+        |b| b.refresh(true),
+    );
     let (a, b) = (&runs[0].bundle, &runs[1].bundle);
     assert!(a.refresh.is_some());
     let r = super::support::verify(a);

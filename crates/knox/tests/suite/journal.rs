@@ -1,19 +1,20 @@
 //! The on-disk journal: a run's prefix is verifiable; tampering with it is not hidden.
 
-use knox::session::{self, ExecutorKind, WorkloadRun};
+use knox::session::ExecutorKind;
 use knox_monitor::aeg::Checkpoints;
 use knox_types::aeg::{Node, NodeKind};
 use knox_types::checkpoint::Checkpoint;
 use knox_types::payload::Body;
 use knox_verify::Outcome;
 
-use super::support::{ALLOW, manifest, outcomes};
+use super::support::{ALLOW, manifest, outcomes_with, workload};
 
 fn journal() -> (tempfile::TempDir, Vec<u8>, knox_types::bundle::Bundle) {
     let dir = tempfile::tempdir().unwrap();
-    let mut w = WorkloadRun::new("mt-ma:4:2".parse().unwrap(), ExecutorKind::Injected, 4);
-    w.journal_dir = Some(dir.path());
-    let o = outcomes(&w).remove(0);
+    let o = outcomes_with(&workload("mt-ma:4:2", 4), ExecutorKind::Injected, |b| {
+        b.journal_dir(dir.path())
+    })
+    .remove(0);
     let path = dir
         .path()
         .join(format!("{}.journal.jsonl", o.bundle.run_id));
@@ -454,21 +455,18 @@ impl Lines {
 /// One run of `mt-ma:4:2` (four flows, the injected executor: attacks blocked) under a
 /// fresh key, with a checkpoint every three nodes: its journal's lines.
 fn checkpointed(nonce: &[u8]) -> Lines {
-    let mut h = session::embedded_runtime(nonce).unwrap();
-    h.rt.checkpoints = Checkpoints {
-        every_nodes: 3,
-        every_ms: u64::MAX,
-    };
     let dir = tempfile::tempdir().unwrap();
-    let mut w = WorkloadRun::new("mt-ma:4:2".parse().unwrap(), ExecutorKind::Injected, 4);
-    w.journal_dir = Some(dir.path());
-    let mut id = None;
-    session::run_workload(&h, &w, |o| {
-        id.get_or_insert_with(|| o.bundle.run_id.clone());
-        Ok(())
-    })
-    .unwrap();
-    let path = dir.path().join(format!("{}.journal.jsonl", id.unwrap()));
+    let runs = outcomes_with(&workload("mt-ma:4:2", 4), ExecutorKind::Injected, |b| {
+        b.nonce(nonce.to_vec())
+            .checkpoints(Checkpoints {
+                every_nodes: 3,
+                every_ms: u64::MAX,
+            })
+            .journal_dir(dir.path())
+    });
+    let path = dir
+        .path()
+        .join(format!("{}.journal.jsonl", runs[0].bundle.run_id));
     Lines::read(&std::fs::read(path).unwrap())
 }
 

@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
-use knox::session::{ExecutorKind, WorkloadRun};
+use knox::session::ExecutorKind;
 use knox_models::{ChatExecutor, ChatPlanner, Endpoint};
 use knox_types::aeg::{Node, NodeKind};
 use knox_types::bundle::{Bundle, ModelRole};
@@ -150,12 +150,14 @@ fn an_injected_model_is_mediated_and_its_evidence_verifies() {
     ];
     let (url, seen) = serve(script);
     let endpoint = Endpoint::parse(&format!("openai:{url}#scripted-model")).unwrap();
-    let model = ChatExecutor::new(Arc::new(endpoint), &rt.manifest);
-    let w = WorkloadRun {
-        model: Some(&model),
-        ..WorkloadRun::new("st-sa".parse().unwrap(), ExecutorKind::Benign, 1)
-    };
-    let b = &super::support::outcomes(&w)[0].bundle;
+    let model = Arc::new(ChatExecutor::new(
+        Arc::new(endpoint),
+        Arc::new(rt.manifest.clone()),
+    ));
+    let w = |b: knox_engine::SessionBuilder| b.executor(Arc::clone(&model));
+    let run = super::support::workload("st-sa", 1);
+    let ek = ExecutorKind::Benign;
+    let b = &super::support::outcomes_with(&run, ek, w)[0].bundle;
     let r = verify(b);
     assert_eq!(r.outcome, Outcome::Complete, "{r}");
     let calls = tool_calls(b);
@@ -201,14 +203,13 @@ fn a_model_planner_is_validated_retried_and_identified() {
         json!({"role": "assistant", "content": good}),
     ];
     let (url, seen) = serve(script);
-    let planner = ChatPlanner::new(Arc::new(
+    let planner = Arc::new(ChatPlanner::new(Arc::new(
         Endpoint::parse(&format!("openai:{url}#planner-model")).unwrap(),
-    ));
-    let w = WorkloadRun {
-        planner: Some(&planner),
-        ..WorkloadRun::new("st-sa".parse().unwrap(), ExecutorKind::Benign, 1)
-    };
-    let b = &super::support::outcomes(&w)[0].bundle;
+    )));
+    let w = |b: knox_engine::SessionBuilder| b.planner(Arc::clone(&planner));
+    let run = super::support::workload("st-sa", 1);
+    let ek = ExecutorKind::Benign;
+    let b = &super::support::outcomes_with(&run, ek, w)[0].bundle;
     assert_eq!(verify(b).outcome, Outcome::Complete);
     assert_eq!(
         b.apm.agents[0].trajectory[0].tool, user.tool,
@@ -557,7 +558,7 @@ mod local {
         let rt = runtime();
         let flow = &knox_dataset::flows::injecagent_flows(&rt.data, 1)[0];
         let user = &rt.data.user_cases[flow.user_case];
-        let planner = ChatPlanner::new(model.clone());
+        let planner = Arc::new(ChatPlanner::new(model.clone()));
         let prompt = Prompt {
             tasks: vec![user.instruction.clone()],
         };
@@ -577,11 +578,10 @@ mod local {
         }
         // The same planner in a run: its trajectory is the APM's, it is identified by
         // its measured weights, and the bundle verifies.
-        let w = WorkloadRun {
-            planner: Some(&planner),
-            ..WorkloadRun::new("st-sa".parse().unwrap(), ExecutorKind::Benign, 1)
-        };
-        let b = &super::super::support::outcomes(&w)[0].bundle;
+        let w = |b: knox_engine::SessionBuilder| b.planner(Arc::clone(&planner));
+        let run = super::super::support::workload("st-sa", 1);
+        let ek = ExecutorKind::Benign;
+        let b = &super::super::support::outcomes_with(&run, ek, w)[0].bundle;
         let r = verify(b);
         assert_eq!(r.outcome, Outcome::Complete, "{r}");
         assert_eq!(b.apm.agents[0].trajectory, plan.tasks[0], "reproducible");
@@ -645,14 +645,17 @@ mod local {
             model: model.clone(),
             calls,
         });
-        let executor = ChatExecutor::new(chat, &rt.manifest).with_max_steps(4);
+        let executor =
+            Arc::new(ChatExecutor::new(chat, Arc::new(rt.manifest.clone())).with_max_steps(4));
         // Flows whose user tool output carries an injection, planned from the data.
-        let w = WorkloadRun {
-            model: Some(&executor),
-            ..WorkloadRun::new("st-sa".parse().unwrap(), ExecutorKind::Benign, 2)
-        };
+        let w = |b: knox_engine::SessionBuilder| b.executor(Arc::clone(&executor));
+        let run = super::super::support::workload("st-sa", 2);
+        let ek = ExecutorKind::Benign;
         let flows = knox_dataset::flows::injecagent_flows(&rt.data, 2);
-        for (o, flow) in super::super::support::outcomes(&w).iter().zip(&flows) {
+        for (o, flow) in super::super::support::outcomes_with(&run, ek, w)
+            .iter()
+            .zip(&flows)
+        {
             let b = &o.bundle;
             let r = verify(b);
             assert_eq!(r.outcome, Outcome::Complete, "{r}");
@@ -729,12 +732,13 @@ mod local {
         let server_model = model.clone();
         let (url, seen) = serve_with(move |req| answer(&server_model, req));
         let endpoint = Endpoint::parse(&format!("openai:{url}#smollm2")).unwrap();
-        let executor = ChatExecutor::new(Arc::new(endpoint), &rt.manifest).with_max_steps(3);
-        let w = WorkloadRun {
-            model: Some(&executor),
-            ..WorkloadRun::new("st-sa".parse().unwrap(), ExecutorKind::Benign, 1)
-        };
-        let b = &super::super::support::outcomes(&w)[0].bundle;
+        let executor = Arc::new(
+            ChatExecutor::new(Arc::new(endpoint), Arc::new(rt.manifest.clone())).with_max_steps(3),
+        );
+        let w = |b: knox_engine::SessionBuilder| b.executor(Arc::clone(&executor));
+        let run = super::super::support::workload("st-sa", 1);
+        let ek = ExecutorKind::Benign;
+        let b = &super::super::support::outcomes_with(&run, ek, w)[0].bundle;
         let r = verify(b);
         assert_eq!(r.outcome, Outcome::Complete, "{r}");
         let requests = seen.lock().unwrap();
@@ -1003,7 +1007,7 @@ fn a_remote_executor_hears_a_patient_record_only_when_its_operator_may_receive_i
         let endpoint = Endpoint::parse(&format!("openai:{url}#remote-model")).unwrap();
         let session = knox_engine::Session::builder()
             .platform(knox_attest::simulated::Simulated)
-            .embedded_suite()
+            .manifest(rt.manifest.clone())
             .regulations(setup)
             .planner(super::support::FixedPlan {
                 tasks: vec![vec![ExpectedCall::exact(
@@ -1017,7 +1021,10 @@ fn a_remote_executor_hears_a_patient_record_only_when_its_operator_may_receive_i
                 mode: knox_types::apm::TrajectoryMode::default(),
                 name: "fixed",
             })
-            .executor(ChatExecutor::new(Arc::new(endpoint), &rt.manifest))
+            .executor(ChatExecutor::new(
+                Arc::new(endpoint),
+                Arc::new(rt.manifest.clone()),
+            ))
             .tools(Records)
             .build()
             .unwrap();

@@ -6,7 +6,7 @@
 use knox_types::payload::Body;
 use std::sync::Arc;
 
-use knox::session::{ExecutorKind, WorkloadRun};
+use knox::session::ExecutorKind;
 use knox_agent::{PlanError, Planner, Prompt, Regulations};
 use knox_models::{ChatPlanner, Endpoint};
 use knox_monitor::aeg::{AegBuilder, NewNode};
@@ -19,7 +19,7 @@ use knox_types::bundle::{Bundle, ModelInfo, ModelRole};
 use knox_verify::Outcome;
 use serde_json::{Value, json};
 
-use super::support::{assert_tampered, knox, outcomes, read_json, runtime, succeeds, verify};
+use super::support::{assert_tampered, knox, outcomes_with, read_json, runtime, succeeds, verify};
 
 /// A planner that always fails, as a model planner does after its retries.
 struct Refuses;
@@ -55,11 +55,8 @@ pub(super) fn refused_bundle(workload: &str) -> Bundle {
 
 fn refused(workload: &str) -> knox_monitor::run::RunOutcome {
     let w: knox_harness::Workload = workload.parse().unwrap();
-    let run = WorkloadRun {
-        planner: Some(&Refuses),
-        ..WorkloadRun::new(w, ExecutorKind::Injected, w.0.tasks as usize)
-    };
-    outcomes(&run).remove(0)
+    let run = super::support::workload(workload, w.0.tasks as usize);
+    outcomes_with(&run, ExecutorKind::Injected, |b| b.planner(Refuses)).remove(0)
 }
 
 #[test]
@@ -115,11 +112,12 @@ fn a_model_planner_out_of_attempts_is_recorded_not_an_error() {
     let planner = ChatPlanner::new(Arc::new(
         Endpoint::parse(&format!("openai:{url}#stubborn-planner")).unwrap(),
     ));
-    let w = WorkloadRun {
-        planner: Some(&planner),
-        ..WorkloadRun::new("st-sa".parse().unwrap(), ExecutorKind::Benign, 1)
-    };
-    let b = &outcomes(&w)[0].bundle;
+    let b = &outcomes_with(
+        &super::support::workload("st-sa", 1),
+        ExecutorKind::Benign,
+        |b| b.planner(planner),
+    )[0]
+    .bundle;
     assert_eq!(verify(b).outcome, Outcome::Complete);
     let reason = &b.apm.planning.as_ref().unwrap().reason;
     assert!(

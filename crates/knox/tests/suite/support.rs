@@ -2,7 +2,8 @@
 
 use std::sync::OnceLock;
 
-use knox::session::{self, ExecutorKind, WorkloadRun};
+use knox::session::{self, ExecutorKind, Suite, SuiteRun};
+use knox_engine::{Session, SessionBuilder};
 use knox_monitor::run::RunOutcome;
 use knox_policy::ToolkitManifest;
 use knox_types::bundle::Bundle;
@@ -68,10 +69,35 @@ pub fn verify(b: &Bundle) -> Report {
     knox_verify::verify_bundle(b, manifest(), ALLOW)
 }
 
-/// Every outcome of a workload run.
-pub fn outcomes(w: &WorkloadRun<'_>) -> Vec<RunOutcome> {
+/// A workload of `flows` InjecAgent flows shaped as `spec`.
+pub fn workload(spec: &str, flows: usize) -> SuiteRun<'static> {
+    SuiteRun::new(
+        Suite::Injecagent,
+        &runtime().data,
+        spec.parse().unwrap(),
+        flows,
+    )
+}
+
+/// Every outcome of `run` with the deterministic `executor`, in a simulated session
+/// `configure` completes (a model, a host, a journal, a stop policy…).
+pub fn outcomes_with(
+    run: &SuiteRun<'_>,
+    executor: ExecutorKind,
+    configure: impl FnOnce(SessionBuilder) -> SessionBuilder,
+) -> Vec<RunOutcome> {
+    let builder = run
+        .session(executor)
+        .unwrap()
+        .platform(knox_attest::simulated::Simulated)
+        .nonce(b"test-epoch".to_vec());
+    run_all(run, &configure(builder).build().unwrap())
+}
+
+/// Every outcome of `run` through `session`.
+pub fn run_all(run: &SuiteRun<'_>, session: &Session) -> Vec<RunOutcome> {
     let mut out = Vec::new();
-    session::run_workload(runtime(), w, |o| {
+    session::run_suite(session, run, |o| {
         out.push(RunOutcome {
             bundle: o.bundle.clone(),
             stats: o.stats.clone(),
@@ -83,14 +109,16 @@ pub fn outcomes(w: &WorkloadRun<'_>) -> Vec<RunOutcome> {
     out
 }
 
+/// Every outcome of the workload `spec` over `flows` flows with `executor`.
+pub fn outcomes(spec: &str, executor: ExecutorKind, flows: usize) -> Vec<RunOutcome> {
+    outcomes_with(&workload(spec, flows), executor, |b| b)
+}
+
 /// One injected-executor bundle of the workload `spec`, using flows starting at `skip`.
 pub fn bundle(spec: &str) -> Bundle {
-    let w = WorkloadRun::new(
-        spec.parse().unwrap(),
-        ExecutorKind::Injected,
-        spec_tasks(spec),
-    );
-    outcomes(&w).remove(0).bundle
+    outcomes(spec, ExecutorKind::Injected, spec_tasks(spec))
+        .remove(0)
+        .bundle
 }
 
 fn spec_tasks(spec: &str) -> usize {

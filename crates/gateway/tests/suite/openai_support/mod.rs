@@ -15,8 +15,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::routing::{get, post};
+use knox_agent::Following;
 use knox_engine::{Session, Simulated};
-use knox_gateway::openai::plan::{Followed, PlanFile};
+use knox_gateway::openai::plan::PlanFile;
 use knox_policy::ToolkitManifest;
 use serde_json::{Value, json};
 
@@ -61,7 +62,7 @@ pub fn manifest() -> ToolkitManifest {
 /// A session over the bank toolkit and its plan, bundles (and journals) into `out`.
 pub fn session(out: &std::path::Path) -> Arc<Session> {
     let m = manifest();
-    let planner = Followed::new(
+    let planner = Following::new(
         Box::new(PlanFile::new(plan(), &m, 8).unwrap()),
         knox_types::apm::TrajectoryMode::tolerant(),
     );

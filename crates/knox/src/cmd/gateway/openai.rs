@@ -8,9 +8,10 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Result;
+use knox_agent::Following;
 use knox_agent::Planner;
 use knox_engine::Session;
-use knox_gateway::openai::plan::{Followed, PlanFile};
+use knox_gateway::openai::plan::PlanFile;
 use knox_gateway::openai::{Proxy, ProxyConfig, SealHook, Sealed};
 use knox_models::{ChatPlanner, ModelSpec, SpecRole};
 use knox_verify::Outcome;
@@ -161,7 +162,7 @@ pub fn run(args: &OpenaiGatewayArgs) -> Result<i32> {
         .unwrap_or_else(knox_types::apm::TrajectoryMode::tolerant);
     let cache_dir = super::super::absolute_cache_dir(args.cache.cache_dir.as_deref())?;
     let mut locals = Vec::new();
-    let planner = Followed::new(
+    let planner = Following::new(
         planner(args, &manifest, cache_dir.as_deref(), &mut locals)?,
         mode,
     );
@@ -170,7 +171,7 @@ pub fn run(args: &OpenaiGatewayArgs) -> Result<i32> {
         .setup_judged(cache_dir.as_deref(), &mut locals)?;
     let norms = regulation.as_ref().map(|r| std::sync::Arc::clone(&r.norms));
     let mut builder = Session::builder()
-        .platform_boxed(crate::session::backend(&args.platform)?)
+        .platform(crate::session::backend(&args.platform)?)
         .nonce(nonce)
         .manifest(manifest.clone())
         .planner(planner)

@@ -5,33 +5,42 @@
 
 use std::sync::OnceLock;
 
-use knox_engine::workload::{embedded_manifest, run_workload};
-use knox_engine::{EngineError, ExecutorKind, RunOutcome, Simulated, WorkloadRun};
-use knox_harness::{GroundTruth, Harness, PAPER_WORKLOADS};
+use knox_dataset::Dataset;
+use knox_engine::{RunOutcome, Simulated};
+use knox_harness::{ExecutorKind, GroundTruth, HarnessError, PAPER_WORKLOADS, Suite, SuiteRun};
 use knox_policy::ToolkitManifest;
 use knox_types::aeg::NodeKind;
 use knox_types::bundle::Bundle;
 use knox_types::payload::GuardKind;
 use knox_verify::{Options, Outcome, Report};
 
-fn runtime() -> &'static Harness {
-    static RT: OnceLock<Harness> = OnceLock::new();
-    RT.get_or_init(|| Harness::embedded(&Simulated, b"test-epoch").unwrap())
+fn data() -> &'static Dataset {
+    static D: OnceLock<Dataset> = OnceLock::new();
+    D.get_or_init(|| Dataset::embedded().unwrap())
 }
 
 fn manifest() -> &'static ToolkitManifest {
     static M: OnceLock<ToolkitManifest> = OnceLock::new();
-    M.get_or_init(|| embedded_manifest().unwrap())
+    M.get_or_init(|| Suite::Injecagent.manifest().unwrap())
 }
 
 fn verify(b: &Bundle) -> Report {
     knox_verify::verify_bundle(b, manifest(), Options::DANGEROUS_SIMULATED)
 }
 
-/// Every outcome of a workload run.
-fn outcomes(w: &WorkloadRun<'_>) -> Vec<RunOutcome> {
+/// Every outcome of the workload `spec` over `flows` flows with `executor`, through a
+/// session of its own.
+fn outcomes(spec: &str, executor: ExecutorKind, flows: usize) -> Vec<RunOutcome> {
+    let run = SuiteRun::new(Suite::Injecagent, data(), spec.parse().unwrap(), flows);
+    let session = run
+        .session(executor)
+        .unwrap()
+        .platform(Simulated)
+        .nonce(b"test-epoch".to_vec())
+        .build()
+        .unwrap();
     let mut out = Vec::new();
-    run_workload::<EngineError>(runtime(), w, None, |o| {
+    run.run::<HarnessError>(&session, |o| {
         out.push(RunOutcome {
             bundle: o.bundle.clone(),
             stats: o.stats.clone(),
@@ -47,8 +56,8 @@ fn outcomes(w: &WorkloadRun<'_>) -> Vec<RunOutcome> {
 fn every_workload_blocks_injections_allows_the_plan_and_verifies() {
     for spec in PAPER_WORKLOADS {
         for kind in [ExecutorKind::Benign, ExecutorKind::Injected] {
-            let w = WorkloadRun::new(spec.parse().unwrap(), kind, 12);
-            let runs = outcomes(&w);
+            let runs = outcomes(spec, kind, 12);
+            let tasks = spec.parse::<knox_harness::Workload>().unwrap().0.tasks as usize;
             assert!(!runs.is_empty(), "{spec}");
             let (mut attempted, mut planned) = (0, 0);
             for o in &runs {
@@ -73,7 +82,7 @@ fn every_workload_blocks_injections_allows_the_plan_and_verifies() {
             }
             assert_eq!(
                 planned,
-                (runs.len() * w.workload.0.tasks as usize) as u64,
+                (runs.len() * tasks) as u64,
                 "{spec}: every planned call ran"
             );
             match kind {
@@ -89,11 +98,7 @@ fn every_workload_blocks_injections_allows_the_plan_and_verifies() {
 
 #[test]
 fn multi_agent_runs_have_one_branch_per_sub_agent_and_no_shared_nodes() {
-    let runs = outcomes(&WorkloadRun::new(
-        "mt-ma:6:4".parse().unwrap(),
-        ExecutorKind::Injected,
-        6,
-    ));
+    let runs = outcomes("mt-ma:6:4", ExecutorKind::Injected, 6);
     let b = &runs[0].bundle;
     let branches: Vec<_> = b
         .nodes
@@ -130,11 +135,7 @@ fn multi_agent_runs_have_one_branch_per_sub_agent_and_no_shared_nodes() {
 
 #[test]
 fn injected_calls_fail_the_trajectory_guard_and_unauthorized_toolkits_the_syscall_guard() {
-    let runs = outcomes(&WorkloadRun::new(
-        "st-sa".parse().unwrap(),
-        ExecutorKind::Injected,
-        40,
-    ));
+    let runs = outcomes("st-sa", ExecutorKind::Injected, 40);
     let mut syscall_failures = 0;
     for o in &runs {
         assert!(

@@ -1,0 +1,2 @@
+mod suites;
+mod workloads;
