@@ -5,7 +5,6 @@
 pub use knox_verifier::{exit_codes, out, outln};
 
 pub mod cmd;
-pub mod contract_demo;
 pub mod error;
 pub mod fuzz;
 pub mod session;

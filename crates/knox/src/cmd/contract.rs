@@ -444,7 +444,7 @@ pub fn approve(a: &ApproveArgs) -> Result<i32> {
 /// Runs `knox demo contracts`.
 pub fn demo(a: &DemoContractsArgs) -> Result<i32> {
     if let Some(root) = &a.inside_namespace {
-        let rows = crate::contract_demo::inside_namespace(root)?;
+        let rows = knox_eval::contract_demo::inside_namespace(root)?;
         crate::outln!("{}", serde_json::to_string(&rows)?);
         return Ok(0);
     }
@@ -452,7 +452,7 @@ pub fn demo(a: &DemoContractsArgs) -> Result<i32> {
         std::env::temp_dir().join(format!("knox-demo-contracts-{}", std::process::id()))
     });
     let exe = std::env::current_exe().map_err(|e| fail(Kind::Software, e.to_string()))?;
-    let report = crate::contract_demo::run_demo(&exe, &out)?;
+    let report = knox_eval::contract_demo::run_demo(&exe, &out)?;
     if a.json {
         crate::outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -460,7 +460,7 @@ pub fn demo(a: &DemoContractsArgs) -> Result<i32> {
             "Knox demo — signed capability contracts (EBP-CA scenarios), in {}\n",
             out.display()
         );
-        crate::out!("{}", crate::contract_demo::table(&report));
+        crate::out!("{}", knox_eval::contract_demo::table(&report));
         if let Some(why) = &report.without_unavailable {
             crate::outln!("\nwithout Knox: not run ({why})");
         }
@@ -473,7 +473,7 @@ pub fn demo(a: &DemoContractsArgs) -> Result<i32> {
             "\nthe with-Knox half as Knox runs (knox_engine::Session bounded by the contract, the broker's contract executor as tool host), one bundle each in {}:\n",
             out.join("with-knox-runs/bundles").display()
         );
-        crate::out!("{}", crate::contract_demo::bundle_table(&report));
+        crate::out!("{}", knox_eval::contract_demo::bundle_table(&report));
         crate::outln!(
             "\n{} session journals verified ({} complete): every decision recomputed from the signed contract",
             report.journals.len(),

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use knox::contract_demo;
+use knox_eval::contract_demo;
 
 use super::support::knox;
 
