@@ -30,7 +30,7 @@ use knox_types::grant::Grant;
 use knox_types::payload::{
     AgentBranchPayload, AgentStepPayload, Assignment, BlockedPayload, Body, CheckPayload,
     ContractOutcome, GuardKind, HeardPayload, InterruptPayload, ProofOfInferencePayload,
-    RootPayload, Settlement, ToolOutputPayload, UnansweredPayload,
+    RootPayload, Settlement, ToolCallPayload, ToolOutputPayload, UnansweredPayload,
 };
 use serde_json::Value;
 
@@ -128,6 +128,87 @@ struct Agent<'a> {
     /// calls of one model answer), closed by their output or, at the seal, by an
     /// `unanswered` node.
     awaiting: Vec<Awaited>,
+}
+
+/// A decision's nodes with their bodies written, before the graph's lock: numbering,
+/// measuring and chaining are all that is left ([`Monitor::commit`]).
+struct Group<'n> {
+    /// The `tool_call`.
+    call: Prepared<'n>,
+    /// Its checks, in the pipeline's order.
+    checks: Vec<Prepared<'n>>,
+    /// The ending node of a block or an interrupt, and the key that attests it.
+    end: Option<(Prepared<'n>, Option<MonitorKey<'n>>)>,
+}
+
+impl<'n> Group<'n> {
+    /// The group of `agent`'s `call` decided `decision` (`reason` when refused), its
+    /// call under the agent's `cursor`.
+    fn prepare(
+        agent: &'n str,
+        cursor: u64,
+        call: ToolCallPayload,
+        checks: Vec<CheckPayload>,
+        decision: &Decision,
+        reason: Option<String>,
+        key: MonitorKey<'n>,
+    ) -> Self {
+        let call = NewNode {
+            parent: Some(cursor),
+            kind: NodeKind::ToolCall,
+            agent,
+            payload: Body::from(call),
+            allowed: reason.is_none(),
+            block_reason: reason.clone(),
+        }
+        .prepare();
+        let checks = checks
+            .into_iter()
+            .map(|c| {
+                let allowed = c.passed;
+                NewNode {
+                    parent: None,
+                    kind: NodeKind::Check,
+                    agent,
+                    payload: Body::from(c),
+                    allowed,
+                    block_reason: None,
+                }
+                .prepare()
+            })
+            .collect();
+        let end = match decision {
+            Decision::Interrupt { cause } => Some((
+                NewNode {
+                    parent: None,
+                    kind: NodeKind::Interrupt,
+                    agent,
+                    payload: Body::from(InterruptPayload { cause: *cause }),
+                    allowed: false,
+                    block_reason: reason,
+                }
+                .prepare(),
+                Some(key),
+            )),
+            Decision::Block { guard, reason, .. } => Some((
+                NewNode {
+                    parent: None,
+                    kind: NodeKind::Blocked,
+                    agent,
+                    payload: Body::from(BlockedPayload {
+                        guard: *guard,
+                        kernel: None,
+                    }),
+                    allowed: false,
+                    block_reason: Some(reason.clone()),
+                }
+                .prepare(),
+                None,
+            )),
+            Decision::Allow { .. } | Decision::Undecided => None,
+        };
+        Self { call, checks, end }
+    }
 }
 
 /// An allowed call waiting for its output.
@@ -386,7 +467,9 @@ impl<'a> Monitor<'a> {
     }
 
     /// Mediates one raw proposal from `agent`'s executor: the guards of
-    /// [`knox_guards::Pipeline`] decide, and this records what they return.
+    /// [`knox_guards::Pipeline`] decide ([`Self::decide`]), and this records what they
+    /// return ([`Group::prepare`], [`Self::commit`]) and answers the executor
+    /// ([`Self::answer`]).
     pub fn mediate(&self, agent: &str, raw: &[u8]) -> Verdict {
         let Some(slot) = self.agents.get(agent) else {
             return Verdict::Stopped;
@@ -403,6 +486,37 @@ impl<'a> Monitor<'a> {
             return Verdict::Stopped;
         }
         let proposal = Proposal::classify(raw, self.manifest);
+        let Some((eval, reservation)) = self.decide(st, proposal, clock) else {
+            return Verdict::Stopped;
+        };
+        st.state.apply(eval.change());
+        let reason = eval.decision.block_reason();
+        let Evaluation {
+            call,
+            checks,
+            decision,
+            ..
+        } = eval;
+        let group = Group::prepare(agent, st.cursor, call, checks, &decision, reason, self.key);
+        let (call_seq, end_seq) = self.commit(group);
+        if let Some(e) = end_seq {
+            st.cursor = e;
+        }
+        self.answer(st, agent, decision, call_seq, reservation)
+    }
+
+    /// The guards' decision on `proposal`, with the contract's approvals and budget
+    /// ledger when the run is bounded by one: a pending approval is waited for (without
+    /// holding the ledger) and the proposal decided again with the token; an approval
+    /// the allow uses is consumed here, once, where every process reading the same
+    /// tokens looks (used already: decided again, refused, and recorded so); an allowed
+    /// action's cost is reserved in the ledger. `None` when nothing is to be recorded.
+    fn decide(
+        &self,
+        st: &mut Agent<'a>,
+        proposal: Proposal<'a>,
+        clock: Clock,
+    ) -> Option<(Evaluation<'a>, Option<u64>)> {
         let mut regulation = Decide {
             regulator: &self.regulator,
             judge: self.judge,
@@ -420,49 +534,35 @@ impl<'a> Monitor<'a> {
             _ => None,
         };
         let mut ledger = lock(&self.ledger);
-        let mut eval = st.guards.evaluate_with(
-            &st.state,
-            proposal.clone(),
-            clock,
-            &mut regulation,
-            &run,
-            contracted.then(|| contract_now(token.as_ref(), &ledger, None)),
-        );
+        let Agent { state, guards, .. } = st;
+        let mut evaluate = |contract: Option<ContractInput<'_>>| {
+            guards.evaluate_with(
+                state,
+                proposal.clone(),
+                clock,
+                &mut regulation,
+                &run,
+                contract,
+            )
+        };
+        let mut eval = evaluate(contracted.then(|| contract_now(token.as_ref(), &ledger, None)));
         let pending = knox_guards::contract::of(&eval.checks)
             .is_some_and(|c| c.outcome == ContractOutcome::Pending);
         if let (true, Some(a), Some(src)) = (pending, &action, self.approvals) {
-            // Wait for a human without holding the ledger; decide again with the token.
             drop(ledger);
             token = src.wait(a, &proposal.actual_hash);
             ledger = lock(&self.ledger);
             if token.is_some() {
-                eval = st.guards.evaluate_with(
-                    &st.state,
-                    proposal.clone(),
-                    clock,
-                    &mut regulation,
-                    &run,
-                    Some(contract_now(token.as_ref(), &ledger, None)),
-                );
+                eval = evaluate(Some(contract_now(token.as_ref(), &ledger, None)));
             }
         }
-        // An approval the contract accepts is used here, once: recorded where every
-        // process reading the same tokens looks, before the action runs. Used already
-        // (another run, another process): decided again, refused, and recorded so.
         let spends = knox_guards::contract::of(&eval.checks)
             .filter(|_| matches!(eval.decision, Decision::Allow { .. }))
             .and_then(|c| c.approval_nonce.clone());
         if let (Some(nonce), Some(src)) = (spends, self.approvals)
             && let Err(by) = src.consume(&nonce, self.run_id)
         {
-            eval = st.guards.evaluate_with(
-                &st.state,
-                proposal,
-                clock,
-                &mut regulation,
-                &run,
-                Some(contract_now(token.as_ref(), &ledger, Some(&by))),
-            );
+            eval = evaluate(Some(contract_now(token.as_ref(), &ledger, Some(&by))));
         }
         let reserved = knox_guards::contract::of(&eval.checks)
             .and_then(knox_guards::contract::reserved)
@@ -472,104 +572,55 @@ impl<'a> Monitor<'a> {
         {
             // The guards gave the ledger's next number: this cannot refuse; if it did,
             // nothing is recorded and the action does not run.
-            return Verdict::Stopped;
+            return None;
         }
         drop(ledger);
+        if matches!(eval.decision, Decision::Undecided) {
+            // The monitor's regulation source always answers: nothing to record.
+            return None;
+        }
         let reservation = match reserved {
             Some(LedgerEvent::Reserved { id, .. }) => Some(id),
             _ => None,
         };
-        if matches!(eval.decision, Decision::Undecided) {
-            // The monitor's regulation source always answers: nothing to record.
-            return Verdict::Stopped;
-        }
-        st.state.apply(eval.change());
-        let reason = eval.decision.block_reason();
-        let Evaluation {
-            call,
-            checks,
-            decision,
-            ..
-        } = eval;
-        // Everything but numbering, measuring and chaining happens before the graph's
-        // lock: the bodies are written here, and the group is appended whole (the
-        // verifier reads a call's checks right after it).
-        let call = NewNode {
-            parent: Some(st.cursor),
-            kind: NodeKind::ToolCall,
-            agent,
-            payload: Body::from(call),
-            allowed: reason.is_none(),
-            block_reason: reason.clone(),
-        }
-        .prepare();
-        let checks: Vec<Prepared<'_>> = checks
-            .into_iter()
-            .map(|c| {
-                let allowed = c.passed;
-                NewNode {
-                    parent: None,
-                    kind: NodeKind::Check,
-                    agent,
-                    payload: Body::from(c),
-                    allowed,
-                    block_reason: None,
-                }
-                .prepare()
-            })
-            .collect();
-        let end = match &decision {
-            Decision::Interrupt { cause } => Some((
-                NewNode {
-                    parent: None,
-                    kind: NodeKind::Interrupt,
-                    agent,
-                    payload: Body::from(InterruptPayload { cause: *cause }),
-                    allowed: false,
-                    block_reason: reason,
-                }
-                .prepare(),
-                Some(self.key),
-            )),
-            Decision::Block { guard, reason, .. } => Some((
-                NewNode {
-                    parent: None,
-                    kind: NodeKind::Blocked,
-                    agent,
-                    payload: Body::from(BlockedPayload {
-                        guard: *guard,
-                        kernel: None,
-                    }),
-                    allowed: false,
-                    block_reason: Some(reason.clone()),
-                }
-                .prepare(),
-                None,
-            )),
-            Decision::Allow { .. } | Decision::Undecided => None,
-        };
-        let (call_seq, end_seq) = {
-            let mut aeg = lock(&self.aeg);
-            let call_seq = aeg.commit_prepared(call, None);
-            let mut first_failed = None;
-            let mut last = call_seq;
-            for mut c in checks {
-                c.node.parent = Some(call_seq);
-                let passed = c.node.allowed;
-                last = aeg.commit_prepared(c, None);
-                if !passed && first_failed.is_none() {
-                    first_failed = Some(last);
-                }
+        Some((eval, reservation))
+    }
+
+    /// Appends a decision's group to the graph under its lock, whole (the verifier
+    /// reads a call's checks right after it): the `tool_call`, its checks under it,
+    /// and the ending node (a block or an interrupt) under the first failed check.
+    /// Returns the call's and the ending node's sequence numbers.
+    fn commit(&self, group: Group<'_>) -> (u64, Option<u64>) {
+        let mut aeg = lock(&self.aeg);
+        let call_seq = aeg.commit_prepared(group.call, None);
+        let mut first_failed = None;
+        let mut last = call_seq;
+        for mut c in group.checks {
+            c.node.parent = Some(call_seq);
+            let passed = c.node.allowed;
+            last = aeg.commit_prepared(c, None);
+            if !passed && first_failed.is_none() {
+                first_failed = Some(last);
             }
-            let end_seq = end.map(|(mut n, attest)| {
-                n.node.parent = Some(first_failed.unwrap_or(last));
-                aeg.commit_prepared(n, attest)
-            });
-            (call_seq, end_seq)
-        };
-        if let Some(e) = end_seq {
-            st.cursor = e;
         }
+        let end_seq = group.end.map(|(mut n, attest)| {
+            n.node.parent = Some(first_failed.unwrap_or(last));
+            aeg.commit_prepared(n, attest)
+        });
+        (call_seq, end_seq)
+    }
+
+    /// What the executor is told of `decision`, recorded as the `tool_call`
+    /// `call_seq`: an allowed action awaits its output and carries its ticket (and,
+    /// with a tool host, a signed grant).
+    fn answer(
+        &self,
+        st: &mut Agent<'a>,
+        agent: &str,
+        decision: Decision,
+        call_seq: u64,
+        reservation: Option<u64>,
+    ) -> Verdict {
         match decision {
             Decision::Interrupt { cause } => Verdict::Interrupt { cause },
             Decision::Block { guard, reason, .. } => Verdict::Block { guard, reason },

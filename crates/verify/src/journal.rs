@@ -4,7 +4,7 @@
 use crate::manifests::TrustedManifests;
 use knox_types::aeg::{Node, chain_start, chain_step};
 use knox_types::bundle::{
-    Bundle, Counts, JOURNAL_FORMAT as CURRENT, JOURNAL_FORMAT_V1, JOURNAL_FORMAT_V2,
+    AsWritten, Bundle, Counts, JOURNAL_FORMAT as CURRENT, JOURNAL_FORMAT_V1, JOURNAL_FORMAT_V2,
     JOURNAL_FORMAT_V3, JOURNAL_FORMAT_V4, JOURNAL_FORMAT_V5, JournalHeader, MAX_BUNDLE_BYTES,
     PublicKey, Summary,
 };
@@ -115,10 +115,76 @@ fn verify_journal_lines<M: TrustedManifests + ?Sized>(
         found: Default::default(),
     };
     r.spans(first, &scan, 0, None, Some(&header.apm), Typed::None);
-    let mut base = first.len() + 1;
-    let mut nodes = Vec::new();
-    let mut checkpoints = Vec::new();
-    let mut torn = false;
+    let body = read_body(bytes, first.len() + 1, lines, checkpointed, &mut r)?;
+    // The bundle format whose rules the journal's nodes follow (its replay's).
+    let format = if header_format == JOURNAL_FORMAT {
+        knox_types::bundle::BUNDLE_FORMAT
+    } else if header_format == JOURNAL_FORMAT_V5 {
+        knox_types::bundle::BUNDLE_FORMAT_V4
+    } else if canonical {
+        knox_types::bundle::BUNDLE_FORMAT_V3
+    } else {
+        knox_types::bundle::BUNDLE_FORMAT_V1
+    };
+    let bundle = unsigned_bundle(header, format, body.nodes, r.found);
+    let mut s = Steps::default();
+    crate::encoding_step(&mut s, &bundle);
+    let (platform, hw) = crate::evidence_step(&mut s, &bundle, opts);
+    let chosen = crate::manifests::choose(&bundle, manifests);
+    let apm_hash = crate::apm_step(&mut s, &bundle, &chosen);
+    let manifest = chosen.as_ref().ok().map(crate::manifests::Chosen::manifest);
+    crate::prompt_step(&mut s, &bundle);
+    crate::roles_step(&mut s, &bundle);
+    s.skip("signature", "journal: the run never signed a summary");
+    let findings = crate::graph_steps(&mut s, &bundle, manifest, apm_hash, false, opts.norms);
+    let authenticated = checkpoint_steps(
+        &mut s,
+        &bundle,
+        &body.checkpoints,
+        Signed {
+            checkpointed,
+            cadence_signed,
+            checkpoints_kept,
+            canonical,
+            header_format: &header_format,
+        },
+    );
+    let mut report = crate::build_report(s, &bundle, platform, hw, findings, false);
+    report.authenticated = Some(authenticated);
+    if body.torn {
+        report.warnings.push(
+            "the journal's last line was torn (the run died while writing it) and was ignored"
+                .into(),
+        );
+    }
+    Ok(report)
+}
+
+/// A journal's lines after its header.
+struct Body {
+    /// The node lines, in order.
+    nodes: Vec<Node>,
+    /// The checkpoint lines, where they stand.
+    checkpoints: Vec<Placed>,
+    /// Whether the last line was torn (and ignored).
+    torn: bool,
+}
+
+/// Reads the lines after the header (which ends at byte `base`): node lines, and
+/// checkpoint lines where the format has them; only the very last line may be torn (it
+/// was never terminated by `\n`). Every line's spans go to `r`.
+fn read_body<'b>(
+    bytes: &'b [u8],
+    mut base: usize,
+    mut lines: std::iter::Peekable<impl Iterator<Item = &'b [u8]>>,
+    checkpointed: bool,
+    r: &mut Reader<'b>,
+) -> Result<Body, ReadError> {
+    let mut body = Body {
+        nodes: Vec::new(),
+        checkpoints: Vec::new(),
+        torn: false,
+    };
     let mut number = 1;
     while let Some(line) = lines.next() {
         number += 1;
@@ -130,9 +196,8 @@ fn verify_journal_lines<M: TrustedManifests + ?Sized>(
         let last = lines.peek().is_none();
         let scan = match knox_types::json::scan(line, &written::node_part) {
             Ok(s) => s,
-            // Only the very last line may be torn: it was never terminated by `\n`.
             Err(_) if last => {
-                torn = true;
+                body.torn = true;
                 continue;
             }
             Err(mut e) => {
@@ -141,44 +206,39 @@ fn verify_journal_lines<M: TrustedManifests + ?Sized>(
                 return Err(ReadError::Syntax(e));
             }
         };
+        let seq = body.nodes.len() as u64;
         match knox_types::json::from_scanned::<Node>(line, &scan) {
             Ok(n) => {
-                r.spans(
-                    line,
-                    &scan,
-                    at,
-                    Some(nodes.len() as u64),
-                    None,
-                    Typed::Line(&n),
-                );
-                nodes.push(n);
+                r.spans(line, &scan, at, Some(seq), None, Typed::Line(&n));
+                body.nodes.push(n);
             }
-            // A checkpoint line has none of a node's members (version 3 only).
+            // A checkpoint line has none of a node's members (version 3 on).
             Err(e) => match knox_types::json::from_scanned::<Checkpoint>(line, &scan) {
                 Ok(c) if checkpointed => {
                     r.spans(line, &scan, at, None, None, Typed::None);
-                    checkpoints.push(Placed {
+                    body.checkpoints.push(Placed {
                         line: number,
-                        after: nodes.len() as u64,
+                        after: seq,
                         checkpoint: c,
                     });
                 }
-                _ if last => torn = true,
+                _ if last => body.torn = true,
                 _ => return Err(ReadError::Json(e)),
             },
         }
     }
-    // The bundle format whose rules the journal's nodes follow (its replay's).
-    let format = if header_format == JOURNAL_FORMAT {
-        knox_types::bundle::BUNDLE_FORMAT
-    } else if header_format == JOURNAL_FORMAT_V5 {
-        knox_types::bundle::BUNDLE_FORMAT_V4
-    } else if canonical {
-        knox_types::bundle::BUNDLE_FORMAT_V3
-    } else {
-        knox_types::bundle::BUNDLE_FORMAT_V1
-    };
-    let bundle = Bundle {
+    Ok(body)
+}
+
+/// The journal as a bundle of `format` with no signed summary (empty summary and
+/// envelope): what the verifier's steps read.
+fn unsigned_bundle(
+    header: JournalHeader,
+    format: &str,
+    nodes: Vec<Node>,
+    found: AsWritten,
+) -> Bundle {
+    Bundle {
         format: format.into(),
         run_id: header.run_id,
         prompt: header.prompt,
@@ -206,55 +266,56 @@ fn verify_journal_lines<M: TrustedManifests + ?Sized>(
         models: header.models,
         manifest: header.manifest,
         contract: header.contract,
-        as_written: Some(r.found),
-    };
-    let mut s = Steps::default();
-    crate::encoding_step(&mut s, &bundle);
-    let (platform, hw) = crate::evidence_step(&mut s, &bundle, opts);
-    let chosen = crate::manifests::choose(&bundle, manifests);
-    let apm_hash = crate::apm_step(&mut s, &bundle, &chosen);
-    let manifest = chosen.as_ref().ok().map(crate::manifests::Chosen::manifest);
-    crate::prompt_step(&mut s, &bundle);
-    crate::roles_step(&mut s, &bundle);
-    s.skip("signature", "journal: the run never signed a summary");
-    let findings = crate::graph_steps(&mut s, &bundle, manifest, apm_hash, false, opts.norms);
-    let authenticated = if checkpointed {
-        checkpoint_step(&mut s, &bundle, &checkpoints)
+        as_written: Some(found),
+    }
+}
+
+/// What a journal's format signs of its checkpoints.
+struct Signed<'h> {
+    /// The format has checkpoint lines (version 3 on).
+    checkpointed: bool,
+    /// Their cadence is signed with the APM (version 4 on).
+    cadence_signed: bool,
+    /// The checkpoint lines were kept (not a journal rebuilt from node lines).
+    checkpoints_kept: bool,
+    /// Written canonically (version 2 on).
+    canonical: bool,
+    /// The format the (unsigned) header declares.
+    header_format: &'h str,
+}
+
+/// The checkpoint and cadence steps: the nodes the last checkpoint authenticates (0
+/// without checkpoints). A signed cadence binds whatever the header's (unsigned)
+/// format says: relabelled as an earlier version, the journal still owes its
+/// checkpoints.
+fn checkpoint_steps(s: &mut Steps, bundle: &Bundle, checkpoints: &[Placed], f: Signed<'_>) -> u64 {
+    let authenticated = if f.checkpointed {
+        checkpoint_step(s, bundle, checkpoints)
     } else {
         s.skip(
             "checkpoints",
             format!(
                 "{} has no checkpoints: no node is signed, only the header's APM attestation",
-                bundle_format_name(canonical)
+                bundle_format_name(f.canonical)
             ),
         );
         0
     };
-    // A signed cadence binds whatever the header's (unsigned) format says: relabelled as
-    // an earlier version, the journal still owes its checkpoints.
-    if !checkpoints_kept {
+    if !f.checkpoints_kept {
         s.skip(
             "checkpoint cadence",
             "rebuilt from its node lines: checkpoint lines were not kept, so their cadence is not checked",
         );
-    } else if cadence_signed || bundle.apm_attestation.statement.checkpoints.is_some() {
-        let relabelled = (!cadence_signed).then_some(header_format.as_str());
-        cadence_step(&mut s, &bundle, &checkpoints, relabelled);
-    } else if checkpointed {
+    } else if f.cadence_signed || bundle.apm_attestation.statement.checkpoints.is_some() {
+        let relabelled = (!f.cadence_signed).then_some(f.header_format);
+        cadence_step(s, bundle, checkpoints, relabelled);
+    } else if f.checkpointed {
         s.skip(
             "checkpoint cadence",
             format!("{JOURNAL_FORMAT_V3} does not sign its checkpoint cadence: checkpoints removed from it cannot be told from a crash"),
         );
     }
-    let mut report = crate::build_report(s, &bundle, platform, hw, findings, false);
-    report.authenticated = Some(authenticated);
-    if torn {
-        report.warnings.push(
-            "the journal's last line was torn (the run died while writing it) and was ignored"
-                .into(),
-        );
-    }
-    Ok(report)
+    authenticated
 }
 
 /// The journal format a version-1 or -2 journal declared (for the report).

@@ -203,6 +203,338 @@ pub struct Context<'a> {
     pub rules: MonitorRules,
 }
 
+/// How a refused call's group ends.
+enum Refusal {
+    /// A guard blocked it, with this reason.
+    Blocked {
+        /// The failing guard.
+        guard: GuardKind,
+        /// Its reason, as the call records it.
+        reason: String,
+    },
+    /// The stop guard interrupted the agent.
+    Interrupted(StopCause),
+}
+
+/// The ending node `end` of the refused `call`: the stop guard's `interrupt` of the
+/// cause, attested by the run's key, or the failing guard's unattested `blocked` node,
+/// the call recording the guard's reason.
+fn check_end(end: &Node, call: &Node, refusal: &Refusal, key: &PublicKey) -> Result<(), Fail> {
+    match refusal {
+        Refusal::Interrupted(cause) => {
+            if end.kind != NodeKind::Interrupt || parse::<InterruptPayload>(end)?.cause != *cause {
+                return fail(end, "stop guard fired but no matching interrupt follows");
+            }
+            check_attested(end, key)
+        }
+        Refusal::Blocked { guard, reason } => {
+            if *guard != GuardKind::Stop && call.block_reason.as_ref() != Some(reason) {
+                return fail(call, "block reason differs from the failing check's");
+            }
+            if end.kind != NodeKind::Blocked
+                || !end.attestations.is_empty()
+                || parse::<BlockedPayload>(end)?.guard != *guard
+            {
+                return fail(end, "failed guard without its blocked node");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The stop guard's clock as the call's first check recorded it: a signal only where
+/// the APM watches one, and time that never goes backwards for the agent (`last`, the
+/// agent's latest, advanced).
+fn recorded_clock(
+    call: &Node,
+    got: &[(&Node, &CheckPayload)],
+    apm: &Apm,
+    last: &mut u64,
+) -> Result<Clock, Fail> {
+    let Some((
+        stop_node,
+        CheckPayload {
+            detail: CheckDetail::Stop {
+                elapsed_ms, signal, ..
+            },
+            ..
+        },
+    )) = got.first()
+    else {
+        return fail(call, "the stop guard's check is missing");
+    };
+    if *signal && !apm.guards.stop.external {
+        return fail(
+            stop_node,
+            "external stop signal recorded although the APM does not watch one",
+        );
+    }
+    if *elapsed_ms < *last {
+        return fail(stop_node, "elapsed time went backwards");
+    }
+    *last = *elapsed_ms;
+    Ok(Clock {
+        elapsed_ms: *elapsed_ms,
+        signal: *signal,
+    })
+}
+
+/// The proposal re-classified from what the call recorded, and whether it was a
+/// truncated one whose input check lies beyond a journal `cut`. A truncated proposal
+/// cannot be re-parsed: its recorded input failure can only block, never admit (the
+/// pipeline's input check is a failure with the recorded error, or with none if none
+/// was recorded: then it differs).
+fn recorded_proposal<'a>(
+    call: &Node,
+    p: ToolCallPayload,
+    got: &[(&Node, &CheckPayload)],
+    cut: bool,
+    cx: &Context<'a>,
+) -> Result<(Proposal<'a>, bool), Fail> {
+    match Input::reclassify(&p, cx.manifest, cx.rules) {
+        Ok(Some(input)) => Ok((Proposal::recorded(p, input), false)),
+        Ok(None) => {
+            let recorded = got.get(1).and_then(|(_, c)| match &c.detail {
+                CheckDetail::Input { error: Some(e) } => Some(e.clone()),
+                _ => None,
+            });
+            let pending = cut && got.get(1).is_none();
+            let error = recorded.unwrap_or_default();
+            Ok((Proposal::recorded(p, Input::Malformed { error }), pending))
+        }
+        Err(e) => fail(call, e.to_string()),
+    }
+}
+
+/// The run's outputs the monitor saw when it decided: as many as the data-flow check
+/// records (outputs committed before this call; the monitor may have seen fewer when
+/// another agent's output was committed meanwhile), else all so far.
+fn outputs_seen<'r>(
+    got: &[(&Node, &CheckPayload)],
+    run: &'r [Arc<SharedOutput>],
+) -> Result<&'r [Arc<SharedOutput>], Fail> {
+    let seen = got.iter().find_map(|(n, c)| match &c.detail {
+        CheckDetail::DataFlow {
+            outputs: Some(k), ..
+        } => Some((n.seq, *k as usize)),
+        _ => None,
+    });
+    match seen {
+        Some((node, k)) => run.get(..k).ok_or_else(|| {
+            Fail::at(
+                node,
+                format!(
+                    "data-flow check saw {k} outputs of the run, only {} precede it",
+                    run.len()
+                ),
+            )
+        }),
+        None => Ok(run),
+    }
+}
+
+/// The proof-of-inference nodes after the root, one per declared model in order, each
+/// matching its model; the index after them.
+fn proofs_of_inference(nodes: &[Node], models: &[ModelInfo]) -> Result<usize, Fail> {
+    let mut i = 1;
+    for m in models {
+        let Some(n) = nodes.get(i) else {
+            return Err(Fail::unplaced("proof_of_inference nodes missing"));
+        };
+        expect_plain(n, NodeKind::ProofOfInference, Some(0), "monitor")?;
+        let p = parse::<ProofOfInferencePayload>(n)?;
+        let same = p.role == m.role
+            && p.model == m.name
+            && p.weights_hash == m.weights_hash
+            && p.declared == m.declared;
+        if !same {
+            return fail(
+                n,
+                format!(
+                    "proof of inference for `{}` does not match the bundle's declared model",
+                    p.role
+                ),
+            );
+        }
+        i += 1;
+    }
+    Ok(i)
+}
+
+/// The planner's `agent_step` of a multi-agent run: its decomposition is the APM's
+/// sub-agents and their tasks.
+fn check_decomposition(step: &Node, apm: &Apm) -> Result<(), Fail> {
+    expect_plain(step, NodeKind::AgentStep, Some(0), PLANNER_AGENT)?;
+    let p = parse::<AgentStepPayload>(step)?;
+    let want: Vec<Assignment> = apm
+        .agents
+        .iter()
+        .map(|a| Assignment {
+            agent: a.id.clone(),
+            tasks: a.tasks.clone(),
+        })
+        .collect();
+    if p.decomposition != want {
+        return fail(step, "decomposition differs from the APM's sub-agents");
+    }
+    Ok(())
+}
+
+/// The ledger event an output records for its call's contract `reservation` (none
+/// without one): it settles exactly that reservation, saying it ran unless the broker
+/// `refused` it.
+fn settlement(
+    n: &Node,
+    reservation: Option<u64>,
+    refused: bool,
+    settled: Option<knox_types::payload::Settlement>,
+) -> Result<Option<LedgerEvent>, Fail> {
+    match (reservation, settled) {
+        (None, None) => Ok(None),
+        (Some(id), Some(s)) if s.reservation == id && s.executed != refused => {
+            Ok(Some(LedgerEvent::Settled {
+                id,
+                executed: s.executed,
+            }))
+        }
+        (Some(id), None) => fail(
+            n,
+            format!("tool_output does not settle contract reservation {id}"),
+        ),
+        (Some(id), Some(_)) => fail(
+            n,
+            format!(
+                "tool_output settles another reservation than {id}, or says it ran when the broker refused (or the reverse)"
+            ),
+        ),
+        (None, Some(_)) => fail(n, "tool_output settles a contract reservation no call made"),
+    }
+}
+
+/// A judge opinion as recorded, to recompute the regulation check with: from a
+/// declared judge model of the bundle, with a verdict and information types the monitor
+/// records (anything else a judge says is dropped: another one was written afterwards),
+/// its agreement left for the recomputation. Why not, otherwise.
+fn recorded_judge(
+    j: &knox_types::payload::JudgeOpinion,
+    models: &[ModelInfo],
+) -> Result<knox_types::payload::JudgeOpinion, String> {
+    let declared = models.iter().any(|m| {
+        m.role == ModelRole::Judge && m.name == j.model && m.weights_hash == j.weights_hash
+    });
+    if !declared {
+        return Err(format!(
+            "judge `{}` is not a declared judge model of the bundle",
+            j.model
+        ));
+    }
+    if let Some(v) = j.verdict.as_deref()
+        && !matches!(v, "compliant" | "non_compliant" | "not_applicable")
+    {
+        return Err(format!("unknown judge verdict `{v}`"));
+    }
+    if let Some(t) = j
+        .info_types
+        .iter()
+        .find(|t| !knox_regulation::judge::INFO_TYPES.contains(&t.as_str()))
+    {
+        return Err(format!("unknown judge information type `{t}`"));
+    }
+    let mut j = j.clone();
+    j.agrees = None;
+    Ok(j)
+}
+
+/// The `check` nodes of `call` from `nodes[j]` on (children of the call, in order,
+/// each consistent: same agent, no attestation or block reason, allowed exactly when
+/// passed), and the index after them.
+fn gather_checks<'n>(
+    nodes: &'n [Node],
+    mut j: usize,
+    call: &Node,
+) -> Result<(Vec<(&'n Node, &'n CheckPayload)>, usize), Fail> {
+    let mut checks = Vec::new();
+    while let Some(n) = nodes
+        .get(j)
+        .filter(|n| n.kind == NodeKind::Check && n.parent == Some(call.seq))
+    {
+        if n.agent != call.agent || !n.attestations.is_empty() || n.block_reason.is_some() {
+            return fail(
+                n,
+                "check node's agent, attestations or block reason are inconsistent",
+            );
+        }
+        let c = parse::<CheckPayload>(n)?;
+        if n.allowed != c.passed {
+            return fail(n, "check's allowed flag differs from its result");
+        }
+        checks.push((n, c));
+        j += 1;
+    }
+    Ok((checks, j))
+}
+
+/// The recorded call `p` against the recomputed `eval`: the position and expected
+/// call are the pipeline's (the pointer's in the exact mode, the automaton's choice
+/// in the tolerant mode), and the expected call's hash is its content's.
+fn compare_call(call: &Node, p: &ToolCallPayload, eval: &Evaluation<'_>) -> Result<(), Fail> {
+    let position = eval.call.position;
+    if p.position != position {
+        return fail(
+            call,
+            format!("position {} but replay is at {position}", p.position),
+        );
+    }
+    if p.expected != eval.call.expected {
+        return fail(
+            call,
+            format!("expected call differs from the APM trajectory at position {position}"),
+        );
+    }
+    if let Some(e) = &eval.call.expected
+        && e.compute_hash() != e.hash
+    {
+        return fail(call, "expected call's hash does not match its content");
+    }
+    Ok(())
+}
+
+/// The recorded checks against the recomputed ones (`want`): equal, one for one.
+/// Within a journal `cut` inside this call's group, what is there must match (a
+/// reservation beyond the cut aside, when a check is `pending`); `false` then: the
+/// group is not whole and the replay goes no further with it.
+fn compare_checks(
+    call: &Node,
+    checks: &[(&Node, &CheckPayload)],
+    want: &[CheckPayload],
+    cut: bool,
+    pending: bool,
+) -> Result<bool, Fail> {
+    let partial = cut && (pending || checks.len() < want.len());
+    if !partial && checks.len() != want.len() {
+        return fail(
+            call,
+            format!(
+                "{} checks recorded, {} guards apply",
+                checks.len(),
+                want.len()
+            ),
+        );
+    }
+    for ((n, got), w) in checks.iter().zip(want) {
+        if *got != w && !(partial && pending && reservation_beyond_cut(got, w)) {
+            return fail(
+                n,
+                format!(
+                    "recorded `{}` check differs from the recomputed decision",
+                    got.guard.as_str()
+                ),
+            );
+        }
+    }
+    Ok(!partial)
+}
+
 /// Whether `got` is the recomputed contract check `w` but for the reservation, which
 /// the monitor clears when a later guard blocks the call: a journal cut before that
 /// guard's check (the decision undecided) leaves it unknown, so both are a prefix.
@@ -366,28 +698,7 @@ impl<'a> Replayer<'a, '_> {
         if rp.topology != apm.topology || rp.run_id != self.cx.run_id {
             return fail(root, "root's run id or topology differs from the bundle's");
         }
-        let mut i = 1;
-        for m in self.cx.models {
-            let Some(n) = nodes.get(i) else {
-                return Err(Fail::unplaced("proof_of_inference nodes missing"));
-            };
-            expect_plain(n, NodeKind::ProofOfInference, Some(0), "monitor")?;
-            let p = parse::<ProofOfInferencePayload>(n)?;
-            let same = p.role == m.role
-                && p.model == m.name
-                && p.weights_hash == m.weights_hash
-                && p.declared == m.declared;
-            if !same {
-                return fail(
-                    n,
-                    format!(
-                        "proof of inference for `{}` does not match the bundle's declared model",
-                        p.role
-                    ),
-                );
-            }
-            i += 1;
-        }
+        let mut i = proofs_of_inference(nodes, self.cx.models)?;
         if let Some(failure) = &apm.planning {
             return self.plan_failed(nodes, i, failure);
         }
@@ -396,19 +707,7 @@ impl<'a> Replayer<'a, '_> {
             let Some(step) = nodes.get(i) else {
                 return Err(Fail::unplaced("agent_step missing"));
             };
-            expect_plain(step, NodeKind::AgentStep, Some(0), PLANNER_AGENT)?;
-            let p = parse::<AgentStepPayload>(step)?;
-            let want: Vec<Assignment> = apm
-                .agents
-                .iter()
-                .map(|a| Assignment {
-                    agent: a.id.clone(),
-                    tasks: a.tasks.clone(),
-                })
-                .collect();
-            if p.decomposition != want {
-                return fail(step, "decomposition differs from the APM's sub-agents");
-            }
+            check_decomposition(step, apm)?;
             i += 1;
         }
         for (k, plan) in apm.agents.iter().enumerate() {
@@ -492,125 +791,25 @@ impl<'a> Replayer<'a, '_> {
     }
 
     /// A `tool_call`, its checks and its `blocked`/`interrupt` node; returns the index
-    /// after the group.
+    /// after the group. In stages: the call's place in its agent's branch
+    /// ([`Self::call_payload`]), its checks ([`gather_checks`]), the pipeline's
+    /// decision recomputed ([`Self::evaluate`]) and compared with what was recorded
+    /// ([`compare_call`], [`compare_checks`]), the agent's state advanced, and the
+    /// group's ending checked ([`Self::ending`]).
     fn tool_call(&mut self, nodes: &[Node], i: usize) -> Result<usize, Fail> {
         let call = nodes
             .get(i)
             .ok_or((None, "index out of range".to_string()))?;
-        let cx = self.cx;
-        let Some(st) = self.agents.get_mut(call.agent.as_str()) else {
-            return fail(call, format!("agent `{}` is not in the APM", call.agent));
-        };
-        if st.state.stopped {
-            return fail(call, "tool_call after the agent was interrupted");
-        }
-        if let Some(prev) = st.awaiting.first().filter(|_| !cx.rules.parallel_calls) {
-            return fail(
-                call,
-                format!("allowed tool_call {} has no tool_output", prev.call),
-            );
-        }
-        if call.parent != Some(st.cursor) {
-            return fail(
-                call,
-                format!(
-                    "parent {:?} is not the agent's previous step {}",
-                    call.parent, st.cursor
-                ),
-            );
-        }
-        if !call.attestations.is_empty() {
-            return fail(call, "tool_call carries attestations");
-        }
-        let p = parse::<ToolCallPayload>(call)?;
-        let actions = st.state.actions;
-        if p.ordinal != actions {
-            return fail(
-                call,
-                format!("ordinal {} but replay is at {actions}", p.ordinal),
-            );
-        }
-        // Gather the checks.
-        let mut j = i + 1;
-        let mut checks: Vec<(&Node, &CheckPayload)> = Vec::new();
-        while let Some(n) = nodes
-            .get(j)
-            .filter(|n| n.kind == NodeKind::Check && n.parent == Some(call.seq))
-        {
-            if n.agent != call.agent || !n.attestations.is_empty() || n.block_reason.is_some() {
-                return fail(
-                    n,
-                    "check node's agent, attestations or block reason are inconsistent",
-                );
-            }
-            let c = parse::<CheckPayload>(n)?;
-            if n.allowed != c.passed {
-                return fail(n, "check's allowed flag differs from its result");
-            }
-            checks.push((n, c));
-            j += 1;
-        }
+        let p = self.call_payload(call)?;
+        let (checks, j) = gather_checks(nodes, i + 1, call)?;
         let cut = !self.finished && j >= nodes.len();
         if cut && checks.is_empty() {
             return Ok(j);
         }
         let (eval, pending) = self.evaluate(call, p.clone(), &checks, cut)?;
-        // The position and expected call are the pipeline's: the pointer's in the exact
-        // mode, the automaton's choice in the tolerant mode.
-        let position = eval.call.position;
-        if p.position != position {
-            return fail(
-                call,
-                format!("position {} but replay is at {position}", p.position),
-            );
-        }
-        if p.expected != eval.call.expected {
-            return fail(
-                call,
-                format!("expected call differs from the APM trajectory at position {position}"),
-            );
-        }
-        if let Some(e) = &eval.call.expected
-            && e.compute_hash() != e.hash
-        {
-            return fail(call, "expected call's hash does not match its content");
-        }
-        let want = &eval.checks;
-        if cut && (pending || checks.len() < want.len()) {
-            // A journal cut inside this call's group: what is there must match.
-            for ((n, got), w) in checks.iter().zip(want) {
-                if *got != w && !(pending && reservation_beyond_cut(got, w)) {
-                    return fail(
-                        n,
-                        format!(
-                            "recorded `{}` check differs from the recomputed decision",
-                            got.guard.as_str()
-                        ),
-                    );
-                }
-            }
+        compare_call(call, &p, &eval)?;
+        if !compare_checks(call, &checks, &eval.checks, cut, pending)? {
             return Ok(j);
-        }
-        if checks.len() != want.len() {
-            return fail(
-                call,
-                format!(
-                    "{} checks recorded, {} guards apply",
-                    checks.len(),
-                    want.len()
-                ),
-            );
-        }
-        for ((n, got), w) in checks.iter().zip(want) {
-            if *got != w {
-                return fail(
-                    n,
-                    format!(
-                        "recorded `{}` check differs from the recomputed decision",
-                        got.guard.as_str()
-                    ),
-                );
-            }
         }
         let st = self
             .agents
@@ -629,7 +828,8 @@ impl<'a> Replayer<'a, '_> {
             }
             _ => None,
         };
-        let (guard, block_reason, interrupt) = match eval.decision {
+        let tool = eval.call.actual.as_ref().map(|a| a.tool.clone());
+        let refusal = match eval.decision {
             Decision::Allow {
                 position,
                 cost,
@@ -655,8 +855,72 @@ impl<'a> Replayer<'a, '_> {
             }
             // Checks equal to the recomputed ones decide: a pending decision left above.
             Decision::Undecided => return Ok(j),
-            Decision::Block { guard, reason, .. } => (guard, Some(reason), None),
-            Decision::Interrupt { cause } => (GuardKind::Stop, None, Some(cause)),
+            Decision::Block { guard, reason, .. } => Refusal::Blocked { guard, reason },
+            Decision::Interrupt { cause } => Refusal::Interrupted(cause),
+        };
+        self.ending(nodes, j, call, &checks, refusal, tool)
+    }
+
+    /// The recorded `tool_call` `call` in its place: its agent is in the APM and not
+    /// interrupted, no allowed call of it awaits its output (unless the run allows
+    /// parallel calls), it follows the agent's previous step, carries no attestation,
+    /// and its ordinal is the replay's. Its payload.
+    fn call_payload(&self, call: &Node) -> Result<ToolCallPayload, Fail> {
+        let Some(st) = self.agents.get(call.agent.as_str()) else {
+            return fail(call, format!("agent `{}` is not in the APM", call.agent));
+        };
+        if st.state.stopped {
+            return fail(call, "tool_call after the agent was interrupted");
+        }
+        if let Some(prev) = st
+            .awaiting
+            .first()
+            .filter(|_| !self.cx.rules.parallel_calls)
+        {
+            return fail(
+                call,
+                format!("allowed tool_call {} has no tool_output", prev.call),
+            );
+        }
+        if call.parent != Some(st.cursor) {
+            return fail(
+                call,
+                format!(
+                    "parent {:?} is not the agent's previous step {}",
+                    call.parent, st.cursor
+                ),
+            );
+        }
+        if !call.attestations.is_empty() {
+            return fail(call, "tool_call carries attestations");
+        }
+        let p = parse::<ToolCallPayload>(call)?;
+        let actions = st.state.actions;
+        if p.ordinal != actions {
+            return fail(
+                call,
+                format!("ordinal {} but replay is at {actions}", p.ordinal),
+            );
+        }
+        Ok(p.clone())
+    }
+
+    /// The ending of a refused call's group at `nodes[j]`: a `blocked` node of the
+    /// failing guard (unattested), or the stop guard's attested `interrupt`, attached
+    /// to the first failed check with the call's reason; the agent's branch continues
+    /// from it. Returns the index after it.
+    fn ending(
+        &mut self,
+        nodes: &[Node],
+        j: usize,
+        call: &Node,
+        checks: &[(&Node, &CheckPayload)],
+        refusal: Refusal,
+        tool: Option<String>,
+    ) -> Result<usize, Fail> {
+        let guard = match &refusal {
+            Refusal::Blocked { guard, .. } => *guard,
+            Refusal::Interrupted(_) => GuardKind::Stop,
         };
         let Some((failed_node, _)) = checks.iter().find(|(_, c)| !c.passed) else {
             return fail(call, "a guard blocked but no check failed");
@@ -689,36 +953,26 @@ impl<'a> Replayer<'a, '_> {
                 "blocked/interrupt node is not attached to the failing check",
             );
         }
-        if guard != GuardKind::Stop && call.block_reason != block_reason {
-            return fail(call, "block reason differs from the failing check's");
-        }
-        let tool = eval.call.actual.as_ref().map(|a| a.tool.clone());
-        let reason = call.block_reason.clone().unwrap_or_default();
-        if let Some(cause) = interrupt {
-            if end.kind != NodeKind::Interrupt || parse::<InterruptPayload>(end)?.cause != cause {
-                return fail(end, "stop guard fired but no matching interrupt follows");
+        check_end(end, call, &refusal, self.cx.key)?;
+        match refusal {
+            Refusal::Interrupted(cause) => {
+                self.found
+                    .interrupts
+                    .push(format!("{}: {}", call.agent, cause.as_str()))
             }
-            check_attested(end, cx.key)?;
-            st.cursor = end.seq;
-            self.found
-                .interrupts
-                .push(format!("{}: {}", call.agent, cause.as_str()));
-        } else {
-            if end.kind != NodeKind::Blocked
-                || !end.attestations.is_empty()
-                || parse::<BlockedPayload>(end)?.guard != guard
-            {
-                return fail(end, "failed guard without its blocked node");
-            }
-            st.cursor = end.seq;
-            self.found.blocked.push(BlockedAction {
+            Refusal::Blocked { guard, .. } => self.found.blocked.push(BlockedAction {
                 node: call.seq,
                 agent: call.agent.clone(),
                 tool,
                 guard: guard.as_str().into(),
-                reason,
-            });
+                reason: call.block_reason.clone().unwrap_or_default(),
+            }),
         }
+        let st = self
+            .agents
+            .get_mut(call.agent.as_str())
+            .ok_or((Some(call.seq), "agent vanished".to_string()))?;
+        st.cursor = end.seq;
         Ok(j + 1)
     }
 
@@ -741,50 +995,8 @@ impl<'a> Replayer<'a, '_> {
             .agents
             .get_mut(call.agent.as_str())
             .ok_or((Some(call.seq), "unknown agent".to_string()))?;
-        let Some((
-            stop_node,
-            CheckPayload {
-                detail:
-                    CheckDetail::Stop {
-                        elapsed_ms, signal, ..
-                    },
-                ..
-            },
-        )) = got.first()
-        else {
-            return fail(call, "the stop guard's check is missing");
-        };
-        if *signal && !cx.apm.guards.stop.external {
-            return fail(
-                stop_node,
-                "external stop signal recorded although the APM does not watch one",
-            );
-        }
-        if *elapsed_ms < st.last_elapsed {
-            return fail(stop_node, "elapsed time went backwards");
-        }
-        st.last_elapsed = *elapsed_ms;
-        let clock = Clock {
-            elapsed_ms: *elapsed_ms,
-            signal: *signal,
-        };
-        // Input: re-classify what was recorded.
-        let (proposal, truncated_cut) = match Input::reclassify(&p, cx.manifest, cx.rules) {
-            Ok(Some(input)) => (Proposal::recorded(p, input), false),
-            // A truncated proposal cannot be re-parsed: its recorded input failure can
-            // only block, never admit (the pipeline's input check is a failure with the
-            // recorded error, or with none if none was recorded: then it differs).
-            Ok(None) => {
-                let recorded = got.get(1).and_then(|(_, c)| match &c.detail {
-                    CheckDetail::Input { error: Some(e) } => Some(e.clone()),
-                    _ => None,
-                });
-                let pending = cut && got.get(1).is_none();
-                let error = recorded.unwrap_or_default();
-                (Proposal::recorded(p, Input::Malformed { error }), pending)
-            }
-            Err(e) => return fail(call, e.to_string()),
-        };
+        let clock = recorded_clock(call, got, cx.apm, &mut st.last_elapsed)?;
+        let (proposal, truncated_cut) = recorded_proposal(call, p, got, cut, cx)?;
         let mut source = Recorded {
             mode: cx.regulation,
             models: cx.models,
@@ -795,30 +1007,7 @@ impl<'a> Replayer<'a, '_> {
             flagged: 0,
             warnings: Vec::new(),
         };
-        // The run's outputs the monitor saw: as many as the data-flow check records
-        // (outputs committed before this call; the monitor may have seen fewer when
-        // another agent's output was committed meanwhile).
-        let seen = got.iter().find_map(|(n, c)| match &c.detail {
-            CheckDetail::DataFlow {
-                outputs: Some(k), ..
-            } => Some((n.seq, *k as usize)),
-            _ => None,
-        });
-        let run = match seen {
-            Some((node, k)) => match self.run.get(..k) {
-                Some(r) => r,
-                None => {
-                    return Err(Fail::at(
-                        node,
-                        format!(
-                            "data-flow check saw {k} outputs of the run, only {} precede it",
-                            self.run.len()
-                        ),
-                    ));
-                }
-            },
-            None => self.run.as_slice(),
-        };
+        let run = outputs_seen(got, &self.run)?;
         // The contract stage decides again at the recorded time, with the recorded
         // approval token, in the ledger the earlier nodes rebuilt.
         let recorded = got.iter().find_map(|(_, c)| match &c.detail {
@@ -1004,33 +1193,10 @@ impl<'a> Replayer<'a, '_> {
                 format!("cost {} differs from the tool's cost {cost}", p.cost),
             );
         }
-        match (reservation, p.settled) {
-            (None, None) => {}
-            (Some(id), Some(s)) if s.reservation == id && s.executed != refused => {
-                self.ledger
-                    .apply(&LedgerEvent::Settled {
-                        id,
-                        executed: s.executed,
-                    })
-                    .map_err(|e| Fail::at(n.seq, format!("contract ledger: {e}")))?;
-            }
-            (Some(id), None) => {
-                return fail(
-                    n,
-                    format!("tool_output does not settle contract reservation {id}"),
-                );
-            }
-            (Some(id), Some(_)) => {
-                return fail(
-                    n,
-                    format!(
-                        "tool_output settles another reservation than {id}, or says it ran when the broker refused (or the reverse)"
-                    ),
-                );
-            }
-            (None, Some(_)) => {
-                return fail(n, "tool_output settles a contract reservation no call made");
-            }
+        if let Some(settled) = settlement(n, reservation, refused, p.settled)? {
+            self.ledger
+                .apply(&settled)
+                .map_err(|e| Fail::at(n.seq, format!("contract ledger: {e}")))?;
         }
         let Awaiting {
             tool, capability, ..
@@ -1147,41 +1313,9 @@ impl RegulationSource for Recorded<'_, '_> {
                 Some(c)
             }
             RegulationReplay::Recompute(regulator) => {
-                let judge = match judge.as_deref() {
-                    Some(j) => {
-                        let declared = self.models.iter().any(|m| {
-                            m.role == ModelRole::Judge
-                                && m.name == j.model
-                                && m.weights_hash == j.weights_hash
-                        });
-                        if !declared {
-                            return self.refuse(
-                                n.seq,
-                                format!(
-                                    "judge `{}` is not a declared judge model of the bundle",
-                                    j.model
-                                ),
-                            );
-                        }
-                        // The monitor records only these verdicts (anything else a
-                        // judge says is dropped): another one was written afterwards.
-                        if let Some(v) = j.verdict.as_deref()
-                            && !matches!(v, "compliant" | "non_compliant" | "not_applicable")
-                        {
-                            return self.refuse(n.seq, format!("unknown judge verdict `{v}`"));
-                        }
-                        if let Some(t) = j
-                            .info_types
-                            .iter()
-                            .find(|t| !knox_regulation::judge::INFO_TYPES.contains(&t.as_str()))
-                        {
-                            return self
-                                .refuse(n.seq, format!("unknown judge information type `{t}`"));
-                        }
-                        let mut j = j.clone();
-                        j.agrees = None;
-                        Some(j)
-                    }
+                let judge = match judge.as_deref().map(|j| recorded_judge(j, self.models)) {
+                    Some(Ok(j)) => Some(j),
+                    Some(Err(why)) => return self.refuse(n.seq, why),
                     None => None,
                 };
                 Some(regulator.check(d.flow(regulator), judge))
