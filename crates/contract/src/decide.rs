@@ -14,9 +14,9 @@ use knox_types::digest::Digest;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::action::Request;
+use crate::action::{HttpParams, Request};
 use crate::approval::{self, Approval};
-use crate::format::{Contract, DirAccess, Impact, argv_matches, valid_relative};
+use crate::format::{Contract, DirAccess, EndpointCap, Impact, argv_matches, valid_relative};
 use crate::url;
 
 /// What the session has used so far.
@@ -293,37 +293,44 @@ pub fn boundary(contract: &Contract, req: &Request) -> Result<(u64, Impact), Dec
                 .endpoints
                 .get(&p.endpoint)
                 .ok_or_else(|| no_cap("endpoint", &p.endpoint))?;
-            let u = url::parse(&p.url).map_err(|e| deny(Check::Endpoint, e))?;
-            if u.scheme != e.scheme || u.host != e.host || u.port != e.port {
-                return Err(deny(
-                    Check::Endpoint,
-                    format!(
-                        "{}://{}:{} is not endpoint `{}` ({}://{}:{})",
-                        u.scheme.as_str(),
-                        u.host,
-                        u.port,
-                        p.endpoint,
-                        e.scheme.as_str(),
-                        e.host,
-                        e.port
-                    ),
-                ));
-            }
-            if !url::under_prefix(&u.path, &e.path_prefix) {
-                return Err(deny(
-                    Check::Endpoint,
-                    format!("path `{}` is not under `{}`", u.path, e.path_prefix),
-                ));
-            }
-            if !e.methods.contains(&p.method) {
-                return Err(deny(
-                    Check::Endpoint,
-                    format!("method `{}` is not allowed on `{}`", p.method, p.endpoint),
-                ));
-            }
+            check_endpoint(e, p)?;
             Ok((e.cost_cents, e.impact))
         }
     }
+}
+
+/// An HTTP request against its endpoint capability `e`: the URL's scheme, host and
+/// port are the endpoint's, its path under the endpoint's prefix, its method allowed.
+fn check_endpoint(e: &EndpointCap, p: &HttpParams) -> Result<(), Decision> {
+    let u = url::parse(&p.url).map_err(|e| deny(Check::Endpoint, e))?;
+    if u.scheme != e.scheme || u.host != e.host || u.port != e.port {
+        return Err(deny(
+            Check::Endpoint,
+            format!(
+                "{}://{}:{} is not endpoint `{}` ({}://{}:{})",
+                u.scheme.as_str(),
+                u.host,
+                u.port,
+                p.endpoint,
+                e.scheme.as_str(),
+                e.host,
+                e.port
+            ),
+        ));
+    }
+    if !url::under_prefix(&u.path, &e.path_prefix) {
+        return Err(deny(
+            Check::Endpoint,
+            format!("path `{}` is not under `{}`", u.path, e.path_prefix),
+        ));
+    }
+    if !e.methods.contains(&p.method) {
+        return Err(deny(
+            Check::Endpoint,
+            format!("method `{}` is not allowed on `{}`", p.method, p.endpoint),
+        ));
+    }
+    Ok(())
 }
 
 fn check_path(p: &str) -> Result<(), Decision> {

@@ -343,6 +343,26 @@ pub enum Misrecorded {
 }
 
 impl<'m> Proposal<'m> {
+    /// The `tool_call` payload of this proposal, the `ordinal`-th of its agent, at
+    /// trajectory `position` where `expected` is planned; and its input, for the guards.
+    pub fn into_call(
+        self,
+        ordinal: u32,
+        position: u32,
+        expected: Option<&ExpectedCall>,
+    ) -> (ToolCallPayload, Input<'m>) {
+        let call = ToolCallPayload {
+            ordinal,
+            position,
+            expected: expected.cloned(),
+            actual: self.actual,
+            actual_hash: self.actual_hash,
+            raw: self.raw,
+            raw_len: self.raw_len,
+        };
+        (call, self.input)
+    }
+
     /// Classifies the raw bytes an executor proposed (the monitor).
     pub fn classify(raw: &[u8], manifest: &'m ToolkitManifest) -> Self {
         let parsed = proposal::parse(raw, manifest);
@@ -735,25 +755,10 @@ impl<'a> Pipeline<'a> {
         run: &[Arc<SharedOutput>],
         contract_input: Option<ContractInput<'_>>,
     ) -> Evaluation<'a> {
-        let Proposal {
-            actual,
-            actual_hash,
-            raw,
-            raw_len,
-            input,
-        } = proposal;
-        let at = self.locate(st, &input, &actual_hash, run);
+        let at = self.locate(st, &proposal.input, &proposal.actual_hash, run);
         let plan = self.apm.agents.get(st.plan);
         let expected = plan.and_then(|p| p.trajectory.get(at.position as usize));
-        let call = ToolCallPayload {
-            ordinal: st.actions,
-            position: at.position,
-            expected: expected.cloned(),
-            actual,
-            actual_hash,
-            raw,
-            raw_len,
-        };
+        let (call, input) = proposal.into_call(st.actions, at.position, expected);
         let retry = at.retry;
         let done = |call, checks, decision| Evaluation {
             call,

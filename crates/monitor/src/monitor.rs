@@ -23,14 +23,15 @@ use knox_policy::ToolkitManifest;
 use knox_regulation::{Judge, Regulator};
 use knox_types::Action;
 use knox_types::aeg::{NodeKind, PLANNER_AGENT};
-use knox_types::apm::{Apm, StopCause, TopologyKind};
+use knox_types::apm::{AgentPlan, Apm, StopCause, TopologyKind};
 use knox_types::bundle::ModelInfo;
 use knox_types::digest::Digest;
 use knox_types::grant::Grant;
 use knox_types::payload::{
     AgentBranchPayload, AgentStepPayload, Assignment, BlockedPayload, Body, CheckPayload,
-    ContractOutcome, GuardKind, HeardPayload, InterruptPayload, ProofOfInferencePayload,
-    RootPayload, Settlement, ToolCallPayload, ToolOutputPayload, UnansweredPayload,
+    ContractOutcome, GuardKind, HeardPayload, InterruptPayload, KernelEvent,
+    ProofOfInferencePayload, RootPayload, Settlement, ToolCallPayload, ToolOutputPayload,
+    UnansweredPayload,
 };
 use serde_json::Value;
 
@@ -128,6 +129,133 @@ struct Agent<'a> {
     /// calls of one model answer), closed by their output or, at the seal, by an
     /// `unanswered` node.
     awaiting: Vec<Awaited>,
+}
+
+/// A node the monitor commits as it is (allowed, no reason).
+fn plain<'n>(parent: Option<u64>, kind: NodeKind, agent: &'n str, payload: Body) -> NewNode<'n> {
+    NewNode {
+        parent,
+        kind,
+        agent,
+        payload,
+        allowed: true,
+        block_reason: None,
+    }
+}
+
+/// The run's header: its root, naming the run, the APM and the topology, and a
+/// proof-of-inference node under it per model taking part. Returns the root.
+fn header(
+    aeg: &mut AegBuilder,
+    run_id: &str,
+    apm_hash: Digest,
+    apm: &Apm,
+    models: &[ModelInfo],
+) -> u64 {
+    let root = aeg.commit(
+        plain(
+            None,
+            NodeKind::Root,
+            "monitor",
+            Body::from(RootPayload {
+                run_id: run_id.into(),
+                apm_hash,
+                topology: apm.topology,
+            }),
+        ),
+        None,
+    );
+    for m in models {
+        let p = ProofOfInferencePayload {
+            role: m.role.clone(),
+            model: m.name.clone(),
+            weights_hash: m.weights_hash,
+            declared: m.declared,
+        };
+        aeg.commit(
+            plain(
+                Some(root),
+                NodeKind::ProofOfInference,
+                "monitor",
+                Body::from(p),
+            ),
+            None,
+        );
+    }
+    root
+}
+
+/// Where each of the `planned` agents starts: the root, or in a multi-agent run its
+/// own branch under the planner's decomposition step (both committed here).
+fn branches(
+    aeg: &mut AegBuilder,
+    root: u64,
+    kind: TopologyKind,
+    planned: &[AgentPlan],
+) -> Vec<u64> {
+    if kind != TopologyKind::MtMa || planned.is_empty() {
+        return vec![root; planned.len()];
+    }
+    let decomposition = planned
+        .iter()
+        .map(|a| Assignment {
+            agent: a.id.clone(),
+            tasks: a.tasks.clone(),
+        })
+        .collect();
+    aeg.commit(
+        plain(
+            Some(root),
+            NodeKind::AgentStep,
+            PLANNER_AGENT,
+            Body::from(AgentStepPayload { decomposition }),
+        ),
+        None,
+    );
+    planned
+        .iter()
+        .map(|a| {
+            let p = AgentBranchPayload {
+                agent: a.id.clone(),
+                tasks: a.tasks.clone(),
+            };
+            aeg.commit(
+                plain(Some(root), NodeKind::AgentBranch, &a.id, Body::from(p)),
+                None,
+            )
+        })
+        .collect()
+}
+
+/// The `blocked` node of a denial the kernel layer (guard `kernel`) or the broker
+/// (a `refusal`: guard `broker`) reported while `agent`'s allowed `call` ran, under
+/// that call.
+fn denial<'t>(call: u64, agent: &'t str, event: &KernelEvent) -> NewNode<'t> {
+    let guard = if event.event == "refusal" {
+        GuardKind::Broker
+    } else {
+        GuardKind::Kernel
+    };
+    let what = event
+        .syscall
+        .as_deref()
+        .map_or_else(|| event.event.clone(), |s| format!("system call `{s}`"));
+    let detail = event
+        .detail
+        .as_deref()
+        .map(|d| format!(" ({d})"))
+        .unwrap_or_default();
+    NewNode {
+        parent: Some(call),
+        kind: NodeKind::Blocked,
+        agent,
+        payload: Body::from(BlockedPayload {
+            guard,
+            kernel: Some(event.clone()),
+        }),
+        allowed: false,
+        block_reason: Some(format!("{} denied {what}{detail}", guard.as_str())),
+    }
 }
 
 /// A decision's nodes with their bodies written, before the graph's lock: numbering,
@@ -345,45 +473,7 @@ impl<'a> Monitor<'a> {
             contract,
             approvals,
         } = cfg;
-        let node = |parent, kind, agent, payload| NewNode {
-            parent,
-            kind,
-            agent,
-            payload,
-            allowed: true,
-            block_reason: None,
-        };
-        let root = aeg.commit(
-            node(
-                None,
-                NodeKind::Root,
-                "monitor",
-                Body::from(RootPayload {
-                    run_id: run_id.into(),
-                    apm_hash,
-                    topology: apm.topology,
-                }),
-            ),
-            None,
-        );
-        for m in models {
-            let p = ProofOfInferencePayload {
-                role: m.role.clone(),
-                model: m.name.clone(),
-                weights_hash: m.weights_hash,
-                declared: m.declared,
-            };
-            aeg.commit(
-                node(
-                    Some(root),
-                    NodeKind::ProofOfInference,
-                    "monitor",
-                    Body::from(p),
-                ),
-                None,
-            );
-        }
-        let mut agents = HashMap::new();
+        let root = header(&mut aeg, run_id, apm_hash, apm, models);
         // A failed plan: the run's one event is the attested interrupt saying so, and no
         // agent may act (none is registered, so every proposal is `Stopped`).
         let planned = match &apm.planning {
@@ -405,48 +495,21 @@ impl<'a> Monitor<'a> {
                 &[]
             }
         };
-        let multi = apm.topology.kind == TopologyKind::MtMa && !planned.is_empty();
-        if multi {
-            let decomposition = planned
-                .iter()
-                .map(|a| Assignment {
-                    agent: a.id.clone(),
-                    tasks: a.tasks.clone(),
-                })
-                .collect();
-            aeg.commit(
-                node(
-                    Some(root),
-                    NodeKind::AgentStep,
-                    PLANNER_AGENT,
-                    Body::from(AgentStepPayload { decomposition }),
-                ),
-                None,
-            );
-        }
-        for (i, a) in planned.iter().enumerate() {
-            let cursor = if multi {
-                let p = AgentBranchPayload {
-                    agent: a.id.clone(),
-                    tasks: a.tasks.clone(),
-                };
-                aeg.commit(
-                    node(Some(root), NodeKind::AgentBranch, &a.id, Body::from(p)),
-                    None,
-                )
-            } else {
-                root
-            };
-            agents.insert(
-                a.id.clone(),
-                Mutex::new(Agent {
+        let cursors = branches(&mut aeg, root, apm.topology.kind, planned);
+        let agents = planned
+            .iter()
+            .zip(cursors)
+            .enumerate()
+            .map(|(i, (a, cursor))| {
+                let agent = Agent {
                     state: AgentState::new(apm, i),
                     cursor,
                     guards: Pipeline::new(apm, manifest).with_contract(contract),
                     awaiting: Vec::new(),
-                }),
-            );
-        }
+                };
+                (a.id.clone(), Mutex::new(agent))
+            })
+            .collect();
         Self {
             apm,
             apm_hash,
@@ -685,35 +748,11 @@ impl<'a> Monitor<'a> {
             reservation,
             executed: !result.kernel.iter().any(|e| e.event == "refusal"),
         });
-        let mut group = Vec::with_capacity(result.kernel.len() + 1);
-        for event in result.kernel {
-            let guard = if event.event == "refusal" {
-                GuardKind::Broker
-            } else {
-                GuardKind::Kernel
-            };
-            let what = event
-                .syscall
-                .as_deref()
-                .map_or_else(|| event.event.clone(), |s| format!("system call `{s}`"));
-            let detail = event
-                .detail
-                .as_deref()
-                .map(|d| format!(" ({d})"))
-                .unwrap_or_default();
-            let n = NewNode {
-                parent: Some(ticket.tool_call),
-                kind: NodeKind::Blocked,
-                agent: &ticket.agent,
-                payload: Body::from(BlockedPayload {
-                    guard,
-                    kernel: Some(event.clone()),
-                }),
-                allowed: false,
-                block_reason: Some(format!("{} denied {what}{detail}", guard.as_str())),
-            };
-            group.push(n.prepare());
-        }
+        let mut group: Vec<Prepared<'_>> = result
+            .kernel
+            .iter()
+            .map(|event| denial(ticket.tool_call, &ticket.agent, event).prepare())
+            .collect();
         let n = NewNode {
             parent: Some(ticket.tool_call),
             kind: NodeKind::ToolOutput,

@@ -136,50 +136,59 @@ pub fn checks(
             missing,
         },
     });
-    // A disclosing tool under an APM closing the content or label channel always has
-    // a data-flow check: it records which outputs reach the content and how many of the
-    // run's outputs were seen (the regulation check's labels come from the same ones).
-    // The call checked is the one that runs.
+    out.extend(dataflow_check(entry, &ran, &view, flows));
+    out
+}
+
+/// The data-flow check of the call that runs (`ran`), when `entry` has sinks, the
+/// call discloses under an APM closing the content or label channel (it then records
+/// which outputs reach the content and how many of the run's outputs were seen: the
+/// regulation check's labels come from the same ones), or a composed parameter's
+/// `provenance` was decided.
+fn dataflow_check(
+    entry: &ToolEntry,
+    ran: &Action,
+    view: &AgentView<'_>,
+    provenance: Vec<knox_types::payload::ArgFlow>,
+) -> Option<CheckPayload> {
     let discloses =
         (view.closed.content || view.closed.labels) && entry.effect() == Effect::Disclose;
-    let provenance = flows;
-    if !entry.annotations.sinks.is_empty() || discloses || !provenance.is_empty() {
-        let links = view.closed.recipients.then_some(view.links);
-        let sinks = dataflow::check(
-            &entry.annotations.sinks,
-            &ran,
-            view.expected,
-            view.prompt,
-            view.tainted,
-            links,
-        );
-        let content = if discloses && view.closed.content {
-            dataflow::content_flows(&ran, view.expected, view.prompt, view.run)
-        } else {
-            Vec::new()
-        };
-        let passed = dataflow::passes(&sinks)
-            && content.iter().all(|c| c.declared)
-            && provenance::passes(&provenance);
-        // How many of the run's outputs the call saw: for a disclosure's content check,
-        // and for a provenance decision whose context was the run's (the verifier
-        // replays either with exactly those outputs, whatever other agents committed
-        // meanwhile).
-        let shared = view.closed.content || view.closed.labels;
-        let outputs = (discloses || (shared && !provenance.is_empty()))
-            .then(|| u32::try_from(view.run.len()).unwrap_or(u32::MAX));
-        out.push(CheckPayload {
-            guard: GuardKind::DataFlow,
-            passed,
-            detail: CheckDetail::DataFlow {
-                sinks,
-                content,
-                outputs,
-                provenance,
-            },
-        });
+    if entry.annotations.sinks.is_empty() && !discloses && provenance.is_empty() {
+        return None;
     }
-    out
+    let links = view.closed.recipients.then_some(view.links);
+    let sinks = dataflow::check(
+        &entry.annotations.sinks,
+        ran,
+        view.expected,
+        view.prompt,
+        view.tainted,
+        links,
+    );
+    let content = if discloses && view.closed.content {
+        dataflow::content_flows(ran, view.expected, view.prompt, view.run)
+    } else {
+        Vec::new()
+    };
+    let passed = dataflow::passes(&sinks)
+        && content.iter().all(|c| c.declared)
+        && provenance::passes(&provenance);
+    // How many of the run's outputs the call saw: for a disclosure's content check,
+    // and for a provenance decision whose context was the run's (the verifier replays
+    // either with exactly those outputs, whatever other agents committed meanwhile).
+    let shared = view.closed.content || view.closed.labels;
+    let outputs = (discloses || (shared && !provenance.is_empty()))
+        .then(|| u32::try_from(view.run.len()).unwrap_or(u32::MAX));
+    Some(CheckPayload {
+        guard: GuardKind::DataFlow,
+        passed,
+        detail: CheckDetail::DataFlow {
+            sinks,
+            content,
+            outputs,
+            provenance,
+        },
+    })
 }
 
 /// The sources of `f` it is not cleared for (at most eight), listed.
@@ -192,6 +201,85 @@ fn uncleared_of(f: &knox_types::payload::ArgFlow) -> String {
         .map(u64::to_string)
         .collect();
     list.join(", ")
+}
+
+/// Why a failed data-flow check blocks: a withheld or uncleared composed parameter
+/// (unless an untrusted sink value says more), an untrusted value in a sink, or an
+/// undeclared flow into a disclosure's content.
+fn dataflow_reason(
+    sinks: &[knox_types::payload::SinkCheck],
+    content: &[knox_types::payload::ContentFlow],
+    provenance: &[knox_types::payload::ArgFlow],
+) -> String {
+    let bad_sink = sinks.iter().find(|c| c.source.is_some() && !c.authorized);
+    let bad_flow = content.iter().find(|c| !c.declared);
+    let withheld = provenance.iter().find(|f| f.ran == provenance::WITHHELD);
+    let uncleared = provenance.iter().find(|f| f.ran == provenance::UNCLEARED);
+    if let (Some(w), None) = (uncleared, bad_sink) {
+        return format!(
+            "`{}` was composed after reading node {}, which the contract does not clear the request's endpoint to receive (its `receives`)",
+            w.param,
+            uncleared_of(w)
+        );
+    }
+    if let (Some(w), None) = (withheld, bad_sink) {
+        return format!(
+            "`{}` was composed after reading node {}, which the plan does not clear it for, and no planned value may run in its place",
+            w.param,
+            uncleared_of(w)
+        );
+    }
+    match (bad_sink, bad_flow) {
+        (Some(bad), _) => format!(
+            "untrusted value in sink `{}` (from tool_output node {})",
+            bad.param,
+            bad.source.unwrap_or_default()
+        ),
+        (None, Some(f)) => format!(
+            "undeclared flow from tool_output node {} into `{}` ({})",
+            f.source,
+            f.params.join("`+`"),
+            f.via
+        ),
+        (None, None) => "untrusted value in a sink".into(),
+    }
+}
+
+/// Why a failed regulation check blocks: the disclosure's verdict, or — for an
+/// output going to a remote model (`model`) — that model's operator as the recipient.
+fn regulation_reason(
+    verdict: &str,
+    policies: &[String],
+    note: Option<&str>,
+    model: Option<&knox_types::apm::RemoteModel>,
+    flow: Option<&knox_types::regulation::InfoFlow>,
+) -> String {
+    let Some(model) = model else {
+        return if verdict == "not_applicable" {
+            format!(
+                "not_applicable after a labelled read, pending approval: {}",
+                note.unwrap_or_default()
+            )
+        } else {
+            format!("non-compliant: {}", policies.join(", "))
+        };
+    };
+    let types = flow
+        .map(|f| f.info_types.iter().cloned().collect::<Vec<_>>().join("+"))
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| "labelled data".into());
+    let to = format!(
+        "its output ({types}) would go to the remote {} `{}`, whose operator at {} is the recipient",
+        model.role, model.model, model.endpoint
+    );
+    if verdict == "non_compliant" {
+        format!("{to}: non-compliant: {}", policies.join(", "))
+    } else {
+        format!(
+            "{to}: no policy permits it, pending approval: {}",
+            note.unwrap_or_default()
+        )
+    }
 }
 
 /// Where the call a `block_reason` explains stands.
@@ -234,81 +322,21 @@ pub fn block_reason(check: &CheckPayload, at: At) -> Option<String> {
             content,
             provenance,
             ..
-        } => {
-            let bad_sink = sinks.iter().find(|c| c.source.is_some() && !c.authorized);
-            let bad_flow = content.iter().find(|c| !c.declared);
-            let withheld = provenance.iter().find(|f| f.ran == provenance::WITHHELD);
-            let uncleared = provenance.iter().find(|f| f.ran == provenance::UNCLEARED);
-            if let (Some(w), None) = (uncleared, bad_sink) {
-                return Some(format!(
-                    "`{}` was composed after reading node {}, which the contract does not clear the request's endpoint to receive (its `receives`)",
-                    w.param,
-                    uncleared_of(w)
-                ));
-            }
-            if let (Some(w), None) = (withheld, bad_sink) {
-                return Some(format!(
-                    "`{}` was composed after reading node {}, which the plan does not clear it for, and no planned value may run in its place",
-                    w.param,
-                    uncleared_of(w)
-                ));
-            }
-            match (bad_sink, bad_flow) {
-                (Some(bad), _) => format!(
-                    "untrusted value in sink `{}` (from tool_output node {})",
-                    bad.param,
-                    bad.source.unwrap_or_default()
-                ),
-                (None, Some(f)) => format!(
-                    "undeclared flow from tool_output node {} into `{}` ({})",
-                    f.source,
-                    f.params.join("`+`"),
-                    f.via
-                ),
-                (None, None) => "untrusted value in a sink".into(),
-            }
-        }
+        } => dataflow_reason(sinks, content, provenance),
         CheckDetail::Regulation {
             verdict,
             policies,
             note,
-            model: Some(model),
+            model,
             flow,
             ..
-        } => {
-            let types = flow
-                .as_ref()
-                .map(|f| f.info_types.iter().cloned().collect::<Vec<_>>().join("+"))
-                .filter(|t| !t.is_empty())
-                .unwrap_or_else(|| "labelled data".into());
-            let to = format!(
-                "its output ({types}) would go to the remote {} `{}`, whose operator at {} is the recipient",
-                model.role, model.model, model.endpoint
-            );
-            if verdict == "non_compliant" {
-                format!("{to}: non-compliant: {}", policies.join(", "))
-            } else {
-                format!(
-                    "{to}: no policy permits it, pending approval: {}",
-                    note.as_deref().unwrap_or_default()
-                )
-            }
-        }
-        CheckDetail::Regulation {
+        } => regulation_reason(
             verdict,
             policies,
-            note,
-            ..
-        } => {
-            if verdict == "not_applicable" {
-                format!(
-                    "not_applicable after a labelled read, pending approval: {}",
-                    note.as_deref().unwrap_or_default()
-                )
-            } else {
-                format!("non-compliant: {}", policies.join(", "))
-            }
-        }
+            note.as_deref(),
+            model.as_deref(),
+            flow.as_deref(),
+        ),
         CheckDetail::Input { error } => format!(
             "malformed proposal: {}",
             error.as_deref().unwrap_or_default()

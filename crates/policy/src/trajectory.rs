@@ -627,32 +627,50 @@ impl Automaton {
             first_failure.get_or_insert(Selection { position, outcome });
         }
         if let (Some(_), Some(c)) = (refused_by_capacity, capacity) {
-            let next = only.unwrap_or(self.steps.len());
-            let step = match self.tools.get(next) {
-                Some(t) => format!("plan step {} (`{t}`)", next + 1),
-                None => "no step".into(),
-            };
-            let reason = if c.strict {
-                format!(
-                    "the run is strict and its model has read labelled data: only {step} \
-                     may run now, in the plan's order"
-                )
-            } else {
-                format!(
-                    "the run's free choices are spent (its capacity is {} bits): only {step} \
-                     may run now, in the plan's order",
-                    c.bits
-                )
-            };
-            return Selection {
-                position: u32::try_from(next).unwrap_or(u32::MAX),
-                outcome: Outcome::fail("tolerant", vec![], reason),
-            };
+            return self.capacity_spent(only, c);
         }
         if let Some(s) = first_failure {
             return s;
         }
-        // No enabled step of this tool: attribute the call to the next step to run.
+        self.unmatched(plan, runs, attempted, action)
+    }
+
+    /// The refusal of a call that matched an enabled step other than the plan's next
+    /// (`only`) once the capacity `c` is spent: only that step may run now.
+    fn capacity_spent(&self, only: Option<usize>, c: Capacity) -> Selection {
+        let next = only.unwrap_or(self.steps.len());
+        let step = match self.tools.get(next) {
+            Some(t) => format!("plan step {} (`{t}`)", next + 1),
+            None => "no step".into(),
+        };
+        let reason = if c.strict {
+            format!(
+                "the run is strict and its model has read labelled data: only {step} \
+                 may run now, in the plan's order"
+            )
+        } else {
+            format!(
+                "the run's free choices are spent (its capacity is {} bits): only {step} \
+                 may run now, in the plan's order",
+                c.bits
+            )
+        };
+        Selection {
+            position: u32::try_from(next).unwrap_or(u32::MAX),
+            outcome: Outcome::fail("tolerant", vec![], reason),
+        }
+    }
+
+    /// The failure of a call no enabled step of its tool serves, attributed to the
+    /// next step to run, saying why its tool's step cannot run now (or that the tool
+    /// is not in the plan, or that nothing more is expected).
+    fn unmatched(
+        &self,
+        plan: &AgentPlan,
+        runs: &[u32],
+        attempted: &[bool],
+        action: &Action,
+    ) -> Selection {
         let next = self.next(runs, attempted);
         let planned = plan
             .trajectory

@@ -225,6 +225,57 @@ impl Directory {
     }
 }
 
+/// The recipients of a disclosure: every address in its recipient parameters (split
+/// at `,` and `;`), else the public for a public audience, else an implicit party of
+/// the tool; once each, with what the directory says of their consent to `purpose`.
+fn recipients(
+    tool: &ToolEntry,
+    d: &knox_policy::manifest::Disclosure,
+    action: &Action,
+    dir: &Directory,
+    purpose: &str,
+    subject: &str,
+) -> Vec<RecipientFacts> {
+    let mut ids = Vec::new();
+    for name in &d.recipient {
+        let Some(v) = action.params.get(name) else {
+            continue;
+        };
+        let mut raw = Vec::new();
+        scalars(v, &mut raw);
+        for r in raw {
+            for part in r.split([',', ';']) {
+                if !part.trim().is_empty() {
+                    ids.push(dir.resolve(part));
+                }
+            }
+        }
+    }
+    if ids.is_empty() {
+        ids.push(if d.audience.as_deref() == Some("public") {
+            party_facts("public", true, "public", "", "public", false, false)
+        } else {
+            unknown(&format!("implicit:{}", tool.name))
+        });
+    }
+    let mut recipients: Vec<RecipientFacts> = Vec::new();
+    for party in ids {
+        if recipients.iter().any(|r| r.party.id == party.id) {
+            continue;
+        }
+        let (consent, explicit_consent, authorization) = dir.consents(&party, purpose);
+        let to_subject = party.role == "self" && subject == "user";
+        recipients.push(RecipientFacts {
+            party,
+            consent,
+            explicit_consent,
+            authorization,
+            to_subject,
+        });
+    }
+    recipients
+}
+
 /// `φ` of `action` by `tool`, or `None` when the tool does not disclose.
 ///
 /// `task` is the task the action belongs to (the expected call's, or the agent's
@@ -301,44 +352,7 @@ pub fn derive(
     let ctx = dir.task(task);
     let purpose = ctx.map_or_else(|| "unspecified".to_string(), |c| address::label(&c.purpose));
     let sender = ctx.map_or_else(|| unknown("unknown"), |c| dir.resolve(&c.sender));
-    // Recipients: every address in the recipient parameters.
-    let mut ids = Vec::new();
-    for name in &d.recipient {
-        let Some(v) = action.params.get(name) else {
-            continue;
-        };
-        let mut raw = Vec::new();
-        scalars(v, &mut raw);
-        for r in raw {
-            for part in r.split([',', ';']) {
-                if !part.trim().is_empty() {
-                    ids.push(dir.resolve(part));
-                }
-            }
-        }
-    }
-    if ids.is_empty() {
-        ids.push(if d.audience.as_deref() == Some("public") {
-            party_facts("public", true, "public", "", "public", false, false)
-        } else {
-            unknown(&format!("implicit:{}", tool.name))
-        });
-    }
-    let mut recipients: Vec<RecipientFacts> = Vec::new();
-    for party in ids {
-        if recipients.iter().any(|r| r.party.id == party.id) {
-            continue;
-        }
-        let (consent, explicit_consent, authorization) = dir.consents(&party, &purpose);
-        let to_subject = party.role == "self" && subject == "user";
-        recipients.push(RecipientFacts {
-            party,
-            consent,
-            explicit_consent,
-            authorization,
-            to_subject,
-        });
-    }
+    let recipients = recipients(tool, d, action, dir, &purpose, subject);
     Some(InfoFlow {
         tool: tool.name.clone(),
         sender,
