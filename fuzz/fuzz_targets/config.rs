@@ -1,4 +1,7 @@
-//! Fuzz target: `knox::fuzz::config` must not panic on any input.
+//! Fuzz target: the parsers below must not panic on any input.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| knox::fuzz::config(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    knox_mcp::fuzz::servers_file(data);
+    knox_server::fuzz::access(data);
+});

@@ -1,4 +1,4 @@
-//! Fuzz target: `knox::fuzz::toolkit_manifest` must not panic on any input.
+//! Fuzz target: `knox_policy::fuzz::toolkit_manifest` must not panic on any input.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| knox::fuzz::toolkit_manifest(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| knox_policy::fuzz::toolkit_manifest(data));

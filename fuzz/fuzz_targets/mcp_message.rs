@@ -1,4 +1,8 @@
-//! Fuzz target: `knox::fuzz::mcp_message` must not panic on any input.
+//! Fuzz target: the parsers below must not panic on any input.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| knox::fuzz::mcp_message(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    if let Some(m) = knox_policy::fuzz::manifest() {
+        knox_gateway::mcp::fuzz::message(data, m);
+    }
+});

@@ -1,4 +1,4 @@
-//! Fuzz target: `knox::fuzz::openai_request` must not panic on any input.
+//! Fuzz target: `knox_gateway::openai::fuzz::request` must not panic on any input.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| knox::fuzz::openai_request(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| knox_gateway::openai::fuzz::request(data));

@@ -1,4 +1,4 @@
-//! Fuzz target: `knox::fuzz::proposal` must not panic on any input.
+//! Fuzz target: `knox_policy::fuzz::proposal` must not panic on any input.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| knox::fuzz::proposal(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| knox_policy::fuzz::proposal(data));

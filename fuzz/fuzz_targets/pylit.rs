@@ -1,4 +1,4 @@
-//! Fuzz target: `knox::fuzz::pylit` must not panic on any input.
+//! Fuzz target: `knox_dataset::fuzz::pylit` must not panic on any input.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| knox::fuzz::pylit(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| knox_dataset::fuzz::pylit(data));

@@ -68,22 +68,18 @@ pub trait ExecutorFactory: Send + Sync {
 
 /// A factory behind a pointer builds as the one it points to (a session takes a boxed
 /// factory, or one shared with other sessions, where it takes a factory).
-impl<F: ExecutorFactory + ?Sized> ExecutorFactory for Box<F> {
-    fn build(&self, task: AgentTask) -> Box<dyn Executor> {
-        (**self).build(task)
-    }
+macro_rules! forward_factory {
+    ($($ptr:ty),*) => {$(
+        impl<F: ExecutorFactory + ?Sized> ExecutorFactory for $ptr {
+            fn build(&self, task: AgentTask) -> Box<dyn Executor> {
+                (**self).build(task)
+            }
 
-    fn model(&self) -> ModelInfo {
-        (**self).model()
-    }
+            fn model(&self) -> ModelInfo {
+                (**self).model()
+            }
+        }
+    )*};
 }
 
-impl<F: ExecutorFactory + ?Sized> ExecutorFactory for std::sync::Arc<F> {
-    fn build(&self, task: AgentTask) -> Box<dyn Executor> {
-        (**self).build(task)
-    }
-
-    fn model(&self) -> ModelInfo {
-        (**self).model()
-    }
-}
+forward_factory!(Box<F>, std::sync::Arc<F>);

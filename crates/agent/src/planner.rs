@@ -87,6 +87,39 @@ pub trait Planner: Send + Sync {
     }
 }
 
+/// The calls `plans` holds for task `i` of the prompt, its `instruction`: a planner
+/// that has none for it refuses the whole prompt ([`PlanError::NoPlan`]).
+pub fn task_plan<'p, C>(
+    plans: Option<&'p [C]>,
+    i: usize,
+    instruction: &str,
+) -> Result<&'p [C], PlanError> {
+    plans.ok_or_else(|| PlanError::NoPlan {
+        task: i,
+        instruction: instruction.to_owned(),
+    })
+}
+
+/// The manifest's entry for a planned call of `tool`; with `params` (an exact call),
+/// checked against the tool's schema. Every planner checks its calls so: a plan naming
+/// a tool the manifest lacks, or an exact call outside its tool's schema, is refused.
+pub fn planned_entry<'m>(
+    manifest: &'m ToolkitManifest,
+    tool: &str,
+    params: Option<&Map<String, Value>>,
+) -> Result<&'m knox_policy::ToolEntry, PlanError> {
+    let entry = manifest
+        .tool(tool)
+        .ok_or_else(|| PlanError::UnknownTool(tool.to_owned()))?;
+    if let Some(params) = params {
+        knox_policy::schema::validate(entry, params).map_err(|error| PlanError::Schema {
+            tool: tool.to_owned(),
+            error,
+        })?;
+    }
+    Ok(entry)
+}
+
 /// A planner whose plans are followed in the given trajectory mode (`knox run
 /// --trajectory`): it plans as `inner` does.
 pub struct Following<P: ?Sized = dyn Planner> {
@@ -130,10 +163,11 @@ impl<P: Planner + ?Sized> Planner for Following<P> {
 }
 
 /// A planner behind a pointer plans as the planner it points to: a session takes a
-/// `Box<dyn Planner>` or an `Arc` shared with other sessions where it takes a planner.
+/// `Box<dyn Planner>`, an `Arc` shared with other sessions, or a reference where it
+/// takes a planner.
 macro_rules! forward_planner {
-    ($($ptr:ident)::+) => {
-        impl<P: Planner + ?Sized> Planner for $($ptr)::+<P> {
+    ($($ptr:ty),*) => {$(
+        impl<P: Planner + ?Sized> Planner for $ptr {
             fn plan(
                 &self,
                 prompt: &Prompt,
@@ -152,31 +186,10 @@ macro_rules! forward_planner {
                 (**self).trajectory()
             }
         }
-    };
+    )*};
 }
 
-forward_planner!(Box);
-forward_planner!(std::sync::Arc);
-
-impl<P: Planner + ?Sized> Planner for &P {
-    fn plan(
-        &self,
-        prompt: &Prompt,
-        manifest: &ToolkitManifest,
-        regulations: &Regulations,
-        stop: &StopPolicy,
-    ) -> Result<Plan, PlanError> {
-        (**self).plan(prompt, manifest, regulations, stop)
-    }
-
-    fn model(&self) -> ModelInfo {
-        (**self).model()
-    }
-
-    fn trajectory(&self) -> TrajectoryMode {
-        (**self).trajectory()
-    }
-}
+forward_planner!(Box<P>, std::sync::Arc<P>, &P);
 
 /// A planned call: full tool name and parameters.
 pub type PlannedCall = (String, Map<String, Value>);

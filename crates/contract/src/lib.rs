@@ -5,6 +5,7 @@ pub mod approval;
 pub mod decide;
 pub mod example;
 pub mod format;
+pub mod fuzz;
 pub mod ledger;
 pub mod session;
 pub mod signed;

@@ -3,6 +3,7 @@
 pub mod cases;
 pub mod embedded;
 pub mod flows;
+pub mod fuzz;
 pub mod pylit;
 pub mod syscall_attacks;
 

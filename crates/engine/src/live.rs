@@ -12,7 +12,9 @@
 //! let bundle = live.finish()?;                // sealed, verifiable evidence
 //! ```
 
-use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations, ToolResult};
+use knox_agent::{
+    Plan, PlanError, Planner, Prompt, Regulations, ToolResult, planned_entry, task_plan,
+};
 use knox_monitor::aeg::Journal;
 use knox_monitor::monitor::{Monitor, Ticket, Verdict};
 use knox_monitor::run::{self, Guarding, PlanSpec, Planned};
@@ -40,22 +42,10 @@ impl Planner for HostPlan {
         _: &StopPolicy,
     ) -> Result<Plan, PlanError> {
         for (i, instruction) in prompt.tasks.iter().enumerate() {
-            let calls = self.0.tasks.get(i).ok_or_else(|| PlanError::NoPlan {
-                task: i,
-                instruction: instruction.clone(),
-            })?;
+            let calls = task_plan(self.0.tasks.get(i).map(Vec::as_slice), i, instruction)?;
             for e in calls {
-                let entry = manifest
-                    .tool(&e.tool)
-                    .ok_or_else(|| PlanError::UnknownTool(e.tool.clone()))?;
-                if e.constraints.is_none() {
-                    knox_policy::schema::validate(entry, &e.params).map_err(|error| {
-                        PlanError::Schema {
-                            tool: e.tool.clone(),
-                            error,
-                        }
-                    })?;
-                }
+                let exact = e.constraints.is_none().then_some(&e.params);
+                planned_entry(manifest, &e.tool, exact)?;
             }
         }
         Ok(self.0.clone())

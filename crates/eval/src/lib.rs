@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod adaptive;
+pub mod cli;
 pub mod contract_demo;
 pub mod corpus;
 pub mod generate;

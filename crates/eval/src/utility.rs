@@ -196,25 +196,15 @@ impl Planner for PoolPlanner {
     ) -> Result<Plan, PlanError> {
         let mut tasks = Vec::with_capacity(prompt.tasks.len());
         for (i, instruction) in prompt.tasks.iter().enumerate() {
-            let calls = self
-                .plans
-                .get(instruction)
-                .ok_or_else(|| PlanError::NoPlan {
-                    task: i,
-                    instruction: instruction.clone(),
-                })?;
+            let calls = knox_agent::task_plan(
+                self.plans.get(instruction).map(Vec::as_slice),
+                i,
+                instruction,
+            )?;
             let task = u32::try_from(i).unwrap_or(u32::MAX);
             let mut expected = Vec::with_capacity(calls.len());
             for c in calls {
-                let entry = manifest
-                    .tool(&c.tool)
-                    .ok_or_else(|| PlanError::UnknownTool(c.tool.clone()))?;
-                knox_policy::schema::validate(entry, &c.params).map_err(|error| {
-                    PlanError::Schema {
-                        tool: c.tool.clone(),
-                        error,
-                    }
-                })?;
+                knox_agent::planned_entry(manifest, &c.tool, Some(&c.params))?;
                 expected.push(self.expected(task, c));
             }
             tasks.push(expected);

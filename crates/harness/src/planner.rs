@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
-use knox_agent::{Plan, PlanError, PlannedCall, Planner, Prompt, Regulations, task_id};
+use knox_agent::{
+    Plan, PlanError, PlannedCall, Planner, Prompt, Regulations, planned_entry, task_id, task_plan,
+};
 use knox_policy::ToolkitManifest;
 use knox_types::apm::{ExpectedCall, StopPolicy};
 use knox_types::bundle::{ModelInfo, ModelRole};
@@ -44,24 +46,14 @@ impl Planner for DatasetPlanner {
     ) -> Result<Plan, PlanError> {
         let mut tasks = Vec::with_capacity(prompt.tasks.len());
         for (i, instruction) in prompt.tasks.iter().enumerate() {
-            let calls = self
-                .plans
-                .get(instruction)
-                .ok_or_else(|| PlanError::NoPlan {
-                    task: i,
-                    instruction: instruction.clone(),
-                })?;
+            let calls = task_plan(
+                self.plans.get(instruction).map(Vec::as_slice),
+                i,
+                instruction,
+            )?;
             let mut expected = Vec::with_capacity(calls.len());
             for (tool, params) in calls {
-                let entry = manifest
-                    .tool(tool)
-                    .ok_or_else(|| PlanError::UnknownTool(tool.clone()))?;
-                knox_policy::schema::validate(entry, params).map_err(|error| {
-                    PlanError::Schema {
-                        tool: tool.clone(),
-                        error,
-                    }
-                })?;
+                planned_entry(manifest, tool, Some(params))?;
                 expected.push(ExpectedCall::exact(
                     task_id(i),
                     tool.clone(),

@@ -6,6 +6,6 @@ pub use knox_verifier::{exit_codes, out, outln};
 
 pub mod cmd;
 pub mod error;
-pub mod fuzz;
-pub mod session;
+/// The glue of commands that run the embedded suites: `knox_eval::cli::session`.
+pub use knox_eval::cli::session;
 pub mod signals;

@@ -1,8 +1,10 @@
 #![doc = include_str!("../README.md")]
 
+pub mod cli;
 pub mod client;
 pub mod config;
 pub mod confine;
+pub mod fuzz;
 pub mod host;
 pub mod import;
 

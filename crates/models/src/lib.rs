@@ -2,6 +2,7 @@
 
 pub mod catalog;
 pub mod chat;
+pub mod cli;
 pub mod executor;
 pub mod judge;
 pub mod latency;

@@ -3,6 +3,7 @@
 pub mod auth;
 pub mod content;
 pub mod dataflow;
+pub mod fuzz;
 pub mod manifest;
 pub mod mediated;
 pub mod proposal;

@@ -3,8 +3,10 @@
 pub mod api;
 pub mod auth;
 pub mod chains;
+pub mod cli;
 pub mod client;
 pub mod config;
+pub mod fuzz;
 pub mod http;
 pub mod ingest;
 pub mod live;

@@ -1,27 +1,10 @@
 #![doc = include_str!("../README.md")]
 
-/// `println!` that ends quietly when standard output is closed (`knox … | head`)
-/// instead of panicking.
-#[macro_export]
-macro_rules! outln {
-    ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($t)*);
-    }};
-}
+// The conventions every Knox command shares (exit codes, file handling, output):
+// `knox-command`'s, re-exported where the verifier's commands and the CLI have always
+// found them.
+pub use knox_command::{cli, error, exit_codes, files, out, outln};
 
-/// `print!` that ignores a closed standard output.
-#[macro_export]
-macro_rules! out {
-    ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let _ = write!(std::io::stdout(), $($t)*);
-    }};
-}
-
-pub mod cli;
-pub mod error;
-pub mod files;
 pub mod hardware;
 pub mod keys;
 pub mod prove;

@@ -3,6 +3,7 @@
 pub mod announcement;
 pub mod ear;
 pub mod evidence;
+pub mod fuzz;
 pub mod journal;
 pub mod manifests;
 pub mod proof;

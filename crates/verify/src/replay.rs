@@ -445,6 +445,9 @@ fn recorded_judge(
     Ok(j)
 }
 
+/// A recorded check: its node and payload.
+type RecordedCheck<'n> = (&'n Node, &'n CheckPayload);
+
 /// The `check` nodes of `call` from `nodes[j]` on (children of the call, in order,
 /// each consistent: same agent, no attestation or block reason, allowed exactly when
 /// passed), and the index after them.
@@ -452,7 +455,7 @@ fn gather_checks<'n>(
     nodes: &'n [Node],
     mut j: usize,
     call: &Node,
-) -> Result<(Vec<(&'n Node, &'n CheckPayload)>, usize), Fail> {
+) -> Result<(Vec<RecordedCheck<'n>>, usize), Fail> {
     let mut checks = Vec::new();
     while let Some(n) = nodes
         .get(j)

@@ -1,4 +1,4 @@
-//! Entry points for the fuzz targets (`knox::fuzz`, `fuzz/`): what an MCP client sends
+//! Entry points for the fuzz targets (`fuzz/`, and the corpus smoke test): what an MCP client sends
 //! the gateway, decoded as rmcp decodes it, and a `tools/call` turned into the action
 //! the session proposes, parsed as the monitor parses it. Not an API.
 

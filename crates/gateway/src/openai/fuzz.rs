@@ -1,4 +1,4 @@
-//! Entry points for the fuzz targets (`knox::fuzz`, `fuzz/`): what an OpenAI-compatible
+//! Entry points for the fuzz targets (`fuzz/`, and the corpus smoke test): what an OpenAI-compatible
 //! client and an upstream send, through the proxy's own readers, without a live run.
 //! Not an API.
 //!

@@ -121,7 +121,7 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
     )?);
     if let Some(s) = stream.as_mut() {
         // Before any run: a process whose runs are all withheld still shows.
-        s.announce(&rt, &out)?;
+        s.announce(&session::announcement(&rt)?, &out)?;
     }
     let opts = knox_verify::Options::DANGEROUS_SIMULATED;
     say!(
@@ -189,7 +189,7 @@ pub fn run(args: &DemoArgs) -> Result<i32> {
             .signal(knox_monitor::guard::stop::StopSignal::from_flag(
                 crate::signals::stop_flag(),
             ));
-        builder = crate::cmd::model::apply(&models, builder);
+        builder = crate::session::apply_models(&models, builder);
         if let Some(r) = &regulation {
             builder = builder.regulations(r.clone());
         }

@@ -314,7 +314,7 @@ fn run_over(
         .map_err(|e| fail(Kind::Unavailable, e.to_string()))?;
     if let Some(s) = stream.as_mut() {
         // Before any run: a process whose runs are all withheld still shows.
-        s.announce(session.runtime(), &args.out)?;
+        s.announce(&crate::session::announcement(session.runtime())?, &args.out)?;
     }
     let (mut complete, mut rows) = (0usize, Vec::new());
     for job in &jobs {

@@ -243,7 +243,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         r.judge = models.judge();
     }
     let mut builder = suite
-        .session(crate::cmd::model::executor_kind(&models))?
+        .session(crate::session::executor_kind(&models))?
         .platform(backend)
         .nonce(nonce)
         .checkpoints(knox_monitor::aeg::Checkpoints {
@@ -282,7 +282,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     let sess = session::build(builder)?;
     if let Some(s) = stream.as_mut() {
         // Before any run: a process whose runs are all withheld still shows.
-        s.announce(sess.runtime(), &args.out)?;
+        s.announce(&session::announcement(sess.runtime())?, &args.out)?;
     }
     let mut stats = RunStats::default();
     let (mut complete, mut other) = (0u64, Vec::new());

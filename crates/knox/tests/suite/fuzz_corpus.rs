@@ -24,19 +24,36 @@ fn replay(target: &str, f: fn(&[u8])) -> usize {
     n
 }
 
+fn config(data: &[u8]) {
+    knox_mcp::fuzz::servers_file(data);
+    knox_server::fuzz::access(data);
+}
+
+fn openai_upstream(data: &[u8]) {
+    if let Some(m) = knox_policy::fuzz::manifest() {
+        knox_gateway::openai::fuzz::upstream(data, m);
+    }
+}
+
+fn mcp_message(data: &[u8]) {
+    if let Some(m) = knox_policy::fuzz::manifest() {
+        knox_gateway::mcp::fuzz::message(data, m);
+    }
+}
+
 #[test]
 fn seed_corpora_never_panic() {
-    assert!(replay("proposal", knox::fuzz::proposal) >= 5);
-    assert!(replay("evidence", knox::fuzz::evidence) >= 3);
-    assert!(replay("pylit", knox::fuzz::pylit) >= 2);
-    assert!(replay("contract", knox::fuzz::contract) >= 5);
-    assert!(replay("manifest", knox::fuzz::toolkit_manifest) >= 2);
-    assert!(replay("tdx_quote", knox::fuzz::tdx_quote) >= 3);
-    assert!(replay("gpu_evidence", knox::fuzz::gpu_evidence) >= 4);
-    assert!(replay("hw_policy", knox::fuzz::hw_policy) >= 2);
-    assert!(replay("config", knox::fuzz::config) >= 2);
-    assert!(replay("live_delivery", knox::fuzz::live_delivery) >= 3);
-    assert!(replay("openai_request", knox::fuzz::openai_request) >= 4);
-    assert!(replay("openai_upstream", knox::fuzz::openai_upstream) >= 5);
-    assert!(replay("mcp_message", knox::fuzz::mcp_message) >= 4);
+    assert!(replay("proposal", knox_policy::fuzz::proposal) >= 5);
+    assert!(replay("evidence", knox_verify::fuzz::evidence) >= 3);
+    assert!(replay("pylit", knox_dataset::fuzz::pylit) >= 2);
+    assert!(replay("contract", knox_contract::fuzz::contract) >= 5);
+    assert!(replay("manifest", knox_policy::fuzz::toolkit_manifest) >= 2);
+    assert!(replay("tdx_quote", knox_hw::fuzz::tdx_quote) >= 3);
+    assert!(replay("gpu_evidence", knox_hw::fuzz::gpu_evidence) >= 4);
+    assert!(replay("hw_policy", knox_hw::fuzz::hw_policy) >= 2);
+    assert!(replay("config", config) >= 2);
+    assert!(replay("live_delivery", knox_server::fuzz::live_delivery) >= 3);
+    assert!(replay("openai_request", knox_gateway::openai::fuzz::request) >= 4);
+    assert!(replay("openai_upstream", openai_upstream) >= 5);
+    assert!(replay("mcp_message", mcp_message) >= 4);
 }

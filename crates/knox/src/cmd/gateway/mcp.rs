@@ -227,7 +227,7 @@ pub fn run(args: &McpGatewayArgs) -> Result<i32> {
     if let Some(s) = &sealed {
         // Announced before any session: a gateway whose sessions are all withheld
         // still shows in the store, as a key announced and never followed.
-        s.announce(cmd::serve::write_announcement(&runtime, &args.out)?);
+        s.announce(crate::cmd::write_announcement(&runtime, &args.out)?);
     }
     let cfg = Arc::new(GatewayConfig {
         manifest,

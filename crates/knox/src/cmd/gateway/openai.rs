@@ -195,7 +195,7 @@ pub fn run(args: &OpenaiGatewayArgs) -> Result<i32> {
     if let Some(s) = &stream {
         // Before any conversation: a gateway whose conversations are all withheld still
         // shows, as a key announced and never followed.
-        s.sender().announce(super::super::serve::write_announcement(
+        s.sender().announce(crate::cmd::write_announcement(
             session.runtime(),
             &args.out,
         )?);

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::error::{Kind, fail};
+use knox_command::error::{Kind, fail};
 
 /// Loads the set `--policy-set` names, or the embedded one (shared with `knox-verify`).
 pub use knox_verifier::regulations::load;
@@ -33,13 +33,13 @@ pub enum RegulationsCommand {
 
 /// Arguments of `knox regulations decide`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = crate::exit_codes!(
+#[command(after_help = knox_command::exit_codes!(
     "  0   no flow is non-compliant\n  1   a flow is non-compliant\n  65  an unreadable flow or account\n  69  the judge could not be opened or did not answer"
 ))]
 pub struct DecideArgs {
     /// The flow file (one JSON flow, or JSON Lines), or `-` for standard input.
     #[arg(
-        value_parser = super::path_or_stdin,
+        value_parser = knox_command::files::path_or_stdin,
         value_name = "FLOW.json|-",
         required_unless_present = "from_text",
         conflicts_with = "from_text"
@@ -50,11 +50,11 @@ pub struct DecideArgs {
     /// `regulations/extract-prompt.md`, k-shot from GoldCoin's training split), the
     /// norms decide. The output records the text's SHA-256, the judge model, the
     /// prompt's version and digest, and the flow the judge filled in (`from_text`).
-    #[arg(long, value_name = "CASE.txt|-", value_parser = super::path_or_stdin, requires = "judge")]
+    #[arg(long, value_name = "CASE.txt|-", value_parser = knox_command::files::path_or_stdin, requires = "judge")]
     pub from_text: Option<PathBuf>,
     /// The judge for `--from-text`: `local:NAME`, `local:PATH.gguf` (a build with
     /// `--features knox/local`) or `openai:URL#MODEL` (any OpenAI-compatible server).
-    #[arg(long, value_name = "SPEC", requires = "from_text", value_parser = super::model::judge_spec)]
+    #[arg(long, value_name = "SPEC", requires = "from_text", value_parser = knox_models::cli::judge_spec)]
     pub judge: Option<knox_models::ModelSpec>,
     /// With `--from-text`: the regulations to decide under, comma-separated (default:
     /// every one of the set).
@@ -65,7 +65,7 @@ pub struct DecideArgs {
     #[arg(long, default_value = "unknown", requires = "from_text")]
     pub jurisdiction: String,
     /// The policy set directory (default: the embedded one).
-    #[arg(value_parser = crate::cmd::path, long, value_name = "DIR")]
+    #[arg(value_parser = knox_command::files::path, long, value_name = "DIR")]
     pub policy_set: Option<PathBuf>,
     /// Explain each decision: deciding policies with provision and summary, facts
     /// left unstated, obligations, facts that would make a non-compliant flow compliant.
@@ -76,15 +76,14 @@ pub struct DecideArgs {
     pub json: bool,
     /// The model cache (for a `local:` judge).
     #[command(flatten)]
-    pub cache: super::model::CacheArgs,
+    pub cache: knox_models::cli::CacheArgs,
 }
 
 fn decide(a: &DecideArgs) -> Result<i32> {
     let (Some(path), Some(spec)) = (&a.from_text, &a.judge) else {
-        let file = a
-            .file
-            .clone()
-            .ok_or_else(|| super::usage("a flow file, or --from-text with --judge"))?;
+        let file = a.file.clone().ok_or_else(|| {
+            knox_command::files::usage("a flow file, or --from-text with --judge")
+        })?;
         return knox_verifier::regulations::decide(&knox_verifier::regulations::DecideArgs {
             file,
             policy_set: a.policy_set.clone(),
@@ -92,7 +91,7 @@ fn decide(a: &DecideArgs) -> Result<i32> {
             json: a.json,
         });
     };
-    let bytes = super::read_input_or_stdin(path, super::EVIDENCE)?;
+    let bytes = knox_command::files::read_input_or_stdin(path, knox_command::files::EVIDENCE)?;
     let text = String::from_utf8(bytes).map_err(|_| {
         fail(
             Kind::DataErr,
@@ -110,15 +109,15 @@ fn decide(a: &DecideArgs) -> Result<i32> {
         ));
     }
     let norms = load(a.policy_set.as_deref())?;
-    let cache_dir = super::absolute_cache_dir(a.cache.cache_dir.as_deref())?;
+    let cache_dir = knox_models::cli::absolute_cache_dir(a.cache.cache_dir.as_deref())?;
     let mut locals = Vec::new();
-    let judge = super::model::open_judge(spec, cache_dir.as_deref(), &mut locals)?;
+    let judge = knox_models::cli::open_judge(spec, cache_dir.as_deref(), &mut locals)?;
     let (phi, record) =
         knox_regulation::extract::read(&judge, &text, &a.regulations, &a.jurisdiction)
             .map_err(|e| fail(Kind::Unavailable, e))?;
-    let d = norms
-        .decide_phi(&phi, a.explain)
-        .map_err(|e| super::bad_input(path, "an account the policy set can decide", e))?;
+    let d = norms.decide_phi(&phi, a.explain).map_err(|e| {
+        knox_command::files::bad_input(path, "an account the policy set can decide", e)
+    })?;
     knox_verifier::regulations::print_decision(
         &d,
         0,
@@ -126,7 +125,7 @@ fn decide(a: &DecideArgs) -> Result<i32> {
         Some(("from_text", serde_json::to_value(&record)?)),
     )?;
     if !a.json {
-        crate::outln!(
+        knox_command::outln!(
             "  read from text (sha256 {}) by {} ({}): {}",
             record.text_sha256,
             record.model,
@@ -139,16 +138,16 @@ fn decide(a: &DecideArgs) -> Result<i32> {
 
 /// Arguments of `knox regulations analyze`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = crate::exit_codes!(
+#[command(after_help = knox_command::exit_codes!(
     "  0   no disclosure the plan permits can exceed the baseline\n  1   a counterexample exists (printed)"
 ))]
 pub struct AnalyzeArgs {
     /// An evidence bundle or an APM (JSON).
-    #[arg(value_parser = crate::cmd::path)]
+    #[arg(value_parser = knox_command::files::path)]
     pub file: PathBuf,
     /// The policy set directory (default: the embedded one); it must be the set the
     /// APM names.
-    #[arg(value_parser = crate::cmd::path, long, value_name = "DIR")]
+    #[arg(value_parser = knox_command::files::path, long, value_name = "DIR")]
     pub policy_set: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
@@ -165,11 +164,11 @@ pub fn run(c: &RegulationsCommand) -> Result<i32> {
 }
 
 fn analyze(args: &AnalyzeArgs) -> Result<i32> {
-    let bytes = super::read_input(&args.file, super::EVIDENCE)?;
+    let bytes = knox_command::files::read_input(&args.file, knox_command::files::EVIDENCE)?;
     let json: serde_json::Value = serde_json::from_slice(&bytes)
-        .map_err(|e| super::bad_input(&args.file, "JSON (a bundle or an APM)", e))?;
+        .map_err(|e| knox_command::files::bad_input(&args.file, "JSON (a bundle or an APM)", e))?;
     let apm = knox_regulation::analysis::apm_of(&json).ok_or_else(|| {
-        super::bad_input(
+        knox_command::files::bad_input(
             &args.file,
             "a bundle or an APM",
             "it has neither an `apm` nor the fields of one",
@@ -186,18 +185,19 @@ fn analyze(args: &AnalyzeArgs) -> Result<i32> {
             ),
         ));
     }
-    let regulator = knox_regulation::Regulator::new(spec, Some(&norms))
-        .map_err(|e| super::bad_input(&args.file, "an APM this policy set decides", e))?;
-    let manifest = crate::session::embedded_manifest()?;
+    let regulator = knox_regulation::Regulator::new(spec, Some(&norms)).map_err(|e| {
+        knox_command::files::bad_input(&args.file, "an APM this policy set decides", e)
+    })?;
+    let manifest = super::session::embedded_manifest()?;
     let findings = knox_regulation::analysis::analyze(&apm, &manifest, &regulator);
     let bad = findings
         .iter()
         .filter(|f| f.counterexample.is_some())
         .count();
     if args.json {
-        crate::outln!("{}", serde_json::to_string_pretty(&findings)?);
+        knox_command::outln!("{}", serde_json::to_string_pretty(&findings)?);
     } else {
-        crate::outln!(
+        knox_command::outln!(
             "{} disclosure(s) in the plan under {}; {} can exceed the baseline",
             findings.len(),
             spec.regulations.join(", "),
@@ -206,7 +206,7 @@ fn analyze(args: &AnalyzeArgs) -> Result<i32> {
         for f in &findings {
             let head = format!("  {} #{} {}", f.agent, f.position, f.tool);
             match &f.counterexample {
-                None => crate::outln!(
+                None => knox_command::outln!(
                     "{head}: within the baseline ({} case(s){})",
                     f.cases,
                     if f.exhaustive {
@@ -222,7 +222,7 @@ fn analyze(args: &AnalyzeArgs) -> Result<i32> {
                         .iter()
                         .map(|r| format!("{} ({})", r.party.id, r.party.role))
                         .collect();
-                    crate::outln!(
+                    knox_command::outln!(
                         "{head}: COUNTEREXAMPLE — content carrying {} of subject {} to {} for {}: non-compliant: {}",
                         c.flow
                             .info_types
@@ -252,16 +252,16 @@ pub struct RegulationArgs {
     /// The run's regulation context (TOML): recipient directory, consent records, and
     /// per task the sender and declared purpose (see `regulations/examples/clinic.toml`).
     /// Without it every recipient is unknown and every purpose unspecified.
-    #[arg(value_parser = crate::cmd::path, long, value_name = "TOML", requires = "regulations")]
+    #[arg(value_parser = knox_command::files::path, long, value_name = "TOML", requires = "regulations")]
     pub regulation_context: Option<PathBuf>,
     /// The regulation policy set directory (default: the embedded one).
-    #[arg(value_parser = crate::cmd::path, long, value_name = "DIR", requires = "regulations")]
+    #[arg(value_parser = knox_command::files::path, long, value_name = "DIR", requires = "regulations")]
     pub policy_set: Option<PathBuf>,
     /// A judge for disclosures no data label reaches: `local:NAME`, `local:PATH.gguf` or
     /// `openai:URL#MODEL`. It classifies the content (information types, purpose) with
     /// the versioned prompt `regulations/judge-prompt.md`; the norms decide, and its own
     /// verdict is recorded as a second opinion only.
-    #[arg(long, value_name = "SPEC", requires = "regulations", value_parser = super::model::judge_spec)]
+    #[arg(long, value_name = "SPEC", requires = "regulations", value_parser = knox_models::cli::judge_spec)]
     pub judge: Option<knox_models::ModelSpec>,
 }
 
@@ -277,12 +277,12 @@ impl RegulationArgs {
             norms,
             knox_types::regulation::RegulationContext::default(),
         )
-        .map_err(|e| super::usage(e.to_string()))?;
+        .map_err(|e| knox_command::files::usage(e.to_string()))?;
         setup.regulations.context = Some(match &self.regulation_context {
             Some(p) => {
-                let text = super::read_text(p, super::CONFIG)?;
+                let text = knox_command::files::read_text(p, knox_command::files::CONFIG)?;
                 knox_regulation::flow::context_from_toml(&text).map_err(|e| {
-                    super::bad_input(
+                    knox_command::files::bad_input(
                         p,
                         "a regulation context (see regulations/examples/clinic.toml)",
                         e,
@@ -296,7 +296,7 @@ impl RegulationArgs {
 
     /// [`setup`](Self::setup) with its `--judge` opened (a local model shared through
     /// `locals`), for a front door that loads no other models through
-    /// [`super::model::load`].
+    /// [`knox_models::cli::load`].
     pub fn setup_judged(
         &self,
         cache_dir: Option<&std::path::Path>,
@@ -306,7 +306,7 @@ impl RegulationArgs {
             return Ok(None);
         };
         if let Some(spec) = &self.judge {
-            let judge = super::model::open_judge(spec, cache_dir, locals)?;
+            let judge = knox_models::cli::open_judge(spec, cache_dir, locals)?;
             setup.judge = Some(std::sync::Arc::new(judge));
         }
         Ok(Some(setup))

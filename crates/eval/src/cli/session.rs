@@ -10,7 +10,7 @@ use knox_harness::Harness;
 pub use knox_harness::{ExecutorKind, Suite, SuiteRun};
 use knox_monitor::run::RunOutcome;
 
-use crate::error::{Kind, KindExt as _, fail};
+use knox_command::error::{Kind, KindExt as _, fail};
 
 /// Which platform evidence binds the in-TEE key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -29,13 +29,13 @@ pub struct PlatformArgs {
     pub platform: PlatformKind,
     /// TDX: Intel collateral for this platform (dcap-qvl JSON, from your PCCS), stapled
     /// into every bundle so verifiers need no network.
-    #[arg(value_parser = crate::cmd::path, long, value_name = "JSON", required_if_eq("platform", "tdx"))]
+    #[arg(value_parser = knox_command::files::path, long, value_name = "JSON", required_if_eq("platform", "tdx"))]
     pub collateral: Option<std::path::PathBuf>,
     /// TDX: also bind NVIDIA GPU evidence collected through NVML.
     #[arg(long)]
     pub gpus: bool,
     /// TDX: the configfs-tsm report directory.
-    #[arg(value_parser = crate::cmd::path, long, default_value = "/sys/kernel/config/tsm/report")]
+    #[arg(value_parser = knox_command::files::path, long, default_value = "/sys/kernel/config/tsm/report")]
     pub configfs: std::path::PathBuf,
 }
 
@@ -44,15 +44,15 @@ pub fn backend(p: &PlatformArgs) -> Result<Box<dyn knox_attest::PlatformBackend>
     Ok(match p.platform {
         PlatformKind::Simulated => Box::new(Simulated),
         PlatformKind::Tdx => {
-            let path = p
-                .collateral
-                .as_ref()
-                .ok_or_else(|| crate::cmd::usage("--collateral is required with --platform tdx"))?;
-            let collateral: serde_json::Value =
-                serde_json::from_slice(&crate::cmd::read_input(path, crate::cmd::COLLATERAL)?)
-                    .map_err(|e| {
-                        crate::cmd::bad_input(path, "Intel collateral (dcap-qvl JSON)", e)
-                    })?;
+            let path = p.collateral.as_ref().ok_or_else(|| {
+                knox_command::files::usage("--collateral is required with --platform tdx")
+            })?;
+            let collateral: serde_json::Value = serde_json::from_slice(
+                &knox_command::files::read_input(path, knox_command::files::COLLATERAL)?,
+            )
+            .map_err(|e| {
+                knox_command::files::bad_input(path, "Intel collateral (dcap-qvl JSON)", e)
+            })?;
             Box::new(knox_attest::hardware::collect::TdxBackend {
                 configfs: p.configfs.clone(),
                 collateral,
@@ -114,6 +114,12 @@ pub fn run_suite(
     run.run(session, each).map_err(classify)
 }
 
+/// The announcement of `rt`'s in-TEE key (evidence format §6a).
+pub fn announcement(rt: &knox_monitor::run::Runtime) -> Result<knox_types::bundle::Announcement> {
+    rt.announce()
+        .map_err(|e| fail(Kind::Software, format!("cannot announce the key: {e}")))
+}
+
 /// The toolkit manifest the verifier trusts by default: the embedded one.
 pub fn embedded_manifest() -> Result<knox_policy::ToolkitManifest> {
     Suite::Injecagent
@@ -135,7 +141,7 @@ fn classify(e: anyhow::Error) -> anyhow::Error {
         _ => false,
     };
     if usage {
-        crate::cmd::usage(e.to_string())
+        knox_command::files::usage(e.to_string())
     } else {
         e
     }
@@ -155,4 +161,27 @@ pub fn broker(workspaces: &Path) -> Result<knox_broker::Broker> {
     .kind_context(Kind::Unavailable, || {
         "starting the kernel sandbox (needs Landlock, Linux 5.13+, and seccomp user notification; run with --tools simulated where the kernel lacks them)".into()
     })
+}
+
+/// The deterministic executor the models leave in charge (benign when a model executes).
+pub fn executor_kind(models: &knox_models::Models) -> ExecutorKind {
+    match models.executor_spec() {
+        knox_models::ModelSpec::Injected => ExecutorKind::Injected,
+        _ => ExecutorKind::Benign,
+    }
+}
+
+/// `builder` with `models`' planner and executor in place of the deterministic ones,
+/// where models were named.
+pub fn apply_models(
+    models: &knox_models::Models,
+    mut builder: knox_engine::SessionBuilder,
+) -> knox_engine::SessionBuilder {
+    if let Some(p) = models.planner() {
+        builder = builder.planner(p);
+    }
+    if let Some(e) = models.executor() {
+        builder = builder.executor(e);
+    }
+    builder
 }

@@ -206,6 +206,32 @@ pub fn usage(message: impl Into<String>) -> anyhow::Error {
     fail(Kind::Usage, message)
 }
 
+/// Takes the output directory `p` of a command for the whole command: created if
+/// needed, locked (a second knox process writing into it is refused), and, unless
+/// `force`, refused when it already holds files — with `force` still refused when it
+/// holds evidence, which is never replaced. "cannot create output" (73).
+pub fn out_dir(p: &Path, force: bool) -> Result<knox_files::OutDir> {
+    knox_files::OutDir::lock(p, force).map_err(|e| fail(Kind::CantCreate, e.to_string()))
+}
+
+/// Takes the evidence folder `p` of a gateway: created if needed, locked as
+/// [`out_dir`] does, accepted whatever it holds (its runs never collide with earlier
+/// ones, and nothing in it is replaced). "cannot create output" (73).
+pub fn evidence_dir(p: &Path) -> Result<knox_files::OutDir> {
+    knox_files::OutDir::accumulate(p).map_err(|e| fail(Kind::CantCreate, e.to_string()))
+}
+
+/// Creates the output directory `p` (and its parents); "cannot create output" (73)
+/// when that fails.
+pub fn create_dir(p: &Path) -> Result<()> {
+    std::fs::create_dir_all(p).map_err(|e| {
+        fail(
+            Kind::CantCreate,
+            format!("cannot create the output directory `{}`: {e}", p.display()),
+        )
+    })
+}
+
 #[cfg(test)]
 #[expect(clippy::unwrap_used, reason = "tests")]
 mod tests {

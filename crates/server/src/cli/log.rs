@@ -4,12 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::tlog::audit::{AuditError, Auditor, Observed};
+use crate::tlog::note::{Note, NoteKey};
 use anyhow::Result;
-use knox_server::tlog::audit::{AuditError, Auditor, Observed};
-use knox_server::tlog::note::{Note, NoteKey};
 use knox_types::digest::Digest;
 
-use crate::error::{Kind, fail};
+use knox_verifier::error::{Kind, fail};
 
 /// The exit codes of every `knox log` command.
 macro_rules! exit {
@@ -25,13 +25,13 @@ macro_rules! exit {
 #[derive(Debug, clap::Subcommand)]
 pub enum LogCommand {
     /// Fetch the log's checkpoint, check its signatures, and keep it in a file.
-    #[command(after_help = crate::exit_codes!(exit!()))]
+    #[command(after_help = knox_verifier::exit_codes!(exit!()))]
     Head(HeadArgs),
     /// Check that the log's newest checkpoint extends a kept one (and holds given entries).
-    #[command(after_help = crate::exit_codes!(exit!()))]
+    #[command(after_help = knox_verifier::exit_codes!(exit!()))]
     Verify(VerifyArgs),
     /// Check the log every interval, keeping each checkpoint that extends the last.
-    #[command(after_help = crate::exit_codes!(exit!()))]
+    #[command(after_help = knox_verifier::exit_codes!(exit!()))]
     Watch(WatchArgs),
 }
 

@@ -1,20 +1,24 @@
-//! MCP tool servers: `import` (`knox toolkit import --mcp-stdio|--mcp-http`, also
-//! reachable as `knox mcp import`), and the `--mcp servers.toml` tool host of `run`.
+//! The commands of toolkits and MCP tool servers, as the `knox` CLI runs them:
+//! [`toolkit`] (`knox toolkit check|import|convert`), `import` (`knox toolkit import
+//! --mcp-stdio|--mcp-http`, also reachable as `knox mcp import`), and the `--mcp
+//! servers.toml` tool host of `run` and the gateway.
 //!
 //! `knox toolkit import --mcp-stdio "CMD ARGS…"` / `--mcp-http URL` runs the server
 //! (a stdio one confined in the kernel sandbox), asks `tools/list` and writes a
 //! manifest skeleton with effects from the MCP annotations and every guess marked for
-//! review: a `knox-toolkit/1` manifest (`knox_mcp::import::to_toolkit`) that loads as it
+//! review: a `knox-toolkit/1` manifest (`crate::import::to_toolkit`) that loads as it
 //! stands and that `knox toolkit check` passes once the review entries are deleted.
+
+pub mod toolkit;
 
 use std::path::PathBuf;
 
+use crate::config::{ServerSpec, valid_server_name};
+use crate::{McpHost, import};
 use anyhow::Result;
-use knox_mcp::config::{ServerSpec, valid_server_name};
-use knox_mcp::{McpHost, import};
 
-use crate::cmd::{path, usage};
-use crate::error::{Kind, fail};
+use knox_command::error::{Kind, fail};
+use knox_command::files::{path, usage};
 
 /// `knox mcp …`.
 #[derive(Debug, clap::Subcommand)]
@@ -92,10 +96,10 @@ pub fn import(a: &ImportArgs) -> Result<i32> {
                 program.clone()
             };
             let program = &program;
-            let probe = ServerSpec::stdio(&a.name, program, args, knox_mcp::Needs::default())
+            let probe = ServerSpec::stdio(&a.name, program, args, crate::Needs::default())
                 .validate(std::path::Path::new("/"))
                 .map_err(|e| usage(e.to_string()))?;
-            let knox_mcp::Reach::Stdio { program, .. } = &probe.reach else {
+            let crate::Reach::Stdio { program, .. } = &probe.reach else {
                 return Err(usage("--mcp-stdio: not a stdio server"));
             };
             let needs = import::starter_needs(program, args, &a.read);
@@ -109,7 +113,7 @@ pub fn import(a: &ImportArgs) -> Result<i32> {
         (None, Some(url)) => (
             ServerSpec::http(&a.name, url),
             format!("http: {url}"),
-            knox_mcp::Needs::default(),
+            crate::Needs::default(),
         ),
         _ => return Err(usage("exactly one of --mcp-stdio and --mcp-http")),
     };
@@ -150,10 +154,10 @@ pub fn import(a: &ImportArgs) -> Result<i32> {
     // create and replace on the directories it serves).
     let needs = import::with_effects(needs, &stdio_args, &skeleton.tools);
     let locality = match &server.reach {
-        knox_mcp::Reach::Http { url } => import::Locality::Http(
-            knox_mcp::config::endpoint_of(url).map_err(|e| usage(format!("--mcp-http: {e}")))?,
+        crate::Reach::Http { url } => import::Locality::Http(
+            crate::config::endpoint_of(url).map_err(|e| usage(format!("--mcp-http: {e}")))?,
         ),
-        knox_mcp::Reach::Stdio { .. } => import::Locality::Stdio(&needs),
+        crate::Reach::Stdio { .. } => import::Locality::Stdio(&needs),
     };
     let runtime = knox_policy::shipped::current()
         .map_err(|e| fail(Kind::Software, e.to_string()))?
@@ -167,7 +171,7 @@ pub fn import(a: &ImportArgs) -> Result<i32> {
     let fault = knox_policy::ToolkitManifest::from_doc(doc.clone()).err();
     match &a.output {
         Some(p) => {
-            super::toolkit::write_doc(p, &doc)?;
+            toolkit::write_doc(p, &doc)?;
             eprintln!(
                 "{} tools of `{}` written to {}: {} guesses marked for review (`knox toolkit check {}`)",
                 skeleton.tools.len(),
@@ -180,7 +184,7 @@ pub fn import(a: &ImportArgs) -> Result<i32> {
         None => {
             let mut bytes = serde_json::to_vec_pretty(&doc)?;
             bytes.push(b'\n');
-            knox_verifier::cli::write_stdout(&bytes)?;
+            knox_command::cli::write_stdout(&bytes)?;
         }
     }
     if let Some(f) = &a.servers_out {
@@ -188,8 +192,8 @@ pub fn import(a: &ImportArgs) -> Result<i32> {
             spec.needs = needs.clone();
         }
         spec.manifest = a.output.as_ref().map(|o| manifest_from(f, o));
-        let file = knox_mcp::config::ServersFile {
-            version: knox_mcp::config::SERVERS_VERSION,
+        let file = crate::config::ServersFile {
+            version: crate::config::SERVERS_VERSION,
             servers: vec![spec],
         };
         let text = format!(

@@ -7,32 +7,32 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::Progress;
+use crate::generate::PoolContext;
+use crate::pool::{FLOWS_PER_TOOLKIT, Guard, POOL_FORMAT, Pool, PoolStatus};
+use crate::report::{self, Corpus, Meta};
+use crate::run::{ExecutorSpec, Options};
 use anyhow::Result;
-use knox_eval::Progress;
-use knox_eval::generate::PoolContext;
-use knox_eval::pool::{FLOWS_PER_TOOLKIT, Guard, POOL_FORMAT, Pool, PoolStatus};
-use knox_eval::report::{self, Corpus, Meta};
-use knox_eval::run::{ExecutorSpec, Options};
 use knox_harness::Harness;
 use knox_harness::{PAPER_WORKLOADS, Workload};
 use knox_verify::Outcome;
 
-use crate::error::{Kind, KindExt as _};
-use crate::session;
+use super::session;
+use knox_command::error::{Kind, KindExt as _};
 
 /// Flows of each pool `--quick` runs: two bundles of the largest workload.
 pub const QUICK_FLOWS: usize = 12;
 
 /// Arguments of `knox eval`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = crate::exit_codes!(
+#[command(after_help = knox_command::exit_codes!(
     "  0   every bundle verified complete and every guard scored every flow right\
    \n  1   the evaluation finished, but a bundle did not verify or a guard scored a flow wrong"
 ))]
 pub struct EvalArgs {
     /// Output directory: report.md, *.csv, results.json, *.svg, pool.json,
     /// verdicts.jsonl and every evidence bundle (bundles/).
-    #[arg(value_parser = crate::cmd::path, long)]
+    #[arg(value_parser = knox_command::files::path, long)]
     pub out: PathBuf,
     /// Write into a non-empty `--out` (files of the same name are replaced; the folder
     /// is still locked against a concurrent run).
@@ -66,7 +66,7 @@ pub struct EvalArgs {
     pub seed: u64,
     /// Evaluate this pool (a pool.json written by an earlier run) instead of
     /// generating one.
-    #[arg(value_parser = crate::cmd::path, long, value_name = "POOL.json")]
+    #[arg(value_parser = knox_command::files::path, long, value_name = "POOL.json")]
     pub pool: Option<PathBuf>,
     /// Timeout of the stop flows, in ms (the deadline the `timeout` flows pass).
     #[arg(long, default_value_t = 50)]
@@ -86,7 +86,7 @@ pub struct EvalArgs {
     pub json: bool,
     /// Model cache directory, for `local:` executors (default: `$KNOX_MODEL_DIR`, else
     /// `$XDG_CACHE_HOME/knox/models`, else `~/.cache/knox/models`).
-    #[arg(value_parser = crate::cmd::path, long, value_name = "DIR")]
+    #[arg(value_parser = knox_command::files::path, long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
     /// A judge (`local:NAME`, `local:PATH.gguf`, `openai:URL#MODEL`). With
     /// `--guard regulation-cases`: the judge fills each validation case's flow from its
@@ -94,7 +94,7 @@ pub struct EvalArgs {
     /// flows are run once more with every information-type label withheld from the
     /// manifest, so the judge alone says what each disclosure carries and the norms
     /// decide on that — one more column per executor, `<executor> + judge <SPEC>`.
-    #[arg(long, value_name = "SPEC", value_parser = super::model::judge_spec)]
+    #[arg(long, value_name = "SPEC", value_parser = knox_models::cli::judge_spec)]
     pub judge: Option<knox_models::ModelSpec>,
     /// Platform evidence backend (one report per bundle is the HW column).
     #[command(flatten)]
@@ -116,7 +116,7 @@ pub struct OpenAiClient {
     pub url: String,
 }
 
-impl knox_eval::adaptive::Client for OpenAiClient {
+impl crate::adaptive::Client for OpenAiClient {
     fn endpoint(&self) -> String {
         self.url.clone()
     }
@@ -124,9 +124,9 @@ impl knox_eval::adaptive::Client for OpenAiClient {
     fn complete(
         &self,
         model: &str,
-        turns: &[knox_eval::adaptive::Turn],
+        turns: &[crate::adaptive::Turn],
     ) -> std::result::Result<Option<(String, String)>, String> {
-        use knox_eval::adaptive::Turn;
+        use crate::adaptive::Turn;
         use knox_models::chat::{Chat, Format, Message, Reply, Role, ToolCall};
         let endpoint =
             knox_models::openai::Endpoint::parse(&format!("openai:{}#{model}", self.url))
@@ -166,13 +166,13 @@ impl knox_eval::adaptive::Client for OpenAiClient {
 /// `knox eval --adaptive`.
 fn adaptive(args: &EvalArgs, rt: &knox_harness::Harness) -> Result<i32> {
     let norms = knox_regulation::Norms::embedded().kind(Kind::Software)?;
-    let server = knox_eval::adaptive::Server::start()?;
+    let server = crate::adaptive::Server::start()?;
     let client = OpenAiClient { url: server.url() };
-    let mut attacks = knox_eval::adaptive::attacks();
+    let mut attacks = crate::adaptive::attacks();
     if args.quick {
-        attacks = knox_eval::adaptive::bounded(attacks);
+        attacks = crate::adaptive::bounded(attacks);
     }
-    let report = knox_eval::adaptive::run(rt, &rt.manifest, &norms, &client, &attacks)?;
+    let report = crate::adaptive::run(rt, &rt.manifest, &norms, &client, &attacks)?;
     report.write(&args.out)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -213,7 +213,7 @@ fn parse_guard(s: &str) -> Result<GuardArg, String> {
 /// `--guard regulation-cases`: the embedded norms on the vendored labelled cases;
 /// writes `regulation-cases.md`, `.json` and `.jsonl` (one line per case) in `out`.
 fn regulation_cases(out: &Path, json: bool) -> Result<()> {
-    use knox_eval::guards::regulation_cases as rc;
+    use crate::guards::regulation_cases as rc;
     let norms = knox_regulation::Norms::embedded().kind_context(Kind::Software, || {
         "the embedded regulation policy set".into()
     })?;
@@ -250,9 +250,9 @@ fn write_results<T: serde::Serialize>(
     }
     write(format!("{stem}.jsonl"), &lines)?;
     if json {
-        crate::outln!("{}", serde_json::to_string_pretty(results)?);
+        knox_command::outln!("{}", serde_json::to_string_pretty(results)?);
     } else {
-        crate::outln!("{md}");
+        knox_command::outln!("{md}");
     }
     Ok(())
 }
@@ -266,13 +266,13 @@ fn regulation_text(
     spec: &knox_models::ModelSpec,
     cache_dir: Option<&Path>,
 ) -> Result<()> {
-    use knox_eval::guards::regulation_text as rt;
+    use crate::guards::regulation_text as rt;
     let norms = knox_regulation::Norms::embedded().kind_context(Kind::Software, || {
         "the embedded regulation policy set".into()
     })?;
-    let cache_dir = super::absolute_cache_dir(cache_dir)?;
+    let cache_dir = knox_models::cli::absolute_cache_dir(cache_dir)?;
     let mut locals = Vec::new();
-    let judge = super::model::open_judge(spec, cache_dir.as_deref(), &mut locals)?;
+    let judge = knox_models::cli::open_judge(spec, cache_dir.as_deref(), &mut locals)?;
     let accounts = rt::validation().kind(Kind::DataErr)?;
     let bar = super::progress_bar(accounts.len() as u64, "reading the validation cases");
     let (score, outcomes) = rt::evaluate(&norms, &judge, "validation", &accounts, |_| bar.inc(1))
@@ -282,10 +282,7 @@ fn regulation_text(
     let md = format!(
         "{}\nFacts read from each case's prose by the judge `{spec}` (prompt {}), decided by \
          the norms; {failed} of {} cases the judge did not answer (undecided).\n",
-        knox_eval::guards::regulation_cases::report_of(
-            std::slice::from_ref(&score),
-            "facts from text"
-        ),
+        crate::guards::regulation_cases::report_of(std::slice::from_ref(&score), "facts from text"),
         knox_regulation::extract::prompt_version(),
         outcomes.len()
     );
@@ -350,8 +347,8 @@ fn load_executors(
         .into_iter()
         .map(|name| {
             let spec = ModelSpec::parse_for(&name, SpecRole::Executor)
-                .map_err(|e| super::usage(format!("--executor `{name}`: {e:#}")))?;
-            let chat = super::model::open(&spec, cache_dir, locals).kind(Kind::Unavailable)?;
+                .map_err(|e| knox_command::files::usage(format!("--executor `{name}`: {e:#}")))?;
+            let chat = knox_models::cli::open(&spec, cache_dir, locals).kind(Kind::Unavailable)?;
             Ok(Loaded {
                 model: chat.map(|c| ChatExecutor::new(c, Arc::clone(&manifest))),
                 name,
@@ -372,7 +369,7 @@ fn executor_specs(loaded: &[Loaded]) -> Result<Vec<ExecutorSpec<'_>>> {
                     factory: m,
                 },
                 (other, None) => {
-                    return Err(super::usage(format!(
+                    return Err(knox_command::files::usage(format!(
                         "--executor `{other}` is not supported by knox eval"
                     )));
                 }
@@ -395,16 +392,16 @@ fn machine() -> String {
     format!("{cpu}, {cores} cores")
 }
 
-/// Runs the unmediated system-call corpus ([`knox_eval::corpus`], as `knox corpus
+/// Runs the unmediated system-call corpus ([`crate::corpus`], as `knox corpus
 /// syscalls` does, on its own simulated runtime) and writes its bundle under `dir`; a
 /// corpus that cannot run (no root, no probe, no kernel sandbox) is skipped, with why.
 fn corpus(dir: &Path) -> Corpus {
     let run = || -> Result<Corpus> {
         let probe = super::corpus::locate_probe(None)?;
         let run = super::corpus::experiment(&probe, None)?;
-        super::create_dir(dir)?;
-        super::write_file(
-            &dir.join(knox_eval::corpus::BUNDLE_FILE),
+        knox_command::files::create_dir(dir)?;
+        knox_command::files::write_file(
+            &dir.join(crate::corpus::BUNDLE_FILE),
             serde_json::to_vec(&run.bundle)?,
         )?;
         Ok(Corpus::Ran {
@@ -420,7 +417,7 @@ fn corpus(dir: &Path) -> Corpus {
 /// Runs the evaluation; exit 0 when every bundle verified `complete` and no guard
 /// scored a flow wrong.
 pub fn run(args: &EvalArgs) -> Result<i32> {
-    let _out = super::out_dir(&args.out, args.force)?;
+    let _out = knox_command::files::out_dir(&args.out, args.force)?;
     if args.guards.contains(&GuardArg::RegulationCases) {
         regulation_cases(&args.out, args.json)?;
         if let Some(spec) = &args.judge {
@@ -440,12 +437,12 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
     }
     let pool_out = args.out.join("pool.json");
     if let Some(p) = &args.pool {
-        super::refuse_overwrite("--out", &pool_out, &[p])?;
+        knox_command::files::refuse_overwrite("--out", &pool_out, &[p])?;
         // Any file under --out may be rewritten by this evaluation.
         if let (Ok(pool), Ok(out)) = (p.canonicalize(), args.out.canonicalize())
             && pool.starts_with(&out)
         {
-            return Err(super::usage(format!(
+            return Err(knox_command::files::usage(format!(
                 "--pool `{}` is inside --out `{}`, which this evaluation rewrites: copy the pool elsewhere first",
                 p.display(),
                 args.out.display()
@@ -458,8 +455,11 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
         return adaptive(args, &rt);
     }
     let pool = match &args.pool {
-        Some(p) => Pool::parse(p, &super::read_input(p, super::POOL)?)
-            .map_err(|e| super::bad_input(p, "a flow pool (`pool.json` of knox eval)", e))?,
+        Some(p) => {
+            Pool::parse(p, &knox_command::files::read_input(p, super::POOL)?).map_err(|e| {
+                knox_command::files::bad_input(p, "a flow pool (`pool.json` of knox eval)", e)
+            })?
+        }
         None => generate(&rt, args.seed)?,
     };
     pool.write(&pool_out)?;
@@ -478,7 +478,7 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
         pool_guards
     };
     if args.judge.is_some() && !guards.contains(&Guard::Regulation) {
-        return Err(super::usage(
+        return Err(knox_command::files::usage(
             "--judge evaluates the regulation guard: add `--guard regulation` (or \
              `--guard regulation-cases` for facts read from the cases' text)",
         ));
@@ -494,7 +494,7 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
     let judge = args
         .judge
         .as_ref()
-        .map(|spec| super::model::open_judge(spec, args.cache_dir.as_deref(), &mut locals))
+        .map(|spec| knox_models::cli::open_judge(spec, args.cache_dir.as_deref(), &mut locals))
         .transpose()
         .kind(Kind::Unavailable)?;
     let judge_name = args.judge.as_ref().map(ToString::to_string);
@@ -524,14 +524,14 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
         seed: args.seed,
         progress: &progress,
         judge: match (&judge, &judge_name) {
-            (Some(j), Some(name)) => Some(knox_eval::run::EvalJudge {
+            (Some(j), Some(name)) => Some(crate::run::EvalJudge {
                 name: name.as_str(),
                 judge: j,
             }),
             _ => None,
         },
     };
-    let results = knox_eval::run::run(&rt, &pool, &knox_eval::guards::all(), &opts)?;
+    let results = crate::run::run(&rt, &pool, &crate::guards::all(), &opts)?;
     let corpus = if args.quick || args.no_corpus || !guards.contains(&Guard::Syscall) {
         Corpus::Skipped {
             reason: if args.quick {
@@ -541,12 +541,12 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
             },
         }
     } else {
-        crate::outln!("running the unmediated system-call corpus …");
+        knox_command::outln!("running the unmediated system-call corpus …");
         corpus(&args.out.join("bundles").join("corpus"))
     };
     let mut columns = names.clone();
     if let Some(j) = &judge_name {
-        columns.extend(names.iter().map(|e| knox_eval::run::judge_column(e, j)));
+        columns.extend(names.iter().map(|e| crate::run::judge_column(e, j)));
     }
     let meta = Meta {
         command: std::env::args().collect::<Vec<_>>().join(" "),
@@ -572,8 +572,8 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
     };
     if args.json {
         let path = args.out.join("results.json");
-        let text = super::read_text(&path, super::EVIDENCE)?;
-        crate::outln!("{text}");
+        let text = knox_command::files::read_text(&path, knox_command::files::EVIDENCE)?;
+        knox_command::outln!("{text}");
     } else {
         summary(
             &args.out,
@@ -609,12 +609,12 @@ fn variations(
     workloads: &[Workload],
     limit: Option<usize>,
     opts: &Options<'_>,
-    progress: &dyn knox_eval::Progress,
+    progress: &dyn crate::Progress,
 ) -> Result<bool> {
-    let v = knox_eval::variation::run(
+    let v = crate::variation::run(
         rt,
         pool,
-        &knox_eval::variation::Options {
+        &crate::variation::Options {
             workloads,
             limit,
             verify: opts.verify,
@@ -622,11 +622,11 @@ fn variations(
             progress,
         },
     )?;
-    knox_eval::variation::write(&opts.out, &v)?;
+    crate::variation::write(&opts.out, &v)?;
     let path = opts.out.join("report.md");
     let mut md = std::fs::read_to_string(&path).unwrap_or_default();
     md.push('\n');
-    md.push_str(&knox_eval::variation::markdown(&v, &rt.manifest));
+    md.push_str(&crate::variation::markdown(&v, &rt.manifest));
     knox_files::write_atomic(&path, md.as_bytes())?;
     Ok(v.meets_targets())
 }
@@ -639,7 +639,7 @@ fn generate(rt: &Harness, seed: u64) -> Result<Pool> {
         per_toolkit: FLOWS_PER_TOOLKIT,
     };
     let mut guards = std::collections::BTreeMap::new();
-    for g in knox_eval::guards::all() {
+    for g in crate::guards::all() {
         guards.insert(g.guard(), g.pool(&cx)?);
     }
     Ok(Pool {
@@ -649,13 +649,13 @@ fn generate(rt: &Harness, seed: u64) -> Result<Pool> {
         toolkits: rt.manifest.toolkits().len(),
         source: "data/injecagent (InjecAgent public data: 38 toolkits, 330 tools, 17 user cases, 62 attacker cases), data/syscall_attacks.json, data/utility_tasks.json".into(),
         guards,
-        utility: knox_eval::utility::pool(&cx)?,
+        utility: crate::utility::pool(&cx)?,
     })
 }
 
 fn summary(
     out: &Path,
-    r: &knox_eval::run::Results,
+    r: &crate::run::Results,
     pool: &Pool,
     loaded: &[Loaded],
     judge: Option<&knox_models::ChatJudge>,
@@ -667,13 +667,13 @@ fn summary(
             .get(&g)
             .is_some_and(|p| p.status == PoolStatus::Pending)
         {
-            crate::outln!("{:<10} pending", g.as_str());
+            knox_command::outln!("{:<10} pending", g.as_str());
             continue;
         }
         let cells: Vec<_> = r.cells.iter().filter(|c| c.guard == g).cloned().collect();
-        for (e, (rates, _)) in knox_eval::run::by(&cells, |c| c.executor.clone()) {
+        for (e, (rates, _)) in crate::run::by(&cells, |c| c.executor.clone()) {
             let p = |v: Option<f64>| v.map_or_else(|| "—".into(), |x| format!("{x:.1} %"));
-            crate::outln!(
+            knox_command::outln!(
                 "{:<10} {e:<12} blocked {} (n={}), allowed {} (n={})",
                 g.as_str(),
                 p(rates.blocked_pct()),
@@ -686,7 +686,7 @@ fn summary(
     for l in loaded {
         if let Some(m) = &l.model {
             let t = m.latency().totals();
-            crate::outln!(
+            knox_command::outln!(
                 "executor {}: {} model steps, mean {:.2} s, max {:.2} s",
                 l.name,
                 t.calls,
@@ -697,7 +697,7 @@ fn summary(
     }
     if let Some(j) = judge {
         let t = j.latency().totals();
-        crate::outln!(
+        knox_command::outln!(
             "judge: {} questions, mean {:.2} s, max {:.2} s",
             t.calls,
             t.mean().as_secs_f64(),
@@ -705,7 +705,7 @@ fn summary(
         );
     }
     let v = &r.verification;
-    crate::outln!(
+    knox_command::outln!(
         "{} bundles, {} verified complete (platform `{}`{}); {:.1} s",
         v.bundles,
         v.complete,
@@ -718,9 +718,9 @@ fn summary(
         r.wall_s
     );
     for bad in &v.not_complete {
-        crate::outln!("  NOT complete: {bad}");
+        knox_command::outln!("  NOT complete: {bad}");
     }
-    crate::outln!(
+    knox_command::outln!(
         "wrote {} files; report: {}",
         written.files.len() + 2,
         out.join("report.md").display()

@@ -1,16 +1,16 @@
 //! `knox corpus syscalls`: the unmediated-attack corpus run three ways — unconfined
 //! (what succeeds), monitor only, monitor + kernel — with every kernel denial recorded in
-//! an evidence bundle that must verify. The experiment is [`knox_eval::corpus`]; this
+//! an evidence bundle that must verify. The experiment is [`crate::corpus`]; this
 //! is its arguments, the probe's location and the printing.
 
 use std::path::{Path, PathBuf};
 
+use crate::corpus::{BUNDLE_FILE, CorpusRun, CorpusRunError};
 use anyhow::Result;
-use knox_eval::corpus::{BUNDLE_FILE, CorpusRun, CorpusRunError};
 use serde_json::json;
 
-use crate::error::{Kind, KindExt as _, fail};
-use crate::session;
+use super::session;
+use knox_command::error::{Kind, KindExt as _, fail};
 
 /// `knox corpus …`.
 #[derive(Debug, clap::Subcommand)]
@@ -24,7 +24,7 @@ pub enum CorpusCommand {
 
 /// Arguments of `knox corpus syscalls`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = crate::exit_codes!(
+#[command(after_help = knox_command::exit_codes!(
     "  0   the kernel layer prevented every attack and the evidence verified complete\
    \n  1   an attack succeeded under the kernel layer, or the evidence did not verify\
    \n  (69: the kernel sandbox or the probe is unavailable here)"
@@ -35,10 +35,10 @@ pub struct CorpusArgs {
     pub json: bool,
     /// The probe binary (default: `knox-probe` beside this binary, built there with
     /// cargo first when this binary runs from a source tree's target directory).
-    #[arg(value_parser = crate::cmd::path, long)]
+    #[arg(value_parser = knox_command::files::path, long)]
     pub probe: Option<PathBuf>,
     /// Also write the evidence bundle of the monitor + kernel run here.
-    #[arg(value_parser = crate::cmd::path, long)]
+    #[arg(value_parser = knox_command::files::path, long)]
     pub out: Option<PathBuf>,
     /// Write into a non-empty `--out` (files of the same name are replaced; the folder
     /// is still locked against a concurrent run).
@@ -52,7 +52,7 @@ pub struct CorpusArgs {
 /// The progress bar of the run (drawn only on a terminal).
 struct Bar(indicatif::ProgressBar);
 
-impl knox_eval::Progress for Bar {
+impl crate::Progress for Bar {
     fn begin(&self, phase: &str, total: u64) {
         self.0.set_length(total);
         self.0.set_position(0);
@@ -73,8 +73,8 @@ impl knox_eval::Progress for Bar {
 /// evidence): a sandbox or fixture that cannot start is "unavailable" (69).
 pub fn experiment(probe: &Path, only: Option<&str>) -> Result<CorpusRun> {
     let rt = session::embedded_runtime(b"knox-corpus")?;
-    let bar = Bar(crate::cmd::progress_bar(0, ""));
-    knox_eval::corpus::run(&rt, probe, only, &bar).map_err(|e| match e {
+    let bar = Bar(super::progress_bar(0, ""));
+    crate::corpus::run(&rt, probe, only, &bar).map_err(|e| match e {
         CorpusRunError::Sandbox(_) | CorpusRunError::Fixture(_) => {
             fail(Kind::Unavailable, format!("{:#}", anyhow::Error::new(e)))
         }
@@ -89,26 +89,26 @@ pub fn run(cmd: &CorpusCommand) -> Result<i32> {
     let _out = args
         .out
         .as_deref()
-        .map(|d| crate::cmd::out_dir(d, args.force))
+        .map(|d| knox_command::files::out_dir(d, args.force))
         .transpose()?;
     let probe = locate_probe(args.probe.as_deref())?;
     let run = experiment(&probe, args.only.as_deref())?;
     if let Some(dir) = &args.out {
-        crate::cmd::write_file(&dir.join(BUNDLE_FILE), serde_json::to_vec(&run.bundle)?)?;
+        knox_command::files::write_file(&dir.join(BUNDLE_FILE), serde_json::to_vec(&run.bundle)?)?;
     }
     let s = &run.summary;
     if args.json {
-        crate::outln!(
+        knox_command::outln!(
             "{}",
             serde_json::to_string_pretty(&json!({"summary": s, "cases": run.cases}))?
         );
     } else {
-        crate::outln!(
+        knox_command::outln!(
             "| case | category | unconfined | monitor only | monitor + kernel | recorded |"
         );
-        crate::outln!("|---|---|---|---|---|---|");
+        knox_command::outln!("|---|---|---|---|---|---|");
         for r in &run.cases {
-            crate::outln!(
+            knox_command::outln!(
                 "| {} | {} | {} | {} | {} | {} |",
                 r.id,
                 r.category,
@@ -119,15 +119,15 @@ pub fn run(cmd: &CorpusCommand) -> Result<i32> {
             );
         }
         let (n, k) = (s.cases, &s.monitor_kernel);
-        crate::outln!(
+        knox_command::outln!(
             "\n{n} cases; {} succeed unconfined (as root, inside the harness).",
             s.succeed_unconfined
         );
-        crate::outln!(
+        knox_command::outln!(
             "monitor only: {:.0} % of the successful attacks prevented (the monitor sees only the planned tool call).",
             s.monitor_only.prevented_pct_of_successful_attacks
         );
-        crate::outln!(
+        knox_command::outln!(
             "monitor + kernel: {}/{n} prevented ({:.0} %); {} ({:.0} %) recorded by a kernel event, {} by a named stand-in.",
             k.prevented,
             k.prevented_pct,
@@ -135,7 +135,7 @@ pub fn run(cmd: &CorpusCommand) -> Result<i32> {
             k.recorded_pct,
             k.stand_ins.len()
         );
-        crate::outln!(
+        knox_command::outln!(
             "evidence: {} kernel events as {} blocked nodes; the bundle verifies `{}`.",
             s.evidence.kernel_events,
             s.evidence.blocked_nodes,

@@ -1,16 +1,21 @@
-//! `knox serve`, `knox submit`, `knox login`, `knox report`: the regulator's evidence
-//! store and its clients (`knox_server`).
+//! The store's commands, as the `knox` CLI runs them: `knox serve`, `knox submit`,
+//! `knox login`, `knox report` (the regulator's evidence store and its clients),
+//! `knox log` ([`log`]: an auditor's watch over the transparency log), and a run's live
+//! stream into a store ([`Stream`], [`Sealing`]). The conventions (exit codes, file
+//! handling) are `knox_verifier`'s, shared by every Knox command.
+
+pub mod log;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::error::{Kind, fail};
+use crate::client::Client;
+use crate::run::{ServeOptions, serve_blocking};
+use crate::tlog;
 use knox_attest::{PartyKey, keyfile};
-use knox_server::client::Client;
-use knox_server::run::{ServeOptions, serve_blocking};
-use knox_server::tlog;
+use knox_verifier::error::{Kind, fail};
 
 /// The default store and log key directory: `$XDG_DATA_HOME/knox/server` (absolute
 /// only), else `$HOME/.local/share/knox/server`.
@@ -33,7 +38,7 @@ pub fn default_dir() -> Result<PathBuf> {
 
 /// Arguments of `knox serve`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = crate::exit_codes!("  0   never: the server runs until stopped"))]
+#[command(after_help = knox_verifier::exit_codes!("  0   never: the server runs until stopped"))]
 pub struct ServeArgs {
     /// The database: `sqlite:///path/store.db` or `postgres://user:pass@host/db`
     /// (default: an SQLite file `store.db` under `$XDG_DATA_HOME/knox/server`).
@@ -72,7 +77,7 @@ pub struct ServeArgs {
     /// Seconds without a delivery after which a streamed run that was never sealed is
     /// shown as the verified prefix it is (its monitor stopped or died) instead of in
     /// progress.
-    #[arg(long, value_name = "SECS", default_value_t = knox_server::live::DEFAULT_STALE_SECS)]
+    #[arg(long, value_name = "SECS", default_value_t = crate::live::DEFAULT_STALE_SECS)]
     pub live_stale: u64,
 }
 
@@ -80,13 +85,13 @@ pub struct ServeArgs {
 /// auditors and `knox submit --log-key`) is written when absent.
 fn load_or_create_log_key(p: &Path) -> Result<PartyKey> {
     let key = if p.symlink_metadata().is_ok() {
-        crate::cmd::keys::load(p)?
+        knox_verifier::keys::load(p)?
     } else {
         match create_log_key(p)? {
             Some(key) => key,
             // Another server sharing the folder (a replica started at the same time)
             // created it first: the same log key for both.
-            None => crate::cmd::keys::load(p)?,
+            None => knox_verifier::keys::load(p)?,
         }
     };
     let public = p.with_extension("pub");
@@ -99,7 +104,7 @@ fn load_or_create_log_key(p: &Path) -> Result<PartyKey> {
 /// A new log key written at `p`; `None` when a file appeared there meanwhile.
 fn create_log_key(p: &Path) -> Result<Option<PartyKey>> {
     if let Some(dir) = p.parent() {
-        super::create_dir(dir)?;
+        knox_verifier::files::create_dir(dir)?;
     }
     let key = PartyKey::generate()?;
     let opts = knox_verifier::files::WriteOptions {
@@ -122,7 +127,7 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
         Some(u) => u.clone(),
         None => {
             let d = default_dir()?;
-            super::create_dir(&d)?;
+            knox_verifier::files::create_dir(&d)?;
             format!("sqlite://{}", d.join("store.db").display())
         }
     };
@@ -131,7 +136,7 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
         None => default_dir()?.join("log.key"),
     };
     let log_key = load_or_create_log_key(&log_key_path)?;
-    let mut verifier = knox_server::Verifier::embedded(args.allow_simulated).map_err(|e| {
+    let mut verifier = crate::Verifier::embedded(args.allow_simulated).map_err(|e| {
         fail(
             Kind::Software,
             format!("the embedded toolkit manifest: {e}"),
@@ -145,7 +150,7 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
         );
     }
     if let Some(d) = &args.policy_set {
-        verifier.norms = Some(crate::cmd::regulations::load(Some(d))?);
+        verifier.norms = Some(knox_verifier::regulations::load(Some(d))?);
     }
     let access = match &args.access {
         Some(p) => {
@@ -155,12 +160,12 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
         }
         None => None,
     };
-    let engine = knox_server::Engine::of_url(&db_url)
+    let engine = crate::Engine::of_url(&db_url)
         .map_err(|e| knox_verifier::files::usage(format!("--db: {e}")))?;
     let witnesses = args
         .witness
         .iter()
-        .map(|w| crate::cmd::log::read_vkey(w))
+        .map(|w| log::read_vkey(w))
         .collect::<Result<Vec<_>>>()?;
     let opts = ServeOptions {
         db_url,
@@ -197,7 +202,7 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
 
 /// Arguments of `knox submit`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = crate::exit_codes!(
+#[command(after_help = knox_verifier::exit_codes!(
     "  0   every FILE stored and verified complete, each inclusion proof checked\
    \n  1   a FILE was stored but did not verify complete (tampered, prefix, refused)\
    \n  69  the server refused a FILE or could not be reached"
@@ -231,7 +236,7 @@ fn pinned(p: Option<&Path>) -> Result<Option<knox_types::bundle::PublicKey>> {
 
 /// Submits each file; checks each inclusion proof.
 pub fn submit(args: &SubmitArgs) -> Result<i32> {
-    let key = crate::cmd::keys::load(&args.key)?;
+    let key = knox_verifier::keys::load(&args.key)?;
     let client =
         Client::new(&args.to, key).map_err(|e| knox_verifier::files::usage(e.to_string()))?;
     let pin = pinned(args.log_key.as_deref())?;
@@ -262,7 +267,7 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
                 "inclusion": r.inclusion,
             }));
         } else {
-            crate::outln!(
+            knox_verifier::outln!(
                 "{}: {} {}{} — log entry {} of {}, root {} (inclusion proof checked)",
                 f.display(),
                 r.run_id,
@@ -273,19 +278,19 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
                 r.inclusion.head.root
             );
             if let Some(reason) = &r.reason {
-                crate::outln!("  {reason}");
+                knox_verifier::outln!("  {reason}");
             }
         }
     }
     if args.json {
-        crate::outln!("{}", serde_json::to_string_pretty(&out)?);
+        knox_verifier::outln!("{}", serde_json::to_string_pretty(&out)?);
     }
     Ok(worst)
 }
 
 /// Arguments of `knox login`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = crate::exit_codes!("  0   the link is printed\n  69  the server refused or could not be reached"))]
+#[command(after_help = knox_verifier::exit_codes!("  0   the link is printed\n  69  the server refused or could not be reached"))]
 pub struct LoginArgs {
     /// The server, `http://HOST:PORT`.
     #[arg(long, value_name = "URL")]
@@ -297,18 +302,18 @@ pub struct LoginArgs {
 
 /// Prints a browser login link (15 minutes).
 pub fn login(args: &LoginArgs) -> Result<i32> {
-    let client = Client::new(&args.to, crate::cmd::keys::load(&args.key)?)
+    let client = Client::new(&args.to, knox_verifier::keys::load(&args.key)?)
         .map_err(|e| knox_verifier::files::usage(e.to_string()))?;
     let link = client
         .login()
         .map_err(|e| fail(Kind::Unavailable, e.to_string()))?;
-    crate::outln!("{link}");
+    knox_verifier::outln!("{link}");
     Ok(0)
 }
 
 /// Arguments of `knox report`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = crate::exit_codes!("  0   the report is written\n  69  the server refused or could not be reached"))]
+#[command(after_help = knox_verifier::exit_codes!("  0   the report is written\n  69  the server refused or could not be reached"))]
 pub struct ReportArgs {
     /// The provider (a provider's own key needs no name).
     #[arg(long)]
@@ -336,7 +341,7 @@ pub struct ReportArgs {
 
 /// Fetches the exit report (HTML or PDF) and writes it.
 pub fn report(args: &ReportArgs) -> Result<i32> {
-    let key = crate::cmd::keys::load(&args.key)?;
+    let key = knox_verifier::keys::load(&args.key)?;
     knox_verifier::files::refuse_input_as_output(&args.out)?;
     let client =
         Client::new(&args.to, key).map_err(|e| knox_verifier::files::usage(e.to_string()))?;
@@ -380,21 +385,11 @@ pub fn report(args: &ReportArgs) -> Result<i32> {
 /// retried at the next tick, a failed submission reported at the end.
 #[derive(Debug)]
 pub struct Stream {
-    streamer: knox_server::stream::Streamer,
+    streamer: crate::stream::Streamer,
     client: Client,
     announced: u64,
     sealed: u64,
     errors: Vec<String>,
-}
-
-/// Announces `rt`'s in-TEE key ([`knox_monitor::run::Runtime::announce`]) and writes the
-/// announcement to `<out>/key-<first 16 hex of its key id>.announcement.json` (a
-/// fresh key's: no earlier file has its name); its bytes, to submit.
-pub fn write_announcement(rt: &knox_monitor::run::Runtime, out: &Path) -> Result<Vec<u8>> {
-    let a = rt
-        .announce()
-        .map_err(|e| fail(Kind::Software, format!("cannot announce the key: {e}")))?;
-    announcement_file(&a, out)
 }
 
 /// Writes an announcement to `<out>/key-<first 16 hex of its key id>.announcement.json`;
@@ -417,28 +412,29 @@ impl Stream {
             Client::new(url, k)
                 .map_err(|e| knox_verifier::files::usage(format!("--stream-to: {e}")))
         };
-        let streamer = knox_server::stream::Streamer::watch(
-            client(crate::cmd::keys::load(key)?)?,
+        let streamer = crate::stream::Streamer::watch(
+            client(knox_verifier::keys::load(key)?)?,
             dir.to_owned(),
             std::time::Duration::from_millis(100),
         )
         .map_err(|e| fail(Kind::Software, format!("cannot start streaming: {e}")))?;
         Ok(Self {
             streamer,
-            client: client(crate::cmd::keys::load(key)?)?,
+            client: client(knox_verifier::keys::load(key)?)?,
             announced: 0,
             sealed: 0,
             errors: Vec::new(),
         })
     }
 
-    /// Announces the in-TEE key of `rt` before its first run (evidence format §6a):
-    /// its announcement written to `<out>/key-<id>.announcement.json` (kept, to submit
-    /// again by `knox submit` if the store is down) and submitted now, so that a
-    /// process whose runs are all withheld shows in the store as a key announced and
-    /// never followed. Its runs are then numbered from 1.
-    pub fn announce(&mut self, rt: &knox_monitor::run::Runtime, out: &Path) -> Result<()> {
-        let bytes = write_announcement(rt, out)?;
+    /// Announces an in-TEE key before its first run (evidence format §6a, `a` the
+    /// runtime's `announce()`): the announcement written to
+    /// `<out>/key-<id>.announcement.json` (kept, to submit again by `knox submit` if the
+    /// store is down) and submitted now, so that a process whose runs are all withheld
+    /// shows in the store as a key announced and never followed. Its runs are then
+    /// numbered from 1.
+    pub fn announce(&mut self, a: &knox_types::bundle::Announcement, out: &Path) -> Result<()> {
+        let bytes = announcement_file(a, out)?;
         self.submit_announcement(&bytes);
         Ok(())
     }

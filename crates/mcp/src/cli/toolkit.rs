@@ -17,18 +17,18 @@ pub enum ToolkitCommand {
     /// schema against JSON Schema 2020-12) and print what each tool may do: its effect,
     /// what it needs, which parameters are prose and which are controlled, what it
     /// returns and discloses, and every guess still marked for review.
-    #[command(after_help = crate::exit_codes!(
+    #[command(after_help = knox_command::exit_codes!(
         "  0   valid, nothing left to review\n  1   valid, but guesses are still marked for review"
     ))]
     Check(CheckArgs),
     /// Write a manifest skeleton from tool definitions: every tool namespaced by the
     /// server, its effect guessed conservatively from its name and MCP hints (absent
     /// hints: MCP's defaults, so `disclose`), every guess marked for review.
-    #[command(after_help = crate::exit_codes!("  0   written"))]
+    #[command(after_help = knox_command::exit_codes!("  0   written"))]
     Import(ImportArgs),
     /// Write a legacy manifest (InjecAgent's `tools.json` and a needs file; default: the
     /// last ones Knox shipped, frozen at a644880) as a `knox-toolkit/1` manifest.
-    #[command(after_help = crate::exit_codes!("  0   written"))]
+    #[command(after_help = knox_command::exit_codes!("  0   written"))]
     Convert(ConvertArgs),
 }
 
@@ -43,7 +43,7 @@ impl ToolkitCommand {
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
     /// The manifest (`.toml` or `.json`).
-    #[arg(value_parser = crate::cmd::path)]
+    #[arg(value_parser = knox_command::files::path)]
     pub manifest: PathBuf,
     /// Print JSON.
     #[arg(long)]
@@ -56,7 +56,7 @@ pub struct CheckArgs {
 pub struct ImportArgs {
     /// OpenAI function definitions (JSON: an array of `{"type": "function", "function":
     /// {...}}` or of bare definitions, or `{"tools": [...]}`).
-    #[arg(value_parser = crate::cmd::path, long, value_name = "FUNCTIONS.json")]
+    #[arg(value_parser = knox_command::files::path, long, value_name = "FUNCTIONS.json")]
     pub openai: Option<PathBuf>,
     /// A stdio MCP server's command line, split like a shell without being one (no
     /// operators, no expansion): the server runs confined in the kernel sandbox and is
@@ -72,25 +72,25 @@ pub struct ImportArgs {
     #[arg(long)]
     pub server: String,
     /// MCP stdio: grant the server read on PATH while importing (repeatable).
-    #[arg(long = "read", value_name = "PATH", value_parser = crate::cmd::path, requires = "mcp_stdio")]
+    #[arg(long = "read", value_name = "PATH", value_parser = knox_command::files::path, requires = "mcp_stdio")]
     pub read: Vec<PathBuf>,
     /// MCP: seconds the server has to start and answer.
     #[arg(long, default_value_t = 30)]
     pub timeout_secs: u64,
     /// MCP: directory for the server's workspace while it runs.
-    #[arg(long, value_name = "DIR", value_parser = crate::cmd::path)]
+    #[arg(long, value_name = "DIR", value_parser = knox_command::files::path)]
     pub workspaces: Option<PathBuf>,
     /// MCP: also write the server's `servers.toml` entry (its command, environment and
     /// the needs it ran under, widened for its tools' effects; its `manifest` the file
     /// of `--out`), which `knox run --mcp` and `knox gateway mcp` serve it from as written.
-    #[arg(long, value_name = "FILE", value_parser = crate::cmd::path, conflicts_with = "openai")]
+    #[arg(long, value_name = "FILE", value_parser = knox_command::files::path, conflicts_with = "openai")]
     pub servers_out: Option<PathBuf>,
     /// MCP stdio: the server's environment variable `K=V` (repeatable; nothing else is
     /// inherited; `{workspace}` in V stands for its workspace).
     #[arg(long = "env", value_name = "K=V", requires = "mcp_stdio")]
     pub env: Vec<String>,
     /// Where to write the skeleton (`.json` writes JSON, anything else TOML).
-    #[arg(value_parser = crate::cmd::path, long, short)]
+    #[arg(value_parser = knox_command::files::path, long, short)]
     pub out: PathBuf,
 }
 
@@ -98,14 +98,14 @@ pub struct ImportArgs {
 #[derive(Debug, clap::Args)]
 pub struct ConvertArgs {
     /// InjecAgent-style `tools.json` (default: InjecAgent's, as this build ships it).
-    #[arg(value_parser = crate::cmd::path, long, requires = "needs")]
+    #[arg(value_parser = knox_command::files::path, long, requires = "needs")]
     pub tools: Option<PathBuf>,
     /// The legacy needs file (default: the last one Knox shipped, frozen at a644880, from
     /// which the shipped `data/manifests/injecagent.toolkit.json` was converted).
-    #[arg(value_parser = crate::cmd::path, long)]
+    #[arg(value_parser = knox_command::files::path, long)]
     pub needs: Option<PathBuf>,
     /// Where to write the manifest (`.json` writes JSON, anything else TOML).
-    #[arg(value_parser = crate::cmd::path, long, short)]
+    #[arg(value_parser = knox_command::files::path, long, short)]
     pub out: PathBuf,
 }
 
@@ -120,15 +120,15 @@ pub fn run(c: &ToolkitCommand) -> Result<i32> {
 
 /// Loads a `knox-toolkit/1` manifest file; a bad one is "bad input" naming the file.
 pub fn load(path: &Path) -> Result<ToolkitManifest> {
-    let text = super::read_text(path, super::MANIFEST)?;
+    let text = knox_command::files::read_text(path, knox_command::files::MANIFEST)?;
     ToolkitManifest::from_toolkit_text(&text)
-        .map_err(|e| super::bad_input(path, "a knox-toolkit/1 manifest", e))
+        .map_err(|e| knox_command::files::bad_input(path, "a knox-toolkit/1 manifest", e))
 }
 
 fn check(a: &CheckArgs) -> Result<i32> {
     let m = load(&a.manifest)?;
     let Some(doc) = m.doc() else {
-        return Err(super::usage("not a knox-toolkit/1 manifest"));
+        return Err(knox_command::files::usage("not a knox-toolkit/1 manifest"));
     };
     let review = doc.pending_review();
     let mut tools: Vec<_> = m.tools().collect();
@@ -147,7 +147,7 @@ fn check(a: &CheckArgs) -> Result<i32> {
                 })
             })
             .collect();
-        crate::outln!(
+        knox_command::outln!(
             "{}",
             serde_json::to_string_pretty(&json!({
                 "manifest": m.hash().to_string(), "format": doc.format, "tools": rows,
@@ -219,7 +219,7 @@ fn check(a: &CheckArgs) -> Result<i32> {
                 review.len()
             );
         }
-        crate::out!("{s}");
+        knox_command::out!("{s}");
     }
     Ok(i32::from(!review.is_empty()))
 }
@@ -252,18 +252,18 @@ fn effect_words(e: Effect) -> &'static str {
 
 /// Writes `doc` as JSON (a `.json` path) or TOML.
 /// Writes `doc` to `out`: JSON for a `.json` file, TOML otherwise.
-pub(super) fn write_doc(out: &Path, doc: &ToolkitDoc) -> Result<()> {
+pub(crate) fn write_doc(out: &Path, doc: &ToolkitDoc) -> Result<()> {
     let json = out.extension().is_some_and(|e| e == "json");
     let text = if json {
         serde_json::to_string_pretty(doc)?
     } else {
         doc.to_toml().map_err(|e| {
-            super::usage(format!(
+            knox_command::files::usage(format!(
                 "this manifest cannot be written as TOML: {e}; write it as JSON (`--out FILE.json`)"
             ))
         })?
     };
-    super::write_file(out, text.into_bytes())
+    knox_command::files::write_file(out, text.into_bytes())
 }
 
 /// `n` and `noun`, plural unless one.
@@ -278,7 +278,7 @@ fn count(n: usize, noun: &str) -> String {
 fn import(a: &ImportArgs) -> Result<i32> {
     let Some(openai) = &a.openai else {
         // The MCP sources: the same import as `knox mcp import`.
-        return super::mcp::import(&super::mcp::ImportArgs {
+        return super::import(&super::ImportArgs {
             mcp_stdio: a.mcp_stdio.clone(),
             mcp_http: a.mcp_http.clone(),
             name: a.server.clone(),
@@ -290,18 +290,18 @@ fn import(a: &ImportArgs) -> Result<i32> {
             env: a.env.clone(),
         });
     };
-    super::refuse_overwrite("--out", &a.out, &[openai])?;
-    let text = super::read_text(openai, super::MANIFEST)?;
+    knox_command::files::refuse_overwrite("--out", &a.out, &[openai])?;
+    let text = knox_command::files::read_text(openai, knox_command::files::MANIFEST)?;
     let runtime = knox_policy::shipped::current()
-        .map_err(|e| crate::error::fail(crate::error::Kind::Software, e.to_string()))?
+        .map_err(|e| knox_command::error::fail(knox_command::error::Kind::Software, e.to_string()))?
         .needs()
         .runtime
         .clone();
     let doc = skeleton_from_openai(&a.server, &text, runtime)
-        .map_err(|e| super::bad_input(openai, "OpenAI function definitions", e))?;
+        .map_err(|e| knox_command::files::bad_input(openai, "OpenAI function definitions", e))?;
     // The skeleton must load as it stands (names, schemas).
     ToolkitManifest::from_doc(doc.clone())
-        .map_err(|e| super::bad_input(openai, "tool definitions Knox can load", e))?;
+        .map_err(|e| knox_command::files::bad_input(openai, "tool definitions Knox can load", e))?;
     write_doc(&a.out, &doc)?;
     eprintln!(
         "{} tools written to {}; {} guesses marked for review (`knox toolkit check {}`)",
@@ -316,22 +316,24 @@ fn import(a: &ImportArgs) -> Result<i32> {
 fn convert(a: &ConvertArgs) -> Result<i32> {
     let legacy = match (&a.tools, &a.needs) {
         (Some(t), Some(n)) => {
-            let tools = super::read_text(t, super::MANIFEST)?;
-            let needs = super::read_text(n, super::CONFIG)?;
+            let tools = knox_command::files::read_text(t, knox_command::files::MANIFEST)?;
+            let needs = knox_command::files::read_text(n, knox_command::files::CONFIG)?;
             ToolkitManifest::from_sources(&tools, &needs)
-                .map_err(|e| super::bad_input(n, "a tools.json and needs file", e))?
+                .map_err(|e| knox_command::files::bad_input(n, "a tools.json and needs file", e))?
         }
         (None, Some(n)) => {
-            let needs = super::read_text(n, super::CONFIG)?;
+            let needs = knox_command::files::read_text(n, knox_command::files::CONFIG)?;
             ToolkitManifest::from_sources(knox_policy::shipped::INJECAGENT_TOOLS_JSON, &needs)
-                .map_err(|e| super::bad_input(n, "a needs file", e))?
+                .map_err(|e| knox_command::files::bad_input(n, "a needs file", e))?
         }
-        _ => knox_policy::shipped::legacy_a644880()
-            .map_err(|e| crate::error::fail(crate::error::Kind::Software, e.to_string()))?,
+        _ => knox_policy::shipped::legacy_a644880().map_err(|e| {
+            knox_command::error::fail(knox_command::error::Kind::Software, e.to_string())
+        })?,
     };
     let doc = ToolkitDoc::from_legacy(&legacy);
-    let m = ToolkitManifest::from_doc(doc.clone())
-        .map_err(|e| crate::error::fail(crate::error::Kind::Software, e.to_string()))?;
+    let m = ToolkitManifest::from_doc(doc.clone()).map_err(|e| {
+        knox_command::error::fail(knox_command::error::Kind::Software, e.to_string())
+    })?;
     write_doc(&a.out, &doc)?;
     eprintln!(
         "{} tools written to {} (manifest hash {})",

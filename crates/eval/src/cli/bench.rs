@@ -11,11 +11,11 @@ use knox_monitor::run::Runtime;
 use knox_policy::ToolkitManifest;
 use knox_verify::Outcome;
 
-use crate::session::{self, ExecutorKind, Suite, SuiteRun};
+use super::session::{self, ExecutorKind, Suite, SuiteRun};
 
 /// Arguments of `knox bench`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = crate::exit_codes!("  0   measured (a bundle that does not verify complete is an internal error, 70)"))]
+#[command(after_help = knox_command::exit_codes!("  0   measured (a bundle that does not verify complete is an internal error, 70)"))]
 pub struct BenchArgs {
     /// Bundles per workload.
     #[arg(long, default_value_t = 50)]
@@ -98,28 +98,28 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
                 "platform_ms_at_startup": rt.platform_time.as_secs_f64() * 1e3,
             }));
         }
-        crate::outln!("{}", serde_json::to_string_pretty(&rows)?);
+        knox_command::outln!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(0);
     }
-    crate::outln!(
+    knox_command::outln!(
         "Knox overhead per bundle: {} executor, {} bundles per workload, one process.",
         args.executor.name(),
         args.bundles
     );
-    crate::outln!(
+    knox_command::outln!(
         "Hardware evidence: one {} report at start-up ({:.3} ms) binds the signing key, so 0 per bundle;",
         rt.platform.mode,
         rt.platform_time.as_secs_f64() * 1e3
     );
-    crate::outln!("the paper's TDX quote costs 3.2–4.7 ms per bundle.\n");
-    crate::outln!(
+    knox_command::outln!("the paper's TDX quote costs 3.2–4.7 ms per bundle.\n");
+    knox_command::outln!(
         "| workload | actions/bundle | AEG+guards ms | measurement ms | monitor µs/action | APM ms | sign µs | integrity Mnodes/s | full verify Mnodes/s | paper AEG ms | paper meas. ms | paper sign ms |"
     );
-    crate::outln!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    knox_command::outln!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for w in workloads {
         let a = measure(&rt, &data, &manifest, w, args)?;
         let per_action = (a.aeg + a.measure).as_secs_f64() * 1e6 / a.actions.max(1) as f64;
-        crate::outln!(
+        knox_command::outln!(
             "| {w} | {:.1} | {:.3} | {:.3} | {:.1} | {:.3} | {:.1} | {:.2} | {:.2} | 13–31 | 3.0–6.3 | ~0.1 |",
             a.actions as f64 / f64::from(a.bundles.max(1)),
             a.per_bundle_ms(a.aeg),
@@ -131,17 +131,19 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
             a.rate(a.verify),
         );
     }
-    crate::outln!(
+    knox_command::outln!(
         "\nAEG+guards: time inside the monitor (node construction, guard checks) minus measurement."
     );
-    crate::outln!("measurement: every node's m_i, the hash chain and the Merkle structure root.");
-    crate::outln!(
+    knox_command::outln!(
+        "measurement: every node's m_i, the hash chain and the Merkle structure root."
+    );
+    knox_command::outln!(
         "monitor µs/action: both, per proposal. APM: planning and guard derivation. sign: the summary's Ed25519 signature."
     );
-    crate::outln!(
+    knox_command::outln!(
         "integrity: the verifier recomputing measurements and chain; full verify: every step, the policy replay included."
     );
-    crate::outln!("Paper figures: its trajectory guard, per bundle, Python implementation.");
+    knox_command::outln!("Paper figures: its trajectory guard, per bundle, Python implementation.");
     Ok(0)
 }
 
@@ -166,10 +168,10 @@ fn measure(
     )?;
     session::run_suite(&sess, &run, |o| {
         let (c, report) =
-            knox_eval::overhead::measure(manifest, o, knox_verify::Options::DANGEROUS_SIMULATED)?;
+            crate::overhead::measure(manifest, o, knox_verify::Options::DANGEROUS_SIMULATED)?;
         if report.outcome != Outcome::Complete {
-            return Err(crate::error::fail(
-                crate::error::Kind::Software,
+            return Err(knox_command::error::fail(
+                knox_command::error::Kind::Software,
                 format!(
                     "bundle {} did not verify: {:?}",
                     o.bundle.run_id, report.outcome

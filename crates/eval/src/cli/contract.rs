@@ -10,24 +10,24 @@ use knox_contract::{State, approval, decide};
 use knox_types::bundle::PublicKey;
 use serde_json::{Value, json};
 
-use crate::cmd::{CONFIG, KEY, SMALL, bad_input, read_input, write_file};
-use crate::error::{Kind, fail};
+use knox_command::error::{Kind, fail};
+use knox_command::files::{CONFIG, KEY, SMALL, bad_input, read_input, write_file};
 
 /// `knox contract …`.
 #[derive(Debug, clap::Subcommand)]
 pub enum ContractCommand {
     /// Write a starting contract (unsigned JSON) to edit, with `wc` pinned by its digest.
-    #[command(after_help = crate::exit_codes!("  0   written"))]
+    #[command(after_help = knox_command::exit_codes!("  0   written"))]
     New(NewArgs),
     /// Validate a contract and sign it with an authority key (a DSSE envelope).
-    #[command(after_help = crate::exit_codes!("  0   signed\n  65  the contract is invalid"))]
+    #[command(after_help = knox_command::exit_codes!("  0   signed\n  65  the contract is invalid"))]
     Sign(SignArgs),
     /// Verify a signed contract under the authority's public key; with `--action`,
     /// decide that action under it.
-    #[command(after_help = crate::exit_codes!("  0   valid (and the action allowed)\n  1   the action is denied or pending\n  65  the contract does not verify"))]
+    #[command(after_help = knox_command::exit_codes!("  0   valid (and the action allowed)\n  1   the action is denied or pending\n  65  the contract does not verify"))]
     Check(CheckArgs),
     /// Print a signed contract's capabilities, budget and approvers.
-    #[command(after_help = crate::exit_codes!("  0   printed\n  65  the contract does not verify"))]
+    #[command(after_help = knox_command::exit_codes!("  0   printed\n  65  the contract does not verify"))]
     Show(CheckArgs),
 }
 
@@ -35,7 +35,7 @@ pub enum ContractCommand {
 #[derive(Debug, clap::Args)]
 pub struct NewArgs {
     /// The contract file to write.
-    #[arg(long, value_parser = crate::cmd::path)]
+    #[arg(long, value_parser = knox_command::files::path)]
     pub out: PathBuf,
     /// Days it stays valid from now.
     #[arg(long, default_value_t = 30)]
@@ -46,13 +46,13 @@ pub struct NewArgs {
 #[derive(Debug, clap::Args)]
 pub struct SignArgs {
     /// The contract (JSON).
-    #[arg(value_parser = crate::cmd::path)]
+    #[arg(value_parser = knox_command::files::path)]
     pub contract: PathBuf,
     /// The authority's private key (`knox keygen`).
-    #[arg(long, value_parser = crate::cmd::path)]
+    #[arg(long, value_parser = knox_command::files::path)]
     pub key: PathBuf,
     /// The signed contract to write.
-    #[arg(long, value_parser = crate::cmd::path)]
+    #[arg(long, value_parser = knox_command::files::path)]
     pub out: PathBuf,
 }
 
@@ -60,16 +60,16 @@ pub struct SignArgs {
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
     /// The signed contract.
-    #[arg(value_parser = crate::cmd::path)]
+    #[arg(value_parser = knox_command::files::path)]
     pub contract: PathBuf,
     /// The authority's public key (`knox keygen`'s `.pub`).
-    #[arg(long, value_parser = crate::cmd::path)]
+    #[arg(long, value_parser = knox_command::files::path)]
     pub authority: PathBuf,
     /// An action (`{"tool", "params"}`) to decide under the contract.
-    #[arg(long, value_parser = crate::cmd::path)]
+    #[arg(long, value_parser = knox_command::files::path)]
     pub action: Option<PathBuf>,
     /// An approval token for the action (`knox approve`).
-    #[arg(long, value_parser = crate::cmd::path)]
+    #[arg(long, value_parser = knox_command::files::path)]
     pub approval: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
@@ -78,19 +78,19 @@ pub struct CheckArgs {
 
 /// Arguments of `knox approve`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = crate::exit_codes!("  0   the token is written"))]
+#[command(after_help = knox_command::exit_codes!("  0   the token is written"))]
 pub struct ApproveArgs {
     /// The pending action (`{"tool", "params"}`) to approve.
-    #[arg(value_parser = crate::cmd::path)]
+    #[arg(value_parser = knox_command::files::path)]
     pub pending: PathBuf,
     /// The signed contract it runs under.
-    #[arg(long, value_parser = crate::cmd::path)]
+    #[arg(long, value_parser = knox_command::files::path)]
     pub contract: PathBuf,
     /// The authority's public key.
-    #[arg(long, value_parser = crate::cmd::path)]
+    #[arg(long, value_parser = knox_command::files::path)]
     pub authority: PathBuf,
     /// The approver's private key (`knox keygen`).
-    #[arg(long, value_parser = crate::cmd::path)]
+    #[arg(long, value_parser = knox_command::files::path)]
     pub key: PathBuf,
     /// The approver's name in the contract.
     #[arg(long)]
@@ -99,22 +99,22 @@ pub struct ApproveArgs {
     #[arg(long, default_value_t = 60)]
     pub ttl: u64,
     /// The token file to write.
-    #[arg(long, value_parser = crate::cmd::path)]
+    #[arg(long, value_parser = knox_command::files::path)]
     pub out: PathBuf,
 }
 
 /// Arguments of `knox demo contracts`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = crate::exit_codes!("  0   every hostile action escaped without Knox and was blocked with it, every legitimate one ran\n  1   some row did not"))]
+#[command(after_help = knox_command::exit_codes!("  0   every hostile action escaped without Knox and was blocked with it, every legitimate one ran\n  1   some row did not"))]
 pub struct DemoContractsArgs {
     /// Working folder (default: a fresh one under the temporary directory).
-    #[arg(long, value_parser = crate::cmd::path)]
+    #[arg(long, value_parser = knox_command::files::path)]
     pub out: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
     /// Internal: the without-Knox half, inside its throwaway namespaces.
-    #[arg(long, hide = true, value_parser = crate::cmd::path)]
+    #[arg(long, hide = true, value_parser = knox_command::files::path)]
     pub inside_namespace: Option<PathBuf>,
 }
 
@@ -168,17 +168,17 @@ pub struct ContractFlags {
     /// endpoints). The APM names the contract's hash; each bundle embeds the signed
     /// contract. A gateway session opened without a prompt has no plan: the contract
     /// alone bounds it.
-    #[arg(value_parser = crate::cmd::path, long, value_name = "C.signed.json", requires = "contract_authority")]
+    #[arg(value_parser = knox_command::files::path, long, value_name = "C.signed.json", requires = "contract_authority")]
     pub contract: Option<PathBuf>,
     /// With `--contract`: the authority's public key (`knox keygen`'s `.pub`) the
     /// contract must be signed by; a contract it did not sign is refused (65).
-    #[arg(value_parser = crate::cmd::path, long, value_name = "AUTH.pub", requires = "contract")]
+    #[arg(value_parser = knox_command::files::path, long, value_name = "AUTH.pub", requires = "contract")]
     pub contract_authority: Option<PathBuf>,
     /// With `--contract`: approval tokens for high-impact actions, `DIR/<H(action)
     /// hex>.json` (`knox approve`). A high-impact action without one is pending: its
     /// request is written to `<out>/pending/<H(action) hex>.json` and DIR polled for
     /// `--approval-timeout-ms`; no token in time leaves it recorded as pending (blocked).
-    #[arg(value_parser = crate::cmd::path, long, value_name = "DIR", requires = "contract")]
+    #[arg(value_parser = knox_command::files::path, long, value_name = "DIR", requires = "contract")]
     pub approvals: Option<PathBuf>,
     /// With `--approvals`: how long a pending action waits for its token (0: not at all).
     #[arg(long, value_name = "MS", default_value_t = 0, requires = "approvals")]
@@ -289,7 +289,7 @@ pub fn run(c: &ContractCommand) -> Result<i32> {
                 &pin,
             );
             write_file(&a.out, serde_json::to_vec_pretty(&contract)?)?;
-            crate::outln!(
+            knox_command::outln!(
                 "contract template written to {} (edit, then `knox contract sign`)",
                 a.out.display()
             );
@@ -302,20 +302,20 @@ pub fn run(c: &ContractCommand) -> Result<i32> {
             contract
                 .validate()
                 .map_err(|e| bad_input(&a.contract, "a valid contract", e))?;
-            let key = crate::cmd::keys::load(&a.key)?;
+            let key = knox_verifier::keys::load(&a.key)?;
             let env =
                 signed::sign(&key, &contract).map_err(|e| fail(Kind::Software, e.to_string()))?;
             write_file(&a.out, serde_json::to_vec_pretty(&env)?)?;
-            crate::outln!("contract {} signed: {}", contract.hash(), a.out.display());
+            knox_command::outln!("contract {} signed: {}", contract.hash(), a.out.display());
             Ok(0)
         }
         ContractCommand::Check(a) => {
             let v = verified(&a.contract, &a.authority)?;
             let Some(action) = &a.action else {
                 if a.json {
-                    crate::outln!("{}", json!({"contract": v.hash, "valid": true}));
+                    knox_command::outln!("{}", json!({"contract": v.hash, "valid": true}));
                 } else {
-                    crate::outln!("contract {} verifies under the authority key", v.hash);
+                    knox_command::outln!("contract {} verifies under the authority key", v.hash);
                 }
                 return Ok(0);
             };
@@ -336,13 +336,13 @@ pub fn run(c: &ContractCommand) -> Result<i32> {
                 &State::default(),
                 knox_attest::grant::now_ms(),
             );
-            crate::outln!("{}", serde_json::to_string_pretty(&d)?);
+            knox_command::outln!("{}", serde_json::to_string_pretty(&d)?);
             Ok(if d.is_allow() { 0 } else { 1 })
         }
         ContractCommand::Show(a) => {
             let v = verified(&a.contract, &a.authority)?;
             if a.json {
-                crate::outln!(
+                knox_command::outln!(
                     "{}",
                     serde_json::to_string_pretty(&json!({"hash": v.hash, "contract": v.contract}))?
                 );
@@ -356,8 +356,8 @@ pub fn run(c: &ContractCommand) -> Result<i32> {
 
 fn show(v: &Verified) {
     let c = &v.contract;
-    crate::outln!("contract {} ({}), hash {}", c.id, c.format, v.hash);
-    crate::outln!(
+    knox_command::outln!("contract {} ({}), hash {}", c.id, c.format, v.hash);
+    knox_command::outln!(
         "  valid {} .. {} ms; budget {} cents; {} actions",
         c.valid_from_ms,
         c.valid_until_ms,
@@ -365,7 +365,7 @@ fn show(v: &Verified) {
         c.max_actions
     );
     for (id, d) in &c.directories {
-        crate::outln!(
+        knox_command::outln!(
             "  dir  {id:<16} {:?} {} ({} c, {:?})",
             d.access,
             d.root,
@@ -374,7 +374,7 @@ fn show(v: &Verified) {
         );
     }
     for (id, e) in &c.executables {
-        crate::outln!(
+        knox_command::outln!(
             "  exe  {id:<16} {}/{} sha256 {} ({} templates, {} c, {:?})",
             e.root,
             e.path,
@@ -385,7 +385,7 @@ fn show(v: &Verified) {
         );
     }
     for (id, e) in &c.endpoints {
-        crate::outln!(
+        knox_command::outln!(
             "  net  {id:<16} {}://{}:{}{} {:?} ({} c, {:?})",
             e.scheme.as_str(),
             e.host,
@@ -397,9 +397,9 @@ fn show(v: &Verified) {
         );
     }
     for (name, k) in &c.approvers {
-        crate::outln!("  approver {name}: {k}");
+        knox_command::outln!("  approver {name}: {k}");
     }
-    crate::outln!("  approval required for: {:?}", c.approval_required);
+    knox_command::outln!("  approval required for: {:?}", c.approval_required);
 }
 
 /// Runs `knox approve`.
@@ -408,7 +408,7 @@ pub fn approve(a: &ApproveArgs) -> Result<i32> {
     let v = verified(&a.contract, &a.authority)?;
     let act: knox_types::Action = knox_types::json::from_slice(&read_input(&a.pending, SMALL)?)
         .map_err(|e| bad_input(&a.pending, "an action", e))?;
-    let key = crate::cmd::keys::load(&a.key)?;
+    let key = knox_verifier::keys::load(&a.key)?;
     if v.contract.approver(&a.name).map(|k| k.public_key.0) != Some(key.public_bytes().to_vec()) {
         return Err(fail(
             Kind::DataErr,
@@ -432,7 +432,7 @@ pub fn approve(a: &ApproveArgs) -> Result<i32> {
     )
     .map_err(|e| fail(Kind::Software, e.to_string()))?;
     write_file(&a.out, serde_json::to_vec_pretty(&tok)?)?;
-    crate::outln!(
+    knox_command::outln!(
         "approval of {} written to {} (valid {} s, single use)",
         act.hash(),
         a.out.display(),
@@ -444,37 +444,37 @@ pub fn approve(a: &ApproveArgs) -> Result<i32> {
 /// Runs `knox demo contracts`.
 pub fn demo(a: &DemoContractsArgs) -> Result<i32> {
     if let Some(root) = &a.inside_namespace {
-        let rows = knox_eval::contract_demo::inside_namespace(root)?;
-        crate::outln!("{}", serde_json::to_string(&rows)?);
+        let rows = crate::contract_demo::inside_namespace(root)?;
+        knox_command::outln!("{}", serde_json::to_string(&rows)?);
         return Ok(0);
     }
     let out = a.out.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("knox-demo-contracts-{}", std::process::id()))
     });
     let exe = std::env::current_exe().map_err(|e| fail(Kind::Software, e.to_string()))?;
-    let report = knox_eval::contract_demo::run_demo(&exe, &out)?;
+    let report = crate::contract_demo::run_demo(&exe, &out)?;
     if a.json {
-        crate::outln!("{}", serde_json::to_string_pretty(&report)?);
+        knox_command::outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        crate::outln!(
+        knox_command::outln!(
             "Knox demo — signed capability contracts (EBP-CA scenarios), in {}\n",
             out.display()
         );
-        crate::out!("{}", knox_eval::contract_demo::table(&report));
+        knox_command::out!("{}", crate::contract_demo::table(&report));
         if let Some(why) = &report.without_unavailable {
-            crate::outln!("\nwithout Knox: not run ({why})");
+            knox_command::outln!("\nwithout Knox: not run ({why})");
         }
         for (i, j) in report.journals.iter().enumerate() {
             if j.status != "complete" {
-                crate::outln!("journal {i}: {}", j.status);
+                knox_command::outln!("journal {i}: {}", j.status);
             }
         }
-        crate::outln!(
+        knox_command::outln!(
             "\nthe with-Knox half as Knox runs (knox_engine::Session bounded by the contract, the broker's contract executor as tool host), one bundle each in {}:\n",
             out.join("with-knox-runs/bundles").display()
         );
-        crate::out!("{}", knox_eval::contract_demo::bundle_table(&report));
-        crate::outln!(
+        knox_command::out!("{}", crate::contract_demo::bundle_table(&report));
+        knox_command::outln!(
             "\n{} session journals verified ({} complete): every decision recomputed from the signed contract",
             report.journals.len(),
             report
@@ -483,7 +483,7 @@ pub fn demo(a: &DemoContractsArgs) -> Result<i32> {
                 .filter(|j| j.status == "complete")
                 .count()
         );
-        crate::outln!("{}", if report.passed() { "PASS" } else { "FAIL" });
+        knox_command::outln!("{}", if report.passed() { "PASS" } else { "FAIL" });
     }
     Ok(if report.passed() { 0 } else { 1 })
 }
