@@ -225,6 +225,30 @@ impl Directory {
     }
 }
 
+/// The content of a disclosure: every content parameter's scalar text, and the
+/// earlier calls whose outputs the plan links into a content parameter.
+fn content_of(
+    d: &knox_policy::manifest::Disclosure,
+    action: &Action,
+    expected: Option<&ExpectedCall>,
+) -> (Vec<String>, BTreeSet<u32>) {
+    let mut content = Vec::new();
+    let mut linked = BTreeSet::new();
+    for name in &d.content {
+        let Some(v) = action.params.get(name) else {
+            continue;
+        };
+        scalars(v, &mut content);
+        if let Some(ParamConstraint::FromOutput { call, .. }) = expected
+            .and_then(|e| e.constraints.as_ref())
+            .and_then(|c| c.get(name))
+        {
+            linked.insert(*call);
+        }
+    }
+    (content, linked)
+}
+
 /// The recipients of a disclosure: every address in its recipient parameters (split
 /// at `,` and `;`), else the public for a public audience, else an implicit party of
 /// the tool; once each, with what the directory says of their consent to `purpose`.
@@ -297,21 +321,7 @@ pub fn derive(
         subjects.insert("user");
         sources.push("tool".to_string());
     }
-    // The content: every content parameter's scalar text.
-    let mut content = Vec::new();
-    let mut linked = BTreeSet::new();
-    for name in &d.content {
-        let Some(v) = action.params.get(name) else {
-            continue;
-        };
-        scalars(v, &mut content);
-        if let Some(ParamConstraint::FromOutput { call, .. }) = expected
-            .and_then(|e| e.constraints.as_ref())
-            .and_then(|c| c.get(name))
-        {
-            linked.insert(*call);
-        }
-    }
+    let (content, linked) = content_of(d, action, expected);
     // The content as the normalised comparison reads it (each content value one part,
     // so a value split across parameters is found too).
     let parts: Vec<(String, Value)> = content
