@@ -1,5 +1,5 @@
 //! What every Knox command shares, whichever crate owns the command (`knox-verify`'s
-//! commands in `knox-verifier`, the store's in `knox_server::cli`, the CLI's own):
+//! commands in `knox-verify-cli`, the store's in `knox_server::cli`, the CLI's own):
 //!
 //! - [`error`]: every failure classified once into a kind, the kind mapped to the exit
 //!   status (the BSD `sysexits.h` numbers) and, under `--json`, to a JSON error object;

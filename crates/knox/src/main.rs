@@ -5,13 +5,13 @@ use std::process::ExitCode;
 use clap::{CommandFactory as _, Parser, Subcommand};
 use knox::cmd;
 use knox::error::{self, Kind};
-use knox_verifier::cli::{self, write_stdout};
+use knox_verify_cli::cli::{self, write_stdout};
 
 /// Knox: a regulatory sandbox for AI agents. Every tool call an agent proposes is
 /// mediated against a policy derived from the prompt, and everything the agent did or
 /// tried is recorded as attested, tamper-evident evidence that regulators verify offline.
 #[derive(Debug, Parser)]
-#[command(name = "knox", version = knox_verifier::VERSION, propagate_version = true)]
+#[command(name = "knox", version = knox_verify_cli::VERSION, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -302,7 +302,7 @@ pub fn run(c: &ContractCommand) -> Result<i32> {
             contract
                 .validate()
                 .map_err(|e| bad_input(&a.contract, "a valid contract", e))?;
-            let key = knox_verifier::keys::load(&a.key)?;
+            let key = knox_verify_cli::keys::load(&a.key)?;
             let env =
                 signed::sign(&key, &contract).map_err(|e| fail(Kind::Software, e.to_string()))?;
             write_file(&a.out, serde_json::to_vec_pretty(&env)?)?;
@@ -408,7 +408,7 @@ pub fn approve(a: &ApproveArgs) -> Result<i32> {
     let v = verified(&a.contract, &a.authority)?;
     let act: knox_types::Action = knox_types::json::from_slice(&read_input(&a.pending, SMALL)?)
         .map_err(|e| bad_input(&a.pending, "an action", e))?;
-    let key = knox_verifier::keys::load(&a.key)?;
+    let key = knox_verify_cli::keys::load(&a.key)?;
     if v.contract.approver(&a.name).map(|k| k.public_key.0) != Some(key.public_bytes().to_vec()) {
         return Err(fail(
             Kind::DataErr,

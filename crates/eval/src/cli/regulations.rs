@@ -7,7 +7,7 @@ use anyhow::Result;
 use knox_command::error::{Kind, fail};
 
 /// Loads the set `--policy-set` names, or the embedded one (shared with `knox-verify`).
-pub use knox_verifier::regulations::load;
+pub use knox_verify_cli::regulations::load;
 
 /// `knox regulations` subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -16,7 +16,7 @@ pub enum RegulationsCommand {
     /// policy's must-match and must-not-match examples run, the set refused if one
     /// fails — and list its regulations, policies, the provisions they cite, and its hash
     /// (the hash an APM names and `knox verify` compares).
-    Show(knox_verifier::regulations::ShowArgs),
+    Show(knox_verify_cli::regulations::ShowArgs),
     /// Decide flows given from outside a run (one JSON flow φ, or JSON Lines) in the
     /// public format of `docs/regulation.md`; `--explain` for the deciding policies,
     /// the facts left unstated, the obligations and what would make a flow compliant.
@@ -84,7 +84,7 @@ fn decide(a: &DecideArgs) -> Result<i32> {
         let file = a.file.clone().ok_or_else(|| {
             knox_command::files::usage("a flow file, or --from-text with --judge")
         })?;
-        return knox_verifier::regulations::decide(&knox_verifier::regulations::DecideArgs {
+        return knox_verify_cli::regulations::decide(&knox_verify_cli::regulations::DecideArgs {
             file,
             policy_set: a.policy_set.clone(),
             explain: a.explain,
@@ -118,7 +118,7 @@ fn decide(a: &DecideArgs) -> Result<i32> {
     let d = norms.decide_phi(&phi, a.explain).map_err(|e| {
         knox_command::files::bad_input(path, "an account the policy set can decide", e)
     })?;
-    knox_verifier::regulations::print_decision(
+    knox_verify_cli::regulations::print_decision(
         &d,
         0,
         a.json,
@@ -157,7 +157,7 @@ pub struct AnalyzeArgs {
 /// Runs a `knox regulations` subcommand.
 pub fn run(c: &RegulationsCommand) -> Result<i32> {
     match c {
-        RegulationsCommand::Show(a) => knox_verifier::regulations::show(a),
+        RegulationsCommand::Show(a) => knox_verify_cli::regulations::show(a),
         RegulationsCommand::Decide(a) => decide(a),
         RegulationsCommand::Analyze(a) => analyze(a),
     }

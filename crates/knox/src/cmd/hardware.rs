@@ -1,4 +1,4 @@
 //! `knox quote verify` and `knox gpu verify`: hardware evidence on its own — the
-//! commands shared with `knox-verify` (`knox_verifier::hardware`).
+//! commands shared with `knox-verify` (`knox_verify_cli::hardware`).
 
-pub use knox_verifier::hardware::*;
+pub use knox_verify_cli::hardware::*;

@@ -1,4 +1,4 @@
 //! `knox prove`: inclusion proofs — the command shared with `knox-verify`
-//! (`knox_verifier::prove`; the proof format is `knox_verify::proof`).
+//! (`knox_verify_cli::prove`; the proof format is `knox_verify::proof`).
 
-pub use knox_verifier::prove::*;
+pub use knox_verify_cli::prove::*;

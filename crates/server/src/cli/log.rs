@@ -9,7 +9,7 @@ use crate::tlog::note::{Note, NoteKey};
 use anyhow::Result;
 use knox_types::digest::Digest;
 
-use knox_verifier::error::{Kind, fail};
+use knox_verify_cli::error::{Kind, fail};
 
 /// The exit codes of every `knox log` command.
 macro_rules! exit {
@@ -25,13 +25,13 @@ macro_rules! exit {
 #[derive(Debug, clap::Subcommand)]
 pub enum LogCommand {
     /// Fetch the log's checkpoint, check its signatures, and keep it in a file.
-    #[command(after_help = knox_verifier::exit_codes!(exit!()))]
+    #[command(after_help = knox_verify_cli::exit_codes!(exit!()))]
     Head(HeadArgs),
     /// Check that the log's newest checkpoint extends a kept one (and holds given entries).
-    #[command(after_help = knox_verifier::exit_codes!(exit!()))]
+    #[command(after_help = knox_verify_cli::exit_codes!(exit!()))]
     Verify(VerifyArgs),
     /// Check the log every interval, keeping each checkpoint that extends the last.
-    #[command(after_help = knox_verifier::exit_codes!(exit!()))]
+    #[command(after_help = knox_verify_cli::exit_codes!(exit!()))]
     Watch(WatchArgs),
 }
 
@@ -69,7 +69,7 @@ pub struct VerifyArgs {
     #[command(flatten)]
     pub source: LogSource,
     /// The kept checkpoint (`knox log head --out`).
-    #[arg(long, value_name = "FILE", value_parser = knox_verifier::files::path)]
+    #[arg(long, value_name = "FILE", value_parser = knox_verify_cli::files::path)]
     pub from: PathBuf,
     /// An entry that must be in the log: `INDEX:SHA256` (a receipt's index and the
     /// submission's digest). Repeatable.
@@ -86,7 +86,7 @@ pub struct WatchArgs {
     #[command(flatten)]
     pub source: LogSource,
     /// The kept checkpoint, replaced by each newer one that extends it.
-    #[arg(long, value_name = "FILE", value_parser = knox_verifier::files::path)]
+    #[arg(long, value_name = "FILE", value_parser = knox_verify_cli::files::path)]
     pub from: PathBuf,
     /// Seconds between checks.
     #[arg(long, value_name = "SECS", default_value_t = 60)]
@@ -143,11 +143,11 @@ pub fn run(c: &LogCommand) -> Result<i32> {
 pub fn read_vkey(arg: &str) -> Result<NoteKey> {
     let p = Path::new(arg);
     let text = if p.is_file() {
-        knox_verifier::files::read_text(p, knox_verifier::files::KEY)?
+        knox_verify_cli::files::read_text(p, knox_verify_cli::files::KEY)?
     } else {
         arg.to_owned()
     };
-    NoteKey::parse(&text).map_err(|e| knox_verifier::files::usage(format!("`{arg}`: {e}")))
+    NoteKey::parse(&text).map_err(|e| knox_verify_cli::files::usage(format!("`{arg}`: {e}")))
 }
 
 fn auditor(s: &LogSource) -> Result<Auditor> {
@@ -158,17 +158,17 @@ fn auditor(s: &LogSource) -> Result<Auditor> {
         .collect::<Result<Vec<_>>>()?;
     let quorum = s.quorum.unwrap_or(witnesses.len());
     if quorum > witnesses.len() {
-        return Err(knox_verifier::files::usage(format!(
+        return Err(knox_verify_cli::files::usage(format!(
             "--quorum {quorum} with {} --witness",
             witnesses.len()
         )));
     }
     Auditor::new(&s.log, read_vkey(&s.log_key)?, witnesses, quorum)
-        .map_err(|e| knox_verifier::files::usage(e.to_string()))
+        .map_err(|e| knox_verify_cli::files::usage(e.to_string()))
 }
 
 fn parse_entry(e: &str) -> Result<(u64, Digest)> {
-    let bad = || knox_verifier::files::usage(format!("--entry `{e}`: not INDEX:SHA256"));
+    let bad = || knox_verify_cli::files::usage(format!("--entry `{e}`: not INDEX:SHA256"));
     let (i, d) = e.split_once(':').ok_or_else(bad)?;
     Ok((
         i.parse().map_err(|_| bad())?,
@@ -179,7 +179,7 @@ fn parse_entry(e: &str) -> Result<(u64, Digest)> {
 /// The exit status for what the audit found (an unreachable log is an error).
 fn judged(e: AuditError) -> Result<i32> {
     match e {
-        AuditError::Url(_) => Err(knox_verifier::files::usage(e.to_string())),
+        AuditError::Url(_) => Err(knox_verify_cli::files::usage(e.to_string())),
         AuditError::Fetch { .. } => Err(fail(Kind::Unavailable, e.to_string())),
         AuditError::Quorum { .. } => {
             eprintln!("knox log: {e}");
@@ -194,13 +194,13 @@ fn judged(e: AuditError) -> Result<i32> {
 
 fn read_kept(p: &Path) -> Result<Vec<u8>> {
     use std::io::Read as _;
-    let cap = knox_verifier::files::SMALL.bytes;
+    let cap = knox_verify_cli::files::SMALL.bytes;
     let mut out = Vec::new();
     std::fs::File::open(p)
         .and_then(|f| f.take(cap + 1).read_to_end(&mut out))
         .map_err(|e| fail(Kind::NoInput, format!("cannot read `{}`: {e}", p.display())))?;
     if out.len() as u64 > cap {
-        return Err(knox_verifier::files::bad_input(
+        return Err(knox_verify_cli::files::bad_input(
             p,
             "a checkpoint",
             "larger than 1 MiB",
@@ -210,7 +210,7 @@ fn read_kept(p: &Path) -> Result<Vec<u8>> {
 }
 
 fn keep(p: &Path, seen: &Observed) -> Result<()> {
-    knox_verifier::files::write_file(p, seen.note.to_text())
+    knox_verify_cli::files::write_file(p, seen.note.to_text())
 }
 
 fn cosigners(seen: &Observed) -> String {
@@ -235,7 +235,7 @@ fn check(
     let text = read_kept(from)?;
     let kept = Note::parse(&text)
         .and_then(|n| auditor.kept(&n))
-        .map_err(|e| knox_verifier::files::bad_input(from, "a checkpoint of this log", e))?;
+        .map_err(|e| knox_verify_cli::files::bad_input(from, "a checkpoint of this log", e))?;
     let seen = match auditor.checkpoint() {
         Ok(s) => s,
         Err(e) => return judged(e),

@@ -2,7 +2,7 @@
 //! `knox login`, `knox report` (the regulator's evidence store and its clients),
 //! `knox log` ([`log`]: an auditor's watch over the transparency log), and a run's live
 //! stream into a store ([`Stream`], [`Sealing`]). The conventions (exit codes, file
-//! handling) are `knox_verifier`'s, shared by every Knox command.
+//! handling) are `knox_verify_cli`'s, shared by every Knox command.
 
 pub mod log;
 
@@ -15,7 +15,7 @@ use crate::client::Client;
 use crate::run::{ServeOptions, serve_blocking};
 use crate::tlog;
 use knox_attest::{PartyKey, keyfile};
-use knox_verifier::error::{Kind, fail};
+use knox_verify_cli::error::{Kind, fail};
 
 /// The default store and log key directory: `$XDG_DATA_HOME/knox/server` (absolute
 /// only), else `$HOME/.local/share/knox/server`.
@@ -31,14 +31,14 @@ pub fn default_dir() -> Result<PathBuf> {
     if let Some(h) = absolute("HOME") {
         return Ok(h.join(".local").join("share").join("knox").join("server"));
     }
-    Err(knox_verifier::files::usage(
+    Err(knox_verify_cli::files::usage(
         "neither XDG_DATA_HOME nor HOME is set: give --db and --log-key",
     ))
 }
 
 /// Arguments of `knox serve`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = knox_verifier::exit_codes!("  0   never: the server runs until stopped"))]
+#[command(after_help = knox_verify_cli::exit_codes!("  0   never: the server runs until stopped"))]
 pub struct ServeArgs {
     /// The database: `sqlite:///path/store.db` or `postgres://user:pass@host/db`
     /// (default: an SQLite file `store.db` under `$XDG_DATA_HOME/knox/server`).
@@ -49,12 +49,12 @@ pub struct ServeArgs {
     pub listen: SocketAddr,
     /// Who may use the server: providers and regulators with their public keys, and
     /// each regulator's providers (TOML; see docs/server.md).
-    #[arg(long, value_name = "TOML", value_parser = knox_verifier::files::path)]
+    #[arg(long, value_name = "TOML", value_parser = knox_verify_cli::files::path)]
     pub access: Option<PathBuf>,
     /// The transparency log's signing key (`knox keygen`; created, mode 0600, with its
     /// public half `log.pub` beside it, when absent; default: `log.key` beside the
     /// default database).
-    #[arg(long, value_name = "KEY", value_parser = knox_verifier::files::path)]
+    #[arg(long, value_name = "KEY", value_parser = knox_verify_cli::files::path)]
     pub log_key: Option<PathBuf>,
     /// The log's name: the first line of its C2SP checkpoints and the name of its key,
     /// e.g. `regulator.example/knox` (default: the store's, else `knox.invalid/` and the
@@ -69,10 +69,10 @@ pub struct ServeArgs {
     #[arg(long)]
     pub allow_simulated: bool,
     /// The regulator's policy (TOML) every submission is verified under.
-    #[arg(long, value_name = "TOML", value_parser = knox_verifier::files::path)]
+    #[arg(long, value_name = "TOML", value_parser = knox_verify_cli::files::path)]
     pub policy: Option<PathBuf>,
     /// The regulator's regulation policy set (default: the embedded one).
-    #[arg(long, value_name = "DIR", value_parser = knox_verifier::files::path)]
+    #[arg(long, value_name = "DIR", value_parser = knox_verify_cli::files::path)]
     pub policy_set: Option<PathBuf>,
     /// Seconds without a delivery after which a streamed run that was never sealed is
     /// shown as the verified prefix it is (its monitor stopped or died) instead of in
@@ -85,18 +85,18 @@ pub struct ServeArgs {
 /// auditors and `knox submit --log-key`) is written when absent.
 fn load_or_create_log_key(p: &Path) -> Result<PartyKey> {
     let key = if p.symlink_metadata().is_ok() {
-        knox_verifier::keys::load(p)?
+        knox_verify_cli::keys::load(p)?
     } else {
         match create_log_key(p)? {
             Some(key) => key,
             // Another server sharing the folder (a replica started at the same time)
             // created it first: the same log key for both.
-            None => knox_verifier::keys::load(p)?,
+            None => knox_verify_cli::keys::load(p)?,
         }
     };
     let public = p.with_extension("pub");
     if public.symlink_metadata().is_err() {
-        knox_verifier::files::write_file(&public, serde_json::to_vec_pretty(&key.public_key())?)?;
+        knox_verify_cli::files::write_file(&public, serde_json::to_vec_pretty(&key.public_key())?)?;
     }
     Ok(key)
 }
@@ -104,14 +104,14 @@ fn load_or_create_log_key(p: &Path) -> Result<PartyKey> {
 /// A new log key written at `p`; `None` when a file appeared there meanwhile.
 fn create_log_key(p: &Path) -> Result<Option<PartyKey>> {
     if let Some(dir) = p.parent() {
-        knox_verifier::files::create_dir(dir)?;
+        knox_verify_cli::files::create_dir(dir)?;
     }
     let key = PartyKey::generate()?;
-    let opts = knox_verifier::files::WriteOptions {
+    let opts = knox_verify_cli::files::WriteOptions {
         mode: 0o600,
         create_new: true,
     };
-    match knox_verifier::files::write_atomic_with(p, keyfile::encode(&key)?.as_bytes(), opts) {
+    match knox_verify_cli::files::write_atomic_with(p, keyfile::encode(&key)?.as_bytes(), opts) {
         Ok(()) => Ok(Some(key)),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
         Err(e) => Err(fail(
@@ -127,7 +127,7 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
         Some(u) => u.clone(),
         None => {
             let d = default_dir()?;
-            knox_verifier::files::create_dir(&d)?;
+            knox_verify_cli::files::create_dir(&d)?;
             format!("sqlite://{}", d.join("store.db").display())
         }
     };
@@ -143,25 +143,25 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
         )
     })?;
     if let Some(p) = &args.policy {
-        let b = knox_verifier::files::read_input(p, knox_verifier::files::CONFIG)?;
+        let b = knox_verify_cli::files::read_input(p, knox_verify_cli::files::CONFIG)?;
         verifier.policy = Some(
             knox_hw::policy::RegulatorPolicy::from_toml(&b)
-                .map_err(|e| knox_verifier::files::bad_input(p, "a regulator policy", e))?,
+                .map_err(|e| knox_verify_cli::files::bad_input(p, "a regulator policy", e))?,
         );
     }
     if let Some(d) = &args.policy_set {
-        verifier.norms = Some(knox_verifier::regulations::load(Some(d))?);
+        verifier.norms = Some(knox_verify_cli::regulations::load(Some(d))?);
     }
     let access = match &args.access {
         Some(p) => {
-            let text = knox_verifier::files::read_text(p, knox_verifier::files::CONFIG)?;
+            let text = knox_verify_cli::files::read_text(p, knox_verify_cli::files::CONFIG)?;
             let base = p.parent().map_or_else(PathBuf::new, Path::to_path_buf);
             Some((text, base))
         }
         None => None,
     };
     let engine = crate::Engine::of_url(&db_url)
-        .map_err(|e| knox_verifier::files::usage(format!("--db: {e}")))?;
+        .map_err(|e| knox_verify_cli::files::usage(format!("--db: {e}")))?;
     let witnesses = args
         .witness
         .iter()
@@ -181,7 +181,7 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
     serve_blocking(opts, |addr, _, vkey| {
         // The log's verifier key, for auditors (`knox log --log-key`).
         let vkey_path = log_key_path.with_extension("vkey");
-        if let Err(e) = knox_verifier::files::write_file(&vkey_path, format!("{vkey}\n")) {
+        if let Err(e) = knox_verify_cli::files::write_file(&vkey_path, format!("{vkey}\n")) {
             eprintln!("knox serve: cannot write {}: {e}", vkey_path.display());
         }
         eprintln!(
@@ -202,23 +202,23 @@ pub fn serve(args: &ServeArgs) -> Result<i32> {
 
 /// Arguments of `knox submit`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = knox_verifier::exit_codes!(
+#[command(after_help = knox_verify_cli::exit_codes!(
     "  0   every FILE stored and verified complete, each inclusion proof checked\
    \n  1   a FILE was stored but did not verify complete (tampered, prefix, refused)\
    \n  69  the server refused a FILE or could not be reached"
 ))]
 pub struct SubmitArgs {
     /// Evidence bundles or journals.
-    #[arg(required = true, value_name = "FILE", value_parser = knox_verifier::files::path)]
+    #[arg(required = true, value_name = "FILE", value_parser = knox_verify_cli::files::path)]
     pub files: Vec<PathBuf>,
     /// The server, `http://HOST:PORT`.
     #[arg(long, value_name = "URL")]
     pub to: String,
     /// The provider's private key (`knox keygen`).
-    #[arg(long, value_name = "KEY", value_parser = knox_verifier::files::path)]
+    #[arg(long, value_name = "KEY", value_parser = knox_verify_cli::files::path)]
     pub key: PathBuf,
     /// The log's public key (`.pub`) to pin: heads signed by another key are refused.
-    #[arg(long, value_name = "PUB", value_parser = knox_verifier::files::path)]
+    #[arg(long, value_name = "PUB", value_parser = knox_verify_cli::files::path)]
     pub log_key: Option<PathBuf>,
     /// Print the answers (with their inclusion proofs) as JSON.
     #[arg(long)]
@@ -227,23 +227,23 @@ pub struct SubmitArgs {
 
 fn pinned(p: Option<&Path>) -> Result<Option<knox_types::bundle::PublicKey>> {
     p.map(|p| {
-        let text = knox_verifier::files::read_text(p, knox_verifier::files::KEY)?;
+        let text = knox_verify_cli::files::read_text(p, knox_verify_cli::files::KEY)?;
         serde_json::from_str(&text)
-            .map_err(|e| knox_verifier::files::bad_input(p, "a public key", e))
+            .map_err(|e| knox_verify_cli::files::bad_input(p, "a public key", e))
     })
     .transpose()
 }
 
 /// Submits each file; checks each inclusion proof.
 pub fn submit(args: &SubmitArgs) -> Result<i32> {
-    let key = knox_verifier::keys::load(&args.key)?;
+    let key = knox_verify_cli::keys::load(&args.key)?;
     let client =
-        Client::new(&args.to, key).map_err(|e| knox_verifier::files::usage(e.to_string()))?;
+        Client::new(&args.to, key).map_err(|e| knox_verify_cli::files::usage(e.to_string()))?;
     let pin = pinned(args.log_key.as_deref())?;
     let mut worst = 0;
     let mut out = Vec::new();
     for f in &args.files {
-        let bytes = knox_verifier::files::read_input(f, knox_verifier::files::EVIDENCE)?;
+        let bytes = knox_verify_cli::files::read_input(f, knox_verify_cli::files::EVIDENCE)?;
         let r = client
             .submit(&bytes)
             .map_err(|e| fail(Kind::Unavailable, format!("`{}`: {e}", f.display())))?;
@@ -267,7 +267,7 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
                 "inclusion": r.inclusion,
             }));
         } else {
-            knox_verifier::outln!(
+            knox_verify_cli::outln!(
                 "{}: {} {}{} — log entry {} of {}, root {} (inclusion proof checked)",
                 f.display(),
                 r.run_id,
@@ -278,42 +278,42 @@ pub fn submit(args: &SubmitArgs) -> Result<i32> {
                 r.inclusion.head.root
             );
             if let Some(reason) = &r.reason {
-                knox_verifier::outln!("  {reason}");
+                knox_verify_cli::outln!("  {reason}");
             }
         }
     }
     if args.json {
-        knox_verifier::outln!("{}", serde_json::to_string_pretty(&out)?);
+        knox_verify_cli::outln!("{}", serde_json::to_string_pretty(&out)?);
     }
     Ok(worst)
 }
 
 /// Arguments of `knox login`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = knox_verifier::exit_codes!("  0   the link is printed\n  69  the server refused or could not be reached"))]
+#[command(after_help = knox_verify_cli::exit_codes!("  0   the link is printed\n  69  the server refused or could not be reached"))]
 pub struct LoginArgs {
     /// The server, `http://HOST:PORT`.
     #[arg(long, value_name = "URL")]
     pub to: String,
     /// Your private key (`knox keygen`).
-    #[arg(long, value_name = "KEY", value_parser = knox_verifier::files::path)]
+    #[arg(long, value_name = "KEY", value_parser = knox_verify_cli::files::path)]
     pub key: PathBuf,
 }
 
 /// Prints a browser login link (15 minutes).
 pub fn login(args: &LoginArgs) -> Result<i32> {
-    let client = Client::new(&args.to, knox_verifier::keys::load(&args.key)?)
-        .map_err(|e| knox_verifier::files::usage(e.to_string()))?;
+    let client = Client::new(&args.to, knox_verify_cli::keys::load(&args.key)?)
+        .map_err(|e| knox_verify_cli::files::usage(e.to_string()))?;
     let link = client
         .login()
         .map_err(|e| fail(Kind::Unavailable, e.to_string()))?;
-    knox_verifier::outln!("{link}");
+    knox_verify_cli::outln!("{link}");
     Ok(0)
 }
 
 /// Arguments of `knox report`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = knox_verifier::exit_codes!("  0   the report is written\n  69  the server refused or could not be reached"))]
+#[command(after_help = knox_verify_cli::exit_codes!("  0   the report is written\n  69  the server refused or could not be reached"))]
 pub struct ReportArgs {
     /// The provider (a provider's own key needs no name).
     #[arg(long)]
@@ -328,10 +328,10 @@ pub struct ReportArgs {
     #[arg(long, value_name = "URL")]
     pub to: String,
     /// Your private key (`knox keygen`).
-    #[arg(long, value_name = "KEY", value_parser = knox_verifier::files::path)]
+    #[arg(long, value_name = "KEY", value_parser = knox_verify_cli::files::path)]
     pub key: PathBuf,
     /// Write the report here.
-    #[arg(long, value_name = "FILE", value_parser = knox_verifier::files::path)]
+    #[arg(long, value_name = "FILE", value_parser = knox_verify_cli::files::path)]
     pub out: PathBuf,
     /// The report as PDF (A4, the PDF standard fonts, each run linked back to its
     /// page on the server) instead of HTML.
@@ -341,17 +341,17 @@ pub struct ReportArgs {
 
 /// Fetches the exit report (HTML or PDF) and writes it.
 pub fn report(args: &ReportArgs) -> Result<i32> {
-    let key = knox_verifier::keys::load(&args.key)?;
-    knox_verifier::files::refuse_input_as_output(&args.out)?;
+    let key = knox_verify_cli::keys::load(&args.key)?;
+    knox_verify_cli::files::refuse_input_as_output(&args.out)?;
     let client =
-        Client::new(&args.to, key).map_err(|e| knox_verifier::files::usage(e.to_string()))?;
+        Client::new(&args.to, key).map_err(|e| knox_verify_cli::files::usage(e.to_string()))?;
     let mut q = Vec::new();
     if let Some(p) = &args.provider {
         if !p
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         {
-            return Err(knox_verifier::files::usage(
+            return Err(knox_verify_cli::files::usage(
                 "--provider: letters, digits, `-`, `_`, `.`",
             ));
         }
@@ -375,7 +375,7 @@ pub fn report(args: &ReportArgs) -> Result<i32> {
             ),
         ));
     }
-    knox_verifier::files::write_file(&args.out, body)?;
+    knox_verify_cli::files::write_file(&args.out, body)?;
     eprintln!("exit report written to {}", args.out.display());
     Ok(0)
 }
@@ -401,7 +401,7 @@ pub fn announcement_file(a: &knox_types::bundle::Announcement, out: &Path) -> Re
         "key-{}.announcement.json",
         id.get(..16).unwrap_or(&id)
     ));
-    knox_verifier::files::write_file(&path, &bytes)?;
+    knox_verify_cli::files::write_file(&path, &bytes)?;
     Ok(bytes)
 }
 
@@ -410,17 +410,17 @@ impl Stream {
     pub fn start(url: &str, key: &Path, dir: &Path) -> Result<Self> {
         let client = |k| {
             Client::new(url, k)
-                .map_err(|e| knox_verifier::files::usage(format!("--stream-to: {e}")))
+                .map_err(|e| knox_verify_cli::files::usage(format!("--stream-to: {e}")))
         };
         let streamer = crate::stream::Streamer::watch(
-            client(knox_verifier::keys::load(key)?)?,
+            client(knox_verify_cli::keys::load(key)?)?,
             dir.to_owned(),
             std::time::Duration::from_millis(100),
         )
         .map_err(|e| fail(Kind::Software, format!("cannot start streaming: {e}")))?;
         Ok(Self {
             streamer,
-            client: client(knox_verifier::keys::load(key)?)?,
+            client: client(knox_verify_cli::keys::load(key)?)?,
             announced: 0,
             sealed: 0,
             errors: Vec::new(),

@@ -7,13 +7,13 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use knox_verifier::{cli, hardware, keys, prove, receipts, regulations, verify};
+use knox_verify_cli::{cli, hardware, keys, prove, receipts, regulations, verify};
 
 /// Knox's offline verifier: checks evidence bundles and run journals, verification
 /// receipts, inclusion proofs and hardware evidence, with no network and no access to
 /// the prover.
 #[derive(Debug, Parser)]
-#[command(name = "knox-verify", version = knox_verifier::VERSION, propagate_version = true)]
+#[command(name = "knox-verify", version = knox_verify_cli::VERSION, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

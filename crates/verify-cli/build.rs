@@ -1,5 +1,5 @@
 //! Names the commit `knox --version` and `knox-verify --version` report (the
-//! `KNOX_COMMIT` in `knox_verifier::VERSION`): `git rev-parse --short HEAD` of this
+//! `KNOX_COMMIT` in `knox_verify_cli::VERSION`): `git rev-parse --short HEAD` of this
 //! repository when it is a git checkout, else `unknown` (a tarball build). Git is asked
 //! about this repository only: a tree unpacked inside another repository does not take
 //! that repository's commit.
@@ -46,7 +46,7 @@ fn commit(root: &Path) -> Option<String> {
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     let manifest = std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from);
-    // This crate is `crates/verifier` of the repository.
+    // This crate is `crates/verify-cli` of the repository.
     let root = manifest
         .as_deref()
         .and_then(Path::parent)
