@@ -594,6 +594,16 @@ pub struct Evaluation<'m> {
 }
 
 impl Evaluation<'_> {
+    /// The contract budget an allowed call reserves (its contract check's reservation):
+    /// the ledger event the monitor applies before the call runs and the verifier
+    /// applies when it replays the call. `None` for a refused call, or without a
+    /// contract.
+    pub fn reservation(&self) -> Option<knox_contract::LedgerEvent> {
+        contract::of(&self.checks)
+            .and_then(contract::reserved)
+            .filter(|_| matches!(self.decision, Decision::Allow { .. }))
+    }
+
     /// The state change this evaluation makes.
     pub fn change(&self) -> StateChange {
         let position = self.call.position;

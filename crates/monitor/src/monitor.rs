@@ -627,9 +627,7 @@ impl<'a> Monitor<'a> {
         {
             eval = evaluate(Some(contract_now(token.as_ref(), &ledger, Some(&by))));
         }
-        let reserved = knox_guards::contract::of(&eval.checks)
-            .and_then(knox_guards::contract::reserved)
-            .filter(|_| matches!(eval.decision, Decision::Allow { .. }));
+        let reserved = eval.reservation();
         if let Some(ev) = &reserved
             && ledger.apply(ev).is_err()
         {

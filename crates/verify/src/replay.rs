@@ -819,9 +819,7 @@ impl<'a> Replayer<'a, '_> {
             .get_mut(call.agent.as_str())
             .ok_or((Some(call.seq), "agent vanished".to_string()))?;
         st.state.apply(eval.change());
-        let reserved = knox_guards::contract::of(&eval.checks)
-            .and_then(knox_guards::contract::reserved)
-            .filter(|_| matches!(eval.decision, Decision::Allow { .. }));
+        let reserved = eval.reservation();
         let reservation = match &reserved {
             Some(ev @ LedgerEvent::Reserved { id, .. }) => {
                 self.ledger
