@@ -272,14 +272,14 @@ pub(crate) struct Read {
 
 impl Read {
     /// Every fact: the context the schema describes.
-    pub const ALL: Self = Self {
+    pub(crate) const ALL: Self = Self {
         strings: [true; STRINGS.len()],
         bools: [true; BOOLS.len()],
         sets: [true; SETS.len()],
     };
 
     /// The facts some policy of `policies` reads.
-    pub fn of<'p>(policies: impl IntoIterator<Item = &'p Policy>) -> Self {
+    pub(crate) fn of<'p>(policies: impl IntoIterator<Item = &'p Policy>) -> Self {
         let mut paths: Vec<Vec<String>> = Vec::new();
         for p in policies {
             match p.to_json() {
@@ -368,7 +368,7 @@ pub(crate) struct Slice {
 
 impl Sliced {
     /// Reads the guard of every policy of `set`, and whether it is the whole policy.
-    pub fn new(set: &PolicySet) -> Self {
+    pub(crate) fn new(set: &PolicySet) -> Self {
         let (policies, complete) = set
             .policies()
             .map(|p| {
@@ -388,7 +388,7 @@ impl Sliced {
     /// before is the one built then ([`KEPT_SLICES`] patterns at most).
     /// (The set cannot refuse them — they come from a valid set with unique ids — but
     /// Cedar's API says it may, and why, as text.)
-    pub fn slice(&self, facts: &Facts<'_>) -> Result<Arc<Slice>, String> {
+    pub(crate) fn slice(&self, facts: &Facts<'_>) -> Result<Arc<Slice>, String> {
         let mut holding = vec![0u64; self.policies.len().div_ceil(64)].into_boxed_slice();
         for (i, (g, _)) in self.policies.iter().enumerate() {
             if g.holds(facts)
@@ -451,7 +451,7 @@ impl Sliced {
 
     /// How many policies have a guard that reads at least one conjunct.
     #[cfg(test)]
-    pub fn guarded(&self) -> usize {
+    pub(crate) fn guarded(&self) -> usize {
         self.policies
             .iter()
             .filter(|(g, _)| *g != Guard::All(vec![]))
@@ -460,7 +460,7 @@ impl Sliced {
 
     /// How many policies the guards read whole ([`guard_of`]).
     #[cfg(test)]
-    pub fn complete(&self) -> usize {
+    pub(crate) fn complete(&self) -> usize {
         self.complete.iter().filter(|c| **c).count()
     }
 }

@@ -88,7 +88,7 @@ impl Reader<'_> {
     }
 
     /// Records a repeated key (the scan's positions are relative to `base`).
-    pub fn duplicate(&mut self, d: &JsonError, base: usize, node: Option<u64>) {
+    pub(crate) fn duplicate(&mut self, d: &JsonError, base: usize, node: Option<u64>) {
         let json::JsonErrorKind::DuplicateKey(key) = &d.kind else {
             return;
         };
@@ -109,7 +109,7 @@ impl Reader<'_> {
 
     /// Checks the spans of one document; `apm` is the typed APM read from it (for the
     /// header or bundle) so its reading can be compared with what is written.
-    pub fn spans(
+    pub(crate) fn spans(
         &mut self,
         doc: &[u8],
         scan: &Scan,

@@ -131,7 +131,7 @@ impl Handle {
     /// Notes the content of an answer relayed to the client: a later header-less
     /// request whose opening extends this conversation's and carries it continues the
     /// conversation (a ReAct scratchpad holds the answers it was given).
-    pub fn answered(&self, content: &str) {
+    pub(super) fn answered(&self, content: &str) {
         let Some(answers) = &self.answers else {
             return;
         };
@@ -152,7 +152,10 @@ impl Handle {
     }
 
     /// Proposes `calls` to the monitor; one decision each, in order.
-    pub fn mediate(&self, calls: Vec<(String, ProposedCall)>) -> Result<Vec<Decision>, ApiError> {
+    pub(super) fn mediate(
+        &self,
+        calls: Vec<(String, ProposedCall)>,
+    ) -> Result<Vec<Decision>, ApiError> {
         let (reply, rx) = mpsc::channel();
         self.tx
             .send(Cmd::Mediate { calls, reply })
@@ -162,7 +165,7 @@ impl Handle {
 
     /// Hands tool results to the run (those not answering a pending allowed call are
     /// ignored there) and waits until they are recorded.
-    pub fn record(&self, results: Vec<(String, Value)>) -> Result<(), ApiError> {
+    pub(super) fn record(&self, results: Vec<(String, Value)>) -> Result<(), ApiError> {
         if results.is_empty() {
             return Ok(());
         }
@@ -378,7 +381,7 @@ impl Table {
     /// No conversation yet; the executor is a model at `upstream` (base URL); bundles
     /// land in `out` (the session's output directory), and `on_seal` is told of each
     /// conversation as it is sealed.
-    pub fn new(
+    pub(super) fn new(
         session: Arc<Session>,
         upstream: &str,
         idle: Duration,
@@ -401,7 +404,7 @@ impl Table {
     }
 
     /// The session conversations run in.
-    pub fn session(&self) -> &Session {
+    pub(super) fn session(&self) -> &Session {
         &self.session
     }
 
@@ -410,7 +413,7 @@ impl Table {
     /// (idle, or stopped) is refused, naming its run: re-planning it would let the plan's
     /// steps that already ran run again, the repeat visible nowhere. A request that
     /// starts one (no assistant or tool message) opens a new run under the same key.
-    pub fn get_or_open(
+    pub(super) fn get_or_open(
         &self,
         key: &str,
         messages: &[Value],
@@ -522,7 +525,7 @@ impl Table {
 
     /// Seals every live conversation and waits for their bundles; returns every
     /// conversation sealed so far.
-    pub fn seal_all(&self) -> Vec<Sealed> {
+    pub(super) fn seal_all(&self) -> Vec<Sealed> {
         let slots: Vec<Slot> = lock(&self.live).drain().map(|(_, s)| s).collect();
         for s in slots {
             if let Some(h) = lock(&s).take() {
@@ -538,12 +541,12 @@ impl Table {
     }
 
     /// The conversations sealed so far.
-    pub fn sealed(&self) -> Vec<Sealed> {
+    pub(super) fn sealed(&self) -> Vec<Sealed> {
         lock(&self.sealed).clone()
     }
 
     /// How many conversations are live.
-    pub fn live(&self) -> usize {
+    pub(super) fn live(&self) -> usize {
         lock(&self.live)
             .values()
             .filter(|s| lock(s).is_some())

@@ -91,7 +91,7 @@ pub(crate) struct Translated {
 
 impl Translated {
     /// The chat messages (the upstream body's).
-    pub fn messages(&self) -> &[Value] {
+    pub(super) fn messages(&self) -> &[Value] {
         self.chat
             .get("messages")
             .and_then(Value::as_array)

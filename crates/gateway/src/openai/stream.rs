@@ -61,7 +61,7 @@ pub(crate) struct StreamMediator<'m> {
 
 impl<'m> StreamMediator<'m> {
     /// A stream of run `run`; text calls read against `text_calls` unless `None`.
-    pub fn new(run: &str, text_calls: Option<&'m ToolkitManifest>) -> Self {
+    pub(super) fn new(run: &str, text_calls: Option<&'m ToolkitManifest>) -> Self {
         Self {
             run: run.to_owned(),
             text_calls,
@@ -70,7 +70,7 @@ impl<'m> StreamMediator<'m> {
     }
 
     /// Takes one upstream chunk; returns the chunks to send, in order.
-    pub fn feed(
+    pub(super) fn feed(
         &mut self,
         mut chunk: Value,
         mediate: &mut Mediate<'_>,
@@ -127,7 +127,7 @@ impl<'m> StreamMediator<'m> {
 
     /// At the stream's end: mediates and releases the calls of choices that never
     /// finished.
-    pub fn finish(&mut self, mediate: &mut Mediate<'_>) -> Result<Vec<Value>, ApiError> {
+    pub(super) fn finish(&mut self, mediate: &mut Mediate<'_>) -> Result<Vec<Value>, ApiError> {
         let mut out = Vec::new();
         let mut choices: Vec<u64> = self.held.keys().copied().collect();
         choices.extend(self.texts.keys().copied());

@@ -27,7 +27,7 @@ pub(crate) struct Answer {
 
 impl Upstream {
     /// The upstream at `base` (the OpenAI `base_url`, up to and including `/v1`).
-    pub fn new(base: &str, api_key: Option<String>, timeout: Duration) -> Self {
+    pub(super) fn new(base: &str, api_key: Option<String>, timeout: Duration) -> Self {
         let agent = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
             .http_status_as_error(false)
@@ -41,7 +41,7 @@ impl Upstream {
     }
 
     /// `base` + `path`.
-    pub fn url(&self, path: &str) -> String {
+    pub(super) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
@@ -61,7 +61,12 @@ impl Upstream {
     }
 
     /// POSTs `body` (JSON) to `path`.
-    pub fn post(&self, path: &str, body: &[u8], auth: Option<&str>) -> Result<Answer, ApiError> {
+    pub(super) fn post(
+        &self,
+        path: &str,
+        body: &[u8],
+        auth: Option<&str>,
+    ) -> Result<Answer, ApiError> {
         let mut req = self
             .agent
             .post(self.url(path))
@@ -77,7 +82,7 @@ impl Upstream {
     }
 
     /// GETs `path`.
-    pub fn get(&self, path: &str, auth: Option<&str>) -> Result<Answer, ApiError> {
+    pub(super) fn get(&self, path: &str, auth: Option<&str>) -> Result<Answer, ApiError> {
         let mut req = self.agent.get(self.url(path));
         if let Some(a) = self.auth(auth) {
             req = req.header("Authorization", &a);
@@ -90,7 +95,7 @@ impl Upstream {
     }
 
     /// A whole (bounded) answer body as text.
-    pub fn text(&self, path: &str, body: &mut ureq::Body) -> Result<String, ApiError> {
+    pub(super) fn text(&self, path: &str, body: &mut ureq::Body) -> Result<String, ApiError> {
         body.with_config()
             .limit(MAX_RESPONSE_BYTES)
             .read_to_string()
@@ -104,14 +109,14 @@ pub(crate) struct Events<R> {
 }
 
 impl<R: Read> Events<R> {
-    pub fn new(reader: R) -> Self {
+    pub(super) fn new(reader: R) -> Self {
         Self {
             reader: std::io::BufReader::new(reader),
         }
     }
 
     /// The next `data:` payload (other fields, comments and blank lines skipped).
-    pub fn next_data(&mut self) -> std::io::Result<Option<String>> {
+    pub(super) fn next_data(&mut self) -> std::io::Result<Option<String>> {
         loop {
             let mut line = Vec::new();
             let n = (&mut self.reader)

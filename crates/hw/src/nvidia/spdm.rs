@@ -1,7 +1,7 @@
 //! SPDM 1.1 GET_MEASUREMENTS request and MEASUREMENTS response as NVIDIA Hopper GPUs return them, parsed without trusting any length.
 
 /// SPDM version byte for 1.1, the version Hopper speaks.
-pub const SPDM_1_1: u8 = 0x11;
+pub(super) const SPDM_1_1: u8 = 0x11;
 const GET_MEASUREMENTS: u8 = 0xE0;
 const MEASUREMENTS: u8 = 0x60;
 /// Length of the GET_MEASUREMENTS request with a signature requested.

@@ -4,29 +4,29 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// `data/attestation` (vendored at the repository root) seen from this crate.
-pub fn vectors() -> PathBuf {
+pub(super) fn vectors() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/attestation")
 }
 
-pub fn read(rel: &str) -> Vec<u8> {
+pub(super) fn read(rel: &str) -> Vec<u8> {
     let path = vectors().join(rel);
     std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
 /// A file holding hex text (whitespace ignored).
-pub fn read_hex(rel: &str) -> Vec<u8> {
+pub(super) fn read_hex(rel: &str) -> Vec<u8> {
     let text = String::from_utf8(read(rel)).unwrap();
     let clean: String = text.split_whitespace().collect();
     let clean = clean.trim_start_matches("0x");
     hex::decode(clean).unwrap()
 }
 
-pub fn at(unix: u64) -> SystemTime {
+pub(super) fn at(unix: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(unix)
 }
 
 /// RFC 3339 `YYYY-MM-DDTHH:MM:SSZ` to a time, for readable tests.
-pub fn utc(s: &str) -> SystemTime {
+pub(super) fn utc(s: &str) -> SystemTime {
     let (date, time) = s.trim_end_matches('Z').split_once('T').unwrap();
     let d: Vec<i64> = date.split('-').map(|x| x.parse().unwrap()).collect();
     let t: Vec<i64> = time.split(':').map(|x| x.parse().unwrap()).collect();

@@ -9,32 +9,32 @@ use knox_policy::ToolkitManifest;
 use knox_types::bundle::Bundle;
 use knox_verify::{Options, Outcome, Report};
 
-pub fn runtime() -> &'static knox_harness::Harness {
+pub(super) fn runtime() -> &'static knox_harness::Harness {
     static RT: OnceLock<knox_harness::Harness> = OnceLock::new();
     RT.get_or_init(|| session::embedded_runtime(b"test-epoch").unwrap())
 }
 
-pub fn manifest() -> &'static ToolkitManifest {
+pub(super) fn manifest() -> &'static ToolkitManifest {
     static M: OnceLock<ToolkitManifest> = OnceLock::new();
     M.get_or_init(|| session::embedded_manifest().unwrap())
 }
 
-pub const ALLOW: Options = knox_verify::Options::DANGEROUS_SIMULATED;
+pub(super) const ALLOW: Options = knox_verify::Options::DANGEROUS_SIMULATED;
 
 /// The `knox` binary under test.
-pub fn knox() -> std::process::Command {
+pub(super) fn knox() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_knox"))
 }
 
 /// Whether the tests run as root (tools then run as the unprivileged uid 65520).
-pub fn caller_is_root() -> bool {
+pub(super) fn caller_is_root() -> bool {
     use std::os::unix::fs::MetadataExt as _;
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
 /// Whether a `knox` run could not start its kernel sandbox here (exit 69 naming it):
 /// the caller then skips, saying so. In CI the sandbox must be there: it fails instead.
-pub fn sandbox_unavailable(o: &std::process::Output) -> bool {
+pub(super) fn sandbox_unavailable(o: &std::process::Output) -> bool {
     let stderr = String::from_utf8_lossy(&o.stderr);
     if o.status.code() != Some(69) || !stderr.contains("kernel sandbox") {
         return false;
@@ -49,7 +49,7 @@ pub fn sandbox_unavailable(o: &std::process::Output) -> bool {
 
 /// Runs a `knox` invocation; fails the test with both output streams unless it
 /// succeeds, and returns its standard output.
-pub fn succeeds(cmd: &mut std::process::Command) -> String {
+pub(super) fn succeeds(cmd: &mut std::process::Command) -> String {
     let out = cmd.output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
@@ -61,16 +61,16 @@ pub fn succeeds(cmd: &mut std::process::Command) -> String {
 }
 
 /// A JSON file the test's run wrote.
-pub fn read_json(path: &std::path::Path) -> serde_json::Value {
+pub(super) fn read_json(path: &std::path::Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
-pub fn verify(b: &Bundle) -> Report {
+pub(super) fn verify(b: &Bundle) -> Report {
     knox_verify::verify_bundle(b, manifest(), ALLOW)
 }
 
 /// A workload of `flows` InjecAgent flows shaped as `spec`.
-pub fn workload(spec: &str, flows: usize) -> SuiteRun<'static> {
+pub(super) fn workload(spec: &str, flows: usize) -> SuiteRun<'static> {
     SuiteRun::new(
         Suite::Injecagent,
         &runtime().data,
@@ -81,7 +81,7 @@ pub fn workload(spec: &str, flows: usize) -> SuiteRun<'static> {
 
 /// Every outcome of `run` with the deterministic `executor`, in a simulated session
 /// `configure` completes (a model, a host, a journal, a stop policy…).
-pub fn outcomes_with(
+pub(super) fn outcomes_with(
     run: &SuiteRun<'_>,
     executor: ExecutorKind,
     configure: impl FnOnce(SessionBuilder) -> SessionBuilder,
@@ -95,7 +95,7 @@ pub fn outcomes_with(
 }
 
 /// Every outcome of `run` through `session`.
-pub fn run_all(run: &SuiteRun<'_>, session: &Session) -> Vec<RunOutcome> {
+pub(super) fn run_all(run: &SuiteRun<'_>, session: &Session) -> Vec<RunOutcome> {
     let mut out = Vec::new();
     session::run_suite(session, run, |o| {
         out.push(RunOutcome {
@@ -110,12 +110,12 @@ pub fn run_all(run: &SuiteRun<'_>, session: &Session) -> Vec<RunOutcome> {
 }
 
 /// Every outcome of the workload `spec` over `flows` flows with `executor`.
-pub fn outcomes(spec: &str, executor: ExecutorKind, flows: usize) -> Vec<RunOutcome> {
+pub(super) fn outcomes(spec: &str, executor: ExecutorKind, flows: usize) -> Vec<RunOutcome> {
     outcomes_with(&workload(spec, flows), executor, |b| b)
 }
 
 /// One injected-executor bundle of the workload `spec`, using flows starting at `skip`.
-pub fn bundle(spec: &str) -> Bundle {
+pub(super) fn bundle(spec: &str) -> Bundle {
     outcomes(spec, ExecutorKind::Injected, spec_tasks(spec))
         .remove(0)
         .bundle
@@ -127,7 +127,7 @@ fn spec_tasks(spec: &str) -> usize {
 }
 
 /// The topologies the tamper suite covers: one of each shape.
-pub const TOPOLOGIES: [&str; 5] = [
+pub(super) const TOPOLOGIES: [&str; 5] = [
     "st-sa",
     "mt-sa-seq:2",
     "mt-sa-int:3",
@@ -135,7 +135,7 @@ pub const TOPOLOGIES: [&str; 5] = [
     "mt-ma:3:3",
 ];
 
-pub fn assert_tampered(b: &Bundle, what: &str) -> Option<u64> {
+pub(super) fn assert_tampered(b: &Bundle, what: &str) -> Option<u64> {
     match verify(b).outcome {
         Outcome::Tampered { node, .. } => node,
         other => panic!("{what}: expected tampered, got {other:?}"),
@@ -152,21 +152,25 @@ use knox_types::bundle::{ApmAttestation, ModelInfo, ModelRole};
 use knox_types::digest::Digest;
 
 /// A hand-made plan under the monitor, for guard-level tests.
-pub struct Harness {
+pub(super) struct Harness {
     pub apm: Apm,
     pub apm_hash: Digest,
     pub att: ApmAttestation,
     pub models: Vec<ModelInfo>,
 }
 
-pub fn harness(tasks: Vec<Vec<ExpectedCall>>, topology: Topology, stop: StopPolicy) -> Harness {
+pub(super) fn harness(
+    tasks: Vec<Vec<ExpectedCall>>,
+    topology: Topology,
+    stop: StopPolicy,
+) -> Harness {
     let prompt = Prompt {
         tasks: (0..tasks.len()).map(|i| format!("task {i}")).collect(),
     };
     harness_for(prompt, tasks, topology, stop)
 }
 
-pub fn harness_for(
+pub(super) fn harness_for(
     prompt: Prompt,
     tasks: Vec<Vec<ExpectedCall>>,
     topology: Topology,
@@ -176,12 +180,12 @@ pub fn harness_for(
 }
 
 /// The embedded regulation policy set.
-pub fn norms() -> &'static knox_regulation::Norms {
+pub(super) fn norms() -> &'static knox_regulation::Norms {
     static N: OnceLock<knox_regulation::Norms> = OnceLock::new();
     N.get_or_init(|| knox_regulation::Norms::embedded().unwrap())
 }
 
-pub fn harness_regulated(
+pub(super) fn harness_regulated(
     prompt: Prompt,
     tasks: Vec<Vec<ExpectedCall>>,
     topology: Topology,
@@ -214,7 +218,7 @@ pub fn harness_regulated(
 }
 
 impl Harness {
-    pub fn monitor(&self, signal: StopSignal, aeg: AegBuilder) -> Monitor<'_> {
+    pub(super) fn monitor(&self, signal: StopSignal, aeg: AegBuilder) -> Monitor<'_> {
         let spec = &self.apm.guards.regulation;
         let norms = spec.policy_hash.map(|_| norms());
         let regulator = knox_regulation::Regulator::new(spec, norms).unwrap();
@@ -223,7 +227,7 @@ impl Harness {
 
     /// A monitor whose regulation guard is `regulator` (with `judge`), whatever the APM
     /// says: how a test plays a monitor that decides otherwise.
-    pub fn monitor_deciding<'a>(
+    pub(super) fn monitor_deciding<'a>(
         &'a self,
         signal: StopSignal,
         aeg: AegBuilder,
@@ -247,7 +251,7 @@ impl Harness {
         Monitor::start(cfg, regulator, judge)
     }
 
-    pub fn seal(&self, aeg: FinishedAeg) -> Bundle {
+    pub(super) fn seal(&self, aeg: FinishedAeg) -> Bundle {
         knox_monitor::run::seal(
             runtime(),
             "test-run",
@@ -261,11 +265,11 @@ impl Harness {
     }
 }
 
-pub fn params(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+pub(super) fn params(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
     v.as_object().cloned().unwrap()
 }
 
-pub fn raw(tool: &str, p: serde_json::Value) -> Vec<u8> {
+pub(super) fn raw(tool: &str, p: serde_json::Value) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({"tool": tool, "params": p})).unwrap()
 }
 
@@ -273,14 +277,14 @@ pub fn raw(tool: &str, p: serde_json::Value) -> Vec<u8> {
 /// tests of this binary run in parallel, so it is switched back off (when it was
 /// off) only after the last holder is gone — a test that restored it on its own
 /// could switch it off under another one's run.
-pub struct AuditOn(());
+pub(super) struct AuditOn(());
 
 /// Holders, and whether the audit was off before the first.
 static AUDIT_ON: std::sync::Mutex<(usize, bool)> = std::sync::Mutex::new((0, false));
 
 impl AuditOn {
     /// Switches the audit on; `None` when it cannot be (not root, no audit here).
-    pub fn take() -> Option<Self> {
+    pub(super) fn take() -> Option<Self> {
         let mut holders = AUDIT_ON
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -307,7 +311,7 @@ impl Drop for AuditOn {
 
 /// A planner that returns a fixed plan (the tasks' expected calls) in a trajectory mode,
 /// whatever the prompt: for tests that drive an engine session with a plan they wrote.
-pub struct FixedPlan {
+pub(super) struct FixedPlan {
     /// Each task's expected calls.
     pub tasks: Vec<Vec<ExpectedCall>>,
     /// How the plan is followed.
@@ -344,7 +348,12 @@ impl knox_agent::Planner for FixedPlan {
 /// The file of prompt run `n` in `dir`: `<prefix>-<8 hex digits of the key id>-<n>` and
 /// `suffix` (`.json`, `.journal.jsonl`). Run ids carry their process's key, so the one
 /// file of that shape is found; two (the same run number of two processes) fail.
-pub fn run_file(dir: &std::path::Path, prefix: &str, n: u32, suffix: &str) -> std::path::PathBuf {
+pub(super) fn run_file(
+    dir: &std::path::Path,
+    prefix: &str,
+    n: u32,
+    suffix: &str,
+) -> std::path::PathBuf {
     let tail = format!("-{n:04}{suffix}");
     let found = run_files(dir, prefix, n, suffix);
     assert_eq!(
@@ -358,7 +367,7 @@ pub fn run_file(dir: &std::path::Path, prefix: &str, n: u32, suffix: &str) -> st
 
 /// Every file of prompt run `n` in `dir` (see [`run_file`]): one per process that wrote
 /// a run `n` there; none while nothing was written (or `dir` does not exist yet).
-pub fn run_files(
+pub(super) fn run_files(
     dir: &std::path::Path,
     prefix: &str,
     n: u32,

@@ -18,7 +18,7 @@ const CALLS: usize = 1_500;
 
 /// A sealed single-agent run of `CALLS` allowed e-mail reads (and a blocked transfer
 /// before every tenth), as bundle bytes, and its node count.
-pub fn big_run() -> (Vec<u8>, usize) {
+pub(crate) fn big_run() -> (Vec<u8>, usize) {
     let manifest = knox_policy::shipped::current().unwrap();
     let rt = Runtime::start(&Simulated, b"pages-bench", manifest).unwrap();
     let email = |i: usize| format!("email-{i:05}");

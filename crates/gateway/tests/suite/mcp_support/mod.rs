@@ -35,7 +35,7 @@ use serde_json::{Map, Value, json};
 /// The upstream: one listed `echo` tool answering its `text` (any other name is
 /// echoed too, and `hang` never answers).
 #[derive(Clone)]
-pub struct Echo;
+pub(crate) struct Echo;
 
 impl ServerHandler for Echo {
     fn get_info(&self) -> ServerConfig {
@@ -79,7 +79,7 @@ impl ServerHandler for Echo {
 }
 
 /// The upstream's tool as the gateway's toolkit manifest declares it: `up.echo`, a read.
-pub const MANIFEST: &str = r#"format = "knox-toolkit/1"
+pub(crate) const MANIFEST: &str = r#"format = "knox-toolkit/1"
 description = "echo"
 [runtime]
 syscalls = ["read", "write", "exit_group"]
@@ -105,10 +105,10 @@ text = { type = "string" }
 /// HTTP servers do: with Nagle on, each answer after a session's first waits about
 /// 40 ms for the gateway's delayed acknowledgement of the upstream's priming event
 /// (docs/gateway-mcp.md, "Measured"), which hides every other cost.
-pub const UPSTREAM_NAGLE: &str = "KNOX_BENCH_UPSTREAM_NAGLE";
+pub(crate) const UPSTREAM_NAGLE: &str = "KNOX_BENCH_UPSTREAM_NAGLE";
 
 /// A running upstream and gateway (both on loopback ports of their own).
-pub struct Fx {
+pub(crate) struct Fx {
     /// The upstream's MCP URL (`http://127.0.0.1:P/mcp`), for direct calls.
     pub upstream: String,
     /// The user's side of the gateway.
@@ -124,7 +124,7 @@ pub struct Fx {
 /// Starts the `echo` upstream (see [`UPSTREAM_NAGLE`]) and an HTTP gateway in front
 /// of it; a user's plan may hold up to `max_calls` calls. Call it inside a
 /// multi-threaded tokio runtime.
-pub async fn start(max_calls: usize) -> Fx {
+pub(crate) async fn start(max_calls: usize) -> Fx {
     let svc = StreamableHttpService::new(
         || Ok(Echo),
         Arc::new(LocalSessionManager::default()),
@@ -204,7 +204,7 @@ pub async fn start(max_calls: usize) -> Fx {
 
 /// The user's side of an HTTP gateway: its address and the bearer token.
 #[derive(Clone, Debug)]
-pub struct User {
+pub(crate) struct User {
     /// The gateway's base URL (`http://127.0.0.1:P`).
     pub gateway: String,
     /// The user's bearer token for `/knox/sessions`.
@@ -213,7 +213,12 @@ pub struct User {
 
 /// One HTTP/1.1 exchange with the gateway's user endpoint (`Connection: close`):
 /// the status and the JSON body.
-pub async fn exchange(user: &User, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+pub(crate) async fn exchange(
+    user: &User,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> (u16, Value) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let addr = user.gateway.trim_start_matches("http://");
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -234,7 +239,7 @@ pub async fn exchange(user: &User, method: &str, path: &str, body: Option<&Value
 }
 
 /// The user's plan: one planned `up.echo` call per text, in order.
-pub fn plan(texts: &[String]) -> Value {
+pub(crate) fn plan(texts: &[String]) -> Value {
     let calls: Vec<Value> = texts
         .iter()
         .map(|t| json!({"tool": "up.echo", "params": {"text": t}}))
@@ -243,7 +248,7 @@ pub fn plan(texts: &[String]) -> Value {
 }
 
 /// A session opened by the user over HTTP (`POST /knox/sessions`).
-pub struct Opened {
+pub(crate) struct Opened {
     /// The session's identifier.
     pub id: String,
     /// The agent's MCP URL.
@@ -251,7 +256,7 @@ pub struct Opened {
 }
 
 /// Opens a session whose plan calls `up.echo` once with each of `texts`.
-pub async fn open(user: &User, texts: &[String]) -> Opened {
+pub(crate) async fn open(user: &User, texts: &[String]) -> Opened {
     let body = json!({"prompt": "Echo each of my texts", "plan": plan(texts)});
     let (status, v) = exchange(user, "POST", "/knox/sessions", Some(&body)).await;
     assert_eq!(status, 201, "{v}");
@@ -263,21 +268,21 @@ pub async fn open(user: &User, texts: &[String]) -> Opened {
 
 /// Ends a session as the user does (`DELETE /knox/sessions/ID`), once it is sealed:
 /// its end (`run_id`, `bundle`, `verified`, `calls`, `blocked`, …).
-pub async fn close(user: &User, id: &str) -> Value {
+pub(crate) async fn close(user: &User, id: &str) -> Value {
     let (status, v) = exchange(user, "DELETE", &format!("/knox/sessions/{id}"), None).await;
     assert_eq!(status, 200, "{v}");
     v
 }
 
 /// An rmcp client connected to `url`.
-pub async fn client(url: &str) -> RunningService<RoleClient, ()> {
+pub(crate) async fn client(url: &str) -> RunningService<RoleClient, ()> {
     ().serve(StreamableHttpClientTransport::from_uri(url.to_owned()))
         .await
         .unwrap()
 }
 
 /// A `tools/call` of `name` with `{"text": text}`.
-pub fn echo(name: &str, text: &str) -> CallToolRequestParams {
+pub(crate) fn echo(name: &str, text: &str) -> CallToolRequestParams {
     let mut p = CallToolRequestParams::new(name.to_owned());
     p.arguments = Some(Map::from_iter([("text".to_owned(), json!(text))]));
     p
@@ -285,13 +290,13 @@ pub fn echo(name: &str, text: &str) -> CallToolRequestParams {
 
 /// The marker of session `s`'s call `c`: fixed width, so no marker is a prefix of
 /// another (`knox-mk-s07-c03`).
-pub fn marker(s: usize, c: usize) -> String {
+pub(crate) fn marker(s: usize, c: usize) -> String {
     format!("knox-mk-s{s:02}-c{c:02}")
 }
 
 /// What [`concurrent`] found, over every session.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Report {
+pub(crate) struct Report {
     /// Sessions whose bundle did not verify `complete`.
     pub incomplete: usize,
     /// Planned calls of a session with no allowed `tool_call` and `tool_output` of its
@@ -307,7 +312,7 @@ pub struct Report {
 
 /// What a concurrency run measured besides its [`Report`].
 #[derive(Debug)]
-pub struct Run {
+pub(crate) struct Run {
     /// The checks.
     pub report: Report,
     /// From the first open to the last call answered.
@@ -321,7 +326,7 @@ pub struct Run {
 /// `sessions` sessions opened at once over HTTP, each served to its own rmcp client
 /// making `calls` calls (its own markers, in one task per session, all sessions
 /// concurrently), then closed by the user; every bundle is then verified and read.
-pub async fn concurrent(fx: &Fx, sessions: usize, calls: usize) -> Run {
+pub(crate) async fn concurrent(fx: &Fx, sessions: usize, calls: usize) -> Run {
     let t = Instant::now();
     let mut tasks = Vec::new();
     for s in 0..sessions {
@@ -370,7 +375,7 @@ pub async fn concurrent(fx: &Fx, sessions: usize, calls: usize) -> Run {
 
 /// Verifies session `s`'s bundle and counts, into `report`, what it lacks or holds
 /// that is not its own.
-pub fn check(
+pub(crate) fn check(
     path: &Path,
     manifest: &knox_policy::ToolkitManifest,
     s: usize,

@@ -22,7 +22,7 @@ use knox_policy::ToolkitManifest;
 use serde_json::{Value, json};
 
 /// The user's tools.
-pub const BANK: &str = r#"
+pub(super) const BANK: &str = r#"
 format = "knox-toolkit/1"
 
 [runtime]
@@ -49,18 +49,18 @@ inputSchema = { type = "object", properties = { to = { type = "string" }, amount
 "#;
 
 /// The user's plan: read the balance, pay DE001 20.
-pub fn plan() -> Value {
+pub(super) fn plan() -> Value {
     json!({"calls": [
         {"tool": "bank.get_balance", "params": {"account": "main"}},
         {"tool": "bank.send_money", "params": {"to": "DE001", "amount": 20}}]})
 }
 
-pub fn manifest() -> ToolkitManifest {
+pub(super) fn manifest() -> ToolkitManifest {
     ToolkitManifest::from_toolkit_text(BANK).unwrap()
 }
 
 /// A session over the bank toolkit and its plan, bundles (and journals) into `out`.
-pub fn session(out: &std::path::Path) -> Arc<Session> {
+pub(super) fn session(out: &std::path::Path) -> Arc<Session> {
     let m = manifest();
     let planner = Following::new(
         Box::new(PlanFile::new(plan(), &m, 8).unwrap()),
@@ -86,7 +86,7 @@ fn call(id: &str, name: &str, args: Value) -> Value {
 /// The scripted model: by the number of tool results in the request, (0) read the
 /// balance; (1) the injected transfer to the attacker beside the planned one; (2+) a
 /// final answer.
-pub fn script(req: &Value) -> (Option<String>, Vec<Value>) {
+pub(super) fn script(req: &Value) -> (Option<String>, Vec<Value>) {
     let results = req["messages"]
         .as_array()
         .map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count());
@@ -121,7 +121,7 @@ pub fn script(req: &Value) -> (Option<String>, Vec<Value>) {
 /// The scripted model of a text-based (ReAct) framework, which writes its calls in its
 /// answer: by the number of `Observation:` lines in the request, (0) read the balance;
 /// (1) the injected transfer; (2) the planned one; (3+) the final answer.
-pub fn react(req: &Value) -> String {
+pub(super) fn react(req: &Value) -> String {
     let observed = req["messages"].as_array().map_or(0, |m| {
         m.iter()
             .filter_map(|m| m["content"].as_str())
@@ -207,7 +207,7 @@ fn stream(req: &Value) -> String {
 }
 
 /// A scripted upstream on a loopback port, served until the returned flag is set.
-pub fn upstream() -> (SocketAddr, Arc<AtomicBool>) {
+pub(super) fn upstream() -> (SocketAddr, Arc<AtomicBool>) {
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = std::sync::mpsc::channel();
     let s = stop.clone();

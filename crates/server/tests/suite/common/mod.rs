@@ -13,34 +13,34 @@ use knox_server::{App, Verifier};
 use sqlx::Connection as _;
 
 /// A complete bundle with blocked actions (simulated platform evidence).
-pub const BUNDLE: &[u8] = include_bytes!(concat!(
+pub(super) const BUNDLE: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../verify/tests/fixtures/topologies/mt-ma-3-3.json"
 ));
 /// Another complete bundle.
-pub const BUNDLE2: &[u8] = include_bytes!(concat!(
+pub(super) const BUNDLE2: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../verify/tests/fixtures/topologies/st-sa.json"
 ));
 /// A third.
-pub const BUNDLE3: &[u8] = include_bytes!(concat!(
+pub(super) const BUNDLE3: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../verify/tests/fixtures/topologies/mt-sa-seq-2.json"
 ));
 /// A journal (a run that never finished).
-pub const JOURNAL: &[u8] = include_bytes!(concat!(
+pub(super) const JOURNAL: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../verify/tests/fixtures/topologies/mt-ma-4-2.journal.jsonl"
 ));
 /// The sealed bundle of the run [`JOURNAL`] recorded.
-pub const LIVE_BUNDLE: &[u8] = include_bytes!(concat!(
+pub(super) const LIVE_BUNDLE: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../verify/tests/fixtures/topologies/mt-ma-4-2.json"
 ));
 
 /// Runs 0–3 of one in-TEE key's chain (evidence format v3), and `fork-1`: a second run
 /// 1 signed by the same key (`crates/verify/tests/suite/key_chain.rs` writes them).
-pub const CHAIN: [&[u8]; 4] = [
+pub(super) const CHAIN: [&[u8]; 4] = [
     include_bytes!(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../verify/tests/fixtures/chain/run-0.json"
@@ -59,7 +59,7 @@ pub const CHAIN: [&[u8]; 4] = [
     )),
 ];
 /// A second run 1 of [`CHAIN`]'s key: a fork.
-pub const CHAIN_FORK: &[u8] = include_bytes!(concat!(
+pub(super) const CHAIN_FORK: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../verify/tests/fixtures/chain/fork-1.json"
 ));
@@ -67,7 +67,7 @@ pub const CHAIN_FORK: &[u8] = include_bytes!(concat!(
 /// A key's announcement (its link 0, evidence format §6a), then its runs 1 and 2; and
 /// another key's announcement that no run follows (`crates/verify/tests/suite/key_chain.rs`
 /// writes them).
-pub const ANNOUNCED: [&[u8]; 4] = [
+pub(super) const ANNOUNCED: [&[u8]; 4] = [
     include_bytes!(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../verify/tests/fixtures/chain/announced-0.json"
@@ -87,7 +87,7 @@ pub const ANNOUNCED: [&[u8]; 4] = [
 ];
 
 /// [`BUNDLE`] with one blocked node's reason rewritten: tampered evidence.
-pub fn tampered() -> Vec<u8> {
+pub(super) fn tampered() -> Vec<u8> {
     let s = std::str::from_utf8(BUNDLE).unwrap();
     let from = "off trajectory at position 1";
     assert!(s.contains(from));
@@ -96,14 +96,14 @@ pub fn tampered() -> Vec<u8> {
 }
 
 /// A fresh SQLite database file (the directory lives as long as the process).
-pub fn sqlite_url() -> String {
+pub(super) fn sqlite_url() -> String {
     let dir = tempfile::tempdir().unwrap().keep();
     format!("sqlite://{}", dir.join("store.db").display())
 }
 
 /// A fresh database on the PostgreSQL of `KNOX_TEST_POSTGRES_URL`; `None` (said loudly)
 /// when unset, a failure when unset under `CI=true`.
-pub async fn postgres_url() -> Option<String> {
+pub(super) async fn postgres_url() -> Option<String> {
     let Ok(url) = std::env::var("KNOX_TEST_POSTGRES_URL") else {
         if std::env::var("CI").as_deref() == Ok("true") {
             panic!(
@@ -151,14 +151,14 @@ macro_rules! on_both_engines {
 /// The principals of the tests: providers acme and globex, regulators cnil (assigned
 /// acme) and ico (assigned globex).
 #[derive(Debug)]
-pub struct People {
+pub(super) struct People {
     pub acme: (PartyKey, Principal),
     pub globex: (PartyKey, Principal),
     pub cnil: (PartyKey, Principal),
     pub ico: (PartyKey, Principal),
 }
 
-pub async fn people(store: &Store) -> People {
+pub(super) async fn people(store: &Store) -> People {
     let mk = |seed: u8| PartyKey::from_seed([seed; 32]);
     let reg = async |role, name, k: &PartyKey| {
         store.register(role, name, &k.public_bytes()).await.unwrap()
@@ -180,17 +180,21 @@ pub async fn people(store: &Store) -> People {
 
 /// The verifier of the tests: embedded manifest, simulated evidence accepted (the
 /// fixtures are simulated).
-pub fn verifier() -> Verifier {
+pub(super) fn verifier() -> Verifier {
     Verifier::embedded(true).unwrap()
 }
 
 /// The log key of the tests.
-pub fn log_key() -> PartyKey {
+pub(super) fn log_key() -> PartyKey {
     PartyKey::from_seed([42; 32])
 }
 
 /// Verifies and ingests as `p`.
-pub async fn ingest(store: &Store, p: &Principal, bytes: &[u8]) -> knox_server::store::Ingested {
+pub(super) async fn ingest(
+    store: &Store,
+    p: &Principal,
+    bytes: &[u8],
+) -> knox_server::store::Ingested {
     let v = verifier();
     let checked = v.check(bytes).unwrap();
     store
@@ -201,19 +205,19 @@ pub async fn ingest(store: &Store, p: &Principal, bytes: &[u8]) -> knox_server::
 
 /// A server on a loopback port, on its own runtime.
 #[derive(Debug)]
-pub struct Served {
+pub(super) struct Served {
     pub base: String,
     pub store: Store,
     pub people: People,
     pub rt: tokio::runtime::Runtime,
 }
 
-pub fn serve(url: &str) -> Served {
+pub(super) fn serve(url: &str) -> Served {
     serve_with(url, knox_server::live::DEFAULT_STALE_SECS)
 }
 
 /// [`serve`], live runs shown as prefixes after `stale_secs` without a delivery.
-pub fn serve_with(url: &str, stale_secs: u64) -> Served {
+pub(super) fn serve_with(url: &str, stale_secs: u64) -> Served {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -237,7 +241,7 @@ pub fn serve_with(url: &str, stale_secs: u64) -> Served {
 }
 
 /// A sync test's PostgreSQL URL (a fresh database), or `None` when skipped.
-pub fn postgres_url_blocking() -> Option<String> {
+pub(super) fn postgres_url_blocking() -> Option<String> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -247,7 +251,7 @@ pub fn postgres_url_blocking() -> Option<String> {
 
 /// The text of a PDF by poppler's `pdftotext` (Debian's `poppler-utils`); `None`, said
 /// loudly, without it, and a failure under `CI=true`.
-pub fn pdftotext(pdf: &[u8]) -> Option<String> {
+pub(super) fn pdftotext(pdf: &[u8]) -> Option<String> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("report.pdf");
     std::fs::write(&path, pdf).unwrap();
