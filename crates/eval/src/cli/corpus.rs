@@ -49,31 +49,11 @@ pub struct CorpusArgs {
     pub only: Option<String>,
 }
 
-/// The progress bar of the run (drawn only on a terminal).
-struct Bar(indicatif::ProgressBar);
-
-impl crate::Progress for Bar {
-    fn begin(&self, phase: &str, total: u64) {
-        self.0.set_length(total);
-        self.0.set_position(0);
-        self.0.set_message(phase.to_string());
-    }
-    fn advance(&self, n: u64) {
-        self.0.inc(n);
-    }
-    fn note(&self, line: &str) {
-        self.0.println(line);
-    }
-    fn end(&self) {
-        self.0.finish_and_clear();
-    }
-}
-
 /// Runs the experiment with `probe` on the embedded runtime (simulated platform
 /// evidence): a sandbox or fixture that cannot start is "unavailable" (69).
 pub fn experiment(probe: &Path, only: Option<&str>) -> Result<CorpusRun> {
     let rt = session::embedded_runtime(b"knox-corpus")?;
-    let bar = Bar(super::progress_bar(0, ""));
+    let bar = super::Bar::new();
     crate::corpus::run(&rt, probe, only, &bar).map_err(|e| match e {
         CorpusRunError::Sandbox(_) | CorpusRunError::Fixture(_) => {
             fail(Kind::Unavailable, format!("{:#}", anyhow::Error::new(e)))

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::Progress;
 use crate::generate::PoolContext;
 use crate::pool::{FLOWS_PER_TOOLKIT, Guard, POOL_FORMAT, Pool, PoolStatus};
 use crate::report::{self, Corpus, Meta};
@@ -296,30 +295,6 @@ fn regulation_text(
     write_results(out, "regulation-text", &md, &results, &outcomes, json)
 }
 
-/// A progress bar on standard error (drawn only on a terminal).
-struct Bar(indicatif::ProgressBar);
-
-impl Progress for Bar {
-    fn begin(&self, phase: &str, total: u64) {
-        self.0.set_length(total);
-        self.0.set_position(0);
-        self.0.set_message(phase.to_string());
-    }
-    fn advance(&self, n: u64) {
-        self.0.inc(n);
-    }
-    fn note(&self, line: &str) {
-        self.0.println(line);
-    }
-    fn end(&self) {
-        self.0.finish_and_clear();
-    }
-}
-
-fn bar() -> Bar {
-    Bar(super::progress_bar(0, ""))
-}
-
 /// An executor named on the command line, loaded.
 struct Loaded {
     name: String,
@@ -505,7 +480,7 @@ pub fn run(args: &EvalArgs) -> Result<i32> {
         .or(names.first())
         .cloned()
         .unwrap_or_default();
-    let progress = bar();
+    let progress = super::Bar::new();
     let simulated = backend.mode() == knox_types::bundle::PlatformMode::Simulated;
     let opts = Options {
         guards: guards.clone(),

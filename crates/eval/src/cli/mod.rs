@@ -35,3 +35,37 @@ pub fn progress_bar(total: u64, msg: &str) -> indicatif::ProgressBar {
     pb.set_message(msg.to_owned());
     pb
 }
+
+/// An evaluation's progress on a bar on standard error (drawn only on a terminal).
+#[derive(Debug)]
+pub struct Bar(indicatif::ProgressBar);
+
+impl Bar {
+    /// A bar with no steps yet: each phase sets its own.
+    pub fn new() -> Self {
+        Self(progress_bar(0, ""))
+    }
+}
+
+impl Default for Bar {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl crate::Progress for Bar {
+    fn begin(&self, phase: &str, total: u64) {
+        self.0.set_length(total);
+        self.0.set_position(0);
+        self.0.set_message(phase.to_string());
+    }
+    fn advance(&self, n: u64) {
+        self.0.inc(n);
+    }
+    fn note(&self, line: &str) {
+        self.0.println(line);
+    }
+    fn end(&self) {
+        self.0.finish_and_clear();
+    }
+}
