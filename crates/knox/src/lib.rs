@@ -2,7 +2,7 @@
 
 /// `println!` and `print!` that ignore a closed standard output, and the exit-code
 /// table of a command's `--help`: shared with `knox-verify`.
-pub use knox_verify_cli::{exit_codes, out, outln};
+pub use knox_command::{exit_codes, out, outln};
 
 pub mod cmd;
 pub mod error;

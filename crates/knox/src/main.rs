@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory as _, Parser, Subcommand};
 use knox::cmd;
 use knox::error::{self, Kind};
-use knox_verify_cli::cli::{self, write_stdout};
+use knox_command::cli::{self, write_stdout};
 
 /// Knox: a regulatory sandbox for AI agents. Every tool call an agent proposes is
 /// mediated against a policy derived from the prompt, and everything the agent did or

@@ -1,8 +1,8 @@
 //! The `knox` subcommands, and the file handling they share: every path argument is
 //! made absolute as it is parsed ([`path`]), every input read and output written
 //! through the helpers below, so a failure names the file, says what to do, and has a
-//! kind (hence an exit code) once. The helpers the verifier's commands need too are
-//! `knox_verify_cli::files`, re-exported here; the verifier's commands themselves
+//! kind (hence an exit code) once. The helpers are every command's,
+//! `knox_command::files`, re-exported here; the verifier's commands themselves
 //! (`verify`, `receipts`, `prove`, `quote`/`gpu verify`, `regulations show`, `keygen`)
 //! are `knox_verify_cli`'s, shared with `knox-verify`.
 
@@ -32,7 +32,7 @@ pub use knox_server::cli as serve;
 pub use knox_server::cli::log;
 pub mod verify;
 
-pub use knox_verify_cli::files::{
+pub use knox_command::files::{
     COLLATERAL, CONFIG, Cap, EVIDENCE, GPU_EVIDENCE, KEY, MANIFEST, SMALL, bad_input, create_dir,
     evidence_dir, out_dir, path, path_or_stdin, read_input, read_input_or_stdin, read_text,
     refuse_overwrite, usage, write_file, write_new,
