@@ -503,12 +503,18 @@ impl Session {
     }
 }
 
+/// The bytes [`write_bundle`] stores for `bundle`: its JSON, compact (what `knox
+/// bench` counts as stored evidence).
+pub fn bundle_bytes(bundle: &knox_types::bundle::Bundle) -> Result<Vec<u8>, EngineError> {
+    serde_json::to_vec(bundle).map_err(EngineError::Serialize)
+}
+
 /// Writes `bundle` as `<dir>/<run>.json`, atomically (a temporary file fsynced and
 /// linked into place): a crash never leaves a partial or empty bundle, and an existing
 /// file of that name — evidence of an earlier run — is never replaced (an error).
 pub fn write_bundle(dir: &Path, bundle: &knox_types::bundle::Bundle) -> Result<(), EngineError> {
     let path = dir.join(format!("{}.json", bundle.run_id));
-    let bytes = serde_json::to_vec(bundle).map_err(EngineError::Serialize)?;
+    let bytes = bundle_bytes(bundle)?;
     knox_files::write_atomic_with(
         &path,
         &bytes,

@@ -95,6 +95,11 @@ pub struct VerifyArgs {
     /// Write a signed verification receipt here (one FILE only).
     #[arg(value_parser = crate::files::path, long, value_name = "FILE", requires = "key")]
     pub receipt: Option<PathBuf>,
+    /// Verify up to N FILEs at once, on N threads (0: one per core). Reports are printed
+    /// in the order the FILEs are named, whatever order they finish in; at most 2 × N
+    /// files are held in memory at a time.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub jobs: usize,
 }
 
 /// One file's verification.
@@ -210,9 +215,8 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
     // Each approval token's uses: (file, run) of every verified run that used it.
     let mut uses: std::collections::BTreeMap<String, Vec<(String, String)>> =
         std::collections::BTreeMap::new();
-    for file in &args.bundles {
-        let shown = display_name(file);
-        let checked = match crate::files::read_input_or_stdin(file, crate::files::EVIDENCE) {
+    let check = |file: &PathBuf| -> Checked {
+        match crate::files::read_input_or_stdin(file, crate::files::EVIDENCE) {
             Err(e) => Checked::Unreadable(format!("{e:#}")),
             Ok(bytes) => match verify_evidence(&bytes, &trusted, opts) {
                 Ok(mut evidence) => {
@@ -224,9 +228,16 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
                         evidence: Box::new(evidence),
                     }
                 }
-                Err(e) => Checked::Unreadable(format!("`{shown}`: {e}")),
+                Err(e) => Checked::Unreadable(format!("`{}`: {e}", display_name(file))),
             },
-        };
+        }
+    };
+    let jobs = match args.jobs {
+        0 => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+        n => n,
+    };
+    let mut print = |file: &PathBuf, checked: Checked| {
+        let shown = display_name(file);
         let code = match &checked {
             Checked::Verified { evidence, .. } => evidence.report.outcome.exit_code(),
             Checked::Unreadable(_) => UNREADABLE,
@@ -275,7 +286,8 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
                 }
             }
         }
-    }
+    };
+    check_each(&args.bundles, jobs, &check, &mut print);
     for (nonce, runs) in uses.iter().filter(|(_, r)| r.len() > 1) {
         let runs: Vec<String> = runs
             .iter()
@@ -311,6 +323,91 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
         );
     }
     Ok(worst)
+}
+
+/// `check` of every file of `files`, handed to `emit` in their order, on up to `jobs`
+/// threads: each takes the next file not yet taken, at most `2 × jobs` files ahead of
+/// the last one emitted (so at most that many are held at once).
+fn check_each<F>(files: &[PathBuf], jobs: usize, check: &F, mut emit: impl FnMut(&PathBuf, Checked))
+where
+    F: Fn(&PathBuf) -> Checked + Sync,
+{
+    use std::collections::BTreeMap;
+    use std::sync::{Condvar, Mutex, PoisonError};
+    /// Where the threads stand.
+    struct State {
+        /// The next file to take.
+        next: usize,
+        /// Files emitted so far.
+        emitted: usize,
+        /// Verified (or panicked), not yet emitted, by position.
+        ready: BTreeMap<usize, std::thread::Result<Checked>>,
+    }
+    if jobs <= 1 || files.len() <= 1 {
+        for file in files {
+            emit(file, check(file));
+        }
+        return;
+    }
+    let ahead = jobs.saturating_mul(2);
+    let state = Mutex::new(State {
+        next: 0,
+        emitted: 0,
+        ready: BTreeMap::new(),
+    });
+    let changed = Condvar::new();
+    let lock = || state.lock().unwrap_or_else(PoisonError::into_inner);
+    std::thread::scope(|s| {
+        for _ in 0..jobs.min(files.len()) {
+            s.spawn(|| {
+                loop {
+                    let i = {
+                        let mut st = lock();
+                        while st.next < files.len() && st.next >= st.emitted + ahead {
+                            st = changed.wait(st).unwrap_or_else(PoisonError::into_inner);
+                        }
+                        if st.next >= files.len() {
+                            return;
+                        }
+                        st.next += 1;
+                        st.next - 1
+                    };
+                    let Some(file) = files.get(i) else {
+                        return;
+                    };
+                    let checked =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(file)));
+                    lock().ready.insert(i, checked);
+                    changed.notify_all();
+                }
+            });
+        }
+        for (i, file) in files.iter().enumerate() {
+            let checked = {
+                let mut st = lock();
+                loop {
+                    match st.ready.remove(&i) {
+                        Some(Ok(c)) => {
+                            st.emitted = i + 1;
+                            break c;
+                        }
+                        // A panic is a bug: the other threads take no more files, and it
+                        // goes on as if this thread had verified that file itself.
+                        Some(Err(panic)) => {
+                            st.next = files.len();
+                            drop(st);
+                            changed.notify_all();
+                            std::panic::resume_unwind(panic);
+                        }
+                        None => {}
+                    }
+                    st = changed.wait(st).unwrap_or_else(PoisonError::into_inner);
+                }
+            };
+            changed.notify_all();
+            emit(file, checked);
+        }
+    });
 }
 
 /// The authority key of the capability contract a bundle or a journal (its header,

@@ -50,6 +50,10 @@ struct Acc {
     integrity: Duration,
     /// Verifier: everything.
     verify: Duration,
+    /// Bytes stored: each bundle's file as `knox run` writes it.
+    stored: u64,
+    /// The same, gzipped (level 6).
+    gzipped: u64,
 }
 
 impl Acc {
@@ -60,6 +64,18 @@ impl Acc {
     fn rate(&self, d: Duration) -> f64 {
         self.nodes as f64 / d.as_secs_f64().max(1e-9) / 1e6
     }
+
+    fn per_action(&self, bytes: u64) -> f64 {
+        bytes as f64 / self.actions.max(1) as f64
+    }
+}
+
+/// The length of `bytes` gzipped at the default level (6).
+fn gzipped_len(bytes: &[u8]) -> std::io::Result<u64> {
+    use std::io::Write as _;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(bytes)?;
+    Ok(gz.finish()?.len() as u64)
 }
 
 /// Runs the benchmark and prints one row per workload with the paper's figures beside.
@@ -94,6 +110,8 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
                 "sign_us": a.per_bundle_ms(a.sign) * 1e3,
                 "integrity_mnodes_per_s": a.rate(a.integrity),
                 "full_verify_mnodes_per_s": a.rate(a.verify),
+                "stored_bytes_per_action": a.per_action(a.stored),
+                "gzip_bytes_per_action": a.per_action(a.gzipped),
                 "platform": rt.platform.mode,
                 "platform_ms_at_startup": rt.platform_time.as_secs_f64() * 1e3,
             }));
@@ -113,14 +131,14 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     );
     knox_command::outln!("the paper's TDX quote costs 3.2–4.7 ms per bundle.\n");
     knox_command::outln!(
-        "| workload | actions/bundle | AEG+guards ms | measurement ms | monitor µs/action | APM ms | sign µs | integrity Mnodes/s | full verify Mnodes/s | paper AEG ms | paper meas. ms | paper sign ms |"
+        "| workload | actions/bundle | AEG+guards ms | measurement ms | monitor µs/action | APM ms | sign µs | integrity Mnodes/s | full verify Mnodes/s | stored B/action | gzip B/action | paper AEG ms | paper meas. ms | paper sign ms |"
     );
-    knox_command::outln!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    knox_command::outln!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for w in workloads {
         let a = measure(&rt, &data, &manifest, w, args)?;
         let per_action = (a.aeg + a.measure).as_secs_f64() * 1e6 / a.actions.max(1) as f64;
         knox_command::outln!(
-            "| {w} | {:.1} | {:.3} | {:.3} | {:.1} | {:.3} | {:.1} | {:.2} | {:.2} | 13–31 | 3.0–6.3 | ~0.1 |",
+            "| {w} | {:.1} | {:.3} | {:.3} | {:.1} | {:.3} | {:.1} | {:.2} | {:.2} | {:.0} | {:.0} | 13–31 | 3.0–6.3 | ~0.1 |",
             a.actions as f64 / f64::from(a.bundles.max(1)),
             a.per_bundle_ms(a.aeg),
             a.per_bundle_ms(a.measure),
@@ -129,6 +147,8 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
             a.per_bundle_ms(a.sign) * 1e3,
             a.rate(a.integrity),
             a.rate(a.verify),
+            a.per_action(a.stored),
+            a.per_action(a.gzipped),
         );
     }
     knox_command::outln!(
@@ -142,6 +162,9 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     );
     knox_command::outln!(
         "integrity: the verifier recomputing measurements and chain; full verify: every step, the policy replay included."
+    );
+    knox_command::outln!(
+        "stored: the bundle files `knox run` writes (compact JSON), per proposal; gzip: the same files gzipped (level 6)."
     );
     knox_command::outln!("Paper figures: its trajectory guard, per bundle, Python implementation.");
     Ok(0)
@@ -178,6 +201,9 @@ fn measure(
                 ),
             ));
         }
+        let stored = knox_engine::bundle_bytes(&o.bundle)?;
+        acc.stored += stored.len() as u64;
+        acc.gzipped += gzipped_len(&stored)?;
         acc.bundles += 1;
         acc.actions += c.actions;
         acc.nodes += c.nodes;

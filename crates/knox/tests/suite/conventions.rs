@@ -249,6 +249,23 @@ fn json_on_every_reporting_command_and_a_json_error_object_on_failure() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v[0]["workload"], "st-sa");
     assert!(v[0]["full_verify_mnodes_per_s"].as_f64().unwrap() > 0.0);
+    // Stored evidence per action: the files `knox run` writes (the same first flow, so
+    // within a few bytes of this run's file), and less once gzipped.
+    let stored = v[0]["stored_bytes_per_action"].as_f64().unwrap();
+    let gzipped = v[0]["gzip_bytes_per_action"].as_f64().unwrap();
+    assert!(0.0 < gzipped && gzipped < stored, "{}", v[0]);
+    let written = std::fs::read(&bundle).unwrap();
+    let calls = read_json(&bundle)["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["kind"] == "tool_call")
+        .count();
+    let per_action = written.len() as f64 / calls as f64;
+    assert!(
+        (stored - per_action).abs() / per_action < 0.05,
+        "bench {stored} B/action, knox run's file {per_action} B/action"
+    );
 
     assert_eq!(code(&knox_in(d, &["keygen", "--out", "reg"])), 0);
     let out = knox_in(
@@ -442,6 +459,46 @@ fn verify_reads_stdin_and_several_files_and_gives_the_root_prove_needs() {
             .as_str()
             .unwrap()
             .ends_with("garbage.json")
+    );
+
+    // --jobs: the same reports in the order the files are named, however many threads
+    // verify them and whichever finishes first (the tampered file, the garbage and the
+    // good one, interleaved over more files than threads and windows).
+    let files = [
+        "garbage.json",
+        good,
+        "tampered.json",
+        good,
+        "garbage.json",
+        "tampered.json",
+        good,
+    ];
+    let mut one = vec!["verify", "--allow-simulated", "--json"];
+    one.extend(files);
+    let serial = knox_in(d, &one);
+    assert_eq!(code(&serial), 1);
+    for jobs in ["2", "3", "0"] {
+        let mut args = one.clone();
+        args.extend(["--jobs", jobs]);
+        let out = knox_in(d, &args);
+        assert_eq!(code(&out), 1, "--jobs {jobs}");
+        assert_eq!(stdout(&out), stdout(&serial), "--jobs {jobs}");
+    }
+    let statuses: Vec<String> = serde_json::from_slice::<serde_json::Value>(&serial.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| match r["outcome"]["status"].as_str() {
+            Some(s) => s.to_string(),
+            None => format!("error {}", r["error"]["code"]),
+        })
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            "error 4", "complete", "tampered", "complete", "error 4", "tampered", "complete"
+        ]
     );
 }
 
