@@ -215,6 +215,13 @@ pub(crate) fn verify_raw_p384(key: &VerifyingKey, message: &[u8], raw_sig: &[u8]
 
 /// Parses PEM certificates (leaf first), at most [`MAX_CHAIN_CERTS`].
 pub(crate) fn parse_pem_chain(pem: &[u8]) -> Result<Vec<Cert>, ChainError> {
+    // `load_pem_chain` (x509-cert 0.2.5) computes `len - 1` of the input with its trailing
+    // line breaks stripped: nothing left overflows (a panic where overflow is checked).
+    if pem.iter().all(|b| matches!(b, b'\r' | b'\n')) {
+        return Err(ChainError::Malformed {
+            reason: "no certificate: the chain is empty".into(),
+        });
+    }
     let certs = Certificate::load_pem_chain(pem).map_err(|e| ChainError::Malformed {
         reason: e.to_string(),
     })?;

@@ -22,6 +22,16 @@ fn gpu_inputs() -> (Vec<u8>, Vec<u8>, usize) {
     (evidence, chain, signed)
 }
 
+/// An empty chain, or one of line breaks only, is refused: `x509-cert`'s PEM chain reader
+/// computed its length minus one and panicked on it (found by the property test below).
+#[test]
+fn an_empty_certificate_chain_is_refused_not_panicked_on() {
+    let (evidence, _, _) = gpu_inputs();
+    for chain in [&b""[..], b"\n", b"\r\n\n"] {
+        assert!(nvidia::verify(&evidence, chain, None).is_err(), "{chain:?}");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
 
