@@ -343,6 +343,22 @@ where
         /// Verified (or panicked), not yet emitted, by position.
         ready: BTreeMap<usize, std::thread::Result<Checked>>,
     }
+    /// Stops the threads taking files when dropped: at the end, or when this thread
+    /// unwinds (a worker's panic resumed, or `emit`'s own), so none waits forever.
+    struct Stop<'a> {
+        state: &'a Mutex<State>,
+        changed: &'a Condvar,
+        len: usize,
+    }
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .next = self.len;
+            self.changed.notify_all();
+        }
+    }
     if jobs <= 1 || files.len() <= 1 {
         for file in files {
             emit(file, check(file));
@@ -358,6 +374,11 @@ where
     let changed = Condvar::new();
     let lock = || state.lock().unwrap_or_else(PoisonError::into_inner);
     std::thread::scope(|s| {
+        let _stop = Stop {
+            state: &state,
+            changed: &changed,
+            len: files.len(),
+        };
         for _ in 0..jobs.min(files.len()) {
             s.spawn(|| {
                 loop {
@@ -391,12 +412,10 @@ where
                             st.emitted = i + 1;
                             break c;
                         }
-                        // A panic is a bug: the other threads take no more files, and it
-                        // goes on as if this thread had verified that file itself.
+                        // A panic is a bug: it goes on here, as if this thread had
+                        // verified that file itself (`_stop` stops the others).
                         Some(Err(panic)) => {
-                            st.next = files.len();
                             drop(st);
-                            changed.notify_all();
                             std::panic::resume_unwind(panic);
                         }
                         None => {}
@@ -541,5 +560,77 @@ pub fn display_name(p: &Path) -> String {
         "<stdin>".into()
     } else {
         p.display().to_string()
+    }
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+
+    fn files(n: usize) -> Vec<PathBuf> {
+        (0..n).map(|i| PathBuf::from(format!("{i}.json"))).collect()
+    }
+
+    fn name(c: &Checked) -> String {
+        match c {
+            Checked::Unreadable(m) => m.clone(),
+            Checked::Verified { .. } => "verified".into(),
+        }
+    }
+
+    #[test]
+    fn files_are_emitted_in_order_whatever_order_they_finish_in() {
+        let files = files(40);
+        // Earlier files take longer: the threads finish them last.
+        let check = |p: &PathBuf| {
+            let i: u64 = p
+                .to_string_lossy()
+                .trim_end_matches(".json")
+                .parse()
+                .unwrap();
+            std::thread::sleep(std::time::Duration::from_micros((40 - i) * 200));
+            Checked::Unreadable(p.display().to_string())
+        };
+        for jobs in [1, 2, 3, 8, 64] {
+            let mut seen = Vec::new();
+            check_each(&files, jobs, &check, |f, c| {
+                seen.push((f.clone(), name(&c)))
+            });
+            let want: Vec<(PathBuf, String)> = files
+                .iter()
+                .map(|f| (f.clone(), f.display().to_string()))
+                .collect();
+            assert_eq!(seen, want, "--jobs {jobs}");
+        }
+    }
+
+    #[test]
+    fn a_panicking_check_reaches_the_caller_and_nothing_hangs() {
+        let files = files(30);
+        let check = |p: &PathBuf| {
+            assert!(p != Path::new("7.json"), "a bug verifying {}", p.display());
+            Checked::Unreadable(String::new())
+        };
+        for jobs in [2, 4] {
+            let mut emitted = 0;
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                check_each(&files, jobs, &check, |_, _| emitted += 1);
+            }));
+            assert!(r.is_err(), "--jobs {jobs}: the panic was lost");
+            assert_eq!(emitted, 7, "--jobs {jobs}: the files before it are emitted");
+        }
+        // A panic of the caller's own `emit` does not leave the threads waiting.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            check_each(
+                &files,
+                2,
+                &|_| Checked::Unreadable(String::new()),
+                |f, _| {
+                    assert!(f != Path::new("3.json"), "emit failed");
+                },
+            );
+        }));
+        assert!(r.is_err());
     }
 }
