@@ -66,16 +66,24 @@ pub enum PlanError {
     },
 }
 
+/// What a planner is asked to plan: the prompt `p`, the tools `C`, the regulations `R`
+/// and the stop policy in force.
+#[derive(Clone, Copy, Debug)]
+pub struct PlanRequest<'a> {
+    /// The user's prompt.
+    pub prompt: &'a Prompt,
+    /// The tools the plan may call.
+    pub manifest: &'a ToolkitManifest,
+    /// The regulations in force.
+    pub regulations: &'a Regulations,
+    /// When the run stops.
+    pub stop: &'a StopPolicy,
+}
+
 /// `(p, C, R, stop) ↦ T`.
 pub trait Planner: Send + Sync {
     /// Plans the prompt.
-    fn plan(
-        &self,
-        prompt: &Prompt,
-        manifest: &ToolkitManifest,
-        regulations: &Regulations,
-        stop: &StopPolicy,
-    ) -> Result<Plan, PlanError>;
+    fn plan(&self, request: &PlanRequest<'_>) -> Result<Plan, PlanError>;
 
     /// Identifies the planner for proof of inference.
     fn model(&self) -> ModelInfo;
@@ -120,6 +128,35 @@ pub fn planned_entry<'m>(
     Ok(entry)
 }
 
+/// The plan of a planner that holds its calls in a table: `calls(i, instruction)` are
+/// task `i`'s planned calls (none: the planner has no plan for the task, and refuses
+/// the whole prompt, [`PlanError::NoPlan`]), each turned into its expected call by
+/// `expected(task, call)`. Every expected call is checked as [`planned_entry`] checks
+/// one: its tool in the manifest and, when exact, its parameters within the tool's
+/// schema.
+pub fn plan_from_table<'t, C: 't>(
+    request: &PlanRequest<'_>,
+    calls: impl Fn(usize, &str) -> Option<&'t [C]>,
+    mut expected: impl FnMut(u32, &C) -> ExpectedCall,
+) -> Result<Plan, PlanError> {
+    let mut tasks = Vec::with_capacity(request.prompt.tasks.len());
+    for (i, instruction) in request.prompt.tasks.iter().enumerate() {
+        let planned = task_plan(calls(i, instruction), i, instruction)?;
+        let mut task = Vec::with_capacity(planned.len());
+        for c in planned {
+            let e = expected(task_id(i), c);
+            planned_entry(
+                request.manifest,
+                &e.tool,
+                e.constraints.is_none().then_some(&e.params),
+            )?;
+            task.push(e);
+        }
+        tasks.push(task);
+    }
+    Ok(Plan { tasks })
+}
+
 /// A planner whose plans are followed in the given trajectory mode (`knox run
 /// --trajectory`): it plans as `inner` does.
 pub struct Following<P: ?Sized = dyn Planner> {
@@ -143,14 +180,8 @@ impl<P: ?Sized> std::fmt::Debug for Following<P> {
 }
 
 impl<P: Planner + ?Sized> Planner for Following<P> {
-    fn plan(
-        &self,
-        prompt: &Prompt,
-        manifest: &ToolkitManifest,
-        regulations: &Regulations,
-        stop: &StopPolicy,
-    ) -> Result<Plan, PlanError> {
-        self.inner.plan(prompt, manifest, regulations, stop)
+    fn plan(&self, request: &PlanRequest<'_>) -> Result<Plan, PlanError> {
+        self.inner.plan(request)
     }
 
     fn model(&self) -> ModelInfo {
@@ -168,14 +199,8 @@ impl<P: Planner + ?Sized> Planner for Following<P> {
 macro_rules! forward_planner {
     ($($ptr:ty),*) => {$(
         impl<P: Planner + ?Sized> Planner for $ptr {
-            fn plan(
-                &self,
-                prompt: &Prompt,
-                manifest: &ToolkitManifest,
-                regulations: &Regulations,
-                stop: &StopPolicy,
-            ) -> Result<Plan, PlanError> {
-                (**self).plan(prompt, manifest, regulations, stop)
+            fn plan(&self, request: &PlanRequest<'_>) -> Result<Plan, PlanError> {
+                (**self).plan(request)
             }
 
             fn model(&self) -> ModelInfo {

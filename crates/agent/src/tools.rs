@@ -19,6 +19,18 @@ pub struct ToolResult {
     pub confinement: Option<Value>,
 }
 
+impl ToolResult {
+    /// `who` (the broker, a host) refused to run the call, for `reason`: the agent
+    /// reads `{"error": "WHO refused: REASON"}`, the evidence a `refusal` kernel event.
+    pub fn refused(who: &str, reason: String) -> Self {
+        Self {
+            output: serde_json::json!({"error": format!("{who} refused: {reason}")}),
+            kernel: vec![KernelEvent::refusal(reason)],
+            confinement: None,
+        }
+    }
+}
+
 impl From<Value> for ToolResult {
     fn from(output: Value) -> Self {
         Self {

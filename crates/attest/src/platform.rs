@@ -50,6 +50,21 @@ pub enum PlatformError {
     NoPolicy,
 }
 
+impl PlatformError {
+    /// Whether the evidence is refused by the appraiser's own settings (simulated
+    /// evidence not allowed, a mode it does not know, no policy, or a policy that
+    /// rejects genuine evidence) rather than shown false: a refusal, not tampering.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            Self::SimulatedRefused
+                | Self::UnknownMode(_)
+                | Self::NoPolicy
+                | Self::PolicyRejected(_)
+        )
+    }
+}
+
 /// What is being bound: the in-TEE public key and the epoch nonce.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyBinding {

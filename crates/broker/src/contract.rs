@@ -379,18 +379,7 @@ fn refusal(r: &Refused) -> ToolResult {
         Refused::Pin(_) => format!("{}: {r}", r.check()),
         _ => r.to_string(),
     };
-    ToolResult {
-        output: json!({"error": format!("contract executor refused: {detail}")}),
-        kernel: vec![KernelEvent {
-            event: "refusal".into(),
-            syscall: None,
-            nr: None,
-            pid: None,
-            args: vec![],
-            detail: Some(detail),
-        }],
-        confinement: None,
-    }
+    ToolResult::refused("contract executor", detail)
 }
 
 fn plain(output: Value) -> Executed {

@@ -193,18 +193,7 @@ impl ToolHost for Broker {
 }
 
 fn refusal(reason: String) -> ToolResult {
-    ToolResult {
-        output: json!({"error": format!("broker refused: {reason}")}),
-        kernel: vec![KernelEvent {
-            event: "refusal".into(),
-            syscall: None,
-            nr: None,
-            pid: None,
-            args: vec![],
-            detail: Some(reason),
-        }],
-        confinement: None,
-    }
+    ToolResult::refused("broker", reason)
 }
 
 impl RunBroker<'_> {

@@ -10,11 +10,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations};
+use knox_agent::{Plan, PlanError, PlanRequest, Planner};
 use knox_monitor::monitor::ApprovalSource;
 use knox_policy::ToolkitManifest;
 use knox_types::Action;
-use knox_types::apm::{StopPolicy, TrajectoryMode};
+use knox_types::apm::TrajectoryMode;
 use knox_types::bundle::{ModelInfo, ModelRole};
 use knox_types::digest::Digest;
 use serde_json::Value;
@@ -87,15 +87,9 @@ impl Unplanned {
 }
 
 impl Planner for Unplanned {
-    fn plan(
-        &self,
-        prompt: &Prompt,
-        _: &ToolkitManifest,
-        _: &Regulations,
-        _: &StopPolicy,
-    ) -> Result<Plan, PlanError> {
+    fn plan(&self, request: &PlanRequest<'_>) -> Result<Plan, PlanError> {
         Ok(Plan {
-            tasks: vec![Vec::new(); prompt.tasks.len()],
+            tasks: vec![Vec::new(); request.prompt.tasks.len()],
         })
     }
 

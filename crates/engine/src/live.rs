@@ -12,15 +12,11 @@
 //! let bundle = live.finish()?;                // sealed, verifiable evidence
 //! ```
 
-use knox_agent::{
-    Plan, PlanError, Planner, Prompt, Regulations, ToolResult, planned_entry, task_plan,
-};
+use knox_agent::{Plan, PlanError, PlanRequest, Planner, Prompt, ToolResult, plan_from_table};
 use knox_monitor::aeg::Journal;
 use knox_monitor::monitor::{Monitor, Ticket, Verdict};
 use knox_monitor::run::{self, Guarding, PlanSpec, Planned};
-use knox_policy::ToolkitManifest;
 use knox_types::apm::Apm;
-use knox_types::apm::StopPolicy;
 use knox_types::bundle::{Bundle, ModelInfo, ModelRole};
 use knox_types::payload::HeardPayload;
 
@@ -34,21 +30,12 @@ struct HostPlan(Plan);
 impl Planner for HostPlan {
     /// The host's plan, checked as any planner's: one list of calls per task, every
     /// tool in the manifest, every exact call within its tool's schema.
-    fn plan(
-        &self,
-        prompt: &Prompt,
-        manifest: &ToolkitManifest,
-        _: &Regulations,
-        _: &StopPolicy,
-    ) -> Result<Plan, PlanError> {
-        for (i, instruction) in prompt.tasks.iter().enumerate() {
-            let calls = task_plan(self.0.tasks.get(i).map(Vec::as_slice), i, instruction)?;
-            for e in calls {
-                let exact = e.constraints.is_none().then_some(&e.params);
-                planned_entry(manifest, &e.tool, exact)?;
-            }
-        }
-        Ok(self.0.clone())
+    fn plan(&self, request: &PlanRequest<'_>) -> Result<Plan, PlanError> {
+        plan_from_table(
+            request,
+            |i, _| self.0.tasks.get(i).map(Vec::as_slice),
+            |_, e| e.clone(),
+        )
     }
 
     fn model(&self) -> ModelInfo {

@@ -25,9 +25,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use knox_agent::{Prompt, Regulations};
-use knox_monitor::aeg::AegBuilder;
 use knox_monitor::apm as apm_mod;
-use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
 use knox_monitor::run::Runtime;
 use knox_policy::ToolkitManifest;
@@ -1888,19 +1886,7 @@ fn attempt(
         .map_err(|e| EvalError::Invalid(e.to_string()))?;
     let run_id = format!("adaptive-{}", a.id().replace('/', "-"));
     let m = Monitor::start(
-        MonitorConfig {
-            contract: None,
-            approvals: None,
-            apm: &apm,
-            apm_hash,
-            run_id: &run_id,
-            manifest,
-            key: rt.monitor_key(),
-            models: &models,
-            signal: StopSignal::new(),
-            aeg: AegBuilder::default(),
-            grants: false,
-        },
+        MonitorConfig::new(&apm, apm_hash, &run_id, manifest, rt.monitor_key(), &models),
         regulator,
         None,
     );

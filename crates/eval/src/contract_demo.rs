@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow};
 use knox_agent::{
-    AgentTask, Executor, ExecutorFactory, Label, Observation, Plan, PlanError, Planner, Prompt,
-    Regulations, RunContext, Step as AgentStep, ToolHost, ToolResult, ToolRunner,
+    AgentTask, Executor, ExecutorFactory, Label, Observation, Plan, PlanError, PlanRequest,
+    Planner, Prompt, RunContext, Step as AgentStep, ToolHost, ToolResult, ToolRunner,
 };
 use knox_attest::grant::now_ms;
 use knox_attest::{PartyKey, TeeKey};
@@ -39,7 +39,7 @@ use knox_monitor::monitor::ApprovalSource;
 use knox_policy::ToolkitManifest;
 use knox_types::Action;
 use knox_types::aeg::NodeKind;
-use knox_types::apm::{ExpectedCall, StopPolicy};
+use knox_types::apm::ExpectedCall;
 use knox_types::bundle::ModelInfo;
 use knox_types::digest::Digest;
 use knox_types::grant::Grant;
@@ -976,13 +976,7 @@ pub fn with_knox(root: &Path) -> Result<(Vec<Effect>, Vec<JournalReport>)> {
 struct PlanOf(Vec<Action>);
 
 impl Planner for PlanOf {
-    fn plan(
-        &self,
-        _: &Prompt,
-        _: &ToolkitManifest,
-        _: &Regulations,
-        _: &StopPolicy,
-    ) -> std::result::Result<Plan, PlanError> {
+    fn plan(&self, _: &PlanRequest<'_>) -> std::result::Result<Plan, PlanError> {
         let calls = self
             .0
             .iter()

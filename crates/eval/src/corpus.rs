@@ -15,9 +15,7 @@ use std::path::Path;
 
 use knox_agent::{Plan, Prompt, Regulations, ToolResult};
 use knox_attacks::{CaseResult, CorpusError, Fixture, Mode};
-use knox_monitor::aeg::AegBuilder;
 use knox_monitor::apm::{self, ApmError};
-use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
 use knox_monitor::run::{RunError, Runtime};
 use knox_sandbox::{Sandbox, SandboxConfig, SandboxError};
@@ -352,19 +350,14 @@ pub fn run(
         declared: false,
     }];
     let monitor = Monitor::start(
-        MonitorConfig {
-            contract: None,
-            approvals: None,
-            apm: &apm,
+        MonitorConfig::new(
+            &apm,
             apm_hash,
-            run_id: RUN_ID,
-            manifest: &rt.manifest,
-            key: rt.monitor_key(),
-            models: &models,
-            signal: StopSignal::new(),
-            aeg: AegBuilder::default(),
-            grants: false,
-        },
+            RUN_ID,
+            &rt.manifest,
+            rt.monitor_key(),
+            &models,
+        ),
         knox_regulation::Regulator::new(&apm.guards.regulation, None)?,
         None,
     );

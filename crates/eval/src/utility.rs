@@ -10,9 +10,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations};
-use knox_policy::ToolkitManifest;
-use knox_types::apm::{ExpectedCall, ParamConstraint, StopPolicy};
+use knox_agent::{Plan, PlanError, PlanRequest, Planner, plan_from_table};
+use knox_types::apm::{ExpectedCall, ParamConstraint};
 use knox_types::bundle::{ModelInfo, ModelRole};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -164,52 +163,23 @@ impl PoolPlanner {
     }
 
     fn expected(&self, task: u32, c: &PlannedCall) -> ExpectedCall {
-        if self.matching == Matching::Exact || c.free_text.is_empty() {
-            return ExpectedCall::exact(task, c.tool.clone(), c.params.clone());
-        }
-        let constraints = c
-            .params
-            .iter()
-            .map(|(name, v)| {
-                let k = if c.free_text.contains(name) {
-                    ParamConstraint::Length {
-                        min: 1,
-                        max: MAX_FREE_TEXT,
-                    }
-                } else {
-                    ParamConstraint::Exact { value: v.clone() }
-                };
-                (name.clone(), k)
+        let free = self.matching == Matching::Constraints;
+        ExpectedCall::bounded(task, c.tool.clone(), c.params.clone(), |name, _| {
+            (free && c.free_text.iter().any(|f| f == name)).then_some(ParamConstraint::Length {
+                min: 1,
+                max: MAX_FREE_TEXT,
             })
-            .collect();
-        ExpectedCall::constrained(task, c.tool.clone(), c.params.clone(), constraints)
+        })
     }
 }
 
 impl Planner for PoolPlanner {
-    fn plan(
-        &self,
-        prompt: &Prompt,
-        manifest: &ToolkitManifest,
-        _: &Regulations,
-        _: &StopPolicy,
-    ) -> Result<Plan, PlanError> {
-        let mut tasks = Vec::with_capacity(prompt.tasks.len());
-        for (i, instruction) in prompt.tasks.iter().enumerate() {
-            let calls = knox_agent::task_plan(
-                self.plans.get(instruction).map(Vec::as_slice),
-                i,
-                instruction,
-            )?;
-            let task = u32::try_from(i).unwrap_or(u32::MAX);
-            let mut expected = Vec::with_capacity(calls.len());
-            for c in calls {
-                knox_agent::planned_entry(manifest, &c.tool, Some(&c.params))?;
-                expected.push(self.expected(task, c));
-            }
-            tasks.push(expected);
-        }
-        Ok(Plan { tasks })
+    fn plan(&self, request: &PlanRequest<'_>) -> Result<Plan, PlanError> {
+        plan_from_table(
+            request,
+            |_, instruction| self.plans.get(instruction).map(Vec::as_slice),
+            |task, c| self.expected(task, c),
+        )
     }
 
     fn model(&self) -> ModelInfo {

@@ -19,9 +19,7 @@ use std::fmt::Write as _;
 
 use knox_agent::{Planner, Prompt, Regulations};
 use knox_harness::{Harness, Workload};
-use knox_monitor::aeg::AegBuilder;
 use knox_monitor::apm;
-use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
 use knox_policy::manifest::Effect;
 use knox_policy::trajectory::{Automaton, declared_default};
@@ -266,7 +264,12 @@ pub fn run(rt: &Harness, pool: &Pool, opts: &Options<'_>) -> Result<Results, Eva
             let stop = StopPolicy::default();
             let regulations = Regulations::default();
             let plan = planner
-                .plan(&prompt, &rt.manifest, &regulations, &stop)
+                .plan(&knox_agent::PlanRequest {
+                    prompt: &prompt,
+                    manifest: &rt.manifest,
+                    regulations: &regulations,
+                    stop: &stop,
+                })
                 .map_err(|e| EvalError::Invalid(format!("variation plan: {e}")))?;
             let base = apm::from_plan(&prompt, &rt.manifest, &regulations, &stop, plan, w.0)
                 .map_err(|e| EvalError::Invalid(format!("variation APM: {e}")))?;
@@ -356,19 +359,14 @@ fn scripted(
     let regulator = knox_regulation::Regulator::new(&apm.guards.regulation, None)
         .map_err(|e| EvalError::Invalid(format!("regulator: {e}")))?;
     let m = Monitor::start(
-        MonitorConfig {
-            contract: None,
-            approvals: None,
+        MonitorConfig::new(
             apm,
             apm_hash,
             run_id,
-            manifest: &rt.manifest,
-            key: rt.monitor_key(),
-            models: &models,
-            signal: StopSignal::new(),
-            aeg: AegBuilder::default(),
-            grants: false,
-        },
+            &rt.manifest,
+            rt.monitor_key(),
+            &models,
+        ),
         regulator,
         None,
     );

@@ -3,11 +3,8 @@
 
 use std::collections::HashMap;
 
-use knox_agent::{
-    Plan, PlanError, PlannedCall, Planner, Prompt, Regulations, planned_entry, task_id, task_plan,
-};
-use knox_policy::ToolkitManifest;
-use knox_types::apm::{ExpectedCall, StopPolicy};
+use knox_agent::{Plan, PlanError, PlanRequest, PlannedCall, Planner, plan_from_table};
+use knox_types::apm::ExpectedCall;
 use knox_types::bundle::{ModelInfo, ModelRole};
 
 /// Takes plans from the dataset: each InjecAgent user case names the tool call that
@@ -37,32 +34,12 @@ impl DatasetPlanner {
 }
 
 impl Planner for DatasetPlanner {
-    fn plan(
-        &self,
-        prompt: &Prompt,
-        manifest: &ToolkitManifest,
-        _: &Regulations,
-        _: &StopPolicy,
-    ) -> Result<Plan, PlanError> {
-        let mut tasks = Vec::with_capacity(prompt.tasks.len());
-        for (i, instruction) in prompt.tasks.iter().enumerate() {
-            let calls = task_plan(
-                self.plans.get(instruction).map(Vec::as_slice),
-                i,
-                instruction,
-            )?;
-            let mut expected = Vec::with_capacity(calls.len());
-            for (tool, params) in calls {
-                planned_entry(manifest, tool, Some(params))?;
-                expected.push(ExpectedCall::exact(
-                    task_id(i),
-                    tool.clone(),
-                    params.clone(),
-                ));
-            }
-            tasks.push(expected);
-        }
-        Ok(Plan { tasks })
+    fn plan(&self, request: &PlanRequest<'_>) -> Result<Plan, PlanError> {
+        plan_from_table(
+            request,
+            |_, instruction| self.plans.get(instruction).map(Vec::as_slice),
+            |task, (tool, params)| ExpectedCall::exact(task, tool.clone(), params.clone()),
+        )
     }
 
     fn model(&self) -> ModelInfo {

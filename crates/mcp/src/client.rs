@@ -61,14 +61,7 @@ impl KnoxClient {
         self.events
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(KernelEvent {
-                event: "refusal".into(),
-                syscall: None,
-                nr: None,
-                pid: None,
-                args: vec![],
-                detail: Some(detail),
-            });
+            .push(KernelEvent::refusal(detail));
     }
 }
 

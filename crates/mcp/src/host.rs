@@ -636,18 +636,7 @@ impl Drop for McpRun<'_> {
 }
 
 fn refusal(reason: String) -> ToolResult {
-    ToolResult {
-        output: json!({"error": format!("MCP host refused: {reason}")}),
-        kernel: vec![KernelEvent {
-            event: "refusal".into(),
-            syscall: None,
-            nr: None,
-            pid: None,
-            args: vec![],
-            detail: Some(reason),
-        }],
-        confinement: None,
-    }
+    ToolResult::refused("MCP host", reason)
 }
 
 /// Splits `server.tool` at the first dot.

@@ -11,10 +11,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations};
+use knox_agent::{Plan, PlanError, PlanRequest, Planner, Prompt, task_id};
 use knox_policy::ToolkitManifest;
 use knox_policy::manifest::ToolEntry;
-use knox_types::apm::{ExpectedCall, ParamConstraint, StopPolicy};
+use knox_types::apm::{ExpectedCall, ParamConstraint};
 use knox_types::bundle::{ModelInfo, ModelRole};
 use serde_json::{Map, Value};
 
@@ -355,40 +355,21 @@ fn expected(
         }
         _ => false,
     };
-    if links.is_empty() && !params.iter().any(|(k, v)| free(k, v)) {
-        return ExpectedCall::exact(task, entry.name.clone(), params);
-    }
-    let constraints: BTreeMap<String, ParamConstraint> = params
-        .iter()
-        .map(|(k, v)| {
-            let c = if let Some(link) = links.get(k) {
-                link.clone()
-            } else if free(k, v) {
-                ParamConstraint::Length {
-                    min: 0,
-                    max: MAX_FREE_TEXT,
-                }
-            } else {
-                ParamConstraint::Exact { value: v.clone() }
-            };
-            (k.clone(), c)
+    ExpectedCall::bounded(task, entry.name.clone(), params, |k, v| {
+        links.get(k).cloned().or_else(|| {
+            free(k, v).then_some(ParamConstraint::Length {
+                min: 0,
+                max: MAX_FREE_TEXT,
+            })
         })
-        .collect();
-    ExpectedCall::constrained(task, entry.name.clone(), params, constraints)
+    })
 }
 
 impl Planner for ChatPlanner {
-    fn plan(
-        &self,
-        prompt: &Prompt,
-        manifest: &ToolkitManifest,
-        _: &Regulations,
-        _: &StopPolicy,
-    ) -> Result<Plan, PlanError> {
-        let mut tasks = Vec::with_capacity(prompt.tasks.len());
-        for (i, instruction) in prompt.tasks.iter().enumerate() {
-            let task = u32::try_from(i).unwrap_or(u32::MAX);
-            tasks.push(self.plan_task(task, instruction, manifest)?);
+    fn plan(&self, request: &PlanRequest<'_>) -> Result<Plan, PlanError> {
+        let mut tasks = Vec::with_capacity(request.prompt.tasks.len());
+        for (i, instruction) in request.prompt.tasks.iter().enumerate() {
+            tasks.push(self.plan_task(task_id(i), instruction, request.manifest)?);
         }
         Ok(Plan { tasks })
     }
@@ -446,7 +427,7 @@ impl UserPlans {
         }
         let mut out = Vec::with_capacity(tasks.len());
         for (i, (t, instruction)) in tasks.iter().zip(&prompt.tasks).enumerate() {
-            let task = u32::try_from(i).unwrap_or(u32::MAX);
+            let task = task_id(i);
             let calls = validate(&t.to_string(), task, instruction, manifest, max_calls)
                 .map_err(|e| format!("task {i}: {e}"))?;
             out.push(calls);
@@ -456,20 +437,14 @@ impl UserPlans {
 }
 
 impl Planner for UserPlans {
-    fn plan(
-        &self,
-        prompt: &Prompt,
-        manifest: &ToolkitManifest,
-        _: &Regulations,
-        _: &StopPolicy,
-    ) -> Result<Plan, PlanError> {
+    fn plan(&self, request: &PlanRequest<'_>) -> Result<Plan, PlanError> {
         let next = self
             .queue
             .lock()
             .map_err(|_| PlanError::Model("user plans: poisoned".into()))?
             .pop_front()
             .ok_or_else(|| PlanError::Model("user plans: no plan left for this run".into()))?;
-        Self::validate(&next, prompt, manifest, self.max_calls)
+        Self::validate(&next, request.prompt, request.manifest, self.max_calls)
             .map_err(|e| PlanError::Model(format!("user plan: {e}")))
     }
 
@@ -487,6 +462,8 @@ impl Planner for UserPlans {
 #[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 mod tests {
     use super::*;
+    use knox_agent::Regulations;
+    use knox_types::apm::StopPolicy;
     use serde_json::json;
 
     fn manifest() -> ToolkitManifest {
@@ -839,7 +816,13 @@ mod tests {
         let p = UserPlans::new([good], 16);
         let r = Regulations::default();
         let stop = StopPolicy::default();
-        assert!(p.plan(&prompt, &m, &r, &stop).is_ok());
-        assert!(p.plan(&prompt, &m, &r, &stop).is_err(), "one plan, one run");
+        let request = PlanRequest {
+            prompt: &prompt,
+            manifest: &m,
+            regulations: &r,
+            stop: &stop,
+        };
+        assert!(p.plan(&request).is_ok());
+        assert!(p.plan(&request).is_err(), "one plan, one run");
     }
 }

@@ -8,7 +8,7 @@
 #![expect(clippy::unwrap_used, reason = "benchmarks")]
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations};
+use knox_agent::{Plan, PlanError, PlanRequest, Planner, Prompt, Regulations};
 use knox_attest::simulated::Simulated;
 use knox_monitor::aeg::{AegBuilder, Checkpoints, NewNode};
 use knox_monitor::run::{self, PlanSpec, Runtime};
@@ -43,13 +43,8 @@ cost = 1
 struct Empty;
 
 impl Planner for Empty {
-    fn plan(
-        &self,
-        prompt: &Prompt,
-        _: &ToolkitManifest,
-        _: &Regulations,
-        _: &StopPolicy,
-    ) -> Result<Plan, PlanError> {
+    fn plan(&self, request: &PlanRequest<'_>) -> Result<Plan, PlanError> {
+        let prompt = request.prompt;
         Ok(Plan {
             tasks: prompt.tasks.iter().map(|_| Vec::new()).collect(),
         })

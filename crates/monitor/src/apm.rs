@@ -3,7 +3,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use crate::key::MonitorKey;
-use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations, task_id};
+use knox_agent::{Plan, PlanError, PlanRequest, Planner, Prompt, Regulations, task_id};
 use knox_policy::{ToolkitManifest, auth};
 use knox_types::apm::{
     APM_VERSION, AgentPlan, Apm, ApmInputs, Closed, ExpectedCall, Guards, PlanningFailure,
@@ -55,8 +55,14 @@ pub fn derive(
     planner: &dyn Planner,
     topology: Topology,
 ) -> Result<Apm, ApmError> {
+    let request = PlanRequest {
+        prompt,
+        manifest,
+        regulations,
+        stop,
+    };
     let planned = planner
-        .plan(prompt, manifest, regulations, stop)
+        .plan(&request)
         .map_err(ApmError::from)
         .and_then(|plan| from_plan(prompt, manifest, regulations, stop, plan, topology));
     let mut apm = match planned {

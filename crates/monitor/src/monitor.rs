@@ -452,6 +452,34 @@ pub struct MonitorConfig<'a> {
     pub approvals: Option<&'a dyn ApprovalSource>,
 }
 
+impl<'a> MonitorConfig<'a> {
+    /// A run of `apm` (hashing to `apm_hash`) over `manifest`, its interrupts signed
+    /// with `key`, `models` taking part: no stop signal but the APM's own, a fresh
+    /// graph (no journal), no grants, no contract and no approvals.
+    pub fn new(
+        apm: &'a Apm,
+        apm_hash: Digest,
+        run_id: &'a str,
+        manifest: &'a ToolkitManifest,
+        key: MonitorKey<'a>,
+        models: &'a [ModelInfo],
+    ) -> Self {
+        Self {
+            apm,
+            apm_hash,
+            run_id,
+            manifest,
+            key,
+            models,
+            signal: StopSignal::new(),
+            aeg: AegBuilder::default(),
+            grants: false,
+            contract: None,
+            approvals: None,
+        }
+    }
+}
+
 impl<'a> Monitor<'a> {
     /// Starts the run: commits the root, proof-of-inference nodes and, for multi-agent
     /// runs, the planner's decomposition and one branch per sub-agent.

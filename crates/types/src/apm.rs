@@ -187,6 +187,31 @@ impl ExpectedCall {
         call
     }
 
+    /// The expected call for `params` where `bound(name, value)` gives the constraints
+    /// of the parameters not fixed: exact when it bounds none, otherwise constrained,
+    /// every parameter it does not bound held to its value.
+    pub fn bounded(
+        task: u32,
+        tool: impl Into<String>,
+        params: Map<String, Value>,
+        bound: impl Fn(&str, &Value) -> Option<ParamConstraint>,
+    ) -> Self {
+        let mut any = false;
+        let constraints: BTreeMap<String, ParamConstraint> = params
+            .iter()
+            .map(|(k, v)| {
+                let c = bound(k, v).inspect(|_| any = true);
+                let c = c.unwrap_or_else(|| ParamConstraint::Exact { value: v.clone() });
+                (k.clone(), c)
+            })
+            .collect();
+        if any {
+            Self::constrained(task, tool, params, constraints)
+        } else {
+            Self::exact(task, tool, params)
+        }
+    }
+
     /// Recomputes `H(e_j)` from the call's content.
     pub fn compute_hash(&self) -> Digest {
         match &self.constraints {

@@ -467,6 +467,20 @@ pub struct KernelEvent {
     pub detail: Option<String>,
 }
 
+impl KernelEvent {
+    /// A `refusal`: the layer that runs tools refused the call, for `detail`.
+    pub fn refusal(detail: String) -> Self {
+        Self {
+            event: "refusal".into(),
+            syscall: None,
+            nr: None,
+            pid: None,
+            args: vec![],
+            detail: Some(detail),
+        }
+    }
+}
+
 /// `interrupt`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

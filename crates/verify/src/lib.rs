@@ -12,7 +12,7 @@ pub mod replay;
 pub mod report;
 mod written;
 
-use knox_attest::platform::{self, AppraisalOptions, PlatformError};
+use knox_attest::platform::{self, AppraisalOptions};
 use knox_policy::ToolkitManifest;
 use knox_types::bundle::{
     BUNDLE_FORMAT, BUNDLE_FORMAT_V1, BUNDLE_FORMAT_V2, BUNDLE_FORMAT_V3, BUNDLE_FORMAT_V4, Bundle,
@@ -320,14 +320,7 @@ fn refresh_step(s: &mut Steps, b: &Bundle, opts: Options<'_>) {
                 a.mode
             ),
         ),
-        Err(
-            e @ (PlatformError::SimulatedRefused
-            | PlatformError::UnknownMode(_)
-            | PlatformError::NoPolicy
-            | PlatformError::PolicyRejected(_)),
-        ) => {
-            s.refuse("refresh", e.to_string());
-        }
+        Err(e) if e.is_refusal() => s.refuse("refresh", e.to_string()),
         Err(e) => s.fail("refresh", Fail::unplaced(format!("refresh report: {e}"))),
     }
 }
@@ -537,12 +530,7 @@ pub(crate) fn evidence_of(
             );
             (a.mode, a.hardware_backed)
         }
-        Err(
-            e @ (PlatformError::SimulatedRefused
-            | PlatformError::UnknownMode(_)
-            | PlatformError::NoPolicy
-            | PlatformError::PolicyRejected(_)),
-        ) => {
+        Err(e) if e.is_refusal() => {
             s.refuse("evidence", e.to_string());
             (evidence.mode.clone(), false)
         }

@@ -16,8 +16,8 @@
 use std::collections::BTreeMap;
 
 use knox_agent::{
-    AgentTask, Executor, ExecutorFactory, Label, Observation, Plan, PlanError, Planner,
-    Regulations, Step, ToolRunner,
+    AgentTask, Executor, ExecutorFactory, Label, Observation, Plan, PlanError, PlanRequest,
+    Planner, Step, ToolRunner,
 };
 use std::sync::Arc;
 
@@ -28,7 +28,7 @@ use knox_engine::{Prompt, Session, ToolResult};
 use knox_policy::ToolkitManifest;
 use knox_types::Action;
 use knox_types::aeg::{NodeKind, chain_start, chain_step};
-use knox_types::apm::{ExpectedCall, StopPolicy};
+use knox_types::apm::ExpectedCall;
 use knox_types::bundle::{Bundle, ModelInfo};
 use knox_types::grant::Grant;
 use knox_types::payload::{
@@ -92,13 +92,7 @@ fn contract(alice: &PartyKey) -> Contract {
 struct PlanOf(Vec<Action>);
 
 impl Planner for PlanOf {
-    fn plan(
-        &self,
-        _: &Prompt,
-        _: &ToolkitManifest,
-        _: &Regulations,
-        _: &StopPolicy,
-    ) -> Result<Plan, PlanError> {
+    fn plan(&self, _: &PlanRequest<'_>) -> Result<Plan, PlanError> {
         let calls = self
             .0
             .iter()

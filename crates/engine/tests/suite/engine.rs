@@ -12,13 +12,13 @@
 use std::sync::{Arc, Mutex};
 
 use knox_agent::{
-    AgentTask, Executor, ExecutorFactory, Label, Observation, Plan, PlanError, Planner,
-    Regulations, Step, ToolRunner,
+    AgentTask, Executor, ExecutorFactory, Label, Observation, Plan, PlanError, PlanRequest,
+    Planner, Step, ToolRunner,
 };
 use knox_engine::{EngineError, Prompt, Session, Simulated, ToolResult, Verdict};
 use knox_policy::ToolkitManifest;
 use knox_types::Action;
-use knox_types::apm::{ExpectedCall, StopPolicy};
+use knox_types::apm::ExpectedCall;
 use knox_types::bundle::{Bundle, ModelInfo};
 use knox_types::grant::Grant;
 use knox_types::payload::GuardKind;
@@ -75,13 +75,8 @@ fn complete(bundle: &Bundle, manifest: &ToolkitManifest) {
 struct ReadPlanner;
 
 impl Planner for ReadPlanner {
-    fn plan(
-        &self,
-        prompt: &Prompt,
-        _: &ToolkitManifest,
-        _: &Regulations,
-        _: &StopPolicy,
-    ) -> Result<Plan, PlanError> {
+    fn plan(&self, request: &PlanRequest<'_>) -> Result<Plan, PlanError> {
+        let prompt = request.prompt;
         let read = |i| {
             let params = json!({"id": "1"}).as_object().cloned().unwrap();
             vec![ExpectedCall::exact(i, "MailRead", params)]

@@ -10,14 +10,14 @@
 use std::path::{Path, PathBuf};
 
 use knox_agent::{
-    AgentTask, Executor, ExecutorFactory, Label, Observation, Plan, PlanError, Planner,
-    Regulations, Step, ToolRunner,
+    AgentTask, Executor, ExecutorFactory, Label, Observation, Plan, PlanError, PlanRequest,
+    Planner, Step, ToolRunner,
 };
 use knox_engine::{Prompt, Session, Simulated, ToolResult};
 use knox_policy::ToolkitManifest;
 use knox_types::Action;
 use knox_types::aeg::NodeKind;
-use knox_types::apm::{ExpectedCall, StopPolicy};
+use knox_types::apm::ExpectedCall;
 use knox_types::bundle::ModelInfo;
 use knox_types::grant::Grant;
 use knox_types::payload::GuardKind;
@@ -69,13 +69,7 @@ struct FixedPlan {
 }
 
 impl Planner for FixedPlan {
-    fn plan(
-        &self,
-        _: &Prompt,
-        _: &ToolkitManifest,
-        _: &Regulations,
-        _: &StopPolicy,
-    ) -> Result<Plan, PlanError> {
+    fn plan(&self, _: &PlanRequest<'_>) -> Result<Plan, PlanError> {
         Ok(Plan {
             tasks: vec![vec![
                 ExpectedCall::exact(0, "FsReadTextFile", params(json!({"path": self.notes}))),

@@ -2,10 +2,9 @@
 //! conversation. (A model planner followed in a chosen trajectory mode is
 //! [`knox_agent::Following`].)
 
-use knox_agent::{Plan, PlanError, Planner, Prompt, Regulations};
+use knox_agent::{Plan, PlanError, PlanRequest, Planner, Prompt};
 use knox_models::UserPlans;
 use knox_policy::ToolkitManifest;
-use knox_types::apm::StopPolicy;
 use knox_types::bundle::ModelInfo;
 use serde_json::Value;
 
@@ -31,19 +30,8 @@ impl PlanFile {
 }
 
 impl Planner for PlanFile {
-    fn plan(
-        &self,
-        prompt: &Prompt,
-        manifest: &ToolkitManifest,
-        regulations: &Regulations,
-        stop: &StopPolicy,
-    ) -> Result<Plan, PlanError> {
-        UserPlans::new([self.plan.clone()], self.max_calls).plan(
-            prompt,
-            manifest,
-            regulations,
-            stop,
-        )
+    fn plan(&self, request: &PlanRequest<'_>) -> Result<Plan, PlanError> {
+        UserPlans::new([self.plan.clone()], self.max_calls).plan(request)
     }
 
     fn model(&self) -> ModelInfo {

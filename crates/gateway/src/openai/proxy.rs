@@ -246,11 +246,15 @@ pub(crate) struct Request {
 impl Request {
     /// Its messages (checked non-empty by [`parse`]).
     pub(crate) fn messages(&self) -> &[Value] {
-        self.body
-            .get("messages")
-            .and_then(Value::as_array)
-            .map_or(&[], Vec::as_slice)
+        messages(&self.body)
     }
+}
+
+/// A chat request body's `messages` (none when it has no such array).
+pub(crate) fn messages(body: &Value) -> &[Value] {
+    body.get("messages")
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
 }
 
 pub(crate) fn parse(bytes: &[u8]) -> Result<Request, ApiError> {

@@ -92,10 +92,7 @@ pub(crate) struct Translated {
 impl Translated {
     /// The chat messages (the upstream body's).
     pub(super) fn messages(&self) -> &[Value] {
-        self.chat
-            .get("messages")
-            .and_then(Value::as_array)
-            .map_or(&[], Vec::as_slice)
+        super::proxy::messages(&self.chat)
     }
 }
 

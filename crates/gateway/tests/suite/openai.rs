@@ -749,17 +749,14 @@ struct ByPrompt {
 impl knox_agent::Planner for ByPrompt {
     fn plan(
         &self,
-        prompt: &knox_agent::Prompt,
-        manifest: &knox_policy::ToolkitManifest,
-        regulations: &knox_agent::Regulations,
-        stop: &knox_types::apm::StopPolicy,
+        request: &knox_agent::PlanRequest<'_>,
     ) -> Result<knox_agent::Plan, knox_agent::PlanError> {
-        let p = if prompt.tasks.join(" ").contains("newsletter") {
+        let p = if request.prompt.tasks.join(" ").contains("newsletter") {
             &self.newsletter
         } else {
             &self.lookup
         };
-        p.plan(prompt, manifest, regulations, stop)
+        p.plan(request)
     }
 
     fn model(&self) -> knox_types::bundle::ModelInfo {

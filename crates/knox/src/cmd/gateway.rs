@@ -4,6 +4,11 @@
 pub mod mcp;
 pub mod openai;
 
+/// `--planner SPEC` of either gateway: a model spec for the planner's role.
+fn planner_spec(s: &str) -> Result<knox_models::ModelSpec, String> {
+    knox_models::ModelSpec::parse_for(s, knox_models::SpecRole::Planner).map_err(|e| e.to_string())
+}
+
 /// `knox gateway …`.
 #[derive(Debug, clap::Subcommand)]
 pub enum GatewayCommand {

@@ -422,7 +422,7 @@ mod local {
     use std::path::{Path, PathBuf};
     use std::sync::OnceLock;
 
-    use knox_agent::{Planner, Prompt, Regulations};
+    use knox_agent::{PlanRequest, Planner, Prompt, Regulations};
     use knox_models::{
         Chat, Format, LocalModel, LocalOptions, LocalSource, Message, Reply, Role, ToolCall,
         catalog,
@@ -563,12 +563,12 @@ mod local {
             tasks: vec![user.instruction.clone()],
         };
         let plan = planner
-            .plan(
-                &prompt,
-                &rt.manifest,
-                &Regulations::default(),
-                &StopPolicy::default(),
-            )
+            .plan(&PlanRequest {
+                prompt: &prompt,
+                manifest: &rt.manifest,
+                regulations: &Regulations::default(),
+                stop: &StopPolicy::default(),
+            })
             .unwrap();
         assert_eq!(plan.tasks.len(), 1);
         assert!(!plan.tasks[0].is_empty());

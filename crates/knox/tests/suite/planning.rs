@@ -7,12 +7,11 @@ use knox_types::payload::Body;
 use std::sync::Arc;
 
 use knox::session::ExecutorKind;
-use knox_agent::{PlanError, Planner, Prompt, Regulations};
+use knox_agent::{PlanError, PlanRequest, Planner, Prompt, Regulations};
 use knox_models::{ChatPlanner, Endpoint};
 use knox_monitor::aeg::{AegBuilder, NewNode};
 use knox_monitor::apm as apm_mod;
 use knox_monitor::run::seal;
-use knox_policy::ToolkitManifest;
 use knox_types::aeg::{NodeKind, PLANNER_AGENT};
 use knox_types::apm::{ExpectedCall, StopPolicy};
 use knox_types::bundle::{Bundle, ModelInfo, ModelRole};
@@ -25,13 +24,7 @@ use super::support::{assert_tampered, knox, outcomes_with, read_json, runtime, s
 struct Refuses;
 
 impl Planner for Refuses {
-    fn plan(
-        &self,
-        _: &Prompt,
-        _: &ToolkitManifest,
-        _: &Regulations,
-        _: &StopPolicy,
-    ) -> Result<knox_agent::Plan, PlanError> {
+    fn plan(&self, _: &PlanRequest<'_>) -> Result<knox_agent::Plan, PlanError> {
         Err(PlanError::Model(
             "task 0: no valid plan in 3 attempts: unknown tool `RootShell`".into(),
         ))
@@ -310,12 +303,12 @@ fn a_model_planned_data_link_is_enforced_at_its_trajectory_position() {
         ],
     };
     let plan = planner
-        .plan(
-            &prompt,
-            super::support::manifest(),
-            &Regulations::default(),
-            &StopPolicy::default(),
-        )
+        .plan(&PlanRequest {
+            prompt: &prompt,
+            manifest: super::support::manifest(),
+            regulations: &Regulations::default(),
+            stop: &StopPolicy::default(),
+        })
         .unwrap();
     let h = super::support::harness_for(
         prompt,

@@ -142,7 +142,7 @@ pub(super) fn assert_tampered(b: &Bundle, what: &str) -> Option<u64> {
     }
 }
 
-use knox_agent::{Plan, Prompt, Regulations};
+use knox_agent::{Plan, PlanRequest, Prompt, Regulations};
 use knox_monitor::aeg::{AegBuilder, FinishedAeg};
 use knox_monitor::apm as apm_mod;
 use knox_monitor::guard::stop::StopSignal;
@@ -321,13 +321,7 @@ pub(super) struct FixedPlan {
 }
 
 impl knox_agent::Planner for FixedPlan {
-    fn plan(
-        &self,
-        _: &Prompt,
-        _: &ToolkitManifest,
-        _: &Regulations,
-        _: &StopPolicy,
-    ) -> Result<Plan, knox_agent::PlanError> {
+    fn plan(&self, _: &PlanRequest<'_>) -> Result<Plan, knox_agent::PlanError> {
         Ok(Plan {
             tasks: self.tasks.clone(),
         })

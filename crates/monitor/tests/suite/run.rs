@@ -13,8 +13,8 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use knox_agent::{
-    AgentTask, Executor, ExecutorFactory, Label, Observation, Plan, PlanError, Planner, Prompt,
-    Regulations, Step, ToolResult, ToolRunner,
+    AgentTask, Executor, ExecutorFactory, Label, Observation, Plan, PlanError, PlanRequest,
+    Planner, Prompt, Regulations, Step, ToolResult, ToolRunner,
 };
 use knox_attest::simulated::Simulated;
 use knox_monitor::guard::stop::StopSignal;
@@ -73,13 +73,8 @@ fn model(role: &str, name: &str) -> ModelInfo {
 struct ReadPlanner;
 
 impl Planner for ReadPlanner {
-    fn plan(
-        &self,
-        prompt: &Prompt,
-        _: &ToolkitManifest,
-        _: &Regulations,
-        _: &StopPolicy,
-    ) -> Result<Plan, PlanError> {
+    fn plan(&self, request: &PlanRequest<'_>) -> Result<Plan, PlanError> {
+        let prompt = request.prompt;
         let read = |i| {
             let params = json!({"id": "1"}).as_object().cloned().unwrap();
             vec![ExpectedCall::exact(i, "MailRead", params)]

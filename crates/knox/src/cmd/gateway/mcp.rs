@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Result;
 use knox_agent::{Planner, Prompt, ToolHost};
 use knox_gateway::mcp::{GatewayConfig, OpenRequest, PlatformFactory};
-use knox_models::{ChatPlanner, ModelSpec, SpecRole};
+use knox_models::{ChatPlanner, ModelSpec};
 use knox_types::apm::{StopPolicy, TrajectoryMode};
 
 use crate::cmd::{self, usage};
@@ -70,7 +70,7 @@ pub struct McpGatewayArgs {
     #[arg(value_parser = cmd::path, long, value_name = "PLAN.json", conflicts_with = "http")]
     pub plan: Option<PathBuf>,
     /// The model planning each session's prompt (`local:…`, `openai:URL#MODEL`).
-    #[arg(long, value_name = "SPEC", value_parser = planner_spec)]
+    #[arg(long, value_name = "SPEC", value_parser = super::planner_spec)]
     pub planner: Option<ModelSpec>,
     /// The model cache.
     #[command(flatten)]
@@ -130,10 +130,6 @@ pub struct McpGatewayArgs {
     /// Platform evidence backend (one key binding per session).
     #[command(flatten)]
     pub platform: crate::session::PlatformArgs,
-}
-
-fn planner_spec(s: &str) -> std::result::Result<ModelSpec, String> {
-    ModelSpec::parse_for(s, SpecRole::Planner).map_err(|e| e.to_string())
 }
 
 /// Runs the MCP gateway.

@@ -13,7 +13,7 @@ use knox_agent::Planner;
 use knox_engine::Session;
 use knox_gateway::openai::plan::PlanFile;
 use knox_gateway::openai::{Proxy, ProxyConfig, SealHook, Sealed};
-use knox_models::{ChatPlanner, ModelSpec, SpecRole};
+use knox_models::{ChatPlanner, ModelSpec};
 use knox_verify::Outcome;
 
 use crate::error::{Kind, fail};
@@ -40,7 +40,7 @@ pub struct OpenaiGatewayArgs {
     pub listen: SocketAddr,
     /// Plans each conversation's first request (system and user messages) with a model:
     /// `local:NAME`, `local:PATH.gguf` or `openai:URL#MODEL`.
-    #[arg(long, value_name = "SPEC", value_parser = planner_spec, required_unless_present = "plan", conflicts_with = "plan")]
+    #[arg(long, value_name = "SPEC", value_parser = super::planner_spec, required_unless_present = "plan", conflicts_with = "plan")]
     pub planner: Option<ModelSpec>,
     /// Instead of a model: this plan (`{"calls": [{"tool", "params"}, …]}`, as `knox run
     /// --plan`) for every conversation.
@@ -114,10 +114,6 @@ pub struct OpenaiGatewayArgs {
     /// Platform evidence backend.
     #[command(flatten)]
     pub platform: crate::session::PlatformArgs,
-}
-
-fn planner_spec(s: &str) -> std::result::Result<ModelSpec, String> {
-    ModelSpec::parse_for(s, SpecRole::Planner).map_err(|e| e.to_string())
 }
 
 /// The planner the arguments name (a local model shared through `locals`).
