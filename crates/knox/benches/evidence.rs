@@ -9,9 +9,7 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_mai
 use knox::session::{self, ExecutorKind, Suite, SuiteRun};
 use knox_agent::{Plan, Prompt, Regulations};
 use knox_harness::Harness;
-use knox_monitor::aeg::AegBuilder;
 use knox_monitor::apm;
-use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
 use knox_types::apm::{ExpectedCall, StopPolicy, Topology, TopologyKind};
 use knox_types::bundle::Bundle;
@@ -74,17 +72,8 @@ fn mediation(c: &mut Criterion, rt: &Harness) {
     let start_with = |grants: bool| {
         Monitor::start(
             MonitorConfig {
-                contract: None,
-                approvals: None,
-                apm: &apm,
-                apm_hash,
-                run_id: "bench",
-                manifest,
-                key: rt.monitor_key(),
-                models: &[],
-                signal: StopSignal::new(),
-                aeg: AegBuilder::default(),
                 grants,
+                ..MonitorConfig::new(&apm, apm_hash, "bench", manifest, rt.monitor_key(), &[])
             },
             knox_regulation::Regulator::new(&apm.guards.regulation, None).unwrap(),
             None,

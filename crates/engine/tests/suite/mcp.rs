@@ -49,14 +49,7 @@ syscalls = []
 cost = 1
 "#;
 
-fn model(role: &str, name: &str) -> ModelInfo {
-    ModelInfo {
-        role: role.into(),
-        name: name.into(),
-        weights_hash: None,
-        declared: false,
-    }
-}
+use knox_testkit::model;
 
 fn params(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
     v.as_object().cloned().unwrap()

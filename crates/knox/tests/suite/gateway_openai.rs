@@ -15,26 +15,7 @@ use serde_json::Value;
 
 use super::support::{knox, run_file};
 
-const BANK: &str = r#"format = "knox-toolkit/1"
-[runtime]
-syscalls = ["read", "write", "exit_group"]
-paths = []
-limits = { max_processes = 16, max_file_bytes = 1048576, max_memory_bytes = 268435456, cpu_seconds = 5, max_open_files = 64 }
-[[servers]]
-name = "bank"
-remote = true
-needs = { profile = "network-client", endpoints = [{ host = "bank.example", port = 443 }] }
-[[servers.tools]]
-name = "bank.get_balance"
-effect = "read"
-returns = { info_types = ["financial"], subject = "user", source = "user" }
-inputSchema = { type = "object", properties = { account = { type = "string" } }, required = ["account"], additionalProperties = false }
-[[servers.tools]]
-name = "bank.send_money"
-effect = "write"
-sinks = ["to"]
-inputSchema = { type = "object", properties = { to = { type = "string" }, amount = { type = "number", maximum = 100 } }, required = ["to", "amount"], additionalProperties = false }
-"#;
+use knox_testkit::bank::TOOLKIT as BANK;
 
 /// The scripted model, served with the standard library on a loopback port it prints:
 /// (0 tool results) read the balance; (1) the injected transfer beside the planned one;

@@ -236,17 +236,16 @@ impl Harness {
     ) -> Monitor<'a> {
         let rt = runtime();
         let cfg = MonitorConfig {
-            contract: None,
-            approvals: None,
-            apm: &self.apm,
-            apm_hash: self.apm_hash,
-            run_id: "test-run",
-            manifest: manifest(),
-            key: rt.monitor_key(),
-            models: &self.models,
             signal,
             aeg,
-            grants: false,
+            ..MonitorConfig::new(
+                &self.apm,
+                self.apm_hash,
+                "test-run",
+                manifest(),
+                rt.monitor_key(),
+                &self.models,
+            )
         };
         Monitor::start(cfg, regulator, judge)
     }

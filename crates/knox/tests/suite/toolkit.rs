@@ -10,32 +10,7 @@ use std::path::Path;
 use super::support::knox;
 
 /// A user manifest: one remote bank server with a read and a write tool.
-pub(super) const BANK: &str = r#"
-format = "knox-toolkit/1"
-
-[runtime]
-syscalls = ["read", "write", "exit_group"]
-paths = []
-limits = { max_processes = 16, max_file_bytes = 1048576, max_memory_bytes = 268435456, cpu_seconds = 5, max_open_files = 64 }
-
-[[servers]]
-name = "bank"
-remote = true
-needs = { profile = "network-client", endpoints = [{ host = "bank.example", port = 443 }] }
-
-[[servers.tools]]
-name = "bank.get_balance"
-effect = "read"
-returns = { info_types = ["financial"], subject = "user", source = "user" }
-inputSchema = { type = "object", properties = { account = { type = "string" } }, required = ["account"], additionalProperties = false }
-
-[[servers.tools]]
-name = "bank.send_money"
-effect = "write"
-sinks = ["to"]
-prose = ["memo"]
-inputSchema = { type = "object", properties = { to = { type = "string" }, amount = { type = "number", maximum = 100 }, memo = { type = "string" } }, required = ["to", "amount"], additionalProperties = false }
-"#;
+pub(super) use knox_testkit::bank::TOOLKIT as BANK;
 
 pub(super) fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
     let p = dir.join(name);

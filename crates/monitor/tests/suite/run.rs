@@ -13,81 +13,22 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use knox_agent::{
-    AgentTask, Executor, ExecutorFactory, Label, Observation, Plan, PlanError, PlanRequest,
-    Planner, Prompt, Regulations, Step, ToolResult, ToolRunner,
+    AgentTask, Executor, ExecutorFactory, Label, Observation, Prompt, Regulations, Step,
+    ToolResult, ToolRunner,
 };
 use knox_attest::simulated::Simulated;
 use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::run::{RunConfig, RunOutcome, Runtime, Tally, run_prompt};
-use knox_policy::ToolkitManifest;
 use knox_types::Action;
-use knox_types::apm::{ExpectedCall, StopPolicy, Topology, TopologyKind};
+use knox_types::apm::{StopPolicy, Topology, TopologyKind};
 use knox_types::bundle::ModelInfo;
 use knox_types::grant::Grant;
 use knox_types::payload::GuardKind;
 use knox_verify::{Options, report::Outcome};
 use serde_json::{Value, json};
 
-const TOOLS: &str = r#"[
-  {"toolkit": "Mail", "name_for_model": "Mail", "name_for_human": "Mail", "description_for_model": "d", "description_for_human": "d",
-   "tools": [
-     {"name": "Send", "summary": "s", "parameters": [
-        {"name": "to", "type": "string", "description": "d", "required": true},
-        {"name": "body", "type": "string", "description": "d", "required": true}],
-      "returns": [{"name": "success", "type": "boolean", "description": "d"}]},
-     {"name": "Read", "summary": "s", "parameters": [
-        {"name": "id", "type": "string", "description": "d", "required": true}],
-      "returns": [{"name": "email", "type": "object", "description": "d"}]}]}
-]"#;
-
-const NEEDS: &str = r#"
-version = 1
-[runtime]
-syscalls = ["read", "write", "exit_group"]
-paths = [{ path = "/usr/lib", access = ["read", "execute"] }]
-limits = { max_processes = 16, max_file_bytes = 1048576, max_memory_bytes = 268435456, cpu_seconds = 5, max_open_files = 64 }
-
-[toolkits.Mail]
-profile = "network-client"
-syscalls = ["socket", "connect"]
-endpoints = [{ host = "mail.example", port = 443 }]
-cost = 2
-[toolkits.Mail.tools.Send]
-sinks = ["to"]
-"#;
-
-fn manifest() -> ToolkitManifest {
-    ToolkitManifest::from_sources(TOOLS, NEEDS).unwrap()
-}
-
-fn model(role: &str, name: &str) -> ModelInfo {
-    ModelInfo {
-        role: role.into(),
-        name: name.into(),
-        weights_hash: None,
-        declared: false,
-    }
-}
-
-/// Plans every task as one `MailRead` of message `1`.
-struct ReadPlanner;
-
-impl Planner for ReadPlanner {
-    fn plan(&self, request: &PlanRequest<'_>) -> Result<Plan, PlanError> {
-        let prompt = request.prompt;
-        let read = |i| {
-            let params = json!({"id": "1"}).as_object().cloned().unwrap();
-            vec![ExpectedCall::exact(i, "MailRead", params)]
-        };
-        Ok(Plan {
-            tasks: (0..prompt.tasks.len()).map(|i| read(i as u32)).collect(),
-        })
-    }
-
-    fn model(&self) -> ModelInfo {
-        model("planner", "fixed")
-    }
-}
+use knox_testkit::mail::{ReadPlanner, manifest};
+use knox_testkit::model;
 
 /// Proposes its plan (labelled `plan`), then an off-plan send (`extra`), then bytes that
 /// are no proposal at all (no label), then finishes; records what it observed.

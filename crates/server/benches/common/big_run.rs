@@ -4,9 +4,7 @@
 
 use knox_agent::{Plan, Prompt, Regulations};
 use knox_attest::simulated::Simulated;
-use knox_monitor::aeg::AegBuilder;
 use knox_monitor::apm;
-use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
 use knox_monitor::run::Runtime;
 use knox_types::apm::{ExpectedCall, StopPolicy, Topology, TopologyKind};
@@ -49,19 +47,14 @@ pub(crate) fn big_run() -> (Vec<u8>, usize) {
     let att = apm::attest(&apm, apm_hash, rt.monitor_key()).unwrap();
     let regulator = knox_regulation::Regulator::new(&apm.guards.regulation, None).unwrap();
     let m = Monitor::start(
-        MonitorConfig {
-            contract: None,
-            approvals: None,
-            apm: &apm,
+        MonitorConfig::new(
+            &apm,
             apm_hash,
-            run_id: "pages-bench-10k",
-            manifest: &rt.manifest,
-            key: rt.monitor_key(),
-            models: &[],
-            signal: StopSignal::new(),
-            aeg: AegBuilder::default(),
-            grants: false,
-        },
+            "pages-bench-10k",
+            &rt.manifest,
+            rt.monitor_key(),
+            &[],
+        ),
         regulator,
         None,
     );

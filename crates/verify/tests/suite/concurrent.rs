@@ -12,9 +12,7 @@
 
 use knox_agent::{Plan, Prompt, Regulations};
 use knox_attest::simulated::Simulated;
-use knox_monitor::aeg::AegBuilder;
 use knox_monitor::apm;
-use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
 use knox_monitor::run::Runtime;
 use knox_types::aeg::NodeKind;
@@ -71,19 +69,14 @@ fn parallel_sub_agents_leave_evidence_that_verifies_complete() {
     let att = apm::attest(&apm, apm_hash, rt.monitor_key()).unwrap();
     let regulator = knox_regulation::Regulator::new(&apm.guards.regulation, None).unwrap();
     let m = Monitor::start(
-        MonitorConfig {
-            contract: None,
-            approvals: None,
-            apm: &apm,
+        MonitorConfig::new(
+            &apm,
             apm_hash,
-            run_id: "concurrent",
-            manifest: &rt.manifest,
-            key: rt.monitor_key(),
-            models: &[],
-            signal: StopSignal::new(),
-            aeg: AegBuilder::default(),
-            grants: false,
-        },
+            "concurrent",
+            &rt.manifest,
+            rt.monitor_key(),
+            &[],
+        ),
         regulator,
         None,
     );

@@ -17,9 +17,7 @@ use std::sync::Arc;
 use knox_agent::{Plan, Prompt, Regulations};
 use knox_attest::TeeKey;
 use knox_attest::simulated::Simulated;
-use knox_monitor::aeg::AegBuilder;
 use knox_monitor::apm;
-use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
 use knox_monitor::run::Runtime;
 use knox_policy::ToolkitManifest;
@@ -64,19 +62,7 @@ fn sealed_run(rt: &Runtime, name: &str) -> Bundle {
     let att = apm::attest(&apm, apm_hash, rt.monitor_key()).unwrap();
     let regulator = knox_regulation::Regulator::new(&apm.guards.regulation, None).unwrap();
     let m = Monitor::start(
-        MonitorConfig {
-            contract: None,
-            approvals: None,
-            apm: &apm,
-            apm_hash,
-            run_id: name,
-            manifest: &rt.manifest,
-            key: rt.monitor_key(),
-            models: &[],
-            signal: StopSignal::new(),
-            aeg: AegBuilder::default(),
-            grants: false,
-        },
+        MonitorConfig::new(&apm, apm_hash, name, &rt.manifest, rt.monitor_key(), &[]),
         regulator,
         None,
     );

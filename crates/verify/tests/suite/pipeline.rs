@@ -11,7 +11,6 @@ use std::sync::OnceLock;
 
 use knox_agent::{Plan, Prompt, Regulations};
 use knox_attest::simulated::Simulated;
-use knox_monitor::aeg::AegBuilder;
 use knox_monitor::apm;
 use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
@@ -376,17 +375,15 @@ fn run_edited(s: &Scenario, edit: fn(&mut Apm)) -> Bundle {
         knox_regulation::Regulator::new(spec, spec.policy_hash.map(|_| norms())).unwrap();
     let m = Monitor::start(
         MonitorConfig {
-            contract: None,
-            approvals: None,
-            apm: &run_apm,
-            apm_hash,
-            run_id: "pipeline",
-            manifest: manifest(),
-            key: rt.monitor_key(),
-            models: &run_models,
             signal: signal.clone(),
-            aeg: AegBuilder::default(),
-            grants: false,
+            ..MonitorConfig::new(
+                &run_apm,
+                apm_hash,
+                "pipeline",
+                manifest(),
+                rt.monitor_key(),
+                &run_models,
+            )
         },
         regulator,
         judge,

@@ -15,9 +15,7 @@ use std::sync::Arc;
 
 use knox_agent::{Plan, Prompt, Regulations};
 use knox_attest::TeeKey;
-use knox_monitor::aeg::AegBuilder;
 use knox_monitor::apm;
-use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
 use knox_monitor::run::Runtime;
 use knox_policy::ToolkitManifest;
@@ -88,17 +86,15 @@ fn run_in(
     let regulator = knox_regulation::Regulator::new(&apm.guards.regulation, None).unwrap();
     let m = Monitor::start(
         MonitorConfig {
-            contract: None,
-            approvals: None,
-            apm: &apm,
-            apm_hash,
-            run_id: "planned",
-            manifest: &rt.manifest,
-            key: rt.monitor_key(),
-            models: &[],
-            signal: StopSignal::new(),
-            aeg: AegBuilder::default(),
             grants: true,
+            ..MonitorConfig::new(
+                &apm,
+                apm_hash,
+                "planned",
+                &rt.manifest,
+                rt.monitor_key(),
+                &[],
+            )
         },
         regulator,
         None,

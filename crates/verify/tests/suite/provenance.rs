@@ -15,9 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use knox_agent::{Plan, Prompt, Regulations};
-use knox_monitor::aeg::AegBuilder;
 use knox_monitor::apm;
-use knox_monitor::guard::stop::StopSignal;
 use knox_monitor::monitor::{Monitor, MonitorConfig, Verdict};
 use knox_monitor::run::Runtime;
 use knox_policy::ToolkitManifest;
@@ -132,19 +130,14 @@ fn run(plan: Vec<ExpectedCall>, mode: TrajectoryMode, proposals: &[Value]) -> Ve
     let att = apm::attest(&apm, apm_hash, rt.monitor_key()).unwrap();
     let regulator = knox_regulation::Regulator::new(&apm.guards.regulation, None).unwrap();
     let m = Monitor::start(
-        MonitorConfig {
-            contract: None,
-            approvals: None,
-            apm: &apm,
+        MonitorConfig::new(
+            &apm,
             apm_hash,
-            run_id: "provenance",
-            manifest: &rt.manifest,
-            key: rt.monitor_key(),
-            models: &[],
-            signal: StopSignal::new(),
-            aeg: AegBuilder::default(),
-            grants: false,
-        },
+            "provenance",
+            &rt.manifest,
+            rt.monitor_key(),
+            &[],
+        ),
         regulator,
         None,
     );

@@ -18,46 +18,10 @@ use axum::routing::{get, post};
 use knox_agent::Following;
 use knox_engine::{Session, Simulated};
 use knox_gateway::openai::plan::PlanFile;
-use knox_policy::ToolkitManifest;
 use serde_json::{Value, json};
 
-/// The user's tools.
-pub(super) const BANK: &str = r#"
-format = "knox-toolkit/1"
-
-[runtime]
-syscalls = ["read", "write", "exit_group"]
-paths = []
-limits = { max_processes = 16, max_file_bytes = 1048576, max_memory_bytes = 268435456, cpu_seconds = 5, max_open_files = 64 }
-
-[[servers]]
-name = "bank"
-remote = true
-needs = { profile = "network-client", endpoints = [{ host = "bank.example", port = 443 }] }
-
-[[servers.tools]]
-name = "bank.get_balance"
-effect = "read"
-returns = { info_types = ["financial"], subject = "user", source = "user" }
-inputSchema = { type = "object", properties = { account = { type = "string" } }, required = ["account"], additionalProperties = false }
-
-[[servers.tools]]
-name = "bank.send_money"
-effect = "write"
-sinks = ["to"]
-inputSchema = { type = "object", properties = { to = { type = "string" }, amount = { type = "number", maximum = 100 } }, required = ["to", "amount"], additionalProperties = false }
-"#;
-
-/// The user's plan: read the balance, pay DE001 20.
-pub(super) fn plan() -> Value {
-    json!({"calls": [
-        {"tool": "bank.get_balance", "params": {"account": "main"}},
-        {"tool": "bank.send_money", "params": {"to": "DE001", "amount": 20}}]})
-}
-
-pub(super) fn manifest() -> ToolkitManifest {
-    ToolkitManifest::from_toolkit_text(BANK).unwrap()
-}
+/// The user's tools (a bank server) and plan (read the balance, pay DE001 20).
+pub(super) use knox_testkit::bank::{manifest, plan};
 
 /// A session over the bank toolkit and its plan, bundles (and journals) into `out`.
 pub(super) fn session(out: &std::path::Path) -> Arc<Session> {
