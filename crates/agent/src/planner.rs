@@ -53,6 +53,14 @@ pub enum PlanError {
         /// The call it names.
         from: u32,
     },
+    /// A plan brought for a prompt has another number of tasks than the prompt.
+    #[error("the plan has {planned} task(s), the prompt {prompt}")]
+    Tasks {
+        /// The plan's tasks.
+        planned: usize,
+        /// The prompt's tasks.
+        prompt: usize,
+    },
     /// The plan names a tool the manifest does not have.
     #[error("plan names unknown tool `{0}`")]
     UnknownTool(String),

@@ -28,9 +28,13 @@ use crate::session::Session;
 struct HostPlan(Plan);
 
 impl Planner for HostPlan {
-    /// The host's plan, checked as any planner's: one list of calls per task, every
-    /// tool in the manifest, every exact call within its tool's schema.
+    /// The host's plan, checked as any planner's: one list of calls per task of the
+    /// prompt, every tool in the manifest, every exact call within its tool's schema.
     fn plan(&self, request: &PlanRequest<'_>) -> Result<Plan, PlanError> {
+        let (planned, prompt) = (self.0.tasks.len(), request.prompt.tasks.len());
+        if planned != prompt {
+            return Err(PlanError::Tasks { planned, prompt });
+        }
         plan_from_table(
             request,
             |i, _| self.0.tasks.get(i).map(Vec::as_slice),

@@ -397,6 +397,24 @@ fn a_host_brings_its_own_plan_and_a_plan_that_does_not_fit_fails_attested() {
     let bundle = live.finish().unwrap();
     assert_eq!(bundle.summary.counts.interrupts, 1);
     complete(&bundle, &manifest());
+
+    // A plan of two tasks for a prompt of one does not fit it either: the same attested
+    // failure, naming both counts, not an error of the session.
+    let params = json!({"id": "2"}).as_object().cloned().unwrap();
+    let call = |task| ExpectedCall::exact(task, "MailRead", params.clone());
+    let long = Plan {
+        tasks: vec![vec![call(0)], vec![call(1)]],
+    };
+    let mut open = session.open_plan(&prompt, long, None).unwrap();
+    assert!(open.plan_failed());
+    let reason = serde_json::to_string(&open.apm().planning).unwrap();
+    assert!(
+        reason.contains("the plan has 2 task(s), the prompt 1"),
+        "{reason}"
+    );
+    let live = open.live().unwrap();
+    assert!(matches!(live.propose("agent-0", two), Verdict::Stopped));
+    complete(&live.finish().unwrap(), &manifest());
 }
 
 #[test]
