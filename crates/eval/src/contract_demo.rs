@@ -723,15 +723,39 @@ fn tool_effect(s: &Scenario, out: &Value) -> Option<(bool, String)> {
     }
 }
 
+/// The demo's world under a root, its contract (`wc` pinned by its hash, `alice` the
+/// approver) and the contract signed by a fresh authority: where every way of running
+/// the scenarios starts.
+struct Signed {
+    w: World,
+    alice: PartyKey,
+    authority: PartyKey,
+    c: Contract,
+    env: knox_types::dsse::Envelope,
+}
+
+impl Signed {
+    fn new(root: &Path) -> Result<Self> {
+        let w = World::new(root)?;
+        let alice = PartyKey::generate()?;
+        let authority = PartyKey::generate()?;
+        let pin = pinned::hash_path(&w.wc)?.to_hex();
+        let c = w.contract(&alice, &pin);
+        let env = signed::sign(&authority, &c)?;
+        Ok(Self {
+            w,
+            alice,
+            authority,
+            c,
+            env,
+        })
+    }
+}
+
 /// Runs every scenario with the naive executor in the current process (inside the
 /// throwaway namespaces when called through [`run_without_knox`]).
 pub fn without_knox_here(root: &Path) -> Result<Vec<Effect>> {
-    let w = World::new(root)?;
-    let alice = PartyKey::generate()?;
-    let authority = PartyKey::generate()?;
-    let pin = pinned::hash_path(&w.wc)?.to_hex();
-    let c = w.contract(&alice, &pin);
-    let env = signed::sign(&authority, &c)?;
+    let Signed { w, c, env, .. } = Signed::new(root)?;
     let mut out = Vec::new();
     for s in scenarios(&w) {
         prepare(&w, &s)?;
@@ -849,13 +873,14 @@ fn token(
 
 /// Runs every scenario under Knox in `root`: one contract session per scenario.
 pub fn with_knox(root: &Path) -> Result<(Vec<Effect>, Vec<JournalReport>)> {
-    let w = World::new(root)?;
-    let alice = PartyKey::generate()?;
-    let authority = PartyKey::generate()?;
+    let Signed {
+        w,
+        alice,
+        authority,
+        env,
+        ..
+    } = Signed::new(root)?;
     let monitor = TeeKey::generate()?;
-    let pin = pinned::hash_path(&w.wc)?.to_hex();
-    let c = w.contract(&alice, &pin);
-    let env = signed::sign(&authority, &c)?;
     // What a reader needs to re-check the journals: the signed contract and the keys'
     // public halves.
     std::fs::write(
@@ -1167,12 +1192,13 @@ fn hashed_tokens(
 /// `root/bundles`, each verified offline. The tampered contract cannot start a run
 /// (`knox run --contract` refuses it: its signature does not verify).
 pub fn with_knox_runs(root: &Path) -> Result<Vec<BundleRow>> {
-    let w = World::new(root)?;
-    let alice = PartyKey::generate()?;
-    let authority = PartyKey::generate()?;
-    let pin = pinned::hash_path(&w.wc)?.to_hex();
-    let c = w.contract(&alice, &pin);
-    let env = signed::sign(&authority, &c)?;
+    let Signed {
+        w,
+        alice,
+        authority,
+        env,
+        ..
+    } = Signed::new(root)?;
     let bundles = root.join("bundles");
     std::fs::create_dir_all(&bundles)?;
     let manifest = knox_engine::contract::manifest()?;

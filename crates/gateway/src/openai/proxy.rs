@@ -250,6 +250,20 @@ impl Request {
     }
 }
 
+/// A request body's `model` (empty when it names none) and whether it asks for the
+/// event stream (`"stream": true`).
+pub(crate) fn model_and_stream(body: &Value) -> (String, bool) {
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    (
+        model,
+        body.get("stream").and_then(Value::as_bool) == Some(true),
+    )
+}
+
 /// A chat request body's `messages` (none when it has no such array).
 pub(crate) fn messages(body: &Value) -> &[Value] {
     body.get("messages")
@@ -265,12 +279,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Request, ApiError> {
             "`messages` must be a non-empty array".into(),
         ));
     }
-    let model = body
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
+    let (model, stream) = model_and_stream(&body);
     Ok(Request {
         body,
         model,

@@ -247,12 +247,7 @@ pub(crate) fn translate(bytes: &[u8], histories: &Histories) -> Result<Translate
     if !body.is_object() {
         return Err(bad("the body must be a JSON object"));
     }
-    let model = body
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
+    let (model, stream) = super::proxy::model_and_stream(&body);
     let previous = body
         .get("previous_response_id")
         .cloned()
