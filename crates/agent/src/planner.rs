@@ -261,9 +261,89 @@ pub fn task_id(i: usize) -> u32 {
 }
 
 #[cfg(test)]
-#[expect(clippy::unwrap_used, reason = "tests")]
+#[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 mod tests {
     use super::*;
+    use knox_types::apm::ParamConstraint;
+    use std::collections::HashMap;
+
+    fn call(tool: &str, params: Value) -> PlannedCall {
+        (tool.to_owned(), params.as_object().cloned().unwrap())
+    }
+
+    /// A table planner's plan of a two-task prompt (`read`, then `send`) from `rows`,
+    /// each call made by `expected`.
+    fn planned(
+        rows: &[(&str, Vec<PlannedCall>)],
+        expected: impl FnMut(u32, &PlannedCall) -> ExpectedCall,
+    ) -> Result<Plan, PlanError> {
+        let manifest = knox_policy::shipped::current().unwrap();
+        let prompt = Prompt {
+            tasks: vec!["read".into(), "send".into()],
+        };
+        let (regulations, stop) = (Regulations::default(), StopPolicy::default());
+        let request = PlanRequest {
+            prompt: &prompt,
+            manifest: &manifest,
+            regulations: &regulations,
+            stop: &stop,
+        };
+        let table: HashMap<String, Vec<PlannedCall>> = rows
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect();
+        plan_from_table(
+            &request,
+            |_, instruction| table.get(instruction).map(Vec::as_slice),
+            expected,
+        )
+    }
+
+    fn exact(task: u32, (tool, params): &PlannedCall) -> ExpectedCall {
+        ExpectedCall::exact(task, tool.clone(), params.clone())
+    }
+
+    #[test]
+    fn a_table_plan_is_checked_call_by_call_and_a_task_without_one_refuses_the_prompt() {
+        let read = call("GmailReadEmail", serde_json::json!({"email_id": "e1"}));
+        let send = call(
+            "GmailSendEmail",
+            serde_json::json!({"to": "bob@example.com", "subject": "s", "body": "b"}),
+        );
+        let plan = planned(&[("read", vec![read.clone()]), ("send", vec![send])], exact).unwrap();
+        assert_eq!(plan.tasks.len(), 2);
+        assert_eq!((plan.tasks[0][0].task, plan.tasks[1][0].task), (0, 1));
+        assert_eq!(plan.tasks[1][0].tool, "GmailSendEmail");
+
+        // No plan for the second task: the whole prompt is refused, naming it.
+        let e = planned(&[("read", vec![read.clone()])], exact).unwrap_err();
+        assert!(matches!(e, PlanError::NoPlan { task: 1, .. }), "{e}");
+
+        // A tool the manifest lacks, and an exact call outside its tool's schema.
+        let nope = call("RootShell", serde_json::json!({}));
+        let e = planned(&[("read", vec![read.clone()]), ("send", vec![nope])], exact);
+        assert!(matches!(e, Err(PlanError::UnknownTool(t)) if t == "RootShell"));
+        let bad = call(
+            "GmailSendEmail",
+            serde_json::json!({"to": 3, "subject": "s", "body": "b"}),
+        );
+        let e = planned(
+            &[("read", vec![read.clone()]), ("send", vec![bad.clone()])],
+            exact,
+        );
+        assert!(matches!(e, Err(PlanError::Schema { .. })), "{e:?}");
+
+        // The same call with `to` bounded rather than fixed: its constraints, not the
+        // example values, are what the monitor holds the call to, so only its tool is
+        // checked.
+        let bounded = |task, (tool, params): &PlannedCall| {
+            ExpectedCall::bounded(task, tool.clone(), params.clone(), |k, _| {
+                (k == "to").then_some(ParamConstraint::Length { min: 1, max: 64 })
+            })
+        };
+        let plan = planned(&[("read", vec![read]), ("send", vec![bad])], bounded).unwrap();
+        assert!(plan.tasks[1][0].constraints.is_some());
+    }
 
     #[test]
     fn prompts_and_regulations_are_read_strictly_and_task_ids_saturate() {

@@ -823,6 +823,32 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn a_bounded_call_is_exact_unless_a_parameter_is_bounded() {
+        let params = json!({"to": "a@b.example", "body": "hi"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        let none = ExpectedCall::bounded(0, "MailSend", params.clone(), |_, _| None);
+        assert_eq!(none, ExpectedCall::exact(0, "MailSend", params.clone()));
+        let length = ParamConstraint::Length { min: 0, max: 10 };
+        let body = ExpectedCall::bounded(3, "MailSend", params.clone(), |k, _| {
+            (k == "body").then(|| length.clone())
+        });
+        let c = body.constraints.clone().unwrap_or_default();
+        assert_eq!(c.len(), 2, "every parameter has a constraint: {c:?}");
+        assert_eq!(c.get("body"), Some(&length));
+        assert_eq!(
+            c.get("to"),
+            Some(&ParamConstraint::Exact {
+                value: json!("a@b.example")
+            })
+        );
+        assert_eq!((body.task, body.params.clone()), (3, params));
+        assert_eq!(body.hash, body.compute_hash());
+        assert_ne!(body.hash, none.hash);
+    }
+
+    #[test]
     fn exact_expected_hash_equals_action_hash() {
         let params = json!({"a": 1}).as_object().cloned().unwrap_or_default();
         let e = ExpectedCall::exact(0, "T", params.clone());
