@@ -33,21 +33,7 @@ pub fn template(from_ms: u64, until_ms: u64, wc_sha256: &str) -> Contract {
         },
     );
     let mut executables = BTreeMap::new();
-    executables.insert(
-        "wc".to_owned(),
-        ExecutableCap {
-            root: "/usr/bin".into(),
-            path: "wc".into(),
-            sha256: wc_sha256.into(),
-            argv: vec![vec![
-                ArgPattern::Lit("-l".into()),
-                ArgPattern::Hole(Hole::Relpath),
-            ]],
-            workdir: Some("workspace".into()),
-            cost_cents: 2,
-            impact: Impact::Low,
-        },
-    );
+    executables.insert("wc".to_owned(), wc_lines("/usr/bin", wc_sha256));
     let mut endpoints = BTreeMap::new();
     endpoints.insert(
         "example-api".to_owned(),
@@ -75,5 +61,22 @@ pub fn template(from_ms: u64, until_ms: u64, wc_sha256: &str) -> Contract {
         approvers: BTreeMap::new(),
         approval_required: BTreeSet::new(),
         max_approval_ttl_ms: 300_000,
+    }
+}
+
+/// `wc -l <relpath>` as a capability: the `wc` beneath `root` pinned by `wc_sha256`,
+/// run in the `workspace` directory capability, 2 cents, low impact.
+pub fn wc_lines(root: &str, wc_sha256: &str) -> ExecutableCap {
+    ExecutableCap {
+        root: root.into(),
+        path: "wc".into(),
+        sha256: wc_sha256.into(),
+        argv: vec![vec![
+            ArgPattern::Lit("-l".into()),
+            ArgPattern::Hole(Hole::Relpath),
+        ]],
+        workdir: Some("workspace".into()),
+        cost_cents: 2,
+        impact: Impact::Low,
     }
 }

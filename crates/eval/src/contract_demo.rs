@@ -29,8 +29,7 @@ use knox_broker::contract::ContractHost;
 use knox_broker::pinned;
 use knox_contract::approval;
 use knox_contract::format::{
-    ArgPattern, Contract, DirAccess, DirectoryCap, EndpointCap, ExecutableCap, FORMAT, Hole,
-    Impact, Scheme,
+    Contract, DirAccess, DirectoryCap, EndpointCap, FORMAT, Impact, Scheme,
 };
 use knox_contract::session::{ContractSession, JournalReport, verify_journal};
 use knox_contract::{Decision, signed};
@@ -189,18 +188,7 @@ impl World {
         let mut executables = BTreeMap::new();
         executables.insert(
             "wc".to_owned(),
-            ExecutableCap {
-                root: Self::s(&self.tools),
-                path: "wc".into(),
-                sha256: wc_sha256.into(),
-                argv: vec![vec![
-                    ArgPattern::Lit("-l".into()),
-                    ArgPattern::Hole(Hole::Relpath),
-                ]],
-                workdir: Some("workspace".into()),
-                cost_cents: 2,
-                impact: Impact::Low,
-            },
+            knox_contract::example::wc_lines(&Self::s(&self.tools), wc_sha256),
         );
         let ep = |prefix: &str, method: &str, cost, impact| EndpointCap {
             scheme: Scheme::Http,
