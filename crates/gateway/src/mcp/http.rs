@@ -241,6 +241,28 @@ fn authorized(headers: &HeaderMap, token: &str) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// Live session `id`, for a caller holding the gateway's bearer token (`remove`: taken
+/// out of the table, as closing it does), or the status and reason to answer.
+fn live_session(
+    shared: &Shared,
+    headers: &HeaderMap,
+    id: &str,
+    remove: bool,
+) -> Result<Arc<Entry>, (StatusCode, &'static str)> {
+    if !authorized(headers, &shared.token) {
+        return Err((StatusCode::UNAUTHORIZED, "needs the gateway's bearer token"));
+    }
+    let found = if remove {
+        shared.sessions().remove(id)
+    } else {
+        shared.get(id)
+    };
+    found.ok_or((
+        StatusCode::NOT_FOUND,
+        "no such live session (sealed ones are in --out)",
+    ))
+}
+
 /// The open request's body.
 pub(crate) fn parse_open(body: &[u8]) -> Result<(Prompt, Option<Value>), String> {
     let v: Value = serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
@@ -336,14 +358,9 @@ async fn status(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if !authorized(&headers, &shared.token) {
-        return problem(StatusCode::UNAUTHORIZED, "needs the gateway's bearer token");
-    }
-    let Some(e) = shared.get(&id) else {
-        return problem(
-            StatusCode::NOT_FOUND,
-            "no such live session (sealed ones are in --out)",
-        );
+    let e = match live_session(&shared, &headers, &id, false) {
+        Ok(e) => e,
+        Err((status, why)) => return problem(status, why),
     };
     axum::Json(json!({
         "run_id": e.handle.run_id(),
@@ -358,14 +375,9 @@ async fn close(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if !authorized(&headers, &shared.token) {
-        return problem(StatusCode::UNAUTHORIZED, "needs the gateway's bearer token");
-    }
-    let Some(e) = shared.sessions().remove(&id) else {
-        return problem(
-            StatusCode::NOT_FOUND,
-            "no such live session (sealed ones are in --out)",
-        );
+    let e = match live_session(&shared, &headers, &id, true) {
+        Ok(e) => e,
+        Err((status, why)) => return problem(status, why),
     };
     e.handle.end("the user closed the session");
     e.cancel.cancel();

@@ -302,13 +302,6 @@ pub(crate) fn tool_results(messages: &[Value]) -> Vec<(String, Value)> {
         .collect()
 }
 
-async fn chat(State(proxy): State<Arc<Proxy>>, headers: HeaderMap, body: Body) -> Response {
-    match chat_inner(proxy, headers, body).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    }
-}
-
 /// What the blocking part of a request produced.
 enum Exchanged {
     /// A non-streamed completion of the run, mediated and rewritten (or an upstream
@@ -318,8 +311,8 @@ enum Exchanged {
     Streamed(Handle, Answer),
 }
 
-async fn chat_inner(
-    proxy: Arc<Proxy>,
+async fn chat(
+    State(proxy): State<Arc<Proxy>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -367,13 +360,6 @@ async fn chat_inner(
     Ok(response)
 }
 
-async fn respond(State(proxy): State<Arc<Proxy>>, headers: HeaderMap, body: Body) -> Response {
-    match respond_inner(proxy, headers, body).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    }
-}
-
 /// What the blocking part of a Responses request produced.
 enum Responded {
     /// The mediated answer as a Responses object; whether the client asked for the
@@ -384,10 +370,10 @@ enum Responded {
 }
 
 /// `POST /v1/responses`: the request read as the chat request it means, run through
-/// its conversation as [`chat_inner`] runs one (never streamed upstream), the mediated
+/// its conversation as [`chat`] runs one (never streamed upstream), the mediated
 /// answer returned as a Responses object or event stream.
-async fn respond_inner(
-    proxy: Arc<Proxy>,
+async fn respond(
+    State(proxy): State<Arc<Proxy>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {

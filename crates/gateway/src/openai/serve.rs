@@ -100,14 +100,7 @@ fn json_response(v: &Value) -> Response {
         .into_response()
 }
 
-async fn complete(State(s): State<Arc<ModelServer>>, body: Body) -> Response {
-    match complete_inner(s, body).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    }
-}
-
-async fn complete_inner(s: Arc<ModelServer>, body: Body) -> Result<Response, ApiError> {
+async fn complete(State(s): State<Arc<ModelServer>>, body: Body) -> Result<Response, ApiError> {
     let bytes = axum::body::to_bytes(body, s.max_body)
         .await
         .map_err(|_| ApiError::TooLarge { limit: s.max_body })?;
