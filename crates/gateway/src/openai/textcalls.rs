@@ -669,27 +669,8 @@ mod tests {
     use super::*;
 
     /// A bank with a read of one parameter and a write of several.
-    const BANK: &str = r#"format = "knox-toolkit/1"
-[runtime]
-syscalls = ["read", "write", "exit_group"]
-paths = []
-limits = { max_processes = 16, max_file_bytes = 1048576, max_memory_bytes = 268435456, cpu_seconds = 5, max_open_files = 64 }
-[[servers]]
-name = "bank"
-remote = true
-needs = { profile = "network-client", endpoints = [{ host = "bank.example", port = 443 }] }
-[[servers.tools]]
-name = "bank.get_balance"
-effect = "read"
-inputSchema = { type = "object", properties = { account = { type = "string" } }, required = ["account"], additionalProperties = false }
-[[servers.tools]]
-name = "bank.send_money"
-effect = "write"
-inputSchema = { type = "object", properties = { to = { type = "string" }, amount = { type = "number" }, memo = { type = "string" } }, required = ["to", "amount"], additionalProperties = false }
-"#;
-
     fn manifest() -> ToolkitManifest {
-        ToolkitManifest::from_toolkit_text(BANK).unwrap()
+        knox_testkit::bank::manifest()
     }
 
     fn blocked() -> Decision {
