@@ -181,46 +181,17 @@ pub struct Candidate {
     pub text: String,
     /// The plain text (lower case), for the [`Via::Plain`] comparison.
     plain: Option<String>,
-    /// Every [`WINDOW`]-byte window of `text`, packed into an integer, sorted: an item
-    /// whose first bytes are not among them is not in the text, found with a binary
-    /// search instead of a search of the text.
-    windows: Vec<u64>,
 }
-
-/// Bytes of the windows a candidate's text is indexed by (no item is shorter:
-/// [`MIN_ITEM`] characters take at least as many bytes).
-const WINDOW: usize = MIN_ITEM;
-const _: () = assert!(WINDOW <= 8, "a window packs into a u64");
 
 impl Candidate {
     fn new(params: Vec<String>, via: Via, text: String) -> Self {
-        let mut windows: Vec<u64> = text.as_bytes().windows(WINDOW).map(pack).collect();
-        windows.sort_unstable();
-        windows.dedup();
         Self {
             params,
             via,
             text,
             plain: None,
-            windows,
         }
     }
-
-    /// Whether the squashed text holds squashed `item`.
-    fn holds(&self, item: &str) -> bool {
-        match item.as_bytes().get(..WINDOW) {
-            Some(w) => self.windows.binary_search(&pack(w)).is_ok() && self.text.contains(item),
-            None => self.text.contains(item),
-        }
-    }
-}
-
-/// Up to eight bytes as one integer (equal bytes, equal integers).
-fn pack(bytes: &[u8]) -> u64 {
-    bytes
-        .iter()
-        .take(8)
-        .fold(0, |acc, b| (acc << 8) | u64::from(*b))
 }
 
 /// The texts `params` (name, value) are compared as: each parameter as written and
@@ -237,46 +208,69 @@ pub fn candidates(params: &[(&str, &Value)]) -> Vec<Candidate> {
             ((*name).to_string(), cap(parts.join(" ")))
         })
         .collect();
-    for (name, text) in &texts {
+    // ASCII text squashes letter by letter (no normalisation joins or splits
+    // characters), so its reversed, ROT13 and joined forms are those of its squashed
+    // form: worked out from it, not squashed again.
+    let squashed: Vec<String> = texts.iter().map(|(_, t)| squash(t)).collect();
+    for ((name, text), sq) in texts.iter().zip(&squashed) {
         let one = || vec![name.clone()];
-        let squashed = squash(text);
+        let ascii = text.is_ascii();
         out.push(Candidate {
             plain: Some(text.to_lowercase()),
             ..Candidate::new(one(), Via::Plain, String::new())
         });
-        out.push(Candidate::new(
-            one(),
-            Via::Reversed,
-            squash(&text.chars().rev().collect::<String>()),
-        ));
-        out.push(Candidate::new(
-            one(),
-            Via::Rot13,
-            squash(&text.chars().map(rot13).collect::<String>()),
-        ));
-        out.push(Candidate::new(one(), Via::Normalized, squashed));
+        let reversed = if ascii {
+            sq.chars().rev().collect()
+        } else {
+            squash(&text.chars().rev().collect::<String>())
+        };
+        out.push(Candidate::new(one(), Via::Reversed, reversed));
+        let rotated = if ascii {
+            sq.chars().map(rot13).collect()
+        } else {
+            squash(&text.chars().map(rot13).collect::<String>())
+        };
+        out.push(Candidate::new(one(), Via::Rot13, rotated));
+        out.push(Candidate::new(one(), Via::Normalized, sq.clone()));
         for (via, decoded) in decodings(text) {
             out.push(Candidate::new(one(), via, squash(&decoded)));
         }
     }
     if texts.len() > 1 {
-        for (a, ta) in &texts {
-            for (b, tb) in &texts {
+        let joined = |parts: &[usize]| -> String {
+            if parts
+                .iter()
+                .all(|i| texts.get(*i).is_some_and(|(_, t)| t.is_ascii()))
+            {
+                parts
+                    .iter()
+                    .filter_map(|i| squashed.get(*i).map(String::as_str))
+                    .collect()
+            } else {
+                let raw: String = parts
+                    .iter()
+                    .filter_map(|i| texts.get(*i).map(|(_, t)| t.as_str()))
+                    .collect();
+                squash(&raw)
+            }
+        };
+        for (i, (a, _)) in texts.iter().enumerate() {
+            for (j, (b, _)) in texts.iter().enumerate() {
                 if a == b {
                     continue;
                 }
                 out.push(Candidate::new(
                     vec![a.clone(), b.clone()],
                     Via::Split,
-                    squash(&format!("{ta}{tb}")),
+                    joined(&[i, j]),
                 ));
             }
         }
-        let all: String = texts.iter().map(|(_, t)| t.as_str()).collect();
+        let every: Vec<usize> = (0..texts.len()).collect();
         out.push(Candidate::new(
             texts.iter().map(|(n, _)| n.clone()).collect(),
             Via::Split,
-            squash(&all),
+            joined(&every),
         ));
     }
     out
@@ -287,22 +281,108 @@ pub fn candidates(params: &[(&str, &Value)]) -> Vec<Candidate> {
 /// and kept with it: every later call of the run compares against the same items.
 #[derive(Clone, Debug, Default)]
 pub struct Items {
+    /// Squashed items of at least [`WINDOW`] bytes, sorted.
     squashed: Vec<String>,
+    /// Shorter squashed items (none come from [`items`]).
+    short: Vec<String>,
     plain: Vec<String>,
+    /// One bit per [`window_bit`] of a squashed item's first [`WINDOW`] bytes: a text
+    /// position whose window's bit is clear starts no item.
+    filter: Vec<u64>,
 }
+
+/// Bytes of the window a text is scanned by: no item from [`items`] is shorter
+/// ([`MIN_ITEM`] characters take at least as many bytes).
+const WINDOW: usize = MIN_ITEM;
+const _: () = assert!(WINDOW <= 8, "a window packs into a u64");
+/// Bits of an [`Items`] filter (a power of two).
+const FILTER_BITS: usize = 4096;
 
 impl Items {
     /// `squashed` items (as [`items`] gives them) and `plain` ones (as [`plain_items`]
     /// gives them).
     pub fn new(squashed: Vec<String>, plain: Vec<String>) -> Self {
         let plain = plain.iter().map(|l| l.to_lowercase()).collect();
-        Self { squashed, plain }
+        let (mut squashed, short): (Vec<String>, Vec<String>) =
+            squashed.into_iter().partition(|i| i.len() >= WINDOW);
+        squashed.sort_unstable();
+        let mut filter = vec![0u64; FILTER_BITS / 64];
+        for i in &squashed {
+            let bit = window_bit(pack(i.as_bytes()));
+            if let Some(word) = filter.get_mut(bit / 64) {
+                *word |= 1 << (bit % 64);
+            }
+        }
+        Self {
+            squashed,
+            short,
+            plain,
+            filter,
+        }
     }
 
     /// Every item of `output`.
     pub fn of(output: &Value) -> Self {
         Self::new(items(output), plain_items(output))
     }
+
+    /// Whether squashed `text` holds one of the squashed items: one pass over the
+    /// text's windows, an item compared only where the filter lets a window through.
+    fn in_text(&self, text: &str) -> bool {
+        if self.short.iter().any(|i| text.contains(i.as_str())) {
+            return true;
+        }
+        let bytes = text.as_bytes();
+        let mut window = 0u64;
+        for (at, b) in bytes.iter().enumerate() {
+            window = ((window << 8) | u64::from(*b)) & WINDOW_MASK;
+            let Some(start) = (at + 1).checked_sub(WINDOW) else {
+                continue;
+            };
+            let bit = window_bit(window);
+            let set = self
+                .filter
+                .get(bit / 64)
+                .is_some_and(|w| w & (1 << (bit % 64)) != 0);
+            if set && bytes.get(start..).is_some_and(|rest| self.starts_any(rest)) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Whether an item is a prefix of `rest` (which is at least [`WINDOW`] bytes): the
+    /// items sharing its first window, found by binary search, compared in turn.
+    fn starts_any(&self, rest: &[u8]) -> bool {
+        let head = rest.get(..WINDOW).unwrap_or(rest);
+        let first = self
+            .squashed
+            .partition_point(|i| i.as_bytes().get(..WINDOW).unwrap_or_default() < head);
+        self.squashed
+            .get(first..)
+            .unwrap_or_default()
+            .iter()
+            .take_while(|i| i.as_bytes().starts_with(head))
+            .any(|i| rest.starts_with(i.as_bytes()))
+    }
+}
+
+/// The last [`WINDOW`] bytes of a rolling window.
+const WINDOW_MASK: u64 = (1 << (8 * WINDOW)) - 1;
+
+/// Up to eight bytes as one integer (equal bytes, equal integers), of the first
+/// [`WINDOW`].
+fn pack(bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .take(WINDOW)
+        .fold(0, |acc, b| (acc << 8) | u64::from(*b))
+}
+
+/// The filter bit of a packed window (Fibonacci hashing).
+fn window_bit(window: u64) -> usize {
+    let h = window.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - FILTER_BITS.trailing_zeros());
+    usize::try_from(h).unwrap_or_default()
 }
 
 /// The first candidate (in the order of [`Via`]) that carries one of `items`, with the
@@ -319,7 +399,7 @@ pub fn reaches<'c>(items: &Items, candidates: &'c [Candidate]) -> Option<(&'c [S
                 .plain
                 .iter()
                 .any(|leaf| crate::dataflow::contains_lowered_token(p, leaf)),
-            None => !c.text.is_empty() && items.squashed.iter().any(|i| c.holds(i)),
+            None => !c.text.is_empty() && items.in_text(&c.text),
         };
         if hit {
             best = Some((&c.params, c.via));
@@ -525,7 +605,7 @@ mod tests {
     }
 
     #[test]
-    fn the_window_index_finds_what_a_search_finds() {
+    fn the_automaton_finds_what_a_search_finds() {
         let texts = [
             "",
             "short",
@@ -545,11 +625,89 @@ mod tests {
             "aaaaaaab",
             "abcdef",
         ];
+        let all = Items::new(items.iter().map(|i| (*i).to_string()).collect(), vec![]);
         for text in texts {
-            let c = Candidate::new(vec![], Via::Normalized, text.to_string());
             for item in items {
-                assert_eq!(c.holds(item), text.contains(item), "{item:?} in {text:?}");
+                let one = Items::new(vec![item.to_string()], vec![]);
+                assert_eq!(
+                    one.in_text(text),
+                    text.contains(item),
+                    "{item:?} in {text:?}"
+                );
             }
+            let any = items.iter().any(|i| text.contains(i));
+            assert_eq!(all.in_text(text), any, "{text:?}");
+            assert!(!Items::default().in_text(text));
+        }
+    }
+
+    /// The candidates as the module documents them, each text squashed from its raw
+    /// form (what `candidates` works out from squashed forms where that is the same).
+    fn reference(params: &[(&str, Value)]) -> Vec<(Vec<String>, Via, String)> {
+        let texts: Vec<(String, String)> = params
+            .iter()
+            .map(|(n, v)| {
+                let mut parts = Vec::new();
+                scalars(v, &mut parts);
+                ((*n).to_string(), cap(parts.join(" ")))
+            })
+            .collect();
+        let mut out = Vec::new();
+        for (name, text) in &texts {
+            let one = vec![name.clone()];
+            out.push((one.clone(), Via::Plain, String::new()));
+            let rev: String = text.chars().rev().collect();
+            out.push((one.clone(), Via::Reversed, squash(&rev)));
+            let rot: String = text.chars().map(rot13).collect();
+            out.push((one.clone(), Via::Rot13, squash(&rot)));
+            out.push((one.clone(), Via::Normalized, squash(text)));
+            for (via, d) in decodings(text) {
+                out.push((one.clone(), via, squash(&d)));
+            }
+        }
+        if texts.len() > 1 {
+            for (a, ta) in &texts {
+                for (b, tb) in &texts {
+                    if a != b {
+                        let pair = vec![a.clone(), b.clone()];
+                        out.push((pair, Via::Split, squash(&format!("{ta}{tb}"))));
+                    }
+                }
+            }
+            let names = texts.iter().map(|(n, _)| n.clone()).collect();
+            let all: String = texts.iter().map(|(_, t)| t.as_str()).collect();
+            out.push((names, Via::Split, squash(&all)));
+        }
+        out
+    }
+
+    #[test]
+    fn candidates_are_the_squashed_forms_of_the_raw_texts() {
+        let cases = [
+            vec![("body", json!("Hello, World! Tv29pmL#7qX"))],
+            vec![
+                ("to", json!("amy@x.com")),
+                ("body", json!(["a1", 22, {"k": "Z-z"}])),
+            ],
+            // Not ASCII: a combining accent at the start of the second value, full-width
+            // and confusable letters, right-to-left text.
+            vec![
+                ("a", json!("cafe")),
+                ("b", json!("\u{301}ＨＵＮＴＥＲ２ \u{0430}bc")),
+            ],
+            vec![
+                ("a", json!("שלום 123")),
+                ("b", json!("x")),
+                ("c", json!("ﬁle \u{200b}")),
+            ],
+        ];
+        for params in cases {
+            let p: Vec<(&str, &Value)> = params.iter().map(|(n, v)| (*n, v)).collect();
+            let got: Vec<(Vec<String>, Via, String)> = candidates(&p)
+                .into_iter()
+                .map(|c| (c.params, c.via, c.text))
+                .collect();
+            assert_eq!(got, reference(&params), "{params:?}");
         }
     }
 
