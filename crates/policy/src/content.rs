@@ -128,15 +128,19 @@ pub fn items(output: &Value) -> Vec<String> {
     let mut leaves = Vec::new();
     strings(output, &mut leaves);
     let mut out = Vec::new();
-    let mut push = |s: String, min: usize| {
+    let mut push = |s: &str, min: usize| {
         if s.chars().count() >= min && out.len() < MAX_ITEMS {
-            out.push(s);
+            out.push(s.to_owned());
         }
     };
     for leaf in leaves {
+        if leaf.is_ascii() {
+            ascii_items(&leaf, &mut push);
+            continue;
+        }
         let whole = squash(&leaf);
         if whole.chars().count() <= MAX_LEAF {
-            push(whole, MIN_ITEM);
+            push(&whole, MIN_ITEM);
         }
         let words: Vec<&str> = leaf.split_whitespace().collect();
         if words.len() < 2 {
@@ -144,30 +148,66 @@ pub fn items(output: &Value) -> Vec<String> {
         }
         let squashed: Vec<String> = words.iter().map(|w| squash(w)).collect();
         for (w, sq) in words.iter().zip(&squashed) {
-            let identifier = w.chars().any(|c| c.is_ascii_digit())
-                || w.chars()
-                    .any(|c| matches!(c, '@' | '/' | '_' | '#' | '$' | '%' | '&' | '='));
-            if identifier {
-                push(sq.clone(), MIN_ITEM);
+            if is_identifier(w) {
+                push(sq, MIN_ITEM);
             }
         }
-        // Squashing drops the spaces, so an ASCII span squashes to its squashed words
-        // run together; other text is squashed as a whole (normalisation reads it so).
-        let ascii = leaf.is_ascii();
-        for (span, sq) in words.windows(SPAN_WORDS).zip(squashed.windows(SPAN_WORDS)) {
-            push(
-                if ascii {
-                    sq.concat()
-                } else {
-                    squash(&span.join(" "))
-                },
-                MIN_SPAN,
-            );
+        // Text that is not ASCII is squashed as a whole (normalisation reads it so).
+        for span in words.windows(SPAN_WORDS) {
+            push(&squash(&span.join(" ")), MIN_SPAN);
         }
     }
     out.sort();
     out.dedup();
     out
+}
+
+/// Whether a word of a leaf looks like an identifier or a secret (an item of its own).
+fn is_identifier(word: &str) -> bool {
+    word.chars().any(|c| c.is_ascii_digit())
+        || word
+            .chars()
+            .any(|c| matches!(c, '@' | '/' | '_' | '#' | '$' | '%' | '&' | '='))
+}
+
+/// [`items`] of an ASCII leaf, in the same order (whole, identifiers, spans). ASCII
+/// squashes letter by letter and drops the spaces, so the leaf's squashed form is its
+/// words' squashed forms run together, and every item is a slice of it.
+fn ascii_items(leaf: &str, push: &mut impl FnMut(&str, usize)) {
+    let mut squashed = String::with_capacity(leaf.len());
+    // Where each word's squashed form starts, then where the last one ends.
+    let mut starts = Vec::new();
+    let mut identifiers = Vec::new();
+    for w in leaf.split_whitespace() {
+        starts.push(squashed.len());
+        identifiers.push(is_identifier(w));
+        squashed.extend(
+            w.bytes()
+                .filter(u8::is_ascii_alphanumeric)
+                .map(|b| char::from(b.to_ascii_lowercase())),
+        );
+    }
+    starts.push(squashed.len());
+    let words = |from: usize, count: usize| -> &str {
+        match (starts.get(from), starts.get(from + count)) {
+            (Some(a), Some(b)) => squashed.get(*a..*b).unwrap_or_default(),
+            _ => "",
+        }
+    };
+    if squashed.len() <= MAX_LEAF {
+        push(&squashed, MIN_ITEM);
+    }
+    if identifiers.len() < 2 {
+        return;
+    }
+    for (i, identifier) in identifiers.iter().enumerate() {
+        if *identifier {
+            push(words(i, 1), MIN_ITEM);
+        }
+    }
+    for i in 0..(identifiers.len() + 1).saturating_sub(SPAN_WORDS) {
+        push(words(i, SPAN_WORDS), MIN_SPAN);
+    }
 }
 
 /// One text a call's content is compared as.
@@ -326,6 +366,84 @@ impl Items {
         Self::new(items(output), plain_items(output))
     }
 
+    /// These items less those `texts` hold: a squashed item that some text's squashed
+    /// form holds, a plain item that some text (in lower case) holds as a token. Each
+    /// text is read once, whatever the number of items.
+    #[must_use]
+    pub fn less(self, squashed_texts: &[String], lowered_texts: &[String]) -> Self {
+        let mut held = vec![false; self.squashed.len()];
+        for text in squashed_texts {
+            self.mark(text.as_bytes(), &mut held);
+        }
+        let mut kept = held.iter();
+        let squashed: Vec<String> = self
+            .squashed
+            .into_iter()
+            .filter(|_| kept.next().is_some_and(|h| !h))
+            .chain(
+                self.short
+                    .into_iter()
+                    .filter(|i| !squashed_texts.iter().any(|t| t.contains(i.as_str()))),
+            )
+            .collect();
+        let plain = self
+            .plain
+            .into_iter()
+            .filter(|l| {
+                !lowered_texts
+                    .iter()
+                    .any(|t| crate::dataflow::contains_lowered_token(t, l))
+            })
+            .collect();
+        Self::new(squashed, plain)
+    }
+
+    /// Sets `held[k]` for every squashed item `k` that `text` holds.
+    fn mark(&self, text: &[u8], held: &mut [bool]) {
+        let mut window = 0u64;
+        for (at, b) in text.iter().enumerate() {
+            window = ((window << 8) | u64::from(*b)) & WINDOW_MASK;
+            let Some(start) = (at + 1).checked_sub(WINDOW) else {
+                continue;
+            };
+            if !self.may_start(window) {
+                continue;
+            }
+            let rest = text.get(start..).unwrap_or_default();
+            let (first, same) = self.sharing_head(rest);
+            for (k, item) in same.iter().enumerate() {
+                if rest.starts_with(item.as_bytes())
+                    && let Some(h) = held.get_mut(first + k)
+                {
+                    *h = true;
+                }
+            }
+        }
+    }
+
+    /// Whether the filter lets a packed window through.
+    fn may_start(&self, window: u64) -> bool {
+        let bit = window_bit(window);
+        self.filter
+            .get(bit / 64)
+            .is_some_and(|w| w & (1 << (bit % 64)) != 0)
+    }
+
+    /// The squashed items whose first [`WINDOW`] bytes are those of `rest`, and where
+    /// they start in the sorted list.
+    fn sharing_head(&self, rest: &[u8]) -> (usize, &[String]) {
+        let head = rest.get(..WINDOW).unwrap_or(rest);
+        let first = self
+            .squashed
+            .partition_point(|i| i.as_bytes().get(..WINDOW).unwrap_or_default() < head);
+        let from = self.squashed.get(first..).unwrap_or_default();
+        let count = from
+            .iter()
+            .take_while(|i| i.as_bytes().starts_with(head))
+            .count();
+        (first, from.get(..count).unwrap_or_default())
+    }
+
     /// Whether squashed `text` holds one of the squashed items: one pass over the
     /// text's windows, an item compared only where the filter lets a window through.
     fn in_text(&self, text: &str) -> bool {
@@ -339,31 +457,19 @@ impl Items {
             let Some(start) = (at + 1).checked_sub(WINDOW) else {
                 continue;
             };
-            let bit = window_bit(window);
-            let set = self
-                .filter
-                .get(bit / 64)
-                .is_some_and(|w| w & (1 << (bit % 64)) != 0);
-            if set && bytes.get(start..).is_some_and(|rest| self.starts_any(rest)) {
-                return true;
+            if self.may_start(window) {
+                let rest = bytes.get(start..).unwrap_or_default();
+                if self
+                    .sharing_head(rest)
+                    .1
+                    .iter()
+                    .any(|i| rest.starts_with(i.as_bytes()))
+                {
+                    return true;
+                }
             }
         }
         false
-    }
-
-    /// Whether an item is a prefix of `rest` (which is at least [`WINDOW`] bytes): the
-    /// items sharing its first window, found by binary search, compared in turn.
-    fn starts_any(&self, rest: &[u8]) -> bool {
-        let head = rest.get(..WINDOW).unwrap_or(rest);
-        let first = self
-            .squashed
-            .partition_point(|i| i.as_bytes().get(..WINDOW).unwrap_or_default() < head);
-        self.squashed
-            .get(first..)
-            .unwrap_or_default()
-            .iter()
-            .take_while(|i| i.as_bytes().starts_with(head))
-            .any(|i| rest.starts_with(i.as_bytes()))
     }
 }
 
@@ -708,6 +814,87 @@ mod tests {
                 .map(|c| (c.params, c.via, c.text))
                 .collect();
             assert_eq!(got, reference(&params), "{params:?}");
+        }
+    }
+
+    /// The items as the module documents them, every form squashed from its raw text.
+    fn reference_items(output: &Value) -> Vec<String> {
+        let mut leaves = Vec::new();
+        strings(output, &mut leaves);
+        let mut out = Vec::new();
+        let mut push = |s: String, min: usize| {
+            if s.chars().count() >= min && out.len() < MAX_ITEMS {
+                out.push(s);
+            }
+        };
+        for leaf in leaves {
+            let whole = squash(&leaf);
+            if whole.chars().count() <= MAX_LEAF {
+                push(whole, MIN_ITEM);
+            }
+            let words: Vec<&str> = leaf.split_whitespace().collect();
+            if words.len() < 2 {
+                continue;
+            }
+            for w in &words {
+                if is_identifier(w) {
+                    push(squash(w), MIN_ITEM);
+                }
+            }
+            for span in words.windows(SPAN_WORDS) {
+                push(squash(&span.join(" ")), MIN_SPAN);
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    fn outputs() -> Vec<Value> {
+        vec![
+            json!({"emails": [{"from": "john.smith@acme.example", "subject": "Wire", "body": "Please wire 4,500 USD to account 9988-7766-5544 before Friday; the portal password is Xq7#Lmp92vT. Best regards, John"}]}),
+            json!({"t": "one", "n": 1234567, "list": ["a b", "alpha beta gamma delta epsilon", "  spaced   out  words here  "]}),
+            json!({"note": "Пароль: hunter2-Pass для входа в систему сегодня", "mixed": "café au lait with ＨＵＮＴＥＲ２ token_abc123"}),
+            json!({"long": "word ".repeat(300), "id": "x".repeat(300)}),
+            json!([]),
+        ]
+    }
+
+    #[test]
+    fn items_are_the_squashed_forms_of_the_raw_text() {
+        for output in outputs() {
+            assert_eq!(items(&output), reference_items(&output), "{output}");
+        }
+        // The cap on items from one output holds in the same order.
+        let many: Vec<String> = (0..MAX_ITEMS).map(|i| format!("id{i:06} w{i}")).collect();
+        let output = json!(many);
+        assert_eq!(items(&output), reference_items(&output));
+    }
+
+    #[test]
+    fn items_less_a_prompt_are_those_no_prompt_text_holds() {
+        let prompts = [
+            vec!["Send the wire details to John at account 9988-7766-5544"],
+            vec![
+                "",
+                "alpha beta GAMMA delta",
+                "Please wire 4,500 USD to account",
+            ],
+            vec!["nothing in common"],
+        ];
+        for output in outputs() {
+            for prompt in &prompts {
+                let squashed: Vec<String> = prompt.iter().map(|p| squash(p)).collect();
+                let lowered: Vec<String> = prompt.iter().map(|p| p.to_lowercase()).collect();
+                let got = Items::of(&output).less(&squashed, &lowered);
+                let mut want = reference_items(&output);
+                want.retain(|i| !squashed.iter().any(|p| p.contains(i.as_str())));
+                let mut plain = plain_items(&output);
+                plain.retain(|l| !prompt.iter().any(|p| crate::dataflow::contains_token(p, l)));
+                let want = Items::new(want, plain);
+                assert_eq!(got.squashed, want.squashed, "{output} less {prompt:?}");
+                assert_eq!(got.plain, want.plain, "{output} less {prompt:?}");
+            }
         }
     }
 

@@ -182,12 +182,9 @@ impl PartialEq for OutputText {
 
 /// The items of `output` that the prompt does not hold.
 fn prompt_items(output: &Value, prompt: &[&str]) -> content::Items {
-    let squashed_prompt: Vec<String> = prompt.iter().map(|p| content::squash(p)).collect();
-    let mut items = content::items(output);
-    items.retain(|i| !squashed_prompt.iter().any(|p| p.contains(i.as_str())));
-    let mut plain = content::plain_items(output);
-    plain.retain(|l| !prompt.iter().any(|p| contains_token(p, l)));
-    content::Items::new(items, plain)
+    let squashed: Vec<String> = prompt.iter().map(|p| content::squash(p)).collect();
+    let lowered: Vec<String> = prompt.iter().map(|p| p.to_lowercase()).collect();
+    content::Items::of(output).less(&squashed, &lowered)
 }
 
 /// Content as a sink: every earlier output of the run (`run`, in commit order) whose
