@@ -321,43 +321,17 @@ pub fn candidates(params: &[(&str, &Value)]) -> Vec<Candidate> {
 /// and kept with it: every later call of the run compares against the same items.
 #[derive(Clone, Debug, Default)]
 pub struct Items {
-    /// Squashed items of at least [`WINDOW`] bytes, sorted.
-    squashed: Vec<String>,
-    /// Shorter squashed items (none come from [`items`]).
-    short: Vec<String>,
-    plain: Vec<String>,
-    /// One bit per [`window_bit`] of a squashed item's first [`WINDOW`] bytes: a text
-    /// position whose window's bit is clear starts no item.
-    filter: Vec<u64>,
+    squashed: Dictionary,
+    plain: Dictionary,
 }
-
-/// Bytes of the window a text is scanned by: no item from [`items`] is shorter
-/// ([`MIN_ITEM`] characters take at least as many bytes).
-const WINDOW: usize = MIN_ITEM;
-const _: () = assert!(WINDOW <= 8, "a window packs into a u64");
-/// Bits of an [`Items`] filter (a power of two).
-const FILTER_BITS: usize = 4096;
 
 impl Items {
     /// `squashed` items (as [`items`] gives them) and `plain` ones (as [`plain_items`]
     /// gives them).
     pub fn new(squashed: Vec<String>, plain: Vec<String>) -> Self {
-        let plain = plain.iter().map(|l| l.to_lowercase()).collect();
-        let (mut squashed, short): (Vec<String>, Vec<String>) =
-            squashed.into_iter().partition(|i| i.len() >= WINDOW);
-        squashed.sort_unstable();
-        let mut filter = vec![0u64; FILTER_BITS / 64];
-        for i in &squashed {
-            let bit = window_bit(pack(i.as_bytes()));
-            if let Some(word) = filter.get_mut(bit / 64) {
-                *word |= 1 << (bit % 64);
-            }
-        }
         Self {
-            squashed,
-            short,
-            plain,
-            filter,
+            squashed: Dictionary::new(squashed),
+            plain: Dictionary::new(plain.iter().map(|l| l.to_lowercase()).collect()),
         }
     }
 
@@ -373,35 +347,98 @@ impl Items {
     pub fn less(self, squashed_texts: &[String], lowered_texts: &[String]) -> Self {
         let mut held = vec![false; self.squashed.len()];
         for text in squashed_texts {
-            self.mark(text.as_bytes(), &mut held);
+            self.squashed.occurring(text, |k, _| {
+                if let Some(h) = held.get_mut(k) {
+                    *h = true;
+                }
+                false
+            });
         }
-        let mut kept = held.iter();
-        let squashed: Vec<String> = self
-            .squashed
-            .into_iter()
-            .filter(|_| kept.next().is_some_and(|h| !h))
-            .chain(
-                self.short
-                    .into_iter()
-                    .filter(|i| !squashed_texts.iter().any(|t| t.contains(i.as_str()))),
-            )
-            .collect();
-        let plain = self
-            .plain
-            .into_iter()
-            .filter(|l| {
-                !lowered_texts
-                    .iter()
-                    .any(|t| crate::dataflow::contains_lowered_token(t, l))
-            })
-            .collect();
-        Self::new(squashed, plain)
+        let squashed = self.squashed.without(&held);
+        let mut held = vec![false; self.plain.len()];
+        for text in lowered_texts {
+            self.plain.occurring(text, |k, item| {
+                if let Some(h) = held.get_mut(k)
+                    && !*h
+                {
+                    *h = crate::dataflow::contains_lowered_token(text, item);
+                }
+                false
+            });
+        }
+        let plain = self.plain.without(&held);
+        Self { squashed, plain }
     }
 
-    /// Sets `held[k]` for every squashed item `k` that `text` holds.
-    fn mark(&self, text: &[u8], held: &mut [bool]) {
+    /// Whether squashed `text` holds one of the squashed items.
+    fn in_text(&self, text: &str) -> bool {
+        self.squashed.occurring(text, |_, _| true)
+    }
+
+    /// Whether lower-case `text` holds one of the plain items as a token.
+    fn plain_in(&self, text: &str) -> bool {
+        self.plain.occurring(text, |_, item| {
+            crate::dataflow::contains_lowered_token(text, item)
+        })
+    }
+}
+
+/// Strings searched for in a text all at once: one pass over the text's windows of
+/// [`WINDOW`] bytes, a string compared only where a filter of their first windows lets
+/// the text's window through.
+#[derive(Clone, Debug, Default)]
+struct Dictionary {
+    /// The strings of at least [`WINDOW`] bytes, sorted.
+    long: Vec<String>,
+    /// The shorter ones (searched for one by one).
+    short: Vec<String>,
+    /// One bit per [`window_bit`] of a long string's first [`WINDOW`] bytes: a text
+    /// position whose window's bit is clear starts none of them.
+    filter: Vec<u64>,
+}
+
+/// Bytes of the window a text is scanned by: no squashed item from [`items`] is
+/// shorter ([`MIN_ITEM`] characters take at least as many bytes).
+const WINDOW: usize = MIN_ITEM;
+const _: () = assert!(WINDOW <= 8, "a window packs into a u64");
+/// Bits of a [`Dictionary`] filter (a power of two).
+const FILTER_BITS: usize = 4096;
+
+impl Dictionary {
+    fn new(strings: Vec<String>) -> Self {
+        let (mut long, short): (Vec<String>, Vec<String>) =
+            strings.into_iter().partition(|i| i.len() >= WINDOW);
+        long.sort_unstable();
+        let mut filter = vec![0u64; FILTER_BITS / 64];
+        for i in &long {
+            let bit = window_bit(pack(i.as_bytes()));
+            if let Some(word) = filter.get_mut(bit / 64) {
+                *word |= 1 << (bit % 64);
+            }
+        }
+        Self {
+            long,
+            short,
+            filter,
+        }
+    }
+
+    /// How many strings there are; each has an index below it (see [`Self::occurring`]).
+    fn len(&self) -> usize {
+        self.long.len() + self.short.len()
+    }
+
+    /// Calls `found(index, string)` for each occurrence in `text` of one of the strings
+    /// until it returns true; whether it did.
+    fn occurring(&self, text: &str, mut found: impl FnMut(usize, &str) -> bool) -> bool {
+        for (k, i) in self.short.iter().enumerate() {
+            if text.contains(i.as_str()) && found(self.long.len() + k, i) {
+                return true;
+            }
+        }
+        let bytes = text.as_bytes();
         let mut window = 0u64;
-        for (at, b) in text.iter().enumerate() {
+        for (at, b) in bytes.iter().enumerate() {
             window = ((window << 8) | u64::from(*b)) & WINDOW_MASK;
             let Some(start) = (at + 1).checked_sub(WINDOW) else {
                 continue;
@@ -409,16 +446,27 @@ impl Items {
             if !self.may_start(window) {
                 continue;
             }
-            let rest = text.get(start..).unwrap_or_default();
+            let rest = bytes.get(start..).unwrap_or_default();
             let (first, same) = self.sharing_head(rest);
-            for (k, item) in same.iter().enumerate() {
-                if rest.starts_with(item.as_bytes())
-                    && let Some(h) = held.get_mut(first + k)
-                {
-                    *h = true;
+            for (k, i) in same.iter().enumerate() {
+                if rest.starts_with(i.as_bytes()) && found(first + k, i) {
+                    return true;
                 }
             }
         }
+        false
+    }
+
+    /// The strings whose index is not set in `dropped`.
+    fn without(self, dropped: &[bool]) -> Self {
+        let mut index = 0..;
+        let kept = self
+            .long
+            .into_iter()
+            .chain(self.short)
+            .filter(|_| index.next().and_then(|k| dropped.get(k)) != Some(&true))
+            .collect();
+        Self::new(kept)
     }
 
     /// Whether the filter lets a packed window through.
@@ -429,47 +477,19 @@ impl Items {
             .is_some_and(|w| w & (1 << (bit % 64)) != 0)
     }
 
-    /// The squashed items whose first [`WINDOW`] bytes are those of `rest`, and where
+    /// The long strings whose first [`WINDOW`] bytes are those of `rest`, and where
     /// they start in the sorted list.
     fn sharing_head(&self, rest: &[u8]) -> (usize, &[String]) {
         let head = rest.get(..WINDOW).unwrap_or(rest);
         let first = self
-            .squashed
+            .long
             .partition_point(|i| i.as_bytes().get(..WINDOW).unwrap_or_default() < head);
-        let from = self.squashed.get(first..).unwrap_or_default();
+        let from = self.long.get(first..).unwrap_or_default();
         let count = from
             .iter()
             .take_while(|i| i.as_bytes().starts_with(head))
             .count();
         (first, from.get(..count).unwrap_or_default())
-    }
-
-    /// Whether squashed `text` holds one of the squashed items: one pass over the
-    /// text's windows, an item compared only where the filter lets a window through.
-    fn in_text(&self, text: &str) -> bool {
-        if self.short.iter().any(|i| text.contains(i.as_str())) {
-            return true;
-        }
-        let bytes = text.as_bytes();
-        let mut window = 0u64;
-        for (at, b) in bytes.iter().enumerate() {
-            window = ((window << 8) | u64::from(*b)) & WINDOW_MASK;
-            let Some(start) = (at + 1).checked_sub(WINDOW) else {
-                continue;
-            };
-            if self.may_start(window) {
-                let rest = bytes.get(start..).unwrap_or_default();
-                if self
-                    .sharing_head(rest)
-                    .1
-                    .iter()
-                    .any(|i| rest.starts_with(i.as_bytes()))
-                {
-                    return true;
-                }
-            }
-        }
-        false
     }
 }
 
@@ -501,10 +521,7 @@ pub fn reaches<'c>(items: &Items, candidates: &'c [Candidate]) -> Option<(&'c [S
             continue;
         }
         let hit = match &c.plain {
-            Some(p) => items
-                .plain
-                .iter()
-                .any(|leaf| crate::dataflow::contains_lowered_token(p, leaf)),
+            Some(p) => items.plain_in(p),
             None => !c.text.is_empty() && items.in_text(&c.text),
         };
         if hit {
@@ -711,7 +728,7 @@ mod tests {
     }
 
     #[test]
-    fn the_automaton_finds_what_a_search_finds() {
+    fn the_dictionary_finds_what_a_search_finds() {
         let texts = [
             "",
             "short",
@@ -720,6 +737,8 @@ mod tests {
             "prefixhunter2",
             "пароль123секрет",
             "aaaaaaaaaaaaab",
+            "pass: hunter2pass, aaaaab.",
+            "x-abcdef-y пароль",
         ];
         let items = [
             "hunter2",
@@ -743,6 +762,12 @@ mod tests {
             }
             let any = items.iter().any(|i| text.contains(i));
             assert_eq!(all.in_text(text), any, "{text:?}");
+            // Plain items are tokens: found where no letter or digit is glued to them.
+            let plain = Items::new(vec![], items.iter().map(|i| (*i).to_string()).collect());
+            let token = items
+                .iter()
+                .any(|i| crate::dataflow::contains_lowered_token(text, i));
+            assert_eq!(plain.plain_in(text), token, "{text:?}");
             assert!(!Items::default().in_text(text));
         }
     }
@@ -892,8 +917,15 @@ mod tests {
                 let mut plain = plain_items(&output);
                 plain.retain(|l| !prompt.iter().any(|p| crate::dataflow::contains_token(p, l)));
                 let want = Items::new(want, plain);
-                assert_eq!(got.squashed, want.squashed, "{output} less {prompt:?}");
-                assert_eq!(got.plain, want.plain, "{output} less {prompt:?}");
+                assert_eq!(
+                    got.squashed.long, want.squashed.long,
+                    "{output} less {prompt:?}"
+                );
+                assert_eq!(got.plain.long, want.plain.long, "{output} less {prompt:?}");
+                assert_eq!(
+                    got.plain.short, want.plain.short,
+                    "{output} less {prompt:?}"
+                );
             }
         }
     }
