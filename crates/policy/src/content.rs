@@ -573,6 +573,7 @@ fn decodings(raw: &str) -> Vec<(Via, String)> {
             out.push((Via::Base64, s));
         }
         if t.len() % 2 == 0
+            && t.bytes().all(|b| b.is_ascii_hexdigit())
             && let Some(s) = hex::decode(t).ok().and_then(|b| String::from_utf8(b).ok())
         {
             out.push((Via::Hex, s));
@@ -587,6 +588,13 @@ fn decodings(raw: &str) -> Vec<(Via, String)> {
 
 fn base64_text(t: &str) -> Option<String> {
     use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+    // No alphabet decodes a byte outside them all (nothing to allocate and try).
+    if !t
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'-' | b'_' | b'='))
+    {
+        return None;
+    }
     [STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD]
         .iter()
         .find_map(|e| e.decode(t).ok())
