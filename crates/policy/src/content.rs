@@ -240,14 +240,7 @@ impl Candidate {
 /// URL-encoding to text.
 pub fn candidates(params: &[(&str, &Value)]) -> Vec<Candidate> {
     let mut out = Vec::new();
-    let texts: Vec<(String, String)> = params
-        .iter()
-        .map(|(name, v)| {
-            let mut parts = Vec::new();
-            scalars(v, &mut parts);
-            ((*name).to_string(), cap(parts.join(" ")))
-        })
-        .collect();
+    let texts = param_texts(params);
     // ASCII text squashes letter by letter (no normalisation joins or splits
     // characters), so its reversed, ROT13 and joined forms are those of its squashed
     // form: worked out from it, not squashed again.
@@ -314,6 +307,19 @@ pub fn candidates(params: &[(&str, &Value)]) -> Vec<Candidate> {
         ));
     }
     out
+}
+
+/// Each parameter's name and text: its scalar leaves joined by spaces, at most
+/// [`MAX_CONTENT`] bytes.
+fn param_texts(params: &[(&str, &Value)]) -> Vec<(String, String)> {
+    params
+        .iter()
+        .map(|(name, v)| {
+            let mut parts = Vec::new();
+            scalars(v, &mut parts);
+            ((*name).to_string(), cap(parts.join(" ")))
+        })
+        .collect()
 }
 
 /// An output's items as [`reaches`] compares them: its squashed items ([`items`]) and
@@ -782,15 +788,8 @@ mod tests {
 
     /// The candidates as the module documents them, each text squashed from its raw
     /// form (what `candidates` works out from squashed forms where that is the same).
-    fn reference(params: &[(&str, Value)]) -> Vec<(Vec<String>, Via, String)> {
-        let texts: Vec<(String, String)> = params
-            .iter()
-            .map(|(n, v)| {
-                let mut parts = Vec::new();
-                scalars(v, &mut parts);
-                ((*n).to_string(), cap(parts.join(" ")))
-            })
-            .collect();
+    fn reference(params: &[(&str, &Value)]) -> Vec<(Vec<String>, Via, String)> {
+        let texts = param_texts(params);
         let mut out = Vec::new();
         for (name, text) in &texts {
             let one = vec![name.clone()];
@@ -846,7 +845,7 @@ mod tests {
                 .into_iter()
                 .map(|c| (c.params, c.via, c.text))
                 .collect();
-            assert_eq!(got, reference(&params), "{params:?}");
+            assert_eq!(got, reference(&p), "{params:?}");
         }
     }
 
