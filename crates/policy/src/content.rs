@@ -407,8 +407,7 @@ struct Dictionary {
 /// shorter ([`MIN_ITEM`] characters take at least as many bytes).
 const WINDOW: usize = MIN_ITEM;
 const _: () = assert!(WINDOW <= 8, "a window packs into a u64");
-/// Most bits of a [`Dictionary`] filter: about 16 per string, a power of two from 64
-/// to this (512 bytes).
+/// Bits of a [`Dictionary`] filter (a power of two).
 const FILTER_BITS: usize = 4096;
 
 impl Dictionary {
@@ -416,10 +415,9 @@ impl Dictionary {
         let (mut long, short): (Vec<String>, Vec<String>) =
             strings.into_iter().partition(|i| i.len() >= WINDOW);
         long.sort_unstable();
-        let bits = (long.len() * 16).next_power_of_two().clamp(64, FILTER_BITS);
-        let mut filter = vec![0u64; bits / 64];
+        let mut filter = vec![0u64; FILTER_BITS / 64];
         for i in &long {
-            let bit = window_bit(pack(i.as_bytes()), bits);
+            let bit = window_bit(pack(i.as_bytes()));
             if let Some(word) = filter.get_mut(bit / 64) {
                 *word |= 1 << (bit % 64);
             }
@@ -479,7 +477,7 @@ impl Dictionary {
 
     /// Whether the filter lets a packed window through.
     fn may_start(&self, window: u64) -> bool {
-        let bit = window_bit(window, self.filter.len() * 64);
+        let bit = window_bit(window);
         self.filter
             .get(bit / 64)
             .is_some_and(|w| w & (1 << (bit % 64)) != 0)
@@ -513,10 +511,9 @@ fn pack(bytes: &[u8]) -> u64 {
         .fold(0, |acc, b| (acc << 8) | u64::from(*b))
 }
 
-/// The bit of a packed window in a filter of `bits` bits, a power of two (Fibonacci
-/// hashing).
-fn window_bit(window: u64, bits: usize) -> usize {
-    let h = window.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits.trailing_zeros());
+/// The filter bit of a packed window (Fibonacci hashing).
+fn window_bit(window: u64) -> usize {
+    let h = window.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - FILTER_BITS.trailing_zeros());
     usize::try_from(h).unwrap_or_default()
 }
 
