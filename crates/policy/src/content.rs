@@ -363,10 +363,14 @@ impl Items {
         let squashed = self.squashed.without(&held);
         let mut held = vec![false; self.plain.len()];
         for text in lowered_texts {
+            // Each item is compared as a token once per text, however often it occurs.
+            let mut tried = vec![false; self.plain.len()];
             self.plain.occurring(text, |k, item| {
-                if let Some(h) = held.get_mut(k)
+                if let (Some(h), Some(t)) = (held.get_mut(k), tried.get_mut(k))
                     && !*h
+                    && !*t
                 {
+                    *t = true;
                     *h = crate::dataflow::contains_lowered_token(text, item);
                 }
                 false
@@ -383,8 +387,13 @@ impl Items {
 
     /// Whether lower-case `text` holds one of the plain items as a token.
     fn plain_in(&self, text: &str) -> bool {
-        self.plain.occurring(text, |_, item| {
-            crate::dataflow::contains_lowered_token(text, item)
+        // Each item is compared as a token once, however often it occurs.
+        let mut tried = vec![false; self.plain.len()];
+        self.plain.occurring(text, |k, item| {
+            tried
+                .get_mut(k)
+                .is_some_and(|t| !std::mem::replace(t, true))
+                && crate::dataflow::contains_lowered_token(text, item)
         })
     }
 }
@@ -947,5 +956,12 @@ mod tests {
         let _ = found(&weird, &p);
         let big = "a1 ".repeat(100_000);
         let _ = found(&json!({"t": big}), &[("body", json!(big))]);
+        // An item that occurs at every position of a long text, glued to letters
+        // everywhere (no token): compared as a token once, not once per occurrence.
+        let glued = "a".repeat(MAX_CONTENT);
+        let items = Items::new(vec![], vec!["a".repeat(8), "aaaa".into()]);
+        assert!(!items.plain_in(&glued));
+        let less = items.less(&[], std::slice::from_ref(&glued));
+        assert_eq!(less.plain.len(), 2);
     }
 }
