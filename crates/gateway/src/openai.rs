@@ -41,3 +41,12 @@ mod upstream;
 pub use conversation::{CONVERSATION_HEADER, RUN_HEADER, SealHook, Sealed};
 pub use error::ApiError;
 pub use proxy::{Proxy, ProxyConfig};
+
+/// Member `key` of `v` when it is a string; empty when `v` is absent, has no such
+/// member or it is not a string (what the gateway reads leniently: names, ids, models).
+pub(crate) fn string_member(v: Option<&serde_json::Value>, key: &str) -> String {
+    v.and_then(|v| v.get(key))
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}

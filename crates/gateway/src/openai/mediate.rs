@@ -62,17 +62,9 @@ pub(crate) fn unmediable(message: &Value) -> Option<&'static str> {
 /// One `tool_calls` entry as the proxy reads it: its id and the call. An entry that is
 /// not a function call with a string name is proposed with an empty name (and blocked).
 pub(crate) fn read_call(entry: &Value) -> (String, ProposedCall) {
-    let id = entry
-        .get("id")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
+    let id = super::string_member(Some(entry), "id");
     let f = entry.get("function");
-    let name = f
-        .and_then(|f| f.get("name"))
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
+    let name = super::string_member(f, "name");
     let arguments = match f.and_then(|f| f.get("arguments")) {
         Some(Value::String(s)) => s.clone(),
         Some(other) => other.to_string(),

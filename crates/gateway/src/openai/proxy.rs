@@ -253,13 +253,8 @@ impl Request {
 /// A request body's `model` (empty when it names none) and whether it asks for the
 /// event stream (`"stream": true`).
 pub(crate) fn model_and_stream(body: &Value) -> (String, bool) {
-    let model = body
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
     (
-        model,
+        super::string_member(Some(body), "model"),
         body.get("stream").and_then(Value::as_bool) == Some(true),
     )
 }

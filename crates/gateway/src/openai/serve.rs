@@ -195,11 +195,7 @@ fn messages(req: &Value) -> Result<Vec<Message>, ApiError> {
                 }
             });
         let result_of = (role == Role::Tool).then(|| {
-            let id = m
-                .get("tool_call_id")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
+            let id = super::string_member(Some(m), "tool_call_id");
             let name = names.get(&id).cloned().unwrap_or_default();
             (id, name)
         });
