@@ -363,14 +363,12 @@ impl Items {
         let squashed = self.squashed.without(&held);
         let mut held = vec![false; self.plain.len()];
         for text in lowered_texts {
-            // Each item is compared as a token once per text, however often it occurs.
-            let mut tried = vec![false; self.plain.len()];
+            let mut tried = Tried::default();
             self.plain.occurring(text, |k, item| {
-                if let (Some(h), Some(t)) = (held.get_mut(k), tried.get_mut(k))
+                if let Some(h) = held.get_mut(k)
                     && !*h
-                    && !*t
+                    && tried.first(k, self.plain.len())
                 {
-                    *t = true;
                     *h = crate::dataflow::contains_lowered_token(text, item);
                 }
                 false
@@ -387,14 +385,29 @@ impl Items {
 
     /// Whether lower-case `text` holds one of the plain items as a token.
     fn plain_in(&self, text: &str) -> bool {
-        // Each item is compared as a token once, however often it occurs.
-        let mut tried = vec![false; self.plain.len()];
+        let mut tried = Tried::default();
         self.plain.occurring(text, |k, item| {
-            tried
-                .get_mut(k)
-                .is_some_and(|t| !std::mem::replace(t, true))
-                && crate::dataflow::contains_lowered_token(text, item)
+            tried.first(k, self.plain.len()) && crate::dataflow::contains_lowered_token(text, item)
         })
+    }
+}
+
+/// Which plain items a text was already compared with as a token: each is compared
+/// once per text, however often it occurs in it (a token check is linear in the text,
+/// so once per occurrence would be quadratic). Nothing is allocated for a text in
+/// which no item occurs.
+#[derive(Default)]
+struct Tried(Vec<bool>);
+
+impl Tried {
+    /// Whether item `k` (of `len`) is met for the first time; it is marked met.
+    fn first(&mut self, k: usize, len: usize) -> bool {
+        if self.0.is_empty() {
+            self.0 = vec![false; len];
+        }
+        self.0
+            .get_mut(k)
+            .is_some_and(|t| !std::mem::replace(t, true))
     }
 }
 
