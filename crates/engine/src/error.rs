@@ -61,6 +61,9 @@ pub enum EngineError {
     /// Serialising a bundle failed.
     #[error("serialising the bundle")]
     Serialize(#[source] serde_json::Error),
+    /// Compacting a bundle failed (a bug: every bundle Knox writes compacts).
+    #[error("compacting the bundle")]
+    Compact(#[source] knox_types::compact::CompactError),
 }
 
 impl EngineError {

@@ -9,7 +9,7 @@ pub mod session;
 pub use error::EngineError;
 pub use live::{LiveRun, OpenRun};
 pub use regulation::RegulationSetup;
-pub use session::{Session, SessionBuilder, bundle_bytes, write_bundle};
+pub use session::{Encoding, Session, SessionBuilder, bundle_bytes, encoded_bundle, write_bundle};
 
 // Every type the builder takes, and every type a run hands back, from its own crate:
 // an embedder needs `knox-engine` alone.

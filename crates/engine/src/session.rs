@@ -42,6 +42,7 @@ pub struct SessionBuilder {
     host: Option<Box<dyn ToolHost>>,
     journal_dir: Option<PathBuf>,
     output: Option<PathBuf>,
+    encoding: Encoding,
     refresh: bool,
     run_prefix: Option<String>,
     contract: Option<Verified>,
@@ -171,9 +172,16 @@ impl SessionBuilder {
         self
     }
 
-    /// Write every sealed bundle to `<dir>/<run>.json`.
+    /// Write every sealed bundle to `<dir>/<run>.json` (or `<run>.cbor`, see
+    /// [`SessionBuilder::encoding`]).
     pub fn output(mut self, dir: impl Into<PathBuf>) -> Self {
         self.output = Some(dir.into());
+        self
+    }
+
+    /// How bundles are written to the output directory (default JSON).
+    pub fn encoding(mut self, encoding: Encoding) -> Self {
+        self.encoding = encoding;
         self
     }
 
@@ -286,6 +294,7 @@ impl SessionBuilder {
             host: self.host,
             journal_dir: self.journal_dir,
             output: self.output,
+            encoding: self.encoding,
             refresh: self.refresh,
             run_prefix: self.run_prefix.unwrap_or_else(|| "run".into()),
             runs: AtomicU64::new(0),
@@ -313,6 +322,7 @@ pub struct Session {
     pub(crate) host: Option<Box<dyn ToolHost>>,
     pub(crate) journal_dir: Option<PathBuf>,
     pub(crate) output: Option<PathBuf>,
+    pub(crate) encoding: Encoding,
     pub(crate) refresh: bool,
     run_prefix: String,
     runs: AtomicU64,
@@ -499,22 +509,62 @@ impl Session {
         let Some(dir) = &self.output else {
             return Ok(());
         };
-        write_bundle(dir, bundle)
+        write_bundle(dir, bundle, self.encoding)
     }
 }
 
-/// The bytes [`write_bundle`] stores for `bundle`: its JSON, compact (what `knox
-/// bench` counts as stored evidence).
+/// How a bundle is stored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Encoding {
+    /// The bundle's JSON (`docs/evidence-format.md` §2), compact: `<run>.json`.
+    #[default]
+    Json,
+    /// The compact encoding (`knox-compact/v1`, §9), which expands back to exactly
+    /// that JSON: `<run>.cbor`.
+    Compact,
+}
+
+impl Encoding {
+    /// The file name extension bundles of this encoding are written with.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Self::Json => "json",
+            Self::Compact => "cbor",
+        }
+    }
+}
+
+/// The bytes [`write_bundle`] stores for `bundle` as JSON (no whitespace).
 pub fn bundle_bytes(bundle: &knox_types::bundle::Bundle) -> Result<Vec<u8>, EngineError> {
     serde_json::to_vec(bundle).map_err(EngineError::Serialize)
 }
 
-/// Writes `bundle` as `<dir>/<run>.json`, atomically (a temporary file fsynced and
-/// linked into place): a crash never leaves a partial or empty bundle, and an existing
-/// file of that name — evidence of an earlier run — is never replaced (an error).
-pub fn write_bundle(dir: &Path, bundle: &knox_types::bundle::Bundle) -> Result<(), EngineError> {
-    let path = dir.join(format!("{}.json", bundle.run_id));
-    let bytes = bundle_bytes(bundle)?;
+/// The bytes [`write_bundle`] stores for `bundle` in `encoding`.
+pub fn encoded_bundle(
+    bundle: &knox_types::bundle::Bundle,
+    encoding: Encoding,
+) -> Result<Vec<u8>, EngineError> {
+    let json = bundle_bytes(bundle)?;
+    match encoding {
+        Encoding::Json => Ok(json),
+        Encoding::Compact => {
+            let value = serde_json::from_slice(&json).map_err(EngineError::Serialize)?;
+            knox_types::compact::compact(&value).map_err(EngineError::Compact)
+        }
+    }
+}
+
+/// Writes `bundle` as `<dir>/<run>.json` (or `.cbor`, compact), atomically (a
+/// temporary file fsynced and linked into place): a crash never leaves a partial or
+/// empty bundle, and an existing file of that name — evidence of an earlier run — is
+/// never replaced (an error).
+pub fn write_bundle(
+    dir: &Path,
+    bundle: &knox_types::bundle::Bundle,
+    encoding: Encoding,
+) -> Result<(), EngineError> {
+    let path = dir.join(format!("{}.{}", bundle.run_id, encoding.extension()));
+    let bytes = encoded_bundle(bundle, encoding)?;
     knox_files::write_atomic_with(
         &path,
         &bytes,

@@ -350,9 +350,10 @@ impl OutDir {
 }
 
 /// The name of a file of sealed or streamed evidence in `dir`, if it holds one: a
-/// journal (`*.journal.jsonl`), a key announcement (`*.announcement.json`), or a JSON
+/// journal (`*.journal.jsonl`), a key announcement (`*.announcement.json`), a JSON
 /// file whose first 4 KiB name a Knox evidence format (`"format":"knox-evidence/…"`, a
-/// bundle). Unreadable entries are skipped.
+/// bundle), or a compact bundle (a file beginning with CBOR's self-describing tag, as
+/// every `knox-compact/v1` file does). Unreadable entries are skipped.
 pub fn evidence_in(dir: &Path) -> Option<String> {
     let entries = std::fs::read_dir(dir).ok()?;
     entries.flatten().find_map(|e| {
@@ -364,13 +365,17 @@ pub fn evidence_in(dir: &Path) -> Option<String> {
         if name.ends_with(".journal.jsonl") || name.ends_with(".announcement.json") {
             return Some(name);
         }
-        if !name.ends_with(".json") {
+        let json = name.ends_with(".json");
+        if !json && !name.ends_with(".cbor") {
             return None;
         }
         let mut head = Vec::with_capacity(4096);
         File::open(e.path())
             .and_then(|f| f.take(4096).read_to_end(&mut head))
             .ok()?;
+        if !json {
+            return head.starts_with(&[0xd9, 0xd9, 0xf7]).then_some(name);
+        }
         let text = String::from_utf8_lossy(&head);
         let compact: String = text.chars().filter(|c| !c.is_whitespace()).collect();
         compact

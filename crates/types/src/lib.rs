@@ -8,6 +8,7 @@ pub mod bytes;
 pub mod canon;
 pub mod canon_ser;
 pub mod checkpoint;
+pub mod compact;
 pub mod digest;
 pub mod dsse;
 pub mod grant;

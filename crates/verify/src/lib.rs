@@ -62,15 +62,24 @@ pub enum ReadError {
     /// A format this verifier does not read.
     #[error("unsupported format `{0}`")]
     Format(String),
+    /// A compact file (`knox-compact/v1`) that does not hold a bundle.
+    #[error(transparent)]
+    Compact(#[from] knox_types::compact::CompactError),
 }
 
 /// Parses a bundle from bytes (size cap, strict JSON, strict fields, format check).
 /// What the bytes as written say — a repeated key, a part not canonical, the hashes of
 /// the APM and prompt as written — is kept in [`Bundle::as_written`] and reported by
 /// [`verify_bundle`] as tampering, naming where.
+///
+/// A compact file (`knox-compact/v1`, `docs/evidence-format.md` §9) is read as the
+/// bundle it expands to.
 pub fn parse_bundle(bytes: &[u8]) -> Result<Bundle, ReadError> {
     if bytes.len() > MAX_BUNDLE_BYTES {
         return Err(ReadError::TooLarge(bytes.len()));
+    }
+    if knox_types::compact::is_compact(bytes) {
+        return parse_bundle(&knox_types::compact::expand_to_json(bytes)?);
     }
     let scan = knox_types::json::scan(bytes, &written::bundle_part)?;
     let mut b: Bundle = knox_types::json::from_scanned(bytes, &scan)?;

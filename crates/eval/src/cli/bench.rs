@@ -54,6 +54,8 @@ struct Acc {
     stored: u64,
     /// The same, gzipped (level 6).
     gzipped: u64,
+    /// Bytes stored as `knox run --evidence compact` writes them (`knox-compact/v1`).
+    compact: u64,
 }
 
 impl Acc {
@@ -112,6 +114,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
                 "full_verify_mnodes_per_s": a.rate(a.verify),
                 "stored_bytes_per_action": a.per_action(a.stored),
                 "gzip_bytes_per_action": a.per_action(a.gzipped),
+                "compact_bytes_per_action": a.per_action(a.compact),
                 "platform": rt.platform.mode,
                 "platform_ms_at_startup": rt.platform_time.as_secs_f64() * 1e3,
             }));
@@ -131,14 +134,14 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     );
     knox_command::outln!("the paper's TDX quote costs 3.2–4.7 ms per bundle.\n");
     knox_command::outln!(
-        "| workload | actions/bundle | AEG+guards ms | measurement ms | monitor µs/action | APM ms | sign µs | integrity Mnodes/s | full verify Mnodes/s | stored B/action | gzip B/action | paper AEG ms | paper meas. ms | paper sign ms |"
+        "| workload | actions/bundle | AEG+guards ms | measurement ms | monitor µs/action | APM ms | sign µs | integrity Mnodes/s | full verify Mnodes/s | stored B/action | gzip B/action | compact B/action | paper AEG ms | paper meas. ms | paper sign ms |"
     );
-    knox_command::outln!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    knox_command::outln!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for w in workloads {
         let a = measure(&rt, &data, &manifest, w, args)?;
         let per_action = (a.aeg + a.measure).as_secs_f64() * 1e6 / a.actions.max(1) as f64;
         knox_command::outln!(
-            "| {w} | {:.1} | {:.3} | {:.3} | {:.1} | {:.3} | {:.1} | {:.2} | {:.2} | {:.0} | {:.0} | 13–31 | 3.0–6.3 | ~0.1 |",
+            "| {w} | {:.1} | {:.3} | {:.3} | {:.1} | {:.3} | {:.1} | {:.2} | {:.2} | {:.0} | {:.0} | {:.0} | 13–31 | 3.0–6.3 | ~0.1 |",
             a.actions as f64 / f64::from(a.bundles.max(1)),
             a.per_bundle_ms(a.aeg),
             a.per_bundle_ms(a.measure),
@@ -149,6 +152,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
             a.rate(a.verify),
             a.per_action(a.stored),
             a.per_action(a.gzipped),
+            a.per_action(a.compact),
         );
     }
     knox_command::outln!(
@@ -164,7 +168,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
         "integrity: the verifier recomputing measurements and chain; full verify: every step, the policy replay included."
     );
     knox_command::outln!(
-        "stored: the bundle files `knox run` writes (compact JSON), per proposal; gzip: the same files gzipped (level 6)."
+        "stored: the bundle files `knox run` writes (JSON without whitespace), per proposal; gzip: the same files gzipped (level 6);\ncompact: the files `knox run --evidence compact` writes (knox-compact/v1, docs/evidence-format.md §9)."
     );
     knox_command::outln!("Paper figures: its trajectory guard, per bundle, Python implementation.");
     Ok(0)
@@ -204,6 +208,8 @@ fn measure(
         let stored = knox_engine::bundle_bytes(&o.bundle)?;
         acc.stored += stored.len() as u64;
         acc.gzipped += gzipped_len(&stored)?;
+        acc.compact +=
+            knox_engine::encoded_bundle(&o.bundle, knox_engine::Encoding::Compact)?.len() as u64;
         acc.bundles += 1;
         acc.actions += c.actions;
         acc.nodes += c.nodes;

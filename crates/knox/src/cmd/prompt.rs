@@ -298,6 +298,7 @@ fn run_over(
         .stop(stop)
         .signal(signal)
         .output(&args.out)
+        .encoding(args.evidence.into())
         .refresh(args.refresh)
         .checkpoints(knox_monitor::aeg::Checkpoints {
             every_nodes: args.checkpoint_every_nodes,
@@ -341,11 +342,18 @@ fn run_over(
             .iter()
             .map(|(g, n)| (g.as_str(), *n))
             .collect();
-        let bundle = args.out.join(format!("{}.json", out.bundle.run_id));
+        let encoding = knox_engine::Encoding::from(args.evidence);
+        let bundle = args
+            .out
+            .join(format!("{}.{}", out.bundle.run_id, encoding.extension()));
         if let Some(s) = stream.as_mut() {
-            // The bytes as written, which the live run's sealed copy must agree with.
-            let bytes = std::fs::read(&bundle)
-                .map_err(|e| fail(Kind::IoErr, format!("{}: {e}", bundle.display())))?;
+            // The bytes as written (as JSON), which the live run's sealed copy must
+            // agree with.
+            let bytes = match encoding {
+                knox_engine::Encoding::Json => std::fs::read(&bundle)
+                    .map_err(|e| fail(Kind::IoErr, format!("{}: {e}", bundle.display())))?,
+                knox_engine::Encoding::Compact => knox_engine::bundle_bytes(&out.bundle)?,
+            };
             s.seal(&bytes);
         }
         if !args.json {

@@ -162,6 +162,30 @@ pub struct RunArgs {
     /// labelled data, then the plan's own order). The APM records it.
     #[arg(long, value_name = "MODE")]
     pub trajectory: Option<knox_types::apm::TrajectoryMode>,
+    /// How bundles are stored: `json` (`<run>.json`, the format of
+    /// `docs/evidence-format.md` §2) or `compact` (`<run>.cbor`, `knox-compact/v1`, §9:
+    /// a quarter of the bytes or less, expanding back to exactly that JSON). `knox
+    /// verify` reads both.
+    #[arg(long, value_enum, value_name = "ENCODING", default_value_t = Evidence::Json)]
+    pub evidence: Evidence,
+}
+
+/// How bundles are stored (`--evidence`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Evidence {
+    /// JSON, `<run>.json`.
+    Json,
+    /// The compact encoding, `<run>.cbor`.
+    Compact,
+}
+
+impl From<Evidence> for knox_engine::Encoding {
+    fn from(e: Evidence) -> Self {
+        match e {
+            Evidence::Json => Self::Json,
+            Evidence::Compact => Self::Compact,
+        }
+    }
 }
 
 /// Tool execution.
@@ -290,12 +314,14 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     let each = |o: &knox_monitor::run::RunOutcome| -> Result<()> {
         stats.merge(&o.stats);
         nodes += o.bundle.nodes.len() as u64;
-        let path = args.out.join(format!("{}.json", o.bundle.run_id));
-        let bytes = serde_json::to_vec(&o.bundle)?;
+        let encoding = knox_engine::Encoding::from(args.evidence);
+        let path = args
+            .out
+            .join(format!("{}.{}", o.bundle.run_id, encoding.extension()));
         if let Some(s) = stream.as_mut() {
-            s.seal(&bytes);
+            s.seal(&knox_engine::bundle_bytes(&o.bundle)?);
         }
-        super::write_new(&path, bytes)?;
+        super::write_new(&path, knox_engine::encoded_bundle(&o.bundle, encoding)?)?;
         // Self-check: our own evidence is simulated, hence the explicit permission.
         let report = knox_verify::verify_bundle(
             &o.bundle,

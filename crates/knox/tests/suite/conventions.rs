@@ -254,6 +254,9 @@ fn json_on_every_reporting_command_and_a_json_error_object_on_failure() {
     let stored = v[0]["stored_bytes_per_action"].as_f64().unwrap();
     let gzipped = v[0]["gzip_bytes_per_action"].as_f64().unwrap();
     assert!(0.0 < gzipped && gzipped < stored, "{}", v[0]);
+    // The compact encoding of the same bundles: under half the JSON's bytes.
+    let compact = v[0]["compact_bytes_per_action"].as_f64().unwrap();
+    assert!(0.0 < compact && compact * 2.0 < stored, "{}", v[0]);
     let written = std::fs::read(&bundle).unwrap();
     let calls = read_json(&bundle)["nodes"]
         .as_array()

@@ -2,6 +2,7 @@
 
 mod adaptive;
 mod cli;
+mod compact;
 mod confined;
 mod contracts;
 mod conventions;

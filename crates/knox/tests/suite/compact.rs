@@ -1,0 +1,193 @@
+//! Compact bundles (`knox-compact/v1`, `docs/evidence-format.md` §9; issue 40): what
+//! `knox run --evidence compact` writes verifies as the bundle it holds, an independent
+//! reader written from the format document (`tests/independent/compact_verify.py`,
+//! Python) expands every one into a bundle whose measurements, chain, structure root and
+//! signatures check, and both refuse the same tampered files.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::support::{knox, succeeds};
+
+/// The independent reader's verdict on each file: (file name, ok, reason).
+fn independent(files: &[PathBuf]) -> Vec<(String, bool, String)> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/independent/compact_verify.py");
+    let out = Command::new(super::gateway_openai::python())
+        .arg(script)
+        .args(files)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let name = Path::new(v["file"].as_str().unwrap())
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let reason = v["reason"].as_str().unwrap_or_default().to_string();
+            (name, v["ok"] == true, reason)
+        })
+        .collect()
+}
+
+/// `knox verify --allow-simulated FILE`: exit code and what it printed.
+fn verify(path: &Path) -> (i32, String) {
+    let out = knox()
+        .args(["verify", "--allow-simulated"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn cbor_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "cbor"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn compact_bundles_verify_and_an_independent_reader_agrees() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    let mut json_bytes = 0;
+    for (w, flows) in [
+        ("st-sa", "3"),
+        ("mt-sa-seq:3", "6"),
+        ("mt-sa-int:2", "4"),
+        ("mt-ma:3:2", "6"),
+    ] {
+        for evidence in ["compact", "json"] {
+            let out = dir
+                .path()
+                .join(format!("{}-{evidence}", w.replace(':', "_")));
+            succeeds(
+                knox()
+                    .args([
+                        "run",
+                        "--workload",
+                        w,
+                        "--flows",
+                        flows,
+                        "--evidence",
+                        evidence,
+                        "--out",
+                    ])
+                    .arg(&out),
+            );
+            if evidence == "json" {
+                json_bytes += std::fs::read_dir(&out)
+                    .unwrap()
+                    .map(|e| e.unwrap().path())
+                    .filter(|p| !p.ends_with("summary.json"))
+                    .map(|p| std::fs::metadata(p).unwrap().len())
+                    .sum::<u64>();
+                continue;
+            }
+            let written = cbor_files(&out);
+            assert!(!written.is_empty(), "{w}: no .cbor bundle written");
+            files.extend(written);
+        }
+    }
+    let compact_bytes: u64 = files
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    // The same runs (same flows, same order) written both ways: the compact files are
+    // well under half the JSON's bytes.
+    assert!(
+        compact_bytes * 2 < json_bytes,
+        "compact {compact_bytes} B, JSON {json_bytes} B"
+    );
+    for f in &files {
+        let (code, text) = verify(f);
+        assert_eq!(code, 0, "{}:\n{text}", f.display());
+        assert!(text.contains("COMPLETE"), "{text}");
+    }
+    let verdicts = independent(&files);
+    assert_eq!(verdicts.len(), files.len());
+    for (name, ok, reason) in verdicts {
+        assert!(ok, "the independent reader refuses {name}: {reason}");
+    }
+}
+
+/// The first occurrence of `from` in `bytes` replaced by `to` (same length).
+fn replace_once(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
+    let at = bytes.windows(from.len()).position(|w| w == from).unwrap();
+    let mut out = bytes.to_vec();
+    out[at..at + to.len()].copy_from_slice(to);
+    out
+}
+
+#[test]
+fn both_readers_refuse_tampered_compact_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    succeeds(
+        knox()
+            .args([
+                "run",
+                "--workload",
+                "mt-sa-seq:2",
+                "--flows",
+                "2",
+                "--evidence",
+                "compact",
+                "--out",
+            ])
+            .arg(&out),
+    );
+    let original = std::fs::read(&cbor_files(&out)[0]).unwrap();
+    // A tool's name in the first proposal, its hash derived: the node's measurement
+    // and the chain no longer match what the summary signs.
+    let tool = original
+        .windows(5)
+        .position(|w| w == b"Gmail" || w == b"Twitt" || w == b"Amazo")
+        .map(|at| original[at..at + 5].to_vec())
+        .unwrap();
+    let mut renamed = tool.clone();
+    renamed[0] = b'X';
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("tool", replace_once(&original, &tool, &renamed), "TAMPERED"),
+        (
+            "truncated",
+            original[..original.len() - 40].to_vec(),
+            "UNREADABLE",
+        ),
+        (
+            "trailing",
+            [original.as_slice(), &[0xf6]].concat(),
+            "UNREADABLE",
+        ),
+    ];
+    let mut files = Vec::new();
+    for (name, bytes, word) in &cases {
+        let p = dir.path().join(format!("{name}.cbor"));
+        std::fs::write(&p, bytes).unwrap();
+        let (code, text) = verify(&p);
+        assert_ne!(code, 0, "{name}: accepted\n{text}");
+        assert!(text.contains(word), "{name}: expected {word}\n{text}");
+        files.push(p);
+    }
+    for (name, ok, reason) in independent(&files) {
+        assert!(!ok, "the independent reader accepts the tampered {name}");
+        assert!(!reason.is_empty(), "{name}");
+    }
+}

@@ -1,0 +1,1106 @@
+//! The compact encoding of a bundle, `knox-compact/v1` (`docs/evidence-format.md` §9).
+//!
+//! A container, not a new evidence format: a compact file holds exactly one bundle of
+//! the JSON format (§2), with what a reader can derive left out, and expands back to
+//! it member for member. What is measured, chained and signed is the bundle's, so a
+//! compact file verifies by expanding it and verifying the bundle it holds; nothing a
+//! verifier trusts is re-derived from the container's own claims.
+//!
+//! Two layers, each a pure function of the one below:
+//!
+//! 1. **Items**: the bundle as a CBOR tree (RFC 8949). JSON values map one to one
+//!    (objects to maps with text keys in ascending byte order of their names, strings
+//!    of lowercase hex digits to byte strings), every DSSE envelope carries its
+//!    statement as a value and its signatures as bytes, the summaries in clear that
+//!    repeat a signed statement are left out, and each node is an array
+//!    `[kind code, payload, extras?]` whose `extras` map holds only the members that
+//!    differ from what the nodes before it imply ([`Defaults`]).
+//! 2. **Strings**: every text of three bytes or more is written once; a later
+//!    occurrence is a reference to its first, in the order the tree is written (a map
+//!    key as an unsigned integer, any other text as tag 25).
+//!
+//! Reading is strict: a file is accepted only when it is the one encoding this module
+//! writes for what it holds (checked by writing it again), so no two files hold the
+//! same bundle.
+
+use std::collections::{BTreeSet, HashMap};
+
+use ciborium::value::Value as Item;
+use serde_json::{Map, Number, Value};
+
+use crate::action::hash_call;
+use crate::aeg::NodeKind;
+use crate::bundle::MAX_BUNDLE_BYTES;
+use crate::canon;
+use crate::digest::{Digest, tag};
+use crate::dsse::{b64, unb64};
+
+/// The container's format name, the first item of every compact file.
+pub const COMPACT_FORMAT: &str = "knox-compact/v1";
+
+/// CBOR's self-describing tag (RFC 8949 §3.4.6): the file's first three bytes.
+const SELF_DESCRIBE: u64 = 55_799;
+/// The tag of a reference to an earlier text in a value position.
+const STRING_REF: u64 = 25;
+/// Texts shorter than this (in UTF-8 bytes) are always written in full.
+const MIN_SHARED: usize = 3;
+/// Strings of lowercase hex digits at least this long are written as bytes.
+const MIN_HEX: usize = 16;
+/// The DSSE payload type Knox's statements carry, left out when it is that.
+const IN_TOTO: &str = "application/vnd.in-toto+json";
+/// Where a bundle's DSSE envelopes are.
+const ENVELOPES: [&[&str]; 3] = [
+    &["envelope"],
+    &["apm_attestation", "envelope"],
+    &["contract", "envelope"],
+];
+
+/// The first bytes of every compact file: tag 55799 in its three-byte form.
+pub const MAGIC: [u8; 3] = [0xd9, 0xd9, 0xf7];
+
+/// Why a compact file cannot be read, or a bundle cannot be compacted.
+#[derive(Debug, thiserror::Error)]
+pub enum CompactError {
+    /// Not CBOR, or not the shape of §9.
+    #[error("not a compact bundle: {0}")]
+    Shape(String),
+    /// Expanding would exceed the bundle limit.
+    #[error("the compact bundle expands beyond the {MAX_BUNDLE_BYTES}-byte limit")]
+    TooLarge,
+    /// CBOR that holds a bundle, but not in the one encoding of it.
+    #[error("not the deterministic encoding of the bundle it holds (first difference at byte {0})")]
+    NotDeterministic(usize),
+    /// A bundle the compact encoding cannot hold exactly (not as Knox writes them).
+    #[error("cannot compact this bundle without changing it: {0}")]
+    Lossy(String),
+}
+
+fn shape<T>(why: impl Into<String>) -> Result<T, CompactError> {
+    Err(CompactError::Shape(why.into()))
+}
+
+/// Whether `bytes` start as a compact file does.
+pub fn is_compact(bytes: &[u8]) -> bool {
+    bytes.starts_with(&MAGIC)
+}
+
+/// The compact encoding of a bundle given as its JSON value (as `knox run` writes it).
+/// An error when the bundle is not one the encoding holds exactly: every bundle Knox
+/// writes is (checked here by expanding the result again).
+pub fn compact(bundle: &Value) -> Result<Vec<u8>, CompactError> {
+    let bytes = encode(bundle)?;
+    let back = decode(&bytes)
+        .map_err(|e| CompactError::Lossy(format!("the compact form does not read back: {e}")))?;
+    if &back != bundle {
+        return Err(CompactError::Lossy(first_change(
+            bundle,
+            &back,
+            String::new(),
+        )));
+    }
+    Ok(bytes)
+}
+
+/// The bundle a compact file holds, as a JSON value; the file must be the encoding
+/// [`compact`] writes for it.
+pub fn expand(bytes: &[u8]) -> Result<Value, CompactError> {
+    let bundle = decode(bytes)?;
+    let again = encode(&bundle).map_err(|e| CompactError::Shape(e.to_string()))?;
+    if again != bytes {
+        let at = again
+            .iter()
+            .zip(bytes)
+            .position(|(a, b)| a != b)
+            .unwrap_or(again.len().min(bytes.len()));
+        return Err(CompactError::NotDeterministic(at));
+    }
+    Ok(bundle)
+}
+
+/// [`expand`], written as the bundle's JSON file (canonical JSON throughout, so every
+/// part the format hashes as written is in its canonical form).
+pub fn expand_to_json(bytes: &[u8]) -> Result<Vec<u8>, CompactError> {
+    let json = canon::canonical(&expand(bytes)?);
+    if json.len() > MAX_BUNDLE_BYTES {
+        return Err(CompactError::TooLarge);
+    }
+    Ok(json)
+}
+
+/// Where the first difference between `a` and `b` lies, as a JSON pointer.
+fn first_change(a: &Value, b: &Value, at: String) -> String {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            for (k, v) in x {
+                match y.get(k) {
+                    Some(w) if w == v => {}
+                    Some(w) => return first_change(v, w, format!("{at}/{k}")),
+                    None => return format!("`{at}/{k}` would be lost"),
+                }
+            }
+            match y.keys().find(|k| !x.contains_key(*k)) {
+                Some(k) => format!("`{at}/{k}` would be added"),
+                None => format!("`{at}` would change"),
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            match x.iter().zip(y).enumerate().find(|(_, (v, w))| v != w) {
+                Some((i, (v, w))) => first_change(v, w, format!("{at}/{i}")),
+                None => format!("`{at}` would change"),
+            }
+        }
+        _ => format!("`{at}` would change"),
+    }
+}
+
+// ---- encoding --------------------------------------------------------------------
+
+fn encode(bundle: &Value) -> Result<Vec<u8>, CompactError> {
+    let Value::Object(top) = bundle else {
+        return Err(CompactError::Lossy("a bundle is a JSON object".into()));
+    };
+    let mut top = top.clone();
+    let nodes = match top.remove("nodes") {
+        Some(Value::Array(nodes)) => nodes,
+        _ => return Err(CompactError::Lossy("a bundle's `nodes` is an array".into())),
+    };
+    // The summaries in clear, where they repeat what the envelopes sign.
+    if let Some(predicate) = statement_predicate(top.get("envelope"))
+        && top.get("summary") == Some(&predicate)
+    {
+        top.remove("summary");
+    }
+    if let Some(Value::Object(att)) = top.get_mut("apm_attestation")
+        && let Some(predicate) = statement_predicate(att.get("envelope"))
+        && att.get("statement") == Some(&predicate)
+    {
+        att.remove("statement");
+    }
+    let mut envelopes = Vec::new();
+    for path in ENVELOPES {
+        if let Some(env) = take_at(&mut top, path) {
+            envelopes.push((path, pack_envelope(&env)?));
+        }
+    }
+    let mut bundle_item = object_item(&top);
+    for (path, env) in envelopes {
+        put_at(&mut bundle_item, path, env);
+    }
+    let mut defaults = Defaults::default();
+    let mut records = Vec::with_capacity(nodes.len());
+    for (i, node) in nodes.iter().enumerate() {
+        records.push(node_record(node, i, &mut defaults)?);
+    }
+    let mut tree = Item::Array(vec![
+        Item::Text(COMPACT_FORMAT.into()),
+        bundle_item,
+        Item::Array(records),
+    ]);
+    Strings::default().share(&mut tree, false);
+    let mut out = Vec::new();
+    ciborium::into_writer(&Item::Tag(SELF_DESCRIBE, Box::new(tree)), &mut out)
+        .map_err(|e| CompactError::Lossy(e.to_string()))?;
+    Ok(out)
+}
+
+/// The predicate of the statement a DSSE envelope (JSON) signs, when it reads as one.
+fn statement_predicate(env: Option<&Value>) -> Option<Value> {
+    let payload = env?.get("payload")?.as_str()?;
+    let statement: Value = serde_json::from_slice(&unb64(payload)?).ok()?;
+    statement.get("predicate").cloned()
+}
+
+fn take_at(top: &mut Map<String, Value>, path: &[&str]) -> Option<Value> {
+    match path {
+        [last] => top.remove(*last),
+        [first, rest @ ..] => match top.get_mut(*first) {
+            Some(Value::Object(inner)) => take_at(inner, rest),
+            _ => None,
+        },
+        [] => None,
+    }
+}
+
+fn put_at(item: &mut Item, path: &[&str], value: Item) {
+    let Item::Map(entries) = item else { return };
+    match path {
+        [last] => {
+            entries.push((Item::Text((*last).into()), value));
+            sort_entries(entries);
+        }
+        [first, rest @ ..] => {
+            if let Some((_, inner)) = entries
+                .iter_mut()
+                .find(|(k, _)| matches!(k, Item::Text(t) if t == first))
+            {
+                put_at(inner, rest, value);
+            }
+        }
+        [] => {}
+    }
+}
+
+/// A DSSE envelope: its statement as a value, its signatures' bytes.
+fn pack_envelope(env: &Value) -> Result<Item, CompactError> {
+    let lossy = |why: &str| Err(CompactError::Lossy(format!("a DSSE envelope: {why}")));
+    let Value::Object(env) = env else {
+        return lossy("not an object");
+    };
+    let mut out = env.clone();
+    let Some(Value::String(payload)) = out.remove("payload") else {
+        return lossy("no payload");
+    };
+    let Some(bytes) = unb64(&payload).filter(|b| b64(b) == payload) else {
+        return lossy("the payload is not base64 as written by Knox");
+    };
+    let statement: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(_) => return lossy("the payload is not JSON"),
+    };
+    if canon::canonical(&statement) != bytes {
+        return lossy("the payload is not canonical JSON");
+    }
+    if out.get("payloadType").and_then(Value::as_str) == Some(IN_TOTO) {
+        out.remove("payloadType");
+    }
+    let signatures = out.remove("signatures");
+    let mut item = object_item(&out);
+    let Item::Map(entries) = &mut item else {
+        return lossy("not an object");
+    };
+    entries.push((Item::Text("payload".into()), value_item(&statement)));
+    if let Some(signatures) = signatures {
+        let Value::Array(signatures) = signatures else {
+            return lossy("`signatures` is not an array");
+        };
+        let mut items = Vec::with_capacity(signatures.len());
+        for s in signatures {
+            let Value::Object(mut s) = s else {
+                return lossy("a signature is not an object");
+            };
+            let Some(Value::String(sig)) = s.remove("sig") else {
+                return lossy("a signature has no `sig`");
+            };
+            let Some(raw) = unb64(&sig).filter(|b| b64(b) == sig) else {
+                return lossy("a `sig` is not base64 as written by Knox");
+            };
+            let mut one = object_item(&s);
+            if let Item::Map(e) = &mut one {
+                e.push((Item::Text("sig".into()), Item::Bytes(raw)));
+                sort_entries(e);
+            }
+            items.push(one);
+        }
+        entries.push((Item::Text("signatures".into()), Item::Array(items)));
+    }
+    sort_entries(entries);
+    Ok(item)
+}
+
+fn node_record(node: &Value, i: usize, defaults: &mut Defaults) -> Result<Item, CompactError> {
+    let lossy = |why: String| Err(CompactError::Lossy(format!("node {i}: {why}")));
+    let Value::Object(node) = node else {
+        return lossy("not an object".into());
+    };
+    let kind = match node
+        .get("kind")
+        .and_then(Value::as_str)
+        .and_then(kind_named)
+    {
+        Some(k) => k,
+        None => return lossy("no known `kind`".into()),
+    };
+    let Some(payload) = node.get("payload") else {
+        return lossy("no `payload`".into());
+    };
+    let mut extras = Map::new();
+    defaults.resolve(kind, payload, |name, implied| {
+        let own = node.get(name).cloned();
+        if own.is_some() && own != implied {
+            extras.insert(name.to_string(), own.clone().unwrap_or(Value::Null));
+        }
+        own
+    });
+    for (name, value) in node {
+        if !matches!(name.as_str(), "kind" | "payload") && !IMPLIED.contains(&name.as_str()) {
+            extras.insert(name.clone(), value.clone());
+        }
+    }
+    let mut record = vec![
+        Item::Integer(kind.code().into()),
+        value_item(&pack_payload(kind, payload)),
+    ];
+    if !extras.is_empty() {
+        record.push(object_item(&extras));
+    }
+    Ok(Item::Array(record))
+}
+
+/// A JSON value as an item.
+fn value_item(v: &Value) -> Item {
+    match v {
+        Value::Null => Item::Null,
+        Value::Bool(b) => Item::Bool(*b),
+        Value::Number(n) => {
+            if let Some(u) = n.as_u64() {
+                Item::Integer(u.into())
+            } else if let Some(i) = n.as_i64() {
+                Item::Integer(i.into())
+            } else {
+                Item::Float(n.as_f64().unwrap_or(0.0))
+            }
+        }
+        Value::String(s) if is_hex(s) => Item::Bytes(hex::decode(s).unwrap_or_default()),
+        Value::String(s) => Item::Text(s.clone()),
+        Value::Array(a) => Item::Array(a.iter().map(value_item).collect()),
+        Value::Object(o) => object_item(o),
+    }
+}
+
+fn object_item(o: &Map<String, Value>) -> Item {
+    let mut entries: Vec<(Item, Item)> = o
+        .iter()
+        .map(|(k, v)| (Item::Text(k.clone()), value_item(v)))
+        .collect();
+    sort_entries(&mut entries);
+    Item::Map(entries)
+}
+
+/// Map entries in ascending byte order of their (text) keys.
+fn sort_entries(entries: &mut [(Item, Item)]) {
+    entries.sort_by(|(a, _), (b, _)| match (a, b) {
+        (Item::Text(a), Item::Text(b)) => a.as_bytes().cmp(b.as_bytes()),
+        _ => std::cmp::Ordering::Equal,
+    });
+}
+
+fn is_hex(s: &str) -> bool {
+    s.len() >= MIN_HEX
+        && s.len().is_multiple_of(2)
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+fn kind_named(name: &str) -> Option<NodeKind> {
+    NodeKind::ALL.into_iter().find(|k| k.as_str() == name)
+}
+
+// ---- decoding --------------------------------------------------------------------
+
+/// How deep a compact file may nest (a bundle's JSON nests at most 127 deep).
+const MAX_DEPTH: usize = 128;
+
+fn decode(bytes: &[u8]) -> Result<Value, CompactError> {
+    if bytes.len() > MAX_BUNDLE_BYTES {
+        return Err(CompactError::TooLarge);
+    }
+    if !is_compact(bytes) {
+        return shape("it does not begin with CBOR tag 55799 (d9 d9 f7)");
+    }
+    let item: Item = ciborium::from_reader(bytes).map_err(|e| {
+        CompactError::Shape(match e {
+            ciborium::de::Error::Io(_) => "the CBOR ends in the middle of an item".into(),
+            ciborium::de::Error::Syntax(at) => format!("CBOR syntax error at byte {at}"),
+            ciborium::de::Error::Semantic(Some(at), why) => format!("{why} (at byte {at})"),
+            ciborium::de::Error::Semantic(None, why) => why,
+            ciborium::de::Error::RecursionLimitExceeded => "it nests too deep".into(),
+        })
+    })?;
+    let Item::Tag(SELF_DESCRIBE, tree) = item else {
+        return shape("the file is not one item under tag 55799");
+    };
+    let mut tree = *tree;
+    let mut budget = MAX_BUNDLE_BYTES;
+    Strings::default().resolve(&mut tree, false, 0, &mut budget)?;
+    let Item::Array(parts) = tree else {
+        return shape("the tagged item is not an array");
+    };
+    let [format, bundle, Item::Array(records)] = <[Item; 3]>::try_from(parts)
+        .map_err(|_| CompactError::Shape("the tagged array does not have 3 items".into()))?
+    else {
+        return shape("the third item (the nodes) is not an array");
+    };
+    if format != Item::Text(COMPACT_FORMAT.into()) {
+        return shape(format!("the first item is not `{COMPACT_FORMAT}`"));
+    }
+    let Value::Object(mut top) = json_value(bundle, 0)? else {
+        return shape("the second item (the bundle) is not a map");
+    };
+    for path in ENVELOPES {
+        if let Some(env) = take_at(&mut top, path) {
+            put_json(&mut top, path, unpack_envelope(env)?);
+        }
+    }
+    if !top.contains_key("summary")
+        && let Some(predicate) = statement_predicate(top.get("envelope"))
+    {
+        top.insert("summary".into(), predicate);
+    }
+    if let Some(Value::Object(att)) = top.get_mut("apm_attestation")
+        && !att.contains_key("statement")
+        && let Some(predicate) = statement_predicate(att.get("envelope"))
+    {
+        att.insert("statement".into(), predicate);
+    }
+    let mut defaults = Defaults::default();
+    let mut nodes = Vec::with_capacity(records.len().min(1 << 16));
+    for (i, record) in records.into_iter().enumerate() {
+        let node = node_value(record, &mut defaults).map_err(|e| match e {
+            CompactError::Shape(why) => CompactError::Shape(format!("node {i}: {why}")),
+            e => e,
+        })?;
+        let grown = node
+            .get("agent")
+            .and_then(Value::as_str)
+            .map_or(0, str::len)
+            + node
+                .get("block_reason")
+                .and_then(Value::as_str)
+                .map_or(0, str::len)
+            + 256;
+        budget = budget.checked_sub(grown).ok_or(CompactError::TooLarge)?;
+        nodes.push(node);
+    }
+    top.insert("nodes".into(), Value::Array(nodes));
+    Ok(Value::Object(top))
+}
+
+fn put_json(top: &mut Map<String, Value>, path: &[&str], value: Value) {
+    match path {
+        [last] => {
+            top.insert((*last).to_string(), value);
+        }
+        [first, rest @ ..] => {
+            if let Some(Value::Object(inner)) = top.get_mut(*first) {
+                put_json(inner, rest, value);
+            }
+        }
+        [] => {}
+    }
+}
+
+/// The inverse of [`pack_envelope`], on its generic JSON reading (bytes as hex).
+fn unpack_envelope(env: Value) -> Result<Value, CompactError> {
+    let Value::Object(mut env) = env else {
+        return shape("a DSSE envelope is not a map");
+    };
+    let Some(statement) = env.remove("payload") else {
+        return shape("a DSSE envelope has no payload");
+    };
+    env.insert(
+        "payload".into(),
+        Value::String(b64(&canon::canonical(&statement))),
+    );
+    env.entry("payloadType")
+        .or_insert_with(|| Value::String(IN_TOTO.into()));
+    if let Some(Value::Array(signatures)) = env.get_mut("signatures") {
+        for s in signatures {
+            let sig = s.get_mut("sig");
+            match sig.map(|v| (v.as_str().and_then(|h| hex::decode(h).ok()), v)) {
+                Some((Some(raw), v)) => *v = Value::String(b64(&raw)),
+                _ => return shape("a DSSE signature has no `sig` bytes"),
+            }
+        }
+    }
+    Ok(Value::Object(env))
+}
+
+fn node_value(record: Item, defaults: &mut Defaults) -> Result<Value, CompactError> {
+    let Item::Array(parts) = record else {
+        return shape("not an array");
+    };
+    if !(2..=3).contains(&parts.len()) {
+        return shape("not an array of 2 or 3 items");
+    }
+    let mut parts = parts.into_iter();
+    let code = match parts.next() {
+        Some(Item::Integer(c)) => u8::try_from(c).ok(),
+        _ => None,
+    };
+    let Some(kind) = code.and_then(|c| NodeKind::ALL.into_iter().find(|k| k.code() == c)) else {
+        return shape("no known kind code");
+    };
+    let mut payload = json_value(parts.next().unwrap_or(Item::Null), 1)?;
+    unpack_payload(kind, &mut payload);
+    let extras = match parts.next().map(|e| json_value(e, 1)).transpose()? {
+        None => Map::new(),
+        Some(Value::Object(e)) => e,
+        Some(_) => return shape("its third item (the members it states) is not a map"),
+    };
+    let mut node = defaults.resolve(kind, &payload, |name, implied| {
+        extras.get(name).cloned().or(implied)
+    });
+    for (name, value) in extras {
+        node.entry(name).or_insert(value);
+    }
+    node.insert("kind".into(), Value::String(kind.as_str().into()));
+    node.insert("payload".into(), payload);
+    Ok(Value::Object(node))
+}
+
+/// An item (strings resolved) as the JSON value it encodes.
+fn json_value(item: Item, depth: usize) -> Result<Value, CompactError> {
+    if depth > MAX_DEPTH {
+        return shape(format!("it nests deeper than {MAX_DEPTH}"));
+    }
+    Ok(match item {
+        Item::Null => Value::Null,
+        Item::Bool(b) => Value::Bool(b),
+        Item::Integer(i) => {
+            let i = i128::from(i);
+            if let Ok(u) = u64::try_from(i) {
+                Value::from(u)
+            } else if let Ok(s) = i64::try_from(i) {
+                Value::from(s)
+            } else {
+                return shape("an integer beyond 64 bits");
+            }
+        }
+        Item::Float(f) => match Number::from_f64(f) {
+            Some(n) => Value::Number(n),
+            None => return shape("a float that is not finite"),
+        },
+        Item::Text(t) => Value::String(t),
+        Item::Bytes(b) => Value::String(hex::encode(b)),
+        Item::Array(a) => Value::Array(
+            a.into_iter()
+                .map(|v| json_value(v, depth + 1))
+                .collect::<Result<_, _>>()?,
+        ),
+        Item::Map(entries) => {
+            let mut o = Map::new();
+            for (k, v) in entries {
+                let Item::Text(k) = k else {
+                    return shape("a map key is not text");
+                };
+                if o.insert(k, json_value(v, depth + 1)?).is_some() {
+                    return shape("a map repeats a key");
+                }
+            }
+            Value::Object(o)
+        }
+        _ => return shape("an item JSON has no counterpart for (a tag or simple value)"),
+    })
+}
+
+// ---- strings written once -----------------------------------------------------------
+
+/// The texts written so far (§9.2).
+#[derive(Default)]
+struct Strings {
+    first: HashMap<String, u64>,
+    list: Vec<String>,
+}
+
+impl Strings {
+    /// Replaces every text of [`MIN_SHARED`] bytes or more written before by a
+    /// reference to it (in a key, `key`, an unsigned integer; elsewhere tag 25).
+    fn share(&mut self, item: &mut Item, key: bool) {
+        match item {
+            Item::Text(t) if t.len() >= MIN_SHARED => match self.first.get(t.as_str()) {
+                Some(&n) if key => *item = Item::Integer(n.into()),
+                Some(&n) => *item = Item::Tag(STRING_REF, Box::new(Item::Integer(n.into()))),
+                None => {
+                    self.first.insert(t.clone(), self.first.len() as u64);
+                }
+            },
+            Item::Array(a) => a.iter_mut().for_each(|v| self.share(v, false)),
+            Item::Map(entries) => {
+                for (k, v) in entries {
+                    self.share(k, true);
+                    self.share(v, false);
+                }
+            }
+            Item::Tag(_, inner) => self.share(inner, false),
+            _ => {}
+        }
+    }
+
+    /// The inverse of [`Strings::share`]; each text a reference brings back counts
+    /// against `budget`.
+    fn resolve(
+        &mut self,
+        item: &mut Item,
+        key: bool,
+        depth: usize,
+        budget: &mut usize,
+    ) -> Result<(), CompactError> {
+        if depth > MAX_DEPTH {
+            return shape(format!("it nests deeper than {MAX_DEPTH}"));
+        }
+        let reference = match item {
+            Item::Text(t) => {
+                if t.len() >= MIN_SHARED {
+                    self.list.push(t.clone());
+                }
+                None
+            }
+            Item::Integer(n) if key => Some(*n),
+            Item::Tag(STRING_REF, inner) => match **inner {
+                Item::Integer(n) => Some(n),
+                _ => return shape("tag 25 does not hold an unsigned integer"),
+            },
+            Item::Array(a) => {
+                for v in a {
+                    self.resolve(v, false, depth + 1, budget)?;
+                }
+                None
+            }
+            Item::Map(entries) => {
+                for (k, v) in entries {
+                    self.resolve(k, true, depth + 1, budget)?;
+                    self.resolve(v, false, depth + 1, budget)?;
+                }
+                None
+            }
+            Item::Tag(_, _) => return shape("a tag other than 25"),
+            _ => None,
+        };
+        if let Some(n) = reference {
+            let text = usize::try_from(n)
+                .ok()
+                .and_then(|n| self.list.get(n))
+                .ok_or_else(|| CompactError::Shape("a reference to no earlier text".into()))?;
+            *budget = budget
+                .checked_sub(text.len())
+                .ok_or(CompactError::TooLarge)?;
+            *item = Item::Text(text.clone());
+        }
+        Ok(())
+    }
+}
+
+// ---- payloads: what a payload repeats of itself -------------------------------------
+
+/// A payload with what it repeats of itself left out: a `tool_call`'s action hashes
+/// (when they are the hashes of what it carries), a `check` detail's `guard` (when it
+/// is the check's).
+fn pack_payload(kind: NodeKind, payload: &Value) -> Value {
+    let mut p = payload.clone();
+    match kind {
+        NodeKind::ToolCall => {
+            if let Some(h) = call_hash(p.get("actual"), false)
+                && p.get("actual_hash").and_then(Value::as_str) == Some(h.as_str())
+                && let Some(o) = p.as_object_mut()
+            {
+                o.remove("actual_hash");
+            }
+            if let Some(expected) = p.get_mut("expected")
+                && let Some(h) = call_hash(Some(expected), true)
+                && expected.get("hash").and_then(Value::as_str) == Some(h.as_str())
+                && let Some(o) = expected.as_object_mut()
+            {
+                o.remove("hash");
+            }
+        }
+        NodeKind::Check => {
+            let guard = p.get("guard").cloned();
+            if let Some(detail) = p.get_mut("detail").and_then(Value::as_object_mut)
+                && guard.is_some()
+                && detail.get("guard") == guard.as_ref()
+            {
+                detail.remove("guard");
+            }
+        }
+        _ => {}
+    }
+    p
+}
+
+/// The inverse of [`pack_payload`].
+fn unpack_payload(kind: NodeKind, payload: &mut Value) {
+    match kind {
+        NodeKind::ToolCall => {
+            if payload.get("actual_hash").is_none()
+                && let Some(h) = call_hash(payload.get("actual"), false)
+                && let Some(o) = payload.as_object_mut()
+            {
+                o.insert("actual_hash".into(), Value::String(h));
+            }
+            if let Some(expected) = payload.get_mut("expected")
+                && expected.get("hash").is_none()
+                && let Some(h) = call_hash(Some(expected), true)
+                && let Some(o) = expected.as_object_mut()
+            {
+                o.insert("hash".into(), Value::String(h));
+            }
+        }
+        NodeKind::Check => {
+            let guard = payload.get("guard").cloned();
+            if let Some(detail) = payload.get_mut("detail").and_then(Value::as_object_mut)
+                && let Some(guard @ Value::String(_)) = guard
+                && !detail.contains_key("guard")
+            {
+                detail.insert("guard".into(), guard);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The hash of a call `{"tool", "params"}` (§1): `knox/action`, or for an expected
+/// call with `constraints` (`expected` true), `knox/expected` over the three.
+fn call_hash(call: Option<&Value>, expected: bool) -> Option<String> {
+    let call = call?.as_object()?;
+    let tool = call.get("tool")?.as_str()?;
+    let params = call.get("params")?.as_object()?;
+    let digest = match call.get("constraints").filter(|_| expected) {
+        None => hash_call(tool, params),
+        Some(c) => {
+            let body = serde_json::json!({"tool": tool, "params": params, "constraints": c});
+            Digest::tagged(tag::EXPECTED, &[&canon::canonical(&body)])
+        }
+    };
+    Some(digest.to_hex())
+}
+
+// ---- what the nodes before a node imply ------------------------------------------
+
+/// The node members a compact file may leave out, in the order they are resolved:
+/// each one's implied value may depend on those before it.
+const IMPLIED: [&str; 6] = [
+    "seq",
+    "agent",
+    "parent",
+    "block_reason",
+    "allowed",
+    "measurement",
+];
+
+/// A node already resolved, as far as later nodes' implied members need it.
+struct Seen {
+    agent: Option<String>,
+    kind: NodeKind,
+    parent: Option<u64>,
+    block_reason: Value,
+}
+
+/// What the nodes written so far imply of the next one (§9.3): its `seq`, `agent`,
+/// `parent`, `block_reason`, `allowed` and `measurement`, each of which a compact file
+/// writes only when the node's own differs.
+#[derive(Default)]
+struct Defaults {
+    nodes: Vec<Seen>,
+    /// The last `tool_call`: its seq and agent.
+    last_call: Option<(u64, Option<String>)>,
+    /// The first failed check since the last `tool_call`.
+    first_failed: Option<u64>,
+    /// Per agent, its last `tool_output`, `blocked`, `interrupt` or `agent_branch`.
+    cursor: HashMap<String, u64>,
+    /// Allowed calls without an output or `unanswered` node yet.
+    awaiting: BTreeSet<u64>,
+}
+
+impl Defaults {
+    /// Resolves the implied members of the next node, of `kind` with `payload`, in
+    /// [`IMPLIED`] order: `pick(name, implied)` gives the node's own value of the
+    /// member (`None`: it has none), knowing what the nodes before imply. Returns the
+    /// node's members and takes the node into account.
+    fn resolve(
+        &mut self,
+        kind: NodeKind,
+        payload: &Value,
+        mut pick: impl FnMut(&str, Option<Value>) -> Option<Value>,
+    ) -> Map<String, Value> {
+        let mut m = Map::new();
+        let mut set = |m: &mut Map<String, Value>, name: &str, implied: Option<Value>| {
+            let v = pick(name, implied);
+            if let Some(v) = &v {
+                m.insert(name.to_string(), v.clone());
+            }
+            v
+        };
+        let seq = self.nodes.len() as u64;
+        set(&mut m, "seq", Some(seq.into()));
+        let calls_agent = self.last_call.as_ref().and_then(|(_, a)| a.clone());
+        let (agent, parent) = if kind == NodeKind::ToolCall {
+            let agent = set(&mut m, "agent", calls_agent.map(Value::String));
+            let implied = agent
+                .as_ref()
+                .and_then(Value::as_str)
+                .map(|a| Value::from(self.cursor.get(a).copied().unwrap_or(0)));
+            let parent = set(&mut m, "parent", implied);
+            (agent, parent)
+        } else {
+            let last_call = self.last_call.as_ref().map(|(s, _)| *s);
+            let implied = match kind {
+                NodeKind::Root => None,
+                NodeKind::Check => last_call,
+                NodeKind::Blocked | NodeKind::Interrupt => self.first_failed.or(last_call),
+                NodeKind::ToolOutput | NodeKind::Unanswered => self.awaiting.first().copied(),
+                _ => Some(0),
+            };
+            let implied = match (kind, implied) {
+                (NodeKind::Root, _) => Some(Value::Null),
+                (_, p) => p.map(Value::from),
+            };
+            let parent = set(&mut m, "parent", implied);
+            let implied = match &parent {
+                Some(Value::Null) => Some(Value::String("monitor".into())),
+                Some(p) => p
+                    .as_u64()
+                    .and_then(|p| self.nodes.get(p as usize))
+                    .and_then(|n| n.agent.clone())
+                    .map(Value::String),
+                None => None,
+            };
+            (set(&mut m, "agent", implied), parent)
+        };
+        let parent = parent.as_ref().and_then(Value::as_u64);
+        let implied = match kind {
+            NodeKind::Blocked | NodeKind::Interrupt => self.call_reason(parent),
+            _ => Value::Null,
+        };
+        let reason = set(&mut m, "block_reason", Some(implied));
+        let implied = match kind {
+            NodeKind::Check => payload
+                .get("passed")
+                .and_then(Value::as_bool)
+                .unwrap_or(true),
+            NodeKind::ToolCall => reason.as_ref().is_some_and(Value::is_null),
+            NodeKind::Blocked | NodeKind::Interrupt => false,
+            _ => true,
+        };
+        let allowed = set(&mut m, "allowed", Some(implied.into()));
+        let implied = measurement(kind, payload, &m).map(|d| Value::String(d.to_hex()));
+        set(&mut m, "measurement", implied);
+        self.commit(
+            kind,
+            payload,
+            Seen {
+                agent: agent.and_then(|a| a.as_str().map(String::from)),
+                kind,
+                parent,
+                block_reason: reason.unwrap_or(Value::Null),
+            },
+            allowed == Some(Value::Bool(true)),
+        );
+        m
+    }
+
+    /// The block reason of the `tool_call` at `parent`, or just above it when `parent`
+    /// is one of its checks (a blocked node hangs under the call's first failed check).
+    fn call_reason(&self, parent: Option<u64>) -> Value {
+        let node = |p: Option<u64>| p.and_then(|p| self.nodes.get(p as usize));
+        let call = match node(parent) {
+            Some(n) if n.kind == NodeKind::Check => node(n.parent),
+            n => n,
+        };
+        match call {
+            Some(n) if n.kind == NodeKind::ToolCall => n.block_reason.clone(),
+            _ => Value::Null,
+        }
+    }
+
+    fn commit(&mut self, kind: NodeKind, payload: &Value, seen: Seen, allowed: bool) {
+        let seq = self.nodes.len() as u64;
+        match kind {
+            NodeKind::ToolCall => {
+                self.last_call = Some((seq, seen.agent.clone()));
+                self.first_failed = None;
+                if allowed {
+                    self.awaiting.insert(seq);
+                }
+            }
+            NodeKind::Check => {
+                let passed = payload.get("passed").and_then(Value::as_bool);
+                if passed == Some(false) && self.first_failed.is_none() {
+                    self.first_failed = Some(seq);
+                }
+            }
+            NodeKind::ToolOutput | NodeKind::Unanswered => {
+                if let Some(p) = seen.parent {
+                    self.awaiting.remove(&p);
+                }
+            }
+            _ => {}
+        }
+        if matches!(
+            kind,
+            NodeKind::ToolOutput | NodeKind::Blocked | NodeKind::Interrupt | NodeKind::AgentBranch
+        ) && let Some(agent) = &seen.agent
+        {
+            self.cursor.insert(agent.clone(), seq);
+        }
+        self.nodes.push(seen);
+    }
+}
+
+/// `m_i` (§4) of a node whose members are `m` (with its `kind` and `payload`), when
+/// it has every measured member.
+fn measurement(kind: NodeKind, payload: &Value, m: &Map<String, Value>) -> Option<Digest> {
+    let mut body = Map::new();
+    for name in ["agent", "allowed", "block_reason", "parent", "seq"] {
+        body.insert(name.into(), m.get(name)?.clone());
+    }
+    body.insert("kind".into(), Value::String(kind.as_str().into()));
+    body.insert("payload".into(), payload.clone());
+    Some(Digest::tagged(
+        tag::NODE,
+        &[&canon::canonical(&Value::Object(body))],
+    ))
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+mod tests {
+    use super::*;
+
+    /// Bundles the verifier's tests keep (every topology, versions 1 to 5).
+    fn fixtures() -> Vec<(&'static str, Value)> {
+        [
+            (
+                "st-sa",
+                &include_bytes!("../../verify/tests/fixtures/topologies/st-sa.json")[..],
+            ),
+            (
+                "mt-ma-4-2",
+                include_bytes!("../../verify/tests/fixtures/topologies/mt-ma-4-2.json"),
+            ),
+            (
+                "mt-sa-int-3",
+                include_bytes!("../../verify/tests/fixtures/topologies/mt-sa-int-3.json"),
+            ),
+            (
+                "v1",
+                include_bytes!("../../verify/tests/fixtures/evidence-v1/bundle.json"),
+            ),
+            (
+                "run-3",
+                include_bytes!("../../verify/tests/fixtures/chain/run-3.json"),
+            ),
+        ]
+        .into_iter()
+        .map(|(name, bytes)| (name, serde_json::from_slice(bytes).unwrap()))
+        .collect()
+    }
+
+    #[test]
+    fn every_bundle_expands_back_to_itself_in_a_fraction_of_the_bytes() {
+        for (name, bundle) in fixtures() {
+            let c = compact(&bundle).unwrap();
+            assert!(is_compact(&c), "{name}");
+            assert_eq!(expand(&c).unwrap(), bundle, "{name}");
+            let json = serde_json::to_vec(&bundle).unwrap();
+            assert!(
+                c.len() * 2 < json.len(),
+                "{name}: {} of {}",
+                c.len(),
+                json.len()
+            );
+            // What is written expands to canonical JSON of the same value.
+            let written = expand_to_json(&c).unwrap();
+            assert_eq!(serde_json::from_slice::<Value>(&written).unwrap(), bundle);
+        }
+    }
+
+    #[test]
+    fn what_a_node_implies_is_left_out_and_what_it_does_not_is_kept() {
+        let (_, mut bundle) = fixtures().remove(0);
+        let plain = compact(&bundle).unwrap();
+        // A node whose parent is not the implied one (a forged graph) still compacts,
+        // now stating its parent, and expands to exactly what it was.
+        let nodes = bundle["nodes"].as_array_mut().unwrap();
+        let last = nodes.len() - 1;
+        nodes[last]["parent"] = Value::from(1u64);
+        nodes[last]["measurement"] = Value::String("ab".repeat(32));
+        let forged = compact(&bundle).unwrap();
+        assert!(forged.len() > plain.len());
+        assert_eq!(expand(&forged).unwrap(), bundle);
+        // A node without a member the format requires cannot be compacted (it would
+        // come back with the implied one).
+        bundle["nodes"][last]
+            .as_object_mut()
+            .unwrap()
+            .remove("block_reason");
+        let err = compact(&bundle).unwrap_err();
+        assert!(matches!(err, CompactError::Lossy(_)), "{err}");
+    }
+
+    #[test]
+    fn only_the_one_encoding_is_read() {
+        let (_, bundle) = fixtures().remove(1);
+        let c = compact(&bundle).unwrap();
+        // A byte after the item.
+        let trailing = [c.as_slice(), &[0xf6]].concat();
+        assert!(matches!(
+            expand(&trailing),
+            Err(CompactError::NotDeterministic(_))
+        ));
+        // The top array's length (3) in a longer form than needed: `98 03`, not `83`.
+        assert_eq!(c[3], 0x83);
+        let longer = [&c[..3], &[0x98, 0x03], &c[4..]].concat();
+        assert!(matches!(
+            expand(&longer),
+            Err(CompactError::NotDeterministic(3))
+        ));
+        let mut cut = c.clone();
+        cut.truncate(c.len() - 1);
+        assert!(matches!(expand(&cut), Err(CompactError::Shape(_))));
+        assert!(matches!(expand(b"{}"), Err(CompactError::Shape(_))));
+        assert!(matches!(expand(&MAGIC), Err(CompactError::Shape(_))));
+    }
+
+    /// CBOR for a hand-made tree under the self-describing tag.
+    fn file(tree: Item) -> Vec<u8> {
+        let mut out = Vec::new();
+        ciborium::into_writer(&Item::Tag(SELF_DESCRIBE, Box::new(tree)), &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn hostile_files_are_refused_without_panicking_or_growing() {
+        let t = |s: &str| Item::Text(s.into());
+        let r = |n: u64| Item::Tag(STRING_REF, Box::new(Item::Integer(n.into())));
+        // A 1 MiB text (the third written) referred to 300 times: 300 MiB expanded.
+        let big = "x".repeat(1 << 20);
+        let mut refs = vec![t(&big)];
+        refs.extend((0..300).map(|_| r(2)));
+        let bomb = file(Item::Array(vec![
+            t(COMPACT_FORMAT),
+            Item::Map(vec![(t("bomb"), Item::Array(refs))]),
+            Item::Array(vec![]),
+        ]));
+        assert!(matches!(expand(&bomb), Err(CompactError::TooLarge)));
+        // A reference to a text not yet written.
+        let dangling = file(Item::Array(vec![
+            t(COMPACT_FORMAT),
+            r(7),
+            Item::Array(vec![]),
+        ]));
+        assert!(matches!(expand(&dangling), Err(CompactError::Shape(_))));
+        // Deep nesting, a huge declared length, a map with the same key twice.
+        let mut deep = Item::Null;
+        for _ in 0..200 {
+            deep = Item::Array(vec![deep]);
+        }
+        let deep = file(Item::Array(vec![
+            t(COMPACT_FORMAT),
+            deep,
+            Item::Array(vec![]),
+        ]));
+        assert!(expand(&deep).is_err());
+        let huge = [
+            &MAGIC[..],
+            &[0x5b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
+        ]
+        .concat();
+        assert!(matches!(expand(&huge), Err(CompactError::Shape(_))));
+        let twice = file(Item::Array(vec![
+            t(COMPACT_FORMAT),
+            Item::Map(vec![(t("ab"), Item::Null), (t("ab"), Item::Null)]),
+            Item::Array(vec![]),
+        ]));
+        assert!(matches!(expand(&twice), Err(CompactError::Shape(_))));
+        // Nodes of every kind code and none, with nothing implied that can be.
+        for code in 0..13u64 {
+            let node = Item::Array(vec![Item::Integer(code.into()), Item::Null]);
+            let f = file(Item::Array(vec![
+                t(COMPACT_FORMAT),
+                Item::Map(vec![]),
+                Item::Array(vec![node.clone(), node]),
+            ]));
+            let _ = expand(&f);
+        }
+    }
+}
