@@ -40,10 +40,15 @@ pub const COMPACT_FORMAT: &str = "knox-compact/v1";
 
 /// CBOR's self-describing tag (RFC 8949 §3.4.6): the file's first three bytes.
 const SELF_DESCRIBE: u64 = 55_799;
-/// The tag of a reference to an earlier text in a value position.
+/// The tag of a reference to an earlier string in a value position.
 const STRING_REF: u64 = 25;
-/// Texts shorter than this (in UTF-8 bytes) are always written in full.
-const MIN_SHARED: usize = 3;
+/// Texts shorter than this (in UTF-8 bytes) are never numbered.
+const MIN_SHARED_TEXT: usize = 3;
+/// Byte strings shorter than this are never numbered.
+const MIN_SHARED_BYTES: usize = 16;
+/// The texts numbered before the file's first (§9.2): the format's member names and
+/// fixed words, then the x86-64 system call names by number. Frozen for this version.
+const PRESET: &str = include_str!("compact-texts.txt");
 /// Strings of lowercase hex digits at least this long are written as bytes.
 const MIN_HEX: usize = 16;
 /// The DSSE payload type Knox's statements carry, left out when it is that.
@@ -585,25 +590,70 @@ fn json_value(item: Item, depth: usize) -> Result<Value, CompactError> {
 
 // ---- strings written once -----------------------------------------------------------
 
-/// The texts written so far (§9.2).
-#[derive(Default)]
+/// The strings numbered so far (§9.2): the preset's texts, then every text and byte
+/// string long enough, in the order written.
 struct Strings {
-    first: HashMap<String, u64>,
-    list: Vec<String>,
+    /// Each numbered string (whether a text, its bytes) and its number.
+    first: HashMap<(bool, Vec<u8>), u64>,
+    list: Vec<Item>,
+}
+
+impl Default for Strings {
+    fn default() -> Self {
+        let list: Vec<Item> = PRESET.lines().map(|t| Item::Text(t.into())).collect();
+        let first = PRESET
+            .lines()
+            .enumerate()
+            .map(|(n, t)| ((true, t.as_bytes().to_vec()), n as u64))
+            .collect();
+        Self { first, list }
+    }
+}
+
+/// Bytes a CBOR head takes for the argument `n`.
+fn head_len(n: u64) -> usize {
+    match n {
+        0..=23 => 1,
+        24..=0xff => 2,
+        0x100..=0xffff => 3,
+        0x1_0000..=0xffff_ffff => 5,
+        _ => 9,
+    }
+}
+
+/// An item's key among the numbered strings, when it is a string numbered when first
+/// written.
+fn numbered(item: &Item) -> Option<(bool, &[u8])> {
+    match item {
+        Item::Text(t) if t.len() >= MIN_SHARED_TEXT => Some((true, t.as_bytes())),
+        Item::Bytes(b) if b.len() >= MIN_SHARED_BYTES => Some((false, b)),
+        _ => None,
+    }
 }
 
 impl Strings {
-    /// Replaces every text of [`MIN_SHARED`] bytes or more written before by a
-    /// reference to it (in a key, `key`, an unsigned integer; elsewhere tag 25).
+    /// Replaces every string numbered before by a reference to it (in a key, `key`,
+    /// an unsigned integer; elsewhere tag 25 on one) where the reference is shorter
+    /// than the string written out; numbers the strings met for the first time.
     fn share(&mut self, item: &mut Item, key: bool) {
         match item {
-            Item::Text(t) if t.len() >= MIN_SHARED => match self.first.get(t.as_str()) {
-                Some(&n) if key => *item = Item::Integer(n.into()),
-                Some(&n) => *item = Item::Tag(STRING_REF, Box::new(Item::Integer(n.into()))),
-                None => {
-                    self.first.insert(t.clone(), self.first.len() as u64);
+            Item::Text(_) | Item::Bytes(_) => {
+                let Some((text, bytes)) = numbered(item) else {
+                    return;
+                };
+                let id = (text, bytes.to_vec());
+                if let Some(&n) = self.first.get(&id) {
+                    let written = head_len(id.1.len() as u64) + id.1.len();
+                    if key && head_len(n) < written {
+                        *item = Item::Integer(n.into());
+                    } else if !key && 2 + head_len(n) < written {
+                        *item = Item::Tag(STRING_REF, Box::new(Item::Integer(n.into())));
+                    }
+                } else {
+                    self.first.insert(id, self.list.len() as u64);
+                    self.list.push(item.clone());
                 }
-            },
+            }
             Item::Array(a) => a.iter_mut().for_each(|v| self.share(v, false)),
             Item::Map(entries) => {
                 for (k, v) in entries {
@@ -616,7 +666,7 @@ impl Strings {
         }
     }
 
-    /// The inverse of [`Strings::share`]; each text a reference brings back counts
+    /// The inverse of [`Strings::share`]; each string a reference brings back counts
     /// against `budget`.
     fn resolve(
         &mut self,
@@ -629,9 +679,13 @@ impl Strings {
             return shape(format!("it nests deeper than {MAX_DEPTH}"));
         }
         let reference = match item {
-            Item::Text(t) => {
-                if t.len() >= MIN_SHARED {
-                    self.list.push(t.clone());
+            Item::Text(_) | Item::Bytes(_) => {
+                if let Some((text, bytes)) = numbered(item)
+                    && !self.first.contains_key(&(text, bytes.to_vec()))
+                {
+                    self.first
+                        .insert((text, bytes.to_vec()), self.list.len() as u64);
+                    self.list.push(item.clone());
                 }
                 None
             }
@@ -657,14 +711,17 @@ impl Strings {
             _ => None,
         };
         if let Some(n) = reference {
-            let text = usize::try_from(n)
+            let string = usize::try_from(n)
                 .ok()
                 .and_then(|n| self.list.get(n))
-                .ok_or_else(|| CompactError::Shape("a reference to no earlier text".into()))?;
-            *budget = budget
-                .checked_sub(text.len())
-                .ok_or(CompactError::TooLarge)?;
-            *item = Item::Text(text.clone());
+                .ok_or_else(|| CompactError::Shape("a reference to no earlier string".into()))?;
+            let len = match string {
+                Item::Text(t) => t.len(),
+                Item::Bytes(b) => b.len(),
+                _ => 0,
+            };
+            *budget = budget.checked_sub(len).ok_or(CompactError::TooLarge)?;
+            *item = string.clone();
         }
         Ok(())
     }
@@ -685,12 +742,22 @@ fn pack_payload(kind: NodeKind, payload: &Value) -> Value {
             {
                 o.remove("actual_hash");
             }
+            let actual = p.get("actual").cloned();
             if let Some(expected) = p.get_mut("expected")
                 && let Some(h) = call_hash(Some(expected), true)
                 && expected.get("hash").and_then(Value::as_str) == Some(h.as_str())
                 && let Some(o) = expected.as_object_mut()
             {
                 o.remove("hash");
+                // The expected call is the proposed one: `tool` and `params` once.
+                if call_hash(actual.as_ref(), false).is_some()
+                    && let Some(actual) = &actual
+                    && o.get("tool") == actual.get("tool")
+                    && o.get("params") == actual.get("params")
+                {
+                    o.remove("tool");
+                    o.remove("params");
+                }
             }
         }
         NodeKind::Check => {
@@ -717,12 +784,25 @@ fn unpack_payload(kind: NodeKind, payload: &mut Value) {
             {
                 o.insert("actual_hash".into(), Value::String(h));
             }
-            if let Some(expected) = payload.get_mut("expected")
-                && expected.get("hash").is_none()
-                && let Some(h) = call_hash(Some(expected), true)
-                && let Some(o) = expected.as_object_mut()
+            let actual = payload.get("actual").cloned();
+            if let Some(expected) = payload.get_mut("expected").and_then(Value::as_object_mut)
+                && !expected.contains_key("hash")
             {
-                o.insert("hash".into(), Value::String(h));
+                if !expected.contains_key("tool")
+                    && !expected.contains_key("params")
+                    && call_hash(actual.as_ref(), false).is_some()
+                    && let Some(actual) = &actual
+                {
+                    for name in ["params", "tool"] {
+                        if let Some(v) = actual.get(name) {
+                            expected.insert(name.into(), v.clone());
+                        }
+                    }
+                }
+                let full = Value::Object(expected.clone());
+                if let Some(h) = call_hash(Some(&full), true) {
+                    expected.insert("hash".into(), Value::String(h));
+                }
             }
         }
         NodeKind::Check => {
@@ -1052,10 +1132,13 @@ mod tests {
     fn hostile_files_are_refused_without_panicking_or_growing() {
         let t = |s: &str| Item::Text(s.into());
         let r = |n: u64| Item::Tag(STRING_REF, Box::new(Item::Integer(n.into())));
-        // A 1 MiB text (the third written) referred to 300 times: 300 MiB expanded.
+        // The preset's texts come first; the format name is one of them.
+        let base = PRESET.lines().count() as u64;
+        // A 1 MiB text (the second numbered after the preset's) referred to 300
+        // times: 300 MiB expanded.
         let big = "x".repeat(1 << 20);
         let mut refs = vec![t(&big)];
-        refs.extend((0..300).map(|_| r(2)));
+        refs.extend((0..300).map(|_| r(base + 1)));
         let bomb = file(Item::Array(vec![
             t(COMPACT_FORMAT),
             Item::Map(vec![(t("bomb"), Item::Array(refs))]),

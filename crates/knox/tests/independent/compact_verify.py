@@ -15,6 +15,7 @@ import base64
 import hashlib
 import json
 import math
+import os
 import struct
 import sys
 
@@ -117,22 +118,38 @@ def shortest_float(f):
     return 8
 
 
-# ---- §9.2: texts written once ------------------------------------------------------
+# ---- §9.2: strings written once -------------------------------------------------------
+
+PRESET = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                      "..", "..", "..", "types", "src", "compact-texts.txt")
+
 
 def resolve(tree):
-    texts = []
+    with open(PRESET, encoding="utf-8") as f:
+        strings = f.read().split("\n")[:-1]
+    numbered = set(strings)
+
+    def number(x):
+        long_enough = len(x.encode()) >= 3 if isinstance(x, str) else len(x) >= 16
+        if long_enough and x not in numbered:
+            numbered.add(x)
+            strings.append(x)
+
+    def ref(n):
+        if not 0 <= n < len(strings):
+            raise Bad("a reference to no earlier string")
+        return strings[n]
 
     def walk(x, key):
-        if isinstance(x, str):
-            if len(x.encode()) >= 3:
-                texts.append(x)
+        if isinstance(x, (str, bytes)):
+            number(x)
             return x
         if key and isinstance(x, int) and not isinstance(x, bool):
-            return texts[x]
+            return ref(x)
         if isinstance(x, Tag):
-            if x.tag != 25 or not isinstance(x.value, int):
+            if x.tag != 25 or not isinstance(x.value, int) or isinstance(x.value, bool):
                 raise Bad("a tag other than 25")
-            return texts[x.value]
+            return ref(x.value)
         if isinstance(x, list):
             return [walk(v, False) for v in x]
         if isinstance(x, CMap):
@@ -143,10 +160,7 @@ def resolve(tree):
             return CMap(out)
         return x
 
-    try:
-        return walk(tree, False)
-    except IndexError:
-        raise Bad("a reference to no earlier text")
+    return walk(tree, False)
 
 
 # ---- §9.1: items as JSON -------------------------------------------------------------
@@ -277,8 +291,11 @@ def expand(data):
             if "actual_hash" not in payload and call_hash(payload.get("actual"), False):
                 payload["actual_hash"] = call_hash(payload["actual"], False)
             e = payload.get("expected")
-            if isinstance(e, dict) and "hash" not in e and call_hash(e, True):
-                e["hash"] = call_hash(e, True)
+            if isinstance(e, dict) and "hash" not in e:
+                if "tool" not in e and "params" not in e and call_hash(payload.get("actual"), False):
+                    e["tool"], e["params"] = payload["actual"]["tool"], payload["actual"]["params"]
+                if call_hash(e, True):
+                    e["hash"] = call_hash(e, True)
         if kind == "check" and isinstance(payload, dict) and isinstance(payload.get("detail"), dict) \
                 and isinstance(payload.get("guard"), str) and "guard" not in payload["detail"]:
             payload["detail"]["guard"] = payload["guard"]
