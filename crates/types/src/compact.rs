@@ -24,6 +24,7 @@
 //! same bundle.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::OnceLock;
 
 use ciborium::value::Value as Item;
 use serde_json::{Map, Number, Value};
@@ -352,7 +353,12 @@ fn value_item(v: &Value) -> Item {
             } else if let Some(i) = n.as_i64() {
                 Item::Integer(i.into())
             } else {
-                Item::Float(n.as_f64().unwrap_or(0.0))
+                let f = n.as_f64().unwrap_or(0.0);
+                // A number canonical JSON writes as an integer, read as a float.
+                match integral(f).and_then(|i| ciborium::value::Integer::try_from(i).ok()) {
+                    Some(i) => Item::Integer(i),
+                    None => Item::Float(f),
+                }
             }
         }
         Value::String(s) if is_hex(s) => Item::Bytes(hex::decode(s).unwrap_or_default()),
@@ -377,6 +383,15 @@ fn sort_entries(entries: &mut [(Item, Item)]) {
         (Item::Text(a), Item::Text(b)) => a.as_bytes().cmp(b.as_bytes()),
         _ => std::cmp::Ordering::Equal,
     });
+}
+
+/// `f` as a 64-bit integer, when it is one (canonical JSON writes it without fraction
+/// or exponent; the compact form then as an integer, never as a float).
+fn integral(f: f64) -> Option<i128> {
+    const LOW: f64 = -9_223_372_036_854_775_808.0; // −2⁶³
+    const HIGH: f64 = 18_446_744_073_709_551_616.0; // 2⁶⁴
+    // In range and whole: the cast is exact.
+    (f.fract() == 0.0 && (LOW..HIGH).contains(&f)).then_some(f as i128)
 }
 
 fn is_hex(s: &str) -> bool {
@@ -561,6 +576,9 @@ fn json_value(item: Item, depth: usize) -> Result<Value, CompactError> {
                 return shape("an integer beyond 64 bits");
             }
         }
+        Item::Float(f) if integral(f).is_some() => {
+            return shape("a whole number written as a float");
+        }
         Item::Float(f) => match Number::from_f64(f) {
             Some(n) => Value::Number(n),
             None => return shape("a float that is not finite"),
@@ -590,24 +608,33 @@ fn json_value(item: Item, depth: usize) -> Result<Value, CompactError> {
 
 // ---- strings written once -----------------------------------------------------------
 
-/// The strings numbered so far (§9.2): the preset's texts, then every text and byte
-/// string long enough, in the order written.
-struct Strings {
-    /// Each numbered string (whether a text, its bytes) and its number.
-    first: HashMap<(bool, Vec<u8>), u64>,
-    list: Vec<Item>,
+/// The preset's texts (§9.2), by number and by text.
+struct Preset {
+    list: Vec<&'static str>,
+    number: HashMap<&'static str, u64>,
 }
 
-impl Default for Strings {
-    fn default() -> Self {
-        let list: Vec<Item> = PRESET.lines().map(|t| Item::Text(t.into())).collect();
-        let first = PRESET
-            .lines()
+fn preset() -> &'static Preset {
+    static P: OnceLock<Preset> = OnceLock::new();
+    P.get_or_init(|| {
+        let list: Vec<&'static str> = PRESET.lines().collect();
+        let number = list
+            .iter()
             .enumerate()
-            .map(|(n, t)| ((true, t.as_bytes().to_vec()), n as u64))
+            .map(|(n, t)| (*t, n as u64))
             .collect();
-        Self { first, list }
-    }
+        Preset { list, number }
+    })
+}
+
+/// The strings numbered so far (§9.2): the preset's texts, then every text and byte
+/// string long enough, in the order written (numbered from the preset's length on).
+#[derive(Default)]
+struct Strings {
+    texts: HashMap<String, u64>,
+    bytes: HashMap<Vec<u8>, u64>,
+    /// The strings numbered after the preset's, in order.
+    list: Vec<Item>,
 }
 
 /// Bytes a CBOR head takes for the argument `n`.
@@ -621,39 +648,54 @@ fn head_len(n: u64) -> usize {
     }
 }
 
-/// An item's key among the numbered strings, when it is a string numbered when first
-/// written.
-fn numbered(item: &Item) -> Option<(bool, &[u8])> {
-    match item {
-        Item::Text(t) if t.len() >= MIN_SHARED_TEXT => Some((true, t.as_bytes())),
-        Item::Bytes(b) if b.len() >= MIN_SHARED_BYTES => Some((false, b)),
-        _ => None,
-    }
-}
-
 impl Strings {
+    /// The number of `item` when it is a string numbered already; `Err(())` when it is
+    /// a string to number now, `Ok(None)` when it is not one that is numbered.
+    fn number_of(&self, item: &Item) -> Result<Option<u64>, ()> {
+        let found = match item {
+            Item::Text(t) if t.len() >= MIN_SHARED_TEXT => preset()
+                .number
+                .get(t.as_str())
+                .or_else(|| self.texts.get(t.as_str())),
+            Item::Bytes(b) if b.len() >= MIN_SHARED_BYTES => self.bytes.get(b.as_slice()),
+            _ => return Ok(None),
+        };
+        found.map(|n| Some(*n)).ok_or(())
+    }
+
+    /// Numbers `item` (a string not numbered yet).
+    fn number(&mut self, item: &Item) {
+        let n = (preset().list.len() + self.list.len()) as u64;
+        match item {
+            Item::Text(t) => self.texts.insert(t.clone(), n),
+            Item::Bytes(b) => self.bytes.insert(b.clone(), n),
+            _ => return,
+        };
+        self.list.push(item.clone());
+    }
+
     /// Replaces every string numbered before by a reference to it (in a key, `key`,
     /// an unsigned integer; elsewhere tag 25 on one) where the reference is shorter
     /// than the string written out; numbers the strings met for the first time.
     fn share(&mut self, item: &mut Item, key: bool) {
         match item {
-            Item::Text(_) | Item::Bytes(_) => {
-                let Some((text, bytes)) = numbered(item) else {
-                    return;
-                };
-                let id = (text, bytes.to_vec());
-                if let Some(&n) = self.first.get(&id) {
-                    let written = head_len(id.1.len() as u64) + id.1.len();
+            Item::Text(_) | Item::Bytes(_) => match self.number_of(item) {
+                Ok(Some(n)) => {
+                    let len = match item {
+                        Item::Text(t) => t.len(),
+                        Item::Bytes(b) => b.len(),
+                        _ => 0,
+                    };
+                    let written = head_len(len as u64) + len;
                     if key && head_len(n) < written {
                         *item = Item::Integer(n.into());
                     } else if !key && 2 + head_len(n) < written {
                         *item = Item::Tag(STRING_REF, Box::new(Item::Integer(n.into())));
                     }
-                } else {
-                    self.first.insert(id, self.list.len() as u64);
-                    self.list.push(item.clone());
                 }
-            }
+                Ok(None) => {}
+                Err(()) => self.number(item),
+            },
             Item::Array(a) => a.iter_mut().for_each(|v| self.share(v, false)),
             Item::Map(entries) => {
                 for (k, v) in entries {
@@ -680,12 +722,8 @@ impl Strings {
         }
         let reference = match item {
             Item::Text(_) | Item::Bytes(_) => {
-                if let Some((text, bytes)) = numbered(item)
-                    && !self.first.contains_key(&(text, bytes.to_vec()))
-                {
-                    self.first
-                        .insert((text, bytes.to_vec()), self.list.len() as u64);
-                    self.list.push(item.clone());
+                if self.number_of(item).is_err() {
+                    self.number(item);
                 }
                 None
             }
@@ -711,17 +749,22 @@ impl Strings {
             _ => None,
         };
         if let Some(n) = reference {
-            let string = usize::try_from(n)
-                .ok()
-                .and_then(|n| self.list.get(n))
+            let string = usize::try_from(n).ok().and_then(|n| {
+                let preset = &preset().list;
+                match n.checked_sub(preset.len()) {
+                    None => preset.get(n).map(|t| Item::Text((*t).into())),
+                    Some(i) => self.list.get(i).cloned(),
+                }
+            });
+            let string = string
                 .ok_or_else(|| CompactError::Shape("a reference to no earlier string".into()))?;
-            let len = match string {
+            let len = match &string {
                 Item::Text(t) => t.len(),
                 Item::Bytes(b) => b.len(),
                 _ => 0,
             };
             *budget = budget.checked_sub(len).ok_or(CompactError::TooLarge)?;
-            *item = string.clone();
+            *item = string;
         }
         Ok(())
     }
@@ -1009,20 +1052,32 @@ impl Defaults {
 /// `m_i` (§4) of a node whose members are `m` (with its `kind` and `payload`), when
 /// it has every measured member.
 fn measurement(kind: NodeKind, payload: &Value, m: &Map<String, Value>) -> Option<Digest> {
-    let mut body = Map::new();
-    for name in ["agent", "allowed", "block_reason", "parent", "seq"] {
-        body.insert(name.into(), m.get(name)?.clone());
+    // Canonical JSON of the measured body, its members in order, written in place.
+    let mut body = Vec::with_capacity(256);
+    let member = |name: &str, value: &Value, body: &mut Vec<u8>| {
+        body.push(if body.is_empty() { b'{' } else { b',' });
+        canon::write_string(name, body);
+        body.push(b':');
+        canon::write_value(value, body);
+    };
+    for name in ["agent", "allowed", "block_reason"] {
+        member(name, m.get(name)?, &mut body);
     }
-    body.insert("kind".into(), Value::String(kind.as_str().into()));
-    body.insert("payload".into(), payload.clone());
-    Some(Digest::tagged(
-        tag::NODE,
-        &[&canon::canonical(&Value::Object(body))],
-    ))
+    member("kind", &Value::String(kind.as_str().into()), &mut body);
+    member("parent", m.get("parent")?, &mut body);
+    member("payload", payload, &mut body);
+    member("seq", m.get("seq")?, &mut body);
+    body.push(b'}');
+    Some(Digest::tagged(tag::NODE, &[&body]))
 }
 
 #[cfg(test)]
-#[expect(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+#[expect(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "tests"
+)]
 mod tests {
     use super::*;
 
@@ -1068,6 +1123,35 @@ mod tests {
                 c.len(),
                 json.len()
             );
+            // Every measurement, seq, allowed flag and blocked node's reason is implied.
+            let Item::Tag(_, tree) = ciborium::from_reader::<Item, _>(&c[..]).unwrap() else {
+                panic!("{name}: not tagged");
+            };
+            let mut tree = *tree;
+            let mut budget = MAX_BUNDLE_BYTES;
+            Strings::default()
+                .resolve(&mut tree, false, 0, &mut budget)
+                .unwrap();
+            let Item::Array(parts) = tree else {
+                panic!("{name}: not an array")
+            };
+            let Item::Array(records) = &parts[2] else {
+                panic!("{name}: no nodes")
+            };
+            for record in records {
+                let Item::Array(record) = record else {
+                    panic!("{name}: a record is not an array")
+                };
+                if let Some(Item::Map(extras)) = record.get(2) {
+                    for (k, _) in extras {
+                        let Item::Text(k) = k else { panic!() };
+                        assert!(
+                            matches!(k.as_str(), "agent" | "block_reason" | "parent"),
+                            "{name}: a record states `{k}`"
+                        );
+                    }
+                }
+            }
             // What is written expands to canonical JSON of the same value.
             let written = expand_to_json(&c).unwrap();
             assert_eq!(serde_json::from_slice::<Value>(&written).unwrap(), bundle);
@@ -1175,6 +1259,13 @@ mod tests {
             Item::Array(vec![]),
         ]));
         assert!(matches!(expand(&twice), Err(CompactError::Shape(_))));
+        // A whole number written as a float (its one encoding is the integer).
+        let whole = file(Item::Array(vec![
+            t(COMPACT_FORMAT),
+            Item::Map(vec![(t("n"), Item::Float(2.0))]),
+            Item::Array(vec![]),
+        ]));
+        assert!(matches!(expand(&whole), Err(CompactError::Shape(_))));
         // Nodes of every kind code and none, with nothing implied that can be.
         for code in 0..13u64 {
             let node = Item::Array(vec![Item::Integer(code.into()), Item::Null]);

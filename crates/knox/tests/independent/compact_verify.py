@@ -85,6 +85,8 @@ def cbor_decode(data):
                 f = struct.unpack({25: ">e", 26: ">f", 27: ">d"}[info], raw)[0]
                 if info > 25 and shortest_float(f) < len(raw):
                     raise Bad("a float not in its shortest form")
+                if math.isfinite(f) and f.is_integer() and -2**63 <= f < 2**64:
+                    raise Bad("a whole number written as a float")
                 return f
             raise Bad("an unexpected simple value")
         v = arg(info)
