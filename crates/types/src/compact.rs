@@ -15,9 +15,11 @@
 //!    repeat a signed statement are left out, and each node is an array
 //!    `[kind code, payload, extras?]` whose `extras` map holds only the members that
 //!    differ from what the nodes before it imply ([`Defaults`]).
-//! 2. **Strings**: every text of three bytes or more is written once; a later
-//!    occurrence is a reference to its first, in the order the tree is written (a map
-//!    key as an unsigned integer, any other text as tag 25).
+//! 2. **Strings**: after a preset of the format's words (`compact-texts.txt`), every
+//!    text of 3 bytes or more and byte string of 16 or more is numbered where it is
+//!    first written, in the order the tree is written; a later occurrence is a
+//!    reference to that number where that is shorter (a map key as an unsigned
+//!    integer, any other string as tag 25).
 //!
 //! Reading is strict: a file is accepted only when it is the one encoding this module
 //! writes for what it holds (checked by writing it again), so no two files hold the

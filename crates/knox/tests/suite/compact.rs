@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::support::{knox, succeeds};
+use super::support::{knox, succeeds, verify_file};
 
 /// The independent reader's verdict on each file: (file name, ok, reason).
 fn independent(files: &[PathBuf]) -> Vec<(String, bool, String)> {
@@ -35,21 +35,6 @@ fn independent(files: &[PathBuf]) -> Vec<(String, bool, String)> {
             (name, v["ok"] == true, reason)
         })
         .collect()
-}
-
-/// `knox verify --allow-simulated FILE`: exit code and what it printed.
-fn verify(path: &Path) -> (i32, String) {
-    let out = knox()
-        .args(["verify", "--allow-simulated"])
-        .arg(path)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
 }
 
 fn cbor_files(dir: &Path) -> Vec<PathBuf> {
@@ -116,7 +101,7 @@ fn compact_bundles_verify_and_an_independent_reader_agrees() {
         "compact {compact_bytes} B, JSON {json_bytes} B"
     );
     for f in &files {
-        let (code, text) = verify(f);
+        let (code, text) = verify_file(f);
         assert_eq!(code, 0, "{}:\n{text}", f.display());
         assert!(text.contains("COMPLETE"), "{text}");
     }
@@ -181,7 +166,7 @@ fn both_readers_refuse_tampered_compact_files() {
     for (name, bytes, word) in &cases {
         let p = dir.path().join(format!("{name}.cbor"));
         std::fs::write(&p, bytes).unwrap();
-        let (code, text) = verify(&p);
+        let (code, text) = verify_file(&p);
         assert_ne!(code, 0, "{name}: accepted\n{text}");
         assert!(text.contains(word), "{name}: expected {word}\n{text}");
         files.push(p);

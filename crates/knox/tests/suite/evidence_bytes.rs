@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use serde_json::{Value, json};
 
-use super::support::{knox, succeeds};
+use super::support::{knox, succeeds, verify_file};
 
 /// One `knox run` (two tasks, one agent, with its journal and a refresh report): the
 /// bundle's and the journal's bytes as written.
@@ -59,21 +59,7 @@ fn verify(name: &str, bytes: &[u8]) -> (i32, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(name);
     std::fs::write(&path, bytes).unwrap();
-    verify_path(&path)
-}
-
-fn verify_path(path: &Path) -> (i32, String) {
-    let out = knox()
-        .args(["verify", "--allow-simulated"])
-        .arg(path)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    verify_file(&path)
 }
 
 /// Tampered: exit 1, and the report says `what`.
@@ -412,7 +398,7 @@ fn a_confined_runs_kernel_denials_verify_from_their_files() {
         }
         let text = std::fs::read_to_string(&path).unwrap();
         args += text.matches("\"args\":[\"0x").count();
-        let (code, report) = verify_path(&path);
+        let (code, report) = verify_file(&path);
         assert_eq!(code, 0, "{report}");
     }
     assert!(args > 0, "no kernel denial with arguments was recorded");

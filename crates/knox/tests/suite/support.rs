@@ -60,6 +60,21 @@ pub(super) fn succeeds(cmd: &mut std::process::Command) -> String {
     text
 }
 
+/// `knox verify --allow-simulated FILE`: the exit code and everything it printed.
+pub(super) fn verify_file(path: &std::path::Path) -> (i32, String) {
+    let out = knox()
+        .args(["verify", "--allow-simulated"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
 /// A JSON file the test's run wrote.
 pub(super) fn read_json(path: &std::path::Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
