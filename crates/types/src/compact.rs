@@ -167,11 +167,15 @@ fn encode(bundle: &Value) -> Result<Vec<u8>, CompactError> {
     let Value::Object(top) = bundle else {
         return Err(CompactError::Lossy("a bundle is a JSON object".into()));
     };
-    let mut top = top.clone();
-    let nodes = match top.remove("nodes") {
-        Some(Value::Array(nodes)) => nodes,
-        _ => return Err(CompactError::Lossy("a bundle's `nodes` is an array".into())),
+    let Some(Value::Array(nodes)) = top.get("nodes") else {
+        return Err(CompactError::Lossy("a bundle's `nodes` is an array".into()));
     };
+    // Every member but the nodes (read in place, not copied).
+    let mut top: Map<String, Value> = top
+        .iter()
+        .filter(|(k, _)| *k != "nodes")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     // The summaries in clear, where they repeat what the envelopes sign.
     if let Some(predicate) = statement_predicate(top.get("envelope"))
         && top.get("summary") == Some(&predicate)
