@@ -429,13 +429,21 @@ where
     });
 }
 
-/// The authority key of the capability contract a bundle or a journal (its header,
-/// the first line) embeds, if any. Trusted only as far as the verification of the same
+/// The authority key of the capability contract a bundle (JSON or compact) or a journal
+/// (its header, the first line) embeds, if any. Trusted only as far as the verification of the same
 /// bytes went: a complete or prefix outcome means it signed the contract the APM names.
 pub fn contract_authority(bytes: &[u8]) -> Option<knox_types::bundle::PublicKey> {
     #[derive(serde::Deserialize)]
     struct Embeds {
         contract: Option<knox_types::bundle::SignedContract>,
+    }
+    if knox_types::compact::is_compact(bytes) {
+        // A compact bundle: the contract of the bundle it expands to.
+        let json = knox_types::compact::expand_to_json(bytes).ok()?;
+        return serde_json::from_slice::<Embeds>(&json)
+            .ok()?
+            .contract
+            .map(|c| c.authority);
     }
     let whole = serde_json::from_slice::<Embeds>(bytes).ok();
     let embeds = whole.or_else(|| {
@@ -567,6 +575,29 @@ pub fn display_name(p: &Path) -> String {
 #[expect(clippy::unwrap_used, reason = "tests")]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_contract_authority_is_read_from_a_compact_bundle_too() {
+        let statement =
+            serde_json::json!({"_type": "https://in-toto.io/Statement/v1", "predicate": {}});
+        let authority = serde_json::json!({"alg": "ed25519", "public_key": "ab".repeat(32)});
+        let bundle = serde_json::json!({
+            "nodes": [],
+            "contract": {
+                "authority": authority,
+                "envelope": {
+                    "payload": knox_types::dsse::b64(&knox_types::canon::canonical(&statement)),
+                    "payloadType": "application/vnd.in-toto+json",
+                    "signatures": [{"keyid": "cd".repeat(32), "sig": knox_types::dsse::b64(&[7; 64])}],
+                },
+            },
+        });
+        let json = serde_json::to_vec(&bundle).unwrap();
+        let compact = knox_types::compact::compact(&bundle).unwrap();
+        let want: knox_types::bundle::PublicKey = serde_json::from_value(authority).unwrap();
+        assert_eq!(contract_authority(&json).as_ref(), Some(&want));
+        assert_eq!(contract_authority(&compact).as_ref(), Some(&want));
+    }
 
     fn files(n: usize) -> Vec<PathBuf> {
         (0..n).map(|i| PathBuf::from(format!("{i}.json"))).collect()
