@@ -516,7 +516,7 @@ impl Session {
 /// How a bundle is stored.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Encoding {
-    /// The bundle's JSON (`docs/evidence-format.md` §2), compact: `<run>.json`.
+    /// The bundle's JSON (`docs/evidence-format.md` §2), without whitespace: `<run>.json`.
     #[default]
     Json,
     /// The compact encoding (`knox-compact/v1`, §9), which expands back to exactly
