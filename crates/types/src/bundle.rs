@@ -200,6 +200,9 @@ pub struct AsWritten {
     /// Faults, in document order: the node concerned (by position) when there is one,
     /// and what is wrong, with where.
     pub faults: Vec<(Option<u64>, String)>,
+    /// The bytes were a compact container (`knox-compact/v1`), and what is described
+    /// here is the JSON it expands to.
+    pub compact: bool,
 }
 
 /// The first line of a run's journal.

@@ -79,7 +79,11 @@ pub fn parse_bundle(bytes: &[u8]) -> Result<Bundle, ReadError> {
         return Err(ReadError::TooLarge(bytes.len()));
     }
     if knox_types::compact::is_compact(bytes) {
-        return parse_bundle(&knox_types::compact::expand_to_json(bytes)?);
+        let mut b = parse_bundle(&knox_types::compact::expand_to_json(bytes)?)?;
+        if let Some(w) = &mut b.as_written {
+            w.compact = true;
+        }
+        return Ok(b);
     }
     let scan = knox_types::json::scan(bytes, &written::bundle_part)?;
     let mut b: Bundle = knox_types::json::from_scanned(bytes, &scan)?;
@@ -553,14 +557,20 @@ pub(crate) fn evidence_of(
 /// The bytes as written: strict JSON, and (version 2) every part canonical.
 pub(crate) fn encoding_step(s: &mut Steps, b: &Bundle) {
     let Some(w) = &b.as_written else { return };
+    // A compact file is read as the JSON it expands to (§9).
+    let container = if w.compact {
+        "a knox-compact/v1 file, expanded to its JSON: "
+    } else {
+        ""
+    };
     match w.faults.first() {
         None if b.format != BUNDLE_FORMAT_V1 => s.pass(
             "encoding",
-            "strict JSON (no repeated key); the APM, prompt, platform evidence and every payload canonical as written, hashed as written",
+            format!("{container}strict JSON (no repeated key); the APM, prompt, platform evidence and every payload canonical as written, hashed as written"),
         ),
         None => s.pass(
             "encoding",
-            "strict JSON (no repeated key); format v1: parts canonicalised before hashing, the APM hashed as written",
+            format!("{container}strict JSON (no repeated key); format v1: parts canonicalised before hashing, the APM hashed as written"),
         ),
         Some(f) => {
             let mut f = Fail::from(f.clone());

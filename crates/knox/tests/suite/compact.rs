@@ -104,6 +104,10 @@ fn compact_bundles_verify_and_an_independent_reader_agrees() {
         let (code, text) = verify_file(f);
         assert_eq!(code, 0, "{}:\n{text}", f.display());
         assert!(text.contains("COMPLETE"), "{text}");
+        assert!(
+            text.contains("a knox-compact/v1 file, expanded to its JSON"),
+            "the report names the container:\n{text}"
+        );
     }
     let verdicts = independent(&files);
     assert_eq!(verdicts.len(), files.len());
