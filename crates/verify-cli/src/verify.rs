@@ -48,8 +48,9 @@ pub const INCIDENT: i32 = 5;
    \n  each with `file` and, when complete, the signed `structure_root` for `knox prove check`."
 ))]
 pub struct VerifyArgs {
-    /// Evidence bundles (`.json`) or run journals (`.journal.jsonl`); `-` reads
-    /// standard input. One report per file.
+    /// Evidence bundles (`.json`, or compact `.cbor` from `knox run --evidence
+    /// compact`) or run journals (`.journal.jsonl`); `-` reads standard input. One
+    /// report per file.
     #[arg(required = true, value_name = "FILE", value_parser = crate::files::path_or_stdin)]
     pub bundles: Vec<PathBuf>,
     /// Print the report as JSON.
