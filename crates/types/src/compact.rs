@@ -654,19 +654,28 @@ fn head_len(n: u64) -> usize {
     }
 }
 
+/// Where an item stands in the numbering of strings.
+enum Numbering {
+    /// Numbered already, with this number.
+    Numbered(u64),
+    /// A string long enough, not numbered yet: it is numbered where it is written.
+    New,
+    /// Never numbered (not a string, or too short).
+    Never,
+}
+
 impl Strings {
-    /// The number of `item` when it is a string numbered already; `Err(())` when it is
-    /// a string to number now, `Ok(None)` when it is not one that is numbered.
-    fn number_of(&self, item: &Item) -> Result<Option<u64>, ()> {
+    /// Where `item` stands in the numbering so far.
+    fn numbering(&self, item: &Item) -> Numbering {
         let found = match item {
             Item::Text(t) if t.len() >= MIN_SHARED_TEXT => preset()
                 .number
                 .get(t.as_str())
                 .or_else(|| self.texts.get(t.as_str())),
             Item::Bytes(b) if b.len() >= MIN_SHARED_BYTES => self.bytes.get(b.as_slice()),
-            _ => return Ok(None),
+            _ => return Numbering::Never,
         };
-        found.map(|n| Some(*n)).ok_or(())
+        found.map_or(Numbering::New, |n| Numbering::Numbered(*n))
     }
 
     /// Numbers `item` (a string not numbered yet).
@@ -685,8 +694,8 @@ impl Strings {
     /// than the string written out; numbers the strings met for the first time.
     fn share(&mut self, item: &mut Item, key: bool) {
         match item {
-            Item::Text(_) | Item::Bytes(_) => match self.number_of(item) {
-                Ok(Some(n)) => {
+            Item::Text(_) | Item::Bytes(_) => match self.numbering(item) {
+                Numbering::Numbered(n) => {
                     let len = match item {
                         Item::Text(t) => t.len(),
                         Item::Bytes(b) => b.len(),
@@ -699,8 +708,8 @@ impl Strings {
                         *item = Item::Tag(STRING_REF, Box::new(Item::Integer(n.into())));
                     }
                 }
-                Ok(None) => {}
-                Err(()) => self.number(item),
+                Numbering::Never => {}
+                Numbering::New => self.number(item),
             },
             Item::Array(a) => a.iter_mut().for_each(|v| self.share(v, false)),
             Item::Map(entries) => {
@@ -728,7 +737,7 @@ impl Strings {
         }
         let reference = match item {
             Item::Text(_) | Item::Bytes(_) => {
-                if self.number_of(item).is_err() {
+                if matches!(self.numbering(item), Numbering::New) {
                     self.number(item);
                 }
                 None
