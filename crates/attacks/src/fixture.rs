@@ -9,8 +9,9 @@ use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver};
 use std::sync::{Mutex, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use knox_sandbox::{Access, Family, Limits, SandboxPolicy};
 
@@ -48,11 +49,19 @@ impl Drop for TempDir {
 #[derive(Debug)]
 struct Victim {
     child: Child,
-    /// Kept open: the victim exits when it closes.
-    _stdin: ChildStdin,
+    /// The victim echoes each line written here; it exits when this closes.
+    stdin: ChildStdin,
+    /// Its echoes, read by a thread of their own (which ends when the victim does).
+    echoes: Receiver<String>,
+    /// The number of the last echo asked for.
+    pings: u64,
     addr: u64,
     len: usize,
 }
+
+/// How long a victim has to echo a line before it counts as stopped. It answers in
+/// microseconds when it runs; this only bounds a victim an attack stopped.
+const ECHO_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Victim {
     fn spawn(binary: &Path, secret: &str) -> Result<Self, CorpusError> {
@@ -79,22 +88,43 @@ impl Victim {
             }
         };
         let stdin = child.stdin.take();
-        let line = child.stdout.take().and_then(|out| {
+        let first = child.stdout.take().and_then(|out| {
+            let mut out = BufReader::new(out);
             let mut line = String::new();
-            BufReader::new(out).read_line(&mut line).ok()?;
-            Some(line)
+            out.read_line(&mut line).ok()?;
+            Some((line, out))
         });
-        let parsed = line.as_deref().and_then(|l| {
+        let parsed = first.and_then(|(l, out)| {
             let (addr, len) = l.trim().split_once(' ')?;
-            Some((addr.parse().ok()?, len.parse().ok()?))
+            Some((addr.parse().ok()?, len.parse().ok()?, out))
         });
         match (stdin, parsed) {
-            (Some(stdin), Some((addr, len))) => Ok(Self {
-                child,
-                _stdin: stdin,
-                addr,
-                len,
-            }),
+            (Some(stdin), Some((addr, len, out))) => {
+                let (tx, echoes) = mpsc::channel();
+                let reader = std::thread::Builder::new()
+                    .name("corpus-victim".into())
+                    .spawn(move || {
+                        for line in out.lines() {
+                            let Ok(line) = line else { break };
+                            if tx.send(line).is_err() {
+                                break;
+                            }
+                        }
+                    });
+                if let Err(e) = reader {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(CorpusError::io("reading the victim")(e));
+                }
+                Ok(Self {
+                    child,
+                    stdin,
+                    echoes,
+                    pings: 0,
+                    addr,
+                    len,
+                })
+            }
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -109,10 +139,40 @@ impl Victim {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Whether it runs untouched: alive, not stopped or traced, its secret intact
-    /// (read through `/proc/<pid>/mem`, which its parent may read).
+    /// Whether it answers: a line written to it comes back. A signal is delivered
+    /// before the process it was sent to returns to user space, so a signal sent
+    /// before this line (a `kill`, a `SIGIO` an attack armed) has taken effect by
+    /// the time the victim could echo it: a killed victim never answers (its
+    /// output ends), a stopped one not within [`ECHO_TIMEOUT`]. Without this
+    /// barrier a signal still on its way reads as "survived" after the case that
+    /// sent it and as "harmed" after the next one.
+    fn answers(&mut self) -> bool {
+        use std::io::Write as _;
+        self.pings += 1;
+        let want = self.pings.to_string();
+        if writeln!(self.stdin, "{want}")
+            .and_then(|()| self.stdin.flush())
+            .is_err()
+        {
+            return false;
+        }
+        let deadline = Instant::now() + ECHO_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.echoes.recv_timeout(left) {
+                // An echo of an earlier ping that timed out: read on.
+                Ok(line) if line != want => {}
+                Ok(_) => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Whether it runs untouched: it answers (every signal sent to it so far has
+    /// been delivered), is alive, not stopped or traced, its secret intact (read
+    /// through `/proc/<pid>/mem`, which its parent may read).
     fn intact(&mut self, secret: &str) -> bool {
-        if !self.alive() {
+        if !self.answers() || !self.alive() {
             return false;
         }
         let pid = self.child.id();

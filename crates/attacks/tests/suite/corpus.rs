@@ -93,6 +93,54 @@ fn run_all(mode: Mode) -> Result<(Vec<CaseResult>, String), Box<dyn std::error::
     Ok((results, root))
 }
 
+/// A signal an attack sent is judged with the case that sent it, never with the
+/// next: an unconfined `kill` of the victim, or a `SIGTERM` it has the kernel send
+/// through `SIGIO`, counts as a success, and a confined attack run right after it —
+/// on a victim restarted because the signal took effect — as prevented, however
+/// slowly the victim dies (the fixture's echo barrier; before it, a victim still
+/// dying when the unconfined case was judged counted as intact then and as harmed
+/// after the confined one).
+#[test]
+fn a_signal_is_judged_with_the_case_that_sent_it() -> TestResult {
+    require_kernel!();
+    // Four fixtures at once keep the machine's cores busy, as concurrent corpus runs
+    // do: a victim is then not always scheduled to die before it is looked at.
+    let rounds = || -> Result<(), String> {
+        let fixture = Fixture::new(probe()).map_err(|e| e.to_string())?;
+        let sandbox = Sandbox::new(SandboxConfig::default()).map_err(|e| e.to_string())?;
+        let cases = corpus::cases();
+        let run = |id, mode| {
+            let case = cases
+                .iter()
+                .find(|c| c.id == id)
+                .ok_or(format!("no case {id}"))?;
+            corpus::run_case(&fixture, &sandbox, case, mode).map_err(|e| e.to_string())
+        };
+        for round in 0..20 {
+            for id in ["kill-victim", "sigio-victim"] {
+                let sent = run(id, Mode::DangerousUnconfined)?;
+                if !sent.attack_succeeded {
+                    return Err(format!("round {round}: {id} unconfined: {}", sent.detail));
+                }
+                let r = run(id, Mode::Confined)?;
+                if r.attack_succeeded || !r.as_expected {
+                    return Err(format!("round {round}: {id} confined: {}", r.detail));
+                }
+            }
+        }
+        Ok(())
+    };
+    let results: Vec<_> = std::thread::scope(|s| {
+        let runs: Vec<_> = (0..4).map(|_| s.spawn(rounds)).collect();
+        runs.into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a round panicked".into())))
+            .collect()
+    });
+    let failed: Vec<_> = results.into_iter().filter_map(Result::err).collect();
+    assert!(failed.is_empty(), "{failed:#?}");
+    Ok(())
+}
+
 #[test]
 fn every_attack_is_prevented_and_observed_when_confined() -> TestResult {
     require_kernel!();

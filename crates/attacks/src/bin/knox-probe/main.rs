@@ -10,7 +10,8 @@
 //!   request frame is a JSON array `["CASE", "ARG", ...]`, run in-process, and
 //!   each response frame is the JSON object the one-shot mode prints.
 //! - `knox-probe victim SECRET`: the attack corpus's victim process; keeps SECRET
-//!   in memory, prints `ADDRESS LENGTH` of it, and waits until its input closes.
+//!   in memory, prints `ADDRESS LENGTH` of it, then echoes each line of its input
+//!   (the fixture's barrier for signals on their way) until its input closes.
 
 mod cases;
 mod sys;
@@ -147,8 +148,11 @@ fn victim(args: &[String]) -> ExitCode {
     {
         return ExitCode::from(2);
     }
+    // Each line comes back: the fixture's barrier (a signal sent before it has been
+    // delivered by the time the echo is written).
     for line in std::io::stdin().lock().lines() {
-        if line.is_err() {
+        let Ok(line) = line else { break };
+        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
             break;
         }
     }
