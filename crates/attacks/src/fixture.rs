@@ -170,16 +170,13 @@ impl Victim {
 
     /// Whether it runs untouched: it answers (every signal sent to it so far has
     /// been delivered), is alive, not stopped or traced, its secret intact (read
-    /// through `/proc/<pid>/mem`, which its parent may read).
+    /// through `/proc/<pid>/mem`, which its parent may read). A victim already seen
+    /// dead or stopped is not asked: it could only time out.
     fn intact(&mut self, secret: &str) -> bool {
-        if !self.answers() || !self.alive() {
+        if !self.running() || !self.answers() || !self.running() {
             return false;
         }
         let pid = self.child.id();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let state = stat
-            .rsplit_once(") ")
-            .and_then(|(_, rest)| rest.chars().next());
         let tracer = std::fs::read_to_string(format!("/proc/{pid}/status"))
             .unwrap_or_default()
             .lines()
@@ -188,7 +185,20 @@ impl Victim {
         let mut memory = vec![0_u8; self.len];
         let read = std::fs::File::open(format!("/proc/{pid}/mem"))
             .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut memory, self.addr));
-        matches!(state, Some('S' | 'R')) && !tracer && read.is_ok() && memory == secret.as_bytes()
+        !tracer && read.is_ok() && memory == secret.as_bytes()
+    }
+
+    /// Alive, and sleeping or running (not stopped, traced or exiting).
+    fn running(&mut self) -> bool {
+        if !self.alive() {
+            return false;
+        }
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next());
+        matches!(state, Some('S' | 'R'))
     }
 }
 
