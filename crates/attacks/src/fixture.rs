@@ -1,6 +1,6 @@
 //! The corpus fixture: every file, socket and process an attack targets, created by the fixture and removed on drop.
 
-use std::io::{BufRead as _, BufReader};
+use std::io::{BufRead as _, BufReader, Write as _};
 use std::net::{Ipv6Addr, TcpListener, UdpSocket};
 use std::os::linux::net::SocketAddrExt as _;
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
@@ -147,7 +147,6 @@ impl Victim {
     /// barrier a signal still on its way reads as "survived" after the case that
     /// sent it and as "harmed" after the next one.
     fn answers(&mut self) -> bool {
-        use std::io::Write as _;
         self.pings += 1;
         let want = self.pings.to_string();
         if writeln!(self.stdin, "{want}")
