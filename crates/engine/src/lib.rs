@@ -9,7 +9,10 @@ pub mod session;
 pub use error::EngineError;
 pub use live::{LiveRun, OpenRun};
 pub use regulation::RegulationSetup;
-pub use session::{Encoding, Session, SessionBuilder, bundle_bytes, encoded_bundle, write_bundle};
+pub use session::{
+    Encoding, Session, SessionBuilder, bundle_bytes, encoded_bundle, stored_bundle, write_bundle,
+    write_parts,
+};
 
 // Every type the builder takes, and every type a run hands back, from its own crate:
 // an embedder needs `knox-engine` alone.

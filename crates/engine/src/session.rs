@@ -522,6 +522,10 @@ pub enum Encoding {
     /// The compact encoding (`knox-compact/v1`, §9), which expands back to exactly
     /// that JSON: `<run>.cbor`.
     Compact,
+    /// The compact encoding in a store (§9.5): `<run>.cbor` refers to the parts many
+    /// runs share (the APM's guards) by digest, each written once as
+    /// `parts/<digest>.cbor` in the same folder.
+    Store,
 }
 
 impl Encoding {
@@ -529,7 +533,7 @@ impl Encoding {
     pub fn extension(self) -> &'static str {
         match self {
             Self::Json => "json",
-            Self::Compact => "cbor",
+            Self::Compact | Self::Store => "cbor",
         }
     }
 }
@@ -539,19 +543,72 @@ pub fn bundle_bytes(bundle: &knox_types::bundle::Bundle) -> Result<Vec<u8>, Engi
     serde_json::to_vec(bundle).map_err(EngineError::Serialize)
 }
 
-/// The bytes [`write_bundle`] stores for `bundle` in `encoding`.
+/// The bytes [`write_bundle`] stores for `bundle` in `encoding` (for [`Encoding::Store`],
+/// the bundle's file; its parts: [`stored_bundle`]).
 pub fn encoded_bundle(
     bundle: &knox_types::bundle::Bundle,
     encoding: Encoding,
 ) -> Result<Vec<u8>, EngineError> {
+    Ok(stored_bundle(bundle, encoding)?.0)
+}
+
+/// The bytes [`write_bundle`] stores for `bundle` in `encoding`, and the shared parts it
+/// refers to (only for [`Encoding::Store`]).
+pub fn stored_bundle(
+    bundle: &knox_types::bundle::Bundle,
+    encoding: Encoding,
+) -> Result<(Vec<u8>, Vec<knox_types::compact::Part>), EngineError> {
     let json = bundle_bytes(bundle)?;
+    let value = || serde_json::from_slice(&json).map_err(EngineError::Serialize);
     match encoding {
-        Encoding::Json => Ok(json),
-        Encoding::Compact => {
-            let value = serde_json::from_slice(&json).map_err(EngineError::Serialize)?;
-            knox_types::compact::compact(&value).map_err(EngineError::Compact)
+        Encoding::Json => Ok((json, Vec::new())),
+        Encoding::Compact => Ok((
+            knox_types::compact::compact(&value()?).map_err(EngineError::Compact)?,
+            Vec::new(),
+        )),
+        Encoding::Store => {
+            knox_types::compact::compact_in_store(&value()?).map_err(EngineError::Compact)
         }
     }
+}
+
+/// Writes the shared parts a store's bundle refers to into `dir`'s `parts/` folder: each
+/// once (a part already there is kept, after checking it holds the same bytes: a part is
+/// never replaced, and a store holding another file under a part's name is an error).
+pub fn write_parts(dir: &Path, parts: &[knox_types::compact::Part]) -> Result<(), EngineError> {
+    for part in parts {
+        let path = dir.join(knox_types::compact::part_file_name(&part.digest));
+        if let Some(folder) = path.parent() {
+            std::fs::create_dir_all(folder).map_err(|source| EngineError::Output {
+                path: folder.to_path_buf(),
+                source,
+            })?;
+        }
+        let written = knox_files::write_atomic_with(
+            &path,
+            &part.bytes,
+            knox_files::WriteOptions {
+                create_new: true,
+                ..knox_files::WriteOptions::default()
+            },
+        );
+        match written {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let same = std::fs::read(&path).is_ok_and(|held| held == part.bytes);
+                if !same {
+                    return Err(EngineError::Output {
+                        path,
+                        source: std::io::Error::other(
+                            "the store holds another file under this part's name; it is never replaced",
+                        ),
+                    });
+                }
+            }
+            Err(source) => return Err(EngineError::Output { path, source }),
+        }
+    }
+    Ok(())
 }
 
 /// Writes `bundle` as `<dir>/<run>.json` (or `.cbor`, compact), atomically (a
@@ -564,7 +621,9 @@ pub fn write_bundle(
     encoding: Encoding,
 ) -> Result<(), EngineError> {
     let path = dir.join(format!("{}.{}", bundle.run_id, encoding.extension()));
-    let bytes = encoded_bundle(bundle, encoding)?;
+    let (bytes, parts) = stored_bundle(bundle, encoding)?;
+    // The parts first: a bundle on disk always finds what it refers to.
+    write_parts(dir, &parts)?;
     knox_files::write_atomic_with(
         &path,
         &bytes,

@@ -203,6 +203,9 @@ pub struct AsWritten {
     /// The bytes were a compact container (`knox-compact/v1`), and what is described
     /// here is the JSON it expands to.
     pub compact: bool,
+    /// The compact container was a store's (§9.5): it named shared parts, read from
+    /// its store.
+    pub shared_parts: bool,
 }
 
 /// The first line of a run's journal.

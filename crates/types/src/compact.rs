@@ -63,6 +63,19 @@ const ENVELOPES: [&[&str]; 3] = [
     &["contract", "envelope"],
 ];
 
+/// Where a bundle of a store may refer to a part the store holds once (§9.5): the
+/// APM's guards, the same in every run of a toolkit under the same regulations.
+const SHARED: [&[&str]; 1] = [&["apm", "guards"]];
+/// The tag of a reference to a shared part (on its 32-byte digest): unregistered,
+/// private to this format.
+const PART_REF: u64 = 1_802_399_608;
+/// A part file's format name, its first item.
+pub const PART_FORMAT: &str = "knox-compact-part/v1";
+/// The domain tag of a part's digest.
+const PART_DIGEST: &str = "knox/part";
+/// The folder, beside a store's bundles, that holds its parts.
+pub const PARTS_DIR: &str = "parts";
+
 /// The first bytes of every compact file: tag 55799 in its three-byte form.
 pub const MAGIC: [u8; 3] = [0xd9, 0xd9, 0xf7];
 
@@ -81,6 +94,14 @@ pub enum CompactError {
     /// A bundle the compact encoding cannot hold exactly (not as Knox writes them).
     #[error("cannot compact this bundle without changing it: {0}")]
     Lossy(String),
+    /// A bundle of a store that refers to a shared part the reader was not given.
+    #[error(
+        "the bundle refers to the shared part {0}, which its store does not hold (`parts/{0}.cbor` beside the bundle)"
+    )]
+    MissingPart(String),
+    /// A shared part's file that is not the part its name says.
+    #[error("the shared part {0}: {1}")]
+    BadPart(String, String),
 }
 
 fn shape<T>(why: impl Into<String>) -> Result<T, CompactError> {
@@ -96,8 +117,25 @@ pub fn is_compact(bytes: &[u8]) -> bool {
 /// An error when the bundle is not one the encoding holds exactly: every bundle Knox
 /// writes is (checked here by expanding the result again).
 pub fn compact(bundle: &Value) -> Result<Vec<u8>, CompactError> {
-    let bytes = encode(bundle)?;
-    let back = decode(&bytes)
+    Ok(compact_checked(bundle, false)?.0)
+}
+
+/// The compact encoding of a bundle in a store (§9.5): the file, which refers to its
+/// shared parts by digest, and those parts, each to be stored once as
+/// `parts/<digest>.cbor` beside the bundles ([`part_file_name`]).
+pub fn compact_in_store(bundle: &Value) -> Result<(Vec<u8>, Vec<Part>), CompactError> {
+    compact_checked(bundle, true)
+}
+
+fn compact_checked(bundle: &Value, share: bool) -> Result<(Vec<u8>, Vec<Part>), CompactError> {
+    let (bytes, parts) = encode(bundle, share)?;
+    let lookup = |d: &Digest| {
+        parts
+            .iter()
+            .find(|p| p.digest == *d)
+            .map(|p| p.bytes.clone())
+    };
+    let (back, _) = decode(&bytes, &lookup)
         .map_err(|e| CompactError::Lossy(format!("the compact form does not read back: {e}")))?;
     if &back != bundle {
         return Err(CompactError::Lossy(first_change(
@@ -106,14 +144,59 @@ pub fn compact(bundle: &Value) -> Result<Vec<u8>, CompactError> {
             String::new(),
         )));
     }
-    Ok(bytes)
+    Ok((bytes, parts))
+}
+
+/// A part of bundles a store holds once (§9.5): the bytes of its file and the digest
+/// that names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Part {
+    /// `H("knox/part", canonical JSON of the value)`.
+    pub digest: Digest,
+    /// The part's file (`knox-compact-part/v1`).
+    pub bytes: Vec<u8>,
+}
+
+/// Where a store keeps a part, relative to the folder of the bundles that refer to it.
+pub fn part_file_name(digest: &Digest) -> String {
+    format!("{PARTS_DIR}/{}.cbor", digest.to_hex())
+}
+
+/// Reads the parts a store keeps beside its bundles in `dir` (`dir/parts/<digest>.cbor`),
+/// for [`expand_in`]; a part missing or over the bundle limit reads as absent.
+pub fn parts_in(dir: impl Into<std::path::PathBuf>) -> impl Fn(&Digest) -> Option<Vec<u8>> {
+    let dir = dir.into();
+    move |digest| {
+        use std::io::Read;
+        let file = std::fs::File::open(dir.join(part_file_name(digest))).ok()?;
+        let mut bytes = Vec::new();
+        file.take(MAX_BUNDLE_BYTES as u64 + 1)
+            .read_to_end(&mut bytes)
+            .ok()?;
+        (bytes.len() <= MAX_BUNDLE_BYTES).then_some(bytes)
+    }
+}
+
+/// No parts: a file that refers to one cannot be read.
+pub fn no_parts(_: &Digest) -> Option<Vec<u8>> {
+    None
 }
 
 /// The bundle a compact file holds, as a JSON value; the file must be the encoding
-/// [`compact`] writes for it.
+/// [`compact`] writes for it. A file of a store (one that refers to shared parts)
+/// cannot be read this way: [`expand_in`].
 pub fn expand(bytes: &[u8]) -> Result<Value, CompactError> {
-    let bundle = decode(bytes)?;
-    let again = encode(&bundle).map_err(|e| CompactError::Shape(e.to_string()))?;
+    expand_in(bytes, &no_parts)
+}
+
+/// [`expand`], the shared parts the file refers to read from `parts` (by digest; each
+/// is checked to be the part of that digest, in its one encoding).
+pub fn expand_in(
+    bytes: &[u8],
+    parts: &dyn Fn(&Digest) -> Option<Vec<u8>>,
+) -> Result<Value, CompactError> {
+    let (bundle, shared) = decode(bytes, parts)?;
+    let (again, _) = encode(&bundle, shared).map_err(|e| CompactError::Shape(e.to_string()))?;
     if again != bytes {
         let at = again
             .iter()
@@ -128,7 +211,15 @@ pub fn expand(bytes: &[u8]) -> Result<Value, CompactError> {
 /// [`expand`], written as the bundle's JSON file (canonical JSON throughout, so every
 /// part the format hashes as written is in its canonical form).
 pub fn expand_to_json(bytes: &[u8]) -> Result<Vec<u8>, CompactError> {
-    let json = canon::canonical(&expand(bytes)?);
+    expand_to_json_in(bytes, &no_parts)
+}
+
+/// [`expand_in`], written as the bundle's JSON file.
+pub fn expand_to_json_in(
+    bytes: &[u8],
+    parts: &dyn Fn(&Digest) -> Option<Vec<u8>>,
+) -> Result<Vec<u8>, CompactError> {
+    let json = canon::canonical(&expand_in(bytes, parts)?);
     if json.len() > MAX_BUNDLE_BYTES {
         return Err(CompactError::TooLarge);
     }
@@ -163,7 +254,8 @@ fn first_change(a: &Value, b: &Value, at: String) -> String {
 
 // ---- encoding --------------------------------------------------------------------
 
-fn encode(bundle: &Value) -> Result<Vec<u8>, CompactError> {
+/// The file for `bundle` and, when `share`, the parts it refers to instead of holding.
+fn encode(bundle: &Value, share: bool) -> Result<(Vec<u8>, Vec<Part>), CompactError> {
     let Value::Object(top) = bundle else {
         return Err(CompactError::Lossy("a bundle is a JSON object".into()));
     };
@@ -188,31 +280,89 @@ fn encode(bundle: &Value) -> Result<Vec<u8>, CompactError> {
     {
         att.remove("statement");
     }
-    let mut envelopes = Vec::new();
+    // The digests a reader recomputes, written as null where they stand (§9.1).
+    let derived = Derived::of(&top, nodes);
+    derived.mark_bundle(&mut top);
+    // Members written as items of their own, put back in place after the rest.
+    let mut placed = Vec::new();
     for path in ENVELOPES {
         if let Some(env) = take_at(&mut top, path) {
-            envelopes.push((path, pack_envelope(&env)?));
+            placed.push((path, pack_envelope(&env, &derived)?));
+        }
+    }
+    let mut parts = Vec::new();
+    for path in SHARED.iter().filter(|_| share) {
+        if let Some(value) = take_at(&mut top, path) {
+            let part = encode_part(&value)?;
+            let reference = Item::Tag(PART_REF, Box::new(Item::Bytes(part.digest.0.to_vec())));
+            placed.push((path, reference));
+            parts.push(part);
         }
     }
     let mut bundle_item = object_item(&top);
-    for (path, env) in envelopes {
-        put_at(&mut bundle_item, path, env);
+    for (path, item) in placed {
+        put_at(&mut bundle_item, path, item);
     }
     let mut defaults = Defaults::default();
     let mut records = Vec::with_capacity(nodes.len());
     for (i, node) in nodes.iter().enumerate() {
         records.push(node_record(node, i, &mut defaults)?);
     }
-    let mut tree = Item::Array(vec![
+    let tree = Item::Array(vec![
         Item::Text(COMPACT_FORMAT.into()),
         bundle_item,
         Item::Array(records),
     ]);
+    Ok((written(tree)?, parts))
+}
+
+/// `tree`, its strings shared (§9.2), as the bytes of a file under tag 55799.
+fn written(mut tree: Item) -> Result<Vec<u8>, CompactError> {
     Strings::default().share(&mut tree, false);
     let mut out = Vec::new();
     ciborium::into_writer(&Item::Tag(SELF_DESCRIBE, Box::new(tree)), &mut out)
         .map_err(|e| CompactError::Lossy(e.to_string()))?;
     Ok(out)
+}
+
+/// A shared part's file (§9.5): `[format, value]`, its strings numbered on their own.
+fn encode_part(value: &Value) -> Result<Part, CompactError> {
+    let tree = Item::Array(vec![Item::Text(PART_FORMAT.into()), value_item(value)]);
+    Ok(Part {
+        digest: Digest::tagged(PART_DIGEST, &[&canon::canonical(value)]),
+        bytes: written(tree)?,
+    })
+}
+
+/// The value a part's file holds, checked to be the part `digest` names, in its one
+/// encoding; every string it brings back counts against `budget`.
+fn read_part(bytes: &[u8], digest: &Digest, budget: &mut usize) -> Result<Value, CompactError> {
+    let bad = |why: String| CompactError::BadPart(digest.to_hex(), why);
+    *budget = budget
+        .checked_sub(bytes.len())
+        .ok_or(CompactError::TooLarge)?;
+    let tree = tagged_tree(bytes, budget).map_err(|e| bad(e.to_string()))?;
+    let Ok([format, value]) = <[Item; 2]>::try_from(match tree {
+        Item::Array(parts) => parts,
+        _ => Vec::new(),
+    }) else {
+        return Err(bad("not an array [format, value]".into()));
+    };
+    if format != Item::Text(PART_FORMAT.into()) {
+        return Err(bad(format!("the first item is not `{PART_FORMAT}`")));
+    }
+    let value = json_value(value, 1).map_err(|e| bad(e.to_string()))?;
+    let again = encode_part(&value)?;
+    if again.digest != *digest {
+        return Err(bad(format!(
+            "it holds the part {}, not this one",
+            again.digest
+        )));
+    }
+    if again.bytes != bytes {
+        return Err(bad("not the one encoding of the part it holds".into()));
+    }
+    Ok(value)
 }
 
 /// The predicate of the statement a DSSE envelope (JSON) signs, when it reads as one.
@@ -253,7 +403,7 @@ fn put_at(item: &mut Item, path: &[&str], value: Item) {
 }
 
 /// A DSSE envelope: its statement as a value, its signatures' bytes.
-fn pack_envelope(env: &Value) -> Result<Item, CompactError> {
+fn pack_envelope(env: &Value, derived: &Derived) -> Result<Item, CompactError> {
     let lossy = |why: &str| Err(CompactError::Lossy(format!("a DSSE envelope: {why}")));
     let Value::Object(env) = env else {
         return lossy("not an object");
@@ -265,12 +415,16 @@ fn pack_envelope(env: &Value) -> Result<Item, CompactError> {
     let Some(bytes) = unb64(&payload).filter(|b| b64(b) == payload) else {
         return lossy("the payload is not base64 as written by Knox");
     };
-    let statement: Value = match serde_json::from_slice(&bytes) {
+    let mut statement: Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,
         Err(_) => return lossy("the payload is not JSON"),
     };
     if canon::canonical(&statement) != bytes {
         return lossy("the payload is not canonical JSON");
+    }
+    derived.mark(&mut statement, &STATEMENT_DIGESTS);
+    if let Some(signatures) = out.get_mut("signatures") {
+        derived.mark(signatures, &SIGNATURE_DIGESTS);
     }
     if out.get("payloadType").and_then(Value::as_str) == Some(IN_TOTO) {
         out.remove("payloadType");
@@ -411,12 +565,202 @@ fn kind_named(name: &str) -> Option<NodeKind> {
     NodeKind::ALL.into_iter().find(|k| k.as_str() == name)
 }
 
+// ---- digests a reader recomputes ----------------------------------------------------
+
+/// The digests a reader recomputes from the bundle it expands (§9.1), by what they are of.
+#[derive(Clone, Copy)]
+enum Of {
+    /// `H("knox/prompt", canonical(prompt))`.
+    Prompt,
+    /// `H("knox/apm", canonical(apm))`.
+    Apm,
+    /// `H("knox/platform", canonical(platform))`.
+    Platform,
+    /// `H("knox/key-chain-start", H_platform)`: a key's first run's predecessor.
+    KeyChainStart,
+    /// `H("knox/key", public key)`: the bundle key's id.
+    Key,
+    /// The nodes' hash chain.
+    ChainHead,
+    /// The nodes' structure root.
+    StructureRoot,
+}
+
+/// Where a statement (of any envelope) may hold a recomputed digest; `*` is every item
+/// of an array.
+const STATEMENT_DIGESTS: [(&[&str], Of); 9] = [
+    (&["predicate", "apm_hash"], Of::Apm),
+    (&["predicate", "chain_head"], Of::ChainHead),
+    (&["predicate", "inputs", "prompt"], Of::Prompt),
+    (&["predicate", "key_chain", "prev"], Of::KeyChainStart),
+    (&["predicate", "platform"], Of::Platform),
+    (&["predicate", "structure_root"], Of::StructureRoot),
+    (&["subject", "*", "digest", "knoxApm"], Of::Apm),
+    (&["subject", "*", "digest", "knoxChainHead"], Of::ChainHead),
+    (
+        &["subject", "*", "digest", "knoxStructureRoot"],
+        Of::StructureRoot,
+    ),
+];
+/// Where an envelope's `signatures` may hold one.
+const SIGNATURE_DIGESTS: [(&[&str], Of); 1] = [(&["*", "keyid"], Of::Key)];
+/// Where the bundle (outside its envelopes) may hold one.
+const BUNDLE_DIGESTS: [(&[&str], Of); 1] = [(&["apm", "inputs", "prompt"], Of::Prompt)];
+
+/// The recomputed digests of one bundle, in lowercase hex; `None` where the bundle does
+/// not have what one is computed from.
+#[derive(Default)]
+struct Derived {
+    prompt: Option<String>,
+    apm: Option<String>,
+    platform: Option<String>,
+    key_chain_start: Option<String>,
+    key: Option<String>,
+    chain_head: Option<String>,
+    structure_root: Option<String>,
+}
+
+impl Derived {
+    /// The digests of the bundle `top` (its members but `nodes`) with `nodes`. The APM's
+    /// is computed as `top` holds it: the caller puts its prompt digest back first.
+    fn of(top: &Map<String, Value>, nodes: &[Value]) -> Self {
+        let of_json = |tag: &str, member: &str| {
+            top.get(member)
+                .map(|v| Digest::tagged(tag, &[&canon::canonical(v)]))
+        };
+        let platform = of_json(tag::PLATFORM, "platform");
+        let key = top
+            .get("key")
+            .and_then(|k| k.get("public_key"))
+            .and_then(Value::as_str)
+            .and_then(|h| hex::decode(h).ok())
+            .map(|pk| Digest::tagged(tag::KEY, &[&pk]));
+        let (chain_head, structure_root) = match chain_and_root(nodes) {
+            Some((c, r)) => (Some(c.to_hex()), Some(r.to_hex())),
+            None => (None, None),
+        };
+        Self {
+            prompt: prompt_digest(top),
+            apm: of_json(tag::APM, "apm").map(|d| d.to_hex()),
+            key_chain_start: platform
+                .map(|p| Digest::tagged(tag::KEY_CHAIN_START, &[&p.0]).to_hex()),
+            platform: platform.map(|d| d.to_hex()),
+            key: key.map(|d| d.to_hex()),
+            chain_head,
+            structure_root,
+        }
+    }
+
+    fn get(&self, of: Of) -> Option<&str> {
+        match of {
+            Of::Prompt => self.prompt.as_deref(),
+            Of::Apm => self.apm.as_deref(),
+            Of::Platform => self.platform.as_deref(),
+            Of::KeyChainStart => self.key_chain_start.as_deref(),
+            Of::Key => self.key.as_deref(),
+            Of::ChainHead => self.chain_head.as_deref(),
+            Of::StructureRoot => self.structure_root.as_deref(),
+        }
+    }
+
+    /// Writing: each digest at `places` in `v` that equals its recomputation becomes null.
+    fn mark(&self, v: &mut Value, places: &[(&[&str], Of)]) {
+        for (path, of) in places {
+            if let Some(want) = self.get(*of) {
+                at_each(v, path, &mut |x| {
+                    if x.as_str() == Some(want) {
+                        *x = Value::Null;
+                    }
+                });
+            }
+        }
+    }
+
+    /// Reading: each null at `places` in `v` becomes its recomputation (where there is
+    /// one).
+    fn fill(&self, v: &mut Value, places: &[(&[&str], Of)]) {
+        for (path, of) in places {
+            if let Some(want) = self.get(*of) {
+                at_each(v, path, &mut |x| {
+                    if x.is_null() {
+                        *x = Value::String(want.to_owned());
+                    }
+                });
+            }
+        }
+    }
+
+    /// [`Derived::mark`] on the bundle's own places ([`BUNDLE_DIGESTS`]).
+    fn mark_bundle(&self, top: &mut Map<String, Value>) {
+        let mut v = Value::Object(std::mem::take(top));
+        self.mark(&mut v, &BUNDLE_DIGESTS);
+        if let Value::Object(o) = v {
+            *top = o;
+        }
+    }
+
+    /// [`Derived::fill`] on the bundle's own places ([`BUNDLE_DIGESTS`]).
+    fn fill_bundle(&self, top: &mut Map<String, Value>) {
+        let mut v = Value::Object(std::mem::take(top));
+        self.fill(&mut v, &BUNDLE_DIGESTS);
+        if let Value::Object(o) = v {
+            *top = o;
+        }
+    }
+}
+
+/// `H("knox/prompt", canonical(prompt))` of the bundle's prompt, when it has one.
+fn prompt_digest(top: &Map<String, Value>) -> Option<String> {
+    top.get("prompt")
+        .map(|v| Digest::tagged(tag::PROMPT, &[&canon::canonical(v)]).to_hex())
+}
+
+/// Calls `f` on every value at `path` in `v` (`*` an array's every item).
+fn at_each(v: &mut Value, path: &[&str], f: &mut dyn FnMut(&mut Value)) {
+    match path.split_first() {
+        None => f(v),
+        Some((&"*", rest)) => {
+            if let Value::Array(a) = v {
+                a.iter_mut().for_each(|x| at_each(x, rest, f));
+            }
+        }
+        Some((k, rest)) => {
+            if let Some(x) = v.as_object_mut().and_then(|o| o.get_mut(*k)) {
+                at_each(x, rest, f);
+            }
+        }
+    }
+}
+
+/// The hash chain's head and the structure root of `nodes` as they stand (§4), when
+/// every node has a `seq`, `parent`, known `kind` and hex `measurement`.
+fn chain_and_root(nodes: &[Value]) -> Option<(Digest, Digest)> {
+    let mut chain = crate::aeg::chain_start();
+    let mut leaves = Vec::with_capacity(nodes.len());
+    for n in nodes {
+        let seq = n.get("seq")?.as_u64()?;
+        let parent = match n.get("parent")? {
+            Value::Null => None,
+            p => Some(p.as_u64()?),
+        };
+        let kind = kind_named(n.get("kind")?.as_str()?)?;
+        let m = Digest::from_hex(n.get("measurement")?.as_str()?).ok()?;
+        chain = crate::aeg::chain_step(&chain, seq, &m);
+        leaves.push(crate::merkle::leaf_hash(&crate::aeg::leaf_record(
+            seq, parent, kind, &m,
+        )));
+    }
+    Some((chain, crate::merkle::root(&leaves)))
+}
+
 // ---- decoding --------------------------------------------------------------------
 
 /// How deep a compact file may nest (a bundle's JSON nests at most 127 deep).
 const MAX_DEPTH: usize = 128;
 
-fn decode(bytes: &[u8]) -> Result<Value, CompactError> {
+/// The CBOR of a compact file (a bundle's or a part's): one item under tag 55799, its
+/// string references resolved against `budget`.
+fn tagged_tree(bytes: &[u8], budget: &mut usize) -> Result<Item, CompactError> {
     if bytes.len() > MAX_BUNDLE_BYTES {
         return Err(CompactError::TooLarge);
     }
@@ -436,12 +780,21 @@ fn decode(bytes: &[u8]) -> Result<Value, CompactError> {
         return shape("the file is not one item under tag 55799");
     };
     let mut tree = *tree;
+    Strings::default().resolve(&mut tree, false, 0, budget)?;
+    Ok(tree)
+}
+
+/// The bundle a file holds, and whether it refers to shared parts (read from `parts`).
+fn decode(
+    bytes: &[u8],
+    parts: &dyn Fn(&Digest) -> Option<Vec<u8>>,
+) -> Result<(Value, bool), CompactError> {
     let mut budget = MAX_BUNDLE_BYTES;
-    Strings::default().resolve(&mut tree, false, 0, &mut budget)?;
-    let Item::Array(parts) = tree else {
+    let tree = tagged_tree(bytes, &mut budget)?;
+    let Item::Array(parts_of_file) = tree else {
         return shape("the tagged item is not an array");
     };
-    let [format, bundle, Item::Array(records)] = <[Item; 3]>::try_from(parts)
+    let [format, mut bundle, Item::Array(records)] = <[Item; 3]>::try_from(parts_of_file)
         .map_err(|_| CompactError::Shape("the tagged array does not have 3 items".into()))?
     else {
         return shape("the third item (the nodes) is not an array");
@@ -449,24 +802,28 @@ fn decode(bytes: &[u8]) -> Result<Value, CompactError> {
     if format != Item::Text(COMPACT_FORMAT.into()) {
         return shape(format!("the first item is not `{COMPACT_FORMAT}`"));
     }
+    // References to shared parts, where a store's bundle may hold one (§9.5).
+    let mut references = Vec::new();
+    for path in SHARED {
+        if let Some(at) = item_at(&mut bundle, path)
+            && let Item::Tag(PART_REF, inner) = at
+        {
+            let Item::Bytes(d) = &**inner else {
+                return shape("a shared part's reference does not hold a byte string");
+            };
+            let Ok(d) = <[u8; 32]>::try_from(d.as_slice()) else {
+                return shape("a shared part's reference is not a 32-byte digest");
+            };
+            *at = Item::Null;
+            references.push((path, Digest(d)));
+        }
+    }
     let Value::Object(mut top) = json_value(bundle, 0)? else {
         return shape("the second item (the bundle) is not a map");
     };
-    for path in ENVELOPES {
-        if let Some(env) = take_at(&mut top, path) {
-            put_json(&mut top, path, unpack_envelope(env)?);
-        }
-    }
-    if !top.contains_key("summary")
-        && let Some(predicate) = statement_predicate(top.get("envelope"))
-    {
-        top.insert("summary".into(), predicate);
-    }
-    if let Some(Value::Object(att)) = top.get_mut("apm_attestation")
-        && !att.contains_key("statement")
-        && let Some(predicate) = statement_predicate(att.get("envelope"))
-    {
-        att.insert("statement".into(), predicate);
+    for (path, digest) in &references {
+        let bytes = parts(digest).ok_or_else(|| CompactError::MissingPart(digest.to_hex()))?;
+        put_json(&mut top, path, read_part(&bytes, digest, &mut budget)?);
     }
     let mut defaults = Defaults::default();
     let mut nodes = Vec::with_capacity(records.len().min(1 << 16));
@@ -487,8 +844,52 @@ fn decode(bytes: &[u8]) -> Result<Value, CompactError> {
         budget = budget.checked_sub(grown).ok_or(CompactError::TooLarge)?;
         nodes.push(node);
     }
+    // The digests the file leaves to be recomputed: the prompt's first (the APM holds
+    // it), then the rest over the bundle as expanded.
+    Derived {
+        prompt: prompt_digest(&top),
+        ..Derived::default()
+    }
+    .fill_bundle(&mut top);
+    let derived = Derived::of(&top, &nodes);
+    for path in ENVELOPES {
+        if let Some(mut env) = take_at(&mut top, path) {
+            if let Some(statement) = env.get_mut("payload") {
+                derived.fill(statement, &STATEMENT_DIGESTS);
+            }
+            if let Some(signatures) = env.get_mut("signatures") {
+                derived.fill(signatures, &SIGNATURE_DIGESTS);
+            }
+            put_json(&mut top, path, unpack_envelope(env)?);
+        }
+    }
+    if !top.contains_key("summary")
+        && let Some(predicate) = statement_predicate(top.get("envelope"))
+    {
+        top.insert("summary".into(), predicate);
+    }
+    if let Some(Value::Object(att)) = top.get_mut("apm_attestation")
+        && !att.contains_key("statement")
+        && let Some(predicate) = statement_predicate(att.get("envelope"))
+    {
+        att.insert("statement".into(), predicate);
+    }
     top.insert("nodes".into(), Value::Array(nodes));
-    Ok(Value::Object(top))
+    Ok((Value::Object(top), !references.is_empty()))
+}
+
+/// The item at `path` in a map of maps (text keys, strings resolved).
+fn item_at<'a>(item: &'a mut Item, path: &[&str]) -> Option<&'a mut Item> {
+    let Some((first, rest)) = path.split_first() else {
+        return Some(item);
+    };
+    let Item::Map(entries) = item else {
+        return None;
+    };
+    let (_, inner) = entries
+        .iter_mut()
+        .find(|(k, _)| matches!(k, Item::Text(t) if t == first))?;
+    item_at(inner, rest)
 }
 
 fn put_json(top: &mut Map<String, Value>, path: &[&str], value: Value) {
@@ -760,7 +1161,11 @@ impl Strings {
                 }
                 None
             }
-            Item::Tag(_, _) => return shape("a tag other than 25"),
+            Item::Tag(PART_REF, inner) => {
+                self.resolve(inner, false, depth + 1, budget)?;
+                None
+            }
+            Item::Tag(_, _) => return shape("a tag other than 25 or a shared part's"),
             _ => None,
         };
         if let Some(n) = reference {
@@ -1123,6 +1528,94 @@ mod tests {
         .into_iter()
         .map(|(name, bytes)| (name, serde_json::from_slice(bytes).unwrap()))
         .collect()
+    }
+
+    /// Parts as a store holds them, by digest.
+    fn store(parts: &[Part]) -> impl Fn(&Digest) -> Option<Vec<u8>> + '_ {
+        |d| {
+            parts
+                .iter()
+                .find(|p| p.digest == *d)
+                .map(|p| p.bytes.clone())
+        }
+    }
+
+    #[test]
+    fn a_bundle_of_a_store_holds_its_guards_by_digest_and_expands_with_them_only() {
+        for (name, bundle) in fixtures() {
+            let alone = compact(&bundle).unwrap();
+            let (c, parts) = compact_in_store(&bundle).unwrap();
+            // One part, the APM's guards, named by the digest of their canonical JSON.
+            let [part] = &parts[..] else {
+                panic!("{name}: {} parts", parts.len())
+            };
+            let guards = &bundle["apm"]["guards"];
+            assert_eq!(
+                part.digest,
+                Digest::tagged("knox/part", &[&canon::canonical(guards)]),
+                "{name}"
+            );
+            assert!(
+                c.len() + 300 < alone.len(),
+                "{name}: {} of {}",
+                c.len(),
+                alone.len()
+            );
+            assert_eq!(expand_in(&c, &store(&parts)).unwrap(), bundle, "{name}");
+            assert_eq!(
+                expand_to_json_in(&c, &store(&parts)).unwrap(),
+                canon::canonical(&bundle),
+                "{name}"
+            );
+            // Without its store, the file names the part it needs.
+            let missing = expand(&c).unwrap_err();
+            assert!(
+                matches!(&missing, CompactError::MissingPart(d) if *d == part.digest.to_hex()),
+                "{name}: {missing}"
+            );
+            // A self-contained file needs no store, and a store's file is another file.
+            assert_eq!(expand_in(&alone, &store(&parts)).unwrap(), bundle, "{name}");
+            assert_ne!(alone, c, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_part_is_read_only_under_its_own_name_and_in_its_one_encoding() {
+        let (_, bundle) = &fixtures()[0];
+        let (c, parts) = compact_in_store(bundle).unwrap();
+        let name = parts[0].digest;
+        // Another toolkit's guards under this part's name: refused, not expanded.
+        let mut other = bundle.clone();
+        other["apm"]["guards"]["closed"] = Value::Bool(true);
+        let (_, others) = compact_in_store(&other).unwrap();
+        assert_ne!(others[0].digest, name);
+        let swapped = |d: &Digest| (*d == name).then(|| others[0].bytes.clone());
+        let e = expand_in(&c, &swapped).unwrap_err();
+        assert!(
+            matches!(&e, CompactError::BadPart(d, why) if *d == name.to_hex() && why.contains("not this one")),
+            "{e}"
+        );
+        // The part's own bytes with one appended: not its one encoding.
+        let mut longer = parts[0].bytes.clone();
+        longer.push(0);
+        let e = expand_in(&c, &|_| Some(longer.clone())).unwrap_err();
+        assert!(matches!(&e, CompactError::BadPart(..)), "{e}");
+        // A part that is not a part file at all, or a bundle file in its place.
+        for junk in [b"{}".to_vec(), c.clone()] {
+            let e = expand_in(&c, &|_| Some(junk.clone())).unwrap_err();
+            assert!(matches!(&e, CompactError::BadPart(..)), "{e}");
+        }
+        // A reference anywhere but where a store's bundle may hold one is not read.
+        let mut tree: Item = ciborium::from_reader(&parts[0].bytes[..]).unwrap();
+        if let Item::Tag(_, inner) = &mut tree
+            && let Item::Array(items) = &mut **inner
+        {
+            items[1] = Item::Tag(PART_REF, Box::new(Item::Bytes(name.0.to_vec())));
+        }
+        let mut bytes = Vec::new();
+        ciborium::into_writer(&tree, &mut bytes).unwrap();
+        let e = expand_in(&c, &|_| Some(bytes.clone())).unwrap_err();
+        assert!(matches!(&e, CompactError::BadPart(..)), "{e}");
     }
 
     #[test]

@@ -67,7 +67,7 @@ pub fn run(cmd: &ProveCommand) -> Result<i32> {
     match cmd {
         ProveCommand::Node(a) => {
             let bytes = crate::files::read_input(&a.bundle, crate::files::EVIDENCE)?;
-            let b = knox_verify::parse_bundle(&bytes)
+            let b = knox_verify::parse_bundle_in(&bytes, &crate::verify::parts_beside(&a.bundle))
                 .map_err(|e| crate::files::bad_input(&a.bundle, "an evidence bundle", e))?;
             let proof = proof::prove(&b, a.node).map_err(|e| {
                 crate::files::usage(format!("--node {}: `{}`: {e}", a.node, a.bundle.display()))

@@ -8,7 +8,9 @@ use anyhow::Result;
 use crate::error::KindExt as _;
 use knox_hw::policy::RegulatorPolicy;
 use knox_types::digest::Digest;
-pub use knox_verify::evidence::{AsRead, Evidence, of_bundle, verify_bytes, verify_evidence};
+pub use knox_verify::evidence::{
+    AsRead, Evidence, of_bundle, verify_bytes, verify_evidence, verify_evidence_in,
+};
 use knox_verify::{Options, Outcome, Report};
 use serde_json::json;
 
@@ -219,10 +221,10 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
     let check = |file: &PathBuf| -> Checked {
         match crate::files::read_input_or_stdin(file, crate::files::EVIDENCE) {
             Err(e) => Checked::Unreadable(format!("{e:#}")),
-            Ok(bytes) => match verify_evidence(&bytes, &trusted, opts) {
+            Ok(bytes) => match verify_evidence_in(&bytes, &parts_beside(file), &trusted, opts) {
                 Ok(mut evidence) => {
                     if let Some(auth) = &required_authority {
-                        require_authority(&mut evidence, &bytes, auth);
+                        require_authority(&mut evidence, &bytes, &parts_beside(file), auth);
                     }
                     Checked::Verified {
                         bytes,
@@ -268,7 +270,8 @@ pub fn run(args: &VerifyArgs) -> Result<i32> {
                     }
                 }
                 if args.json {
-                    objects.push(report_json_of(&shown, evidence, Some(bytes)));
+                    let authority = contract_authority(bytes, &parts_beside(file));
+                    objects.push(report_json_of(&shown, evidence, authority.as_ref()));
                 } else if args.ear {
                     let mut ear =
                         knox_verify::ear::ear(&evidence.report, now, policy_id.as_deref());
@@ -433,14 +436,18 @@ where
 /// The authority key of the capability contract a bundle (JSON or compact) or a journal
 /// (its header, the first line) embeds, if any. Trusted only as far as the verification of the same
 /// bytes went: a complete or prefix outcome means it signed the contract the APM names.
-pub fn contract_authority(bytes: &[u8]) -> Option<knox_types::bundle::PublicKey> {
+/// A compact bundle of a store is read with its shared parts (`parts`).
+pub fn contract_authority(
+    bytes: &[u8],
+    parts: &Parts<'_>,
+) -> Option<knox_types::bundle::PublicKey> {
     #[derive(serde::Deserialize)]
     struct Embeds {
         contract: Option<knox_types::bundle::SignedContract>,
     }
     if knox_types::compact::is_compact(bytes) {
         // A compact bundle: the contract of the bundle it expands to.
-        let json = knox_types::compact::expand_to_json(bytes).ok()?;
+        let json = knox_types::compact::expand_to_json_in(bytes, parts).ok()?;
         return serde_json::from_slice::<Embeds>(&json)
             .ok()?
             .contract
@@ -454,17 +461,37 @@ pub fn contract_authority(bytes: &[u8]) -> Option<knox_types::bundle::PublicKey>
     embeds.contract.map(|c| c.authority)
 }
 
+/// Where a compact bundle's shared parts are read from: a store's bundle finds them in
+/// `parts/` beside its file (§9.5); a bundle read from standard input has none.
+pub type Parts<'a> = dyn Fn(&Digest) -> Option<Vec<u8>> + 'a;
+
+pub(crate) fn parts_beside(file: &Path) -> Box<Parts<'static>> {
+    if file.as_os_str() == "-" {
+        return Box::new(knox_types::compact::no_parts);
+    }
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    Box::new(knox_types::compact::parts_in(dir))
+}
+
 fn key_id(k: &knox_types::bundle::PublicKey) -> String {
     knox_attest::key::key_id(&k.public_key.0).to_string()
 }
 
 /// `--contract-authority`: evidence that verified (complete or prefix) is refused
 /// unless the capability contract it embeds is signed by `required`.
-fn require_authority(e: &mut Evidence, bytes: &[u8], required: &knox_types::bundle::PublicKey) {
+fn require_authority(
+    e: &mut Evidence,
+    bytes: &[u8],
+    parts: &Parts<'_>,
+    required: &knox_types::bundle::PublicKey,
+) {
     if !matches!(e.report.outcome, Outcome::Complete | Outcome::Prefix) {
         return;
     }
-    let reason = match contract_authority(bytes) {
+    let reason = match contract_authority(bytes, parts) {
         Some(k) if k == *required => return,
         Some(k) => format!(
             "the capability contract is signed by authority {}, not the required {} (--contract-authority)",
@@ -487,14 +514,19 @@ pub fn report_json(file: &str, e: &Evidence) -> serde_json::Value {
     report_json_of(file, e, None)
 }
 
-/// [`report_json`], with the evidence's bytes to read the contract authority from.
-pub fn report_json_of(file: &str, e: &Evidence, bytes: Option<&[u8]>) -> serde_json::Value {
+/// [`report_json`], with the authority of the contract the evidence embeds
+/// ([`contract_authority`]).
+pub fn report_json_of(
+    file: &str,
+    e: &Evidence,
+    authority: Option<&knox_types::bundle::PublicKey>,
+) -> serde_json::Value {
     let mut v = serde_json::to_value(&e.report).unwrap_or_default();
     if let Some(o) = v.as_object_mut() {
         o.insert("file".into(), json!(file));
         let verified = !matches!(e.report.outcome, Outcome::Tampered { .. });
-        if let Some(k) = bytes.and_then(contract_authority).filter(|_| verified) {
-            o.insert("contract_authority".into(), json!(key_id(&k)));
+        if let Some(k) = authority.filter(|_| verified) {
+            o.insert("contract_authority".into(), json!(key_id(k)));
         }
         o.insert(
             "structure_root".into(),
@@ -596,8 +628,9 @@ mod tests {
         let json = serde_json::to_vec(&bundle).unwrap();
         let compact = knox_types::compact::compact(&bundle).unwrap();
         let want: knox_types::bundle::PublicKey = serde_json::from_value(authority).unwrap();
-        assert_eq!(contract_authority(&json).as_ref(), Some(&want));
-        assert_eq!(contract_authority(&compact).as_ref(), Some(&want));
+        let none = knox_types::compact::no_parts;
+        assert_eq!(contract_authority(&json, &none).as_ref(), Some(&want));
+        assert_eq!(contract_authority(&compact, &none).as_ref(), Some(&want));
     }
 
     fn files(n: usize) -> Vec<PathBuf> {

@@ -49,6 +49,17 @@ pub fn verify_evidence<M: TrustedManifests + ?Sized>(
     manifest: &M,
     opts: Options<'_>,
 ) -> Result<Evidence, ReadError> {
+    verify_evidence_in(bytes, &knox_types::compact::no_parts, manifest, opts)
+}
+
+/// [`verify_evidence`], a compact bundle's shared parts read from `parts`
+/// ([`crate::parse_bundle_in`]).
+pub fn verify_evidence_in<M: TrustedManifests + ?Sized>(
+    bytes: &[u8],
+    parts: &dyn Fn(&knox_types::digest::Digest) -> Option<Vec<u8>>,
+    manifest: &M,
+    opts: Options<'_>,
+) -> Result<Evidence, ReadError> {
     if crate::journal::is_journal(bytes) {
         let report = crate::journal::verify_journal(bytes, manifest, opts)?;
         return Ok(Evidence {
@@ -65,7 +76,7 @@ pub fn verify_evidence<M: TrustedManifests + ?Sized>(
             as_read: None,
         });
     }
-    let bundle = crate::parse_bundle(bytes)?;
+    let bundle = crate::parse_bundle_in(bytes, parts)?;
     Ok(of_bundle(&bundle, manifest, opts))
 }
 

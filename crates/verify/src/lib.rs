@@ -75,13 +75,30 @@ pub enum ReadError {
 /// A compact file (`knox-compact/v1`, `docs/evidence-format.md` §9) is read as the
 /// bundle it expands to.
 pub fn parse_bundle(bytes: &[u8]) -> Result<Bundle, ReadError> {
+    parse_bundle_in(bytes, &knox_types::compact::no_parts)
+}
+
+/// [`parse_bundle`] for a bundle of a store (§9.5): the shared parts a compact file refers
+/// to are read from `parts` by digest (for files on disk,
+/// [`knox_types::compact::parts_in`] their folder); each is checked to be the part its
+/// digest names, and then, as every member, verified as part of the bundle it expands to.
+pub fn parse_bundle_in(
+    bytes: &[u8],
+    parts: &dyn Fn(&knox_types::digest::Digest) -> Option<Vec<u8>>,
+) -> Result<Bundle, ReadError> {
     if bytes.len() > MAX_BUNDLE_BYTES {
         return Err(ReadError::TooLarge(bytes.len()));
     }
     if knox_types::compact::is_compact(bytes) {
-        let mut b = parse_bundle(&knox_types::compact::expand_to_json(bytes)?)?;
+        let shared = std::cell::Cell::new(false);
+        let read = |d: &knox_types::digest::Digest| {
+            shared.set(true);
+            parts(d)
+        };
+        let mut b = parse_bundle(&knox_types::compact::expand_to_json_in(bytes, &read)?)?;
         if let Some(w) = &mut b.as_written {
             w.compact = true;
+            w.shared_parts = shared.get();
         }
         return Ok(b);
     }
@@ -558,10 +575,12 @@ pub(crate) fn evidence_of(
 pub(crate) fn encoding_step(s: &mut Steps, b: &Bundle) {
     let Some(w) = &b.as_written else { return };
     // A compact file is read as the JSON it expands to (§9).
-    let container = if w.compact {
-        "a knox-compact/v1 file, expanded to its JSON: "
-    } else {
-        ""
+    let container = match (w.compact, w.shared_parts) {
+        (true, true) => {
+            "a knox-compact/v1 file of a store, expanded with the shared parts it names to its JSON: "
+        }
+        (true, false) => "a knox-compact/v1 file, expanded to its JSON: ",
+        _ => "",
     };
     match w.faults.first() {
         None if b.format != BUNDLE_FORMAT_V1 => s.pass(

@@ -352,7 +352,9 @@ fn run_over(
             let bytes = match encoding {
                 knox_engine::Encoding::Json => std::fs::read(&bundle)
                     .map_err(|e| fail(Kind::IoErr, format!("{}: {e}", bundle.display())))?,
-                knox_engine::Encoding::Compact => knox_engine::bundle_bytes(&out.bundle)?,
+                knox_engine::Encoding::Compact | knox_engine::Encoding::Store => {
+                    knox_engine::bundle_bytes(&out.bundle)?
+                }
             };
             s.seal(&bytes);
         }

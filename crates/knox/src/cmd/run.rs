@@ -163,9 +163,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "MODE")]
     pub trajectory: Option<knox_types::apm::TrajectoryMode>,
     /// How bundles are stored: `json` (`<run>.json`, the format of
-    /// `docs/evidence-format.md` §2) or `compact` (`<run>.cbor`, `knox-compact/v1`, §9:
-    /// a quarter of the bytes or less, expanding back to exactly that JSON). `knox
-    /// verify` reads both.
+    /// `docs/evidence-format.md` §2), `compact` (`<run>.cbor`, `knox-compact/v1`, §9:
+    /// a quarter of the bytes or less, expanding back to exactly that JSON) or `store`
+    /// (compact files that refer to the parts runs share, the APM's guards, written
+    /// once as `parts/<digest>.cbor` in the output folder, §9.5: keep the folder whole).
+    /// `knox verify` reads all three (a store's file with its `parts/` beside it).
     #[arg(long, value_enum, value_name = "ENCODING", default_value_t = Evidence::Json)]
     pub evidence: Evidence,
 }
@@ -177,6 +179,8 @@ pub enum Evidence {
     Json,
     /// The compact encoding, `<run>.cbor`.
     Compact,
+    /// Compact files in a store: `<run>.cbor` and the shared `parts/`.
+    Store,
 }
 
 impl From<Evidence> for knox_engine::Encoding {
@@ -184,6 +188,7 @@ impl From<Evidence> for knox_engine::Encoding {
         match e {
             Evidence::Json => Self::Json,
             Evidence::Compact => Self::Compact,
+            Evidence::Store => Self::Store,
         }
     }
 }
@@ -321,7 +326,9 @@ pub fn run(args: &RunArgs) -> Result<i32> {
         if let Some(s) = stream.as_mut() {
             s.seal(&knox_engine::bundle_bytes(&o.bundle)?);
         }
-        super::write_new(&path, knox_engine::encoded_bundle(&o.bundle, encoding)?)?;
+        let (bytes, parts) = knox_engine::stored_bundle(&o.bundle, encoding)?;
+        knox_engine::write_parts(&args.out, &parts)?;
+        super::write_new(&path, bytes)?;
         // Self-check: our own evidence is simulated, hence the explicit permission.
         let report = knox_verify::verify_bundle(
             &o.bundle,

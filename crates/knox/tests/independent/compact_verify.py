@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """An independent reader of Knox's compact bundles (`knox-compact/v1`), written from
 docs/evidence-format.md (§1, §2, §4, §6 and §9) and nothing else of Knox: it expands a
-compact file into the bundle it holds and checks that bundle's integrity — every
+compact file into the bundle it holds (a store's file with the shared parts in `parts/`
+beside it, §9.5) and checks that bundle's integrity — every
 measurement, the chain, the structure root, the signed summary and the APM's
 attestation (Ed25519 over DSSE's PAE). It does not replay the guards (§5).
 
@@ -23,6 +24,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 FORMAT = "knox-compact/v1"
+PART_FORMAT = "knox-compact-part/v1"
+PART_REF = 1802399608
 IN_TOTO = "application/vnd.in-toto+json"
 KINDS = ["root", "agent_step", "agent_branch", "tool_call", "check", "tool_output",
          "blocked", "interrupt", "proof_of_inference", "heard", "unanswered"]
@@ -148,6 +151,8 @@ def resolve(tree):
             return x
         if key and isinstance(x, int) and not isinstance(x, bool):
             return ref(x)
+        if isinstance(x, Tag) and x.tag == PART_REF:
+            return Tag(PART_REF, walk(x.value, False))
         if isinstance(x, Tag):
             if x.tag != 25 or not isinstance(x.value, int) or isinstance(x.value, bool):
                 raise Bad("a tag other than 25")
@@ -250,32 +255,95 @@ def call_hash(call, expected):
 
 # ---- §9.3: the nodes -----------------------------------------------------------------
 
-def expand(data):
+def tagged(data):
     if not data.startswith(b"\xd9\xd9\xf7"):
-        raise Bad("not a compact bundle")
+        raise Bad("not a compact file")
     top = cbor_decode(data)
     if not isinstance(top, Tag) or top.tag != 55799:
         raise Bad("not under tag 55799")
-    tree = resolve(top.value)
+    return resolve(top.value)
+
+
+def read_part(folder, digest):
+    """§9.5: the value of the shared part `digest` names, from `folder/parts/`."""
+    name = os.path.join(folder, "parts", digest.hex() + ".cbor")
+    try:
+        with open(name, "rb") as f:
+            tree = tagged(f.read())
+    except OSError:
+        raise Bad(f"the shared part {digest.hex()} is not in the store")
+    if not isinstance(tree, list) or len(tree) != 2 or tree[0] != PART_FORMAT:
+        raise Bad("a part file is not [format, value]")
+    value = to_json(tree[1])
+    if H("knox/part", jcs(value).encode()) != digest:
+        raise Bad(f"the part file {digest.hex()} holds another part")
+    return value
+
+
+# Where digests a reader recomputes may stand (§9.1), and what each is of.
+STATEMENT_DIGESTS = [
+    (["predicate", "apm_hash"], "apm"), (["predicate", "chain_head"], "chain_head"),
+    (["predicate", "inputs", "prompt"], "prompt"), (["predicate", "key_chain", "prev"], "key_chain_start"),
+    (["predicate", "platform"], "platform"), (["predicate", "structure_root"], "structure_root"),
+    (["subject", "*", "digest", "knoxApm"], "apm"),
+    (["subject", "*", "digest", "knoxChainHead"], "chain_head"),
+    (["subject", "*", "digest", "knoxStructureRoot"], "structure_root"),
+]
+
+
+def fill(v, path, value):
+    """Each null at `path` in `v` (`*`: every item of an array) becomes `value`."""
+    if value is None:
+        return
+    if not path:
+        return
+    head, rest = path[0], path[1:]
+    if head == "*":
+        items = list(enumerate(v)) if isinstance(v, list) else []
+    else:
+        items = [(head, v[head])] if isinstance(v, dict) and head in v else []
+    for k, x in items:
+        if not rest:
+            if x is None:
+                v[k] = value
+        else:
+            fill(x, rest, value)
+
+
+def chain_and_root(nodes):
+    chain = H("knox/chain-empty", b"")
+    leaves = []
+    codes = {k: i for i, k in enumerate(KINDS)}
+    for i, n in enumerate(nodes):
+        try:
+            m = bytes.fromhex(n["measurement"])
+            seq, parent = n["seq"], n["parent"]
+            chain = H("knox/chain", chain + struct.pack(">Q", seq) + m)
+            parent = 0xFFFF_FFFF_FFFF_FFFF if parent is None else parent
+            leaves.append(hashlib.sha256(b"\x00" + struct.pack(">QQB", seq, parent, codes[n["kind"]]) + m).digest())
+        except (KeyError, TypeError, ValueError, struct.error):
+            return None, None
+    return chain.hex(), merkle_of_leaf_hashes(leaves).hex()
+
+
+def expand(data, folder="."):
+    tree = tagged(data)
     if not isinstance(tree, list) or len(tree) != 3 or tree[0] != FORMAT:
         raise Bad("not [format, bundle, nodes]")
+    # §9.5: the APM's guards may be a reference to a part of the store.
+    shared = None
+    if isinstance(tree[1], CMap):
+        for k, apm in tree[1].entries:
+            if k == "apm" and isinstance(apm, CMap):
+                for i, (g, v) in enumerate(apm.entries):
+                    if g == "guards" and isinstance(v, Tag) and v.tag == PART_REF:
+                        if not isinstance(v.value, bytes) or len(v.value) != 32:
+                            raise Bad("a part reference is not a 32-byte digest")
+                        shared = v.value
+                        apm.entries[i] = (g, None)
     bundle = to_json(tree[1])
-    for path in (["envelope"], ["apm_attestation", "envelope"], ["contract", "envelope"]):
-        parent = bundle
-        for p in path[:-1]:
-            parent = parent.get(p) if isinstance(parent, dict) else None
-        if not isinstance(parent, dict) or path[-1] not in parent:
-            continue
-        env = parent[path[-1]]
-        env["payload"] = base64.b64encode(jcs(env["payload"]).encode()).decode()
-        env.setdefault("payloadType", IN_TOTO)
-        for s in env.get("signatures", []):
-            s["sig"] = base64.b64encode(bytes.fromhex(s["sig"])).decode()
-    if "summary" not in bundle:
-        bundle["summary"] = predicate(bundle.get("envelope"))
-    att = bundle.get("apm_attestation")
-    if isinstance(att, dict) and "statement" not in att:
-        att["statement"] = predicate(att.get("envelope"))
+    if shared is not None:
+        bundle["apm"]["guards"] = read_part(folder, shared)
     nodes = []
     last_call = None  # (seq, agent)
     first_failed = None
@@ -375,6 +443,38 @@ def expand(data):
             cursor[n["agent"]] = seq
         nodes.append(n)
     bundle["nodes"] = nodes
+    # §9.1: the digests written as null, recomputed: the prompt's first (the APM holds it).
+    digest_of = lambda tag, member: H(tag, jcs(bundle[member]).encode()).hex() if member in bundle else None
+    fill(bundle, ["apm", "inputs", "prompt"], digest_of("knox/prompt", "prompt"))
+    platform = digest_of("knox/platform", "platform")
+    chain_head, root = chain_and_root(nodes)
+    key = None
+    try:
+        key = H("knox/key", bytes.fromhex(bundle["key"]["public_key"])).hex()
+    except (KeyError, TypeError, ValueError):
+        pass
+    derived = {"prompt": digest_of("knox/prompt", "prompt"), "apm": digest_of("knox/apm", "apm"),
+               "platform": platform, "chain_head": chain_head, "structure_root": root,
+               "key_chain_start": H("knox/key-chain-start", bytes.fromhex(platform)).hex() if platform else None}
+    for path in (["envelope"], ["apm_attestation", "envelope"], ["contract", "envelope"]):
+        parent = bundle
+        for p in path[:-1]:
+            parent = parent.get(p) if isinstance(parent, dict) else None
+        if not isinstance(parent, dict) or path[-1] not in parent:
+            continue
+        env = parent[path[-1]]
+        for where, what in STATEMENT_DIGESTS:
+            fill(env, ["payload"] + where, derived[what])
+        fill(env, ["signatures", "*", "keyid"], key)
+        env["payload"] = base64.b64encode(jcs(env["payload"]).encode()).decode()
+        env.setdefault("payloadType", IN_TOTO)
+        for s in env.get("signatures", []):
+            s["sig"] = base64.b64encode(bytes.fromhex(s["sig"])).decode()
+    if "summary" not in bundle:
+        bundle["summary"] = predicate(bundle.get("envelope"))
+    att = bundle.get("apm_attestation")
+    if isinstance(att, dict) and "statement" not in att:
+        att["statement"] = predicate(att.get("envelope"))
     return bundle
 
 
@@ -388,14 +488,19 @@ def predicate(env):
 # ---- integrity (§4, §6) --------------------------------------------------------------
 
 def merkle(leaves):
-    if not leaves:
+    """RFC 9162's tree hash over leaf records."""
+    return merkle_of_leaf_hashes([hashlib.sha256(b"\x00" + leaf).digest() for leaf in leaves])
+
+
+def merkle_of_leaf_hashes(hashes):
+    if not hashes:
         return hashlib.sha256(b"").digest()
-    if len(leaves) == 1:
-        return hashlib.sha256(b"\x00" + leaves[0]).digest()
+    if len(hashes) == 1:
+        return hashes[0]
     k = 1
-    while k * 2 < len(leaves):
+    while k * 2 < len(hashes):
         k *= 2
-    return hashlib.sha256(b"\x01" + merkle(leaves[:k]) + merkle(leaves[k:])).digest()
+    return hashlib.sha256(b"\x01" + merkle_of_leaf_hashes(hashes[:k]) + merkle_of_leaf_hashes(hashes[k:])).digest()
 
 
 def check_envelope(env, pk):
@@ -453,13 +558,13 @@ def main():
     args = sys.argv[1:]
     if args[:1] == ["--expand"]:
         with open(args[1], "rb") as f:
-            sys.stdout.write(jcs(expand(f.read())))
+            sys.stdout.write(jcs(expand(f.read(), os.path.dirname(args[1]) or ".")))
         return
     for path in args:
         out = {"file": path, "ok": False, "reason": None, "nodes": None}
         try:
             with open(path, "rb") as f:
-                out["nodes"] = verify(expand(f.read()))
+                out["nodes"] = verify(expand(f.read(), os.path.dirname(path) or "."))
             out["ok"] = True
         except (Bad, KeyError, TypeError, ValueError, UnicodeDecodeError) as e:
             out["reason"] = f"{type(e).__name__}: {e}"

@@ -1,8 +1,9 @@
 //! Compact bundles (`knox-compact/v1`, `docs/evidence-format.md` §9; issue 40): what
-//! `knox run --evidence compact` writes verifies as the bundle it holds, an independent
-//! reader written from the format document (`tests/independent/compact_verify.py`,
-//! Python) expands every one into a bundle whose measurements, chain, structure root and
-//! signatures check, and both refuse the same tampered files.
+//! `knox run --evidence compact` (and `--evidence store`, §9.5) writes verifies as the
+//! bundle it holds, an independent reader written from the format document
+//! (`tests/independent/compact_verify.py`, Python) expands every one into a bundle whose
+//! measurements, chain, structure root and signatures check, and both refuse the same
+//! tampered files and stores.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -52,13 +53,14 @@ fn compact_bundles_verify_and_an_independent_reader_agrees() {
     let dir = tempfile::tempdir().unwrap();
     let mut files = Vec::new();
     let mut json_bytes = 0;
+    let (mut alone_bytes, mut store_bytes) = (0, 0);
     for (w, flows) in [
         ("st-sa", "3"),
         ("mt-sa-seq:3", "6"),
         ("mt-sa-int:2", "4"),
         ("mt-ma:3:2", "6"),
     ] {
-        for evidence in ["compact", "json"] {
+        for evidence in ["compact", "store", "json"] {
             let out = dir
                 .path()
                 .join(format!("{}-{evidence}", w.replace(':', "_")));
@@ -87,25 +89,51 @@ fn compact_bundles_verify_and_an_independent_reader_agrees() {
             }
             let written = cbor_files(&out);
             assert!(!written.is_empty(), "{w}: no .cbor bundle written");
+            let bytes = |files: &[PathBuf]| -> u64 {
+                files
+                    .iter()
+                    .map(|p| std::fs::metadata(p).unwrap().len())
+                    .sum()
+            };
+            if evidence == "store" {
+                // One part per toolkit: never more parts than bundles, each named by
+                // its digest.
+                let parts = cbor_files(&out.join("parts"));
+                assert!(
+                    !parts.is_empty() && parts.len() <= written.len(),
+                    "{w}: {} parts for {} bundles",
+                    parts.len(),
+                    written.len()
+                );
+                store_bytes += bytes(&written) + bytes(&parts);
+            } else {
+                alone_bytes += bytes(&written);
+            }
             files.extend(written);
         }
     }
-    let compact_bytes: u64 = files
-        .iter()
-        .map(|p| std::fs::metadata(p).unwrap().len())
-        .sum();
-    // The same runs (same flows, same order) written both ways: the compact files are
-    // well under half the JSON's bytes.
+    // The same runs (same flows, same order) written each way: the compact files are
+    // well under half the JSON's bytes, and a store, its parts counted, holds them in
+    // fewer still.
     assert!(
-        compact_bytes * 2 < json_bytes,
-        "compact {compact_bytes} B, JSON {json_bytes} B"
+        alone_bytes * 2 < json_bytes,
+        "compact {alone_bytes} B, JSON {json_bytes} B"
+    );
+    assert!(
+        store_bytes < alone_bytes,
+        "store {store_bytes} B, compact {alone_bytes} B"
     );
     for f in &files {
         let (code, text) = verify_file(f);
         assert_eq!(code, 0, "{}:\n{text}", f.display());
         assert!(text.contains("COMPLETE"), "{text}");
+        let container = if f.parent().unwrap().join("parts").is_dir() {
+            "a knox-compact/v1 file of a store, expanded with the shared parts it names"
+        } else {
+            "a knox-compact/v1 file, expanded to its JSON"
+        };
         assert!(
-            text.contains("a knox-compact/v1 file, expanded to its JSON"),
+            text.contains(container),
             "the report names the container:\n{text}"
         );
     }
@@ -178,5 +206,94 @@ fn both_readers_refuse_tampered_compact_files() {
     for (name, ok, reason) in independent(&files) {
         assert!(!ok, "the independent reader accepts the tampered {name}");
         assert!(!reason.is_empty(), "{name}");
+    }
+}
+
+#[test]
+fn a_store_bundle_reads_only_with_the_parts_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("s");
+    succeeds(
+        knox()
+            .args([
+                "run",
+                "--workload",
+                "st-sa",
+                "--flows",
+                "12",
+                "--evidence",
+                "store",
+                "--out",
+            ])
+            .arg(&out),
+    );
+    let bundles = cbor_files(&out);
+    let parts = cbor_files(&out.join("parts"));
+    assert!(parts.len() >= 2, "{} parts: want two toolkits", parts.len());
+    // A bundle and the part it names, and one that names another part.
+    let part_of = |bundle: &Path| {
+        let bytes = std::fs::read(bundle).unwrap();
+        parts
+            .iter()
+            .find(|p| {
+                let name = p.file_stem().unwrap().to_string_lossy();
+                let digest = hex::decode(name.as_bytes()).unwrap();
+                bytes.windows(32).any(|w| w == digest)
+            })
+            .unwrap()
+            .clone()
+    };
+    let bundle = &bundles[0];
+    let own = part_of(bundle);
+    let other = parts.iter().find(|p| **p != own).unwrap();
+    let copy = |name: &str, part: Option<&Path>| {
+        let at = dir.path().join(name);
+        std::fs::create_dir_all(at.join("parts")).unwrap();
+        let file = at.join("run.cbor");
+        std::fs::copy(bundle, &file).unwrap();
+        if let Some(p) = part {
+            std::fs::copy(p, at.join("parts").join(own.file_name().unwrap())).unwrap();
+        }
+        file
+    };
+    // With its part beside it, the copy verifies as the original does.
+    let whole = copy("whole", Some(&own));
+    let (code, text) = verify_file(&whole);
+    assert_eq!(code, 0, "{text}");
+    // Without it, or with another toolkit's part under its name: unreadable, naming
+    // the part; the independent reader refuses the same files.
+    let own_name = own.file_stem().unwrap().to_string_lossy().into_owned();
+    let cases = [
+        (
+            "missing",
+            copy("missing", None),
+            "which its store does not hold",
+        ),
+        ("swapped", copy("swapped", Some(other)), "not this one"),
+    ];
+    for (name, file, why) in &cases {
+        let (code, text) = verify_file(file);
+        assert_ne!(code, 0, "{name}: accepted\n{text}");
+        assert!(text.contains("UNREADABLE"), "{name}: {text}");
+        assert!(
+            text.contains(&own_name),
+            "{name}: the part is not named\n{text}"
+        );
+        assert!(text.contains(why), "{name}: {text}");
+    }
+    let mut files = vec![whole];
+    files.extend(cases.iter().map(|(_, f, _)| f.clone()));
+    let verdicts = independent(&files);
+    assert!(
+        verdicts[0].1,
+        "the independent reader refuses the whole copy: {}",
+        verdicts[0].2
+    );
+    for (name, ok, reason) in &verdicts[1..] {
+        assert!(
+            !ok,
+            "the independent reader accepts {name} without its part"
+        );
+        assert!(reason.contains("part"), "{name}: {reason}");
     }
 }
