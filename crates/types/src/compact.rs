@@ -306,7 +306,7 @@ fn encode(bundle: &Value, share: bool) -> Result<(Vec<u8>, Vec<Part>), CompactEr
     let mut defaults = Defaults::default();
     let mut records = Vec::with_capacity(nodes.len());
     for (i, node) in nodes.iter().enumerate() {
-        records.push(node_record(node, i, &mut defaults)?);
+        records.push(node_record(node, i, &mut defaults, &derived)?);
     }
     let tree = Item::Array(vec![
         Item::Text(COMPACT_FORMAT.into()),
@@ -463,7 +463,12 @@ fn pack_envelope(env: &Value, derived: &Derived) -> Result<Item, CompactError> {
     Ok(item)
 }
 
-fn node_record(node: &Value, i: usize, defaults: &mut Defaults) -> Result<Item, CompactError> {
+fn node_record(
+    node: &Value,
+    i: usize,
+    defaults: &mut Defaults,
+    derived: &Derived,
+) -> Result<Item, CompactError> {
     let lossy = |why: String| Err(CompactError::Lossy(format!("node {i}: {why}")));
     let Value::Object(node) = node else {
         return lossy("not an object".into());
@@ -492,10 +497,11 @@ fn node_record(node: &Value, i: usize, defaults: &mut Defaults) -> Result<Item, 
             extras.insert(name.clone(), value.clone());
         }
     }
-    let mut record = vec![
-        Item::Integer(kind.code().into()),
-        value_item(&pack_payload(kind, payload)),
-    ];
+    let mut payload = pack_payload(kind, payload);
+    if kind == NodeKind::Root {
+        derived.mark(&mut payload, &ROOT_DIGESTS);
+    }
+    let mut record = vec![Item::Integer(kind.code().into()), value_item(&payload)];
     if !extras.is_empty() {
         record.push(object_item(&extras));
     }
@@ -604,7 +610,9 @@ const STATEMENT_DIGESTS: [(&[&str], Of); 9] = [
 ];
 /// Where an envelope's `signatures` may hold one.
 const SIGNATURE_DIGESTS: [(&[&str], Of); 1] = [(&["*", "keyid"], Of::Key)];
-/// Where the bundle (outside its envelopes) may hold one.
+/// Where a `root` node's payload may hold one.
+const ROOT_DIGESTS: [(&[&str], Of); 1] = [(&["apm_hash"], Of::Apm)];
+/// Where the bundle (outside its envelopes and nodes) may hold one.
 const BUNDLE_DIGESTS: [(&[&str], Of); 1] = [(&["apm", "inputs", "prompt"], Of::Prompt)];
 
 /// The recomputed digests of one bundle, in lowercase hex; `None` where the bundle does
@@ -624,11 +632,9 @@ impl Derived {
     /// The digests of the bundle `top` (its members but `nodes`) with `nodes`. The APM's
     /// is computed as `top` holds it: the caller puts its prompt digest back first.
     fn of(top: &Map<String, Value>, nodes: &[Value]) -> Self {
-        let of_json = |tag: &str, member: &str| {
-            top.get(member)
-                .map(|v| Digest::tagged(tag, &[&canon::canonical(v)]))
-        };
-        let platform = of_json(tag::PLATFORM, "platform");
+        let platform = top
+            .get("platform")
+            .map(|v| Digest::tagged(tag::PLATFORM, &[&canon::canonical(v)]));
         let key = top
             .get("key")
             .and_then(|k| k.get("public_key"))
@@ -641,7 +647,7 @@ impl Derived {
         };
         Self {
             prompt: prompt_digest(top),
-            apm: of_json(tag::APM, "apm").map(|d| d.to_hex()),
+            apm: digest_of(top, tag::APM, "apm"),
             key_chain_start: platform
                 .map(|p| Digest::tagged(tag::KEY_CHAIN_START, &[&p.0]).to_hex()),
             platform: platform.map(|d| d.to_hex()),
@@ -711,8 +717,13 @@ impl Derived {
 
 /// `H("knox/prompt", canonical(prompt))` of the bundle's prompt, when it has one.
 fn prompt_digest(top: &Map<String, Value>) -> Option<String> {
-    top.get("prompt")
-        .map(|v| Digest::tagged(tag::PROMPT, &[&canon::canonical(v)]).to_hex())
+    digest_of(top, tag::PROMPT, "prompt")
+}
+
+/// `H(tag, canonical(member))` of a member of the bundle, when it has it.
+fn digest_of(top: &Map<String, Value>, tag: &str, member: &str) -> Option<String> {
+    top.get(member)
+        .map(|v| Digest::tagged(tag, &[&canon::canonical(v)]).to_hex())
 }
 
 /// Calls `f` on every value at `path` in `v` (`*` an array's every item).
@@ -825,10 +836,21 @@ fn decode(
         let bytes = parts(digest).ok_or_else(|| CompactError::MissingPart(digest.to_hex()))?;
         put_json(&mut top, path, read_part(&bytes, digest, &mut budget)?);
     }
+    // The digests the file leaves to be recomputed: the prompt's first (the APM holds
+    // it), then the APM's (the root node holds it), the rest after the nodes.
+    Derived {
+        prompt: prompt_digest(&top),
+        ..Derived::default()
+    }
+    .fill_bundle(&mut top);
+    let early = Derived {
+        apm: digest_of(&top, tag::APM, "apm"),
+        ..Derived::default()
+    };
     let mut defaults = Defaults::default();
     let mut nodes = Vec::with_capacity(records.len().min(1 << 16));
     for (i, record) in records.into_iter().enumerate() {
-        let node = node_value(record, &mut defaults).map_err(|e| match e {
+        let node = node_value(record, &mut defaults, &early).map_err(|e| match e {
             CompactError::Shape(why) => CompactError::Shape(format!("node {i}: {why}")),
             e => e,
         })?;
@@ -844,13 +866,6 @@ fn decode(
         budget = budget.checked_sub(grown).ok_or(CompactError::TooLarge)?;
         nodes.push(node);
     }
-    // The digests the file leaves to be recomputed: the prompt's first (the APM holds
-    // it), then the rest over the bundle as expanded.
-    Derived {
-        prompt: prompt_digest(&top),
-        ..Derived::default()
-    }
-    .fill_bundle(&mut top);
     let derived = Derived::of(&top, &nodes);
     for path in ENVELOPES {
         if let Some(mut env) = take_at(&mut top, path) {
@@ -932,7 +947,11 @@ fn unpack_envelope(env: Value) -> Result<Value, CompactError> {
     Ok(Value::Object(env))
 }
 
-fn node_value(record: Item, defaults: &mut Defaults) -> Result<Value, CompactError> {
+fn node_value(
+    record: Item,
+    defaults: &mut Defaults,
+    derived: &Derived,
+) -> Result<Value, CompactError> {
     let Item::Array(parts) = record else {
         return shape("not an array");
     };
@@ -948,6 +967,9 @@ fn node_value(record: Item, defaults: &mut Defaults) -> Result<Value, CompactErr
         return shape("no known kind code");
     };
     let mut payload = json_value(parts.next().unwrap_or(Item::Null), 1)?;
+    if kind == NodeKind::Root {
+        derived.fill(&mut payload, &ROOT_DIGESTS);
+    }
     unpack_payload(kind, &mut payload);
     let extras = match parts.next().map(|e| json_value(e, 1)).transpose()? {
         None => Map::new(),
@@ -1576,6 +1598,39 @@ mod tests {
             // A self-contained file needs no store, and a store's file is another file.
             assert_eq!(expand_in(&alone, &store(&parts)).unwrap(), bundle, "{name}");
             assert_ne!(alone, c, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_digests_a_reader_recomputes_are_not_in_the_file() {
+        for (name, bundle) in fixtures().into_iter().filter(|(n, _)| *n != "v1") {
+            let c = compact(&bundle).unwrap();
+            let summary = &bundle["summary"];
+            let key = hex::decode(bundle["key"]["public_key"].as_str().unwrap()).unwrap();
+            let digests = [
+                (
+                    "chain head",
+                    summary["chain_head"].as_str().unwrap().to_owned(),
+                ),
+                (
+                    "structure root",
+                    summary["structure_root"].as_str().unwrap().to_owned(),
+                ),
+                ("APM hash", summary["apm_hash"].as_str().unwrap().to_owned()),
+                ("key id", Digest::tagged(tag::KEY, &[&key]).to_hex()),
+                (
+                    "platform",
+                    Digest::tagged(tag::PLATFORM, &[&canon::canonical(&bundle["platform"])])
+                        .to_hex(),
+                ),
+            ];
+            for (what, hex) in digests {
+                let bytes = hex::decode(&hex).unwrap();
+                assert!(
+                    !c.windows(32).any(|w| w == bytes.as_slice()),
+                    "{name}: the {what} is written in the file"
+                );
+            }
         }
     }
 

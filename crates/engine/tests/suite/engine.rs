@@ -300,6 +300,52 @@ fn the_readme_embed_example_is_the_crate_docs() {
     );
 }
 
+#[test]
+fn a_store_session_writes_its_shared_part_once_and_never_replaces_one() {
+    let out_dir = tempfile_dir("store");
+    let session = tiny()
+        .executor(ScriptedFactory::default())
+        .tools(Echo::default())
+        .output(&out_dir)
+        .run_prefix("s")
+        .encoding(knox_engine::Encoding::Store)
+        .build()
+        .unwrap();
+    let prompt = Prompt {
+        tasks: vec!["read my mail".into()],
+    };
+    let first = session.run_prompt(&prompt).unwrap();
+    let second = session.run_prompt(&prompt).unwrap();
+    // Two bundles, one part: the guards both runs' APMs hold.
+    let parts: Vec<_> = std::fs::read_dir(out_dir.join("parts"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(parts.len(), 1, "{parts:?}");
+    let store = knox_types::compact::parts_in(&out_dir);
+    for out in [&first, &second] {
+        let file = out_dir.join(format!("{}.cbor", out.bundle.run_id));
+        let bytes = std::fs::read(&file).unwrap();
+        let back = knox_verify::parse_bundle_in(&bytes, &store).unwrap();
+        assert_eq!(back.apm, out.bundle.apm);
+        complete(&back, &manifest());
+        // Alone, the file names the part it needs.
+        let alone = knox_verify::parse_bundle(&bytes).unwrap_err().to_string();
+        assert!(alone.contains("which its store does not hold"), "{alone}");
+    }
+    // Another file under the part's name: the next run's write is refused, and the
+    // file is left as it was.
+    std::fs::write(&parts[0], b"not the part").unwrap();
+    let e = session.run_prompt(&prompt).unwrap_err();
+    let why = std::error::Error::source(&e).map(ToString::to_string);
+    assert!(
+        why.as_deref().is_some_and(|w| w.contains("never replaced")),
+        "{e}: {why:?}"
+    );
+    assert_eq!(std::fs::read(&parts[0]).unwrap(), b"not the part");
+    std::fs::remove_dir_all(&out_dir).unwrap();
+}
+
 fn tempfile_dir(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("knox-engine-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();

@@ -56,6 +56,11 @@ struct Acc {
     gzipped: u64,
     /// Bytes stored as `knox run --evidence compact` writes them (`knox-compact/v1`).
     compact: u64,
+    /// Bytes stored as `knox run --evidence store` writes them: every bundle's file and
+    /// each shared part once.
+    store: u64,
+    /// The shared parts counted so far.
+    parts: std::collections::HashSet<knox_types::digest::Digest>,
 }
 
 impl Acc {
@@ -115,6 +120,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
                 "stored_bytes_per_action": a.per_action(a.stored),
                 "gzip_bytes_per_action": a.per_action(a.gzipped),
                 "compact_bytes_per_action": a.per_action(a.compact),
+                "store_bytes_per_action": a.per_action(a.store),
                 "platform": rt.platform.mode,
                 "platform_ms_at_startup": rt.platform_time.as_secs_f64() * 1e3,
             }));
@@ -134,14 +140,14 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
     );
     knox_command::outln!("the paper's TDX quote costs 3.2–4.7 ms per bundle.\n");
     knox_command::outln!(
-        "| workload | actions/bundle | AEG+guards ms | measurement ms | monitor µs/action | APM ms | sign µs | integrity Mnodes/s | full verify Mnodes/s | stored B/action | gzip B/action | compact B/action | paper AEG ms | paper meas. ms | paper sign ms |"
+        "| workload | actions/bundle | AEG+guards ms | measurement ms | monitor µs/action | APM ms | sign µs | integrity Mnodes/s | full verify Mnodes/s | stored B/action | gzip B/action | compact B/action | store B/action | paper AEG ms | paper meas. ms | paper sign ms |"
     );
-    knox_command::outln!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    knox_command::outln!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for w in workloads {
         let a = measure(&rt, &data, &manifest, w, args)?;
         let per_action = (a.aeg + a.measure).as_secs_f64() * 1e6 / a.actions.max(1) as f64;
         knox_command::outln!(
-            "| {w} | {:.1} | {:.3} | {:.3} | {:.1} | {:.3} | {:.1} | {:.2} | {:.2} | {:.0} | {:.0} | {:.0} | 13–31 | 3.0–6.3 | ~0.1 |",
+            "| {w} | {:.1} | {:.3} | {:.3} | {:.1} | {:.3} | {:.1} | {:.2} | {:.2} | {:.0} | {:.0} | {:.0} | {:.0} | 13–31 | 3.0–6.3 | ~0.1 |",
             a.actions as f64 / f64::from(a.bundles.max(1)),
             a.per_bundle_ms(a.aeg),
             a.per_bundle_ms(a.measure),
@@ -153,6 +159,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
             a.per_action(a.stored),
             a.per_action(a.gzipped),
             a.per_action(a.compact),
+            a.per_action(a.store),
         );
     }
     knox_command::outln!(
@@ -168,7 +175,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
         "integrity: the verifier recomputing measurements and chain; full verify: every step, the policy replay included."
     );
     knox_command::outln!(
-        "stored: the bundle files `knox run` writes (JSON without whitespace), per proposal; gzip: the same files gzipped (level 6);\ncompact: the files `knox run --evidence compact` writes (knox-compact/v1, docs/evidence-format.md §9)."
+        "stored: the bundle files `knox run` writes (JSON without whitespace), per proposal; gzip: the same files gzipped (level 6);\ncompact: the files `knox run --evidence compact` writes (knox-compact/v1, docs/evidence-format.md §9);\nstore: what `knox run --evidence store` writes (§9.5): each bundle's file, and each part the bundles share once."
     );
     knox_command::outln!("Paper figures: its trajectory guard, per bundle, Python implementation.");
     Ok(0)
@@ -210,6 +217,13 @@ fn measure(
         acc.gzipped += gzipped_len(&stored)?;
         acc.compact +=
             knox_engine::encoded_bundle(&o.bundle, knox_engine::Encoding::Compact)?.len() as u64;
+        let (file, parts) = knox_engine::stored_bundle(&o.bundle, knox_engine::Encoding::Store)?;
+        acc.store += file.len() as u64;
+        for part in parts {
+            if acc.parts.insert(part.digest) {
+                acc.store += part.bytes.len() as u64;
+            }
+        }
         acc.bundles += 1;
         acc.actions += c.actions;
         acc.nodes += c.nodes;

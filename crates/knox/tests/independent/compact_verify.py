@@ -344,6 +344,11 @@ def expand(data, folder="."):
     bundle = to_json(tree[1])
     if shared is not None:
         bundle["apm"]["guards"] = read_part(folder, shared)
+    # §9.1: digests written as null, recomputed: the prompt's first (the APM holds it),
+    # then the APM's (the root node holds it), the others after the nodes.
+    digest_of = lambda tag, member: H(tag, jcs(bundle[member]).encode()).hex() if member in bundle else None
+    fill(bundle, ["apm", "inputs", "prompt"], digest_of("knox/prompt", "prompt"))
+    apm_digest = digest_of("knox/apm", "apm")
     nodes = []
     last_call = None  # (seq, agent)
     first_failed = None
@@ -356,6 +361,8 @@ def expand(data, folder="."):
             raise Bad("unknown kind code")
         kind = KINDS[rec[0]]
         payload = to_json(rec[1])
+        if kind == "root":
+            fill(payload, ["apm_hash"], apm_digest)
         extras = to_json(rec[2]) if len(rec) == 3 else {}
         if kind == "tool_call" and isinstance(payload, dict):
             if "actual_hash" not in payload and call_hash(payload.get("actual"), False):
@@ -443,9 +450,6 @@ def expand(data, folder="."):
             cursor[n["agent"]] = seq
         nodes.append(n)
     bundle["nodes"] = nodes
-    # §9.1: the digests written as null, recomputed: the prompt's first (the APM holds it).
-    digest_of = lambda tag, member: H(tag, jcs(bundle[member]).encode()).hex() if member in bundle else None
-    fill(bundle, ["apm", "inputs", "prompt"], digest_of("knox/prompt", "prompt"))
     platform = digest_of("knox/platform", "platform")
     chain_head, root = chain_and_root(nodes)
     key = None
@@ -453,7 +457,7 @@ def expand(data, folder="."):
         key = H("knox/key", bytes.fromhex(bundle["key"]["public_key"])).hex()
     except (KeyError, TypeError, ValueError):
         pass
-    derived = {"prompt": digest_of("knox/prompt", "prompt"), "apm": digest_of("knox/apm", "apm"),
+    derived = {"prompt": digest_of("knox/prompt", "prompt"), "apm": apm_digest,
                "platform": platform, "chain_head": chain_head, "structure_root": root,
                "key_chain_start": H("knox/key-chain-start", bytes.fromhex(platform)).hex() if platform else None}
     for path in (["envelope"], ["apm_attestation", "envelope"], ["contract", "envelope"]):

@@ -257,6 +257,9 @@ fn json_on_every_reporting_command_and_a_json_error_object_on_failure() {
     // The compact encoding of the same bundles: under half the JSON's bytes.
     let compact = v[0]["compact_bytes_per_action"].as_f64().unwrap();
     assert!(0.0 < compact && compact * 2.0 < stored, "{}", v[0]);
+    // A store of one bundle: its file and its one part, the guards it holds no more.
+    let store = v[0]["store_bytes_per_action"].as_f64().unwrap();
+    assert!(0.0 < store && store * 2.0 < stored, "{}", v[0]);
     let written = std::fs::read(&bundle).unwrap();
     let calls = read_json(&bundle)["nodes"]
         .as_array()
