@@ -519,7 +519,7 @@ pub enum Encoding {
     /// The bundle's JSON (`docs/evidence-format.md` §2), without whitespace: `<run>.json`.
     #[default]
     Json,
-    /// The compact encoding (`knox-compact/v1`, §9), which expands back to exactly
+    /// The compact encoding (`knox-compact/v2`, §9), which expands back to exactly
     /// that JSON: `<run>.cbor`.
     Compact,
     /// The compact encoding in a store (§9.5): `<run>.cbor` refers to the parts many

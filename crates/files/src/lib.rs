@@ -353,7 +353,7 @@ impl OutDir {
 /// journal (`*.journal.jsonl`), a key announcement (`*.announcement.json`), a JSON
 /// file whose first 4 KiB name a Knox evidence format (`"format":"knox-evidence/…"`, a
 /// bundle), or a compact bundle (a file beginning with CBOR's self-describing tag, as
-/// every `knox-compact/v1` file does). Unreadable entries are skipped.
+/// every `knox-compact` file does). Unreadable entries are skipped.
 pub fn evidence_in(dir: &Path) -> Option<String> {
     let entries = std::fs::read_dir(dir).ok()?;
     entries.flatten().find_map(|e| {

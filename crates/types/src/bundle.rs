@@ -200,7 +200,7 @@ pub struct AsWritten {
     /// Faults, in document order: the node concerned (by position) when there is one,
     /// and what is wrong, with where.
     pub faults: Vec<(Option<u64>, String)>,
-    /// The bytes were a compact container (`knox-compact/v1`), and what is described
+    /// The bytes were a compact container (`knox-compact`), and what is described
     /// here is the JSON it expands to.
     pub compact: bool,
     /// The compact container was a store's (§9.5): it named shared parts, read from

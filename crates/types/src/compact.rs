@@ -1,4 +1,5 @@
-//! The compact encoding of a bundle, `knox-compact/v1` (`docs/evidence-format.md` §9).
+//! The compact encoding of a bundle, `knox-compact/v2`, which also reads `/v1` files
+//! (`docs/evidence-format.md` §9).
 //!
 //! A container, not a new evidence format: a compact file holds exactly one bundle of
 //! the JSON format (§2), with what a reader can derive left out, and expands back to
@@ -39,7 +40,17 @@ use crate::digest::{Digest, tag};
 use crate::dsse::{b64, unb64};
 
 /// The container's format name, the first item of every compact file.
-pub const COMPACT_FORMAT: &str = "knox-compact/v1";
+pub const COMPACT_FORMAT: &str = "knox-compact/v2";
+/// The first version, still read (a file of it expands as it was written): no digest
+/// recomputed, no shared part (§9.6).
+pub const COMPACT_FORMAT_V1: &str = "knox-compact/v1";
+
+/// The container's versions a reader reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Version {
+    V1,
+    V2,
+}
 
 /// CBOR's self-describing tag (RFC 8949 §3.4.6): the file's first three bytes.
 const SELF_DESCRIBE: u64 = 55_799;
@@ -50,7 +61,7 @@ const MIN_SHARED_TEXT: usize = 3;
 /// Byte strings shorter than this are never numbered.
 const MIN_SHARED_BYTES: usize = 16;
 /// The texts numbered before the file's first (§9.2): the format's member names and
-/// fixed words, then the x86-64 system call names by number. Frozen for this version.
+/// fixed words, then the x86-64 system call names by number. Frozen: the same for versions 1 and 2.
 const PRESET: &str = include_str!("compact-texts.txt");
 /// Strings of lowercase hex digits at least this long are written as bytes.
 const MIN_HEX: usize = 16;
@@ -128,14 +139,14 @@ pub fn compact_in_store(bundle: &Value) -> Result<(Vec<u8>, Vec<Part>), CompactE
 }
 
 fn compact_checked(bundle: &Value, share: bool) -> Result<(Vec<u8>, Vec<Part>), CompactError> {
-    let (bytes, parts) = encode(bundle, share)?;
+    let (bytes, parts) = encode(bundle, share, Version::V2)?;
     let lookup = |d: &Digest| {
         parts
             .iter()
             .find(|p| p.digest == *d)
             .map(|p| p.bytes.clone())
     };
-    let (back, _) = decode(&bytes, &lookup)
+    let (back, ..) = decode(&bytes, &lookup)
         .map_err(|e| CompactError::Lossy(format!("the compact form does not read back: {e}")))?;
     if &back != bundle {
         return Err(CompactError::Lossy(first_change(
@@ -195,8 +206,9 @@ pub fn expand_in(
     bytes: &[u8],
     parts: &dyn Fn(&Digest) -> Option<Vec<u8>>,
 ) -> Result<Value, CompactError> {
-    let (bundle, shared) = decode(bytes, parts)?;
-    let (again, _) = encode(&bundle, shared).map_err(|e| CompactError::Shape(e.to_string()))?;
+    let (bundle, shared, version) = decode(bytes, parts)?;
+    let (again, _) =
+        encode(&bundle, shared, version).map_err(|e| CompactError::Shape(e.to_string()))?;
     if again != bytes {
         let at = again
             .iter()
@@ -255,7 +267,11 @@ fn first_change(a: &Value, b: &Value, at: String) -> String {
 // ---- encoding --------------------------------------------------------------------
 
 /// The file for `bundle` and, when `share`, the parts it refers to instead of holding.
-fn encode(bundle: &Value, share: bool) -> Result<(Vec<u8>, Vec<Part>), CompactError> {
+fn encode(
+    bundle: &Value,
+    share: bool,
+    version: Version,
+) -> Result<(Vec<u8>, Vec<Part>), CompactError> {
     let Value::Object(top) = bundle else {
         return Err(CompactError::Lossy("a bundle is a JSON object".into()));
     };
@@ -281,7 +297,10 @@ fn encode(bundle: &Value, share: bool) -> Result<(Vec<u8>, Vec<Part>), CompactEr
         att.remove("statement");
     }
     // The digests a reader recomputes, written as null where they stand (§9.1).
-    let derived = Derived::of(&top, nodes);
+    let derived = match version {
+        Version::V1 => Derived::default(),
+        Version::V2 => Derived::of(&top, nodes),
+    };
     derived.mark_bundle(&mut top);
     // Members written as items of their own, put back in place after the rest.
     let mut placed = Vec::new();
@@ -291,7 +310,7 @@ fn encode(bundle: &Value, share: bool) -> Result<(Vec<u8>, Vec<Part>), CompactEr
         }
     }
     let mut parts = Vec::new();
-    for path in SHARED.iter().filter(|_| share) {
+    for path in SHARED.iter().filter(|_| share && version == Version::V2) {
         if let Some(value) = take_at(&mut top, path) {
             let part = encode_part(&value)?;
             let reference = Item::Tag(PART_REF, Box::new(Item::Bytes(part.digest.0.to_vec())));
@@ -308,8 +327,12 @@ fn encode(bundle: &Value, share: bool) -> Result<(Vec<u8>, Vec<Part>), CompactEr
     for (i, node) in nodes.iter().enumerate() {
         records.push(node_record(node, i, &mut defaults, &derived)?);
     }
+    let format = match version {
+        Version::V1 => COMPACT_FORMAT_V1,
+        Version::V2 => COMPACT_FORMAT,
+    };
     let tree = Item::Array(vec![
-        Item::Text(COMPACT_FORMAT.into()),
+        Item::Text(format.into()),
         bundle_item,
         Item::Array(records),
     ]);
@@ -795,11 +818,12 @@ fn tagged_tree(bytes: &[u8], budget: &mut usize) -> Result<Item, CompactError> {
     Ok(tree)
 }
 
-/// The bundle a file holds, and whether it refers to shared parts (read from `parts`).
+/// The bundle a file holds, whether it refers to shared parts (read from `parts`), and
+/// the container's version.
 fn decode(
     bytes: &[u8],
     parts: &dyn Fn(&Digest) -> Option<Vec<u8>>,
-) -> Result<(Value, bool), CompactError> {
+) -> Result<(Value, bool, Version), CompactError> {
     let mut budget = MAX_BUNDLE_BYTES;
     let tree = tagged_tree(bytes, &mut budget)?;
     let Item::Array(parts_of_file) = tree else {
@@ -810,12 +834,19 @@ fn decode(
     else {
         return shape("the third item (the nodes) is not an array");
     };
-    if format != Item::Text(COMPACT_FORMAT.into()) {
-        return shape(format!("the first item is not `{COMPACT_FORMAT}`"));
-    }
-    // References to shared parts, where a store's bundle may hold one (§9.5).
+    let version = match format {
+        Item::Text(f) if f == COMPACT_FORMAT => Version::V2,
+        Item::Text(f) if f == COMPACT_FORMAT_V1 => Version::V1,
+        _ => {
+            return shape(format!(
+                "the first item is neither `{COMPACT_FORMAT}` nor `{COMPACT_FORMAT_V1}`"
+            ));
+        }
+    };
+    // References to shared parts, where a store's bundle may hold one (§9.5; not in
+    // version 1, where a reference is an item JSON has no counterpart for).
     let mut references = Vec::new();
-    for path in SHARED {
+    for path in SHARED.iter().filter(|_| version == Version::V2) {
         if let Some(at) = item_at(&mut bundle, path)
             && let Item::Tag(PART_REF, inner) = at
         {
@@ -838,13 +869,14 @@ fn decode(
     }
     // The digests the file leaves to be recomputed: the prompt's first (the APM holds
     // it), then the APM's (the root node holds it), the rest after the nodes.
+    let v2 = version == Version::V2;
     Derived {
-        prompt: prompt_digest(&top),
+        prompt: prompt_digest(&top).filter(|_| v2),
         ..Derived::default()
     }
     .fill_bundle(&mut top);
     let early = Derived {
-        apm: digest_of(&top, tag::APM, "apm"),
+        apm: digest_of(&top, tag::APM, "apm").filter(|_| v2),
         ..Derived::default()
     };
     let mut defaults = Defaults::default();
@@ -866,7 +898,11 @@ fn decode(
         budget = budget.checked_sub(grown).ok_or(CompactError::TooLarge)?;
         nodes.push(node);
     }
-    let derived = Derived::of(&top, &nodes);
+    let derived = if v2 {
+        Derived::of(&top, &nodes)
+    } else {
+        Derived::default()
+    };
     for path in ENVELOPES {
         if let Some(mut env) = take_at(&mut top, path) {
             if let Some(statement) = env.get_mut("payload") {
@@ -890,7 +926,7 @@ fn decode(
         att.insert("statement".into(), predicate);
     }
     top.insert("nodes".into(), Value::Array(nodes));
-    Ok((Value::Object(top), !references.is_empty()))
+    Ok((Value::Object(top), !references.is_empty(), version))
 }
 
 /// The item at `path` in a map of maps (text keys, strings resolved).
@@ -1602,6 +1638,35 @@ mod tests {
     }
 
     #[test]
+    fn a_version_1_file_still_expands_as_it_was_written() {
+        // Written by `knox run --evidence compact` before version 2 (stop 54).
+        let v1 = include_bytes!("../../verify/tests/fixtures/compact-v1/st-sa.cbor");
+        let bundle = expand(v1).unwrap();
+        assert_eq!(bundle["format"], "knox-evidence/v5");
+        // Its digests are written out, and reading fills in none.
+        let head = bundle["summary"]["chain_head"].as_str().unwrap();
+        let head = hex::decode(head).unwrap();
+        assert!(v1.windows(32).any(|w| w == head.as_slice()));
+        // The same bundle written now: version 2, smaller, the same expansion.
+        let v2 = compact(&bundle).unwrap();
+        assert!(v2.len() < v1.len(), "{} of {}", v2.len(), v1.len());
+        assert_eq!(expand(&v2).unwrap(), bundle);
+        // A version 1 file holds no part: a reference in one is not read.
+        let mut tree = tagged_tree(v1, &mut MAX_BUNDLE_BYTES.clone()).unwrap();
+        let Item::Array(items) = &mut tree else {
+            panic!("not an array")
+        };
+        let guards = item_at(&mut items[1], &["apm", "guards"]).unwrap();
+        *guards = Item::Tag(PART_REF, Box::new(Item::Bytes(vec![7; 32])));
+        let bytes = written(tree).unwrap();
+        let parts = |_: &Digest| Some(v2.clone());
+        assert!(matches!(
+            expand_in(&bytes, &parts),
+            Err(CompactError::Shape(_))
+        ));
+    }
+
+    #[test]
     fn the_digests_a_reader_recomputes_are_not_in_the_file() {
         for (name, bundle) in fixtures().into_iter().filter(|(n, _)| *n != "v1") {
             let c = compact(&bundle).unwrap();
@@ -1779,13 +1844,14 @@ mod tests {
     fn hostile_files_are_refused_without_panicking_or_growing() {
         let t = |s: &str| Item::Text(s.into());
         let r = |n: u64| Item::Tag(STRING_REF, Box::new(Item::Integer(n.into())));
-        // The preset's texts come first; the format name is one of them.
+        // The preset's texts come first (the format name of version 2 is not one of
+        // them: it is numbered first after them).
         let base = PRESET.lines().count() as u64;
-        // A 1 MiB text (the second numbered after the preset's) referred to 300
-        // times: 300 MiB expanded.
+        // A 1 MiB text (the third numbered after the preset's: the format name, the
+        // key, then it) referred to 300 times: 300 MiB expanded.
         let big = "x".repeat(1 << 20);
         let mut refs = vec![t(&big)];
-        refs.extend((0..300).map(|_| r(base + 1)));
+        refs.extend((0..300).map(|_| r(base + 2)));
         let bomb = file(Item::Array(vec![
             t(COMPACT_FORMAT),
             Item::Map(vec![(t("bomb"), Item::Array(refs))]),

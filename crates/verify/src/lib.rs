@@ -62,7 +62,7 @@ pub enum ReadError {
     /// A format this verifier does not read.
     #[error("unsupported format `{0}`")]
     Format(String),
-    /// A compact file (`knox-compact/v1`) that does not hold a bundle.
+    /// A compact file (`knox-compact`) that does not hold a bundle.
     #[error(transparent)]
     Compact(#[from] knox_types::compact::CompactError),
 }
@@ -72,7 +72,7 @@ pub enum ReadError {
 /// the APM and prompt as written — is kept in [`Bundle::as_written`] and reported by
 /// [`verify_bundle`] as tampering, naming where.
 ///
-/// A compact file (`knox-compact/v1`, `docs/evidence-format.md` §9) is read as the
+/// A compact file (`knox-compact/v2` or `/v1`, `docs/evidence-format.md` §9) is read as the
 /// bundle it expands to.
 pub fn parse_bundle(bytes: &[u8]) -> Result<Bundle, ReadError> {
     parse_bundle_in(bytes, &knox_types::compact::no_parts)
@@ -577,9 +577,9 @@ pub(crate) fn encoding_step(s: &mut Steps, b: &Bundle) {
     // A compact file is read as the JSON it expands to (§9).
     let container = match (w.compact, w.shared_parts) {
         (true, true) => {
-            "a knox-compact/v1 file of a store, expanded with the shared parts it names to its JSON: "
+            "a knox-compact file of a store, expanded with the shared parts it names to its JSON: "
         }
-        (true, false) => "a knox-compact/v1 file, expanded to its JSON: ",
+        (true, false) => "a knox-compact file, expanded to its JSON: ",
         _ => "",
     };
     match w.faults.first() {

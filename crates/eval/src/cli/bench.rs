@@ -54,7 +54,7 @@ struct Acc {
     stored: u64,
     /// The same, gzipped (level 6).
     gzipped: u64,
-    /// Bytes stored as `knox run --evidence compact` writes them (`knox-compact/v1`).
+    /// Bytes stored as `knox run --evidence compact` writes them (`knox-compact/v2`).
     compact: u64,
     /// Bytes stored as `knox run --evidence store` writes them: every bundle's file and
     /// each shared part once.
@@ -175,7 +175,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
         "integrity: the verifier recomputing measurements and chain; full verify: every step, the policy replay included."
     );
     knox_command::outln!(
-        "stored: the bundle files `knox run` writes (JSON without whitespace), per proposal; gzip: the same files gzipped (level 6);\ncompact: the files `knox run --evidence compact` writes (knox-compact/v1, docs/evidence-format.md §9);\nstore: what `knox run --evidence store` writes (§9.5): each bundle's file, and each part the bundles share once."
+        "stored: the bundle files `knox run` writes (JSON without whitespace), per proposal; gzip: the same files gzipped (level 6);\ncompact: the files `knox run --evidence compact` writes (knox-compact/v2, docs/evidence-format.md §9);\nstore: what `knox run --evidence store` writes (§9.5): each bundle's file, and each part the bundles share once."
     );
     knox_command::outln!("Paper figures: its trajectory guard, per bundle, Python implementation.");
     Ok(0)

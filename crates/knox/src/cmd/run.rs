@@ -163,7 +163,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "MODE")]
     pub trajectory: Option<knox_types::apm::TrajectoryMode>,
     /// How bundles are stored: `json` (`<run>.json`, the format of
-    /// `docs/evidence-format.md` §2), `compact` (`<run>.cbor`, `knox-compact/v1`, §9:
+    /// `docs/evidence-format.md` §2), `compact` (`<run>.cbor`, `knox-compact/v2`, §9:
     /// a quarter of the bytes or less, expanding back to exactly that JSON) or `store`
     /// (compact files that refer to the parts runs share, the APM's guards, written
     /// once as `parts/<digest>.cbor` in the output folder, §9.5: keep the folder whole).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An independent reader of Knox's compact bundles (`knox-compact/v1`), written from
+"""An independent reader of Knox's compact bundles (`knox-compact/v2`, and `/v1`), written from
 docs/evidence-format.md (§1, §2, §4, §6 and §9) and nothing else of Knox: it expands a
 compact file into the bundle it holds (a store's file with the shared parts in `parts/`
 beside it, §9.5) and checks that bundle's integrity — every
@@ -23,7 +23,7 @@ import sys
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-FORMAT = "knox-compact/v1"
+FORMATS = ("knox-compact/v1", "knox-compact/v2")  # §9.6: v1 recomputes no digest, holds no part
 PART_FORMAT = "knox-compact-part/v1"
 PART_REF = 1802399608
 IN_TOTO = "application/vnd.in-toto+json"
@@ -328,11 +328,12 @@ def chain_and_root(nodes):
 
 def expand(data, folder="."):
     tree = tagged(data)
-    if not isinstance(tree, list) or len(tree) != 3 or tree[0] != FORMAT:
+    if not isinstance(tree, list) or len(tree) != 3 or tree[0] not in FORMATS:
         raise Bad("not [format, bundle, nodes]")
-    # §9.5: the APM's guards may be a reference to a part of the store.
+    v2 = tree[0] == "knox-compact/v2"
+    # §9.5: the APM's guards may be a reference to a part of the store (version 2).
     shared = None
-    if isinstance(tree[1], CMap):
+    if v2 and isinstance(tree[1], CMap):
         for k, apm in tree[1].entries:
             if k == "apm" and isinstance(apm, CMap):
                 for i, (g, v) in enumerate(apm.entries):
@@ -346,7 +347,7 @@ def expand(data, folder="."):
         bundle["apm"]["guards"] = read_part(folder, shared)
     # §9.1: digests written as null, recomputed: the prompt's first (the APM holds it),
     # then the APM's (the root node holds it), the others after the nodes.
-    digest_of = lambda tag, member: H(tag, jcs(bundle[member]).encode()).hex() if member in bundle else None
+    digest_of = lambda tag, member: H(tag, jcs(bundle[member]).encode()).hex() if v2 and member in bundle else None
     fill(bundle, ["apm", "inputs", "prompt"], digest_of("knox/prompt", "prompt"))
     apm_digest = digest_of("knox/apm", "apm")
     nodes = []
@@ -451,10 +452,10 @@ def expand(data, folder="."):
         nodes.append(n)
     bundle["nodes"] = nodes
     platform = digest_of("knox/platform", "platform")
-    chain_head, root = chain_and_root(nodes)
+    chain_head, root = chain_and_root(nodes) if v2 else (None, None)
     key = None
     try:
-        key = H("knox/key", bytes.fromhex(bundle["key"]["public_key"])).hex()
+        key = H("knox/key", bytes.fromhex(bundle["key"]["public_key"])).hex() if v2 else None
     except (KeyError, TypeError, ValueError):
         pass
     derived = {"prompt": digest_of("knox/prompt", "prompt"), "apm": apm_digest,

@@ -1,4 +1,4 @@
-//! Compact bundles (`knox-compact/v1`, `docs/evidence-format.md` §9; issue 40): what
+//! Compact bundles (`knox-compact/v2`, `docs/evidence-format.md` §9; issue 40): what
 //! `knox run --evidence compact` (and `--evidence store`, §9.5) writes verifies as the
 //! bundle it holds, an independent reader written from the format document
 //! (`tests/independent/compact_verify.py`, Python) expands every one into a bundle whose
@@ -128,9 +128,9 @@ fn compact_bundles_verify_and_an_independent_reader_agrees() {
         assert_eq!(code, 0, "{}:\n{text}", f.display());
         assert!(text.contains("COMPLETE"), "{text}");
         let container = if f.parent().unwrap().join("parts").is_dir() {
-            "a knox-compact/v1 file of a store, expanded with the shared parts it names"
+            "a knox-compact file of a store, expanded with the shared parts it names"
         } else {
-            "a knox-compact/v1 file, expanded to its JSON"
+            "a knox-compact file, expanded to its JSON"
         };
         assert!(
             text.contains(container),
@@ -296,4 +296,26 @@ fn a_store_bundle_reads_only_with_the_parts_it_names() {
         );
         assert!(reason.contains("part"), "{name}: {reason}");
     }
+}
+
+#[test]
+fn a_compact_file_of_the_first_version_still_verifies() {
+    // Written by `knox run --evidence compact` before `knox-compact/v2`.
+    let v1 = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../verify/tests/fixtures/compact-v1/st-sa.cbor");
+    assert!(
+        std::fs::read(&v1)
+            .unwrap()
+            .windows(15)
+            .any(|w| w == b"knox-compact/v1")
+    );
+    let (code, text) = verify_file(&v1);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("COMPLETE"), "{text}");
+    let verdicts = independent(std::slice::from_ref(&v1));
+    assert!(
+        verdicts[0].1,
+        "the independent reader refuses it: {}",
+        verdicts[0].2
+    );
 }

@@ -45,6 +45,7 @@ fn mcp_message(data: &[u8]) {
 fn seed_corpora_never_panic() {
     assert!(replay("proposal", knox_policy::fuzz::proposal) >= 5);
     assert!(replay("evidence", knox_verify::fuzz::evidence) >= 3);
+    assert!(replay("store", knox_verify::fuzz::store) >= 1);
     assert!(replay("pylit", knox_dataset::fuzz::pylit) >= 2);
     assert!(replay("contract", knox_contract::fuzz::contract) >= 5);
     assert!(replay("manifest", knox_policy::fuzz::toolkit_manifest) >= 2);
