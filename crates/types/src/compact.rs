@@ -61,7 +61,8 @@ const MIN_SHARED_TEXT: usize = 3;
 /// Byte strings shorter than this are never numbered.
 const MIN_SHARED_BYTES: usize = 16;
 /// The texts numbered before the file's first (§9.2): the format's member names and
-/// fixed words, then the x86-64 system call names by number. Frozen: the same for versions 1 and 2.
+/// fixed words, then the x86-64 system call names by number. Frozen: the same for
+/// versions 1 and 2.
 const PRESET: &str = include_str!("compact-texts.txt");
 /// Strings of lowercase hex digits at least this long are written as bytes.
 const MIN_HEX: usize = 16;
