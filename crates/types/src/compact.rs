@@ -169,24 +169,10 @@ pub struct Part {
     pub bytes: Vec<u8>,
 }
 
-/// Where a store keeps a part, relative to the folder of the bundles that refer to it.
+/// Where a store keeps a part, relative to the folder of the bundles that refer to it
+/// (reading it is the caller's: this crate does no I/O).
 pub fn part_file_name(digest: &Digest) -> String {
     format!("{PARTS_DIR}/{}.cbor", digest.to_hex())
-}
-
-/// Reads the parts a store keeps beside its bundles in `dir` (`dir/parts/<digest>.cbor`),
-/// for [`expand_in`]; a part missing or over the bundle limit reads as absent.
-pub fn parts_in(dir: impl Into<std::path::PathBuf>) -> impl Fn(&Digest) -> Option<Vec<u8>> {
-    let dir = dir.into();
-    move |digest| {
-        use std::io::Read;
-        let file = std::fs::File::open(dir.join(part_file_name(digest))).ok()?;
-        let mut bytes = Vec::new();
-        file.take(MAX_BUNDLE_BYTES as u64 + 1)
-            .read_to_end(&mut bytes)
-            .ok()?;
-        (bytes.len() <= MAX_BUNDLE_BYTES).then_some(bytes)
-    }
 }
 
 /// No parts: a file that refers to one cannot be read.

@@ -79,9 +79,10 @@ pub fn parse_bundle(bytes: &[u8]) -> Result<Bundle, ReadError> {
 }
 
 /// [`parse_bundle`] for a bundle of a store (§9.5): the shared parts a compact file refers
-/// to are read from `parts` by digest (for files on disk,
-/// [`knox_types::compact::parts_in`] their folder); each is checked to be the part its
-/// digest names, and then, as every member, verified as part of the bundle it expands to.
+/// to are read from `parts` by digest (for files on disk, from
+/// [`knox_types::compact::part_file_name`] in their folder: `knox verify` does); each is
+/// checked to be the part its digest names, and then, as every member, verified as part
+/// of the bundle it expands to.
 pub fn parse_bundle_in(
     bytes: &[u8],
     parts: &dyn Fn(&knox_types::digest::Digest) -> Option<Vec<u8>>,
