@@ -473,19 +473,11 @@ pub(crate) fn parts_beside(file: &Path) -> Box<Parts<'static>> {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    // A part that cannot be read, or is over the evidence limit, reads as absent: the
+    // bundle is then unreadable, naming it.
     Box::new(move |digest: &Digest| {
-        use std::io::Read as _;
         let path = dir.join(knox_types::compact::part_file_name(digest));
-        let cap = knox_types::bundle::MAX_BUNDLE_BYTES;
-        let mut bytes = Vec::new();
-        std::fs::File::open(path)
-            .ok()?
-            .take(cap as u64 + 1)
-            .read_to_end(&mut bytes)
-            .ok()?;
-        // A part over the bundle limit reads as absent (the bundle is then unreadable,
-        // naming it).
-        (bytes.len() <= cap).then_some(bytes)
+        crate::files::read_input(&path, crate::files::EVIDENCE).ok()
     })
 }
 
