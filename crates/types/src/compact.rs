@@ -286,9 +286,11 @@ fn encode(
     // The digests a reader recomputes, written as null where they stand (§9.1).
     let derived = match version {
         Version::V1 => Derived::default(),
-        Version::V2 => Derived::of(&top, nodes),
+        Version::V2 => Derived::before_nodes(&top).with_nodes(nodes),
     };
-    derived.mark_bundle(&mut top);
+    if let Some(apm) = top.get_mut("apm") {
+        derived.mark(apm, &APM_DIGESTS);
+    }
     // Members written as items of their own, put back in place after the rest.
     let mut placed = Vec::new();
     for path in ENVELOPES {
@@ -622,8 +624,8 @@ const STATEMENT_DIGESTS: [(&[&str], Of); 9] = [
 const SIGNATURE_DIGESTS: [(&[&str], Of); 1] = [(&["*", "keyid"], Of::Key)];
 /// Where a `root` node's payload may hold one.
 const ROOT_DIGESTS: [(&[&str], Of); 1] = [(&["apm_hash"], Of::Apm)];
-/// Where the bundle (outside its envelopes and nodes) may hold one.
-const BUNDLE_DIGESTS: [(&[&str], Of); 1] = [(&["apm", "inputs", "prompt"], Of::Prompt)];
+/// Where the bundle's APM may hold one.
+const APM_DIGESTS: [(&[&str], Of); 1] = [(&["inputs", "prompt"], Of::Prompt)];
 
 /// The recomputed digests of one bundle, in lowercase hex; `None` where the bundle does
 /// not have what one is computed from.
@@ -639,9 +641,10 @@ struct Derived {
 }
 
 impl Derived {
-    /// The digests of the bundle `top` (its members but `nodes`) with `nodes`. The APM's
-    /// is computed as `top` holds it: the caller puts its prompt digest back first.
-    fn of(top: &Map<String, Value>, nodes: &[Value]) -> Self {
+    /// The digests of the bundle `top` (its members but `nodes`), the nodes' not yet
+    /// ([`Derived::with_nodes`]). The APM's is computed as `top` holds it: a reader
+    /// puts the APM's prompt digest back first.
+    fn before_nodes(top: &Map<String, Value>) -> Self {
         let platform = top
             .get("platform")
             .map(|v| Digest::tagged(tag::PLATFORM, &[&canon::canonical(v)]));
@@ -651,10 +654,6 @@ impl Derived {
             .and_then(Value::as_str)
             .and_then(|h| hex::decode(h).ok())
             .map(|pk| Digest::tagged(tag::KEY, &[&pk]));
-        let (chain_head, structure_root) = match chain_and_root(nodes) {
-            Some((c, r)) => (Some(c.to_hex()), Some(r.to_hex())),
-            None => (None, None),
-        };
         Self {
             prompt: prompt_digest(top),
             apm: digest_of(top, tag::APM, "apm"),
@@ -662,8 +661,21 @@ impl Derived {
                 .map(|p| Digest::tagged(tag::KEY_CHAIN_START, &[&p.0]).to_hex()),
             platform: platform.map(|d| d.to_hex()),
             key: key.map(|d| d.to_hex()),
+            chain_head: None,
+            structure_root: None,
+        }
+    }
+
+    /// With the chain head and structure root of `nodes`.
+    fn with_nodes(self, nodes: &[Value]) -> Self {
+        let (chain_head, structure_root) = match chain_and_root(nodes) {
+            Some((c, r)) => (Some(c.to_hex()), Some(r.to_hex())),
+            None => (None, None),
+        };
+        Self {
             chain_head,
             structure_root,
+            ..self
         }
     }
 
@@ -703,24 +715,6 @@ impl Derived {
                     }
                 });
             }
-        }
-    }
-
-    /// [`Derived::mark`] on the bundle's own places ([`BUNDLE_DIGESTS`]).
-    fn mark_bundle(&self, top: &mut Map<String, Value>) {
-        let mut v = Value::Object(std::mem::take(top));
-        self.mark(&mut v, &BUNDLE_DIGESTS);
-        if let Value::Object(o) = v {
-            *top = o;
-        }
-    }
-
-    /// [`Derived::fill`] on the bundle's own places ([`BUNDLE_DIGESTS`]).
-    fn fill_bundle(&self, top: &mut Map<String, Value>) {
-        let mut v = Value::Object(std::mem::take(top));
-        self.fill(&mut v, &BUNDLE_DIGESTS);
-        if let Value::Object(o) = v {
-            *top = o;
         }
     }
 }
@@ -857,14 +851,17 @@ fn decode(
     // The digests the file leaves to be recomputed: the prompt's first (the APM holds
     // it), then the APM's (the root node holds it), the rest after the nodes.
     let v2 = version == Version::V2;
-    Derived {
+    let prompt = Derived {
         prompt: prompt_digest(&top).filter(|_| v2),
         ..Derived::default()
+    };
+    if let Some(apm) = top.get_mut("apm") {
+        prompt.fill(apm, &APM_DIGESTS);
     }
-    .fill_bundle(&mut top);
-    let early = Derived {
-        apm: digest_of(&top, tag::APM, "apm").filter(|_| v2),
-        ..Derived::default()
+    let early = if v2 {
+        Derived::before_nodes(&top)
+    } else {
+        Derived::default()
     };
     let mut defaults = Defaults::default();
     let mut nodes = Vec::with_capacity(records.len().min(1 << 16));
@@ -885,11 +882,7 @@ fn decode(
         budget = budget.checked_sub(grown).ok_or(CompactError::TooLarge)?;
         nodes.push(node);
     }
-    let derived = if v2 {
-        Derived::of(&top, &nodes)
-    } else {
-        Derived::default()
-    };
+    let derived = if v2 { early.with_nodes(&nodes) } else { early };
     for path in ENVELOPES {
         if let Some(mut env) = take_at(&mut top, path) {
             if let Some(statement) = env.get_mut("payload") {

@@ -38,6 +38,24 @@ fn independent(files: &[PathBuf]) -> Vec<(String, bool, String)> {
         .collect()
 }
 
+/// `knox run --workload W --flows N --evidence E --out OUT`, which must succeed.
+fn run_into(out: &Path, workload: &str, flows: &str, evidence: &str) {
+    succeeds(
+        knox()
+            .args([
+                "run",
+                "--workload",
+                workload,
+                "--flows",
+                flows,
+                "--evidence",
+                evidence,
+                "--out",
+            ])
+            .arg(out),
+    );
+}
+
 fn cbor_files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
@@ -64,20 +82,7 @@ fn compact_bundles_verify_and_an_independent_reader_agrees() {
             let out = dir
                 .path()
                 .join(format!("{}-{evidence}", w.replace(':', "_")));
-            succeeds(
-                knox()
-                    .args([
-                        "run",
-                        "--workload",
-                        w,
-                        "--flows",
-                        flows,
-                        "--evidence",
-                        evidence,
-                        "--out",
-                    ])
-                    .arg(&out),
-            );
+            run_into(&out, w, flows, evidence);
             if evidence == "json" {
                 json_bytes += std::fs::read_dir(&out)
                     .unwrap()
@@ -157,20 +162,7 @@ fn replace_once(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
 fn both_readers_refuse_tampered_compact_files() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r");
-    succeeds(
-        knox()
-            .args([
-                "run",
-                "--workload",
-                "mt-sa-seq:2",
-                "--flows",
-                "2",
-                "--evidence",
-                "compact",
-                "--out",
-            ])
-            .arg(&out),
-    );
+    run_into(&out, "mt-sa-seq:2", "2", "compact");
     let original = std::fs::read(&cbor_files(&out)[0]).unwrap();
     // A tool's name in the first proposal, its hash derived: the node's measurement
     // and the chain no longer match what the summary signs.
@@ -213,20 +205,7 @@ fn both_readers_refuse_tampered_compact_files() {
 fn a_store_bundle_reads_only_with_the_parts_it_names() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("s");
-    succeeds(
-        knox()
-            .args([
-                "run",
-                "--workload",
-                "st-sa",
-                "--flows",
-                "12",
-                "--evidence",
-                "store",
-                "--out",
-            ])
-            .arg(&out),
-    );
+    run_into(&out, "st-sa", "12", "store");
     let bundles = cbor_files(&out);
     let parts = cbor_files(&out.join("parts"));
     assert!(parts.len() >= 2, "{} parts: want two toolkits", parts.len());
