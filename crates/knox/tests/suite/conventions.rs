@@ -249,6 +249,18 @@ fn json_on_every_reporting_command_and_a_json_error_object_on_failure() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v[0]["workload"], "st-sa");
     assert!(v[0]["full_verify_mnodes_per_s"].as_f64().unwrap() > 0.0);
+    // The two signature checks a full verify pays per bundle, timed alone, and the rate
+    // they alone would allow.
+    assert!(
+        v[0]["verify_signatures_us"].as_f64().unwrap() > 0.0,
+        "{}",
+        v[0]
+    );
+    assert!(
+        v[0]["signatures_bound_mnodes_per_s"].as_f64().unwrap() > 0.0,
+        "{}",
+        v[0]
+    );
     // Stored evidence per action: the files `knox run` writes (the same first flow, so
     // within a few bytes of this run's file), and less once gzipped.
     let stored = v[0]["stored_bytes_per_action"].as_f64().unwrap();
