@@ -37,6 +37,7 @@ on_both_engines_sync!(
     injection_and_traversal_in_every_parameter_are_refused,
     the_ui_needs_a_session_and_shows_only_what_the_principal_may_see,
     a_run_left_out_shows_on_the_dashboard_the_run_page_and_the_exit_report,
+    a_compact_file_is_read_and_a_store_file_without_its_part_is_refused,
 );
 
 fn client(s: &Served, key: &PartyKey) -> Client {
@@ -89,6 +90,28 @@ fn a_provider_submits_and_gets_a_proof(s: &Served) {
         .unwrap();
     assert_eq!(status, 403);
     assert_eq!(s.rt.block_on(s.store.tree_size()).unwrap(), 2);
+}
+
+/// Uploads are read as they come: a self-contained compact file (`knox run --evidence
+/// compact`) is evidence like its JSON; a file of a store (`--evidence store`) names a
+/// shared part the upload does not carry, so it is refused, naming the part, and
+/// nothing is stored or logged for it.
+fn a_compact_file_is_read_and_a_store_file_without_its_part_is_refused(s: &Served) {
+    let acme = client(s, &s.people.acme.0);
+    let value: Value = serde_json::from_slice(BUNDLE).unwrap();
+    let compact = knox_types::compact::compact(&value).unwrap();
+    let r = acme.submit(&compact).unwrap();
+    assert_eq!((r.outcome.as_str(), r.duplicate), ("complete", false));
+    tlog::check_inclusion(&r.inclusion, &log_key().public_key()).unwrap();
+    let (file, parts) = knox_types::compact::compact_in_store(&value).unwrap();
+    let [part] = parts.as_slice() else {
+        panic!("one shared part, not {}", parts.len())
+    };
+    let (status, body) = acme.request("POST", "/api/runs", &file).unwrap();
+    let text = String::from_utf8_lossy(&body);
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains(&part.digest.to_hex()), "{text}");
+    assert_eq!(s.rt.block_on(s.store.tree_size()).unwrap(), 1);
 }
 
 fn replayed_forged_stale_and_unknown_requests_are_refused_and_logged(s: &Served) {
