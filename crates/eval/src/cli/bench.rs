@@ -183,7 +183,7 @@ pub fn run(args: &BenchArgs) -> Result<i32> {
         "integrity: the verifier recomputing measurements and chain; full verify: every step, the policy replay included."
     );
     knox_command::outln!(
-        "verify sigs: the bundle's two Ed25519 signature checks (summary, APM attestation) alone; sigs bound: nodes per\nsecond if every other step of a full verify were free, the most one core can verify with these bundles."
+        "verify sigs: the bundle's two DSSE signature checks (summary, APM attestation; strict Ed25519) alone, per bundle;\nsigs bound: the nodes per second they alone allow, which no full verify of these bundles on this core can pass."
     );
     knox_command::outln!(
         "stored: the bundle files `knox run` writes (JSON without whitespace), per proposal; gzip: the same files gzipped (level 6);\ncompact: the files `knox run --evidence compact` writes (knox-compact/v2, docs/evidence-format.md §9);\nstore: what `knox run --evidence store` writes (§9.5): each bundle's file, and each part the bundles share once."
