@@ -619,7 +619,16 @@ impl<'a> Monitor<'a> {
             Vec::new()
         };
         let contracted = st.guards.contract().is_some();
-        let action = proposal.actual.clone().filter(|_| contracted);
+        if !contracted {
+            // No contract: no approval to wait for or spend and no budget to reserve, so
+            // the ledger is not read and the agents' guards run side by side (holding it
+            // would make every sub-agent of the run wait for the others' guards).
+            let Agent { state, guards, .. } = st;
+            let eval = guards.evaluate_with(state, proposal, clock, &mut regulation, &run, None);
+            // The monitor's regulation source always answers: nothing to record.
+            return (!matches!(eval.decision, Decision::Undecided)).then_some((eval, None));
+        }
+        let action = proposal.actual.clone();
         let mut token = match (&action, self.approvals) {
             (Some(a), Some(src)) => src.token(a, &proposal.actual_hash),
             _ => None,
@@ -636,7 +645,7 @@ impl<'a> Monitor<'a> {
                 contract,
             )
         };
-        let mut eval = evaluate(contracted.then(|| contract_now(token.as_ref(), &ledger, None)));
+        let mut eval = evaluate(Some(contract_now(token.as_ref(), &ledger, None)));
         let pending = knox_guards::contract::of(&eval.checks)
             .is_some_and(|c| c.outcome == ContractOutcome::Pending);
         if let (true, Some(a), Some(src)) = (pending, &action, self.approvals) {
