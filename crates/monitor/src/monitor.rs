@@ -577,7 +577,7 @@ impl<'a> Monitor<'a> {
             return Verdict::Stopped;
         }
         let proposal = Proposal::classify(raw, self.manifest);
-        let Some((eval, reservation)) = self.decide(st, proposal, clock) else {
+        let Some((eval, reservation, ledger)) = self.decide(st, proposal, clock) else {
             return Verdict::Stopped;
         };
         st.state.apply(eval.change());
@@ -590,6 +590,9 @@ impl<'a> Monitor<'a> {
         } = eval;
         let group = Group::prepare(agent, st.cursor, call, checks, &decision, reason, self.key);
         let (call_seq, end_seq) = self.commit(group);
+        // A contract's ledger is released only now: the verifier rebuilds it in commit
+        // order, so no other decision may reserve between this one's and its commit.
+        drop(ledger);
         if let Some(e) = end_seq {
             st.cursor = e;
         }
@@ -601,13 +604,15 @@ impl<'a> Monitor<'a> {
     /// holding the ledger) and the proposal decided again with the token; an approval
     /// the allow uses is consumed here, once, where every process reading the same
     /// tokens looks (used already: decided again, refused, and recorded so); an allowed
-    /// action's cost is reserved in the ledger. `None` when nothing is to be recorded.
+    /// action's cost is reserved in the ledger, whose lock comes back held for the
+    /// caller to release once the decision is committed. `None` when nothing is to be
+    /// recorded.
     fn decide(
         &self,
         st: &mut Agent<'a>,
         proposal: Proposal<'a>,
         clock: Clock,
-    ) -> Option<(Evaluation<'a>, Option<u64>)> {
+    ) -> Option<(Evaluation<'a>, Option<u64>, Option<MutexGuard<'_, Ledger>>)> {
         let mut regulation = Decide {
             regulator: &self.regulator,
             judge: self.judge,
@@ -626,7 +631,7 @@ impl<'a> Monitor<'a> {
             let Agent { state, guards, .. } = st;
             let eval = guards.evaluate_with(state, proposal, clock, &mut regulation, &run, None);
             // The monitor's regulation source always answers: nothing to record.
-            return (!matches!(eval.decision, Decision::Undecided)).then_some((eval, None));
+            return (!matches!(eval.decision, Decision::Undecided)).then_some((eval, None, None));
         }
         let action = proposal.actual.clone();
         let mut token = match (&action, self.approvals) {
@@ -672,7 +677,6 @@ impl<'a> Monitor<'a> {
             // nothing is recorded and the action does not run.
             return None;
         }
-        drop(ledger);
         if matches!(eval.decision, Decision::Undecided) {
             // The monitor's regulation source always answers: nothing to record.
             return None;
@@ -681,7 +685,7 @@ impl<'a> Monitor<'a> {
             Some(LedgerEvent::Reserved { id, .. }) => Some(id),
             _ => None,
         };
-        Some((eval, reservation))
+        Some((eval, reservation, Some(ledger)))
     }
 
     /// Appends a decision's group to the graph under its lock, whole (the verifier

@@ -515,3 +515,103 @@ fn a_cut_journal_is_a_prefix_whose_reservations_are_visible() {
             .any(|l| l.contains("\"settled\""))
     );
 }
+
+/// Plans one task per sub-agent, each as its writes, exactly.
+struct PlanEach(Vec<Vec<Action>>);
+
+impl Planner for PlanEach {
+    fn plan(&self, _: &PlanRequest<'_>) -> Result<Plan, PlanError> {
+        let tasks = self
+            .0
+            .iter()
+            .enumerate()
+            .map(|(t, calls)| {
+                calls
+                    .iter()
+                    .map(|a| ExpectedCall::exact(t as u32, &a.tool, a.params.clone()))
+                    .collect()
+            })
+            .collect();
+        Ok(Plan { tasks })
+    }
+
+    fn model(&self) -> ModelInfo {
+        model("planner", "fixed")
+    }
+}
+
+/// Each sub-agent proposes its own planned calls, in order.
+struct FollowPlan;
+
+struct Following(std::vec::IntoIter<Action>);
+
+impl Executor for Following {
+    fn next(&mut self, _: Option<&Observation>) -> Step {
+        self.0.next().map_or(Step::Finish, |a| {
+            Step::Propose(serde_json::to_vec(&a).unwrap(), Label::NONE)
+        })
+    }
+}
+
+impl ExecutorFactory for FollowPlan {
+    fn build(&self, task: AgentTask) -> Box<dyn Executor> {
+        Box::new(Following(task.plan.into_iter()))
+    }
+
+    fn model(&self) -> ModelInfo {
+        model("executor", "follows the plan")
+    }
+}
+
+/// Six sub-agents under one contract decide in parallel threads. Each allowed call
+/// reserves the ledger's next number, and the verifier rebuilds the ledger in commit
+/// order: a decision, its reservation and its commit must be one step, or a sub-agent
+/// overtaken between its reservation and its commit leaves an honest run `tampered`
+/// ("contract ledger: … order"). Every run of several verifies complete, with every
+/// reservation numbered in commit order.
+#[test]
+fn parallel_sub_agents_under_a_contract_reserve_in_commit_order() {
+    let (agents, calls) = (6_u32, 3_usize);
+    let authority = PartyKey::generate().unwrap();
+    let alice = PartyKey::generate().unwrap();
+    let env = knox_contract::signed::sign(&authority, &contract(&alice)).unwrap();
+    let verified = knox_contract::signed::verify(&env, &authority.public_key()).unwrap();
+    let writes: Vec<Vec<Action>> = (0..agents)
+        .map(|t| {
+            (0..calls)
+                .map(|k| write("workspace", &format!("t{t}-{k}.txt"), "x"))
+                .collect()
+        })
+        .collect();
+    let manifest = knox_engine::contract::manifest().unwrap();
+    let session = Session::builder()
+        .platform(knox_attest::simulated::Simulated)
+        .manifest(manifest.clone())
+        .topology(knox_types::apm::Topology {
+            kind: knox_types::apm::TopologyKind::MtMa,
+            tasks: agents,
+            agents,
+        })
+        .planner(PlanEach(writes))
+        .executor(FollowPlan)
+        .tools(Done)
+        .contract(verified)
+        .build()
+        .unwrap();
+    let prompt = Prompt {
+        tasks: (0..agents)
+            .map(|t| format!("write task {t}'s files"))
+            .collect(),
+    };
+    for round in 0..12 {
+        let b = session.run_prompt(&prompt).unwrap().bundle;
+        let r = verify(&b, &manifest);
+        assert_eq!(r.outcome, Outcome::Complete, "round {round}: {r:?}");
+        let ids: Vec<u64> = contract_checks(&b)
+            .into_iter()
+            .filter_map(|(_, c)| c.reservation)
+            .collect();
+        let want: Vec<u64> = (0..(u64::from(agents) * calls as u64)).collect();
+        assert_eq!(ids, want, "round {round}: reservations in commit order");
+    }
+}
