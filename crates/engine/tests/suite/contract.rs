@@ -88,17 +88,23 @@ fn contract(alice: &PartyKey) -> Contract {
     c
 }
 
-/// Plans the one task as the given calls, exactly.
-struct PlanOf(Vec<Action>);
+/// Plans each task as the given calls, exactly.
+struct PlanEach(Vec<Vec<Action>>);
 
-impl Planner for PlanOf {
+impl Planner for PlanEach {
     fn plan(&self, _: &PlanRequest<'_>) -> Result<Plan, PlanError> {
-        let calls = self
+        let tasks = self
             .0
             .iter()
-            .map(|a| ExpectedCall::exact(0, &a.tool, a.params.clone()))
+            .enumerate()
+            .map(|(t, calls)| {
+                calls
+                    .iter()
+                    .map(|a| ExpectedCall::exact(t as u32, &a.tool, a.params.clone()))
+                    .collect()
+            })
             .collect();
-        Ok(Plan { tasks: vec![calls] })
+        Ok(Plan { tasks })
     }
 
     fn model(&self) -> ModelInfo {
@@ -211,7 +217,7 @@ fn run_with(journal: Option<&std::path::Path>) -> Run {
     let session = builder
         .simulated_with_key(Arc::clone(&key))
         .manifest(manifest.clone())
-        .planner(PlanOf(vec![a_ok.clone(), pending.clone()]))
+        .planner(PlanEach(vec![vec![a_ok.clone(), pending.clone()]]))
         .executor(Script(
             vec![a_ok, escape, off_plan, pending, approved],
             Some(approval),
@@ -514,30 +520,6 @@ fn a_cut_journal_is_a_prefix_whose_reservations_are_visible() {
             .iter()
             .any(|l| l.contains("\"settled\""))
     );
-}
-
-/// Plans one task per sub-agent, each as its writes, exactly.
-struct PlanEach(Vec<Vec<Action>>);
-
-impl Planner for PlanEach {
-    fn plan(&self, _: &PlanRequest<'_>) -> Result<Plan, PlanError> {
-        let tasks = self
-            .0
-            .iter()
-            .enumerate()
-            .map(|(t, calls)| {
-                calls
-                    .iter()
-                    .map(|a| ExpectedCall::exact(t as u32, &a.tool, a.params.clone()))
-                    .collect()
-            })
-            .collect();
-        Ok(Plan { tasks })
-    }
-
-    fn model(&self) -> ModelInfo {
-        model("planner", "fixed")
-    }
 }
 
 /// Each sub-agent proposes its own planned calls, in order.
