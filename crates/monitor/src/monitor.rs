@@ -357,6 +357,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// A decision to record: the guards' evaluation, the reservation an allow made in the
+/// contract's ledger, and (under a contract) that ledger's lock, held until the
+/// decision's nodes are committed: the verifier rebuilds the ledger in commit order, so
+/// no other decision may reserve between this one's reservation and its commit.
+struct Decided<'m, 'a> {
+    eval: Evaluation<'a>,
+    reservation: Option<u64>,
+    ledger: Option<MutexGuard<'m, Ledger>>,
+}
+
 /// The monitor's regulation check: decided with its regulator, asking its judge when
 /// the labels leave the information types unknown.
 struct Decide<'r, 'a> {
@@ -577,7 +587,12 @@ impl<'a> Monitor<'a> {
             return Verdict::Stopped;
         }
         let proposal = Proposal::classify(raw, self.manifest);
-        let Some((eval, reservation, ledger)) = self.decide(st, proposal, clock) else {
+        let Some(Decided {
+            eval,
+            reservation,
+            ledger,
+        }) = self.decide(st, proposal, clock)
+        else {
             return Verdict::Stopped;
         };
         st.state.apply(eval.change());
@@ -590,8 +605,7 @@ impl<'a> Monitor<'a> {
         } = eval;
         let group = Group::prepare(agent, st.cursor, call, checks, &decision, reason, self.key);
         let (call_seq, end_seq) = self.commit(group);
-        // A contract's ledger is released only now: the verifier rebuilds it in commit
-        // order, so no other decision may reserve between this one's and its commit.
+        // A contract's ledger is released only now ([`Decided`]).
         drop(ledger);
         if let Some(e) = end_seq {
             st.cursor = e;
@@ -599,20 +613,14 @@ impl<'a> Monitor<'a> {
         self.answer(st, agent, decision, call_seq, reservation)
     }
 
-    /// The guards' decision on `proposal`, with the contract's approvals and budget
-    /// ledger when the run is bounded by one: a pending approval is waited for (without
-    /// holding the ledger) and the proposal decided again with the token; an approval
-    /// the allow uses is consumed here, once, where every process reading the same
-    /// tokens looks (used already: decided again, refused, and recorded so); an allowed
-    /// action's cost is reserved in the ledger, whose lock comes back held for the
-    /// caller to release once the decision is committed. `None` when nothing is to be
-    /// recorded.
+    /// The guards' decision on `proposal`, under the run's contract when it has one
+    /// ([`Monitor::under_contract`]). `None` when nothing is to be recorded.
     fn decide(
         &self,
         st: &mut Agent<'a>,
         proposal: Proposal<'a>,
         clock: Clock,
-    ) -> Option<(Evaluation<'a>, Option<u64>, Option<MutexGuard<'_, Ledger>>)> {
+    ) -> Option<Decided<'_, 'a>> {
         let mut regulation = Decide {
             regulator: &self.regulator,
             judge: self.judge,
@@ -623,16 +631,37 @@ impl<'a> Monitor<'a> {
         } else {
             Vec::new()
         };
-        let contracted = st.guards.contract().is_some();
-        if !contracted {
+        let decided = if st.guards.contract().is_some() {
+            self.under_contract(st, proposal, clock, &mut regulation, &run)?
+        } else {
             // No contract: no approval to wait for or spend and no budget to reserve, so
-            // the ledger is not read and the agents' guards run side by side (holding it
-            // would make every sub-agent of the run wait for the others' guards).
+            // the ledger is not taken and the agents' guards run side by side.
             let Agent { state, guards, .. } = st;
-            let eval = guards.evaluate_with(state, proposal, clock, &mut regulation, &run, None);
-            // The monitor's regulation source always answers: nothing to record.
-            return (!matches!(eval.decision, Decision::Undecided)).then_some((eval, None, None));
-        }
+            Decided {
+                eval: guards.evaluate_with(state, proposal, clock, &mut regulation, &run, None),
+                reservation: None,
+                ledger: None,
+            }
+        };
+        // The monitor's regulation source always answers: nothing to record.
+        (!matches!(decided.eval.decision, Decision::Undecided)).then_some(decided)
+    }
+
+    /// [`Monitor::decide`] under the run's contract, with its approvals and its budget
+    /// ledger: a pending approval is waited for (without holding the ledger) and the
+    /// proposal decided again with the token; an approval the allow uses is consumed
+    /// here, once, where every process reading the same tokens looks (used already:
+    /// decided again, refused, and recorded so); an allowed action's cost is reserved in
+    /// the ledger, whose lock comes back held. `None` when the ledger refuses the
+    /// reservation (nothing is recorded, the action does not run).
+    fn under_contract(
+        &self,
+        st: &mut Agent<'a>,
+        proposal: Proposal<'a>,
+        clock: Clock,
+        regulation: &mut Decide<'_, 'a>,
+        run: &[Arc<SharedOutput>],
+    ) -> Option<Decided<'_, 'a>> {
         let action = proposal.actual.clone();
         let mut token = match (&action, self.approvals) {
             (Some(a), Some(src)) => src.token(a, &proposal.actual_hash),
@@ -641,14 +670,7 @@ impl<'a> Monitor<'a> {
         let mut ledger = lock(&self.ledger);
         let Agent { state, guards, .. } = st;
         let mut evaluate = |contract: Option<ContractInput<'_>>| {
-            guards.evaluate_with(
-                state,
-                proposal.clone(),
-                clock,
-                &mut regulation,
-                &run,
-                contract,
-            )
+            guards.evaluate_with(state, proposal.clone(), clock, regulation, run, contract)
         };
         let mut eval = evaluate(Some(contract_now(token.as_ref(), &ledger, None)));
         let pending = knox_guards::contract::of(&eval.checks)
@@ -673,19 +695,18 @@ impl<'a> Monitor<'a> {
         if let Some(ev) = &reserved
             && ledger.apply(ev).is_err()
         {
-            // The guards gave the ledger's next number: this cannot refuse; if it did,
-            // nothing is recorded and the action does not run.
-            return None;
-        }
-        if matches!(eval.decision, Decision::Undecided) {
-            // The monitor's regulation source always answers: nothing to record.
+            // The guards gave the ledger's next number: this cannot refuse.
             return None;
         }
         let reservation = match reserved {
             Some(LedgerEvent::Reserved { id, .. }) => Some(id),
             _ => None,
         };
-        Some((eval, reservation, Some(ledger)))
+        Some(Decided {
+            eval,
+            reservation,
+            ledger: Some(ledger),
+        })
     }
 
     /// Appends a decision's group to the graph under its lock, whole (the verifier
