@@ -9,8 +9,7 @@
 //! - APM: planning, guard derivation and the APM's hash;
 //! - baseline: the executor's own time (the LLM's, when the executor is a model).
 //!
-//! The verifier's cost (integrity only, its two signature checks alone, and in full) is
-//! measured on the way.
+//! The verifier's cost (integrity only, and in full) is measured on the way.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -21,7 +20,6 @@ use knox_monitor::run::{RunOutcome, Runtime};
 use knox_policy::ToolkitManifest;
 use knox_types::aeg::{chain_start, chain_step, leaf_record};
 use knox_types::bundle::Bundle;
-use knox_types::dsse::{APM_PREDICATE, SUMMARY_PREDICATE};
 use knox_types::merkle;
 use serde::Serialize;
 
@@ -48,9 +46,6 @@ pub struct BundleCost {
     pub integrity: Duration,
     /// Verifier: every step.
     pub verify: Duration,
-    /// Verifier: the bundle's two Ed25519 signature checks alone (the summary's and the
-    /// APM attestation's envelopes), which every full verify pays per bundle.
-    pub signatures: Duration,
     /// Time inside the executor under test.
     pub executor: Duration,
 }
@@ -106,12 +101,6 @@ pub fn measure(
     let t = Instant::now();
     let report = knox_verify::verify_bundle(b, manifest, opts);
     let verify = t.elapsed();
-    let t = Instant::now();
-    let _ = black_box((
-        knox_attest::dsse::verify(&b.envelope, &b.key, SUMMARY_PREDICATE).is_ok(),
-        knox_attest::dsse::verify(&b.apm_attestation.envelope, &b.key, APM_PREDICATE).is_ok(),
-    ));
-    let signatures = t.elapsed();
     Ok((
         BundleCost {
             actions: o.stats.proposals,
@@ -123,7 +112,6 @@ pub fn measure(
             apm: o.timings.apm,
             integrity,
             verify,
-            signatures,
             executor: Duration::ZERO,
         },
         report,
@@ -184,7 +172,6 @@ fn sum_into(t: &mut BundleCost, c: &BundleCost) {
     t.apm += c.apm;
     t.integrity += c.integrity;
     t.verify += c.verify;
-    t.signatures += c.signatures;
     t.executor += c.executor;
 }
 
